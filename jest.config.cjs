@@ -1,0 +1,12 @@
+/** Jest runs the TypeScript sources through swc (no type check; `npm run typecheck` does that). */
+module.exports = {
+  testEnvironment: 'node',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.test.ts'],
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/bench/'],
+  transform: { '^.+\\.(t|j)sx?$': ['@swc/jest'] },
+  // fhir-kit-client ships ESM only; let swc turn it into CommonJS for Jest.
+  moduleNameMapper: { '^fhir-kit-client$': '<rootDir>/node_modules/fhir-kit-client/dist/index.js' },
+  transformIgnorePatterns: ['/node_modules/(?!fhir-kit-client/)'],
+  testTimeout: 20000,
+};

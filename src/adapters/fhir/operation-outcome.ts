@@ -1,0 +1,37 @@
+import type { OperationOutcome, OperationOutcomeIssue } from 'fhir/r4';
+
+/** One issue as this project reports it: the element (FHIRPath) and what is wrong with it. */
+export interface FhirIssue {
+  expression: string;
+  diagnostics: string;
+  /** FHIR issue-type code; `required` for missing data, `value` for a wrong one, `invariant`, `structure`. */
+  code?: OperationOutcomeIssue['code'];
+  severity?: OperationOutcomeIssue['severity'];
+}
+
+export function operationOutcome(issues: FhirIssue[]): OperationOutcome {
+  return {
+    resourceType: 'OperationOutcome',
+    issue: issues.map((i) => ({
+      severity: i.severity ?? 'error',
+      code: i.code ?? 'invalid',
+      diagnostics: i.diagnostics,
+      expression: [i.expression],
+    })),
+  };
+}
+
+/**
+ * The FHIR boundary's one error type: carries an OperationOutcome, and its message is the first
+ * issue as one line, e.g. `Patient.birthDate: required`.
+ */
+export class FhirInputError extends Error {
+  readonly outcome: OperationOutcome;
+
+  constructor(issues: FhirIssue[]) {
+    const first = issues[0];
+    super(first ? `${first.expression}: ${first.diagnostics}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : 'invalid FHIR input');
+    this.name = 'FhirInputError';
+    this.outcome = operationOutcome(issues);
+  }
+}

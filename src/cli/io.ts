@@ -1,0 +1,52 @@
+import type { Readable } from 'node:stream';
+
+/** Where a command reads and writes; the real process in production, buffers in tests. */
+export interface CliIo {
+  stdout: { write(chunk: string): unknown };
+  stderr: { write(chunk: string): unknown };
+  stdin: Readable;
+  env: NodeJS.ProcessEnv;
+}
+
+/**
+ * The CLI's one error type: a single line for stderr, no stack trace, never patient data or a
+ * secret. `exitCode` 1 is bad input or a failed operation, 2 a usage error.
+ */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+    this.name = 'CliError';
+  }
+}
+
+/** Reads a file argument, `-` meaning standard input. */
+export async function readInput(io: CliIo, file: string): Promise<string> {
+  if (file === '-') {
+    const chunks: Buffer[] = [];
+    for await (const chunk of io.stdin) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk)));
+    return Buffer.concat(chunks).toString('utf8');
+  }
+  const { readFile } = await import('node:fs/promises');
+  try {
+    return await readFile(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new CliError(`${file}: ${code === 'ENOENT' ? 'no such file' : `cannot be read (${code ?? 'error'})`}`);
+  }
+}
+
+/** Parses JSON input, naming the file on failure. */
+export function parseJsonInput(text: string, file: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`${file === '-' ? 'stdin' : file}: not valid JSON (${(err as Error).message})`);
+  }
+}
+
+export function writeJson(io: CliIo, value: unknown): void {
+  io.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}

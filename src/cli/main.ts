@@ -1,0 +1,39 @@
+import { Command, CommanderError } from 'commander';
+import { CliError, type CliIo } from './io';
+
+/** Builds the `dental-elig` program; each command group registers itself from its own module. */
+export function buildProgram(io: CliIo): Command {
+  const program = new Command('dental-elig')
+    .description('Dental insurance eligibility: verification service setup, conversion and sync')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
+  const convert = program.command('convert').description('Convert input without sending anything');
+  void convert;
+  return program;
+}
+
+/** Runs the CLI in-process and returns the exit code; tests call this directly. */
+export async function runCli(argv: string[], io: CliIo): Promise<number> {
+  const program = buildProgram(io);
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    if (err instanceof CliError) {
+      io.stderr.write(`dental-elig: ${err.message}\n`);
+      return err.exitCode;
+    }
+    // Unexpected: still one line, no stack trace (it could carry request data).
+    io.stderr.write(`dental-elig: internal error: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}\n`);
+    return 1;
+  }
+}
+
+export function main(): void {
+  runCli(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, stdin: process.stdin, env: process.env }).then(
+    (code) => {
+      process.exitCode = code;
+    },
+  );
+}

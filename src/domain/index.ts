@@ -1,0 +1,3 @@
+export * from './primitives';
+export * from './payer';
+export * from './eligibility-check';

@@ -1,0 +1,32 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type * as z from 'zod';
+
+/** The repository root, the same from src/ (tests) and dist/ (the built CLI). */
+export const projectRoot = path.resolve(__dirname, '..');
+
+/**
+ * mappings/ holds data, not code. An integrator may point DENTAL_ELIG_MAPPINGS at a copy of
+ * their own; every file is validated when it is read, so a bad edit fails at start-up with the
+ * file and field named, not mid-message.
+ */
+export function mappingsDir(): string {
+  return process.env.DENTAL_ELIG_MAPPINGS ?? path.join(projectRoot, 'mappings');
+}
+
+export function readMappingFile<T extends z.ZodType>(relativePath: string, schema: T, dir = mappingsDir()): z.infer<T> {
+  const file = path.join(dir, relativePath);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new Error(`mappings/${relativePath}: cannot be read as JSON (${(err as Error).message})`);
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const where = issue?.path.length ? issue.path.join('.') : '(root)';
+    throw new Error(`mappings/${relativePath}: ${where}: ${issue?.message ?? 'invalid'}`);
+  }
+  return parsed.data;
+}

@@ -1,0 +1,37 @@
+import * as z from 'zod';
+import { readMappingFile } from '../mapping-files';
+
+export const FailureAction = z.enum(['retry-later', 'needs-a-person']);
+export type FailureAction = z.infer<typeof FailureAction>;
+
+const FailureKindsFile = z.looseObject({
+  kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })),
+});
+
+let table: z.infer<typeof FailureKindsFile>['kinds'] | undefined;
+function kinds() {
+  table ??= readMappingFile('failure-kinds.json', FailureKindsFile).kinds;
+  return table;
+}
+
+export interface FailureClassification {
+  /** The kind as the service names it, e.g. InvalidCredentials; kept as given when unknown. */
+  kind: string;
+  /** unknown: a kind the table does not list; kept and surfaced, treated as needing a person. */
+  action: FailureAction | 'unknown';
+  advice?: string;
+}
+
+/** The failure kind is the problem type URI's last path segment. */
+export function failureKindOf(problemType: string | null | undefined): string {
+  if (!problemType) return 'Unknown';
+  const trimmed = problemType.replace(/[/#]+$/, '');
+  const segment = trimmed.slice(Math.max(trimmed.lastIndexOf('/'), trimmed.lastIndexOf('#')) + 1);
+  return segment || 'Unknown';
+}
+
+export function classifyFailure(problemType: string | null | undefined): FailureClassification {
+  const kind = failureKindOf(problemType);
+  const known = kinds()[kind];
+  return known ? { kind, action: known.action, advice: known.advice } : { kind, action: 'unknown' };
+}

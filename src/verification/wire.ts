@@ -1,0 +1,477 @@
+/**
+ * Wire shapes of the verification service, v2.
+ *
+ * This is the ONE module that holds assumptions about bodies the interface leaves "not shown"
+ * (see shared/spec/assumed-wire-shapes.md). Names the interface gives are used exactly.
+ * Requests we send are strict: a typo fails here, not at the service. Responses are permissive:
+ * unknown fields are kept, optional everywhere the portal may not expose a value, and enums the
+ * interface does not fix are plain strings (known values are listed beside them), so that a new
+ * value from the service is carried through and surfaced, never rejected.
+ */
+import * as z from 'zod';
+import { IsoDate } from '../domain/primitives';
+
+const Str = z.string();
+const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
+
+// ---------------------------------------------------------------- shared pieces
+
+export const Address = z.strictObject({
+  line1: Str.min(1),
+  line2: Str.optional(),
+  city: Str.min(1),
+  state: Str.regex(/^[A-Z]{2}$/, { error: 'must be a two-letter state code' }),
+  postalCode: Str.regex(/^\d{5}(-\d{4})?$/, { error: 'must be a ZIP or ZIP+4' }),
+});
+export type Address = z.infer<typeof Address>;
+
+const AddressOut = z.looseObject({
+  line1: Opt(Str),
+  line2: Opt(Str),
+  city: Opt(Str),
+  state: Opt(Str),
+  postalCode: Opt(Str),
+});
+
+export const pageOf = <T extends z.ZodType>(item: T) =>
+  z.looseObject({ items: z.array(item), nextCursor: Opt(Str) });
+export type Page<T> = { items: T[]; nextCursor?: string | null | undefined };
+
+export const PageQuery = z.strictObject({
+  limit: z.number().int().positive().max(500).optional(),
+  cursor: Str.optional(),
+});
+export type PageQuery = z.infer<typeof PageQuery>;
+
+// ---------------------------------------------------------------- problem details (RFC 9457)
+
+export const FieldError = z.looseObject({ field: Str, message: Str, code: Str });
+export type FieldError = z.infer<typeof FieldError>;
+
+export const UpstreamError = z.looseObject({ detail: Str, portalId: Opt(Str) });
+export type UpstreamError = z.infer<typeof UpstreamError>;
+
+export const ProblemDetails = z.looseObject({
+  type: Opt(Str),
+  title: Opt(Str),
+  status: Opt(z.number().int()),
+  detail: Opt(Str),
+  instance: Opt(Str),
+  upstreamErrors: Opt(z.array(UpstreamError)),
+  errors: Opt(z.array(FieldError)),
+});
+export type ProblemDetails = z.infer<typeof ProblemDetails>;
+
+/** v1 error bodies still met in the wild: `{ details: { code, message } }` instead of type/detail. */
+export const LegacyErrorBody = z.looseObject({
+  details: z.looseObject({ code: Opt(Str), message: Opt(Str) }),
+});
+
+// ---------------------------------------------------------------- organizations and clinics
+
+export const CreateOrganizationRequest = z.strictObject({
+  customerId: Str.min(1),
+  name: Str.min(1),
+});
+export type CreateOrganizationRequest = z.infer<typeof CreateOrganizationRequest>;
+
+export const Organization = z.looseObject({
+  organizationId: Str,
+  customerId: Opt(Str),
+  name: Opt(Str),
+  createdAt: Opt(Str),
+});
+export type Organization = z.infer<typeof Organization>;
+
+export const CreateClinicRequest = z.strictObject({
+  organizationId: Str.min(1),
+  name: Str.min(1),
+  npi: Str.regex(/^\d{10}$/, { error: 'must be 10 digits' }).optional(),
+  taxId: Str.regex(/^\d{2}-?\d{7}$/, { error: 'must be a 9-digit EIN' }).optional(),
+  address: Address.optional(),
+});
+export type CreateClinicRequest = z.infer<typeof CreateClinicRequest>;
+
+export const Clinic = z.looseObject({
+  clinicId: Str,
+  organizationId: Opt(Str),
+  name: Opt(Str),
+  npi: Opt(Str),
+  taxId: Opt(Str),
+  address: Opt(AddressOut),
+  createdAt: Opt(Str),
+});
+export type Clinic = z.infer<typeof Clinic>;
+
+// ---------------------------------------------------------------- payer and portal network
+
+/** Feature keys of a payer entry; `insuranceVerificationAsynchronous` is the service's own name. */
+export const FEATURE_SYNC = 'insuranceVerificationSynchronous';
+export const FEATURE_ASYNC = 'insuranceVerificationAsynchronous';
+
+export const PayerFeature = z.looseObject({
+  supported: Opt(z.boolean()),
+  portals: Opt(z.array(Str)),
+  /** e.g. OfficeName, OfficeAddress, OfficeSuite, OfficeTaxId, ProviderFirstName, ProviderLastName, ProviderNpi, OrganizationNpi */
+  requirements: Opt(z.array(Str)),
+});
+export type PayerFeature = z.infer<typeof PayerFeature>;
+
+export const Payer = z.looseObject({
+  /** Six alphanumerics, stable; for syncing lists only, never accepted in a request. */
+  primaryPayerId: Str,
+  /** Industry-wide and NOT unique: one common id can cover several plans. */
+  commonPayerId: Opt(Str),
+  alternatePayerIds: Opt(z.array(Str)),
+  name: Str,
+  features: Opt(z.record(Str, PayerFeature)),
+  createdAt: Opt(Str),
+  updatedAt: Opt(Str),
+});
+export type Payer = z.infer<typeof Payer>;
+
+export const NetworkQuery = PageQuery.extend({
+  updatedSince: z.iso.datetime({ offset: true }).optional(),
+});
+export type NetworkQuery = z.infer<typeof NetworkQuery>;
+
+/** Known values: TwoFactorEmail, TwoFactorSms. Known login methods: Native, SSO. */
+export const Portal = z.looseObject({
+  portalId: Str,
+  name: Opt(Str),
+  url: Opt(Str),
+  requiresAuthentication: Opt(z.boolean()),
+  authenticationMethods: Opt(z.array(Str)),
+  loginMethods: Opt(z.array(Str)),
+  createdAt: Opt(Str),
+  updatedAt: Opt(Str),
+});
+export type Portal = z.infer<typeof Portal>;
+
+// ---------------------------------------------------------------- portal registrations and 2FA messages
+
+export const CreateRegistrationRequest = z.strictObject({
+  portalId: Str.min(1),
+  clinicId: Str.min(1),
+  forwardingEmail: z.email({ error: 'must be an email address' }).optional(),
+});
+export type CreateRegistrationRequest = z.infer<typeof CreateRegistrationRequest>;
+
+export const Registration = z.looseObject({
+  correlationId: Str,
+  portalId: Opt(Str),
+  clinicId: Opt(Str),
+  registeredEmail: Str,
+  /** Only for portals whose 2FA is SMS. */
+  registeredPhoneNumber: Opt(Str),
+  status: Opt(Str),
+  createdAt: Opt(Str),
+  updatedAt: Opt(Str),
+});
+export type Registration = z.infer<typeof Registration>;
+
+export const Email = z.looseObject({
+  id: Str,
+  correlationId: Opt(Str),
+  from: Opt(Str),
+  to: Opt(Str),
+  subject: Opt(Str),
+  body: Opt(Str),
+  receivedAt: Opt(Str),
+});
+export type Email = z.infer<typeof Email>;
+
+export const SmsMessage = z.looseObject({
+  id: Str,
+  correlationId: Opt(Str),
+  from: Opt(Str),
+  to: Opt(Str),
+  body: Opt(Str),
+  receivedAt: Opt(Str),
+});
+export type SmsMessage = z.infer<typeof SmsMessage>;
+
+export const MessagesQuery = PageQuery.extend({
+  since: z.iso.datetime({ offset: true }).optional(),
+});
+export type MessagesQuery = z.infer<typeof MessagesQuery>;
+
+// ---------------------------------------------------------------- credentials and their validation
+
+export const LoginMethod = z.enum(['Native', 'SSO']);
+export type LoginMethod = z.infer<typeof LoginMethod>;
+
+export const CredentialsRequest = z.strictObject({
+  username: Str.min(1),
+  password: Str.min(1),
+  loginMethod: LoginMethod,
+  mfaEmail: z.email({ error: 'must be an email address' }).optional(),
+  mfaPhoneNumber: Str.regex(/^\+[1-9]\d{7,14}$/, { error: 'must be an E.164 phone number' }).optional(),
+});
+export type CredentialsRequest = z.infer<typeof CredentialsRequest>;
+
+export const CredentialsPatch = CredentialsRequest.partial().refine((p) => Object.keys(p).length > 0, {
+  error: 'must change at least one field',
+});
+export type CredentialsPatch = z.infer<typeof CredentialsPatch>;
+
+/** The stored record; the password is never echoed. */
+export const CredentialsRecord = z.looseObject({
+  clinicId: Opt(Str),
+  portalId: Opt(Str),
+  username: Str,
+  passwordSet: Opt(z.boolean()),
+  loginMethod: Opt(Str),
+  mfaEmail: Opt(Str),
+  mfaPhoneNumber: Opt(Str),
+  updatedAt: Opt(Str),
+});
+export type CredentialsRecord = z.infer<typeof CredentialsRecord>;
+
+export const InlineCredentials = z.strictObject({
+  username: Str.min(1),
+  password: Str.min(1),
+});
+export type InlineCredentials = z.infer<typeof InlineCredentials>;
+
+export const CredentialsValidationRequest = z.union([
+  z.strictObject({ clinicId: Str.min(1), portalId: Str.min(1) }),
+  z.strictObject({ portalId: Str.min(1), credentials: InlineCredentials }),
+]);
+export type CredentialsValidationRequest = z.infer<typeof CredentialsValidationRequest>;
+
+/** Known statuses: Pending, Valid, Invalid; result is problem details when Invalid. */
+export const CredentialsValidation = z.looseObject({
+  correlationId: Str,
+  status: Str,
+  result: Opt(ProblemDetails),
+});
+export type CredentialsValidation = z.infer<typeof CredentialsValidation>;
+
+// ---------------------------------------------------------------- verification requests
+
+export const WireRelationship = z.enum(['Self', 'Spouse', 'Child', 'Other']);
+export type WireRelationship = z.infer<typeof WireRelationship>;
+
+const RequestPerson = {
+  firstName: Str.min(1),
+  middleName: Str.optional(),
+  lastName: Str.min(1),
+};
+
+export const VerificationRequest = z
+  .strictObject({
+    clinicId: Str.min(1).optional(),
+    portalId: Str.min(1).optional(),
+    credentials: InlineCredentials.optional(),
+    payer: z.strictObject({ payerId: Str.min(1).optional(), name: Str.min(1).optional() }),
+    patient: z.strictObject({
+      ...RequestPerson,
+      dateOfBirth: IsoDate,
+      gender: z.enum(['F', 'M', 'U']).optional(),
+      memberId: Str.min(1).optional(),
+    }),
+    subscriber: z.strictObject({
+      ...RequestPerson,
+      dateOfBirth: IsoDate.optional(),
+      memberId: Str.min(1),
+      relationship: WireRelationship,
+      groupNumber: Str.min(1).optional(),
+    }),
+    provider: z
+      .strictObject({
+        npi: Str.regex(/^\d{10}$/, { error: 'must be 10 digits' }).optional(),
+        taxId: Str.optional(),
+        firstName: Str.optional(),
+        lastName: Str.optional(),
+      })
+      .optional(),
+    dateOfService: IsoDate,
+    /** The plugin's idempotency key: makes a retried POST safe. */
+    externalId: Str.min(1).optional(),
+  })
+  .refine((r) => r.credentials !== undefined || (r.clinicId !== undefined && r.portalId !== undefined), {
+    error: 'needs clinicId and portalId (stored credentials) or credentials (inline)',
+    path: ['clinicId'],
+  })
+  .refine((r) => Boolean(r.payer.payerId || r.payer.name), {
+    error: 'needs a payerId or a name',
+    path: ['payer'],
+  });
+export type VerificationRequest = z.infer<typeof VerificationRequest>;
+
+/** Claims retrieval; bodies are not shown, so this is the smallest request that can work. */
+export const ClaimRetrievalRequest = z.strictObject({
+  clinicId: Str.min(1),
+  portalId: Str.min(1),
+  payer: z.strictObject({ payerId: Str.min(1).optional(), name: Str.min(1).optional() }),
+  subscriber: z.strictObject({ ...RequestPerson, dateOfBirth: IsoDate.optional(), memberId: Str.min(1) }),
+  patient: z.strictObject({ ...RequestPerson, dateOfBirth: IsoDate }),
+  serviceDateFrom: IsoDate,
+  serviceDateTo: IsoDate,
+  externalId: Str.min(1).optional(),
+});
+export type ClaimRetrievalRequest = z.infer<typeof ClaimRetrievalRequest>;
+
+/** Answer to an asynchronous request (verification, credentials validation, claims retrieval). */
+export const Accepted = z.looseObject({ correlationId: Str, status: Opt(Str) });
+export type Accepted = z.infer<typeof Accepted>;
+
+// ---------------------------------------------------------------- InsuranceVerificationV3
+
+/** Coinsurance: the share the PLAN pays, as a range; start equals end when the portal gives one value. */
+export const PercentRange = z.looseObject({ start: z.number(), end: z.number() });
+export type PercentRange = z.infer<typeof PercentRange>;
+
+const Money = z.number();
+
+export const Maximum = z.looseObject({
+  type: Opt(Str), // Annual | Lifetime
+  scope: Opt(Str), // Individual | Family
+  network: Opt(Str), // InNetwork | OutOfNetwork
+  category: Opt(Str), // General | Orthodontics | ...
+  amount: Opt(Money),
+  usedAmount: Opt(Money),
+  remainingAmount: Opt(Money),
+  carryoverAmount: Opt(Money),
+  remainingCarryoverAmount: Opt(Money),
+});
+export type Maximum = z.infer<typeof Maximum>;
+
+export const Deductible = z.looseObject({
+  type: Opt(Str),
+  scope: Opt(Str),
+  network: Opt(Str),
+  amount: Opt(Money),
+  usedAmount: Opt(Money),
+  remainingAmount: Opt(Money),
+  waivedCategories: Opt(z.array(Str)),
+});
+export type Deductible = z.infer<typeof Deductible>;
+
+export const Coinsurance = z.looseObject({
+  /** Diagnostic | Preventive | Basic | Restorative | Endodontics | Periodontics | OralSurgery | Major | Prosthodontics | Orthodontics */
+  category: Opt(Str),
+  network: Opt(Str),
+  procedureCodes: Opt(z.array(Str)),
+  percentage: Opt(z.looseObject({ final: Opt(PercentRange) })),
+});
+export type Coinsurance = z.infer<typeof Coinsurance>;
+
+export const Frequency = z.looseObject({
+  procedureCodes: Opt(z.array(Str)),
+  category: Opt(Str),
+  limit: Opt(z.number()),
+  period: Opt(Str), // CalendarYear | BenefitYear | Months | Lifetime
+  periodLength: Opt(z.number()),
+  used: Opt(z.number()),
+  lastServiceDate: Opt(Str),
+  description: Opt(Str),
+});
+export type Frequency = z.infer<typeof Frequency>;
+
+export const AgeLimit = z.looseObject({
+  procedureCodes: Opt(z.array(Str)),
+  category: Opt(Str),
+  minAge: Opt(z.number()),
+  maxAge: Opt(z.number()),
+});
+export type AgeLimit = z.infer<typeof AgeLimit>;
+
+export const WaitingPeriod = z.looseObject({
+  category: Opt(Str),
+  months: Opt(z.number()),
+  endsOn: Opt(Str),
+});
+export type WaitingPeriod = z.infer<typeof WaitingPeriod>;
+
+export const HistoryEntry = z.looseObject({
+  procedureCode: Opt(Str),
+  date: Opt(Str),
+  tooth: Opt(Str),
+  surface: Opt(Str),
+});
+export type HistoryEntry = z.infer<typeof HistoryEntry>;
+
+export const BenefitData = z.looseObject({
+  maximums: Opt(z.array(Maximum)),
+  deductibles: Opt(z.array(Deductible)),
+  coinsurance: Opt(z.array(Coinsurance)),
+  frequencies: Opt(z.array(Frequency)),
+  ageLimits: Opt(z.array(AgeLimit)),
+  waitingPeriods: Opt(z.array(WaitingPeriod)),
+  history: Opt(z.array(HistoryEntry)),
+});
+export type BenefitData = z.infer<typeof BenefitData>;
+
+export const PlanAssignment = z.looseObject({
+  office: Opt(z.looseObject({ name: Opt(Str), address: Opt(AddressOut), officeId: Opt(Str) })),
+  provider: Opt(z.looseObject({ firstName: Opt(Str), lastName: Opt(Str), npi: Opt(Str) })),
+});
+export type PlanAssignment = z.infer<typeof PlanAssignment>;
+
+export const Plan = z.looseObject({
+  name: Opt(Str),
+  type: Opt(Str), // PPO | DHMO | Indemnity | Medicaid | Medicare
+  groupNumber: Opt(Str),
+  groupName: Opt(Str),
+  status: Opt(Str), // Active | Inactive
+  effectiveDate: Opt(Str),
+  terminationDate: Opt(Str),
+  benefitPeriod: Opt(z.looseObject({ start: Opt(Str), end: Opt(Str) })),
+  payer: Opt(z.looseObject({ name: Opt(Str), payerId: Opt(Str), phone: Opt(Str) })),
+  assignment: Opt(PlanAssignment),
+});
+export type Plan = z.infer<typeof Plan>;
+
+export const VerificationProvider = z.looseObject({
+  firstName: Opt(Str),
+  middleName: Opt(Str),
+  lastName: Opt(Str),
+  taxId: Opt(Str),
+  address: Opt(AddressOut),
+  /** Participating | Non-Participating */
+  participation: Opt(z.looseObject({ status: Opt(Str) })),
+});
+export type VerificationProvider = z.infer<typeof VerificationProvider>;
+
+export const Context = z.looseObject({ portalId: Opt(Str), dataPoint: Opt(Str), detail: Str });
+export type Context = z.infer<typeof Context>;
+
+/** Known type: CarryOverDetails. */
+export const Disclaimer = z.looseObject({ type: Opt(Str), text: Opt(Str) });
+export type Disclaimer = z.infer<typeof Disclaimer>;
+
+const ResultPerson = z.looseObject({
+  firstName: Opt(Str),
+  lastName: Opt(Str),
+  dateOfBirth: Opt(Str),
+  memberId: Opt(Str),
+  relationship: Opt(Str),
+});
+
+/** result of a Completed or Partial verification. */
+export const VerificationResult = z.looseObject({
+  patient: Opt(ResultPerson),
+  subscriber: Opt(ResultPerson),
+  plan: Opt(Plan),
+  data: Opt(BenefitData),
+  contexts: Opt(z.array(Context)),
+  verificationProvider: Opt(VerificationProvider),
+  disclaimers: Opt(z.array(Disclaimer)),
+});
+export type VerificationResult = z.infer<typeof VerificationResult>;
+
+/**
+ * GET /v2/insurance-verifications/{correlationId}, the synchronous answer and the webhook body.
+ * `result` depends on status (a VerificationResult, or problem details when Failed); see outcome.ts.
+ */
+export const Verification = z.looseObject({
+  correlationId: Str,
+  externalId: Opt(Str),
+  status: Str,
+  createdAt: Opt(Str),
+  completedAt: Opt(Str),
+  result: Opt(z.unknown()),
+});
+export type Verification = z.infer<typeof Verification>;
