@@ -22,11 +22,9 @@ export interface FailureClassification {
   advice?: string;
 }
 
-/** The failure kind is the problem type URI's last path segment. */
+/** The failure kind is the problem type URI's last segment (path, fragment or URN part). */
 export function failureKindOf(problemType: string | null | undefined): string {
-  if (!problemType) return 'Unknown';
-  const trimmed = problemType.replace(/[/#]+$/, '');
-  const segment = trimmed.slice(Math.max(trimmed.lastIndexOf('/'), trimmed.lastIndexOf('#')) + 1);
+  const segment = problemType?.replace(/[/#:]+$/, '').split(/[/#:]/).pop();
   return segment || 'Unknown';
 }
 

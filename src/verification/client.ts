@@ -1,0 +1,276 @@
+import * as z from 'zod';
+import type { ClientConfigInput } from './config';
+import { ServiceError } from './errors';
+import { ServiceHttp, type Log } from './http';
+import { toOutcome, type VerificationOutcome } from './outcome';
+import {
+  Accepted,
+  ClaimRetrievalRequest,
+  Clinic,
+  CreateClinicRequest,
+  CreateOrganizationRequest,
+  CreateRegistrationRequest,
+  CredentialsPatch,
+  CredentialsRecord,
+  CredentialsRequest,
+  CredentialsValidation,
+  CredentialsValidationRequest,
+  Email,
+  MessagesQuery,
+  NetworkQuery,
+  Organization,
+  PageQuery,
+  Payer,
+  Portal,
+  Registration,
+  SmsMessage,
+  Verification,
+  VerificationRequest,
+  pageOf,
+  type Page,
+} from './wire';
+
+const seg = encodeURIComponent;
+
+export interface ClientOptions {
+  log?: Log;
+  now?: () => Date;
+  random?: () => number;
+}
+
+export interface WaitOptions {
+  /** The service asks for no poll sooner than 3 s after the request. */
+  firstDelayMs?: number;
+  maxDelayMs?: number;
+  /** Give up (with the last status) after this long. */
+  timeoutMs?: number;
+  onPoll?: (status: string, elapsedMs: number) => void;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * A typed client for every operation of the verification service v2. Requests are validated
+ * strictly before they are sent; responses permissively (wire.ts). Every non-2xx is a
+ * ServiceError.
+ */
+export class VerificationClient {
+  private readonly http: ServiceHttp;
+
+  constructor(config: ClientConfigInput, options: ClientOptions = {}) {
+    this.http = new ServiceHttp(config, options);
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+
+  // ------------------------------------------------------------ organizations and clinics
+
+  async createOrganization(body: CreateOrganizationRequest): Promise<Organization> {
+    return this.post('create organization', '/v2/organizations', CreateOrganizationRequest.parse(body), Organization, false);
+  }
+
+  async getOrganization(organizationId: string): Promise<Organization> {
+    return this.get('get organization', `/v2/organizations/${seg(organizationId)}`, Organization);
+  }
+
+  async listOrganizations(customerId: string, page: PageQuery = {}): Promise<Page<Organization>> {
+    return this.get('list organizations', `/v2/customers/${seg(customerId)}/organizations`, pageOf(Organization), PageQuery.parse(page));
+  }
+
+  async createClinic(body: CreateClinicRequest): Promise<Clinic> {
+    return this.post('create clinic', '/v2/clinics', CreateClinicRequest.parse(body), Clinic, false);
+  }
+
+  async getClinic(clinicId: string): Promise<Clinic> {
+    return this.get('get clinic', `/v2/clinics/${seg(clinicId)}`, Clinic);
+  }
+
+  async listClinics(organizationId: string, page: PageQuery = {}): Promise<Page<Clinic>> {
+    return this.get('list clinics', `/v2/organizations/${seg(organizationId)}/clinics`, pageOf(Clinic), PageQuery.parse(page));
+  }
+
+  // ------------------------------------------------------------ payer and portal network
+
+  async listPayers(query: NetworkQuery = {}): Promise<Page<Payer>> {
+    return this.get('list payer network', '/v2/network/payers', pageOf(Payer), NetworkQuery.parse(query));
+  }
+
+  async listPortals(query: NetworkQuery = {}): Promise<Page<Portal>> {
+    return this.get('list portal network', '/v2/network/portals', pageOf(Portal), NetworkQuery.parse(query));
+  }
+
+  // ------------------------------------------------------------ portal registrations and 2FA messages
+
+  async createRegistration(body: CreateRegistrationRequest): Promise<Registration> {
+    return this.post('create payer portal registration', '/v2/payer-portal-registrations', CreateRegistrationRequest.parse(body), Registration, false);
+  }
+
+  async listRegistrations(page: PageQuery = {}): Promise<Page<Registration>> {
+    return this.get('list payer portal registrations', '/v2/payer-portal-registrations', pageOf(Registration), PageQuery.parse(page));
+  }
+
+  /** Asks the service to look at the portal again (e.g. it switched to SMS 2FA); officeId is the clinicId. */
+  async reevaluateRegistration(officeId: string, portalId: string): Promise<Registration> {
+    const { body } = await this.http.call({
+      operation: 're-evaluate payer portal registration',
+      method: 'PATCH',
+      path: `/v2/payer-portal-registrations/offices/${seg(officeId)}/portals/${seg(portalId)}`,
+      body: {},
+      response: Registration,
+      idempotent: true,
+    });
+    return required(body, 're-evaluate payer portal registration');
+  }
+
+  async registrationEmails(correlationId: string, page: PageQuery = {}): Promise<Page<Email>> {
+    return this.get('list registration emails', `/v2/payer-portal-registrations/${seg(correlationId)}/emails`, pageOf(Email), PageQuery.parse(page));
+  }
+
+  async registrationSmsMessages(correlationId: string, page: PageQuery = {}): Promise<Page<SmsMessage>> {
+    return this.get(
+      'list registration sms messages',
+      `/v2/payer-portal-registrations/${seg(correlationId)}/sms-messages`,
+      pageOf(SmsMessage),
+      PageQuery.parse(page),
+    );
+  }
+
+  async listEmails(query: MessagesQuery = {}): Promise<Page<Email>> {
+    return this.get('list emails', '/v2/emails', pageOf(Email), MessagesQuery.parse(query));
+  }
+
+  async listSmsMessages(query: MessagesQuery = {}): Promise<Page<SmsMessage>> {
+    return this.get('list sms messages', '/v2/sms-messages', pageOf(SmsMessage), MessagesQuery.parse(query));
+  }
+
+  // ------------------------------------------------------------ credentials and their validation
+
+  async createCredentials(clinicId: string, portalId: string, body: CredentialsRequest): Promise<CredentialsRecord | undefined> {
+    const { body: record } = await this.http.call({
+      operation: 'store credentials',
+      method: 'POST',
+      path: credentialsPath(clinicId, portalId),
+      body: CredentialsRequest.parse(body),
+      response: CredentialsRecord,
+      idempotent: false,
+    });
+    return record;
+  }
+
+  async getCredentials(clinicId: string, portalId: string): Promise<CredentialsRecord> {
+    return this.get('get credentials', credentialsPath(clinicId, portalId), CredentialsRecord);
+  }
+
+  /** Updates stored credentials; `changed` is false when the service answered 304 (nothing changed). */
+  async updateCredentials(clinicId: string, portalId: string, patch: CredentialsPatch): Promise<{ changed: boolean; record?: CredentialsRecord }> {
+    const { status, body } = await this.http.call({
+      operation: 'update credentials',
+      method: 'PATCH',
+      path: credentialsPath(clinicId, portalId),
+      body: CredentialsPatch.parse(patch),
+      response: CredentialsRecord,
+      // A PATCH that sets fields to given values can be repeated without harm.
+      idempotent: true,
+      accept: [304],
+    });
+    return status === 304 ? { changed: false } : { changed: true, ...(body ? { record: body } : {}) };
+  }
+
+  async requestCredentialsValidation(body: CredentialsValidationRequest): Promise<CredentialsValidation> {
+    return this.post('request credentials validation', '/v2/credentials-validation-requests', CredentialsValidationRequest.parse(body), CredentialsValidation, false);
+  }
+
+  async getCredentialsValidation(correlationId: string): Promise<CredentialsValidation> {
+    return this.get('get credentials validation', `/v2/credentials-validations/${seg(correlationId)}`, CredentialsValidation);
+  }
+
+  /**
+   * Polls a credentials validation until it leaves Pending: first poll no sooner than 3 s after
+   * the request, then backing off. Resolves with the last status seen, Pending on timeout.
+   */
+  async waitForCredentialsValidation(correlationId: string, options: WaitOptions = {}): Promise<CredentialsValidation> {
+    return this.poll(() => this.getCredentialsValidation(correlationId), (v) => v.status, options);
+  }
+
+  // ------------------------------------------------------------ insurance verification
+
+  /** Synchronous verification: the outcome comes in the answer. */
+  async verify(body: VerificationRequest): Promise<VerificationOutcome> {
+    const request = VerificationRequest.parse(body);
+    const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, Verification, request.externalId !== undefined);
+    return toOutcome(verification);
+  }
+
+  /** Asynchronous verification: queued; the outcome arrives by webhook (or getVerification). */
+  async requestVerification(body: VerificationRequest): Promise<Accepted> {
+    const request = VerificationRequest.parse(body);
+    return this.post('request insurance verification', '/v2/insurance-verification-requests', request, Accepted, request.externalId !== undefined);
+  }
+
+  async getVerification(correlationId: string): Promise<VerificationOutcome> {
+    return toOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, Verification));
+  }
+
+  /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
+  async waitForVerification(correlationId: string, options: WaitOptions = {}): Promise<VerificationOutcome> {
+    return this.poll(() => this.getVerification(correlationId), (o) => (o.kind === 'pending' ? 'Pending' : o.verification.status), options);
+  }
+
+  // ------------------------------------------------------------ claims
+
+  async requestClaimRetrieval(body: ClaimRetrievalRequest): Promise<Accepted> {
+    const request = ClaimRetrievalRequest.parse(body);
+    return this.post('request claim retrieval', '/v2/claim-retrieval-requests', request, Accepted, request.externalId !== undefined);
+  }
+
+  // ------------------------------------------------------------ helpers
+
+  /** Every item of a paged listing, following nextCursor. */
+  async *all<T>(list: (page: PageQuery) => Promise<Page<T>>, limit = 100): AsyncGenerator<T> {
+    let cursor: string | undefined;
+    do {
+      const page = await list({ limit, ...(cursor ? { cursor } : {}) });
+      yield* page.items;
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+  }
+
+  private async get<T extends z.ZodType>(operation: string, path: string, response: T, query?: Record<string, string | number | boolean | undefined>): Promise<z.infer<T>> {
+    const { body } = await this.http.call({ operation, method: 'GET', path, query, response, idempotent: true });
+    return required(body, operation);
+  }
+
+  private async post<T extends z.ZodType>(operation: string, path: string, body: unknown, response: T, idempotent: boolean): Promise<z.infer<T>> {
+    const result = await this.http.call({ operation, method: 'POST', path, body, response, idempotent });
+    return required(result.body, operation);
+  }
+
+  private async poll<T>(fetch: () => Promise<T>, statusOf: (t: T) => string, options: WaitOptions): Promise<T> {
+    const { firstDelayMs = 3000, maxDelayMs = 30_000, timeoutMs = 5 * 60_000, onPoll, sleep = delay } = options;
+    const started = Date.now();
+    let wait = firstDelayMs;
+    for (;;) {
+      await sleep(wait);
+      const current = await fetch();
+      const status = statusOf(current);
+      const elapsed = Date.now() - started;
+      onPoll?.(status, elapsed);
+      if (status.toLowerCase() !== 'pending' || elapsed + wait >= timeoutMs) return current;
+      wait = Math.min(Math.max(wait, 1000) * 1.5, maxDelayMs);
+    }
+  }
+}
+
+function credentialsPath(clinicId: string, portalId: string): string {
+  return `/v2/clinics/${seg(clinicId)}/portals/${seg(portalId)}/credentials`;
+}
+
+function required<T>(body: T | undefined, operation: string): T {
+  if (body === undefined) throw new ServiceError({ operation, problem: { title: 'Empty response', detail: 'the service answered 2xx with no body' } });
+  return body;
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,40 @@
+import type { ProblemDetails } from './wire';
+
+/**
+ * The client's one error type. Every non-2xx answer becomes a ServiceError carrying the problem
+ * details (type, title, status, detail, upstreamErrors, errors[]); a body that is not problem
+ * details (an HTML page from a proxy, an empty body) still gives one, with the status and a
+ * synthesised title. Transport failures (timeout, connection reset) that outlast the retries
+ * are ServiceErrors too, with `status` undefined and `code` the transport error code.
+ * Messages carry the operation, status and problem text, never request bodies.
+ */
+export class ServiceError extends Error {
+  readonly status: number | undefined;
+  readonly problem: ProblemDetails;
+  readonly operation: string;
+  readonly code: string | undefined;
+  /** The service's correlation id for this request, when it sent one (report it with a 500). */
+  readonly requestId: string | undefined;
+
+  constructor(args: { operation: string; status?: number; problem: ProblemDetails; code?: string; requestId?: string; cause?: unknown }) {
+    super(describe(args.operation, args.status, args.problem, args.code), { cause: args.cause });
+    this.name = 'ServiceError';
+    this.operation = args.operation;
+    this.status = args.status;
+    this.problem = args.problem;
+    this.code = args.code;
+    this.requestId = args.requestId;
+  }
+
+  /** Field-level failures of a 422, as `field: message` lines. */
+  get fieldErrors(): string[] {
+    return (this.problem.errors ?? []).map((e) => `${e.field}: ${e.message}`);
+  }
+}
+
+function describe(operation: string, status: number | undefined, problem: ProblemDetails, code: string | undefined): string {
+  const head = status === undefined ? `${operation} failed (${code ?? 'network error'})` : `${operation} failed with ${status}`;
+  const text = [problem.title, problem.detail].filter(Boolean).join(': ');
+  const fields = (problem.errors ?? []).map((e) => `${e.field}: ${e.message}`).join('; ');
+  return [head, text, fields].filter(Boolean).join(' - ');
+}

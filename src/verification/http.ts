@@ -1,0 +1,204 @@
+import { Agent, interceptors, request, type Dispatcher } from 'undici';
+import type * as z from 'zod';
+import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
+import { ServiceError } from './errors';
+import { normaliseProblem } from './outcome';
+import { ProblemDetails } from './wire';
+
+/** Where the client reports what it noticed but carried on with (pino's signature). */
+export interface Log {
+  warn(obj: object, msg: string): void;
+  debug(obj: object, msg: string): void;
+}
+
+const silent: Log = { warn: () => undefined, debug: () => undefined };
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+export interface CallOptions<T extends z.ZodType> {
+  operation: string;
+  method: 'GET' | 'POST' | 'PATCH';
+  path: string;
+  query?: Query;
+  body?: unknown;
+  /** Parses a 2xx body; responses are parsed permissively by the schemas in wire.ts. */
+  response: T;
+  /** Repeating is safe: GETs, and POSTs that carry the plugin's idempotency key. */
+  idempotent: boolean;
+  /** Extra statuses that are not errors for this call (e.g. 304 for an unchanged PATCH). */
+  accept?: number[];
+}
+
+export interface CallResult<T> {
+  status: number;
+  body: T | undefined;
+}
+
+const RETRY_STATUSES = [429, 502, 503, 504];
+const RETRY_ERROR_CODES = [
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+];
+
+/**
+ * HTTP to the service: auth header, JSON, per-attempt timeouts, retries with exponential backoff
+ * and full jitter honouring Retry-After (undici's retry interceptor, with our delay function),
+ * and one typed error for every non-2xx.
+ */
+export class ServiceHttp {
+  readonly config: ClientConfig;
+  private readonly root: string;
+  private readonly dispatcher: Dispatcher;
+  private readonly log: Log;
+
+  constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number } = {}) {
+    this.config = ClientConfig.parse(config);
+    this.log = options.log ?? silent;
+    this.root = versionlessRoot(this.config.baseUrl, (options.now ?? (() => new Date()))(), this.log);
+    const random = options.random ?? Math.random;
+    const { maxRetries, retryMinDelayMs, retryMaxDelayMs, timeoutMs } = this.config;
+    this.dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }).compose(
+      interceptors.retry({
+        throwOnError: false,
+        maxRetries,
+        minTimeout: retryMinDelayMs,
+        maxTimeout: retryMaxDelayMs,
+        statusCodes: RETRY_STATUSES,
+        errorCodes: RETRY_ERROR_CODES,
+        methods: [],
+        retry: (err, { state, opts }, cb) => {
+          const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
+          const allowed =
+            (opts.retryOptions?.methods ?? []).includes(opts.method) &&
+            (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
+            state.counter <= maxRetries;
+          if (!allowed) return cb(err);
+          const delay = retryDelay(state.counter, e.headers?.['retry-after'], { retryMinDelayMs, retryMaxDelayMs }, random);
+          this.log.debug({ attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code }, 'retrying request');
+          setTimeout(() => cb(null), delay).unref?.();
+        },
+      }),
+    );
+  }
+
+  async call<T extends z.ZodType>(opts: CallOptions<T>): Promise<CallResult<z.infer<T>>> {
+    const url = new URL(`${this.root}${opts.path}`);
+    for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
+    const headers: Record<string, string> = {
+      accept: 'application/json, application/problem+json',
+      [this.config.apiKeyHeader.toLowerCase()]: this.config.apiKeyScheme ? `${this.config.apiKeyScheme} ${this.config.apiKey}` : this.config.apiKey,
+    };
+    if (opts.body !== undefined) headers['content-type'] = 'application/json';
+
+    let res: Dispatcher.ResponseData<unknown>;
+    try {
+      res = await request(url, {
+        method: opts.method,
+        headers,
+        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+        dispatcher: this.dispatcher,
+        // Per-request retry switch: only safe requests get the methods list the interceptor checks.
+        retryOptions: { methods: opts.idempotent ? [opts.method] : [] },
+      } as Parameters<typeof request>[1]);
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      throw new ServiceError({
+        operation: opts.operation,
+        code,
+        problem: { title: code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' ? 'Timed out' : 'Network error' },
+        cause: err,
+      });
+    }
+
+    const text = await res.body.text();
+    const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
+    const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
+    if (!ok) {
+      throw new ServiceError({ operation: opts.operation, status: res.statusCode, problem: problemFrom(text, res, this.log), requestId });
+    }
+    if (text.trim() === '') return { status: res.statusCode, body: undefined };
+    const json = parseJson(text);
+    const parsed = opts.response.safeParse(json);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new ServiceError({
+        operation: opts.operation,
+        status: res.statusCode,
+        problem: { title: 'Unexpected response body', detail: `${issue?.path.join('.') || '(body)'}: ${issue?.message ?? 'invalid'}` },
+        requestId,
+      });
+    }
+    return { status: res.statusCode, body: parsed.data };
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+}
+
+/** Exponential backoff with full jitter; a Retry-After from the service is honoured as a floor. */
+export function retryDelay(
+  attempt: number,
+  retryAfter: string | string[] | undefined,
+  limits: { retryMinDelayMs: number; retryMaxDelayMs: number },
+  random: () => number = Math.random,
+): number {
+  const exponential = Math.min(limits.retryMinDelayMs * 2 ** (attempt - 1), limits.retryMaxDelayMs);
+  const jittered = exponential / 2 + random() * (exponential / 2);
+  const after = retryAfterMs(headerValue(retryAfter));
+  return after === undefined ? Math.round(jittered) : Math.min(Math.max(after, jittered), Math.max(limits.retryMaxDelayMs, after));
+}
+
+function retryAfterMs(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+}
+
+/** The configured base without a version suffix; a /v1 base is refused after v1's retirement. */
+export function versionlessRoot(baseUrl: string, now: Date, log: Log): string {
+  const trimmed = baseUrl.replace(/\/+$/, '');
+  const m = /\/(v\d+)$/.exec(trimmed);
+  if (m?.[1] === 'v1') {
+    if (now.toISOString().slice(0, 10) > V1_RETIREMENT) {
+      throw new Error(`baseUrl: points at /v1, which was retired on ${V1_RETIREMENT}; configure the service root (this client speaks v2)`);
+    }
+    log.warn({ retirement: V1_RETIREMENT }, 'baseUrl points at /v1, which is retired on 2026-12-31; this client speaks v2 and uses /v2 paths');
+  }
+  return m ? trimmed.slice(0, -m[0].length) : trimmed;
+}
+
+function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: Log): ProblemDetails {
+  const contentType = headerValue(res.headers['content-type']) ?? '';
+  const json = contentType.includes('json') ? parseJson(text) : undefined;
+  if (json !== undefined && typeof json === 'object' && json !== null) {
+    const warnings: string[] = [];
+    const problem = normaliseProblem(json, warnings);
+    for (const w of warnings) log.warn({ status: res.statusCode }, w);
+    return { ...problem, status: problem.status ?? res.statusCode };
+  }
+  // Not problem details: a proxy's HTML page, an empty body. Say what arrived, not what it said.
+  const what = text.trim() === '' ? 'an empty body' : `a ${contentType.split(';')[0] || 'non-JSON'} body`;
+  return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `the service answered with ${what}, not problem details` };
+}
+
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}

@@ -1,0 +1,178 @@
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import * as path from 'node:path';
+import * as z from 'zod';
+import type { PayerCandidate, PayerMatch, PayerResolution, PayerResolver } from '../domain';
+import { readMappingFile } from '../mapping-files';
+import type { VerificationClient } from './client';
+import { FEATURE_ASYNC, FEATURE_SYNC, Payer, Portal } from './wire';
+
+export const CatalogSnapshot = z.strictObject({
+  /** When the service was last asked; the next refresh asks for updatedSince this. */
+  syncedAt: z.iso.datetime({ offset: true }),
+  payers: z.array(Payer),
+  portals: z.array(Portal),
+});
+export type CatalogSnapshot = z.infer<typeof CatalogSnapshot>;
+
+const PayerAliases = z.looseObject({
+  names: z.record(z.string(), z.string()).default({}),
+  ids: z.record(z.string(), z.string()).default({}),
+});
+export type PayerAliases = z.infer<typeof PayerAliases>;
+
+export function loadPayerAliases(dir?: string): PayerAliases {
+  return readMappingFile('payers.json', PayerAliases, dir);
+}
+
+/** Case, punctuation and spacing do not distinguish payers as PMSs type them. */
+export function normaliseName(name: string): string {
+  return name
+    .toUpperCase()
+    .replace(/&/g, ' AND ')
+    .replace(/[^A-Z0-9]+/g, ' ')
+    .trim();
+}
+
+const normaliseId = (id: string) => id.trim().toUpperCase();
+
+/**
+ * A cached copy of the payer and portal networks, refreshed with updatedSince, and the
+ * resolution of a payer as a PMS names it. A common payer id covering several payers is
+ * ambiguous unless the name narrows it to one.
+ */
+export class PayerCatalog implements PayerResolver {
+  private readonly byName = new Map<string, Payer>();
+  private readonly byCommonId = new Map<string, Payer[]>();
+  private readonly byAlternateId = new Map<string, Payer[]>();
+  private readonly aliasNames: Map<string, string>;
+  private readonly aliasIds: Map<string, string>;
+
+  constructor(
+    readonly snapshot: CatalogSnapshot,
+    aliases: PayerAliases = loadPayerAliases(),
+  ) {
+    for (const payer of snapshot.payers) {
+      this.byName.set(normaliseName(payer.name), payer);
+      if (payer.commonPayerId) push(this.byCommonId, normaliseId(payer.commonPayerId), payer);
+      for (const alt of payer.alternatePayerIds ?? []) push(this.byAlternateId, normaliseId(alt), payer);
+    }
+    this.aliasNames = new Map(Object.entries(aliases.names).map(([k, v]) => [normaliseName(k), v]));
+    this.aliasIds = new Map(Object.entries(aliases.ids).map(([k, v]) => [normaliseId(k), v]));
+  }
+
+  static async load(file: string, aliases?: PayerAliases): Promise<PayerCatalog> {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(await readFile(file, 'utf8'));
+    } catch (err) {
+      throw new Error(`payer catalog ${path.basename(file)}: cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    const parsed = CatalogSnapshot.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new Error(`payer catalog ${path.basename(file)}: ${issue?.path.join('.') || '(root)'}: ${issue?.message ?? 'invalid'}`);
+    }
+    return new PayerCatalog(parsed.data, aliases);
+  }
+
+  /** Writes the snapshot atomically, so a crash mid-write never leaves half a catalog. */
+  async save(file: string): Promise<void> {
+    await mkdir(path.dirname(file), { recursive: true });
+    const tmp = `${file}.${process.pid}.tmp`;
+    await writeFile(tmp, `${JSON.stringify(this.snapshot, null, 2)}\n`);
+    await rename(tmp, file);
+  }
+
+  /**
+   * Fetches the networks: everything when there is no previous copy, otherwise only what changed
+   * since it was taken, merged over it by primaryPayerId / portalId.
+   */
+  static async sync(client: VerificationClient, previous?: PayerCatalog, options: { now?: () => Date; aliases?: PayerAliases } = {}): Promise<PayerCatalog> {
+    const startedAt = (options.now ?? (() => new Date()))().toISOString();
+    const updatedSince = previous?.snapshot.syncedAt;
+    const query = updatedSince ? { updatedSince } : {};
+    const payers = new Map((previous?.snapshot.payers ?? []).map((p) => [p.primaryPayerId, p]));
+    const portals = new Map((previous?.snapshot.portals ?? []).map((p) => [p.portalId, p]));
+    for await (const p of client.all((page) => client.listPayers({ ...page, ...query }))) payers.set(p.primaryPayerId, p);
+    for await (const p of client.all((page) => client.listPortals({ ...page, ...query }))) portals.set(p.portalId, p);
+    return new PayerCatalog({ syncedAt: startedAt, payers: [...payers.values()], portals: [...portals.values()] }, options.aliases);
+  }
+
+  get payers(): readonly Payer[] {
+    return this.snapshot.payers;
+  }
+
+  get portals(): readonly Portal[] {
+    return this.snapshot.portals;
+  }
+
+  portal(portalId: string): Portal | undefined {
+    return this.snapshot.portals.find((p) => p.portalId === portalId);
+  }
+
+  /** Payers whose name or any id contains the text. */
+  search(text: string): Payer[] {
+    const needle = normaliseName(text);
+    return this.snapshot.payers.filter((p) =>
+      [p.name, p.commonPayerId ?? '', p.primaryPayerId, ...(p.alternatePayerIds ?? [])].some((v) => normaliseName(v).includes(needle)),
+    );
+  }
+
+  resolve(named: { name?: string | undefined; id?: string | undefined }): PayerResolution {
+    const name = named.name?.trim() ? normaliseName(named.name) : undefined;
+    const id = named.id?.trim() ? normaliseId(named.id) : undefined;
+
+    if (id) {
+      const aliasedId = this.aliasIds.get(id);
+      const found =
+        pick(this.byCommonId.get(id), 'commonPayerId', name) ??
+        pick(this.byAlternateId.get(id), 'alternatePayerId', name) ??
+        (aliasedId ? pick(this.byCommonId.get(normaliseId(aliasedId)), 'alias', name) : undefined);
+      if (found) return found;
+    }
+    if (name) {
+      const direct = this.byName.get(name);
+      if (direct) return resolved(direct, 'name');
+      const aliased = this.aliasNames.get(name);
+      const target = aliased ? this.byName.get(normaliseName(aliased)) : undefined;
+      if (target) return resolved(target, 'alias');
+    }
+    return { status: 'unknown' };
+  }
+}
+
+function pick(candidates: Payer[] | undefined, matchedBy: PayerMatch, name: string | undefined): PayerResolution | undefined {
+  if (!candidates?.length) return undefined;
+  if (candidates.length === 1) return resolved(candidates[0] as Payer, matchedBy);
+  const narrowed = name ? candidates.filter((p) => normaliseName(p.name) === name) : [];
+  if (narrowed.length === 1) return resolved(narrowed[0] as Payer, matchedBy);
+  return {
+    status: 'ambiguous',
+    matchedBy,
+    candidates: candidates.map(
+      (p): PayerCandidate => ({ primaryPayerId: p.primaryPayerId, name: p.name, ...(p.commonPayerId ? { commonPayerId: p.commonPayerId } : {}) }),
+    ),
+  };
+}
+
+function resolved(payer: Payer, matchedBy: PayerMatch): PayerResolution {
+  const sync = payer.features?.[FEATURE_SYNC];
+  const async = payer.features?.[FEATURE_ASYNC];
+  const asyncPortals = async?.supported ? (async.portals ?? []) : [];
+  return {
+    status: 'resolved',
+    matchedBy,
+    primaryPayerId: payer.primaryPayerId,
+    ...(payer.commonPayerId ? { commonPayerId: payer.commonPayerId } : {}),
+    name: payer.name,
+    syncPortals: sync?.supported === false ? [] : (sync?.portals ?? []),
+    asyncPortals,
+    supportsAsync: asyncPortals.length > 0,
+  };
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}

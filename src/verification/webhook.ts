@@ -1,0 +1,166 @@
+import { timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import type { Log } from './http';
+import { toOutcome, type VerificationOutcome } from './outcome';
+import { Verification, type FieldError } from './wire';
+
+/**
+ * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
+ * id.timestamp.body, 5-minute timestamp tolerance); a static bearer token fits deployments whose
+ * operator scheme is a shared token.
+ */
+export type WebhookAuth = { scheme: 'standard-webhooks'; secret: string } | { scheme: 'bearer'; token: string };
+
+export interface WebhookDelivery {
+  /** webhook-id: the same on every retry of one message, so a consumer can de-duplicate on it. */
+  webhookId: string;
+  outcome: VerificationOutcome;
+  rawBody: string;
+  receivedAt: Date;
+}
+
+export interface WebhookReceiverOptions {
+  auth: WebhookAuth;
+  /** Results for verifications this plugin did not request are refused. */
+  isKnownCorrelationId(correlationId: string): boolean | Promise<boolean>;
+  /** Commits the result. The 2xx is sent only after it resolves; it must be idempotent. */
+  onDelivery(delivery: WebhookDelivery): Promise<void>;
+  maxBodyBytes?: number;
+  log?: Log;
+}
+
+const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
+
+class Rejection extends Error {
+  constructor(
+    readonly status: number,
+    readonly title: string,
+    detail: string,
+    readonly errors?: FieldError[],
+  ) {
+    super(detail);
+  }
+}
+
+/** A node:http listener for the verification webhook. */
+export function createWebhookHandler(options: WebhookReceiverOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  const verifier = options.auth.scheme === 'standard-webhooks' ? new Webhook(options.auth.secret) : undefined;
+
+  return (req, res) => {
+    void (async () => {
+      if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
+      const rawBody = await readBody(req, maxBodyBytes);
+      const webhookId = authenticate(req, rawBody, options.auth, verifier);
+      const verification = parseVerification(rawBody);
+      if (!(await options.isKnownCorrelationId(verification.correlationId))) {
+        throw new Rejection(404, 'Unknown verification', 'correlationId is not one this plugin requested');
+      }
+      const outcome = toOutcome(verification);
+      for (const warning of outcome.warnings) options.log?.warn({ correlationId: verification.correlationId }, warning);
+      await options.onDelivery({
+        webhookId: webhookId ?? `${verification.correlationId}:${verification.status}`,
+        outcome,
+        rawBody,
+        receivedAt: new Date(),
+      });
+      res.writeHead(204).end();
+    })().catch((err: unknown) => {
+      if (err instanceof Rejection) {
+        options.log?.warn({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        return sendProblem(res, err.status, err.title, err.message, err.errors);
+      }
+      // Not committed: answer an error so the service delivers again.
+      options.log?.warn({ err: err instanceof Error ? err.message : String(err) }, 'webhook delivery failed to commit');
+      sendProblem(res, 500, 'Not committed', 'the result could not be stored; deliver again');
+    });
+  };
+}
+
+/** Starts a receiver on its own server (loopback unless told otherwise). */
+export async function startWebhookServer(
+  options: WebhookReceiverOptions & { host?: string; port?: number; path?: string },
+): Promise<{ url: string; close(): Promise<void> }> {
+  const path = options.path ?? '/webhooks/verification';
+  const handler = createWebhookHandler(options);
+  const server = createServer((req, res) => {
+    if (new URL(req.url ?? '/', 'http://x').pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
+    handler(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
+  const { address, port } = server.address() as AddressInfo;
+  return {
+    url: `http://${address}:${port}${path}`,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, verifier: Webhook | undefined): string | undefined {
+  const header = (name: string) => {
+    const v = req.headers[name];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  if (auth.scheme === 'bearer') {
+    const given = Buffer.from(header('authorization') ?? '');
+    const expected = Buffer.from(`Bearer ${auth.token}`);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw new Rejection(401, 'Unauthorized', 'authorization does not carry the configured bearer token');
+    }
+    return header('webhook-id');
+  }
+  const id = header('webhook-id');
+  const timestamp = header('webhook-timestamp');
+  const signature = header('webhook-signature');
+  const missing = [
+    ['webhook-id', id],
+    ['webhook-timestamp', timestamp],
+    ['webhook-signature', signature],
+  ].find(([, v]) => !v);
+  if (missing) throw new Rejection(401, 'Unauthorized', `${missing[0]} header is missing`);
+  try {
+    verifier?.verify(rawBody, { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string });
+  } catch (err) {
+    const reason = err instanceof WebhookVerificationError ? err.message : 'verification failed';
+    throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
+  }
+  return id;
+}
+
+function parseVerification(rawBody: string): Verification {
+  let json: unknown;
+  try {
+    json = JSON.parse(rawBody);
+  } catch {
+    throw new Rejection(400, 'Bad request', 'body is not JSON');
+  }
+  const parsed = Verification.safeParse(json);
+  if (!parsed.success) {
+    const errors = parsed.error.issues.map((i) => ({ field: i.path.join('.') || '(body)', message: i.message, code: i.code }));
+    throw new Rejection(422, 'Unprocessable verification', 'body is not a verification', errors);
+  }
+  return parsed.data;
+}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function sendProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {
+  if (res.headersSent) return;
+  const slug = title.toLowerCase().replace(/[^a-z]+/g, '-');
+  res.writeHead(status, { 'content-type': 'application/problem+json', connection: 'close' });
+  res.end(JSON.stringify({ type: `${PROBLEM_BASE}${slug}`, title, status, detail, ...(errors ? { errors } : {}) }));
+}

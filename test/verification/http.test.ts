@@ -1,0 +1,209 @@
+import { ServiceError } from '../../src/verification/errors';
+import { ServiceHttp, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
+import { Organization, Verification } from '../../src/verification/wire';
+import { json, startScriptedServer } from '../support/http-server';
+
+const fast = { retryMinDelayMs: 5, retryMaxDelayMs: 50 };
+
+function recordingLog(): Log & { warnings: string[] } {
+  const warnings: string[] = [];
+  return { warnings, warn: (_o, msg) => warnings.push(msg), debug: () => undefined };
+}
+
+describe('ServiceHttp', () => {
+  it('sends the API key as a bearer token by default, or in a configured header', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 200, { organizationId: 'org_1' }));
+    const bearer = new ServiceHttp({ baseUrl: server.url, apiKey: 'k-123' });
+    const custom = new ServiceHttp({ baseUrl: server.url, apiKey: 'k-456', apiKeyHeader: 'X-Api-Key', apiKeyScheme: '' });
+    try {
+      await bearer.call({ operation: 'get', method: 'GET', path: '/v2/organizations/org_1', response: Organization, idempotent: true });
+      await custom.call({ operation: 'get', method: 'GET', path: '/v2/organizations/org_1', response: Organization, idempotent: true });
+      expect(server.requests[0]?.headers.authorization).toBe('Bearer k-123');
+      expect(server.requests[1]?.headers['x-api-key']).toBe('k-456');
+      expect(server.requests[1]?.headers.authorization).toBeUndefined();
+    } finally {
+      await Promise.all([bearer.close(), custom.close(), server.close()]);
+    }
+  });
+
+  it('retries an idempotent POST on 503 twice, then returns the 201', async () => {
+    const server = await startScriptedServer((_r, res, i) =>
+      i < 2 ? json(res, 503, { title: 'Service Unavailable', status: 503 }) : json(res, 201, { correlationId: 'c1', status: 'Completed' }),
+    );
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      const r = await http.call({ operation: 'verify', method: 'POST', path: '/v2/insurance-verifications', body: { externalId: 'e1' }, response: Verification, idempotent: true });
+      expect(r.status).toBe(201);
+      expect(r.body?.correlationId).toBe('c1');
+      expect(server.requests).toHaveLength(3);
+      expect(server.requests.map((q) => q.body)).toEqual(Array(3).fill('{"externalId":"e1"}'));
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('does not repeat a POST that is not idempotent, and surfaces the 503 as a ServiceError', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 503, { type: 'https://e.example/Unavailable', title: 'Unavailable', status: 503, detail: 'try later' }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      const err = await http
+        .call({ operation: 'create organization', method: 'POST', path: '/v2/organizations', body: {}, response: Organization, idempotent: false })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ServiceError);
+      expect((err as ServiceError).status).toBe(503);
+      expect((err as ServiceError).problem.detail).toBe('try later');
+      expect((err as ServiceError).message).toBe('create organization failed with 503 - Unavailable: try later');
+      expect(server.requests).toHaveLength(1);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('honours Retry-After on 429 and gives up after maxRetries with the last problem', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 429, { title: 'Too Many Requests', status: 429 }, { 'retry-after': '1' }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 1, retryMinDelayMs: 1, retryMaxDelayMs: 5 });
+    try {
+      const started = Date.now();
+      const err = (await http
+        .call({ operation: 'list', method: 'GET', path: '/v2/network/payers', response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+      expect(err.status).toBe(429);
+      expect(server.requests).toHaveLength(2);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('turns a 422 into a ServiceError with the field errors', async () => {
+    const problem = { type: 'https://e.example/validation', title: 'Validation failed', status: 422, errors: [{ field: 'customerId', message: 'is required', code: 'required' }] };
+    const server = await startScriptedServer((_r, res) => json(res, 422, problem));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const err = (await http
+        .call({ operation: 'create organization', method: 'POST', path: '/v2/organizations', body: {}, response: Organization, idempotent: false })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err.status).toBe(422);
+      expect(err.fieldErrors).toEqual(['customerId: is required']);
+      expect(err.problem.errors?.[0]?.code).toBe('required');
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('gives a clear error for a body that is not problem details: HTML from a proxy, or nothing', async () => {
+    const server = await startScriptedServer((_r, res, i) => {
+      if (i === 0) {
+        res.writeHead(502, { 'content-type': 'text/html' });
+        res.end('<html><body>Bad gateway</body></html>');
+      } else {
+        res.writeHead(404);
+        res.end();
+      }
+    });
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 0 });
+    try {
+      const call = () => http.call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true });
+      const html = (await call().catch((e: unknown) => e)) as ServiceError;
+      expect(html.status).toBe(502);
+      expect(html.message).toBe('get clinic failed with 502 - HTTP 502: the service answered with a text/html body, not problem details');
+      const empty = (await call().catch((e: unknown) => e)) as ServiceError;
+      expect(empty.status).toBe(404);
+      expect(empty.problem.detail).toBe('the service answered with an empty body, not problem details');
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('normalises a v1 error body (details.code/message) with a warning', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 404, { details: { code: 'NotFound', message: 'no such clinic' } }));
+    const log = recordingLog();
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' }, { log });
+    try {
+      const err = (await http
+        .call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err.problem).toMatchObject({ type: 'urn:v1-error:NotFound', title: 'NotFound', detail: 'no such clinic', status: 404 });
+      expect(log.warnings).toEqual(['v1 error shape (details.code/details.message) normalised to problem details']);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('times out a silent server, retries a GET, and reports the timeout', async () => {
+    const server = await startScriptedServer(() => undefined /* never answers */);
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', timeoutMs: 150, maxRetries: 1, ...fast });
+    try {
+      const err = (await http
+        .call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err).toBeInstanceOf(ServiceError);
+      expect(err.status).toBeUndefined();
+      expect(err.code).toBe('UND_ERR_HEADERS_TIMEOUT');
+      expect(err.message).toBe('get clinic failed (UND_ERR_HEADERS_TIMEOUT) - Timed out');
+      expect(server.requests).toHaveLength(2);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('retries a connection reset on a GET', async () => {
+    const server = await startScriptedServer((_r, res, i) => {
+      if (i === 0) res.socket?.destroy();
+      else json(res, 200, { organizationId: 'org_9' });
+    });
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      const r = await http.call({ operation: 'get', method: 'GET', path: '/v2/organizations/org_9', response: Organization, idempotent: true });
+      expect(r.body?.organizationId).toBe('org_9');
+      expect(server.requests).toHaveLength(2);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('keeps unknown response fields and rejects a 2xx body that lacks a required one', async () => {
+    const server = await startScriptedServer((_r, res, i) => json(res, 200, i === 0 ? { organizationId: 'o1', region: 'west' } : { name: 'no id' }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const call = () => http.call({ operation: 'get organization', method: 'GET', path: '/v2/organizations/o1', response: Organization, idempotent: true });
+      expect((await call()).body).toEqual({ organizationId: 'o1', region: 'west' });
+      const err = (await call().catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toMatch(/^get organization failed with 200 - Unexpected response body: organizationId: /);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+});
+
+describe('retryDelay', () => {
+  const limits = { retryMinDelayMs: 100, retryMaxDelayMs: 1000 };
+  it('backs off exponentially with jitter between half and all of the step, capped', () => {
+    expect(retryDelay(1, undefined, limits, () => 0)).toBe(50);
+    expect(retryDelay(1, undefined, limits, () => 1)).toBe(100);
+    expect(retryDelay(3, undefined, limits, () => 1)).toBe(400);
+    expect(retryDelay(10, undefined, limits, () => 1)).toBe(1000);
+  });
+  it('waits at least as long as Retry-After asks, in seconds or as a date', () => {
+    expect(retryDelay(1, '2', limits, () => 0)).toBe(2000);
+    const inThree = new Date(Date.now() + 3000).toUTCString();
+    expect(retryDelay(1, inThree, limits, () => 0)).toBeGreaterThan(1500);
+  });
+});
+
+describe('versionlessRoot', () => {
+  const log = recordingLog();
+  it('uses the service root and warns about a /v1 base before its retirement', () => {
+    expect(versionlessRoot('https://api.example.com/', new Date('2026-11-21T00:00:00Z'), log)).toBe('https://api.example.com');
+    expect(versionlessRoot('https://api.example.com/v2', new Date('2026-11-21T00:00:00Z'), log)).toBe('https://api.example.com');
+    expect(log.warnings).toEqual([]);
+    expect(versionlessRoot('https://api.example.com/v1', new Date('2026-12-31T23:00:00Z'), log)).toBe('https://api.example.com');
+    expect(log.warnings).toHaveLength(1);
+    expect(log.warnings[0]).toMatch(/retired on 2026-12-31/);
+  });
+  it('refuses a /v1 base after 2026-12-31', () => {
+    expect(() => versionlessRoot('https://api.example.com/v1', new Date('2027-01-01T00:00:00Z'), log)).toThrow(
+      'baseUrl: points at /v1, which was retired on 2026-12-31',
+    );
+  });
+});

@@ -1,0 +1,93 @@
+import { classifyFailure, failureKindOf } from '../../src/verification/failure-kinds';
+import { outcomeKindOf, parsePercentString, toOutcome } from '../../src/verification/outcome';
+
+describe('outcomeKindOf', () => {
+  it.each([
+    ['Completed', 'completed'],
+    ['Success', 'completed'],
+    ['Partial', 'partial'],
+    ['Failed', 'failed'],
+    ['Pending', 'pending'],
+    ['In-Progress', 'pending'],
+    ['Queued', 'pending'],
+    ['Escalated', 'unknown'],
+  ])('%s is %s', (status, kind) => expect(outcomeKindOf(status)).toBe(kind));
+});
+
+describe('toOutcome', () => {
+  it('keeps a status it does not know, with a warning', () => {
+    const o = toOutcome({ correlationId: 'c', status: 'Escalated', result: {} });
+    expect(o.kind).toBe('unknown');
+    expect(o.kind === 'unknown' && o.status).toBe('Escalated');
+    expect(o.warnings).toEqual(['status "Escalated" is not one this client knows; kept as is']);
+  });
+
+  it('classifies a Failed result by the last segment of its problem type', () => {
+    const o = toOutcome({
+      correlationId: 'c',
+      status: 'Failed',
+      result: { type: 'https://errors.example/InvalidCredentials', title: 'Login refused', upstreamErrors: [{ detail: 'portal said no' }] },
+    });
+    expect(o.kind).toBe('failed');
+    if (o.kind !== 'failed') return;
+    expect(o.failure).toMatchObject({ kind: 'InvalidCredentials', action: 'needs-a-person' });
+    expect(o.problem.upstreamErrors?.[0]?.detail).toBe('portal said no');
+  });
+
+  it('normalises a v1 failed result (details.code/message) with a warning', () => {
+    const o = toOutcome({ correlationId: 'c', status: 'Failed', result: { details: { code: 'SiteMaintenance', message: 'portal down' } } });
+    expect(o.kind === 'failed' && o.failure.action).toBe('retry-later');
+    expect(o.kind === 'failed' && o.problem.detail).toBe('portal down');
+    expect(o.warnings).toEqual(['v1 error shape (details.code/details.message) normalised to problem details']);
+  });
+
+  it('normalises v1 coinsurance strings into ranges with a warning, and leaves v2 ranges alone', () => {
+    const o = toOutcome({
+      correlationId: 'c',
+      status: 'Completed',
+      result: {
+        data: {
+          coinsurance: [
+            { category: 'Basic', percentage: { final: '80%' } },
+            { category: 'Major', percentage: { final: '50-60' } },
+            { category: 'Preventive', percentage: { final: { start: 100, end: 100 } } },
+          ],
+        },
+      },
+    });
+    expect(o.kind === 'completed' && o.result.data?.coinsurance?.map((c) => c.percentage?.final)).toEqual([
+      { start: 80, end: 80 },
+      { start: 50, end: 60 },
+      { start: 100, end: 100 },
+    ]);
+    expect(o.warnings).toEqual(['v1 coinsurance percentage.final strings normalised to {start, end}']);
+  });
+});
+
+describe('failure kinds', () => {
+  it('reads the kind from a type URI, trailing slash or fragment included', () => {
+    expect(failureKindOf('https://errors.example/v2/PatientNotFound')).toBe('PatientNotFound');
+    expect(failureKindOf('https://errors.example/Upstream/')).toBe('Upstream');
+    expect(failureKindOf('urn:x#SiteMaintenance')).toBe('SiteMaintenance');
+    expect(failureKindOf('urn:v1-error:InvalidCredentials')).toBe('InvalidCredentials');
+    expect(failureKindOf(undefined)).toBe('Unknown');
+  });
+
+  it('sorts the service kinds into retry-later and needs-a-person, and keeps unknown ones', () => {
+    const retry = ['SiteMaintenance', 'Upstream', 'Internal', 'TwoFactorAuthentication'];
+    for (const kind of retry) expect(classifyFailure(`https://e/${kind}`).action).toBe('retry-later');
+    for (const kind of ['InvalidCredentials', 'PatientNotFound', 'ThirdPartyAdministrator', 'TwoFactorAuthenticationConfiguration']) {
+      expect(classifyFailure(`https://e/${kind}`).action).toBe('needs-a-person');
+    }
+    expect(classifyFailure('https://e/SomethingNew')).toEqual({ kind: 'SomethingNew', action: 'unknown' });
+  });
+});
+
+describe('parsePercentString', () => {
+  it('reads single values, ranges and rejects prose', () => {
+    expect(parsePercentString('80')).toEqual({ start: 80, end: 80 });
+    expect(parsePercentString(' 60 % - 50 % ')).toEqual({ start: 50, end: 60 });
+    expect(parsePercentString('50 to 80%')).toEqual({ start: 50, end: 80 });
+    expect(parsePercentString('varies')).toBeUndefined();
+  });
+});

@@ -1,0 +1,129 @@
+import { request } from 'undici';
+import { Webhook } from 'standardwebhooks';
+import { startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
+
+const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
+const body = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } });
+
+async function withReceiver(
+  overrides: Partial<WebhookReceiverOptions>,
+  run: (url: string, deliveries: WebhookDelivery[]) => Promise<void>,
+): Promise<void> {
+  const deliveries: WebhookDelivery[] = [];
+  const server = await startWebhookServer({
+    auth: { scheme: 'standard-webhooks', secret },
+    isKnownCorrelationId: (id) => id === 'corr-1',
+    onDelivery: async (d) => {
+      deliveries.push(d);
+    },
+    ...overrides,
+  });
+  try {
+    await run(server.url, deliveries);
+  } finally {
+    await server.close();
+  }
+}
+
+function signed(payload: string, id = 'msg_1', at = new Date()): Record<string, string> {
+  return {
+    'content-type': 'application/json',
+    'webhook-id': id,
+    'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+    'webhook-signature': new Webhook(secret).sign(id, at, payload),
+  };
+}
+
+async function post(url: string, payload: string, headers: Record<string, string>) {
+  const res = await request(url, { method: 'POST', body: payload, headers });
+  const text = await res.body.text();
+  return { status: res.statusCode, problem: text ? (JSON.parse(text) as { title: string; detail: string; errors?: unknown[] }) : undefined };
+}
+
+describe('verification webhook receiver', () => {
+  it('accepts a correctly signed delivery, commits it, then answers 204', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const res = await post(url, body, signed(body));
+      expect(res.status).toBe(204);
+      expect(deliveries).toHaveLength(1);
+      expect(deliveries[0]?.webhookId).toBe('msg_1');
+      expect(deliveries[0]?.outcome.kind).toBe('completed');
+      expect(deliveries[0]?.rawBody).toBe(body);
+    });
+  });
+
+  it('refuses a body altered after signing', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const headers = signed(body);
+      const res = await post(url, body.replace('PPO', 'HMO'), headers);
+      expect(res.status).toBe(401);
+      expect(res.problem?.detail).toBe('webhook-signature: no matching signature found');
+      expect(deliveries).toHaveLength(0);
+    });
+  });
+
+  it('refuses a stale timestamp even with a valid signature', async () => {
+    await withReceiver({}, async (url) => {
+      const res = await post(url, body, signed(body, 'msg_2', new Date(Date.now() - 10 * 60_000)));
+      expect(res.status).toBe(401);
+      expect(res.problem?.detail).toBe('webhook-signature: message timestamp too old');
+    });
+  });
+
+  it('refuses a delivery without signature headers', async () => {
+    await withReceiver({}, async (url) => {
+      const res = await post(url, body, { 'content-type': 'application/json' });
+      expect(res.status).toBe(401);
+      expect(res.problem?.detail).toBe('webhook-id header is missing');
+    });
+  });
+
+  it('refuses an unknown correlation id', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const other = body.replace('corr-1', 'corr-unknown');
+      const res = await post(url, other, signed(other));
+      expect(res.status).toBe(404);
+      expect(res.problem?.detail).toBe('correlationId is not one this plugin requested');
+      expect(deliveries).toHaveLength(0);
+    });
+  });
+
+  it('answers 422 naming the field for a body that is not a verification', async () => {
+    await withReceiver({}, async (url) => {
+      const bad = JSON.stringify({ status: 'Completed' });
+      const res = await post(url, bad, signed(bad));
+      expect(res.status).toBe(422);
+      expect(res.problem?.errors).toEqual([expect.objectContaining({ field: 'correlationId' })]);
+    });
+  });
+
+  it('answers 500 when the result cannot be committed, so the service delivers again', async () => {
+    await withReceiver(
+      {
+        onDelivery: async () => {
+          throw new Error('disk full');
+        },
+      },
+      async (url) => {
+        const res = await post(url, body, signed(body));
+        expect(res.status).toBe(500);
+        expect(res.problem?.title).toBe('Not committed');
+      },
+    );
+  });
+
+  it('refuses a body over the size limit', async () => {
+    await withReceiver({ maxBodyBytes: 64 }, async (url) => {
+      const res = await post(url, body, signed(body));
+      expect(res.status).toBe(413);
+    });
+  });
+
+  it('accepts a static bearer token instead of a signature when configured so', async () => {
+    await withReceiver({ auth: { scheme: 'bearer', token: 'tok-abc' } }, async (url, deliveries) => {
+      expect((await post(url, body, { authorization: 'Bearer tok-wrong' })).status).toBe(401);
+      expect((await post(url, body, { authorization: 'Bearer tok-abc' })).status).toBe(204);
+      expect(deliveries[0]?.webhookId).toBe('corr-1:Completed');
+    });
+  });
+});
