@@ -1,12 +1,17 @@
 import { Command, CommanderError } from 'commander';
 import { CliError, type CliIo } from './io';
+import { registerSetup } from './setup';
+import { registerVerify } from './verify';
 
 /** Builds the `dental-elig` program; each command group registers itself from its own module. */
 export function buildProgram(io: CliIo): Command {
   const program = new Command('dental-elig')
     .description('Dental insurance eligibility: verification service setup, conversion and sync')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
+    .option('--config <file>', `settings file (default: DENTAL_ELIG_CONFIG or ./dental-elig.config.json)`);
+  registerSetup(program, io);
+  registerVerify(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   void convert;
   return program;

@@ -1,0 +1,134 @@
+import { Option, type Command } from 'commander';
+import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
+import { CliError, type CliIo } from '../io';
+import { withService } from '../service-context';
+import { printRecord } from '../table';
+
+interface PasswordOptions {
+  passwordStdin?: boolean;
+  password?: string;
+}
+
+/** Portal passwords come from the environment or stdin: argv is visible to every process and kept in shell history. */
+async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean): Promise<string | undefined> {
+  if (opts.password !== undefined) {
+    throw new CliError('--password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin');
+  }
+  if (opts.passwordStdin) {
+    let text = '';
+    for await (const chunk of io.stdin) text += String(chunk);
+    const password = text.split(/\r?\n/)[0] ?? '';
+    if (!password) throw new CliError('--password-stdin: standard input held no password');
+    return password;
+  }
+  const fromEnv = io.env.DENTAL_ELIG_PORTAL_PASSWORD;
+  if (fromEnv) return fromEnv;
+  if (required) throw new CliError('password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin');
+  return undefined;
+}
+
+function credentialOptions(cmd: Command): Command {
+  return cmd
+    .requiredOption('--clinic <clinicId>', 'clinic id')
+    .requiredOption('--portal <portalId>', 'portal id')
+    .option('--password-stdin', 'read the portal password from the first line of standard input')
+    .addOption(new Option('--password <value>').hideHelp())
+    .option('--login-method <method>', 'Native or SSO')
+    .option('--mfa-email <email>', 'the registeredEmail, for TwoFactorEmail portals')
+    .option('--mfa-phone <e164>', 'the registeredPhoneNumber, for TwoFactorSms portals')
+    .option('--json', 'print JSON');
+}
+
+interface CredentialOpts extends PasswordOptions {
+  clinic: string;
+  portal: string;
+  username?: string;
+  loginMethod?: string;
+  mfaEmail?: string;
+  mfaPhone?: string;
+  json?: boolean;
+}
+
+function loginMethod(value: string | undefined): LoginMethod | undefined {
+  if (value === undefined) return undefined;
+  const parsed = LoginMethod.safeParse(value);
+  if (!parsed.success) throw new CliError(`--login-method: must be Native or SSO`);
+  return parsed.data;
+}
+
+export function registerCredentials(setup: Command, io: CliIo): void {
+  const creds = setup.command('credentials').description('Payer portal credentials, stored per clinic and portal');
+
+  credentialOptions(creds.command('set').description('Store the portal credentials for a clinic'))
+    .requiredOption('--username <username>', 'portal username')
+    .action(async (opts: CredentialOpts, cmd: Command) => {
+      const password = (await readPassword(io, opts, true)) as string;
+      await withService(io, cmd, async (client) => {
+        const record = await client.createCredentials(opts.clinic, opts.portal, {
+          username: opts.username as string,
+          password,
+          loginMethod: loginMethod(opts.loginMethod) ?? 'Native',
+          ...(opts.mfaEmail ? { mfaEmail: opts.mfaEmail } : {}),
+          ...(opts.mfaPhone ? { mfaPhoneNumber: opts.mfaPhone } : {}),
+        });
+        printRecord(io, record ?? { clinicId: opts.clinic, portalId: opts.portal, stored: true }, Boolean(opts.json));
+      });
+    });
+
+  credentialOptions(creds.command('update').description('Change stored credentials (only the fields given)'))
+    .option('--username <username>', 'portal username')
+    .action(async (opts: CredentialOpts, cmd: Command) => {
+      const password = await readPassword(io, opts, false);
+      const patch: CredentialsPatch = {
+        ...(opts.username ? { username: opts.username } : {}),
+        ...(password ? { password } : {}),
+        ...(opts.loginMethod ? { loginMethod: loginMethod(opts.loginMethod) } : {}),
+        ...(opts.mfaEmail ? { mfaEmail: opts.mfaEmail } : {}),
+        ...(opts.mfaPhone ? { mfaPhoneNumber: opts.mfaPhone } : {}),
+      };
+      if (Object.keys(patch).length === 0) throw new CliError('update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone');
+      await withService(io, cmd, async (client) => {
+        const result = await client.updateCredentials(opts.clinic, opts.portal, patch);
+        if (!result.changed) io.stdout.write('unchanged: the stored credentials already had these values\n');
+        else printRecord(io, result.record ?? { clinicId: opts.clinic, portalId: opts.portal, updated: true }, Boolean(opts.json));
+      });
+    });
+
+  creds
+    .command('get')
+    .description('Show the stored credentials (never the password)')
+    .requiredOption('--clinic <clinicId>', 'clinic id')
+    .requiredOption('--portal <portalId>', 'portal id')
+    .option('--json', 'print JSON')
+    .action(async (opts: { clinic: string; portal: string; json?: boolean }, cmd: Command) =>
+      withService(io, cmd, async (client) => printRecord(io, await client.getCredentials(opts.clinic, opts.portal), Boolean(opts.json))),
+    );
+
+  creds
+    .command('validate')
+    .description('Ask the service to log in with the stored credentials')
+    .requiredOption('--clinic <clinicId>', 'clinic id')
+    .requiredOption('--portal <portalId>', 'portal id')
+    .option('--wait', 'poll until the validation finishes (first poll after 3 s)')
+    .option('--first-delay-ms <ms>', 'delay before the first poll', (v) => Number(v), 3000)
+    .option('--timeout-ms <ms>', 'give up waiting after this long', (v) => Number(v), 5 * 60_000)
+    .option('--json', 'print JSON')
+    .action(async (opts: { clinic: string; portal: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) =>
+      withService(io, cmd, async (client) => {
+        const requested = await client.requestCredentialsValidation({ clinicId: opts.clinic, portalId: opts.portal });
+        if (!opts.wait) return printRecord(io, requested, Boolean(opts.json));
+        io.stderr.write(`validating credentials (${requested.correlationId})`);
+        const final = await client.waitForCredentialsValidation(requested.correlationId, {
+          firstDelayMs: opts.firstDelayMs,
+          timeoutMs: opts.timeoutMs,
+          onPoll: (status, elapsed) => io.stderr.write(` ${status} ${Math.round(elapsed / 1000)}s`),
+        });
+        io.stderr.write('\n');
+        printRecord(io, final, Boolean(opts.json));
+        if (final.status.toLowerCase() === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
+        if (final.status.toLowerCase() !== 'valid') {
+          throw new CliError(`validation ${final.correlationId}: ${final.status}${final.result?.detail ? ` - ${final.result.detail}` : ''}`);
+        }
+      }),
+    );
+}

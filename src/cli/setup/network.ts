@@ -1,0 +1,65 @@
+import type { Command } from 'commander';
+import { PayerCatalog } from '../../verification/payer-catalog';
+import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
+import type { CliIo } from '../io';
+import { withService } from '../service-context';
+import { printRows, type Column } from '../table';
+import { collect } from './organizations';
+
+const portalsOf = (p: Payer, feature: string) => (p.features?.[feature]?.supported ? (p.features[feature]?.portals ?? []) : []);
+
+const payerColumns: Column<Payer>[] = [
+  ['name', (p) => p.name],
+  ['commonPayerId', (p) => p.commonPayerId],
+  ['primaryPayerId', (p) => p.primaryPayerId],
+  ['async', (p) => (portalsOf(p, FEATURE_ASYNC).length ? 'yes' : 'no')],
+  ['syncPortals', (p) => portalsOf(p, FEATURE_SYNC).join(', ')],
+  ['asyncPortals', (p) => portalsOf(p, FEATURE_ASYNC).join(', ')],
+];
+
+const portalColumns: Column<Portal>[] = [
+  ['portalId', (p) => p.portalId],
+  ['name', (p) => p.name],
+  ['authentication', (p) => (p.requiresAuthentication === false ? 'none' : (p.authenticationMethods ?? []).join(', ') || 'password')],
+  ['login', (p) => (p.loginMethods ?? []).join(', ')],
+];
+
+export function registerNetwork(setup: Command, io: CliIo): void {
+  const payers = setup.command('payers').description('The payer network');
+  payers
+    .command('list')
+    .description('List supported payers, with their portals and whether they take asynchronous verification')
+    .option('--async', 'only payers that take asynchronous verification')
+    .option('--search <text>', 'only payers whose name or ids contain the text')
+    .option('--json', 'print JSON')
+    .action(async (opts: { async?: boolean; search?: string; json?: boolean }, cmd: Command) =>
+      withService(io, cmd, async (client) => {
+        const all = await collect(client.all((page) => client.listPayers(page)));
+        const catalog = new PayerCatalog({ syncedAt: new Date().toISOString(), payers: all, portals: [] });
+        const rows = (opts.search ? catalog.search(opts.search) : all).filter((p) => !opts.async || portalsOf(p, FEATURE_ASYNC).length > 0);
+        printRows(io, rows, payerColumns, Boolean(opts.json));
+      }),
+    );
+  payers
+    .command('sync')
+    .description('Refresh the local payer catalog (only what changed since the last sync)')
+    .action(async (_opts: unknown, cmd: Command) =>
+      withService(io, cmd, async (client, settings) => {
+        const previous = await PayerCatalog.load(settings.catalogFile).catch(() => undefined);
+        const catalog = await PayerCatalog.sync(client, previous);
+        await catalog.save(settings.catalogFile);
+        io.stdout.write(`payer catalog: ${catalog.payers.length} payers, ${catalog.portals.length} portals -> ${settings.catalogFile}\n`);
+      }),
+    );
+
+  setup
+    .command('portals')
+    .description('The portal network')
+    .command('list')
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }, cmd: Command) =>
+      withService(io, cmd, async (client) => {
+        printRows(io, await collect(client.all((page) => client.listPortals(page))), portalColumns, Boolean(opts.json));
+      }),
+    );
+}

@@ -1,0 +1,154 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { startSandbox, type Sandbox } from '../../src/sandbox';
+import { cli } from '../support/cli';
+
+let sandbox: Sandbox;
+let env: NodeJS.ProcessEnv;
+let dir: string;
+
+beforeAll(async () => {
+  sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 50, validationMs: 50 } });
+  dir = await mkdtemp(path.join(tmpdir(), 'setup-cli-'));
+  env = {
+    DENTAL_ELIG_BASE_URL: sandbox.url,
+    DENTAL_ELIG_API_KEY: sandbox.apiKey,
+    DENTAL_ELIG_CUSTOMER_ID: sandbox.customerId,
+    DENTAL_ELIG_CATALOG: path.join(dir, 'catalog.json'),
+  };
+});
+afterAll(() => sandbox.close());
+
+const field = (out: string, name: string) => new RegExp(`^${name}\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '';
+
+describe('the README onboarding walkthrough, command by command', () => {
+  it('onboards a practice, stores and validates credentials, then verifies sync and async', async () => {
+    const org = await cli(['setup', 'organization', 'create', '--name', 'Lakeside Dental'], env);
+    expect(org.code).toBe(0);
+    const organizationId = field(org.stdout, 'organizationId');
+    expect(organizationId).toMatch(/\S/);
+
+    const clinic = await cli(['setup', 'clinic', 'create', '--organization', organizationId, '--name', 'Lakeside Main', '--npi', '1234567893'], env);
+    expect(clinic.code).toBe(0);
+    const clinicId = field(clinic.stdout, 'clinicId');
+
+    const payers = await cli(['setup', 'payers', 'list', '--async', '--search', 'delta'], env);
+    expect(payers.stdout).toMatch(/^name\s+commonPayerId/);
+    expect(payers.stdout).toContain('Delta Dental of California');
+    expect(payers.stdout).not.toContain('Delta Dental of Washington'); // sync-only
+
+    const reg = await cli(['setup', 'registration', 'create', '--clinic', clinicId, '--portal', 'deltadentalins'], env);
+    const registeredEmail = field(reg.stdout, 'registeredEmail');
+    expect(registeredEmail).toMatch(/@/);
+
+    const set = await cli(
+      ['setup', 'credentials', 'set', '--clinic', clinicId, '--portal', 'deltadentalins', '--username', 'lakeside', '--mfa-email', registeredEmail],
+      { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-1' },
+    );
+    expect(set.code).toBe(0);
+    expect(set.stdout).not.toContain('portal-pass-1');
+
+    const validate = await cli(['setup', 'credentials', 'validate', '--clinic', clinicId, '--portal', 'deltadentalins', '--wait', '--first-delay-ms', '60'], env);
+    expect(validate.stderr).toMatch(/^validating credentials \(\S+\) .*Valid/);
+    expect(field(validate.stdout, 'status')).toBe('Valid');
+    expect(validate.code).toBe(0);
+
+    const body = {
+      clinicId,
+      portalId: 'deltadentalins',
+      payer: { payerId: 'CDCA1', name: 'Delta Dental of California' },
+      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'SBX-COMPLETE', relationship: 'Self' },
+      provider: { npi: '1234567893' },
+      dateOfService: '2026-12-01',
+      externalId: 'walkthrough-1',
+    };
+    const file = path.join(dir, 'request.json');
+    await writeFile(file, JSON.stringify(body));
+    const sync = await cli(['verify', file], env);
+    expect(sync.code).toBe(0);
+    expect(field(sync.stdout, 'status')).toBe('Completed');
+    expect(field(sync.stdout, 'participation')).toBe('Participating');
+
+    const asyncRun = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify({ ...body, externalId: 'walkthrough-2' }));
+    expect(asyncRun.code).toBe(0);
+    expect(asyncRun.stderr).toMatch(/^queued \S+; polling .*Completed/);
+    expect(field(asyncRun.stdout, 'status')).toBe('Completed');
+
+    const listed = await cli(['setup', 'clinic', 'list', '--organization', organizationId, '--json'], env);
+    expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ clinicId, name: 'Lakeside Main' })]);
+  });
+
+  it('syncs the payer catalog to a file and reports the counts', async () => {
+    const run = await cli(['setup', 'payers', 'sync'], env);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/^payer catalog: \d+ payers, \d+ portals -> .*catalog\.json\n$/);
+  });
+
+  it('exits non-zero with one line for a Failed verification', async () => {
+    const body = {
+      clinicId: 'cln_sandbox_main',
+      portalId: 'deltadentalins',
+      payer: { payerId: 'CDCA1' },
+      patient: { firstName: 'A', lastName: 'B', dateOfBirth: '1980-01-01' },
+      subscriber: { firstName: 'A', lastName: 'B', memberId: 'SBX-FAIL-InvalidCredentials', relationship: 'Self' },
+      dateOfService: '2026-12-01',
+    };
+    const run = await cli(['verify', '-'], env, JSON.stringify(body));
+    expect(run.code).toBe(1);
+    expect(field(run.stdout, 'failure')).toBe('InvalidCredentials');
+    expect(run.stderr).toMatch(/^dental-elig: verification \S+: Failed \(InvalidCredentials, needs-a-person\)\n$/);
+  });
+});
+
+describe('secrets and bad input', () => {
+  it('refuses a password on the command line, naming the safe ways', async () => {
+    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'c', '--portal', 'p', '--username', 'u', '--password', 'hunter2'], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe('dental-elig: --password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin\n');
+  });
+
+  it('reads the password from stdin', async () => {
+    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'cln_nope', '--portal', 'metdental', '--username', 'u', '--password-stdin'], env, 'from-stdin\n');
+    // The clinic does not exist: the service's answer, in one line, and never the password.
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^dental-elig: store credentials failed with 4\d\d/);
+    expect(run.stderr).not.toContain('from-stdin');
+  });
+
+  it('refuses an API key in the config file', async () => {
+    const file = path.join(dir, 'bad-config.json');
+    await writeFile(file, JSON.stringify({ baseUrl: sandbox.url, apiKey: 'sk_in_file' }));
+    const run = await cli(['--config', file, 'setup', 'portals', 'list'], { DENTAL_ELIG_API_KEY: 'x' });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(`dental-elig: ${file}: apiKey: secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile\n`);
+  });
+
+  it('reads the API key from a key file named in the config file', async () => {
+    const keyFile = path.join(dir, 'key');
+    await writeFile(keyFile, `${sandbox.apiKey}\n`);
+    const file = path.join(dir, 'config.json');
+    await writeFile(file, JSON.stringify({ baseUrl: sandbox.url, apiKeyFile: keyFile }));
+    const run = await cli(['--config', file, 'setup', 'portals', 'list', '--json'], {});
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout).length).toBeGreaterThan(5);
+  });
+
+  it('says what is missing when nothing is configured', async () => {
+    const run = await cli(['setup', 'portals', 'list'], {});
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file\n' });
+  });
+
+  it('names the field of a request file that is not a verification request', async () => {
+    const run = await cli(['verify', '-'], env, JSON.stringify({ clinicId: 'c' }));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^dental-elig: stdin: payer: /);
+  });
+
+  it('turns a 401 into one line', async () => {
+    const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^dental-elig: list portal network failed with 401 - [^\n]+\n$/);
+  });
+});
