@@ -6,6 +6,8 @@ export interface CliIo {
   stderr: { write(chunk: string): unknown };
   stdin: Readable;
   env: NodeJS.ProcessEnv;
+  /** Stops long-running commands (`sandbox`); when absent they stop on SIGINT or SIGTERM. */
+  signal?: AbortSignal;
 }
 
 /**

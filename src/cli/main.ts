@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { CliError, type CliIo } from './io';
+import { registerSandbox } from './sandbox';
 import { registerSetup } from './setup';
 import { registerVerify } from './verify';
 
@@ -12,6 +13,7 @@ export function buildProgram(io: CliIo): Command {
     .option('--config <file>', `settings file (default: DENTAL_ELIG_CONFIG or ./dental-elig.config.json)`);
   registerSetup(program, io);
   registerVerify(program, io);
+  registerSandbox(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   void convert;
   return program;

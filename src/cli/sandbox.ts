@@ -1,0 +1,92 @@
+import type { Command } from 'commander';
+import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
+import { CliError, type CliIo } from './io';
+
+interface SandboxOpts {
+  port: number;
+  host: string;
+  apiKey?: string;
+  customerId: string;
+  webhookUrl?: string;
+  seed: boolean;
+  asyncDelayMs?: number;
+}
+
+const whole = (name: string) => (v: string) => {
+  if (!/^\d+$/.test(v)) throw new CliError(`${name}: must be a whole number`, 2);
+  return Number(v);
+};
+
+/**
+ * `dental-elig sandbox`: the embedded sandbox, standalone, until Ctrl-C. The webhook secret and
+ * bearer token come from the environment only. The API key is the sandbox's own, made up by the
+ * person running it (the service's real keys never go here), so --api-key is allowed.
+ */
+export function registerSandbox(program: Command, io: CliIo): void {
+  program
+    .command('sandbox')
+    .description('Run the embedded sandbox of the verification service (in memory, loopback only unless --host says otherwise)')
+    .option('--port <n>', 'port to listen on (0: any free port)', whole('--port'), 0)
+    .option('--host <address>', 'address to listen on', '127.0.0.1')
+    .option('--api-key <key>', `the sandbox's API key (or DENTAL_ELIG_SANDBOX_API_KEY; default ${DEFAULT_API_KEY})`)
+    .option('--customer-id <id>', 'the customer the key belongs to', DEFAULT_CUSTOMER_ID)
+    .option('--webhook-url <url>', 'where asynchronous results are POSTed (secret from DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET, token from DENTAL_ELIG_SANDBOX_WEBHOOK_TOKEN)')
+    .option('--no-seed', 'start empty, without the demo practice')
+    .option('--async-delay-ms <ms>', 'how long an asynchronous verification takes', whole('--async-delay-ms'))
+    .action(async (opts: SandboxOpts) => {
+      const apiKey = opts.apiKey ?? io.env.DENTAL_ELIG_SANDBOX_API_KEY ?? DEFAULT_API_KEY;
+      let webhook: WebhookConfig | undefined;
+      if (opts.webhookUrl) {
+        if (!/^https?:\/\//.test(opts.webhookUrl)) throw new CliError('--webhook-url: must be an http or https URL', 2);
+        webhook = {
+          url: opts.webhookUrl,
+          secret: io.env.DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET,
+          bearerToken: io.env.DENTAL_ELIG_SANDBOX_WEBHOOK_TOKEN,
+        };
+      }
+      let sandbox;
+      try {
+        sandbox = await startSandbox({
+          port: opts.port,
+          host: opts.host,
+          apiKey,
+          customerId: opts.customerId,
+          webhook,
+          seed: opts.seed,
+          ...(opts.asyncDelayMs !== undefined ? { timing: { asyncCompletionMs: opts.asyncDelayMs } } : {}),
+        });
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        throw new CliError(`sandbox: cannot listen on ${opts.host}:${opts.port} (${code ?? (err as Error).message})`);
+      }
+      const out = (line: string) => io.stdout.write(`${line}\n`);
+      out(`listening: sandbox ${sandbox.url}`);
+      out(`customer:  ${sandbox.customerId}`);
+      out(`api key:   ${apiKey === DEFAULT_API_KEY ? DEFAULT_API_KEY : '(the one given)'}`);
+      if (opts.seed) {
+        out(`practice:  ${DEMO_PRACTICE.organizationId} with ${DEMO_PRACTICE.clinics.map((c) => c.clinicId).join(', ')} (credentials stored on every portal)`);
+      }
+      out(`webhook:   ${webhook ? `${webhook.url} (${webhook.secret ? 'signed' : 'unsigned'}${webhook.bearerToken ? ', bearer token' : ''})` : 'none (asynchronous results can be polled)'}`);
+      out(`scenarios: member ids ${SCENARIOS.slice(0, 4).map((s) => s.memberId).join(', ')}, SBX-FAIL-<kind>, … (README lists them)`);
+      out(`use it:    DENTAL_ELIG_BASE_URL=${sandbox.url} DENTAL_ELIG_API_KEY=… DENTAL_ELIG_CUSTOMER_ID=${sandbox.customerId}`);
+      await stopped(io.signal);
+      await sandbox.close();
+      out('sandbox stopped');
+    });
+}
+
+/** Resolves when the signal aborts, or on SIGINT / SIGTERM when there is no signal. */
+function stopped(signal: AbortSignal | undefined): Promise<void> {
+  if (signal) {
+    return signal.aborted ? Promise.resolve() : new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+  }
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
