@@ -37,6 +37,10 @@ import {
 const created = (body: unknown) => ({ status: 201, body });
 const ok = (body: unknown) => ({ status: 200, body });
 
+/**
+ * What the service shows of each record: fields named one by one, so nothing internal leaks (the
+ * stored password above all); undefined fields are left out of the JSON.
+ */
 function publicOrganization(o: OrganizationRec) {
   return { organizationId: o.organizationId, customerId: o.customerId, name: o.name, createdAt: o.createdAt };
 }
@@ -46,9 +50,9 @@ function publicClinic(c: ClinicRec) {
     clinicId: c.clinicId,
     organizationId: c.organizationId,
     name: c.name,
-    ...(c.npi ? { npi: c.npi } : {}),
-    ...(c.taxId ? { taxId: c.taxId } : {}),
-    ...(c.address ? { address: c.address } : {}),
+    npi: c.npi,
+    taxId: c.taxId,
+    address: c.address,
     createdAt: c.createdAt,
   };
 }
@@ -59,15 +63,14 @@ function publicRegistration(r: RegistrationRec) {
     portalId: r.portalId,
     clinicId: r.clinicId,
     registeredEmail: r.registeredEmail,
-    ...(r.registeredPhoneNumber ? { registeredPhoneNumber: r.registeredPhoneNumber } : {}),
-    ...(r.forwardingEmail ? { forwardingEmail: r.forwardingEmail } : {}),
+    registeredPhoneNumber: r.registeredPhoneNumber,
+    forwardingEmail: r.forwardingEmail,
     status: r.status,
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
 }
 
-/** The stored record; the password is never echoed. */
 function publicCredentials(c: CredentialsRec) {
   return {
     clinicId: c.clinicId,
@@ -75,14 +78,14 @@ function publicCredentials(c: CredentialsRec) {
     username: c.username,
     passwordSet: true,
     loginMethod: c.loginMethod,
-    ...(c.mfaEmail ? { mfaEmail: c.mfaEmail } : {}),
-    ...(c.mfaPhoneNumber ? { mfaPhoneNumber: c.mfaPhoneNumber } : {}),
+    mfaEmail: c.mfaEmail,
+    mfaPhoneNumber: c.mfaPhoneNumber,
     updatedAt: c.updatedAt,
   };
 }
 
 function publicValidation(v: ValidationRec) {
-  return { correlationId: v.correlationId, status: v.status, ...(v.result ? { result: v.result } : {}) };
+  return { correlationId: v.correlationId, status: v.status, result: v.result };
 }
 
 const smsOnly = (portal: SandboxPortal) => portal.authenticationMethods.includes('TwoFactorSms');
@@ -159,7 +162,7 @@ export function createRegistration(core: SandboxCore, clinicId: string, portal: 
 
 function publicMessage(m: MessageRec, kind: 'email' | 'sms') {
   return kind === 'email'
-    ? { id: m.id, correlationId: m.correlationId, from: m.from, to: m.to, subject: m.subject, body: m.body, receivedAt: m.receivedAt, ...(m.forwardedTo ? { forwardedTo: m.forwardedTo } : {}) }
+    ? { id: m.id, correlationId: m.correlationId, from: m.from, to: m.to, subject: m.subject, body: m.body, receivedAt: m.receivedAt, forwardedTo: m.forwardedTo }
     : { id: m.id, correlationId: m.correlationId, from: m.from, to: m.to, body: m.body, receivedAt: m.receivedAt };
 }
 
@@ -173,6 +176,17 @@ function settleValidation(core: SandboxCore, v: ValidationRec, force = false): v
     v.status = 'Valid';
     secondFactor(core, v.clinicId, v.portalId);
   }
+}
+
+/** A page of the payer or portal network, with ?updatedSince for incremental sync. */
+function networkPage<T extends { updatedAt: string }, U>(entries: T[], query: URLSearchParams, show?: (entry: T) => U) {
+  const q = parseBody(NetworkQuery, queryObject(query, ['limit', 'cursor', 'updatedSince']));
+  const since = q.updatedSince ? Date.parse(q.updatedSince) : undefined;
+  return page(
+    entries.filter((e) => since === undefined || Date.parse(e.updatedAt) > since),
+    q,
+    show,
+  );
 }
 
 export function setupRoutes(core: SandboxCore): Route[] {
@@ -205,8 +219,7 @@ export function setupRoutes(core: SandboxCore): Route[] {
         if (params.customerId !== customer.customerId) throw forbidden("another customer's organizations");
         const q = parseBody(PageQuery, queryObject(query, ['limit', 'cursor']));
         const orgs = [...state.organizations.values()].filter((o) => o.customerId === customer.customerId);
-        const p = page(orgs, q);
-        return ok({ items: p.items.map(publicOrganization), nextCursor: p.nextCursor });
+        return ok(page(orgs, q, publicOrganization));
       },
     },
 
@@ -233,8 +246,7 @@ export function setupRoutes(core: SandboxCore): Route[] {
       handler: ({ params, query, customer }) => {
         const org = state.ownOrganization(customer.customerId, params.organizationId as string);
         const q = parseBody(PageQuery, queryObject(query, ['limit', 'cursor']));
-        const p = page([...state.clinics.values()].filter((c) => c.organizationId === org.organizationId), q);
-        return ok({ items: p.items.map(publicClinic), nextCursor: p.nextCursor });
+        return ok(page([...state.clinics.values()].filter((c) => c.organizationId === org.organizationId), q, publicClinic));
       },
     },
 
@@ -242,22 +254,12 @@ export function setupRoutes(core: SandboxCore): Route[] {
     {
       method: 'GET',
       path: '/v2/network/payers',
-      handler: ({ query }) => {
-        const q = parseBody(NetworkQuery, queryObject(query, ['limit', 'cursor', 'updatedSince']));
-        const since = q.updatedSince ? Date.parse(q.updatedSince) : undefined;
-        const payers = state.payers.filter((p) => since === undefined || Date.parse(p.updatedAt) > since);
-        const pg = page(payers, q);
-        return ok({ items: pg.items.map(publicPayer), nextCursor: pg.nextCursor });
-      },
+      handler: ({ query }) => ok(networkPage(state.payers, query, publicPayer)),
     },
     {
       method: 'GET',
       path: '/v2/network/portals',
-      handler: ({ query }) => {
-        const q = parseBody(NetworkQuery, queryObject(query, ['limit', 'cursor', 'updatedSince']));
-        const since = q.updatedSince ? Date.parse(q.updatedSince) : undefined;
-        return ok(page(state.portals.filter((p) => since === undefined || Date.parse(p.updatedAt) > since), q));
-      },
+      handler: ({ query }) => ok(networkPage(state.portals, query)),
     },
 
     // ------------------------------------------------------------ payer portal registrations
@@ -287,8 +289,7 @@ export function setupRoutes(core: SandboxCore): Route[] {
             (clinicId === null || r.clinicId === clinicId) &&
             (portalId === null || r.portalId === portalId),
         );
-        const p = page(regs, q);
-        return ok({ items: p.items.map(publicRegistration), nextCursor: p.nextCursor });
+        return ok(page(regs, q, publicRegistration));
       },
     },
     {
@@ -336,8 +337,7 @@ export function setupRoutes(core: SandboxCore): Route[] {
             const reg = state.registrations.get(m.correlationId);
             return reg && state.customerOfClinic(reg.clinicId) === customer.customerId && (since === undefined || Date.parse(m.receivedAt) > since);
           });
-          const p = page(mine, q);
-          return ok({ items: p.items.map((m) => publicMessage(m, kind)), nextCursor: p.nextCursor });
+          return ok(page(mine, q, (m) => publicMessage(m, kind)));
         },
       }),
     ),

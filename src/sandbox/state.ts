@@ -202,9 +202,10 @@ function decodeCursor(cursor: string): number {
 
 export const DEFAULT_PAGE_SIZE = 50;
 
-export function page<T>(items: T[], query: PageQuery): { items: T[]; nextCursor: string | null } {
+/** One page of `items` as the service lists them, each shown through `show`. */
+export function page<T, U = T>(items: T[], query: PageQuery, show: (item: T) => U = (item) => item as unknown as U): { items: U[]; nextCursor: string | null } {
   const offset = query.cursor ? decodeCursor(query.cursor) : 0;
   const limit = query.limit ?? DEFAULT_PAGE_SIZE;
-  const slice = items.slice(offset, offset + limit);
+  const slice = items.slice(offset, offset + limit).map(show);
   return { items: slice, nextCursor: offset + limit < items.length ? encodeCursor(offset + limit) : null };
 }

@@ -177,11 +177,11 @@ function decide(core: SandboxCore, scenario: Scenario, ctx: ResultContext, check
 export function publicVerification(v: VerificationRec) {
   return {
     correlationId: v.correlationId,
-    ...(v.externalId ? { externalId: v.externalId } : {}),
+    externalId: v.externalId,
     status: v.status,
     createdAt: v.createdAt,
-    ...(v.completedAt ? { completedAt: v.completedAt } : {}),
-    ...(v.result !== undefined ? { result: v.result } : {}),
+    completedAt: v.completedAt,
+    result: v.result,
     sandbox: true,
   };
 }
