@@ -57,6 +57,7 @@ export interface LoggedRequest {
   method: string;
   /** Path and query; never a body or a key. */
   path: string;
+  /** The status answered; -1 when the connection was dropped (an injected reset, or the client hung up). */
   status: number;
 }
 
@@ -117,6 +118,11 @@ export class Front {
       entry.status = reply.status;
       send(res, reply);
     } catch (err) {
+      if (req.destroyed && !(err instanceof HttpProblem)) {
+        // The client hung up (timeout, reset): nobody to answer, nothing went wrong here.
+        entry.status = -1;
+        return;
+      }
       const problem =
         err instanceof HttpProblem
           ? err

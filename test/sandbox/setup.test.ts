@@ -267,6 +267,9 @@ describe('registrations, 2FA messages and credentials', () => {
   });
 
   test('credentials validation: Pending, then Valid (and a 2FA code arrives) or Invalid with problem details', async () => {
+    await sb.close();
+    // Long enough that the first GET surely comes before the result, even on a loaded machine.
+    sb = await startSandbox({ timing: { ...FAST, validationMs: 400 }, customers: [OTHER] });
     const c = await clinic((await organization()).organizationId);
     const reg = Registration.parse((await call(sb, 'POST', '/v2/payer-portal-registrations', { portalId: 'metdental', clinicId: c.clinicId })).body);
     await call(sb, 'POST', `/v2/clinics/${c.clinicId}/portals/metdental/credentials`, { username: 'office1', password: 'good', loginMethod: 'Native', mfaEmail: reg.registeredEmail });

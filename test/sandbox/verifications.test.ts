@@ -291,6 +291,9 @@ describe('availability, retries and idempotency', () => {
 
 describe('asynchronous verification', () => {
   test('201 Pending, GET Pending until done, then the outcome; no webhook configured means the delivery is skipped', async () => {
+    await sb.close();
+    // Long enough that the first GET surely comes before completion, even on a loaded machine.
+    sb = await startSandbox({ timing: { ...FAST, asyncCompletionMs: 400 }, seed: true });
     const res = await asyncRequest(verificationBody('SBX-PARTIAL', { externalId: 'elig_async' }));
     expect(res.status).toBe(201);
     const accepted = Accepted.parse(res.body);

@@ -76,7 +76,8 @@ test('a static bearer token instead of a signature', async () => {
 
 test('an error answer is retried with backoff, under the same webhook-id, and 3 attempts in all', async () => {
   const hook = await receiver([500, 503, 200]);
-  sb = await startSandbox({ timing: FAST, seed: true, webhook: { url: hook.url, secret: generateWebhookSecret() } });
+  const backoff = 100;
+  sb = await startSandbox({ timing: { ...FAST, webhookBackoffMs: backoff }, seed: true, webhook: { url: hook.url, secret: generateWebhookSecret() } });
   try {
     await call(sb, 'POST', '/v2/insurance-verification-requests', verificationBody('DD1'));
     await sb.settle();
@@ -86,7 +87,9 @@ test('an error answer is retried with backoff, under the same webhook-id, and 3 
     expect(d?.state).toBe('delivered');
     expect(d?.attempts.map((a) => a.status)).toEqual([500, 503, 200]);
     const times = d?.attempts.map((a) => Date.parse(a.at)) ?? [];
-    expect((times[2] as number) - (times[1] as number)).toBeGreaterThanOrEqual(((times[1] as number) - (times[0] as number)) * 1.5);
+    // Exponential: the second wait is twice the first (lower bounds only: a loaded machine only adds).
+    expect((times[1] as number) - (times[0] as number)).toBeGreaterThanOrEqual(backoff - 2);
+    expect((times[2] as number) - (times[1] as number)).toBeGreaterThanOrEqual(2 * backoff - 2);
   } finally {
     await hook.close();
   }
