@@ -67,7 +67,7 @@ export class VerificationClient {
   // ------------------------------------------------------------ organizations and clinics
 
   async createOrganization(body: CreateOrganizationRequest): Promise<Organization> {
-    return this.post('create organization', '/v2/organizations', CreateOrganizationRequest.parse(body), Organization, false);
+    return this.post('create organization', '/v2/organizations', strict(CreateOrganizationRequest, body, 'create organization'), Organization, false);
   }
 
   async getOrganization(organizationId: string): Promise<Organization> {
@@ -75,11 +75,11 @@ export class VerificationClient {
   }
 
   async listOrganizations(customerId: string, page: PageQuery = {}): Promise<Page<Organization>> {
-    return this.get('list organizations', `/v2/customers/${seg(customerId)}/organizations`, pageOf(Organization), PageQuery.parse(page));
+    return this.get('list organizations', `/v2/customers/${seg(customerId)}/organizations`, pageOf(Organization), strict(PageQuery, page, 'list organizations'));
   }
 
   async createClinic(body: CreateClinicRequest): Promise<Clinic> {
-    return this.post('create clinic', '/v2/clinics', CreateClinicRequest.parse(body), Clinic, false);
+    return this.post('create clinic', '/v2/clinics', strict(CreateClinicRequest, body, 'create clinic'), Clinic, false);
   }
 
   async getClinic(clinicId: string): Promise<Clinic> {
@@ -87,27 +87,27 @@ export class VerificationClient {
   }
 
   async listClinics(organizationId: string, page: PageQuery = {}): Promise<Page<Clinic>> {
-    return this.get('list clinics', `/v2/organizations/${seg(organizationId)}/clinics`, pageOf(Clinic), PageQuery.parse(page));
+    return this.get('list clinics', `/v2/organizations/${seg(organizationId)}/clinics`, pageOf(Clinic), strict(PageQuery, page, 'list clinics'));
   }
 
   // ------------------------------------------------------------ payer and portal network
 
   async listPayers(query: NetworkQuery = {}): Promise<Page<Payer>> {
-    return this.get('list payer network', '/v2/network/payers', pageOf(Payer), NetworkQuery.parse(query));
+    return this.get('list payer network', '/v2/network/payers', pageOf(Payer), strict(NetworkQuery, query, 'list payer network'));
   }
 
   async listPortals(query: NetworkQuery = {}): Promise<Page<Portal>> {
-    return this.get('list portal network', '/v2/network/portals', pageOf(Portal), NetworkQuery.parse(query));
+    return this.get('list portal network', '/v2/network/portals', pageOf(Portal), strict(NetworkQuery, query, 'list portal network'));
   }
 
   // ------------------------------------------------------------ portal registrations and 2FA messages
 
   async createRegistration(body: CreateRegistrationRequest): Promise<Registration> {
-    return this.post('create payer portal registration', '/v2/payer-portal-registrations', CreateRegistrationRequest.parse(body), Registration, false);
+    return this.post('create payer portal registration', '/v2/payer-portal-registrations', strict(CreateRegistrationRequest, body, 'create payer portal registration'), Registration, false);
   }
 
   async listRegistrations(page: PageQuery = {}): Promise<Page<Registration>> {
-    return this.get('list payer portal registrations', '/v2/payer-portal-registrations', pageOf(Registration), PageQuery.parse(page));
+    return this.get('list payer portal registrations', '/v2/payer-portal-registrations', pageOf(Registration), strict(PageQuery, page, 'list payer portal registrations'));
   }
 
   /** Asks the service to look at the portal again (e.g. it switched to SMS 2FA); officeId is the clinicId. */
@@ -124,7 +124,7 @@ export class VerificationClient {
   }
 
   async registrationEmails(correlationId: string, page: PageQuery = {}): Promise<Page<Email>> {
-    return this.get('list registration emails', `/v2/payer-portal-registrations/${seg(correlationId)}/emails`, pageOf(Email), PageQuery.parse(page));
+    return this.get('list registration emails', `/v2/payer-portal-registrations/${seg(correlationId)}/emails`, pageOf(Email), strict(PageQuery, page, 'list registration emails'));
   }
 
   async registrationSmsMessages(correlationId: string, page: PageQuery = {}): Promise<Page<SmsMessage>> {
@@ -132,16 +132,16 @@ export class VerificationClient {
       'list registration sms messages',
       `/v2/payer-portal-registrations/${seg(correlationId)}/sms-messages`,
       pageOf(SmsMessage),
-      PageQuery.parse(page),
+      strict(PageQuery, page, 'list registration sms messages'),
     );
   }
 
   async listEmails(query: MessagesQuery = {}): Promise<Page<Email>> {
-    return this.get('list emails', '/v2/emails', pageOf(Email), MessagesQuery.parse(query));
+    return this.get('list emails', '/v2/emails', pageOf(Email), strict(MessagesQuery, query, 'list emails'));
   }
 
   async listSmsMessages(query: MessagesQuery = {}): Promise<Page<SmsMessage>> {
-    return this.get('list sms messages', '/v2/sms-messages', pageOf(SmsMessage), MessagesQuery.parse(query));
+    return this.get('list sms messages', '/v2/sms-messages', pageOf(SmsMessage), strict(MessagesQuery, query, 'list sms messages'));
   }
 
   // ------------------------------------------------------------ credentials and their validation
@@ -151,7 +151,7 @@ export class VerificationClient {
       operation: 'store credentials',
       method: 'POST',
       path: credentialsPath(clinicId, portalId),
-      body: CredentialsRequest.parse(body),
+      body: strict(CredentialsRequest, body, 'store credentials'),
       response: CredentialsRecord,
       idempotent: false,
     });
@@ -168,7 +168,7 @@ export class VerificationClient {
       operation: 'update credentials',
       method: 'PATCH',
       path: credentialsPath(clinicId, portalId),
-      body: CredentialsPatch.parse(patch),
+      body: strict(CredentialsPatch, patch, 'update credentials'),
       response: CredentialsRecord,
       // A PATCH that sets fields to given values can be repeated without harm.
       idempotent: true,
@@ -178,7 +178,7 @@ export class VerificationClient {
   }
 
   async requestCredentialsValidation(body: CredentialsValidationRequest): Promise<CredentialsValidation> {
-    return this.post('request credentials validation', '/v2/credentials-validation-requests', CredentialsValidationRequest.parse(body), CredentialsValidation, false);
+    return this.post('request credentials validation', '/v2/credentials-validation-requests', strict(CredentialsValidationRequest, body, 'request credentials validation'), CredentialsValidation, false);
   }
 
   async getCredentialsValidation(correlationId: string): Promise<CredentialsValidation> {
@@ -197,14 +197,14 @@ export class VerificationClient {
 
   /** Synchronous verification: the outcome comes in the answer. */
   async verify(body: VerificationRequest): Promise<VerificationOutcome> {
-    const request = VerificationRequest.parse(body);
+    const request = strict(VerificationRequest, body, 'verify insurance');
     const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, Verification, request.externalId !== undefined);
     return toOutcome(verification);
   }
 
   /** Asynchronous verification: queued; the outcome arrives by webhook (or getVerification). */
   async requestVerification(body: VerificationRequest): Promise<Accepted> {
-    const request = VerificationRequest.parse(body);
+    const request = strict(VerificationRequest, body, 'request insurance verification');
     return this.post('request insurance verification', '/v2/insurance-verification-requests', request, Accepted, request.externalId !== undefined);
   }
 
@@ -220,7 +220,7 @@ export class VerificationClient {
   // ------------------------------------------------------------ claims
 
   async requestClaimRetrieval(body: ClaimRetrievalRequest): Promise<Accepted> {
-    const request = ClaimRetrievalRequest.parse(body);
+    const request = strict(ClaimRetrievalRequest, body, 'request claim retrieval');
     return this.post('request claim retrieval', '/v2/claim-retrieval-requests', request, Accepted, request.externalId !== undefined);
   }
 
@@ -260,6 +260,17 @@ export class VerificationClient {
       wait = Math.min(Math.max(wait, 1000) * 1.5, maxDelayMs);
     }
   }
+}
+
+/**
+ * Requests are checked against the wire schema before they are sent. A failure is a ServiceError
+ * like the service's own 422, with errors[] naming each field, so callers handle one shape.
+ */
+function strict<T extends z.ZodType>(schema: T, value: unknown, operation: string): z.infer<T> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const errors = parsed.error.issues.map((i) => ({ field: i.path.join('.') || '(body)', message: i.message, code: i.code }));
+  throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors } });
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

@@ -146,6 +146,11 @@ describe('secrets and bad input', () => {
     expect(run.stderr).toMatch(/^dental-elig: stdin: payer: /);
   });
 
+  it('names the field of a bad option value before anything is sent', async () => {
+    const run = await cli(['setup', 'clinic', 'create', '--organization', 'org_1', '--name', 'X', '--npi', '12'], env);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: create clinic failed (invalid_request) - Request not sent - npi: must be 10 digits\n' });
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);

@@ -56,7 +56,10 @@ describe('organizations and clinics', () => {
 
   it('refuses a clinic body that breaks the wire schema before sending it', async () => {
     const before = sandbox.requestLog.length;
-    await expect(client.createClinic({ organizationId: 'o', name: 'x', npi: '12' })).rejects.toThrow(/npi/);
+    const err = (await client.createClinic({ organizationId: 'o', name: 'x', npi: '12' }).catch((e: unknown) => e)) as ServiceError;
+    expect(err).toBeInstanceOf(ServiceError);
+    expect(err.code).toBe('invalid_request');
+    expect(err.message).toBe('create clinic failed (invalid_request) - Request not sent - npi: must be 10 digits');
     expect(sandbox.requestLog.length).toBe(before);
   });
 });
