@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import { registerConvertHl7 } from './convert-hl7';
 import { CliError, type CliIo } from './io';
 import { registerSandbox } from './sandbox';
 import { registerSetup } from './setup';
@@ -15,7 +16,7 @@ export function buildProgram(io: CliIo): Command {
   registerVerify(program, io);
   registerSandbox(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
-  void convert;
+  registerConvertHl7(convert, io);
   return program;
 }
 

@@ -1,3 +1,4 @@
 export * from './primitives';
 export * from './payer';
 export * from './eligibility-check';
+export * from './patient-insurance-store';

@@ -1,0 +1,108 @@
+import { randomBytes } from 'node:crypto';
+import { DEFAULT_DELIMITERS, escapeText, type Delimiters } from './delimiters';
+import { describeLocation, ERROR_CODES, type Hl7Problem } from './hl7-errors';
+import { isEnhancedMode, type MessageHeader } from './message-header';
+
+/**
+ * Acknowledgements, made in this one place. Original mode answers AA/AE/AR; enhanced mode
+ * (MSH-15 or MSH-16 valued) answers the commit codes CA/CE/CR. The ACK swaps sender and receiver,
+ * has its own unique MSH-10, echoes the inbound MSH-10 in MSA-2, keeps the sender's version and
+ * delimiters, and carries one ERR per problem: ERR-2 location, ERR-3 table 0357 code, ERR-4
+ * severity, ERR-8 readable text, plus ERR-1 (the v2.3/2.4 form) for senders of those versions.
+ */
+export type ApplicationAckCode = 'AA' | 'AE' | 'AR';
+export type AckCode = ApplicationAckCode | 'CA' | 'CE' | 'CR';
+
+export interface Ack {
+  code: AckCode;
+  /** The ACK's own MSH-10. */
+  controlId: string;
+  /** MSA-2: the control id of the message acknowledged ('' when it could not be read). */
+  acknowledges: string;
+  /** The ACK message, segments separated by CR, without MLLP framing. */
+  text: string;
+}
+
+export interface AckOptions {
+  now?: Date;
+  /** Overrides the generated MSH-10 (tests). */
+  controlId?: string;
+}
+
+const COMMIT: Record<ApplicationAckCode, AckCode> = { AA: 'CA', AE: 'CE', AR: 'CR' };
+
+/** Versions before 2.5 read errors from ERR-1 (ELD); 2.3 has no message structure in MSH-9. */
+const OLD_ERR = /^2\.(3|4)(\.|$)/;
+
+export function buildAck(
+  header: MessageHeader | undefined,
+  answer: { code: ApplicationAckCode; problems?: readonly Hl7Problem[] },
+  options: AckOptions = {},
+): Ack {
+  const d = header?.delimiters ?? DEFAULT_DELIMITERS;
+  const version = header?.version || '2.5.1';
+  const event = header?.triggerEvent ?? '';
+  const code = header && isEnhancedMode(header) ? COMMIT[answer.code] : answer.code;
+  const controlId = options.controlId ?? newControlId();
+  const problems = answer.problems ?? [];
+  const messageType = version === '2.3' ? ['ACK', event] : ['ACK', event, 'ACK'];
+  const msh = [
+    'MSH',
+    d.encodingCharacters,
+    header?.receivingApplication ?? '',
+    header?.receivingFacility ?? '',
+    header?.sendingApplication ?? '',
+    header?.sendingFacility ?? '',
+    hl7Timestamp(options.now ?? new Date()),
+    '',
+    messageType.join(d.component),
+    controlId,
+    header?.processingId || 'P',
+    version,
+  ];
+  const first = problems[0];
+  const msa = ['MSA', code, header?.controlId ?? '', first ? escapeText(`${describeLocation(first)}: ${first.reason}`, d) : ''];
+  const segments = [msh, trimEmpty(msa), ...problems.map((p) => errSegment(p, d, OLD_ERR.test(version)))];
+  return {
+    code,
+    controlId,
+    acknowledges: header?.controlId ?? '',
+    text: segments.map((fields) => fields.join(d.field)).join('\r'),
+  };
+}
+
+function errSegment(p: Hl7Problem, d: Delimiters, oldForm: boolean): string[] {
+  const c = d.component;
+  const codeText = ERROR_CODES[p.code];
+  const location = p.field === undefined ? [p.segment, String(p.sequence)] : [p.segment, String(p.sequence), String(p.field), '1', p.component === undefined ? '' : String(p.component)];
+  const hasSubcomponents = d.encodingCharacters.length >= 4;
+  const eldCode = hasSubcomponents ? [String(p.code), escapeText(codeText, d), 'HL70357'].join(d.subcomponent) : String(p.code);
+  const eld = oldForm ? [p.segment, String(p.sequence), p.field === undefined ? '' : String(p.field), eldCode].join(c) : '';
+  return [
+    'ERR',
+    eld,
+    trimEmpty(location).join(c),
+    [String(p.code), escapeText(codeText, d), 'HL70357'].join(c),
+    'E',
+    '',
+    '',
+    '',
+    escapeText(`${describeLocation(p)}: ${p.reason}`, d),
+  ];
+}
+
+function trimEmpty(values: string[]): string[] {
+  let end = values.length;
+  while (end > 0 && values[end - 1] === '') end--;
+  return values.slice(0, end);
+}
+
+/** 20 characters: the MSH-10 length every version accepts. */
+function newControlId(): string {
+  return `ACK${randomBytes(9).toString('hex').slice(0, 17).toUpperCase()}`;
+}
+
+function hl7Timestamp(date: Date): string {
+  const iso = date.toISOString();
+  return `${iso.slice(0, 4)}${iso.slice(5, 7)}${iso.slice(8, 10)}${iso.slice(11, 13)}${iso.slice(14, 16)}${iso.slice(17, 19)}+0000`;
+}

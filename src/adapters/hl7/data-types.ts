@@ -1,0 +1,55 @@
+import type { Identifier } from '../../domain';
+import type { Hl7Segment } from './hl7-message';
+
+/** HL7 composite data types, read component by component from one field. */
+
+export interface PersonName {
+  lastName: string;
+  firstName: string;
+  middleName?: string;
+}
+
+/**
+ * XPN (family^given^middle). Some PMSs write the whole name in the first component as
+ * "FAMILY, GIVEN MIDDLE"; with no given name and a comma, that form is split. Undefined when a
+ * family or given name is missing.
+ */
+export function readPersonName(segment: Hl7Segment, field: number, repetition = 0): PersonName | undefined {
+  let lastName = segment.value(field, 1, 1, repetition).trim();
+  let firstName = segment.value(field, 2, 1, repetition).trim();
+  let middleName = segment.value(field, 3, 1, repetition).trim();
+  if (!firstName && lastName.includes(',')) {
+    const [family = '', rest = ''] = lastName.split(/\s*,\s*/, 2);
+    const [given = '', ...middle] = rest.split(/\s+/);
+    [lastName, firstName, middleName] = [family, given, middle.join(' ')];
+  }
+  if (!lastName || !firstName) return undefined;
+  return middleName ? { lastName, firstName, middleName } : { lastName, firstName };
+}
+
+/** CX, every repetition: id^check digit^scheme^assigning authority^identifier type. */
+export function readIdentifiers(segment: Hl7Segment, field: number): Identifier[] {
+  const ids: Identifier[] = [];
+  for (let rep = 0; rep < segment.repetitions(field); rep++) {
+    const value = segment.value(field, 1, 1, rep).trim();
+    if (!value) continue;
+    const system = segment.value(field, 4, 1, rep).trim();
+    const type = segment.value(field, 5, 1, rep).trim();
+    ids.push({ value, ...(system && { system }), ...(type && { type }) });
+  }
+  return ids;
+}
+
+export interface Person {
+  id?: string;
+  lastName?: string;
+  firstName?: string;
+}
+
+/** XCN: id^family^given (the first repetition). */
+export function readPerson(segment: Hl7Segment, field: number): Person {
+  const id = segment.value(field, 1).trim();
+  const lastName = segment.value(field, 2).trim();
+  const firstName = segment.value(field, 3).trim();
+  return { ...(id && { id }), ...(lastName && { lastName }), ...(firstName && { firstName }) };
+}

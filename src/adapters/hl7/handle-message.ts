@@ -1,0 +1,234 @@
+import type {
+  EligibilityCheck,
+  KnownAppointment,
+  KnownCoverage,
+  PatientInsuranceRecord,
+  PatientInsuranceStore,
+  PayerResolver,
+} from '../../domain';
+import { resolveClinic, type ClinicRouting } from '../clinic-routing';
+import { buildAck, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
+import { buildChecks } from './build-checks';
+import { Hl7InputError, problemAt, rejection, type Hl7Problem } from './hl7-errors';
+import { parseHl7Message, type Hl7Message } from './hl7-message';
+import { readMessageHeader, type MessageHeader } from './message-header';
+import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
+import { readAppointment, readAppointmentId } from './read-appointment';
+import { firstValue, whereMissing } from './read-fields';
+import { readInsurance } from './read-insurance';
+import { readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+
+export interface Hl7HandlerOptions {
+  mappings: Hl7Mappings;
+  routing: ClinicRouting;
+  store: PatientInsuranceStore;
+  /** A payer catalog; when given, each check's coverage carries its resolution. */
+  resolver?: PayerResolver | undefined;
+  /** When the message arrived (ISO 8601 with offset); passed in so results are reproducible. */
+  receivedAt: string;
+}
+
+/** What a message did. Checks are to verify; keys named under replaced/cancel are to withdraw if still pending. */
+export type Hl7Outcome =
+  | { kind: 'book' | 'reschedule'; appointmentId?: string; checks: EligibilityCheck[]; replacedKeys: string[]; selfPay: boolean }
+  | { kind: 'cancel'; appointmentId: string; keys: string[] }
+  | { kind: 'record'; coverageCount: number; insuranceReceived: boolean }
+  | { kind: 'ignore'; reason: string }
+  | { kind: 'reject'; problems: Hl7Problem[] };
+
+export interface Hl7Result {
+  /** Undefined when not even MSH-1 and MSH-2 could be read. */
+  header: MessageHeader | undefined;
+  ackCode: ApplicationAckCode;
+  outcome: Hl7Outcome;
+}
+
+const SUPPORTED_VERSION = /^2\.(3(\.1)?|4|5(\.1)?|6|7(\.1)?|8(\.[12])?)$/;
+
+/** Appointments remembered per patient, to name the keys a reschedule or cancellation replaces. */
+const KEPT_APPOINTMENTS = 50;
+
+/**
+ * One HL7 v2 message in, what it means out. It reads and writes the patient insurance store but
+ * does no other I/O, so a durable pipeline can call it, store the result and only then answer the
+ * ACK (ackFor). Problems with the data come back as a `reject` outcome, never as a throw; an
+ * exception means a fault of ours (or the store's) and should be answered AR.
+ */
+export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
+  const header = readMessageHeader(text);
+  try {
+    const message = parseHl7Message(text);
+    const checkedHeader = checkHeader(header);
+    const outcome = await dispatch(message, checkedHeader, options);
+    return { header, ackCode: 'AA', outcome };
+  } catch (err) {
+    if (!(err instanceof Hl7InputError)) throw err;
+    const problems = [...err.problems];
+    return { header, ackCode: problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE', outcome: { kind: 'reject', problems } };
+  }
+}
+
+/** The acknowledgement for a result (AA/AE/AR, or CA/CE/CR in enhanced mode). */
+export function ackFor(result: Hl7Result, options?: AckOptions): Ack {
+  const problems = result.outcome.kind === 'reject' ? result.outcome.problems : [];
+  return buildAck(result.header, { code: result.ackCode, problems }, options);
+}
+
+function checkHeader(header: MessageHeader | undefined): MessageHeader {
+  if (!header) throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+  const missing = (field: number, what: string) => rejection({ segment: 'MSH', field }, 101, `${what} missing`);
+  const problems: Hl7Problem[] = [];
+  if (!header.messageCode || !header.triggerEvent) problems.push(missing(9, 'message type or trigger event'));
+  if (!header.controlId) problems.push(missing(10, 'message control id'));
+  if (!header.version) problems.push(missing(12, 'version'));
+  else if (!SUPPORTED_VERSION.test(header.version)) {
+    problems.push(rejection({ segment: 'MSH', field: 12 }, 203, `version ${header.version.slice(0, 10)} is not supported (2.3 to 2.8)`));
+  }
+  if (problems.length > 0) throw new Hl7InputError(problems);
+  return header;
+}
+
+interface Context {
+  message: Hl7Message;
+  header: MessageHeader;
+  profile: Hl7Profile;
+  options: Hl7HandlerOptions;
+  /** MSH-3 and MSH-4, first components: the profile is chosen by the one, patients are keyed by the other. */
+  sendingApplication: string;
+  facility: string;
+}
+
+async function dispatch(message: Hl7Message, header: MessageHeader, options: Hl7HandlerOptions): Promise<Hl7Outcome> {
+  const sendingApplication = message.header.value(3).trim();
+  const profile = profileFor(options.mappings, sendingApplication);
+  const type = `${header.messageCode}^${header.triggerEvent}`;
+  const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(header.messageCode) ? 'ignore' : undefined);
+  if (action === undefined) {
+    const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${header.messageCode}^`));
+    throw new Hl7InputError([
+      knownType
+        ? rejection({ segment: 'MSH', field: 9 }, 201, `event ${header.triggerEvent.slice(0, 8)} is not supported`)
+        : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
+    ]);
+  }
+  const ctx: Context = { message, header, profile, options, sendingApplication, facility: message.header.value(4).trim() };
+  switch (action) {
+    case 'ignore':
+      return { kind: 'ignore', reason: `${type} does not change eligibility` };
+    case 'cancel':
+      return cancel(ctx);
+    case 'record':
+      return record(ctx);
+    case 'book':
+    case 'reschedule':
+      return verify(ctx, action);
+  }
+}
+
+async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Outcome> {
+  const { message, profile, options } = ctx;
+  requireSegments(message, 'SCH', 'PID');
+  const problems: Hl7Problem[] = [];
+  const patient = readPatient(message, profile, options.mappings.codeTables, problems);
+  const appointment = readAppointment(message, profile, problems);
+  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
+  const clinicId = readClinic(ctx, problems);
+  const key = readPatientKey(message, profile, ctx.facility);
+  if (problems.length > 0) throw new Hl7InputError(problems);
+  if (!patient || !appointment || !insurance || !clinicId || !key) throw new Error('readers returned nothing without a problem');
+
+  const known = await options.store.get(key);
+  const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
+  const checks = buildChecks({
+    clinicId,
+    patient,
+    coverages,
+    dateOfService: appointment.dateOfService,
+    provider: appointment.provider,
+    source: source(ctx, appointment.appointmentId),
+    resolver: options.resolver,
+  });
+  const keys = checks.map((c) => c.idempotencyKey);
+  const { appointmentId } = appointment;
+  const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
+  const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService: appointment.dateOfService, keys });
+  await options.store.put(key, recordOf(ctx, patient, coverages, appointments));
+  return {
+    kind,
+    ...(appointmentId !== undefined && { appointmentId }),
+    checks,
+    replacedKeys: (earlier?.keys ?? []).filter((k) => !keys.includes(k)),
+    selfPay: checks.length === 0,
+  };
+}
+
+async function cancel(ctx: Context): Promise<Hl7Outcome> {
+  const { message, profile, options } = ctx;
+  requireSegments(message, 'SCH');
+  const appointmentId = readAppointmentId(message, profile);
+  if (!appointmentId) throw new Hl7InputError([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
+  // The patient group is optional in a cancellation; without it the pipeline cancels by appointment id.
+  const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
+  const known = key && (await options.store.get(key));
+  const entry = known?.appointments.find((a) => a.appointmentId === appointmentId);
+  if (key && known && entry) {
+    await options.store.put(key, { ...known, appointments: known.appointments.filter((a) => a !== entry) });
+  }
+  return { kind: 'cancel', appointmentId, keys: entry?.keys ?? [] };
+}
+
+async function record(ctx: Context): Promise<Hl7Outcome> {
+  const { message, profile, options } = ctx;
+  requireSegments(message, 'PID');
+  const problems: Hl7Problem[] = [];
+  const patient = readPatient(message, profile, options.mappings.codeTables, problems);
+  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
+  const key = readPatientKey(message, profile, ctx.facility);
+  if (problems.length > 0) throw new Hl7InputError(problems);
+  if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');
+  const known = await options.store.get(key);
+  // A demographics update without IN1 says nothing about insurance: keep what is known.
+  const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
+  await options.store.put(key, recordOf(ctx, patient, coverages, known?.appointments ?? []));
+  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present };
+}
+
+function requireSegments(message: Hl7Message, ...names: string[]): void {
+  const problems = names
+    .filter((name) => !message.first(name))
+    .map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
+  if (problems.length > 0) throw new Hl7InputError(problems);
+}
+
+function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
+  const { message, profile, options } = ctx;
+  const facility = firstValue(message.segments, profile.clinic.facility);
+  const location = firstValue(message.segments, profile.clinic.location);
+  const clinicId = resolveClinic(options.routing, { hl7Facility: facility?.value, hl7Location: location?.value });
+  if (!clinicId) {
+    const where = whereMissing(message.segments, profile.clinic.facility);
+    problems.push(problemAt(where, 103, 'sending facility matches no clinic in mappings/clinics.json and there is no default'));
+  }
+  return clinicId;
+}
+
+function source(ctx: Context, appointmentId: string | undefined) {
+  const { header, sendingApplication } = ctx;
+  return {
+    messageControlId: header.controlId,
+    messageType: `${header.messageCode}^${header.triggerEvent}`,
+    ...(sendingApplication && { sendingApplication }),
+    ...(ctx.facility && { sendingFacility: ctx.facility }),
+    ...(appointmentId !== undefined && { appointmentId }),
+    receivedAt: ctx.options.receivedAt,
+  };
+}
+
+function recordOf(ctx: Context, patient: PatientDemographics, coverages: KnownCoverage[], appointments: KnownAppointment[]): PatientInsuranceRecord {
+  return { patient, coverages, appointments, updatedAt: ctx.options.receivedAt, messageControlId: ctx.header.controlId };
+}
+
+function remember(appointments: readonly KnownAppointment[], latest: KnownAppointment): KnownAppointment[] {
+  return [...appointments.filter((a) => a.appointmentId !== latest.appointmentId), latest].slice(-KEPT_APPOINTMENTS);
+}
+

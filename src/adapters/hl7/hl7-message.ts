@@ -1,0 +1,128 @@
+import { Message, type HL7Node } from 'node-hl7-client';
+import { readDelimiters, type Delimiters } from './delimiters';
+import { Hl7InputError, rejection } from './hl7-errors';
+import { segmentLines } from './split-messages';
+
+/**
+ * A parsed message, read through node-hl7-client with its quirks kept out of sight:
+ * - `message.get('IN1.4')` reads only the first IN1, so every segment is reached through its own
+ *   node, in message order (an IN2 belongs to the IN1 before it);
+ * - a missing path gives an EmptyNode whose toRaw() throws, so values are only read with
+ *   toString(), which is '' when absent and has escape sequences decoded;
+ * - numeric indexes on an MSH node are shifted by one (MSH-1 is the separator itself);
+ * - the parser takes any three characters as a segment name and refuses blank lines, so lines are
+ *   normalised and names checked here first.
+ */
+export class Hl7Segment {
+  constructor(
+    readonly name: string,
+    /** Which occurrence of this segment name, from 1. */
+    readonly sequence: number,
+    /** The segment as received (still escaped), for copying fields into an acknowledgement. */
+    readonly raw: string,
+    private readonly node: HL7Node,
+    private readonly delimiters: Delimiters,
+  ) {}
+
+  /** A field, component and subcomponent (1-based) of a repetition (0-based); '' when absent. */
+  value(field: number, component = 1, subcomponent = 1, repetition = 0): string {
+    if (this.name === 'MSH' && field <= 2) {
+      return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
+    }
+    const rep = this.fieldNode(field).get(repetition);
+    const text = rep.get(component - 1).get(subcomponent - 1).toString();
+    // "" is HL7's explicit null: the sender says there is no value.
+    return text === '""' ? '' : text;
+  }
+
+  /** How many repetitions a field has (0 when empty). */
+  repetitions(field: number): number {
+    if (this.name === 'MSH' && field <= 2) return 1;
+    return this.fieldNode(field).length;
+  }
+
+  /** A field exactly as received, escape sequences and all; '' when absent. */
+  rawField(field: number): string {
+    if (this.name === 'MSH') {
+      if (field === 1) return this.delimiters.field;
+      return this.raw.split(this.delimiters.field)[field - 1] ?? '';
+    }
+    return this.raw.split(this.delimiters.field)[field] ?? '';
+  }
+
+  private fieldNode(field: number): HL7Node {
+    return this.node.get(this.name === 'MSH' ? field - 1 : field);
+  }
+
+  private mshDelimiterField(field: number): string {
+    return field === 1 ? this.delimiters.field : this.delimiters.encodingCharacters;
+  }
+}
+
+export class Hl7Message {
+  constructor(
+    /** The MSH segment, which is also segments[0]. */
+    readonly header: Hl7Segment,
+    readonly segments: readonly Hl7Segment[],
+    readonly delimiters: Delimiters,
+  ) {}
+
+  first(name: string): Hl7Segment | undefined {
+    return this.segments.find((s) => s.name === name);
+  }
+
+  all(name: string): Hl7Segment[] {
+    return this.segments.filter((s) => s.name === name);
+  }
+}
+
+const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
+
+/** Parses one message; anything that cannot be read as one is an AR naming where it went wrong. */
+export function parseHl7Message(text: string): Hl7Message {
+  const lines = segmentLines(text);
+  const first = lines[0];
+  if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
+  if (!first.startsWith('MSH')) {
+    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment')]);
+  }
+  const delimiters = readDelimiters(first);
+  if (!delimiters) {
+    throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+  }
+  const counts = new Map<string, number>();
+  const located: Array<{ name: string; sequence: number }> = [];
+  for (const [index, line] of lines.entries()) {
+    const name = line.slice(0, 3);
+    const previous = located[located.length - 1];
+    const wellFormed = SEGMENT_ID.test(name) && (line.length === 3 || line.charAt(3) === delimiters.field);
+    if (!wellFormed) {
+      // Usually an unescaped line break inside a free-text field.
+      const where = { segment: previous?.name ?? 'MSH', sequence: previous?.sequence ?? 1 };
+      throw new Hl7InputError([rejection(where, 100, 'the line after this segment is not a segment (an unescaped line break?)')]);
+    }
+    if (name === 'MSH' && index > 0) {
+      throw new Hl7InputError([rejection({ segment: 'MSH', sequence: 2 }, 100, 'a second message in the same text: one message expected')]);
+    }
+    const sequence = (counts.get(name) ?? 0) + 1;
+    counts.set(name, sequence);
+    located.push({ name, sequence });
+  }
+  let nodes: HL7Node[];
+  try {
+    nodes = new Message({ text: lines.join('\r') }).toArray();
+  } catch {
+    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+  }
+  const segments = located.map(({ name, sequence }, i) => {
+    const node = nodes[i];
+    const raw = lines[i];
+    if (node === undefined || raw === undefined || node.name !== name) {
+      throw new Hl7InputError([rejection({ segment: name, sequence }, 100, 'segment cannot be parsed')]);
+    }
+    return new Hl7Segment(name, sequence, raw, node, delimiters);
+  });
+  const [header] = segments;
+  if (header?.name !== 'MSH') throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+  return new Hl7Message(header, segments, delimiters);
+}

@@ -1,0 +1,57 @@
+import { readDelimiters, type Delimiters } from './delimiters';
+import { segmentLines } from './split-messages';
+
+/**
+ * The MSH fields an acknowledgement needs, read straight from the first segment. It works when the
+ * rest of the message does not parse, so even a rejected message gets an ACK that echoes its
+ * control id. Fields are kept as received (still escaped): the ACK writes them back with the same
+ * delimiters.
+ */
+export interface MessageHeader {
+  delimiters: Delimiters;
+  sendingApplication: string;
+  sendingFacility: string;
+  receivingApplication: string;
+  receivingFacility: string;
+  /** MSH-9.1 and MSH-9.2, e.g. SIU and S12. */
+  messageCode: string;
+  triggerEvent: string;
+  /** MSH-10. */
+  controlId: string;
+  /** MSH-11 as received (processing id, e.g. P or T^A). */
+  processingId: string;
+  /** MSH-12.1, e.g. 2.5.1. */
+  version: string;
+  /** MSH-15 and MSH-16; either one valued means enhanced acknowledgement mode. */
+  acceptAckType: string;
+  applicationAckType: string;
+}
+
+export function readMessageHeader(text: string): MessageHeader | undefined {
+  const first = segmentLines(text)[0];
+  if (first === undefined) return undefined;
+  const delimiters = readDelimiters(first);
+  if (!delimiters) return undefined;
+  const fields = first.split(delimiters.field);
+  // fields[0] is "MSH" and fields[1] MSH-2, so MSH-n is fields[n - 1].
+  const msh = (n: number) => (fields[n - 1] ?? '').trim();
+  const component = (n: number, c: number) => (msh(n).split(delimiters.component)[c - 1] ?? '').trim();
+  return {
+    delimiters,
+    sendingApplication: msh(3),
+    sendingFacility: msh(4),
+    receivingApplication: msh(5),
+    receivingFacility: msh(6),
+    messageCode: component(9, 1),
+    triggerEvent: component(9, 2),
+    controlId: msh(10),
+    processingId: msh(11),
+    version: component(12, 1),
+    acceptAckType: msh(15),
+    applicationAckType: msh(16),
+  };
+}
+
+export function isEnhancedMode(header: MessageHeader): boolean {
+  return header.acceptAckType !== '' || header.applicationAckType !== '';
+}

@@ -1,0 +1,114 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import { buildAck, type Ack } from './ack';
+import { rejection } from './hl7-errors';
+import { readMessageHeader } from './message-header';
+import { frame, MllpDecoder } from './mllp-framing';
+
+/**
+ * An MLLP listener on node:net. Each message gets exactly one ACK, in the order received, after
+ * the handler has finished with it, so the handler decides when a message is safe (stored) before
+ * it is acknowledged. A handler that throws gets AR (CR in enhanced mode) and the message goes to
+ * the dead-letter callback first; if that fails too, the connection is dropped without an ACK, so
+ * the sender sends again and nothing is lost.
+ */
+export interface MllpListenerOptions {
+  /** Answers one message (the frame's text, without MLLP bytes) with its ACK. */
+  handler: (message: string) => Promise<Ack>;
+  /** Receives messages the handler could not take (it threw, or the frame was too large). */
+  onDeadLetter?: (letter: { message: string; reason: string; error?: unknown }) => void | Promise<void>;
+  host?: string;
+  port?: number;
+  encoding?: 'utf8' | 'latin1';
+  /** Frames larger than this are answered AR and skipped; default 1 MiB. */
+  maxMessageBytes?: number;
+}
+
+export class MllpListener {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+
+  constructor(private readonly options: MllpListenerOptions) {}
+
+  /** Starts listening (127.0.0.1 and an OS-assigned port unless told otherwise). */
+  async start(): Promise<{ host: string; port: number }> {
+    if (this.server) throw new Error('MLLP listener already started');
+    const server = createServer((socket) => this.accept(socket));
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.options.port ?? 0, this.options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = server.address();
+    if (address === null || typeof address === 'string') throw new Error('MLLP listener is not on a TCP port');
+    return { host: address.address, port: address.port };
+  }
+
+  /** Stops accepting, closes every open connection and waits for the server to close. */
+  async stop(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
+  }
+
+  private accept(socket: Socket): void {
+    this.sockets.add(socket);
+    const encoding = this.options.encoding ?? 'utf8';
+    const decoder = new MllpDecoder(this.options.maxMessageBytes ?? 1024 * 1024);
+    // Messages on one connection are handled one after another, so ACKs leave in order.
+    let queue = Promise.resolve();
+    socket.on('data', (chunk) => {
+      for (const decoded of decoder.push(chunk)) {
+        queue = queue
+          .then(async () => {
+            if (socket.destroyed) return;
+            const ack =
+              decoded.kind === 'message'
+                ? await this.answer(decoded.payload.toString(encoding))
+                : await this.oversized(decoded.head.toString(encoding));
+            if (ack === undefined) socket.destroy();
+            else if (!socket.destroyed) socket.write(frame(ack.text, encoding));
+          })
+          .catch(() => {
+            socket.destroy();
+          });
+      }
+    });
+    // A peer that resets the connection is normal; it must not take the process down.
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.sockets.delete(socket));
+  }
+
+  private async answer(message: string): Promise<Ack | undefined> {
+    try {
+      return await this.options.handler(message);
+    } catch (error) {
+      const kept = await this.deadLetter({ message, reason: 'the handler failed', error });
+      return kept ? internalError(message, 'application internal error') : undefined;
+    }
+  }
+
+  private async oversized(head: string): Promise<Ack | undefined> {
+    const limit = this.options.maxMessageBytes ?? 1024 * 1024;
+    const kept = await this.deadLetter({ message: head, reason: `frame larger than ${limit} bytes (first bytes kept)` });
+    return kept ? internalError(head, `message larger than ${limit} bytes`) : undefined;
+  }
+
+  private async deadLetter(letter: { message: string; reason: string; error?: unknown }): Promise<boolean> {
+    try {
+      await this.options.onDeadLetter?.(letter);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}
+
+function internalError(message: string, reason: string): Ack {
+  return buildAck(readMessageHeader(message), { code: 'AR', problems: [rejection({ segment: 'MSH' }, 207, reason)] });
+}

@@ -1,0 +1,149 @@
+import { readdirSync } from 'node:fs';
+import * as path from 'node:path';
+import * as z from 'zod';
+import { mappingsDir, readMappingFile } from '../../mapping-files';
+import { loadCodeTables, type CodeTables } from './code-tables';
+import { FieldPathText, WholeFieldPathText } from './field-path';
+
+/**
+ * A profile says where each datum lives in a sender's messages (mappings/hl7/default.json), so a
+ * PMS dialect is a data change: a file in mappings/hl7/dialects/ that replaces single entries for
+ * the sending applications (MSH-3) it names.
+ */
+
+const Paths = z.array(FieldPathText);
+const RequiredPaths = Paths.min(1, { error: 'needs at least one field path' });
+const WholeFields = z.array(WholeFieldPathText).min(1, { error: 'needs at least one field path' });
+
+export const EventAction = z.enum(['book', 'reschedule', 'cancel', 'record', 'ignore']);
+export type EventAction = z.infer<typeof EventAction>;
+
+const EventKey = z.string().regex(/^[A-Z0-9]{3}\^[A-Z0-9]{3}$/, { error: 'must be like SIU^S12' });
+
+const Sections = {
+  /** Message type^event → what the message does; events not listed are rejected unless acknowledged only. */
+  events: z.record(EventKey, EventAction),
+  /** Message types whose other events are acknowledged and ignored (e.g. SIU^S26). */
+  acknowledgeOnly: z.array(z.string().regex(/^[A-Z0-9]{3}$/, { error: 'must be a message type like SIU' })),
+  patient: z.strictObject({
+    identifiers: WholeFields,
+    name: WholeFields,
+    birthDate: RequiredPaths,
+    gender: Paths,
+  }),
+  insurance: z.strictObject({
+    payerId: Paths,
+    payerName: Paths,
+    planName: Paths,
+    groupNumber: Paths,
+    groupName: Paths,
+    /** Coordination-of-benefits order: 1 primary, 2 secondary, 3 tertiary; else the IN1's position. */
+    order: Paths,
+    subscriberName: WholeFields,
+    subscriberBirthDate: Paths,
+    subscriberRelationship: z
+      .array(z.strictObject({ path: FieldPathText, tables: z.array(z.string().min(1)).min(1) }))
+      .min(1, { error: 'needs at least one field path' }),
+    subscriberMemberId: RequiredPaths,
+    patientMemberId: Paths,
+    /** An insurance group matching any of these is the patient paying for themselves: no check. */
+    selfPay: z.array(z.strictObject({ path: FieldPathText, values: z.array(z.string().min(1)).min(1) })),
+  }),
+  appointment: z.strictObject({
+    id: RequiredPaths,
+    start: RequiredPaths,
+    /** Persons (XCN): component 1 the id (an NPI when it is one), 2 family name, 3 given name. */
+    provider: z.array(WholeFieldPathText),
+  }),
+  /** Hints for mappings/clinics.json: the facility (MSH-4) and the appointment's location (AIL-3). */
+  clinic: z.strictObject({
+    facility: Paths,
+    location: Paths,
+  }),
+};
+
+const ProfileFile = z.strictObject({
+  $comment: z.string().optional(),
+  name: z.string().min(1),
+  description: z.string().optional(),
+  ...Sections,
+});
+
+const DialectFile = z.strictObject({
+  $comment: z.string().optional(),
+  name: z.string().min(1),
+  description: z.string().min(1, { error: 'say which PMS this is and what differs' }),
+  /** MSH-3 (first component) values this dialect applies to, matched without regard to case. */
+  sendingApplications: z.array(z.string().min(1)).min(1, { error: 'name at least one sending application' }),
+  events: Sections.events.optional(),
+  acknowledgeOnly: Sections.acknowledgeOnly.optional(),
+  patient: Sections.patient.partial().optional(),
+  insurance: Sections.insurance.partial().optional(),
+  appointment: Sections.appointment.partial().optional(),
+  clinic: Sections.clinic.partial().optional(),
+});
+
+export type Hl7Profile = Omit<z.infer<typeof ProfileFile>, '$comment'> & { sendingApplications: string[] };
+
+export interface Hl7Mappings {
+  defaultProfile: Hl7Profile;
+  dialects: Hl7Profile[];
+  codeTables: CodeTables;
+}
+
+const DIALECTS = 'hl7/dialects';
+
+/** Reads the default profile, every dialect and the code tables; a bad file fails here, naming it. */
+export function loadHl7Mappings(dir = mappingsDir()): Hl7Mappings {
+  const codeTables = loadCodeTables(dir);
+  const base = readMappingFile('hl7/default.json', ProfileFile, dir);
+  const defaultProfile: Hl7Profile = { ...withoutComment(base), sendingApplications: [] };
+  const dialects = dialectFiles(dir).map((file) => {
+    const d = readMappingFile(`${DIALECTS}/${file}`, DialectFile, dir);
+    return {
+      name: d.name,
+      description: d.description,
+      sendingApplications: d.sendingApplications,
+      events: d.events ?? base.events,
+      acknowledgeOnly: d.acknowledgeOnly ?? base.acknowledgeOnly,
+      patient: { ...base.patient, ...d.patient },
+      insurance: { ...base.insurance, ...d.insurance },
+      appointment: { ...base.appointment, ...d.appointment },
+      clinic: { ...base.clinic, ...d.clinic },
+    };
+  });
+  const claimed = new Map<string, string>();
+  for (const profile of [defaultProfile, ...dialects]) {
+    for (const { tables } of profile.insurance.subscriberRelationship) {
+      const unknown = tables.find((t) => !codeTables.relationshipTables.has(t));
+      if (unknown) throw new Error(`mappings/hl7 profile ${profile.name}: relationship table ${unknown} is not in mappings/hl7/relationship.json`);
+    }
+    for (const app of profile.sendingApplications) {
+      const other = claimed.get(app.toUpperCase());
+      if (other) throw new Error(`mappings/${DIALECTS}: sending application ${app} is claimed by both ${other} and ${profile.name}`);
+      claimed.set(app.toUpperCase(), profile.name);
+    }
+  }
+  return { defaultProfile, dialects, codeTables };
+}
+
+/** The dialect naming this sending application (MSH-3), else the default profile. */
+export function profileFor(mappings: Hl7Mappings, sendingApplication: string): Hl7Profile {
+  const app = sendingApplication.trim().toUpperCase();
+  return mappings.dialects.find((d) => d.sendingApplications.some((a) => a.toUpperCase() === app)) ?? mappings.defaultProfile;
+}
+
+function dialectFiles(dir: string): string[] {
+  try {
+    return readdirSync(path.join(dir, DIALECTS))
+      .filter((f) => f.endsWith('.json'))
+      .sort();
+  } catch {
+    return [];
+  }
+}
+
+function withoutComment<T extends { $comment?: string | undefined }>(file: T): Omit<T, '$comment'> {
+  const { $comment: _comment, ...rest } = file;
+  return rest;
+}

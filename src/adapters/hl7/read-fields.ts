@@ -1,0 +1,54 @@
+import type { FieldPath } from './field-path';
+import type { Hl7Segment } from './hl7-message';
+import type { Hl7Problem } from './hl7-errors';
+
+/**
+ * Reading a profile entry: an ordered list of paths, the first one with a value wins. A scope is
+ * the segments a path may be read from (the whole message, or one insurance group).
+ */
+export interface Found {
+  value: string;
+  path: FieldPath;
+  segment: Hl7Segment;
+}
+
+export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Found | undefined {
+  for (const path of paths) {
+    for (const segment of scope) {
+      if (segment.name !== path.segment) continue;
+      const value = segment.value(path.field, path.component ?? 1, path.subcomponent ?? 1).trim();
+      if (value) return { value, path, segment };
+    }
+  }
+  return undefined;
+}
+
+/** Every occurrence of a whole field that has something in it, in path order (for composite data). */
+export function* fieldsWithValues(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Generator<{ segment: Hl7Segment; path: FieldPath }> {
+  for (const path of paths) {
+    for (const segment of scope) {
+      if (segment.name !== path.segment) continue;
+      const raw = segment.rawField(path.field).trim();
+      if (raw !== '' && raw !== '""') yield { segment, path };
+    }
+  }
+}
+
+export type Where = Pick<Hl7Problem, 'segment' | 'sequence' | 'field' | 'component'>;
+
+export function whereFound(found: { segment: Hl7Segment; path: FieldPath }): Where {
+  return { segment: found.segment.name, sequence: found.segment.sequence, field: found.path.field, component: found.path.component };
+}
+
+/**
+ * Where to say a missing datum should have been: the first path whose segment the message has
+ * (a v2.3 sender is told SCH-11.4, not TQ1-7), else the first path.
+ */
+export function whereMissing(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Where {
+  for (const path of paths) {
+    const segment = scope.find((s) => s.name === path.segment);
+    if (segment) return { segment: segment.name, sequence: segment.sequence, field: path.field, component: path.component };
+  }
+  const path = paths[0];
+  return path ? { segment: path.segment, sequence: 1, field: path.field, component: path.component } : { segment: 'MSH', sequence: 1 };
+}

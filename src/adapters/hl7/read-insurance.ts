@@ -1,0 +1,157 @@
+import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../../domain';
+import type { CodeTables } from './code-tables';
+import { problemAt, type Hl7Problem } from './hl7-errors';
+import type { Hl7Message, Hl7Segment } from './hl7-message';
+import type { Hl7Profile } from './profile';
+import { firstValue, whereFound, whereMissing } from './read-fields';
+import { readDate, readName, type PatientDemographics } from './read-patient';
+
+/**
+ * Insurance from IN1 groups (an IN1 and what follows it up to the next IN1: its IN2, IN3 and any
+ * Z-segment), wherever they appear: the standard puts them in ADT, many dental PMSs put them in
+ * SIU too.
+ */
+export interface InsuranceReading {
+  /** Whether the message carried insurance at all (an IN1); without one the last known applies. */
+  present: boolean;
+  /** In coordination-of-benefits order; empty when every IN1 said self-pay. */
+  coverages: KnownCoverage[];
+}
+
+const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
+
+export function insuranceGroups(message: Hl7Message): Hl7Segment[][] {
+  const groups: Hl7Segment[][] = [];
+  for (const segment of message.segments) {
+    if (segment.name === 'IN1') groups.push([segment]);
+    else groups[groups.length - 1]?.push(segment);
+  }
+  return groups;
+}
+
+export function readInsurance(
+  message: Hl7Message,
+  profile: Hl7Profile,
+  codes: CodeTables,
+  patient: PatientDemographics,
+  problems: Hl7Problem[],
+): InsuranceReading {
+  const all = insuranceGroups(message);
+  const groups = all.filter((group) => !isSelfPay(group, profile));
+  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
+  if (read.length > ORDERS.length) {
+    const extra = read[ORDERS.length]?.group[0];
+    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
+  }
+  const declared = read.map(({ group }) => declaredOrder(group, profile));
+  // Declared priorities are used only when they are complete and distinct; otherwise IN1 order.
+  const useDeclared = declared.every((o) => o !== undefined) && new Set(declared).size === declared.length;
+  const coverages = read
+    .map(({ coverage }, i) => ({ coverage, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 }))
+    .sort((a, b) => a.rank - b.rank)
+    .flatMap(({ coverage }, i) => {
+      const order = ORDERS[i];
+      return coverage && order ? [{ ...coverage, coverage: { ...coverage.coverage, order } }] : [];
+    });
+  return { present: all.length > 0, coverages };
+}
+
+function isSelfPay(group: Hl7Segment[], profile: Hl7Profile): boolean {
+  return profile.insurance.selfPay.some(({ path, values }) => {
+    const found = firstValue(group, [path]);
+    return found !== undefined && values.some((v) => v.toUpperCase() === found.value.toUpperCase());
+  });
+}
+
+function declaredOrder(group: Hl7Segment[], profile: Hl7Profile): number | undefined {
+  for (const path of profile.insurance.order) {
+    const value = firstValue(group, [path])?.value;
+    if (value && /^[1-3]$/.test(value)) return Number(value);
+  }
+  return undefined;
+}
+
+function readOne(
+  group: Hl7Segment[],
+  profile: Hl7Profile,
+  codes: CodeTables,
+  patient: PatientDemographics,
+  problems: Hl7Problem[],
+): KnownCoverage | undefined {
+  const paths = profile.insurance;
+  const scope = { segments: group };
+  const text = (p: typeof paths.payerId) => firstValue(group, p)?.value;
+  const payerId = text(paths.payerId);
+  const payerName = text(paths.payerName);
+  if (!payerId && !payerName) problems.push(problemAt(whereMissing(group, [...paths.payerId, ...paths.payerName]), 101, 'payer id and name missing'));
+  const memberId = text(paths.subscriberMemberId);
+  if (!memberId) problems.push(problemAt(whereMissing(group, paths.subscriberMemberId), 101, 'member id missing'));
+
+  const relationship = readRelationship(group, profile, codes, patient, problems);
+  const self = relationship === 'self';
+  const named = firstValue(group, paths.subscriberName) !== undefined;
+  // IN1-16 left empty for the patient's own plan means the patient; for anyone else it is missing.
+  const name = named || (relationship !== undefined && !self) ? readName(scope, paths.subscriberName, 'subscriber', problems) : self ? patient : undefined;
+  const birthDate = readDate(scope, paths.subscriberBirthDate, 'subscriber birth date', problems, false) ?? (self ? patient.birthDate : undefined);
+
+  if (!relationship || !name || !memberId || (!payerId && !payerName)) return undefined;
+  const subscriber: Subscriber = {
+    firstName: name.firstName,
+    ...(name.middleName && { middleName: name.middleName }),
+    lastName: name.lastName,
+    ...(birthDate && { birthDate }),
+    memberId,
+    relationship,
+  };
+  const groupNumber = text(paths.groupNumber);
+  const groupName = text(paths.groupName);
+  const planName = text(paths.planName);
+  const patientMemberId = text(paths.patientMemberId);
+  return {
+    coverage: {
+      order: 'primary', // replaced once every group is read
+      payer: { ...(payerName && { name: payerName }), ...(payerId && { id: payerId }) },
+      ...(groupNumber && { groupNumber }),
+      ...(groupName && { groupName }),
+      ...(planName && { planName }),
+    },
+    subscriber,
+    ...(patientMemberId && { patientMemberId }),
+  };
+}
+
+/**
+ * IN1-17 by the tables the profile names for it. When no relationship is given, the subscriber
+ * is the patient only if IN1-16 is empty or names the patient (and IN1-18, if present, is the
+ * patient's birth date): many PMSs leave IN1-17 empty for the patient's own plan.
+ */
+function readRelationship(
+  group: Hl7Segment[],
+  profile: Hl7Profile,
+  codes: CodeTables,
+  patient: PatientDemographics,
+  problems: Hl7Problem[],
+): Relationship | undefined {
+  const entries = profile.insurance.subscriberRelationship;
+  for (const { path, tables } of entries) {
+    const found = firstValue(group, [path]);
+    if (!found) continue;
+    const relationship = codes.relationship(found.value, tables);
+    if (!relationship) problems.push(problemAt(whereFound(found), 103, `relationship code is not in ${tables.map(tableName).join(' or ')}`));
+    return relationship;
+  }
+  const paths = profile.insurance;
+  const silent: Hl7Problem[] = [];
+  const name = firstValue(group, paths.subscriberName) ? readName({ segments: group }, paths.subscriberName, 'subscriber', silent) : undefined;
+  const birthDate = readDate({ segments: group }, paths.subscriberBirthDate, 'subscriber birth date', silent, false);
+  const sameName = name === undefined || (same(name.lastName, patient.lastName) && same(name.firstName, patient.firstName));
+  if (silent.length === 0 && sameName && (birthDate === undefined || birthDate === patient.birthDate)) return 'self';
+  problems.push(problemAt(whereMissing(group, entries.map((e) => e.path)), 101, 'relationship to patient missing'));
+  return undefined;
+}
+
+const same = (a: string, b: string) => a.trim().toUpperCase() === b.trim().toUpperCase();
+
+function tableName(table: string): string {
+  return /^\d+$/.test(table) ? `table ${table}` : table.toUpperCase();
+}

@@ -1,0 +1,33 @@
+/**
+ * Real files and feeds end segments with CR, LF or CRLF, carry blank lines, byte-order marks and
+ * stray MLLP bytes, wrap messages in file and batch envelopes (FHS/BHS ... BTS/FTS) or simply put
+ * one message after another. These helpers turn all of that into one CR-separated text per message.
+ */
+
+const ENVELOPE = new Set(['FHS', 'BHS', 'BTS', 'FTS']);
+
+/** The segments of a text, in order, without blank lines or framing bytes. */
+export function segmentLines(text: string): string[] {
+  return text
+    .replace(/^\uFEFF/, '')
+    .replace(/[\x0b\x1c]/g, '')
+    .split(/\r\n|\r|\n/)
+    .filter((line) => line.trim() !== '');
+}
+
+/**
+ * Splits a file into messages: each MSH starts one, envelope segments are dropped. Lines before
+ * the first MSH (other than envelopes) are kept as a message of their own, so the caller rejects
+ * them instead of losing them silently.
+ */
+export function splitMessages(text: string): string[] {
+  const messages: string[][] = [];
+  for (const line of segmentLines(text)) {
+    const id = line.slice(0, 3);
+    if (ENVELOPE.has(id)) continue;
+    const current = messages[messages.length - 1];
+    if (id === 'MSH' || current === undefined) messages.push([line]);
+    else current.push(line);
+  }
+  return messages.map((segments) => segments.join('\r'));
+}

@@ -1,0 +1,121 @@
+import type { Command } from 'commander';
+import * as z from 'zod';
+import { loadClinicRouting } from '../adapters/clinic-routing';
+import {
+  describeProblems,
+  handleHl7Message,
+  InMemoryPatientInsuranceStore,
+  loadHl7Mappings,
+  splitMessages,
+  type Hl7Outcome,
+} from '../adapters/hl7';
+import { IsoInstant, type EligibilityCheck, type PayerResolver } from '../domain';
+import { PayerCatalog } from '../verification/payer-catalog';
+import { requestFromCheck } from '../verification/request-from-check';
+import type { VerificationRequest } from '../verification/wire';
+import { CliError, readInput, writeJson, type CliIo } from './io';
+
+interface ConvertHl7Options {
+  as: string;
+  catalog?: string;
+  portal?: string;
+  receivedAt?: string;
+}
+
+export function registerConvertHl7(convert: Command, io: CliIo): void {
+  convert
+    .command('hl7 <file>')
+    .description(
+      'HL7 v2 SIU/ADT messages (one, several, or a batch file; `-` for stdin) to the eligibility checks they make, as one JSON array. ' +
+        'Messages run in file order through one in-memory patient store, so an ADT earlier in the file gives a SIU its insurance; ' +
+        'checks a later message reschedules or cancels are left out.',
+    )
+    .option('--as <shape>', 'check (EligibilityCheck) or request (the v2 verification request body)', 'check')
+    .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer and its portal')
+    .option('--portal <id>', 'with --as request: the portal to verify on, for payers the catalog does not settle')
+    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output')
+    .action(async (file: string, opts: ConvertHl7Options) => {
+      if (opts.as !== 'check' && opts.as !== 'request') throw new CliError(`--as: must be check or request`, 2);
+      const receivedAt = opts.receivedAt ?? new Date().toISOString();
+      if (!IsoInstant.safeParse(receivedAt).success) throw new CliError('--received-at: must be an ISO 8601 date-time with offset', 2);
+      const resolver = opts.catalog ? await loadCatalog(opts.catalog) : undefined;
+      const checks = await convertHl7(await readInput(io, file), { receivedAt, resolver }, file);
+      writeJson(io, opts.as === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
+    });
+}
+
+/** Every message in order; the checks still pending at the end of the file, in the order they arose. */
+async function convertHl7(text: string, options: { receivedAt: string; resolver: PayerResolver | undefined }, file: string): Promise<EligibilityCheck[]> {
+  const messages = splitMessages(text);
+  if (messages.length === 0) throw new CliError(`${file === '-' ? 'stdin' : file}: no HL7 message found`);
+  const handlerOptions = {
+    mappings: loadHl7Mappings(),
+    routing: loadClinicRouting(),
+    store: new InMemoryPatientInsuranceStore(),
+    resolver: options.resolver,
+    receivedAt: options.receivedAt,
+  };
+  const pending = new Map<string, EligibilityCheck>();
+  for (const [index, message] of messages.entries()) {
+    const { header, outcome } = await handleHl7Message(message, handlerOptions);
+    if (outcome.kind === 'reject') throw new CliError(`${header?.controlId || `#${index + 1}`}: ${describeProblems(outcome.problems)}`);
+    apply(pending, outcome, header?.sendingFacility.split(header.delimiters.component)[0]);
+  }
+  return [...pending.values()];
+}
+
+function apply(pending: Map<string, EligibilityCheck>, outcome: Hl7Outcome, facility: string | undefined): void {
+  switch (outcome.kind) {
+    case 'book':
+    case 'reschedule':
+      for (const key of outcome.replacedKeys) pending.delete(key);
+      for (const check of outcome.checks) pending.set(check.idempotencyKey, check);
+      return;
+    case 'cancel':
+      for (const key of outcome.keys) pending.delete(key);
+      // A cancellation without a patient names no keys: withdraw by appointment id.
+      for (const [key, check] of pending) {
+        if (check.source.kind === 'hl7' && check.source.appointmentId === outcome.appointmentId && check.source.sendingFacility === facility) {
+          pending.delete(key);
+        }
+      }
+      return;
+    case 'record':
+    case 'ignore':
+    case 'reject':
+      return;
+  }
+}
+
+function asRequest(check: EligibilityCheck, portal: string | undefined): VerificationRequest {
+  const label = check.source.kind === 'hl7' ? check.source.messageControlId : check.idempotencyKey;
+  const resolution = check.coverage.resolution;
+  if (!portal) {
+    const problem =
+      resolution === undefined
+        ? 'payer not resolved to a portal; pass --catalog or --portal'
+        : resolution.status === 'unknown'
+          ? 'payer not in the catalog; pass --portal'
+          : resolution.status === 'ambiguous'
+            ? 'payer matches several catalog payers; pass --portal'
+            : resolution.syncPortals.length === 0
+              ? 'payer has no portal for synchronous verification; pass --portal'
+              : undefined;
+    if (problem) throw new CliError(`${label}: IN1-3/IN1-4: ${check.coverage.order} ${problem}`);
+  }
+  try {
+    return requestFromCheck(check, portal ? { portalId: portal } : {});
+  } catch (err) {
+    if (!(err instanceof z.ZodError)) throw err;
+    const issue = err.issues[0];
+    throw new CliError(`${label}: request ${issue?.path.map(String).join('.') || '(body)'}: ${issue?.message ?? 'invalid'}`);
+  }
+}
+
+async function loadCatalog(file: string): Promise<PayerCatalog> {
+  try {
+    return await PayerCatalog.load(file);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+}

@@ -1,0 +1,216 @@
+import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
+import { handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
+import type { PatientInsuranceStore } from '../../../src/domain';
+import { fixturePayers } from './fixture-payers';
+import { segment } from './segment';
+
+/**
+ * The adapter as a specification: messages built inline, one comment per field naming where it
+ * must land, then asserted field by field.
+ */
+const mappings = loadHl7Mappings();
+const routing = loadClinicRouting();
+const receivedAt = '2024-05-01T12:00:00.000Z';
+
+function run(segments: string[], store: PatientInsuranceStore = new InMemoryPatientInsuranceStore(), withResolver = true): Promise<Hl7Result> {
+  return handleHl7Message(segments.join('\r'), { mappings, routing, store, receivedAt, ...(withResolver && { resolver: fixturePayers }) });
+}
+
+const msh = (type: string, id = 'C1', facility = 'BSD-MAIN', version = '2.5.1') => `MSH|^~\\&|SMILECLOUD|${facility}|ELIG|BSD|20240501||${type}|${id}|P|${version}`;
+const SCH = 'SCH|APT-1^SC|||||^New|||||^^^20240610093000';
+const PID = 'PID|1||P-1^^^SC^MR||DOE^JANE^Q||19800102|F';
+
+function checksOf(result: Hl7Result) {
+  const outcome: Hl7Outcome = result.outcome;
+  if (outcome.kind !== 'book' && outcome.kind !== 'reschedule') throw new Error(`expected checks, got ${outcome.kind}: ${JSON.stringify(outcome)}`);
+  return outcome.checks;
+}
+
+describe('SIU^S12 with insurance: where each field goes', () => {
+  it('maps the default profile field by field', async () => {
+    const result = await run([
+      msh('SIU^S12^SIU_S12', 'CTRL-9'), // source.messageControlId, source.messageType SIU^S12; MSH-4 → clinic (BSD-MAIN)
+      'SCH|APT-1^SC|FILLER-7^SC||||^New|||||^^^20240610093000', // SCH-2 → appointment id (before SCH-1); SCH-11.4 → dateOfService
+      'PID|1||P-1^^^SC^MR~X-9^^^OTHER^PI||DOE^JANE^Q||19800102|F', // PID-3 → identifiers; PID-5 → names; PID-7 → birthDate; PID-8 → gender
+      segment('IN1', {
+        1: '1', // set id: the order, IN1-22 being empty
+        2: 'PLN^Gold Plan', // IN1-2.2 → coverage.planName
+        3: 'CDCA1', // → coverage.payer.id
+        4: 'Delta Dental of California', // → coverage.payer.name
+        8: 'G-100', // → coverage.groupNumber
+        9: 'ACME', // → coverage.groupName
+        16: 'DOE^JOHN^R', // → subscriber names
+        17: 'SPO', // → subscriber.relationship (table 0063)
+        18: '19790303', // → subscriber.birthDate
+        36: 'M-555', // → subscriber.memberId
+      }),
+      segment('IN2', { 1: '1', 61: 'DEP-1' }), // IN2-61 → patient.memberId
+      'AIP|1||1234567893^CHEN^LAURA', // AIP-3 → provider npi and name
+    ]);
+    expect(result.ackCode).toBe('AA');
+    const [check] = checksOf(result);
+    expect(check).toEqual({
+      idempotencyKey: expect.stringMatching(/^elig_[0-9a-f]{32}$/),
+      source: {
+        kind: 'hl7',
+        messageControlId: 'CTRL-9',
+        messageType: 'SIU^S12',
+        sendingApplication: 'SMILECLOUD',
+        sendingFacility: 'BSD-MAIN',
+        appointmentId: 'FILLER-7',
+        receivedAt,
+      },
+      clinicId: 'cln_sandbox_main',
+      patient: {
+        firstName: 'JANE',
+        middleName: 'Q',
+        lastName: 'DOE',
+        birthDate: '1980-01-02',
+        gender: 'female',
+        identifiers: [
+          { value: 'P-1', system: 'SC', type: 'MR' },
+          { value: 'X-9', system: 'OTHER', type: 'PI' },
+        ],
+        memberId: 'DEP-1',
+      },
+      subscriber: { firstName: 'JOHN', middleName: 'R', lastName: 'DOE', birthDate: '1979-03-03', memberId: 'M-555', relationship: 'spouse' },
+      coverage: {
+        order: 'primary',
+        payer: { name: 'Delta Dental of California', id: 'CDCA1' },
+        resolution: expect.objectContaining({ status: 'resolved', primaryPayerId: 'DDCA01' }),
+        groupNumber: 'G-100',
+        groupName: 'ACME',
+        planName: 'Gold Plan',
+      },
+      provider: { npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' },
+      dateOfService: '2024-06-10',
+    });
+  });
+
+  it('takes the subscriber from PID when IN1-17 says self and IN1-16/18 are empty', async () => {
+    const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' })]));
+    expect(check?.subscriber).toEqual({ firstName: 'JANE', middleName: 'Q', lastName: 'DOE', birthDate: '1980-01-02', memberId: 'M-1', relationship: 'self' });
+  });
+
+  it('reads an empty IN1-17 as self only when IN1-16 is empty or names the patient', async () => {
+    const self = await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 16: 'DOE^JANE', 36: 'M-1' })]);
+    expect(checksOf(self)[0]?.subscriber.relationship).toBe('self');
+    const other = await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 16: 'DOE^JOHN', 36: 'M-1' })]);
+    expect(other.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', field: 17, reason: 'relationship to patient missing', code: 101 })] });
+  });
+
+  it('orders coverages by IN1-22 when every IN1 gives a distinct priority, else by IN1 order', async () => {
+    const in1 = (set: number, payer: string, priority: string) => segment('IN1', { 1: `${set}`, 3: payer, 4: `P${set}`, 17: 'SEL', 22: priority, 36: `M-${set}` });
+    const declared = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', '2'), in1(2, '65978', '1')]));
+    expect(declared.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '65978'], ['secondary', '62308']]);
+    const clash = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', '1'), in1(2, '65978', '1')]));
+    expect(clash.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '62308'], ['secondary', '65978']]);
+  });
+
+  it('rejects a fourth insurance rather than drop it', async () => {
+    const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
+    const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
+    expect(result.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', sequence: 4, reason: 'more than three insurances' })] });
+  });
+
+  it('leaves the resolution out when no catalog is at hand, and writes unknown gender codes as unknown', async () => {
+    const [check] = checksOf(await run([msh('SIU^S12'), SCH, 'PID|1||P-1^^^SC^MR||DOE^JANE||19800102|Z', segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' })], undefined, false));
+    expect(check?.coverage).not.toHaveProperty('resolution');
+    expect(check?.patient.gender).toBe('unknown');
+  });
+
+  it('collects every problem of a message, each naming its field, none its value', async () => {
+    const result = await run([msh('SIU^S12'), 'SCH|APT-1', 'PID|1||P-1^^^SC^MR||DOE||1980', segment('IN1', { 1: '1', 17: 'ZZ' })]);
+    expect(result.ackCode).toBe('AE');
+    const problems = result.outcome.kind === 'reject' ? result.outcome.problems : [];
+    expect(problems.map((p) => `${p.segment}-${p.field}: ${p.reason} (${p.code})`)).toEqual([
+      'PID-5: patient family or given name missing (101)',
+      'PID-7: birth date needs year, month and day (102)',
+      'SCH-11: appointment start missing (101)',
+    ]);
+  });
+});
+
+describe('the patient insurance store', () => {
+  const adt = (event: string, id: string, in1?: string) => [msh(`ADT^${event}^ADT_A01`, id), `EVN|${event}|20240501`, PID, 'PV1|1|O', ...(in1 ? [in1] : [])];
+  const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+  const metlife = segment('IN1', { 1: '1', 3: '65978', 4: 'MetLife', 17: 'SEL', 36: 'ML-1' });
+
+  it('gives a SIU without IN1 the insurance of an earlier ADT, and keeps it through an ADT without IN1', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    expect((await run(adt('A04', 'A1', delta), store)).outcome).toEqual({ kind: 'record', coverageCount: 1, insuranceReceived: true });
+    expect((await run(adt('A08', 'A2'), store)).outcome).toEqual({ kind: 'record', coverageCount: 1, insuranceReceived: false });
+    const [check] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID], store));
+    expect(check?.coverage.payer).toEqual({ name: 'Delta Dental of California', id: 'CDCA1' });
+    expect(check?.source).toMatchObject({ kind: 'hl7', messageControlId: 'S1' });
+  });
+
+  it('gives a SIU without IN1 the insurance of an earlier SIU that had one', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run([msh('SIU^S12', 'S1'), SCH, PID, metlife], store);
+    const later = checksOf(await run([msh('SIU^S12', 'S2'), SCH.replace('APT-1', 'APT-2').replace('20240610', '20240710'), PID], store));
+    expect(later.map((c) => c.subscriber.memberId)).toEqual(['ML-1']);
+  });
+
+  it('forgets insurance when an ADT says self pay, so the next appointment makes no check', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(adt('A04', 'A1', delta), store);
+    await run(adt('A08', 'A2', segment('IN1', { 1: '1', 2: 'SELFPAY', 17: 'SEL' })), store);
+    const result = await run([msh('SIU^S12'), SCH, PID], store);
+    expect(result.outcome).toEqual({ kind: 'book', appointmentId: 'APT-1', checks: [], replacedKeys: [], selfPay: true });
+  });
+
+  it('keeps patients of different facilities apart, even with the same PID-3', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(adt('A04', 'A1', delta), store);
+    const elsewhere = await run([msh('SIU^S12', 'S1', 'BSD-NORTH'), SCH, PID], store);
+    expect(checksOf(elsewhere)).toEqual([]);
+  });
+
+  it('names the keys a reschedule replaces and a cancellation withdraws', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const [booked] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID, delta], store));
+    const moved = await run([msh('SIU^S13', 'S2'), SCH.replace('20240610', '20240617'), PID], store);
+    const [rekeyed] = checksOf(moved);
+    expect(moved.outcome).toMatchObject({ kind: 'reschedule', appointmentId: 'APT-1', replacedKeys: [booked?.idempotencyKey] });
+    expect(rekeyed?.idempotencyKey).not.toBe(booked?.idempotencyKey);
+    expect((await run([msh('SIU^S15', 'S3'), SCH, PID], store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-1', keys: [rekeyed?.idempotencyKey] });
+    expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
+  });
+
+  it('lets a store failure through, so the listener answers AR and keeps the message', async () => {
+    const failing: PatientInsuranceStore = {
+      get: async () => undefined,
+      put: async () => {
+        throw new Error('disk full');
+      },
+    };
+    await expect(run([msh('SIU^S12'), SCH, PID, delta], failing)).rejects.toThrow('disk full');
+  });
+});
+
+describe('message types and headers', () => {
+  it('acknowledges and ignores other SIU and ADT events', async () => {
+    expect((await run([msh('SIU^S26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
+    expect((await run([msh('ADT^A40'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A40 does not change eligibility' });
+  });
+
+  it.each([
+    ['ORM^O01', '2.5.1', 'MSH-9: message type ORM is not supported', 200],
+    ['SIU^S12', '2.2', 'MSH-12: version 2.2 is not supported (2.3 to 2.8)', 203],
+    ['SIU^S12', '', 'MSH-12: version missing', 101],
+    ['SIU', '2.5.1', 'MSH-9: message type or trigger event missing', 101],
+  ])('rejects %s v%j with AR', async (type, version, text, code) => {
+    const result = await run([msh(type, 'C1', 'BSD-MAIN', version), SCH, PID]);
+    expect(result.ackCode).toBe('AR');
+    const [problem] = result.outcome.kind === 'reject' ? result.outcome.problems : [];
+    expect(`${problem?.segment}-${problem?.field}: ${problem?.reason}`).toBe(text);
+    expect(problem?.code).toBe(code);
+  });
+
+  it('accepts every version from 2.3 to 2.8', async () => {
+    for (const version of ['2.3', '2.3.1', '2.4', '2.5', '2.5.1', '2.6', '2.7', '2.7.1', '2.8', '2.8.1', '2.8.2']) {
+      expect((await run([msh('SIU^S26', 'C1', 'BSD-MAIN', version), SCH, PID])).ackCode).toBe('AA');
+    }
+  });
+});

@@ -1,0 +1,91 @@
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { loadHl7Mappings, profileFor } from '../../../src/adapters/hl7';
+import { mappingsDir } from '../../../src/mapping-files';
+
+describe('the shipped HL7 mappings', () => {
+  const mappings = loadHl7Mappings();
+
+  it('load, with the default profile and the MolarPMS dialect', () => {
+    expect(mappings.defaultProfile.name).toBe('default');
+    expect(mappings.dialects.map((d) => d.name)).toContain('molarpms');
+  });
+
+  it('select a dialect by MSH-3 regardless of case, and the default for anyone else', () => {
+    expect(profileFor(mappings, 'molarpms').name).toBe('molarpms');
+    expect(profileFor(mappings, 'SOMEOTHERPMS').name).toBe('default');
+  });
+
+  it('let a dialect replace single entries and inherit the rest', () => {
+    const molar = profileFor(mappings, 'MOLARPMS');
+    expect(molar.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-49', 'ZIN-2', 'IN2-61']);
+    expect(mappings.defaultProfile.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-36', 'IN1-49', 'IN2-61']);
+    expect(molar.insurance.payerId).toEqual(mappings.defaultProfile.insurance.payerId);
+    expect(molar.events).toEqual(mappings.defaultProfile.events);
+  });
+
+  it('map relationship codes by the tables a field names: the same code means different things in X12 and table 0344', () => {
+    const { codeTables } = mappings;
+    expect(codeTables.relationship('sel', ['0063', 'x12'])).toBe('self');
+    expect(codeTables.relationship('18', ['0063', 'x12'])).toBe('self');
+    expect(codeTables.relationship('01', ['0063', 'x12'])).toBe('spouse');
+    expect(codeTables.relationship('01', ['0344'])).toBe('self');
+    expect(codeTables.relationship('19', ['x12'])).toBe('child');
+    expect(codeTables.relationship('G8', ['x12'])).toBe('other');
+    expect(codeTables.relationship('CHD', ['0344'])).toBeUndefined();
+  });
+
+  it('map table 0001 to FHIR gender, an unlisted code being unknown', () => {
+    expect(['F', 'M', 'O', 'U', 'A', 'N', 'Q'].map((c) => mappings.codeTables.gender(c))).toEqual([
+      'female', 'male', 'other', 'unknown', 'other', 'other', 'unknown',
+    ]);
+  });
+});
+
+describe('a bad mapping edit fails at load, naming the file and the entry', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'hl7-mappings-'));
+    await cp(path.join(mappingsDir(), 'hl7'), path.join(dir, 'hl7'), { recursive: true });
+  });
+  afterEach(() => rm(dir, { recursive: true, force: true }));
+
+  const edit = async (file: string, change: (json: Record<string, unknown>) => void) => {
+    const full = path.join(dir, 'hl7', file);
+    const json = JSON.parse(await readFile(full, 'utf8')) as Record<string, unknown>;
+    change(json);
+    await writeFile(full, JSON.stringify(json));
+  };
+
+  it('a path that is not a field path', async () => {
+    await edit('default.json', (j) => ((j.patient as Record<string, unknown>).birthDate = ['PID7']));
+    expect(() => loadHl7Mappings(dir)).toThrow(/^mappings\/hl7\/default\.json: patient\.birthDate\.0: "PID7" is not a field path/);
+  });
+
+  it('a component where a whole field is needed', async () => {
+    await edit('default.json', (j) => ((j.patient as Record<string, unknown>).name = ['PID-5.1']));
+    expect(() => loadHl7Mappings(dir)).toThrow(/default\.json: patient\.name\.0: must name a whole field/);
+  });
+
+  it('an unknown entry in a dialect', async () => {
+    await edit('dialects/molarpms.json', (j) => ((j.insurance as Record<string, unknown>).memberNumber = ['IN1-49']));
+    expect(() => loadHl7Mappings(dir)).toThrow(/dialects\/molarpms\.json: insurance/);
+  });
+
+  it('a relationship table that does not exist', async () => {
+    await edit('dialects/molarpms.json', (j) => ((j.insurance as Record<string, unknown>).subscriberRelationship = [{ path: 'IN1-17', tables: ['0099'] }]));
+    expect(() => loadHl7Mappings(dir)).toThrow(/molarpms: relationship table 0099 is not in mappings\/hl7\/relationship\.json/);
+  });
+
+  it('two dialects claiming one sending application', async () => {
+    await cp(path.join(dir, 'hl7/dialects/molarpms.json'), path.join(dir, 'hl7/dialects/copy.json'));
+    await edit('dialects/copy.json', (j) => (j.name = 'copy'));
+    expect(() => loadHl7Mappings(dir)).toThrow(/sending application MOLARPMS is claimed by both/);
+  });
+
+  it('a folder without dialects is fine', async () => {
+    await rm(path.join(dir, 'hl7', 'dialects'), { recursive: true });
+    expect(loadHl7Mappings(dir).dialects).toEqual([]);
+  });
+});
