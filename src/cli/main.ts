@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { CliError, type CliIo } from './io';
 import { registerSandbox } from './sandbox';
@@ -17,6 +18,7 @@ export function buildProgram(io: CliIo): Command {
   registerSandbox(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   registerConvertHl7(convert, io);
+  registerConvertFhir(convert, io);
   return program;
 }
 

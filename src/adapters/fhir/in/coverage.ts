@@ -1,0 +1,182 @@
+import { CoverageOrder, type PayerAsNamed, type Relationship, type Subscriber } from '../../../domain';
+import type { FhirIssue } from '../operation-outcome';
+import { systemUrl } from '../systems';
+import type { AnyResource, BundleIndex } from './bundle-index';
+import { payerAsNamed } from './payer';
+import { birthDate, identifierType, personName } from './person';
+import { relationshipOf } from './relationship';
+import { Coverage, Organization, parseResource, Patient, Reference, RelatedPerson, type Identifier } from './shapes';
+
+export interface ActiveCoverage {
+  raw: AnyResource;
+  coverage: Coverage;
+}
+
+/**
+ * The patient's coverages to verify: status active, not self-pay, ordered by Coverage.order
+ * (absent order after the ordered ones, then in Bundle order).
+ */
+export function activeCoverages(index: BundleIndex, patient: AnyResource, issues: FhirIssue[]): ActiveCoverage[] {
+  const found: ActiveCoverage[] = [];
+  for (const raw of index.ofType('Coverage')) {
+    // Another patient's coverage is none of our business, even when it is malformed.
+    const beneficiary = Reference.safeParse(raw.beneficiary);
+    if (!beneficiary.success) continue;
+    const resolved = index.resolve(beneficiary.data, ['Patient'], raw);
+    if (resolved.kind !== 'found' || resolved.resource !== patient) continue;
+    const coverage = parseResource(Coverage, raw, index.entryPath(raw), issues);
+    if (!coverage || coverage.status !== 'active' || isSelfPay(coverage)) continue;
+    found.push({ raw, coverage });
+  }
+  const rank = (c: ActiveCoverage) => c.coverage.order ?? Number.POSITIVE_INFINITY;
+  return found.sort((a, b) => rank(a) - rank(b));
+}
+
+function isSelfPay(coverage: Coverage): boolean {
+  return (coverage.type?.coding ?? []).some((c) => c.system === systemUrl('coverageSelfPay') && c.code === 'pay');
+}
+
+const ORDERS = CoverageOrder.options;
+
+/**
+ * Coverage.order 1/2/3 is primary/secondary/tertiary; a coverage without one takes the first
+ * rank no other coverage claims. Duplicates and a fourth coverage are errors, not guesses.
+ */
+export function coverageOrders(coverages: ActiveCoverage[], issues: FhirIssue[]): Array<CoverageOrder | undefined> {
+  const claimed = new Set<number>();
+  const orders = coverages.map(({ coverage }, i): CoverageOrder | undefined => {
+    const order = coverage.order;
+    if (order === undefined) return undefined;
+    if (!Number.isInteger(order) || order < 1 || order > ORDERS.length) {
+      issues.push({ expression: `Coverage[${i}].order`, diagnostics: `must be 1, 2 or 3 (primary, secondary, tertiary)`, code: 'value' });
+      return undefined;
+    }
+    if (claimed.has(order)) {
+      issues.push({ expression: `Coverage[${i}].order`, diagnostics: `another active coverage of this patient has order ${order}`, code: 'business-rule' });
+      return undefined;
+    }
+    claimed.add(order);
+    return ORDERS[order - 1];
+  });
+  return orders.map((order, i) => {
+    if (order !== undefined || coverages[i]?.coverage.order !== undefined) return order;
+    const free = [1, 2, 3].find((n) => !claimed.has(n));
+    if (free === undefined) {
+      issues.push({ expression: `Coverage[${i}]`, diagnostics: 'more than three active coverages: give Coverage.order', code: 'business-rule' });
+      return undefined;
+    }
+    claimed.add(free);
+    return ORDERS[free - 1];
+  });
+}
+
+export interface CoverageFacts {
+  payer: PayerAsNamed;
+  groupNumber: string | undefined;
+  groupName: string | undefined;
+  planName: string | undefined;
+  subscriber: Subscriber;
+  /** The beneficiary's own member id when the payer issues one apart from the subscriber's. */
+  patientMemberId: string | undefined;
+}
+
+/** What one coverage says about payer, plan and subscriber; issues name `Coverage[i]` elements. */
+export function coverageFacts(
+  index: BundleIndex,
+  { raw, coverage }: ActiveCoverage,
+  path: string,
+  patient: { raw: AnyResource; resource: Patient },
+  issues: FhirIssue[],
+): CoverageFacts | undefined {
+  const before = issues.length;
+  const memberIdentifier = (coverage.identifier ?? []).find((i) => identifierType(i) === 'MB' && i.value?.trim())?.value?.trim();
+  const memberId = coverage.subscriberId?.trim() || memberIdentifier;
+  if (!memberId) issues.push({ expression: `${path}.subscriberId`, diagnostics: 'required (or an identifier typed v2-0203#MB)', code: 'required' });
+
+  const subscriberPerson = subscriberOf(index, raw, coverage, path, patient, issues);
+  const relationship = relationshipFor(coverage, path, subscriberPerson?.resource === patient.resource, issues);
+  if (!coverage.subscriber && relationship && relationship !== 'self') {
+    issues.push({ expression: `${path}.subscriber`, diagnostics: `required when the relationship is ${relationship}`, code: 'required' });
+  }
+  const subscriberPath = subscriberPerson?.resource === patient.resource ? 'Patient' : `${path}.subscriber.resolve()`;
+  const name = subscriberPerson ? personName(subscriberPerson.resource.name, subscriberPath, issues) : undefined;
+  const dob = subscriberPerson ? birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false) : undefined;
+  const payer = payerOf(index, raw, coverage, path, issues);
+
+  if (issues.length > before || !name || !memberId || !relationship || !payer) return undefined;
+  const group = classOf(coverage, 'group');
+  return {
+    payer,
+    groupNumber: group?.value?.trim() || undefined,
+    groupName: group?.name?.trim() || undefined,
+    planName: classOf(coverage, 'plan')?.name?.trim() || undefined,
+    subscriber: { ...name, birthDate: dob, memberId, relationship },
+    patientMemberId: memberIdentifier && memberIdentifier !== memberId ? memberIdentifier : undefined,
+  };
+}
+
+function classOf(coverage: Coverage, type: 'group' | 'plan') {
+  return (coverage.class ?? []).find((c) => (c.type?.coding ?? []).some((t) => t.system === systemUrl('coverageClass') && t.code === type));
+}
+
+/** The subscriber: Coverage.subscriber (Patient or RelatedPerson), or the patient when absent. */
+function subscriberOf(
+  index: BundleIndex,
+  raw: AnyResource,
+  coverage: Coverage,
+  path: string,
+  patient: { raw: AnyResource; resource: Patient },
+  issues: FhirIssue[],
+): { resource: Patient | RelatedPerson } | undefined {
+  if (!coverage.subscriber) return { resource: patient.resource };
+  const resolved = index.resolve(coverage.subscriber, ['Patient', 'RelatedPerson'], raw);
+  if (resolved.kind !== 'found') {
+    issues.push({ expression: `${path}.subscriber`, diagnostics: resolved.problem, code: 'not-found' });
+    return undefined;
+  }
+  if (resolved.resource === patient.raw) return { resource: patient.resource };
+  const schema = resolved.resource.resourceType === 'Patient' ? Patient : RelatedPerson;
+  const person = parseResource(schema, resolved.resource, `${path}.subscriber.resolve()`, issues);
+  return person ? { resource: person } : undefined;
+}
+
+function relationshipFor(coverage: Coverage, path: string, subscriberIsPatient: boolean, issues: FhirIssue[]): Relationship | undefined {
+  if (!coverage.relationship) {
+    if (subscriberIsPatient) return 'self';
+    issues.push({ expression: `${path}.relationship`, diagnostics: 'required when the subscriber is not the patient', code: 'required' });
+    return undefined;
+  }
+  const mapped = relationshipOf(coverage.relationship);
+  if ('relationship' in mapped) return mapped.relationship;
+  issues.push({ expression: `${path}.relationship`, diagnostics: `${mapped.unmapped} is not in mappings/fhir/subscriber-relationship.json`, code: 'code-invalid' });
+  return undefined;
+}
+
+/** The first payor that is an Organization (or a logical reference to one) names the payer. */
+function payerOf(index: BundleIndex, raw: AnyResource, coverage: Coverage, path: string, issues: FhirIssue[]): PayerAsNamed | undefined {
+  const payors = coverage.payor ?? [];
+  for (const [i, ref] of payors.entries()) {
+    const resolved = index.resolve(ref, ['Organization', 'Patient', 'RelatedPerson'], raw);
+    if (resolved.kind === 'found') {
+      if (resolved.resource.resourceType !== 'Organization') continue;
+      const org = parseResource(Organization, resolved.resource, `${path}.payor[${i}].resolve()`, issues);
+      if (!org) return undefined;
+      return named(payerAsNamed(org.name, org.identifier), `${path}.payor[${i}].resolve().name`, issues);
+    }
+    const logical = ref.type === undefined || ref.type === 'Organization';
+    if (logical && !ref.reference && (ref.display || ref.identifier)) {
+      const identifiers: Identifier[] = ref.identifier ? [ref.identifier] : [];
+      return named(payerAsNamed(ref.display, identifiers), `${path}.payor[${i}]`, issues);
+    }
+    issues.push({ expression: `${path}.payor[${i}]`, diagnostics: resolved.problem, code: 'not-found' });
+    return undefined;
+  }
+  issues.push({ expression: `${path}.payor`, diagnostics: 'required: an Organization that names the payer', code: 'required' });
+  return undefined;
+}
+
+function named(payer: PayerAsNamed, path: string, issues: FhirIssue[]): PayerAsNamed | undefined {
+  if (payer.name || payer.id) return payer;
+  issues.push({ expression: path, diagnostics: 'the payer needs a name or a payer id', code: 'required' });
+  return undefined;
+}

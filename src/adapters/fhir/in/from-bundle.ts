@@ -1,0 +1,164 @@
+import { EligibilityCheck, idempotencyKey, IsoInstant, type PayerResolver, type Provider } from '../../../domain';
+import { resolveClinic, type ClinicRouting } from '../../clinic-routing';
+import { FhirInputError, type FhirIssue } from '../operation-outcome';
+import { BundleIndex, relativeTail, type AnyResource } from './bundle-index';
+import { activeCoverages, coverageFacts, coverageOrders } from './coverage';
+import { birthDate, gender, identifiers, personName } from './person';
+import { providerOf } from './provider';
+import { Appointment, Location, parseResource, Patient, Practitioner, pathOf, type Identifier, type Reference } from './shapes';
+
+export interface FhirInputOptions {
+  /** Which Appointment of the Bundle to verify; needed only when it holds several. */
+  appointmentId?: string;
+  routing: ClinicRouting;
+  /** A payer catalog; when given, each check carries the payer resolution. */
+  resolver?: PayerResolver;
+  /** When the event was received (ISO 8601 with offset). */
+  receivedAt: string;
+}
+
+/** Appointments in these states need no verification. */
+const NOT_TO_VERIFY = new Set(['cancelled', 'noshow', 'entered-in-error']);
+
+/**
+ * One EligibilityCheck per active coverage of the appointment's patient, primary first.
+ * Missing or invalid data throws FhirInputError naming every element at fault; a patient with no
+ * active coverage (self-pay) gives [].
+ */
+export function checksFromBundle(bundle: unknown, options: FhirInputOptions): EligibilityCheck[] {
+  const receivedAt = IsoInstant.safeParse(options.receivedAt);
+  if (!receivedAt.success) throw new FhirInputError([{ expression: 'receivedAt', diagnostics: receivedAt.error.issues[0]?.message ?? 'invalid', code: 'value' }]);
+  const index = new BundleIndex(bundle);
+  const issues: FhirIssue[] = [];
+
+  const appointmentRaw = findAppointment(index, options.appointmentId);
+  const appointment = parseResource(Appointment, appointmentRaw, 'Appointment', issues);
+  if (!appointment) throw new FhirInputError(issues);
+  if (appointment.status && NOT_TO_VERIFY.has(appointment.status)) return [];
+  const dateOfService = /^(\d{4}-\d{2}-\d{2})(T|$)/.exec(appointment.start ?? '')?.[1];
+  if (!dateOfService) {
+    issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
+  }
+
+  const patientRaw = participant(index, appointmentRaw, appointment, 'Patient', issues);
+  if (!patientRaw) throw new FhirInputError(issues);
+  const patientResource = parseResource(Patient, patientRaw, 'Patient', issues);
+  if (!patientResource) throw new FhirInputError(issues);
+  const coverages = activeCoverages(index, patientRaw, issues);
+  // Self-pay: nothing to verify, so nothing about the patient needs to be complete.
+  if (coverages.length === 0 && issues.length === 0) return [];
+  const name = personName(patientResource.name, 'Patient', issues);
+  const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
+  const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
+
+  const provider = practitionerOf(index, appointmentRaw, appointment, issues);
+  const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
+
+  const orders = coverageOrders(coverages, issues);
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, issues));
+  if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
+
+  return coverages.map((c, i) => {
+    const fact = facts[i];
+    const order = orders[i];
+    if (!fact || !order) throw new FhirInputError([{ expression: `Coverage[${i}]`, diagnostics: 'could not be read', code: 'processing' }]);
+    const check = {
+      clinicId,
+      patient: { ...name, birthDate: dob, gender: patientGender, identifiers: identifiers(patientResource.identifier), memberId: fact.patientMemberId },
+      subscriber: fact.subscriber,
+      coverage: {
+        order,
+        payer: fact.payer,
+        resolution: options.resolver?.resolve(fact.payer),
+        groupNumber: fact.groupNumber,
+        groupName: fact.groupName,
+        planName: fact.planName,
+      },
+      provider,
+      dateOfService,
+    };
+    const parsed = EligibilityCheck.safeParse({
+      ...check,
+      idempotencyKey: idempotencyKey(check),
+      source: {
+        kind: 'fhir',
+        appointment: index.relativeReference(appointmentRaw),
+        patient: index.relativeReference(patientRaw),
+        coverage: index.relativeReference(c.raw),
+        receivedAt: receivedAt.data,
+      },
+    });
+    if (!parsed.success) {
+      throw new FhirInputError(parsed.error.issues.map((e) => ({ expression: pathOf('EligibilityCheck', e.path), diagnostics: e.message, code: 'value' })));
+    }
+    return parsed.data;
+  });
+}
+
+function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {
+  const appointments = index.ofType('Appointment');
+  const found = appointmentId === undefined ? appointments : appointments.filter((a) => a.id === appointmentId);
+  if (found.length === 1 && found[0]) return found[0];
+  const diagnostics =
+    appointmentId !== undefined
+      ? `the bundle holds no Appointment with id ${appointmentId}`
+      : found.length === 0
+        ? 'the bundle holds no Appointment'
+        : `the bundle holds ${found.length} Appointments: name the one to verify`;
+  throw new FhirInputError([{ expression: 'Appointment', diagnostics, code: found.length === 0 ? 'not-found' : 'multiple-matches' }]);
+}
+
+/**
+ * The participant of a type: by its resolved resource, else by what its reference says it is.
+ * Undefined when there is none; a participant of that type that does not resolve is an issue.
+ */
+function participant(index: BundleIndex, raw: AnyResource, appointment: Appointment, type: string, issues: FhirIssue[]): AnyResource | undefined {
+  for (const p of appointment.participant ?? []) {
+    if (!p.actor) continue;
+    const resolved = index.resolve(p.actor, [type], raw);
+    if (resolved.kind === 'found') return resolved.resource;
+    if (claimsType(p.actor, type)) {
+      issues.push({ expression: `Appointment.participant.actor.where(resolve() is ${type})`, diagnostics: resolved.problem, code: 'not-found' });
+      return undefined;
+    }
+  }
+  if (type === 'Patient') issues.push({ expression: 'Appointment.participant', diagnostics: 'required: a participant whose actor is the Patient', code: 'required' });
+  return undefined;
+}
+
+function claimsType(ref: Reference, type: string): boolean {
+  return ref.type === type || new RegExp(`(^|/)${type}/[^/]+$`).test(ref.reference ?? '');
+}
+
+function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, issues: FhirIssue[]): Provider | undefined {
+  const found = participant(index, raw, appointment, 'Practitioner', issues);
+  if (!found) return undefined;
+  const practitioner = parseResource(Practitioner, found, 'Practitioner', issues);
+  return practitioner ? providerOf(practitioner, 'Practitioner', issues) : undefined;
+}
+
+/** The clinic from the appointment's Location (by reference, else by identifier), else the default. */
+function clinicOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, routing: ClinicRouting, issues: FhirIssue[]): string | undefined {
+  let hints: { fhirLocation: string | undefined; fhirLocationIdentifiers: Identifier[] } | undefined;
+  for (const p of appointment.participant ?? []) {
+    if (!p.actor || hints) continue;
+    const resolved = index.resolve(p.actor, ['Location'], raw);
+    if (resolved.kind === 'found') {
+      const location = parseResource(Location, resolved.resource, 'Location', issues);
+      hints = { fhirLocation: index.relativeReference(resolved.resource), fhirLocationIdentifiers: location?.identifier ?? [] };
+    } else if (claimsType(p.actor, 'Location')) {
+      // Routing by reference or identifier needs no Location resource.
+      const ref = p.actor.reference;
+      hints = { fhirLocation: ref && (relativeTail(ref) ?? ref), fhirLocationIdentifiers: p.actor.identifier ? [p.actor.identifier] : [] };
+    }
+  }
+  const clinicId = resolveClinic(routing, hints ?? {});
+  if (!clinicId) {
+    issues.push({
+      expression: hints ? 'Location' : 'Appointment.participant',
+      diagnostics: hints ? 'matches no clinic in mappings/clinics.json, which has no defaultClinicId' : 'no Location participant, and mappings/clinics.json has no defaultClinicId',
+      code: 'not-found',
+    });
+  }
+  return clinicId;
+}

@@ -1,0 +1,109 @@
+import type { EligibilityCheck } from '../../../domain';
+import { FhirInputError } from '../operation-outcome';
+import { relativeTail } from './bundle-index';
+import { checksFromBundle, type FhirInputOptions } from './from-bundle';
+import { Appointment, Coverage } from './shapes';
+
+/** What the adapter needs from a FHIR server; small, so a test or an integrator can supply their own. */
+export interface FhirReader {
+  /** The resource, or undefined when the server has none (404, 410). */
+  read(resourceType: string, id: string): Promise<unknown>;
+  /** Every match, across pages. */
+  search(resourceType: string, params: Record<string, string>): Promise<unknown[]>;
+}
+
+export interface FhirKitReaderOptions {
+  bearerToken?: string;
+  headers?: Record<string, string>;
+  /** Stop following next links after this many pages. */
+  maxPages?: number;
+}
+
+/** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
+export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {
+  const { Client } = await import('fhir-kit-client');
+  const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
+  const maxPages = options.maxPages ?? 20;
+  return {
+    async read(resourceType, id) {
+      try {
+        return await client.read({ resourceType, id });
+      } catch (err) {
+        const status = (err as { response?: { status?: number } }).response?.status;
+        if (status === 404 || status === 410) return undefined;
+        throw err;
+      }
+    },
+    async search(resourceType, params) {
+      const found: unknown[] = [];
+      let page: unknown = await client.search({ resourceType, searchParams: params });
+      for (let n = 0; n < maxPages && isBundle(page); n++) {
+        for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
+        const next = page.link?.find((l) => l.relation === 'next');
+        if (!next) break;
+        page = await client.nextPage({ bundle: { ...page, link: page.link ?? [] } });
+      }
+      return found;
+    },
+  };
+}
+
+interface PageBundle {
+  resourceType: 'Bundle';
+  entry?: Array<{ resource?: unknown; search?: { mode?: string } }>;
+  link?: Array<{ relation: string; url: string }>;
+}
+function isBundle(value: unknown): value is PageBundle {
+  return typeof value === 'object' && value !== null && (value as { resourceType?: unknown }).resourceType === 'Bundle';
+}
+
+const PARTICIPANT_TYPES = ['Patient', 'Practitioner', 'Location'];
+
+/**
+ * Reads what an appointment's checks need (the Appointment, its Patient, Practitioner and
+ * Location, the patient's active Coverages with their payor Organizations and subscribers) and
+ * converts it exactly as a Bundle holding those resources would be.
+ */
+export async function checksFromServer(
+  reader: FhirReader,
+  appointmentId: string,
+  options: Omit<FhirInputOptions, 'appointmentId'>,
+): Promise<EligibilityCheck[]> {
+  const gathered = new Map<string, unknown>();
+  const gather = async (reference: string | undefined, types: string[]) => {
+    const tail = reference ? relativeTail(reference) : undefined;
+    if (!tail || gathered.has(tail)) return;
+    const [type, id] = tail.split('/') as [string, string];
+    if (!types.includes(type)) return;
+    const resource = await reader.read(type, id);
+    if (resource !== undefined) gathered.set(tail, resource);
+  };
+
+  const appointment = await reader.read('Appointment', appointmentId);
+  if (appointment === undefined) {
+    throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
+  }
+  gathered.set(`Appointment/${appointmentId}`, appointment);
+  // Read what parses; what does not is reported by the Bundle conversion, naming the element.
+  const participants = Appointment.safeParse(appointment).data?.participant ?? [];
+  for (const p of participants) await gather(p.actor?.reference, PARTICIPANT_TYPES);
+
+  const patient = [...gathered.entries()].find(([key]) => key.startsWith('Patient/'));
+  if (patient) {
+    const coverages = await reader.search('Coverage', { beneficiary: patient[0], status: 'active' });
+    for (const found of coverages) {
+      const coverage = Coverage.safeParse(found).data;
+      if (!coverage?.id) continue;
+      gathered.set(`Coverage/${coverage.id}`, found);
+      for (const payor of coverage.payor ?? []) await gather(payor.reference, ['Organization', 'Patient', 'RelatedPerson']);
+      await gather(coverage.subscriber?.reference, ['Patient', 'RelatedPerson']);
+    }
+  }
+
+  const bundle = {
+    resourceType: 'Bundle',
+    type: 'collection',
+    entry: [...gathered.values()].map((resource) => ({ resource })),
+  };
+  return checksFromBundle(bundle, { ...options, appointmentId });
+}

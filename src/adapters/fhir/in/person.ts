@@ -1,0 +1,69 @@
+import { Gender, IsoDate, type Identifier } from '../../../domain';
+import type { FhirIssue } from '../operation-outcome';
+import { systemUrl } from '../systems';
+import type { HumanName, Identifier as FhirIdentifier } from './shapes';
+
+export interface PersonName {
+  firstName: string;
+  middleName: string | undefined;
+  lastName: string;
+}
+
+const NAME_PREFERENCE = ['official', 'usual', undefined, 'nickname', 'anonymous', 'temp', 'maiden'];
+
+/**
+ * The name to verify with: official, else usual, else one with no use; never an `old` name.
+ * The first given name is the first name, the rest the middle name.
+ */
+export function personName(names: HumanName[] | undefined, path: string, issues: FhirIssue[]): PersonName | undefined {
+  const current = (names ?? []).filter((n) => n.use !== 'old');
+  const name = NAME_PREFERENCE.map((use) => current.find((n) => n.use === use)).find(Boolean) ?? current[0];
+  if (!name) {
+    issues.push({ expression: `${path}.name`, diagnostics: 'required: a current name with family and given', code: 'required' });
+    return undefined;
+  }
+  const given = (name.given ?? []).map((g) => g.trim()).filter(Boolean);
+  const family = name.family?.trim();
+  if (!family) issues.push({ expression: `${path}.name.family`, diagnostics: 'required', code: 'required' });
+  if (given.length === 0) issues.push({ expression: `${path}.name.given`, diagnostics: 'required', code: 'required' });
+  if (!family || given.length === 0) return undefined;
+  const [firstName, ...middle] = given as [string, ...string[]];
+  return { firstName, middleName: middle.length > 0 ? middle.join(' ') : undefined, lastName: family };
+}
+
+/** A full date; FHIR allows YYYY and YYYY-MM, which cannot identify a member. */
+export function birthDate(value: string | undefined, path: string, issues: FhirIssue[], required: boolean): string | undefined {
+  if (value === undefined) {
+    if (required) issues.push({ expression: path, diagnostics: 'required', code: 'required' });
+    return undefined;
+  }
+  if (!IsoDate.safeParse(value).success) {
+    issues.push({ expression: path, diagnostics: 'must be a full date (YYYY-MM-DD)', code: 'value' });
+    return undefined;
+  }
+  return value;
+}
+
+/** FHIR administrative-gender codes are the hub's own. */
+export function gender(value: string | undefined, path: string, issues: FhirIssue[]): Gender | undefined {
+  if (value === undefined) return undefined;
+  const parsed = Gender.safeParse(value);
+  if (!parsed.success) {
+    issues.push({ expression: path, diagnostics: `must be one of ${Gender.options.join(', ')}`, code: 'code-invalid' });
+    return undefined;
+  }
+  return parsed.data;
+}
+
+/** Identifiers with a value, typed by their v2-0203 code when they carry one. */
+export function identifiers(list: FhirIdentifier[] | undefined): Identifier[] {
+  return (list ?? []).flatMap((i) => {
+    const value = i.value?.trim();
+    return value && i.use !== 'old' ? [{ system: i.system, type: identifierType(i), value }] : [];
+  });
+}
+
+export function identifierType(identifier: FhirIdentifier): string | undefined {
+  const codings = identifier.type?.coding ?? [];
+  return (codings.find((c) => c.system === systemUrl('identifierType')) ?? codings[0])?.code;
+}

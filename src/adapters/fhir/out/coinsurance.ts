@@ -1,0 +1,35 @@
+import type { CoverageEligibilityResponseInsuranceItem as Item, CoverageEligibilityResponseInsuranceItemBenefit as Benefit } from 'fhir/r4';
+import type { Coinsurance, PercentRange } from '../../../verification/wire';
+import { benefitTypeConcept, mappedConcept } from './codes';
+import { extension } from './extensions';
+import { itemSubject } from './item-subject';
+import { defined, percent } from './values';
+
+/**
+ * One item per coinsurance entry. percentage.final is the share the PLAN pays, stored as given
+ * under the local code plan-pays-percent (never converted to copay-percent, the patient's share).
+ * FHIR's allowed[x] has no range, so the range rides in percentage-range, with a plain value
+ * beside it: the whole percent when start equals end, else the span as text.
+ */
+export function coinsuranceItem(c: Coinsurance): Item {
+  const subject = itemSubject(c.category, c.procedureCodes);
+  const final = c.percentage?.final;
+  return {
+    ...subject,
+    name: 'Coinsurance',
+    network: mappedConcept('network', c.network),
+    benefit: final ? [percentBenefit(final)] : [],
+  };
+}
+
+function percentBenefit(final: PercentRange): Benefit {
+  const low = Math.min(final.start, final.end);
+  const high = Math.max(final.start, final.end);
+  const plain =
+    low !== high ? { allowedString: `${low}-${high}%` } : Number.isInteger(low) && low >= 0 ? { allowedUnsignedInt: low } : { allowedString: `${low}%` };
+  return {
+    type: benefitTypeConcept('coinsurance'),
+    ...plain,
+    extension: defined([extension('percentage-range', { valueRange: { low: percent(low), high: percent(high) } })]),
+  };
+}

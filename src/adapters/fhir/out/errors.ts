@@ -1,0 +1,85 @@
+/**
+ * error[] and disposition: what did not come back (a Partial's contexts) and why a verification
+ * failed (kind, title, detail, every upstream error and field error), so staff read it in the
+ * chart and a program can act on the codes.
+ */
+import type { CoverageEligibilityResponseError as ResponseError } from 'fhir/r4';
+import type { VerificationOutcome } from '../../../verification/outcome';
+import type { Context, Disclaimer } from '../../../verification/wire';
+import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
+import { extension } from './extensions';
+import { defined } from './values';
+
+type Failed = Extract<VerificationOutcome, { kind: 'failed' }>;
+
+export function contextErrors(contexts: Context[]): ResponseError[] {
+  return contexts.map((c) => ({
+    code: issueConcept('context', c.detail),
+    extension: defined([
+      c.dataPoint ? extension('data-point', { valueString: c.dataPoint }) : undefined,
+      c.portalId ? extension('portal', { valueString: c.portalId }) : undefined,
+    ]),
+  }));
+}
+
+export function failureErrors({ problem, failure }: Failed): ResponseError[] {
+  const kind: ResponseError = {
+    code: failureKindConcept(failure.kind, problem.title ?? undefined),
+    extension: defined([
+      problem.detail ? extension('error-detail', { valueString: problem.detail }) : undefined,
+      problem.type ? extension('problem-type', { valueUri: problem.type }) : undefined,
+      problem.status != null ? extension('problem-status', { valueInteger: problem.status }) : undefined,
+      problem.instance ? extension('problem-instance', { valueUri: problem.instance }) : undefined,
+      extension('failure-action', { valueCoding: failureActionCoding(failure.action) }),
+    ]),
+  };
+  const upstream = (problem.upstreamErrors ?? []).map((u) => ({
+    code: issueConcept('upstream', u.detail),
+    extension: defined([u.portalId ? extension('portal', { valueString: u.portalId }) : undefined]),
+  }));
+  const fields = (problem.errors ?? []).map((e) => ({
+    code: issueConcept('field', `${e.message} (${e.code})`),
+    extension: defined([extension('error-field', { valueString: e.field })]),
+  }));
+  return [kind, ...upstream, ...fields];
+}
+
+/** One paragraph for people: the status as the service gave it, then what matters most. */
+export function disposition(outcome: VerificationOutcome): string {
+  const status = outcome.verification.status;
+  switch (outcome.kind) {
+    case 'completed':
+    case 'partial': {
+      const { plan, contexts, disclaimers } = outcome.result;
+      return sentences([
+        `${status}.`,
+        plan?.status || plan?.name ? `Plan${plan.name ? ` ${plan.name}` : ''}${plan.status ? `: ${plan.status}` : ''}.` : undefined,
+        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => c.detail))}` : undefined,
+        ...(disclaimers ?? []).map(disclaimerText),
+      ]);
+    }
+    case 'failed': {
+      const { problem, failure } = outcome;
+      return sentences([
+        `${status} (${failure.kind})${problem.title ? `: ${problem.title}` : ''}.`,
+        problem.detail ?? undefined,
+        problem.upstreamErrors?.length ? `Upstream: ${list(problem.upstreamErrors.map((u) => u.detail))}` : undefined,
+        problem.errors?.length ? `Fields: ${list(problem.errors.map((e) => `${e.field}: ${e.message}`))}` : undefined,
+        failure.advice,
+      ]);
+    }
+    case 'pending':
+      return `${status}: the verification has not completed yet.`;
+    case 'unknown':
+      return `${status}.`;
+  }
+}
+
+function disclaimerText(d: Disclaimer): string | undefined {
+  if (!d.text) return d.type ? `${d.type}.` : undefined;
+  return d.type ? `${d.type}: ${d.text}` : d.text;
+}
+
+const sentences = (parts: Array<string | undefined>) => defined(parts).join(' ');
+/** Details are sentences of their own; joined, they lose their full stops to one at the end. */
+const list = (details: string[]) => `${details.map((d) => d.trim().replace(/\.+$/, '')).join('; ')}.`;

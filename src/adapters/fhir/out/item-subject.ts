@@ -1,0 +1,22 @@
+import type { CoverageEligibilityResponseInsuranceItem } from 'fhir/r4';
+import { categoryConcept, categoryTable, procedureConcept, serviceTypeConcept, serviceTypeForCodes } from './codes';
+import { extension } from './extensions';
+import { defined } from './values';
+
+type Maybe<T> = T | null | undefined;
+
+/**
+ * What an item is about: a category, or one CDT code, never both (invariant ces-1). A category
+ * item lists the procedure codes the source gave in procedure-code extensions; several codes
+ * without a category take the category whose CDT ranges hold them all.
+ */
+export function itemSubject(
+  category: Maybe<string>,
+  procedureCodes: Maybe<string[]>,
+): Pick<CoverageEligibilityResponseInsuranceItem, 'category' | 'productOrService' | 'extension'> {
+  const codes = procedureCodes ?? [];
+  if (!category && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
+  const concept =
+    category || codes.length === 0 ? categoryConcept(category) : serviceTypeConcept(serviceTypeForCodes(codes) ?? categoryTable().general);
+  return { category: concept, extension: defined(codes.map((code) => extension('procedure-code', { valueCodeableConcept: procedureConcept(code) }))) };
+}

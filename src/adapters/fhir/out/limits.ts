@@ -1,0 +1,81 @@
+/**
+ * Limits FHIR has no element for, as plain benefits first (research A.6): a local benefit.type
+ * with the number in allowed/usedUnsignedInt and the period in item.term; dates and period
+ * lengths in extensions.
+ */
+import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
+import type { AgeLimit, Frequency, HistoryEntry, WaitingPeriod } from '../../../verification/wire';
+import { benefitTypeConcept, categoryConcept, mappedConcept, periodUnit, procedureConcept } from './codes';
+import { complexExtension, extension } from './extensions';
+import { itemSubject } from './item-subject';
+import type { ResponseParts } from './parts';
+import { systemUrl } from '../systems';
+import { allowedCount, defined, fhirDate, usedCount } from './values';
+
+export function frequencyItem(f: Frequency, path: string, parts: ResponseParts): Item {
+  const subject = itemSubject(f.category, f.procedureCodes);
+  const unit = periodUnit(f.period);
+  if (f.periodLength != null && !unit) parts.unmapped.push({ path: `${path}.periodLength`, value: f.periodLength });
+  const lastServiceDate = fhirDate(f.lastServiceDate, `${path}.lastServiceDate`);
+  return {
+    ...subject,
+    name: 'Frequency limit',
+    description: f.description ?? undefined,
+    term: mappedConcept('term', f.period),
+    benefit: [
+      {
+        type: benefitTypeConcept('frequency'),
+        ...allowedCount(f.limit),
+        ...usedCount(f.used),
+        extension: defined([
+          f.periodLength != null && unit
+            ? extension('frequency-period', { valueDuration: { value: f.periodLength, unit: unit.unit, system: systemUrl('ucum'), code: unit.code } })
+            : undefined,
+          lastServiceDate ? extension('last-service-date', { valueDate: lastServiceDate }) : undefined,
+        ]),
+      },
+    ],
+  };
+}
+
+export function ageLimitItem(a: AgeLimit): Item {
+  return {
+    ...itemSubject(a.category, a.procedureCodes),
+    name: 'Age limit',
+    benefit: defined([
+      a.minAge != null ? { type: benefitTypeConcept('minimumAge'), ...allowedCount(a.minAge) } : undefined,
+      a.maxAge != null ? { type: benefitTypeConcept('maximumAge'), ...allowedCount(a.maxAge) } : undefined,
+    ]),
+  };
+}
+
+export function waitingPeriodItem(w: WaitingPeriod, path: string): Item {
+  const endsOn = fhirDate(w.endsOn, `${path}.endsOn`);
+  return {
+    category: categoryConcept(w.category),
+    name: 'Waiting period',
+    benefit: [
+      {
+        type: benefitTypeConcept('waitingPeriod'),
+        ...allowedCount(w.months),
+        extension: defined([endsOn ? extension('waiting-period-ends', { valueDate: endsOn }) : undefined]),
+      },
+    ],
+  };
+}
+
+/** A past service: the procedure as productOrService, when and where in the mouth in service-history. */
+export function historyItem(h: HistoryEntry, path: string): Item {
+  const date = fhirDate(h.date, `${path}.date`);
+  return {
+    ...(h.procedureCode ? { productOrService: procedureConcept(h.procedureCode) } : { category: categoryConcept(undefined) }),
+    name: 'Service history',
+    extension: defined([
+      complexExtension('service-history', {
+        date: date ? { valueDate: date } : undefined,
+        tooth: h.tooth ? { valueString: h.tooth } : undefined,
+        surface: h.surface ? { valueString: h.surface } : undefined,
+      }),
+    ]),
+  };
+}

@@ -1,0 +1,58 @@
+import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
+import type { Deductible, Maximum } from '../../../verification/wire';
+import { benefitTypeConcept, categoryConcept, mappedConcept } from './codes';
+import { extension, type ExtensionKey } from './extensions';
+import { defined, money } from './values';
+
+/**
+ * Maximums: benefit-type `benefit` with the maximum as allowedMoney and what is used as
+ * usedMoney; the remainder and carry-over amounts have no FHIR element, so extensions carry them.
+ */
+export function maximumItem(m: Maximum): Item {
+  return {
+    category: categoryConcept(m.category),
+    name: 'Maximum',
+    network: mappedConcept('network', m.network),
+    unit: mappedConcept('unit', m.scope),
+    term: mappedConcept('term', m.type),
+    benefit: [
+      {
+        type: benefitTypeConcept('maximum'),
+        allowedMoney: money(m.amount),
+        usedMoney: money(m.usedAmount),
+        extension: defined([
+          moneyExtension('remaining-amount', m.remainingAmount),
+          moneyExtension('carryover-amount', m.carryoverAmount),
+          moneyExtension('remaining-carryover-amount', m.remainingCarryoverAmount),
+        ]),
+      },
+    ],
+  };
+}
+
+/** Deductibles apply to dental care as a whole; the categories they are waived for ride along. */
+export function deductibleItem(d: Deductible): Item {
+  return {
+    category: categoryConcept(undefined),
+    name: 'Deductible',
+    network: mappedConcept('network', d.network),
+    unit: mappedConcept('unit', d.scope),
+    term: mappedConcept('term', d.type),
+    benefit: [
+      {
+        type: benefitTypeConcept('deductible'),
+        allowedMoney: money(d.amount),
+        usedMoney: money(d.usedAmount),
+        extension: defined([
+          moneyExtension('remaining-amount', d.remainingAmount),
+          ...(d.waivedCategories ?? []).map((c) => extension('waived-category', { valueCodeableConcept: categoryConcept(c) })),
+        ]),
+      },
+    ],
+  };
+}
+
+function moneyExtension(key: ExtensionKey, amount: number | null | undefined) {
+  const valueMoney = money(amount);
+  return valueMoney && extension(key, { valueMoney });
+}

@@ -1,0 +1,90 @@
+import type { CoverageEligibilityResponseInsurance as Insurance, Extension, Reference } from 'fhir/r4';
+import type { VerificationResult } from '../../../verification/wire';
+import { systemUrl } from '../systems';
+import { planInforce } from './codes';
+import { complexExtension } from './extensions';
+import type { ResponseParts } from './parts';
+import { address, defined, fhirDate, humanName, stringValue } from './values';
+
+type Person = NonNullable<VerificationResult['patient']>;
+
+/**
+ * The insurance entry without its items: plan status as inforce, the benefit period, and the
+ * plan's other facts (name, type, group, raw status, effective and termination dates), the
+ * assignment and the payer's view of patient and subscriber in extensions.
+ */
+export function insuranceFor(result: VerificationResult, coverage: Reference, parts: ResponseParts): Insurance {
+  const plan = result.plan ?? {};
+  const period = plan.benefitPeriod;
+  const start = fhirDate(period?.start, 'result.plan.benefitPeriod.start');
+  const end = fhirDate(period?.end, 'result.plan.benefitPeriod.end');
+  const effectiveDate = fhirDate(plan.effectiveDate, 'result.plan.effectiveDate');
+  const terminationDate = fhirDate(plan.terminationDate, 'result.plan.terminationDate');
+  return {
+    coverage,
+    inforce: planInforce(plan.status),
+    benefitPeriod: start || end ? { start, end } : undefined,
+    extension: defined([
+      complexExtension('plan', {
+        name: stringValue(plan.name),
+        type: stringValue(plan.type),
+        groupNumber: stringValue(plan.groupNumber),
+        groupName: stringValue(plan.groupName),
+        status: stringValue(plan.status),
+        effectiveDate: effectiveDate ? { valueDate: effectiveDate } : undefined,
+        terminationDate: terminationDate ? { valueDate: terminationDate } : undefined,
+      }),
+      assignment(plan.assignment, parts),
+      member('payer-patient', result.patient, 'result.patient'),
+      member('payer-subscriber', result.subscriber, 'result.subscriber'),
+    ]),
+  };
+}
+
+/** The office and/or provider the plan assigns the member to (DHMO), as contained Location and Practitioner. */
+function assignment(a: NonNullable<VerificationResult['plan']>['assignment'], parts: ResponseParts): Extension | undefined {
+  if (!a) return undefined;
+  const office = a.office;
+  const officeAddress = address(office?.address);
+  const officeRef =
+    office && (office.name || office.officeId || officeAddress)
+      ? parts.contain(
+          {
+            resourceType: 'Location',
+            id: 'assigned-office',
+            name: office.name ?? undefined,
+            address: officeAddress,
+            identifier: office.officeId ? [{ system: systemUrl('clinicId'), value: office.officeId }] : undefined,
+          },
+          office.name ?? undefined,
+        )
+      : undefined;
+  const provider = a.provider;
+  const providerName = humanName(provider?.firstName, undefined, provider?.lastName);
+  const providerRef =
+    provider && (providerName || provider.npi)
+      ? parts.contain({
+          resourceType: 'Practitioner',
+          id: 'assigned-provider',
+          name: providerName ? [providerName] : undefined,
+          identifier: provider.npi ? [{ system: systemUrl('npi'), value: provider.npi }] : undefined,
+        })
+      : undefined;
+  return complexExtension('plan-assignment', {
+    office: officeRef ? { valueReference: officeRef } : undefined,
+    provider: providerRef ? { valueReference: providerRef } : undefined,
+  });
+}
+
+/** The patient or subscriber as the payer has them on file, which may differ from the chart. */
+function member(key: 'payer-patient' | 'payer-subscriber', person: Person | null | undefined, path: string): Extension | undefined {
+  if (!person) return undefined;
+  const name = humanName(person.firstName, undefined, person.lastName);
+  const birthDate = fhirDate(person.dateOfBirth, `${path}.dateOfBirth`);
+  return complexExtension(key, {
+    name: name ? { valueHumanName: name } : undefined,
+    birthDate: birthDate ? { valueDate: birthDate } : undefined,
+    memberId: stringValue(person.memberId),
+    relationship: stringValue(person.relationship),
+  });
+}

@@ -1,0 +1,30 @@
+import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
+import type { VerificationProvider } from '../../../verification/wire';
+import { systemUrl } from '../systems';
+import { categoryConcept, mappedConcept } from './codes';
+import type { ResponseParts } from './parts';
+import { address, humanName } from './values';
+
+/**
+ * The provider the verification was run for, as a contained Practitioner (name, address, tax
+ * id), and one item saying whether the payer counts that provider in or out of network.
+ */
+export function providerItem(p: VerificationProvider, parts: ResponseParts): Item {
+  const name = humanName(p.firstName, p.middleName, p.lastName);
+  const postal = address(p.address);
+  const provider = parts.contain({
+    resourceType: 'Practitioner',
+    id: 'verification-provider',
+    name: name ? [name] : undefined,
+    address: postal ? [postal] : undefined,
+    identifier: p.taxId
+      ? [{ type: { coding: [{ system: systemUrl('identifierType'), code: 'TAX', display: 'Tax ID number' }] }, system: systemUrl('taxId'), value: p.taxId }]
+      : undefined,
+  });
+  return {
+    category: categoryConcept(undefined),
+    name: 'Provider participation',
+    provider,
+    network: mappedConcept('participation', p.participation?.status),
+  };
+}

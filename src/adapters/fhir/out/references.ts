@@ -1,0 +1,37 @@
+import type { ContactPoint, Reference } from 'fhir/r4';
+import { FhirInputError } from '../operation-outcome';
+import { payerIdSystem } from '../in/payer';
+import { extension } from './extensions';
+import { defined } from './values';
+
+/** A relative reference `Type/id` given by the caller; `field` names the option in errors. */
+export function relativeReference(type: string, value: string, field: string): Reference {
+  if (!new RegExp(`^${type}/[A-Za-z0-9\\-.]{1,64}$`).test(value)) {
+    throw new FhirInputError([{ expression: field, diagnostics: `must be a reference ${type}/<id>`, code: 'value' }]);
+  }
+  return { reference: value };
+}
+
+export interface PayerNames {
+  name?: string | null | undefined;
+  id?: string | null | undefined;
+  phone?: string | null | undefined;
+}
+
+/**
+ * The insurer: the chart's Organization when given, else a logical reference by payer id and
+ * name. Either way it carries the payer id, name and phone the result states.
+ */
+export function insurerReference(insurer: string | undefined, payer: PayerNames): Reference {
+  if (!insurer && !payer.name && !payer.id) {
+    throw new FhirInputError([{ expression: 'insurer', diagnostics: 'the result names no payer: give an Organization reference', code: 'required' }]);
+  }
+  return {
+    ...(insurer ? relativeReference('Organization', insurer, 'insurer') : { type: 'Organization' }),
+    identifier: payer.id ? { system: payerIdSystem(), value: payer.id } : undefined,
+    display: payer.name ?? undefined,
+    extension: defined([payer.phone ? extension('payer-phone', { valueContactPoint: phone(payer.phone) }) : undefined]),
+  };
+}
+
+const phone = (value: string): ContactPoint => ({ system: 'phone', value });

@@ -1,0 +1,114 @@
+import type { CoverageEligibilityResponse, CoverageEligibilityResponseInsuranceItem as Item, Reference } from 'fhir/r4';
+import type { VerificationOutcome } from '../../../verification/outcome';
+import { ProblemDetails, Verification, VerificationResult } from '../../../verification/wire';
+import { FhirInputError } from '../operation-outcome';
+import { systemUrl } from '../systems';
+import { coinsuranceItem } from './coinsurance';
+import { contextErrors, disposition, failureErrors } from './errors';
+import { complexExtension, extension } from './extensions';
+import { ageLimitItem, frequencyItem, historyItem, waitingPeriodItem } from './limits';
+import { deductibleItem, maximumItem } from './maximums';
+import { ResponseParts } from './parts';
+import { insuranceFor } from './plan';
+import { providerItem } from './provider';
+import { insurerReference, relativeReference } from './references';
+import { unmappedElements } from './unmapped';
+import { defined, fhirDateTime, prune, stringValue } from './values';
+
+export interface ResponseRefs {
+  /** Patient/<id> in the chart. */
+  patient: string;
+  /** Coverage/<id> in the chart. */
+  coverage: string;
+  /** CoverageEligibilityRequest/<id>; absent: a logical reference by the correlationId. */
+  request?: string | undefined;
+  /** Organization/<id>; absent: a logical reference by the payer the result (or `payer`) names. */
+  insurer?: string | undefined;
+  /** The payer as the check named it, for a result that names none (Failed, Pending). */
+  payer?: { name?: string | undefined; id?: string | undefined } | undefined;
+}
+
+export interface ResponseOptions {
+  /** CoverageEligibilityResponse.created; defaults to now. */
+  created?: string | undefined;
+}
+
+const OUTCOME = { completed: 'complete', partial: 'partial', failed: 'error', pending: 'queued' } as const;
+
+/**
+ * InsuranceVerificationV3 as a CoverageEligibilityResponse. Every element of the result lands in
+ * a standard element or a documented extension (mappings/fhir/extensions.json); elements this
+ * version does not know are kept in unmapped-element. The response carries the correlationId as
+ * an identifier, so writing it can be a conditional create.
+ */
+export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs: ResponseRefs, options: ResponseOptions = {}): CoverageEligibilityResponse {
+  if (outcome.kind === 'unknown') {
+    throw new FhirInputError([{ expression: 'status', diagnostics: 'is not Completed, Partial, Failed or Pending (or a known synonym)', code: 'code-invalid' }]);
+  }
+  const { verification } = outcome;
+  const parts = new ResponseParts();
+  const coverage = relativeReference('Coverage', refs.coverage, 'coverage');
+  const result = outcome.kind === 'completed' || outcome.kind === 'partial' ? outcome.result : undefined;
+  const payer = result?.plan?.payer;
+  const insurance = result ? { ...insuranceFor(result, coverage, parts), item: items(result, parts) } : { coverage };
+
+  const unmapped = [
+    ...unmappedElements(verification, Verification, ''),
+    ...(result ? unmappedElements(result, VerificationResult, '.result') : []),
+    ...(outcome.kind === 'failed' ? unmappedElements(outcome.problem, ProblemDetails, '.result') : []),
+  ].map((u) => ({ ...u, path: u.path.slice(1) }));
+  const created = fhirDateTime(verification.createdAt, 'createdAt');
+  const completed = fhirDateTime(verification.completedAt, 'completedAt');
+
+  const response: CoverageEligibilityResponse = {
+    resourceType: 'CoverageEligibilityResponse',
+    contained: parts.contained,
+    extension: defined([
+      created ? extension('verification-created', { valueDateTime: created }) : undefined,
+      completed ? extension('verification-completed', { valueDateTime: completed }) : undefined,
+      ...(result?.disclaimers ?? []).map((d) => complexExtension('disclaimer', { type: stringValue(d.type), text: stringValue(d.text) })),
+      ...[...unmapped, ...parts.unmapped].map((u) =>
+        complexExtension('unmapped-element', { path: { valueString: u.path }, value: { valueString: JSON.stringify(u.value) } }),
+      ),
+    ]),
+    identifier: defined([
+      { system: systemUrl('correlationId'), value: verification.correlationId },
+      verification.externalId ? { system: systemUrl('eligibilityCheck'), value: verification.externalId } : undefined,
+    ]),
+    status: 'active',
+    purpose: ['validation', 'benefits'],
+    patient: relativeReference('Patient', refs.patient, 'patient'),
+    created: fhirDateTime(options.created, 'created') ?? new Date().toISOString(),
+    request: refs.request ? relativeReference('CoverageEligibilityRequest', refs.request, 'request') : requestByCorrelation(verification.correlationId),
+    outcome: OUTCOME[outcome.kind],
+    disposition: disposition(outcome),
+    insurer: insurerReference(refs.insurer, {
+      name: payer?.name ?? refs.payer?.name,
+      id: payer?.payerId ?? refs.payer?.id,
+      phone: payer?.phone,
+    }),
+    insurance: [insurance],
+    error: outcome.kind === 'failed' ? failureErrors(outcome) : contextErrors(result?.contexts ?? []),
+  };
+  return prune(response);
+}
+
+function items(result: VerificationResult, parts: ResponseParts): Item[] {
+  const data = result.data ?? {};
+  const at = (list: string) => (i: number) => `result.data.${list}[${i}]`;
+  return [
+    ...(data.maximums ?? []).map(maximumItem),
+    ...(data.deductibles ?? []).map(deductibleItem),
+    ...(data.coinsurance ?? []).map(coinsuranceItem),
+    ...(data.frequencies ?? []).map((f, i) => frequencyItem(f, at('frequencies')(i), parts)),
+    ...(data.ageLimits ?? []).map(ageLimitItem),
+    ...(data.waitingPeriods ?? []).map((w, i) => waitingPeriodItem(w, at('waitingPeriods')(i))),
+    ...(data.history ?? []).map((h, i) => historyItem(h, at('history')(i))),
+    ...(result.verificationProvider ? [providerItem(result.verificationProvider, parts)] : []),
+  ];
+}
+
+/** Until the request is written, it is found by the correlationId it will carry. */
+function requestByCorrelation(correlationId: string): Reference {
+  return { type: 'CoverageEligibilityRequest', identifier: { system: systemUrl('correlationId'), value: correlationId } };
+}

@@ -1,0 +1,85 @@
+/**
+ * FHIR datatypes from the service's values. Dates and times the service writes badly are an
+ * error naming the source element, never a silently dropped or an invalid FHIR value.
+ */
+import type { Address, CoverageEligibilityResponseInsuranceItemBenefit, HumanName, Money, Quantity } from 'fhir/r4';
+import { FhirInputError } from '../operation-outcome';
+import { systemUrl } from '../systems';
+
+const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
+const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
+
+export function fhirDate(value: string | null | undefined, path: string): string | undefined {
+  if (value === null || value === undefined) return undefined;
+  if (!FHIR_DATE.test(value)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
+  return value;
+}
+
+/** A time needs its offset in FHIR; the service's timestamps carry one. */
+export function fhirDateTime(value: string | null | undefined, path: string): string | undefined {
+  if (value === null || value === undefined) return undefined;
+  if (!FHIR_DATE_TIME.test(value)) {
+    throw new FhirInputError([{ expression: path, diagnostics: 'must be an ISO 8601 date-time with offset', code: 'value' }]);
+  }
+  return value;
+}
+
+/** Amounts are US dollars. */
+export function money(value: number | null | undefined): Money | undefined {
+  return value === null || value === undefined ? undefined : { value, currency: 'USD' };
+}
+
+/** unsignedInt where the value is a count, else the number as a string, so an odd value is still carried. */
+export function allowedCount(value: number | null | undefined): Pick<CoverageEligibilityResponseInsuranceItemBenefit, 'allowedUnsignedInt' | 'allowedString'> {
+  if (value === null || value === undefined) return {};
+  return isUnsignedInt(value) ? { allowedUnsignedInt: value } : { allowedString: String(value) };
+}
+
+export function usedCount(value: number | null | undefined): Pick<CoverageEligibilityResponseInsuranceItemBenefit, 'usedUnsignedInt' | 'usedString'> {
+  if (value === null || value === undefined) return {};
+  return isUnsignedInt(value) ? { usedUnsignedInt: value } : { usedString: String(value) };
+}
+
+const isUnsignedInt = (n: number) => Number.isInteger(n) && n >= 0 && n <= 2147483647;
+
+export const stringValue = (value: string | null | undefined) => (value ? { valueString: value } : undefined);
+
+export function percent(value: number): Quantity {
+  return { value, unit: '%', system: systemUrl('ucum'), code: '%' };
+}
+
+type Maybe<T> = T | null | undefined;
+
+export function humanName(first: Maybe<string>, middle: Maybe<string>, last: Maybe<string>): HumanName | undefined {
+  const given = [first, middle].filter((g): g is string => Boolean(g));
+  if (given.length === 0 && !last) return undefined;
+  return { family: last ?? undefined, given };
+}
+
+export function address(a: Maybe<{ line1?: Maybe<string>; line2?: Maybe<string>; city?: Maybe<string>; state?: Maybe<string>; postalCode?: Maybe<string> }>): Address | undefined {
+  if (!a) return undefined;
+  const line = [a.line1, a.line2].filter((l): l is string => Boolean(l));
+  if (line.length === 0 && !a.city && !a.state && !a.postalCode) return undefined;
+  return { line, city: a.city ?? undefined, state: a.state ?? undefined, postalCode: a.postalCode ?? undefined };
+}
+
+/** The members of a list of optional values that are there. */
+export function defined<T>(list: Array<T | undefined>): T[] {
+  return list.filter((v): v is T => v !== undefined);
+}
+
+/**
+ * Drops undefined properties, undefined array members and empty arrays at every depth: builders
+ * write every element the result might fill, and FHIR allows neither nulls nor empty arrays.
+ */
+export function prune<T>(value: T): T {
+  if (Array.isArray(value)) return value.filter((v) => v !== undefined).map((v) => prune(v)) as T;
+  if (typeof value !== 'object' || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(value)) {
+    const pruned = prune(v);
+    if (pruned === undefined || (Array.isArray(pruned) && pruned.length === 0)) continue;
+    out[key] = pruned;
+  }
+  return out as T;
+}

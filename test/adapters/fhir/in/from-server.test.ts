@@ -1,0 +1,85 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type { Bundle, Resource } from 'fhir/r4';
+import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
+import { checksFromServer, fhirKitReader, type FhirReader } from '../../../../src/adapters/fhir/in';
+import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
+import { startFhirServer, type FhirServer } from '../../../../src/sandbox/fhir-server';
+import { BUNDLE_DIR, readBundle, RECEIVED_AT } from '../corpus';
+
+/**
+ * The fixture bundles' resources stored in the embedded FHIR server and read back over HTTP
+ * through fhir-kit-client, given only the appointment id: the checks must be the ones the
+ * bundle gives (the server holds extra resources the search must leave out).
+ */
+const FIXTURES = { self: 'appt-1001', child: 'appt-3003', 'primary-secondary': 'appt-4004' } as const;
+type Name = keyof typeof FIXTURES;
+type Stored = Parameters<FhirServer['repo']['createResource']>[0];
+
+/** One server per fixture: the fixtures share ids (Patient/pat-ellen) with different content. */
+const servers = new Map<Name, FhirServer>();
+const readers = new Map<Name, FhirReader>();
+const options = { routing: loadClinicRouting(), receivedAt: RECEIVED_AT };
+
+beforeAll(async () => {
+  for (const name of Object.keys(FIXTURES) as Name[]) {
+    const server = await startFhirServer();
+    servers.set(name, server);
+    // The repository keeps a given id, so the fixtures' references hold.
+    for (const entry of (readBundle(name) as Bundle).entry ?? []) if (entry.resource) await server.repo.createResource(entry.resource as Stored);
+    readers.set(name, await fhirKitReader(server.url));
+  }
+});
+
+afterAll(async () => {
+  for (const server of servers.values()) await server.close();
+});
+
+const serverOf = (name: Name) => servers.get(name) as FhirServer;
+const readerOf = (name: Name) => readers.get(name) as FhirReader;
+
+const expected = (name: string) => JSON.parse(readFileSync(path.join(BUNDLE_DIR, `${name}.expected.json`), 'utf8')) as unknown;
+
+describe('checksFromServer over fhir-kit-client', () => {
+  it.each(Object.entries(FIXTURES) as Array<[Name, string]>)('%s: the appointment read from the server gives the checks its bundle gives', async (name, appointmentId) => {
+    expect(await checksFromServer(readerOf(name), appointmentId, options)).toEqual(expected(name));
+  });
+
+  it('names an appointment the server does not have', async () => {
+    await expect(checksFromServer(readerOf('self'), 'appt-missing', options)).rejects.toBeInstanceOf(FhirInputError);
+    await expect(checksFromServer(readerOf('self'), 'appt-missing', options)).rejects.toThrow('Appointment: the server has no Appointment with id appt-missing');
+  });
+
+  it('reports a payor the server does not hold by its element', async () => {
+    const server = serverOf('self');
+    await server.repo.createResource({
+      resourceType: 'Coverage',
+      id: 'cov-ellen-dangling',
+      status: 'active',
+      subscriberId: 'X1',
+      beneficiary: { reference: 'Patient/pat-ellen' },
+      payor: [{ reference: 'Organization/org-gone' }],
+      order: 2,
+    } as Resource as Stored);
+    await expect(checksFromServer(readerOf('self'), 'appt-1001', options)).rejects.toThrow(
+      'Coverage[1].payor[0]: references Organization/org-gone, which the bundle does not hold',
+    );
+    await server.repo.deleteResource('Coverage', 'cov-ellen-dangling');
+  });
+
+  it('searches the patient\'s active coverages, following next links across pages', async () => {
+    const reader = await fhirKitReader(serverOf('primary-secondary').url);
+    const search = jest.spyOn(reader, 'search');
+    expect(await checksFromServer(reader, 'appt-4004', options)).toHaveLength(2);
+    expect(search).toHaveBeenCalledWith('Coverage', { beneficiary: 'Patient/pat-marco', status: 'active' });
+    const coverages = await reader.search('Coverage', { _count: '1' });
+    expect(coverages.map((c) => (c as Resource).id).sort()).toEqual(['cov-marco-aetna', 'cov-marco-delta', 'cov-marco-delta-old', 'cov-other-patient']);
+  });
+
+  it('passes network failures through to the caller', async () => {
+    const closed = await startFhirServer();
+    const url = closed.url;
+    await closed.close();
+    await expect(checksFromServer(await fhirKitReader(url), 'appt-1001', options)).rejects.toThrow();
+  });
+});

@@ -1,0 +1,324 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type { CodeableConcept, CoverageEligibilityResponse, CoverageEligibilityResponseInsuranceItem, Extension } from 'fhir/r4';
+import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
+import { EXTENSION_KEYS, extensionBase, toCoverageEligibilityResponse } from '../../../../src/adapters/fhir/out';
+import { extensionsFile } from '../../../../src/adapters/fhir/out/extensions';
+import { validateR4 } from '../../../../src/adapters/fhir/validate';
+import { toOutcome, type VerificationOutcome } from '../../../../src/verification/outcome';
+import { CREATED, convertResult, leaves, readResult, RESULT_DIR, RESULT_REFS, resultNames } from '../corpus';
+
+/**
+ * Golden files for every fixtures/results/<name>.json, then rules over every output: valid R4 by
+ * both validators, ces-1, contained resources referenced, extensions declared, and every element
+ * of the input findable in the output (nothing silently dropped).
+ */
+const names = resultNames();
+const outputs = new Map(names.map((n) => [n, convertResult(n)]));
+const outputOf = (name: string) => outputs.get(name) as CoverageEligibilityResponse;
+const items = (r: CoverageEligibilityResponse) => r.insurance?.flatMap((i) => i.item ?? []) ?? [];
+const convert = (body: unknown, refs = RESULT_REFS) => toCoverageEligibilityResponse(toOutcome(body), refs, { created: CREATED });
+const codes = (concept: CodeableConcept | undefined) => (concept?.coding ?? []).map((c) => `${c.system}#${c.code}`);
+
+function allExtensions(value: unknown): Extension[] {
+  if (Array.isArray(value)) return value.flatMap(allExtensions);
+  if (typeof value !== 'object' || value === null) return [];
+  const own = 'extension' in value && Array.isArray(value.extension) ? (value.extension as Extension[]) : [];
+  return [...own, ...Object.entries(value).flatMap(([k, v]) => (k === 'extension' ? own.flatMap((e) => allExtensions(e)) : allExtensions(v)))];
+}
+
+describe('each fixture gives its expected CoverageEligibilityResponse', () => {
+  it.each(names)('%s', (name) => {
+    const expected = JSON.parse(readFileSync(path.join(RESULT_DIR, `${name}.expected.json`), 'utf8')) as unknown;
+    expect(outputOf(name)).toEqual(expected);
+  });
+});
+
+describe('the corpus', () => {
+  it('describes every result in fixtures/results/README.md', () => {
+    const readme = readFileSync(path.join(RESULT_DIR, 'README.md'), 'utf8');
+    for (const name of names) expect({ name, described: readme.includes(`\`${name}\``) }).toEqual({ name, described: true });
+  });
+
+  it('has every outcome and several failure kinds', () => {
+    expect(new Set(names.map((n) => outputOf(n).outcome))).toEqual(new Set(['complete', 'partial', 'error', 'queued']));
+    expect(names.filter((n) => n.startsWith('failed-')).length).toBeGreaterThanOrEqual(5);
+  });
+
+  it.each(names)('%s validates with @medplum/core and the R4 JSON schema, without even a warning', (name) => {
+    expect(validateR4(outputOf(name))).toEqual([]);
+  });
+
+  it('gives every item a category or a productOrService, never both (ces-1)', () => {
+    const all = names.flatMap((n) => items(outputOf(n)));
+    expect(all.length).toBeGreaterThan(30);
+    for (const item of all) expect(Boolean(item.category) !== Boolean(item.productOrService)).toBe(true);
+  });
+
+  it('references every contained resource from the response', () => {
+    for (const name of names) {
+      const response = outputOf(name);
+      const text = JSON.stringify({ ...response, contained: undefined });
+      for (const contained of response.contained ?? []) expect(text).toContain(`"reference":"#${contained.id}"`);
+    }
+  });
+
+  it('uses only extensions declared in mappings/fhir/extensions.json, with their declared parts', () => {
+    const declared = extensionsFile().extensions;
+    const used = new Set<string>();
+    for (const name of names) {
+      for (const ext of allExtensions(outputOf(name))) {
+        if (!ext.url.startsWith('http')) continue; // a part of a complex extension, checked below
+        expect(ext.url.startsWith(extensionBase())).toBe(true);
+        const key = ext.url.slice(extensionBase().length) as (typeof EXTENSION_KEYS)[number];
+        const definition = declared[key];
+        expect(definition).toBeDefined();
+        used.add(key);
+        if (definition.value === 'complex') {
+          for (const part of ext.extension ?? []) expect(definition.parts).toContain(part.url);
+        } else {
+          expect(Object.keys(ext).filter((k) => k.startsWith('value'))).toEqual([`value${definition.value[0]?.toUpperCase()}${definition.value.slice(1)}`]);
+        }
+      }
+    }
+    expect([...used].sort()).toEqual([...EXTENSION_KEYS].sort());
+  });
+
+  it.each(names)('%s: every element of the input is findable in the output (nothing silently dropped)', (name) => {
+    const outcome = toOutcome(readResult(name));
+    const input = inputOf(outcome);
+    const response = outputOf(name);
+    const out = leaves(response);
+    const strings = out.map((l) => String(l.value));
+    const unmapped = allExtensions(response)
+      .filter((e) => e.url.endsWith('/unmapped-element'))
+      .map((e) => ({ path: e.extension?.[0]?.valueString ?? '', value: e.extension?.[1]?.valueString ?? '' }));
+    for (const leaf of leaves(input)) {
+      const carrier = unmapped.find((u) => leaf.path === u.path || leaf.path.startsWith(`${u.path}.`) || leaf.path.startsWith(`${u.path}[`));
+      if (carrier) {
+        expect(carrier.value).toContain(JSON.stringify(leaf.value));
+      } else if (typeof leaf.value === 'number') {
+        expect({ path: leaf.path, found: out.some((l) => l.value === leaf.value) }).toEqual({ path: leaf.path, found: true });
+      } else {
+        // Short values must be an element of their own; longer ones may sit inside a text (disposition).
+        const wanted = String(leaf.value);
+        const found = strings.some((s) => s === wanted || (wanted.length >= 5 && s.includes(wanted)));
+        expect({ path: leaf.path, found }).toEqual({ path: leaf.path, found: true });
+      }
+    }
+  });
+});
+
+/** What the writer is given: the verification's own fields and the parsed result or problem. */
+function inputOf(outcome: VerificationOutcome): unknown {
+  const { result: _raw, ...verification } = outcome.verification;
+  switch (outcome.kind) {
+    case 'completed':
+    case 'partial':
+      return { ...verification, result: outcome.result };
+    case 'failed':
+      return { ...verification, result: outcome.problem };
+    default:
+      return verification;
+  }
+}
+
+describe('toCoverageEligibilityResponse', () => {
+  it('maps Completed, Partial, Failed and Pending to complete, partial, error and queued', () => {
+    expect(outputOf('completed-full').outcome).toBe('complete');
+    expect(outputOf('partial').outcome).toBe('partial');
+    expect(outputOf('failed-invalid-credentials').outcome).toBe('error');
+    expect(outputOf('pending').outcome).toBe('queued');
+    expect(items(outputOf('pending'))).toEqual([]);
+  });
+
+  it('refuses a status it does not know, naming status', () => {
+    const run = () => convert({ correlationId: 'c1', status: 'Teleported' });
+    expect(run).toThrow(FhirInputError);
+    expect(run).toThrow(/^status: /);
+  });
+
+  it('identifies the response by correlationId and externalId, and finds the request by correlationId', () => {
+    const response = outputOf('completed-full');
+    expect(response.identifier).toEqual([
+      { system: 'https://dental-elig.dev/fhir/sid/verification-correlation-id', value: 'ver_01JDX4T9Q2M7K8N3P5R6S7T8V9' },
+      { system: 'https://dental-elig.dev/fhir/sid/eligibility-check', value: 'elig_9f3d27f0fb1d9414eabcc13f8ac00bf1' },
+    ]);
+    expect(response.request).toEqual({ type: 'CoverageEligibilityRequest', identifier: response.identifier?.[0] });
+  });
+
+  it('uses the chart references when given, keeping the payer id, name and phone on the insurer', () => {
+    const response = convert(readResult('completed-full'), { ...RESULT_REFS, request: 'CoverageEligibilityRequest/cer-1', insurer: 'Organization/org-delta-ca' });
+    expect(response.request).toEqual({ reference: 'CoverageEligibilityRequest/cer-1' });
+    expect(response.insurer).toMatchObject({
+      reference: 'Organization/org-delta-ca',
+      identifier: { system: 'https://dental-elig.dev/fhir/sid/payer-id', value: 'CDCA1' },
+      display: 'Delta Dental of California',
+      extension: [{ valueContactPoint: { system: 'phone', value: '800-765-6003' } }],
+    });
+  });
+
+  it('names the payer of a Failed result from the check, and asks for an insurer when nothing names one', () => {
+    expect(outputOf('failed-site-maintenance').insurer).toEqual({
+      type: 'Organization',
+      identifier: { system: 'https://dental-elig.dev/fhir/sid/payer-id', value: 'CDCA1' },
+      display: 'Delta Dental of California',
+    });
+    const { payer: _payer, ...bare } = RESULT_REFS;
+    expect(() => convert(readResult('failed-site-maintenance'), bare)).toThrow('insurer: the result names no payer: give an Organization reference');
+  });
+
+  it('refuses references that are not Type/id, naming the option', () => {
+    expect(() => convert(readResult('pending'), { ...RESULT_REFS, patient: 'pat-ellen' })).toThrow('patient: must be a reference Patient/<id>');
+    expect(() => convert(readResult('pending'), { ...RESULT_REFS, coverage: 'Patient/x' })).toThrow('coverage: must be a reference Coverage/<id>');
+  });
+
+  it('stores the share the plan pays, says so, and gives a range as valueRange with a plain value beside it', () => {
+    const coinsurance = items(outputOf('completed-full')).filter((i) => i.name === 'Coinsurance');
+    const byText = (text: string) => coinsurance.find((i) => i.category?.text === text) as CoverageEligibilityResponseInsuranceItem;
+    const basic = byText('Basic').benefit?.[0];
+    expect(codes(basic?.type)).toEqual(['https://dental-elig.dev/fhir/CodeSystem/benefit-type#plan-pays-percent']);
+    expect(basic?.type.coding?.[0]?.display).toMatch(/plan pays.*patient pays the rest/);
+    expect(basic?.allowedUnsignedInt).toBe(80);
+    const endo = byText('Endodontics').benefit?.[0];
+    expect(endo?.allowedUnsignedInt).toBeUndefined();
+    expect(endo?.allowedString).toBe('60-80%');
+    expect(endo?.extension?.[0]?.valueRange).toEqual({
+      low: { value: 60, unit: '%', system: 'http://unitsofmeasure.org', code: '%' },
+      high: { value: 80, unit: '%', system: 'http://unitsofmeasure.org', code: '%' },
+    });
+    const implant = coinsurance.find((i) => i.productOrService)?.benefit?.[0];
+    expect(implant?.allowedString).toBe('42.5%');
+  });
+
+  it('codes categories in X12 service types, adding ex-benefitcategory only where it has the code', () => {
+    const categories = items(outputOf('completed-full'))
+      .filter((i) => i.name === 'Coinsurance' && i.category)
+      .map((i) => [i.category?.text, codes(i.category)]);
+    const x12 = (c: string) => `https://x12.org/codes/service-type-codes#${c}`;
+    const fhir = (c: string) => `http://terminology.hl7.org/CodeSystem/ex-benefitcategory#${c}`;
+    expect(categories).toEqual([
+      ['Diagnostic', [x12('23'), fhir('23')]],
+      ['Preventive', [x12('41')]],
+      ['Basic', [x12('25'), fhir('25')]],
+      ['Restorative', [x12('25'), fhir('25')]],
+      ['Endodontics', [x12('26'), fhir('26')]],
+      ['Periodontics', [x12('24'), fhir('24')]],
+      ['OralSurgery', [x12('40')]],
+      ['Major', [x12('36'), fhir('36')]],
+      ['Prosthodontics', [x12('39')]],
+      ['Orthodontics', [x12('38')]],
+    ]);
+  });
+
+  it('puts one CDT code in productOrService, and lists several on a category item (derived from the CDT ranges when none is given)', () => {
+    const frequencies = items(outputOf('completed-full')).filter((i) => i.name === 'Frequency limit');
+    expect(codes(frequencies[1]?.productOrService)).toEqual(['http://www.ada.org/cdt#D0274']);
+    expect(frequencies[2]?.category?.text).toBeUndefined();
+    expect(codes(frequencies[2]?.category)[0]).toBe('https://x12.org/codes/service-type-codes#23');
+    expect(frequencies[2]?.extension?.map((e) => codes(e.valueCodeableConcept)[0])).toEqual(['http://www.ada.org/cdt#D0330', 'http://www.ada.org/cdt#D0210']);
+    expect(frequencies[1]?.benefit?.[0]?.extension).toEqual([
+      { url: `${extensionBase()}frequency-period`, valueDuration: { value: 12, unit: 'months', system: 'http://unitsofmeasure.org', code: 'mo' } },
+    ]);
+  });
+
+  it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
+    const [annual] = items(outputOf('completed-full'));
+    expect([codes(annual?.network), codes(annual?.unit), codes(annual?.term), codes(annual?.benefit?.[0]?.type)]).toEqual([
+      ['http://terminology.hl7.org/CodeSystem/benefit-network#in'],
+      ['http://terminology.hl7.org/CodeSystem/benefit-unit#individual'],
+      ['http://terminology.hl7.org/CodeSystem/benefit-term#annual'],
+      ['http://terminology.hl7.org/CodeSystem/benefit-type#benefit'],
+    ]);
+    expect(annual?.benefit?.[0]).toMatchObject({ allowedMoney: { value: 1500, currency: 'USD' }, usedMoney: { value: 300, currency: 'USD' } });
+    expect(annual?.benefit?.[0]?.extension?.map((e) => [e.url.slice(extensionBase().length), e.valueMoney?.value])).toEqual([
+      ['remaining-amount', 1200],
+      ['carryover-amount', 250],
+      ['remaining-carryover-amount', 175],
+    ]);
+    const deductible = items(outputOf('completed-full')).find((i) => i.name === 'Deductible');
+    expect(codes(deductible?.benefit?.[0]?.type)).toEqual(['http://terminology.hl7.org/CodeSystem/benefit-type#deductible']);
+  });
+
+  it('sets inforce from the plan status and the benefit period from the plan', () => {
+    expect(outputOf('completed-full').insurance?.[0]).toMatchObject({ inforce: true, benefitPeriod: { start: '2026-01-01', end: '2026-12-31' } });
+    expect(outputOf('inactive-plan').insurance?.[0]?.inforce).toBe(false);
+    expect(outputOf('completed-minimal').insurance?.[0]?.inforce).toBe(true);
+  });
+
+  it('contains the verification provider and says whether the payer counts it in or out of network', () => {
+    const participation = (name: string) => items(outputOf(name)).find((i) => i.name === 'Provider participation');
+    expect(codes(participation('completed-full')?.network)).toEqual(['http://terminology.hl7.org/CodeSystem/benefit-network#in']);
+    expect(codes(participation('nonparticipating')?.network)).toEqual(['http://terminology.hl7.org/CodeSystem/benefit-network#out']);
+    expect(participation('nonparticipating')?.provider).toEqual({ reference: '#verification-provider' });
+    expect(outputOf('nonparticipating').contained?.[0]).toMatchObject({
+      resourceType: 'Practitioner',
+      name: [{ family: 'Okafor', given: ['Daniel'] }],
+      identifier: [{ system: 'urn:oid:2.16.840.1.113883.4.4', value: '13-7654321' }],
+    });
+  });
+
+  it('turns a Partial\'s contexts into error[] entries and disposition text', () => {
+    const response = outputOf('partial');
+    expect(response.error?.map((e) => [codes(e.code), e.code.text])).toEqual([
+      [['https://dental-elig.dev/fhir/CodeSystem/verification-issue#not-retrieved'], 'Deductibles were not shown on the portal for this member.'],
+      [['https://dental-elig.dev/fhir/CodeSystem/verification-issue#not-retrieved'], 'Service history page timed out.'],
+      [['https://dental-elig.dev/fhir/CodeSystem/verification-issue#not-retrieved'], 'Frequencies are only available by phone for this plan.'],
+    ]);
+    expect(response.disposition).toContain('Not retrieved: Deductibles were not shown on the portal for this member; Service history page timed out;');
+  });
+
+  it('puts a failure\'s kind (X12 AAA03 where one fits), title, detail and every upstream error in error[] and disposition', () => {
+    const response = outputOf('failed-patient-not-found');
+    expect(codes(response.error?.[0]?.code)).toEqual([
+      'https://codesystem.x12.org/005010/901#67',
+      'https://dental-elig.dev/fhir/CodeSystem/verification-failure-kind#PatientNotFound',
+    ]);
+    expect(response.error?.[0]?.code.text).toBe('Patient not found');
+    expect(response.error?.slice(1).map((e) => e.code.text)).toEqual(['Member search returned 0 results.', 'Dependent search returned 0 results.']);
+    expect(response.disposition).toBe(
+      'Failed (PatientNotFound): Patient not found. No member matched the subscriber id, name and date of birth. ' +
+        'Upstream: Member search returned 0 results; Dependent search returned 0 results. ' +
+        'The payer found no such member; check member id, name and birth date.',
+    );
+    expect(codes(outputOf('failed-unknown-kind').error?.[0]?.code)).toEqual([
+      'https://dental-elig.dev/fhir/CodeSystem/verification-failure-kind#CoordinationOfBenefitsRequired',
+    ]);
+  });
+
+  it('keeps elements this version does not know in unmapped-element', () => {
+    const ext = outputOf('completed-full').extension?.find((e) => e.url.endsWith('/unmapped-element'));
+    expect(ext?.extension).toEqual([
+      { url: 'path', valueString: 'result.missingToothClause' },
+      { url: 'value', valueString: JSON.stringify({ applies: true, note: 'Replacement of teeth missing before coverage began is excluded.' }) },
+    ]);
+  });
+
+  it('refuses a malformed date, naming the result element', () => {
+    const body = readResult('completed-full') as { result: { plan: { effectiveDate: string } } };
+    body.result.plan.effectiveDate = '01/01/2024';
+    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
+  });
+
+  it('moves every extension URL to DENTAL_ELIG_FHIR_EXTENSION_BASE, and local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE', () => {
+    const saved = { ...process.env };
+    try {
+      process.env.DENTAL_ELIG_FHIR_EXTENSION_BASE = 'https://fhir.example-clinic.org/StructureDefinition';
+      process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE = 'https://fhir.example-clinic.org/';
+      const response = convert(readResult('completed-full'));
+      const urls = allExtensions(response).map((e) => e.url).filter((u) => u.startsWith('http'));
+      expect(urls.length).toBeGreaterThan(20);
+      for (const url of urls) expect(url).toMatch(/^https:\/\/fhir\.example-clinic\.org\/StructureDefinition\/[a-z-]+$/);
+      expect(response.identifier?.[0]?.system).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
+    } finally {
+      process.env = saved;
+    }
+  });
+
+  it('stamps created now unless told', () => {
+    const before = Date.now();
+    const response = toCoverageEligibilityResponse(toOutcome(readResult('pending')), RESULT_REFS);
+    expect(Date.parse(response.created)).toBeGreaterThanOrEqual(before - 1000);
+    expect(Date.parse(response.created)).toBeLessThanOrEqual(Date.now() + 1000);
+  });
+});

@@ -1,0 +1,106 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type { Bundle, CoverageEligibilityResponse } from 'fhir/r4';
+import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import { BUNDLE_DIR, CREATED, RESULT_DIR, RESULT_REFS } from '../adapters/fhir/corpus';
+import { cli } from '../support/cli';
+
+/** `convert fhir` and `convert result` in-process: output on stdout, one line on stderr for bad input. */
+const bundleFile = (name: string) => path.join(BUNDLE_DIR, `${name}.bundle.json`);
+const resultFile = (name: string) => path.join(RESULT_DIR, `${name}.json`);
+const expected = (file: string) => JSON.parse(readFileSync(file, 'utf8')) as unknown;
+const refs = ['--patient', RESULT_REFS.patient, '--coverage', RESULT_REFS.coverage];
+
+function expectOneLine(run: { code: number; stdout: string; stderr: string }, message: string | RegExp) {
+  expect(run.code).not.toBe(0);
+  expect(run.stdout).toBe('');
+  expect(run.stderr.split('\n').filter(Boolean)).toHaveLength(1);
+  expect(run.stderr).toMatch(message);
+  expect(run.stderr).not.toMatch(/\s+at .+:\d+:\d+/);
+}
+
+describe('dental-elig convert fhir', () => {
+  it('prints the checks of a Bundle as one JSON array', async () => {
+    const run = await cli(['convert', 'fhir', bundleFile('primary-secondary'), '--received-at', '2026-11-20T15:00:00Z']);
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'primary-secondary.expected.json')));
+  });
+
+  it('reads the Bundle from stdin with -', async () => {
+    const run = await cli(['convert', 'fhir', '-', '--received-at', '2026-11-20T15:00:00Z'], {}, readFileSync(bundleFile('child'), 'utf8'));
+    expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'child.expected.json')));
+  });
+
+  it('stamps now as the receipt time unless told', async () => {
+    const before = Date.now();
+    const [check] = JSON.parse((await cli(['convert', 'fhir', bundleFile('self')])).stdout) as Array<{ source: { receivedAt: string } }>;
+    expect(Date.parse(check?.source.receivedAt ?? '')).toBeGreaterThanOrEqual(before - 1000);
+  });
+
+  it('names what is wrong in one line: the element, the file, the option', async () => {
+    expectOneLine(await cli(['convert', 'fhir', bundleFile('error-patient-data')]), /^dental-elig: Patient\.birthDate: required \(\+1 more\)$/m);
+    expectOneLine(await cli(['convert', 'fhir', 'nope.json']), 'dental-elig: nope.json: no such file');
+    expectOneLine(await cli(['convert', 'fhir', '-'], {}, '{"resourceType":'), /^dental-elig: stdin: not valid JSON/);
+    expectOneLine(await cli(['convert', 'fhir', bundleFile('self'), '--received-at', 'yesterday']), '--received-at: must be an ISO 8601 date-time with offset');
+    expectOneLine(await cli(['convert', 'fhir']), 'give either a Bundle file or --server');
+  });
+
+  describe('--server', () => {
+    let server: FhirServer;
+    beforeAll(async () => {
+      server = await startFhirServer();
+      for (const entry of (expected(bundleFile('self')) as Bundle).entry ?? []) {
+        if (entry.resource) await server.repo.createResource(entry.resource as Parameters<FhirServer['repo']['createResource']>[0]);
+      }
+    });
+    afterAll(async () => {
+      await server?.close();
+    });
+
+    it('reads the appointment and what it needs from a FHIR server', async () => {
+      const run = await cli(['convert', 'fhir', '--server', server.url, '--appointment', 'appt-1001', '--received-at', '2026-11-20T15:00:00Z']);
+      expect(run).toMatchObject({ code: 0, stderr: '' });
+      expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'self.expected.json')));
+    });
+
+    it('needs --appointment, and reports an unknown appointment or a server it cannot reach in one line', async () => {
+      expectOneLine(await cli(['convert', 'fhir', '--server', server.url]), '--server needs --appointment');
+      expectOneLine(await cli(['convert', 'fhir', '--server', server.url, '--appointment', 'nope']), 'Appointment: the server has no Appointment with id nope');
+      expectOneLine(await cli(['convert', 'fhir', '--server', 'ftp://x', '--appointment', 'a']), '--server: must be an http(s) URL');
+      const closed = await startFhirServer();
+      await closed.close();
+      expectOneLine(await cli(['convert', 'fhir', '--server', closed.url, '--appointment', 'appt-1001']), /^dental-elig: --server: /);
+    });
+  });
+});
+
+describe('dental-elig convert result', () => {
+  it('prints the CoverageEligibilityResponse of a result', async () => {
+    const run = await cli(['convert', 'result', resultFile('completed-full'), ...refs, '--insurer', 'Organization/org-delta-ca', '--created', CREATED]);
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    const response = JSON.parse(run.stdout) as CoverageEligibilityResponse;
+    const golden = expected(path.join(RESULT_DIR, 'completed-full.expected.json')) as CoverageEligibilityResponse;
+    expect({ ...response, insurer: undefined }).toEqual({ ...golden, insurer: undefined });
+    expect(response.insurer).toMatchObject({ reference: 'Organization/org-delta-ca', display: 'Delta Dental of California' });
+  });
+
+  it('reads stdin with - and takes a request reference', async () => {
+    const run = await cli(['convert', 'result', '-', ...refs, '--request', 'CoverageEligibilityRequest/cer-9'], {}, readFileSync(resultFile('partial'), 'utf8'));
+    const response = JSON.parse(run.stdout) as CoverageEligibilityResponse;
+    expect(response).toMatchObject({ outcome: 'partial', request: { reference: 'CoverageEligibilityRequest/cer-9' } });
+  });
+
+  it('names what is wrong in one line, never with a stack trace', async () => {
+    expectOneLine(await cli(['convert', 'result', resultFile('failed-site-maintenance'), ...refs]), 'dental-elig: insurer: the result names no payer: give an Organization reference');
+    expectOneLine(await cli(['convert', 'result', resultFile('pending'), '--patient', 'pat-1', '--coverage', 'Coverage/c1']), 'dental-elig: patient: must be a reference Patient/<id>');
+    expectOneLine(await cli(['convert', 'result', '-', ...refs], {}, '{"status":"Completed"}'), 'dental-elig: stdin: correlationId: ');
+    expectOneLine(await cli(['convert', 'result', '-', ...refs], {}, '{"correlationId":"c","status":"Lost"}'), 'dental-elig: status: is not Completed, Partial, Failed or Pending');
+    expectOneLine(await cli(['convert', 'result', '-', ...refs], {}, '[1,'), /^dental-elig: stdin: not valid JSON/);
+  });
+
+  it('is a usage error (exit 2) without --patient or --coverage', async () => {
+    const run = await cli(['convert', 'result', resultFile('pending'), '--patient', 'Patient/p']);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/required option '--coverage <reference>' not specified/);
+  });
+});
