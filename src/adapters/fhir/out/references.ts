@@ -12,6 +12,15 @@ export function relativeReference(type: string, value: string, field: string): R
   return { reference: value };
 }
 
+/**
+ * The request a response answers: `CoverageEligibilityRequest/id`, or the `urn:uuid:` of a request
+ * created in the same transaction (the server rewrites it to the new id).
+ */
+export function requestReference(value: string): Reference {
+  if (/^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(value)) return { reference: value };
+  return relativeReference('CoverageEligibilityRequest', value, 'request');
+}
+
 export interface PayerNames {
   name?: string | null | undefined;
   id?: string | null | undefined;

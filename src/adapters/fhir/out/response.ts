@@ -11,7 +11,7 @@ import { deductibleItem, maximumItem } from './maximums';
 import { ResponseParts } from './parts';
 import { insuranceFor } from './plan';
 import { providerItem } from './provider';
-import { insurerReference, relativeReference } from './references';
+import { insurerReference, relativeReference, requestReference } from './references';
 import { unmappedElements } from './unmapped';
 import { defined, fhirDateTime, prune, stringValue } from './values';
 
@@ -20,7 +20,7 @@ export interface ResponseRefs {
   patient: string;
   /** Coverage/<id> in the chart. */
   coverage: string;
-  /** CoverageEligibilityRequest/<id>; absent: a logical reference by the correlationId. */
+  /** CoverageEligibilityRequest/<id> or a transaction's urn:uuid; absent: a logical reference by the correlationId. */
   request?: string | undefined;
   /** Organization/<id>; absent: a logical reference by the payer the result (or `payer`) names. */
   insurer?: string | undefined;
@@ -79,7 +79,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     purpose: ['validation', 'benefits'],
     patient: relativeReference('Patient', refs.patient, 'patient'),
     created: fhirDateTime(options.created, 'created') ?? new Date().toISOString(),
-    request: refs.request ? relativeReference('CoverageEligibilityRequest', refs.request, 'request') : requestByCorrelation(verification.correlationId),
+    request: refs.request ? requestReference(refs.request) : requestByCorrelation(verification.correlationId),
     outcome: OUTCOME[outcome.kind],
     disposition: disposition(outcome),
     insurer: insurerReference(refs.insurer, {

@@ -14,7 +14,6 @@ import { BUNDLE_DIR, readBundle, RECEIVED_AT } from '../corpus';
  */
 const FIXTURES = { self: 'appt-1001', child: 'appt-3003', 'primary-secondary': 'appt-4004' } as const;
 type Name = keyof typeof FIXTURES;
-type Stored = Parameters<FhirServer['repo']['createResource']>[0];
 
 /** One server per fixture: the fixtures share ids (Patient/pat-ellen) with different content. */
 const servers = new Map<Name, FhirServer>();
@@ -26,7 +25,7 @@ beforeAll(async () => {
     const server = await startFhirServer();
     servers.set(name, server);
     // The repository keeps a given id, so the fixtures' references hold.
-    for (const entry of (readBundle(name) as Bundle).entry ?? []) if (entry.resource) await server.repo.createResource(entry.resource as Stored);
+    await server.seed(((readBundle(name) as Bundle).entry ?? []).flatMap((e) => (e.resource ? [e.resource] : [])));
     readers.set(name, await fhirKitReader(server.url));
   }
 });
@@ -52,15 +51,17 @@ describe('checksFromServer over fhir-kit-client', () => {
 
   it('reports a payor the server does not hold by its element', async () => {
     const server = serverOf('self');
-    await server.repo.createResource({
-      resourceType: 'Coverage',
+    await server.seed([
+      {
+        resourceType: 'Coverage',
       id: 'cov-ellen-dangling',
       status: 'active',
       subscriberId: 'X1',
       beneficiary: { reference: 'Patient/pat-ellen' },
-      payor: [{ reference: 'Organization/org-gone' }],
-      order: 2,
-    } as Resource as Stored);
+        payor: [{ reference: 'Organization/org-gone' }],
+        order: 2,
+      },
+    ]);
     await expect(checksFromServer(readerOf('self'), 'appt-1001', options)).rejects.toThrow(
       'Coverage[1].payor[0]: references Organization/org-gone, which the bundle does not hold',
     );
