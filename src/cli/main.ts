@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
+import { registerDemo } from './demo';
 import { CliError, type CliIo } from './io';
 import { registerSandbox } from './sandbox';
 import { registerSetup } from './setup';
@@ -16,6 +17,7 @@ export function buildProgram(io: CliIo): Command {
   registerSetup(program, io);
   registerVerify(program, io);
   registerSandbox(program, io);
+  registerDemo(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   registerConvertHl7(convert, io);
   registerConvertFhir(convert, io);

@@ -15,7 +15,7 @@ const GENDER: Record<Gender, 'F' | 'M' | 'U' | undefined> = {
   unknown: 'U',
 };
 
-export interface RequestOptions {
+export interface RequestFromCheckOptions {
   /** The portal to verify on; defaults to the resolved payer's first portal for the mode. */
   portalId?: string;
   mode?: 'sync' | 'async';
@@ -26,7 +26,7 @@ export interface RequestOptions {
  * named by its common id when the catalog resolved it, otherwise as the PMS named it, and the
  * idempotency key travels as externalId so a retried POST is safe.
  */
-export function requestFromCheck(check: EligibilityCheck, options: RequestOptions = {}): VerificationRequest {
+export function requestFromCheck(check: EligibilityCheck, options: RequestFromCheckOptions = {}): VerificationRequest {
   const resolution = check.coverage.resolution;
   const resolved = resolution?.status === 'resolved' ? resolution : undefined;
   const portals = options.mode === 'async' ? resolved?.asyncPortals : resolved?.syncPortals;

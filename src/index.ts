@@ -1,0 +1,19 @@
+/**
+ * dental-eligibility-sync, the library: import what a sync service needs.
+ *   - domain: the EligibilityCheck hub type every adapter produces
+ *   - verification: the v2 service client, outcomes, payer catalog, webhook receiver
+ *   - adapters: HL7 v2 and FHIR R4 in, CoverageEligibilityResponse out
+ *   - sync: write-back of eligibility into the chart
+ *   - sandbox: the embedded service simulator and FHIR server, for tests and demos
+ */
+export * from './domain';
+export * from './verification';
+export * from './adapters/hl7';
+export { loadClinicRouting, resolveClinic, type ClinicRouting, type ClinicHints } from './adapters/clinic-routing';
+export { FhirInputError, operationOutcome, type FhirIssue } from './adapters/fhir/operation-outcome';
+export * from './adapters/fhir/in';
+export * from './adapters/fhir/out';
+export { validateR4, assertValidR4 } from './adapters/fhir/validate';
+export { fhirWriter, type EligibilityWriter, type ChartRefs, type WrittenEligibility } from './sync/write-back';
+export { startSandbox, type Sandbox, type SandboxOptions } from './sandbox';
+export { startFhirServer, type FhirServer, type FhirServerOptions } from './sandbox/fhir-server';

@@ -1,0 +1,10 @@
+export { VerificationClient, type ClientOptions, type WaitOptions } from './client';
+export { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
+export { ServiceError } from './errors';
+export { classifyFailure, failureKindOf, type FailureAction, type FailureClassification } from './failure-kinds';
+export type { Log } from './http';
+export { toOutcome, outcomeKindOf, type OutcomeKind, type VerificationOutcome } from './outcome';
+export { PayerCatalog, CatalogSnapshot, loadPayerAliases, type PayerAliases } from './payer-catalog';
+export { requestFromCheck, type RequestFromCheckOptions } from './request-from-check';
+export { createWebhookHandler, startWebhookServer, type WebhookAuth, type WebhookDelivery, type WebhookReceiverOptions } from './webhook';
+export * as wire from './wire';
