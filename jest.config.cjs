@@ -6,7 +6,11 @@ module.exports = {
   testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/bench/'],
   transform: { '^.+\\.(t|j)sx?$': ['@swc/jest'] },
   // fhir-kit-client ships ESM only; let swc turn it into CommonJS for Jest.
-  moduleNameMapper: { '^fhir-kit-client$': '<rootDir>/node_modules/fhir-kit-client/dist/index.js' },
+  moduleNameMapper: {
+    '^fhir-kit-client$': '<rootDir>/node_modules/fhir-kit-client/dist/index.js',
+    // README examples import the package by name; in tests that is the source.
+    '^dental-eligibility-sync$': '<rootDir>/src/index.ts',
+  },
   transformIgnorePatterns: ['/node_modules/(?!fhir-kit-client/)'],
   testTimeout: 20000,
 };
