@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type * as z from 'zod';
+import { describeIssue } from './domain/issues';
 
 /** The repository root, the same from src/ (tests) and dist/ (the built CLI). */
 export const projectRoot = path.resolve(__dirname, '..');
@@ -24,9 +25,7 @@ export function readMappingFile<T extends z.ZodType>(relativePath: string, schem
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue?.path.length ? issue.path.join('.') : '(root)';
-    throw new Error(`mappings/${relativePath}: ${where}: ${issue?.message ?? 'invalid'}`);
+    throw new Error(`mappings/${relativePath}: ${describeIssue(parsed.error)}`);
   }
   return parsed.data;
 }

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import * as z from 'zod';
+import { describeIssue } from '../domain/issues';
 import { ClientConfig } from '../verification/config';
 import { CliError } from './io';
 
@@ -50,8 +51,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, configFile?: string): CliSe
     }),
   });
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new CliError(`${issue?.path.join('.') || 'config'}: ${issue?.message ?? 'invalid'}`);
+    throw new CliError(describeIssue(parsed.error, 'config'));
   }
   return {
     client: parsed.data,
@@ -70,8 +70,7 @@ function readConfigFile(file: string): z.infer<typeof ConfigFile> {
   }
   const parsed = ConfigFile.safeParse(raw);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new CliError(`${file}: ${issue?.path.join('.') || '(root)'}: ${issue?.message ?? 'invalid'}`);
+    throw new CliError(`${file}: ${describeIssue(parsed.error)}`);
   }
   return parsed.data;
 }

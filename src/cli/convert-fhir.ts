@@ -5,10 +5,9 @@ import { checksFromBundle, checksFromServer, fhirKitReader, type FhirInputOption
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';
-import { IsoInstant, type EligibilityCheck } from '../domain';
+import { describeIssue, IsoInstant, type EligibilityCheck } from '../domain';
 import { toOutcome } from '../verification/outcome';
-import { PayerCatalog } from '../verification/payer-catalog';
-import { CliError, parseJsonInput, readInput, writeJson, type CliIo } from './io';
+import { CliError, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertFhirOptions {
   appointment?: string;
@@ -62,8 +61,7 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
           return toOutcome(body);
         } catch (err) {
           if (!(err instanceof z.ZodError)) throw err;
-          const issue = err.issues[0];
-          throw new CliError(`${file === '-' ? 'stdin' : file}: ${issue?.path.map(String).join('.') || '(body)'}: ${issue?.message ?? 'invalid'}`);
+          throw new CliError(`${file === '-' ? 'stdin' : file}: ${describeIssue(err, '(body)')}`);
         }
       });
       const response = fhirInput(() =>
@@ -107,13 +105,5 @@ function fhirInput<T>(run: () => T): T {
   } catch (err) {
     if (err instanceof FhirInputError) throw new CliError(err.message);
     throw err;
-  }
-}
-
-async function loadCatalog(file: string): Promise<PayerCatalog> {
-  try {
-    return await PayerCatalog.load(file);
-  } catch (err) {
-    throw new CliError((err as Error).message);
   }
 }

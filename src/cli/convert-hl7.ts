@@ -9,11 +9,10 @@ import {
   splitMessages,
   type Hl7Outcome,
 } from '../adapters/hl7';
-import { IsoInstant, type EligibilityCheck, type PayerResolver } from '../domain';
-import { PayerCatalog } from '../verification/payer-catalog';
+import { describeIssue, IsoInstant, type EligibilityCheck, type PayerResolver } from '../domain';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { VerificationRequest } from '../verification/wire';
-import { CliError, readInput, writeJson, type CliIo } from './io';
+import { CliError, loadCatalog, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
   as: string;
@@ -107,15 +106,6 @@ function asRequest(check: EligibilityCheck, portal: string | undefined): Verific
     return requestFromCheck(check, portal ? { portalId: portal } : {});
   } catch (err) {
     if (!(err instanceof z.ZodError)) throw err;
-    const issue = err.issues[0];
-    throw new CliError(`${label}: request ${issue?.path.map(String).join('.') || '(body)'}: ${issue?.message ?? 'invalid'}`);
-  }
-}
-
-async function loadCatalog(file: string): Promise<PayerCatalog> {
-  try {
-    return await PayerCatalog.load(file);
-  } catch (err) {
-    throw new CliError((err as Error).message);
+    throw new CliError(`${label}: request ${describeIssue(err, '(body)')}`);
   }
 }

@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { PayerCatalog } from '../verification/payer-catalog';
 
 /** Where a command reads and writes; the real process in production, buffers in tests. */
 export interface CliIo {
@@ -46,6 +47,15 @@ export function parseJsonInput(text: string, file: string): unknown {
     return JSON.parse(text);
   } catch (err) {
     throw new CliError(`${file === '-' ? 'stdin' : file}: not valid JSON (${(err as Error).message})`);
+  }
+}
+
+/** A saved payer catalog named by --catalog (written by `setup payers sync`). */
+export async function loadCatalog(file: string): Promise<PayerCatalog> {
+  try {
+    return await PayerCatalog.load(file);
+  } catch (err) {
+    throw new CliError(`${(err as Error).message}; \`dental-elig setup payers sync\` writes one`);
   }
 }
 

@@ -1,7 +1,6 @@
 import type { Command } from 'commander';
 import { ServiceError } from '../verification/errors';
 import { VerificationClient } from '../verification/client';
-import { PayerCatalog } from '../verification/payer-catalog';
 import { loadSettings, type CliSettings } from './config';
 import { CliError, type CliIo } from './io';
 
@@ -31,12 +30,4 @@ export async function withService<T>(
 export function toCliError(err: ServiceError): CliError {
   const reportId = err.status !== undefined && err.status >= 500 && err.requestId ? ` (report request id ${err.requestId})` : '';
   return new CliError(`${err.message}${reportId}`);
-}
-
-export async function loadCatalog(settings: CliSettings): Promise<PayerCatalog> {
-  try {
-    return await PayerCatalog.load(settings.catalogFile);
-  } catch (err) {
-    throw new CliError(`${(err as Error).message}; run \`dental-elig setup payers sync\` first`);
-  }
 }

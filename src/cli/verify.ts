@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { describeIssue } from '../domain/issues';
 import type { VerificationOutcome } from '../verification/outcome';
 import { VerificationRequest } from '../verification/wire';
 import { CliError, parseJsonInput, readInput, type CliIo } from './io';
@@ -44,8 +45,7 @@ export function registerVerify(program: Command, io: CliIo): void {
     .action(async (file: string, opts: { async?: boolean; wait?: boolean; firstDelayMs: number; json?: boolean }, cmd: Command) => {
       const parsed = VerificationRequest.safeParse(parseJsonInput(await readInput(io, file), file));
       if (!parsed.success) {
-        const issue = parsed.error.issues[0];
-        throw new CliError(`${file === '-' ? 'stdin' : file}: ${issue?.path.join('.') || '(body)'}: ${issue?.message ?? 'invalid'}`);
+        throw new CliError(`${file === '-' ? 'stdin' : file}: ${describeIssue(parsed.error, '(body)')}`);
       }
       await withService(io, cmd, async (client) => {
         let outcome: VerificationOutcome;

@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
 import { ServiceError } from './errors';
 import { ServiceHttp, type Log } from './http';
@@ -269,8 +270,7 @@ export class VerificationClient {
 function strict<T extends z.ZodType>(schema: T, value: unknown, operation: string): z.infer<T> {
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
-  const errors = parsed.error.issues.map((i) => ({ field: i.path.join('.') || '(body)', message: i.message, code: i.code }));
-  throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors } });
+  throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors: fieldErrors(parsed.error) } });
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

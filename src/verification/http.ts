@@ -1,5 +1,6 @@
 import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import type * as z from 'zod';
+import { describeIssue } from '../domain/issues';
 import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
 import { ServiceError } from './errors';
 import { normaliseProblem } from './outcome';
@@ -126,11 +127,10 @@ export class ServiceHttp {
     const json = parseJson(text);
     const parsed = opts.response.safeParse(json);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: { title: 'Unexpected response body', detail: `${issue?.path.join('.') || '(body)'}: ${issue?.message ?? 'invalid'}` },
+        problem: { title: 'Unexpected response body', detail: describeIssue(parsed.error, '(body)') },
         requestId,
       });
     }

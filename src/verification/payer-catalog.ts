@@ -1,7 +1,7 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import * as path from 'node:path';
 import * as z from 'zod';
-import type { PayerCandidate, PayerMatch, PayerResolution, PayerResolver } from '../domain';
+import { describeIssue, type PayerCandidate, type PayerMatch, type PayerResolution, type PayerResolver } from '../domain';
 import { readMappingFile } from '../mapping-files';
 import type { VerificationClient } from './client';
 import { FEATURE_ASYNC, FEATURE_SYNC, Payer, Portal } from './wire';
@@ -69,8 +69,7 @@ export class PayerCatalog implements PayerResolver {
     }
     const parsed = CatalogSnapshot.safeParse(raw);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      throw new Error(`payer catalog ${path.basename(file)}: ${issue?.path.join('.') || '(root)'}: ${issue?.message ?? 'invalid'}`);
+      throw new Error(`payer catalog ${path.basename(file)}: ${describeIssue(parsed.error)}`);
     }
     return new PayerCatalog(parsed.data, aliases);
   }

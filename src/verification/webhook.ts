@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { fieldErrors } from '../domain/issues';
 import type { Log } from './http';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
@@ -141,8 +142,7 @@ function parseVerification(rawBody: string): Verification {
   }
   const parsed = Verification.safeParse(json);
   if (!parsed.success) {
-    const errors = parsed.error.issues.map((i) => ({ field: i.path.join('.') || '(body)', message: i.message, code: i.code }));
-    throw new Rejection(422, 'Unprocessable verification', 'body is not a verification', errors);
+    throw new Rejection(422, 'Unprocessable verification', 'body is not a verification', fieldErrors(parsed.error));
   }
   return parsed.data;
 }

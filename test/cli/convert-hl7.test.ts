@@ -119,7 +119,7 @@ describe('dental-elig convert hl7', () => {
 
     it('names a catalog it cannot read, and a shape it does not know', async () => {
       const missing = await convert('carepoint-adt-a04-then-siu-s12', '--catalog', path.join(dir, 'none.json'));
-      expect(missing).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: payer catalog none.json: cannot be read (ENOENT)\n' });
+      expect(missing).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: payer catalog none.json: cannot be read (ENOENT); `dental-elig setup payers sync` writes one\n' });
       expect(await convert('carepoint-adt-a04-then-siu-s12', '--as', 'fhir')).toMatchObject({ code: 2, stderr: 'dental-elig: --as: must be check or request\n' });
     });
   });
