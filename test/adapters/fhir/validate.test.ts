@@ -22,6 +22,12 @@ describe('validateR4', () => {
     expect(validateR4(edit((r) => (r.purpose = ['nope'])))[0]?.diagnostics).toBe('must be one of auth-requirements, benefits, discovery, validation (required binding)');
   });
 
+  it('catches a wrong fm-status, which neither library checks, from the code system R4 ships', () => {
+    expect(at(edit((r) => (r.status = 'bogus')))).toEqual(['CoverageEligibilityResponse.status [code-invalid]']);
+    expect(validateR4(edit((r) => (r.status = 'bogus')))[0]?.diagnostics).toBe('must be one of active, cancelled, draft, entered-in-error (required binding)');
+    expect(validateR4(edit((r) => (r.status = 'cancelled')))).toEqual([]);
+  });
+
   it('catches a broken invariant, ces-1 (Medplum; the schema knows no invariants)', () => {
     const both = edit((r) => {
       const item = (r.insurance as Array<{ item: Array<Record<string, unknown>> }>)[0]?.item[0];
