@@ -1,4 +1,7 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
 import { Command, CommanderError } from 'commander';
+import { projectRoot } from '../mapping-files';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
@@ -11,6 +14,7 @@ import { registerVerify } from './verify';
 export function buildProgram(io: CliIo): Command {
   const program = new Command('dental-elig')
     .description('Dental insurance eligibility: verification service setup, conversion and sync')
+    .version(packageVersion(), '--version', 'print the version')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
     .option('--config <file>', `settings file (default: DENTAL_ELIG_CONFIG or ./dental-elig.config.json)`);
@@ -22,6 +26,11 @@ export function buildProgram(io: CliIo): Command {
   registerConvertHl7(convert, io);
   registerConvertFhir(convert, io);
   return program;
+}
+
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(path.join(projectRoot, 'package.json'), 'utf8')) as { version?: unknown };
+  return typeof pkg.version === 'string' ? pkg.version : 'unknown';
 }
 
 /** Runs the CLI in-process and returns the exit code; tests call this directly. */
