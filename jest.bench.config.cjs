@@ -1,0 +1,3 @@
+/** Benchmarks: `npm run bench`. Not part of `npm test`; they print figures, they do not gate. */
+const base = require('./jest.config.cjs');
+module.exports = { ...base, roots: ['<rootDir>/test/bench'], testMatch: ['**/*.bench.ts'], testPathIgnorePatterns: ['/node_modules/'], testTimeout: 300000 };
