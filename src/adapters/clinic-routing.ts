@@ -9,6 +9,7 @@ const Route = z.strictObject({
   fhirLocations: z.array(z.string()).default([]),
   fhirLocationIdentifiers: z.array(z.strictObject({ system: z.string().optional(), value: z.string() })).default([]),
 });
+type Route = z.infer<typeof Route>;
 
 export const ClinicRoutingFile = z.looseObject({
   defaultClinicId: z.string().min(1).optional(),
@@ -22,29 +23,33 @@ export function loadClinicRouting(dir?: string): ClinicRouting {
 
 /** Where an inbound message says it comes from; any of these may be absent. */
 export interface ClinicHints {
-  hl7Facility?: string | undefined;
+  /** Every facility the message names (MSH-4.1, AIL-3.4): any of them may be the clinic's. */
+  hl7Facilities?: readonly string[] | undefined;
   hl7Location?: string | undefined;
   fhirLocation?: string | undefined;
   fhirLocationIdentifiers?: Array<{ system?: string | undefined; value?: string | undefined }> | undefined;
 }
 
-const same = (a: string, b: string) => a.trim().toUpperCase() === b.trim().toUpperCase();
+/** Equal but for case and surrounding spaces: how codes and names written by PMSs compare. */
+export const sameText = (a: string, b: string) => a.trim().toUpperCase() === b.trim().toUpperCase();
 
 /**
- * The clinicId for a message, or undefined when nothing matches and there is no default.
- * A location is more specific than a facility, so locations are tried first.
+ * The clinicId for a message, or undefined when nothing matches and there is no default. A FHIR
+ * Location names one clinic. An HL7 location (AIL-3.1) is often an operatory name that every
+ * clinic has (OP1), so it counts first together with the facility; then the facility alone; then
+ * the location alone, for senders whose MSH-4 names no clinic. Routes are tried in file order.
  */
 export function resolveClinic(routing: ClinicRouting, hints: ClinicHints): string | undefined {
-  const { hl7Facility, hl7Location, fhirLocation, fhirLocationIdentifiers = [] } = hints;
-  const byLocation = routing.routes.find(
-    (r) =>
-      (hl7Location !== undefined && r.hl7Locations.some((l) => same(l, hl7Location))) ||
-      (fhirLocation !== undefined && r.fhirLocations.some((l) => l === fhirLocation)) ||
-      fhirLocationIdentifiers.some((id) =>
-        r.fhirLocationIdentifiers.some((known) => id.value === known.value && (known.system === undefined || known.system === id.system)),
-      ),
-  );
-  if (byLocation) return byLocation.clinicId;
-  const byFacility = hl7Facility === undefined ? undefined : routing.routes.find((r) => r.hl7Facilities.some((f) => same(f, hl7Facility)));
-  return byFacility?.clinicId ?? routing.defaultClinicId;
+  const { hl7Facilities = [], hl7Location, fhirLocation, fhirLocationIdentifiers = [] } = hints;
+  const atFhirLocation = (r: Route) =>
+    (fhirLocation !== undefined && r.fhirLocations.some((l) => l === fhirLocation)) ||
+    fhirLocationIdentifiers.some((id) => r.fhirLocationIdentifiers.some((known) => id.value === known.value && (known.system === undefined || known.system === id.system)));
+  const atFacility = (r: Route) => hl7Facilities.some((f) => r.hl7Facilities.some((known) => sameText(known, f)));
+  const atLocation = (r: Route) => hl7Location !== undefined && r.hl7Locations.some((l) => sameText(l, hl7Location));
+  const route =
+    routing.routes.find(atFhirLocation) ??
+    routing.routes.find((r) => atLocation(r) && atFacility(r)) ??
+    routing.routes.find(atFacility) ??
+    routing.routes.find(atLocation);
+  return route?.clinicId ?? routing.defaultClinicId;
 }

@@ -7,7 +7,6 @@ import {
   InMemoryPatientInsuranceStore,
   loadHl7Mappings,
   splitMessages,
-  type Hl7Outcome,
 } from '../adapters/hl7';
 import { describeIssue, IsoInstant, type EligibilityCheck, type PayerResolver } from '../domain';
 import { requestFromCheck } from '../verification/request-from-check';
@@ -27,7 +26,7 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     .description(
       'HL7 v2 SIU/ADT messages (one, several, or a batch file; `-` for stdin) to the eligibility checks they make, as one JSON array. ' +
         'Messages run in file order through one in-memory patient store, so an ADT earlier in the file gives a SIU its insurance; ' +
-        'checks a later message reschedules or cancels are left out.',
+        'checks a later message reschedules or cancels are left out, unless another appointment of that day still needs them.',
     )
     .option('--as <shape>', 'check (EligibilityCheck) or request (the v2 verification request body)', 'check')
     .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer and its portal')
@@ -43,7 +42,12 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     });
 }
 
-/** Every message in order; the checks still pending at the end of the file, in the order they arose. */
+/**
+ * Every message in order; the checks still pending at the end of the file, in the order their
+ * appointments were first booked. Checks are kept by the appointment that made them: a
+ * reschedule replaces that appointment's checks, a cancellation (with or without its patient)
+ * drops them, and a check two appointments of the same day share stays while either holds it.
+ */
 async function convertHl7(text: string, options: { receivedAt: string; resolver: PayerResolver | undefined }, file: string): Promise<EligibilityCheck[]> {
   const messages = splitMessages(text);
   if (messages.length === 0) throw new CliError(`${file === '-' ? 'stdin' : file}: no HL7 message found`);
@@ -54,36 +58,24 @@ async function convertHl7(text: string, options: { receivedAt: string; resolver:
     resolver: options.resolver,
     receivedAt: options.receivedAt,
   };
-  const pending = new Map<string, EligibilityCheck>();
+  const byAppointment = new Map<string, EligibilityCheck[]>();
   for (const [index, message] of messages.entries()) {
     const { header, outcome } = await handleHl7Message(message, handlerOptions);
     if (outcome.kind === 'reject') throw new CliError(`${header?.controlId || `#${index + 1}`}: ${describeProblems(outcome.problems)}`);
-    apply(pending, outcome, header?.sendingFacility.split(header.delimiters.component)[0]);
+    // Appointment ids are the sender's: keyed with its facility; checks of an appointment without an id stand alone.
+    const facility = header?.sendingFacility.split(header.delimiters.component)[0]?.trim().toUpperCase() ?? '';
+    const appointment = (id: string | undefined) => (id === undefined ? `#${index}` : JSON.stringify([facility, id]));
+    if (outcome.kind === 'book' || outcome.kind === 'reschedule') {
+      byAppointment.set(appointment(outcome.appointmentId), outcome.checks);
+    } else if (outcome.kind === 'cancel') {
+      byAppointment.delete(appointment(outcome.appointmentId));
+    }
+  }
+  const pending = new Map<string, EligibilityCheck>();
+  for (const check of [...byAppointment.values()].flat()) {
+    if (!pending.has(check.idempotencyKey)) pending.set(check.idempotencyKey, check);
   }
   return [...pending.values()];
-}
-
-function apply(pending: Map<string, EligibilityCheck>, outcome: Hl7Outcome, facility: string | undefined): void {
-  switch (outcome.kind) {
-    case 'book':
-    case 'reschedule':
-      for (const key of outcome.replacedKeys) pending.delete(key);
-      for (const check of outcome.checks) pending.set(check.idempotencyKey, check);
-      return;
-    case 'cancel':
-      for (const key of outcome.keys) pending.delete(key);
-      // A cancellation without a patient names no keys: withdraw by appointment id.
-      for (const [key, check] of pending) {
-        if (check.source.kind === 'hl7' && check.source.appointmentId === outcome.appointmentId && check.source.sendingFacility === facility) {
-          pending.delete(key);
-        }
-      }
-      return;
-    case 'record':
-    case 'ignore':
-    case 'reject':
-      return;
-  }
 }
 
 function asRequest(check: EligibilityCheck, portal: string | undefined): VerificationRequest {

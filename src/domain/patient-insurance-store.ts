@@ -28,7 +28,11 @@ export type KnownCoverage = z.infer<typeof KnownCoverage>;
 export const KnownAppointment = z.strictObject({
   appointmentId: NonEmpty,
   dateOfService: IsoDate,
-  /** Idempotency keys of the checks this appointment made, in coverage order. */
+  /**
+   * Idempotency keys of the checks this appointment made, in coverage order. Another appointment
+   * of the patient on the same day holds the same keys, so a key is withdrawn only when no
+   * remembered appointment holds it any more.
+   */
   keys: z.array(NonEmpty),
 });
 export type KnownAppointment = z.infer<typeof KnownAppointment>;

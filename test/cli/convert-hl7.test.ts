@@ -40,6 +40,31 @@ describe('dental-elig convert hl7', () => {
     expect(JSON.parse((await convert('molarpms-siu-s17-delete-without-patient')).stdout)).toEqual([]);
   });
 
+  it('keeps the check a cancelled or moved appointment shares with another of the same day', async () => {
+    const source = (c: EligibilityCheck) => (c.source.kind === 'hl7' ? [c.source.appointmentId, c.dateOfService] : []);
+    const cancelled = JSON.parse((await convert('molarpms-siu-s15-cancel-one-of-two-same-day')).stdout) as EligibilityCheck[];
+    expect(cancelled.map(source)).toEqual([['APT1051', '2024-06-27']]);
+    const moved = await readFile(fixture('molarpms-siu-s13-reschedule-one-of-two-same-day'), 'utf8');
+    // Up to the S13: the first appointment's new day, and the day the second still holds.
+    const upToMove = moved.split(/(?=MSH\|)/).slice(0, 3).join('');
+    const kept = JSON.parse((await cli(['convert', 'hl7', '-', '--received-at', RECEIVED_AT], {}, upToMove)).stdout) as EligibilityCheck[];
+    expect(kept.map(source)).toEqual([
+      ['APT1060', '2024-07-01'],
+      ['APT1061', '2024-06-28'],
+    ]);
+    expect((JSON.parse((await convert('molarpms-siu-s13-reschedule-one-of-two-same-day')).stdout) as EligibilityCheck[]).map(source)).toEqual([['APT1060', '2024-07-01']]);
+  });
+
+  it('keeps the shared check when one appointment is cancelled without its patient, whichever booked last', async () => {
+    const text = await readFile(fixture('molarpms-siu-s15-cancel-one-of-two-same-day'), 'utf8');
+    const [first = '', second = ''] = text.split(/(?=MSH\|)/);
+    // An S17 without PID for the second (the later) appointment: only the first still needs the day.
+    const deleteSecond = ['MSH|^~\\&|MOLARPMS|BSD-MAIN|DENTAL-ELIG|BSD|20240525080000||SIU^S17^SIU_S12|MP-0059|P|2.5.1', 'SCH|APT1051^MOLARPMS', 'RGS|1|A'].join('\r');
+    const run = await cli(['convert', 'hl7', '-', '--received-at', RECEIVED_AT], {}, `${first}${second}${deleteSecond}\r`);
+    const checks = JSON.parse(run.stdout) as EligibilityCheck[];
+    expect(checks.map((c) => c.source.kind === 'hl7' && c.source.appointmentId)).toEqual(['APT1050']);
+  });
+
   it('reads standard input for -', async () => {
     const text = await readFile(fixture('cuspdesk-x12-relationship-codes'), 'utf8');
     const run = await cli(['convert', 'hl7', '-', '--received-at', RECEIVED_AT], {}, text);

@@ -1,17 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import { DEFAULT_DELIMITERS, escapeText, type Delimiters } from './delimiters';
 import { describeLocation, ERROR_CODES, type Hl7Problem } from './hl7-errors';
-import { isEnhancedMode, type MessageHeader } from './message-header';
+import { ackConditions, type AckCondition, type MessageHeader } from './message-header';
 
 /**
- * Acknowledgements, made in this one place. Original mode answers AA/AE/AR; enhanced mode
- * (MSH-15 or MSH-16 valued) answers the commit codes CA/CE/CR. The ACK swaps sender and receiver,
- * has its own unique MSH-10, echoes the inbound MSH-10 in MSA-2, keeps the sender's version and
- * delimiters, and carries one ERR per problem: ERR-2 location, ERR-3 table 0357 code, ERR-4
- * severity, ERR-8 readable text, plus ERR-1 (the v2.3/2.4 form) for senders of those versions.
+ * Acknowledgements, made in this one place. Original mode (MSH-15 and MSH-16 empty) answers one
+ * AA/AE/AR. Enhanced mode answers an accept (commit) ACK, CA/CE/CR, as MSH-15 asks, then an
+ * application ACK, AA/AE/AR, as MSH-16 asks: none, one or both. Each ACK swaps sender and
+ * receiver, has its own unique MSH-10, echoes the inbound MSH-10 in MSA-2, keeps the sender's
+ * version and delimiters, and carries one ERR per problem: ERR-2 location, ERR-3 table 0357 code,
+ * ERR-4 severity, ERR-8 readable text, plus ERR-1 (the v2.3/2.4 form) for senders of those versions.
  */
 export type ApplicationAckCode = 'AA' | 'AE' | 'AR';
-export type AckCode = ApplicationAckCode | 'CA' | 'CE' | 'CR';
+export type CommitAckCode = 'CA' | 'CE' | 'CR';
+export type AckCode = ApplicationAckCode | CommitAckCode;
 
 export interface Ack {
   code: AckCode;
@@ -25,25 +27,63 @@ export interface Ack {
 
 export interface AckOptions {
   now?: Date;
-  /** Overrides the generated MSH-10 (tests). */
-  controlId?: string;
 }
 
-const COMMIT: Record<ApplicationAckCode, AckCode> = { AA: 'CA', AE: 'CE', AR: 'CR' };
+/** How a message fared, in both senses enhanced mode tells apart. */
+export interface Answer {
+  /**
+   * CA: kept (a readable message whose data cannot be used is kept too, as a dead letter); CE:
+   * keeping it failed, so the sender should send it again; CR: not acceptable at all (cannot be
+   * parsed, or its type or version is not supported).
+   */
+  commit: CommitAckCode;
+  /** What the message meant: AA used, AE readable but its data unusable, AR rejected. */
+  application: ApplicationAckCode;
+  problems?: readonly Hl7Problem[] | undefined;
+}
+
+/** The acknowledgements for one message, in the order they are to be sent. */
+export function acknowledgements(header: MessageHeader | undefined, answer: Answer, options: AckOptions = {}): Ack[] {
+  const problems = answer.problems ?? [];
+  const conditions = header && ackConditions(header);
+  if (!conditions) return [buildAck(header, { code: answer.application, problems }, options)];
+  const acks: Ack[] = [];
+  if (wanted(conditions.accept, answer.commit === 'CA')) {
+    // The accept ACK says only whether the message was kept; what was wrong with its data is the application ACK's to say.
+    acks.push(buildAck(header, { code: answer.commit, problems: answer.commit === 'CA' ? [] : problems }, options));
+  }
+  if (wanted(conditions.application, answer.application === 'AA')) acks.push(buildAck(header, { code: answer.application, problems }, options));
+  return acks;
+}
+
+/** Table 0155: AL always, NE never, ER on an error or reject only, SU on success only. */
+function wanted(condition: AckCondition, success: boolean): boolean {
+  switch (condition) {
+    case 'AL':
+      return true;
+    case 'NE':
+      return false;
+    case 'ER':
+      return !success;
+    case 'SU':
+      return success;
+  }
+}
 
 /** Versions before 2.5 read errors from ERR-1 (ELD); 2.3 has no message structure in MSH-9. */
 const OLD_ERR = /^2\.(3|4)(\.|$)/;
 
+/** One ACK with exactly the code given. */
 export function buildAck(
   header: MessageHeader | undefined,
-  answer: { code: ApplicationAckCode; problems?: readonly Hl7Problem[] },
+  answer: { code: AckCode; problems?: readonly Hl7Problem[] },
   options: AckOptions = {},
 ): Ack {
   const d = header?.delimiters ?? DEFAULT_DELIMITERS;
   const version = header?.version || '2.5.1';
   const event = header?.triggerEvent ?? '';
-  const code = header && isEnhancedMode(header) ? COMMIT[answer.code] : answer.code;
-  const controlId = options.controlId ?? newControlId();
+  const { code } = answer;
+  const controlId = newControlId();
   const problems = answer.problems ?? [];
   const messageType = version === '2.3' ? ['ACK', event] : ['ACK', event, 'ACK'];
   const msh = [
@@ -74,7 +114,7 @@ export function buildAck(
 function errSegment(p: Hl7Problem, d: Delimiters, oldForm: boolean): string[] {
   const c = d.component;
   const codeText = ERROR_CODES[p.code];
-  const location = p.field === undefined ? [p.segment, String(p.sequence)] : [p.segment, String(p.sequence), String(p.field), '1', p.component === undefined ? '' : String(p.component)];
+  const location = p.field === undefined ? [p.segment, String(p.sequence)] : [p.segment, String(p.sequence), String(p.field), String(p.repetition ?? 1), p.component === undefined ? '' : String(p.component)];
   const hasSubcomponents = d.encodingCharacters.length >= 4;
   const eldCode = hasSubcomponents ? [String(p.code), escapeText(codeText, d), 'HL70357'].join(d.subcomponent) : String(p.code);
   const eld = oldForm ? [p.segment, String(p.sequence), p.field === undefined ? '' : String(p.field), eldCode].join(c) : '';

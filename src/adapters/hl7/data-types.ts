@@ -41,15 +41,24 @@ export function readIdentifiers(segment: Hl7Segment, field: number): Identifier[
 }
 
 export interface Person {
+  /** Which repetition of the field, from 0. */
+  repetition: number;
   id?: string;
+  /** XCN-13, the identifier type code (NPI, PRN, ...). */
+  idType?: string;
   lastName?: string;
   firstName?: string;
 }
 
-/** XCN: id^family^given (the first repetition). */
-export function readPerson(segment: Hl7Segment, field: number): Person {
-  const id = segment.value(field, 1).trim();
-  const lastName = segment.value(field, 2).trim();
-  const firstName = segment.value(field, 3).trim();
-  return { ...(id && { id }), ...(lastName && { lastName }), ...(firstName && { firstName }) };
+/** XCN, every repetition: id^family^given^...^identifier type code (XCN-13). */
+export function readPersons(segment: Hl7Segment, field: number): Person[] {
+  const persons: Person[] = [];
+  for (let repetition = 0; repetition < segment.repetitions(field); repetition++) {
+    const id = segment.value(field, 1, 1, repetition).trim();
+    const idType = segment.value(field, 13, 1, repetition).trim();
+    const lastName = segment.value(field, 2, 1, repetition).trim();
+    const firstName = segment.value(field, 3, 1, repetition).trim();
+    persons.push({ repetition, ...(id && { id }), ...(idType && { idType }), ...(lastName && { lastName }), ...(firstName && { firstName }) });
+  }
+  return persons;
 }

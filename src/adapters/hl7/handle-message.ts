@@ -7,7 +7,7 @@ import type {
   PayerResolver,
 } from '../../domain';
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
-import { buildAck, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
+import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { buildChecks } from './build-checks';
 import { Hl7InputError, problemAt, rejection, type Hl7Problem } from './hl7-errors';
 import { parseHl7Message, type Hl7Message } from './hl7-message';
@@ -28,7 +28,11 @@ export interface Hl7HandlerOptions {
   receivedAt: string;
 }
 
-/** What a message did. Checks are to verify; keys named under replaced/cancel are to withdraw if still pending. */
+/**
+ * What a message did. Checks are to verify; keys named under replaced/cancel are to withdraw if
+ * still pending (only those no other booked appointment of the patient holds). A cancellation
+ * without a patient names no keys: withdraw by appointment id.
+ */
 export type Hl7Outcome =
   | { kind: 'book' | 'reschedule'; appointmentId?: string; checks: EligibilityCheck[]; replacedKeys: string[]; selfPay: boolean }
   | { kind: 'cancel'; appointmentId: string; keys: string[] }
@@ -51,7 +55,7 @@ const KEPT_APPOINTMENTS = 50;
 /**
  * One HL7 v2 message in, what it means out. It reads and writes the patient insurance store but
  * does no other I/O, so a durable pipeline can call it, store the result and only then answer the
- * ACK (ackFor). Problems with the data come back as a `reject` outcome, never as a throw; an
+ * ACKs (ackFor). Problems with the data come back as a `reject` outcome, never as a throw; an
  * exception means a fault of ours (or the store's) and should be answered AR.
  */
 export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
@@ -68,10 +72,14 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
   }
 }
 
-/** The acknowledgement for a result (AA/AE/AR, or CA/CE/CR in enhanced mode). */
-export function ackFor(result: Hl7Result, options?: AckOptions): Ack {
+/**
+ * The acknowledgements for a result once it has been kept, in the order to send them: one in
+ * original mode, what MSH-15 and MSH-16 ask for in enhanced mode. A message whose data cannot be
+ * used is kept as a dead letter, so only an unreadable or unsupported one is not accepted (CR).
+ */
+export function ackFor(result: Hl7Result, options?: AckOptions): Ack[] {
   const problems = result.outcome.kind === 'reject' ? result.outcome.problems : [];
-  return buildAck(result.header, { code: result.ackCode, problems }, options);
+  return acknowledgements(result.header, { commit: result.ackCode === 'AR' ? 'CR' : 'CA', application: result.ackCode, problems }, options);
 }
 
 function checkHeader(header: MessageHeader | undefined): MessageHeader {
@@ -157,7 +165,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     kind,
     ...(appointmentId !== undefined && { appointmentId }),
     checks,
-    replacedKeys: (earlier?.keys ?? []).filter((k) => !keys.includes(k)),
+    replacedKeys: unheld(earlier?.keys ?? [], appointments),
     selfPay: checks.length === 0,
   };
 }
@@ -171,10 +179,10 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
   const known = key && (await options.store.get(key));
   const entry = known?.appointments.find((a) => a.appointmentId === appointmentId);
-  if (key && known && entry) {
-    await options.store.put(key, { ...known, appointments: known.appointments.filter((a) => a !== entry) });
-  }
-  return { kind: 'cancel', appointmentId, keys: entry?.keys ?? [] };
+  if (!key || !known || !entry) return { kind: 'cancel', appointmentId, keys: [] };
+  const appointments = known.appointments.filter((a) => a !== entry);
+  await options.store.put(key, { ...known, appointments });
+  return { kind: 'cancel', appointmentId, keys: unheld(entry.keys, appointments) };
 }
 
 async function record(ctx: Context): Promise<Hl7Outcome> {
@@ -202,9 +210,10 @@ function requireSegments(message: Hl7Message, ...names: string[]): void {
 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
   const { message, profile, options } = ctx;
-  const facility = firstValue(message.segments, profile.clinic.facility);
+  // Every facility path counts (MSH-4 and the location's own facility, AIL-3.4), not just the first valued.
+  const facilities = profile.clinic.facility.flatMap((path) => firstValue(message.segments, [path])?.value ?? []);
   const location = firstValue(message.segments, profile.clinic.location);
-  const clinicId = resolveClinic(options.routing, { hl7Facility: facility?.value, hl7Location: location?.value });
+  const clinicId = resolveClinic(options.routing, { hl7Facilities: facilities, hl7Location: location?.value });
   if (!clinicId) {
     const where = whereMissing(message.segments, profile.clinic.facility);
     problems.push(problemAt(where, 103, 'sending facility matches no clinic in mappings/clinics.json and there is no default'));
@@ -226,6 +235,16 @@ function source(ctx: Context, appointmentId: string | undefined) {
 
 function recordOf(ctx: Context, patient: PatientDemographics, coverages: KnownCoverage[], appointments: KnownAppointment[]): PatientInsuranceRecord {
   return { patient, coverages, appointments, updatedAt: ctx.options.receivedAt, messageControlId: ctx.header.controlId };
+}
+
+/**
+ * The keys no remembered appointment still holds: the ones to withdraw. Appointments of one
+ * patient on one day share a key (one verification covers the day), so cancelling or moving one
+ * of them must not withdraw the check the others still need.
+ */
+function unheld(keys: readonly string[], appointments: readonly KnownAppointment[]): string[] {
+  const held = new Set(appointments.flatMap((a) => a.keys));
+  return keys.filter((k) => !held.has(k));
 }
 
 function remember(appointments: readonly KnownAppointment[], latest: KnownAppointment): KnownAppointment[] {

@@ -26,6 +26,8 @@ export interface Hl7Problem {
   /** Which occurrence of the segment, from 1 (the second IN1 is sequence 2). */
   sequence: number;
   field?: number | undefined;
+  /** Which repetition of the field, from 1; the first when absent. */
+  repetition?: number | undefined;
   component?: number | undefined;
   reason: string;
   code: ErrorCode;
@@ -68,7 +70,7 @@ export function rejection(
 
 /** A readable message whose data cannot be used (AE), at the location a reader found. */
 export function problemAt(
-  where: Pick<Hl7Problem, 'segment' | 'sequence' | 'field' | 'component'>,
+  where: Pick<Hl7Problem, 'segment' | 'sequence' | 'field' | 'repetition' | 'component'>,
   code: ErrorCode,
   reason: string,
 ): Hl7Problem {

@@ -1,6 +1,6 @@
 export { handleHl7Message, ackFor, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result } from './handle-message';
-export { buildAck, type Ack, type AckCode, type AckOptions, type ApplicationAckCode } from './ack';
-export { readMessageHeader, isEnhancedMode, type MessageHeader } from './message-header';
+export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, type Answer, type ApplicationAckCode, type CommitAckCode } from './ack';
+export { readMessageHeader, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';
 export { parseHl7Message, Hl7Message, Hl7Segment } from './hl7-message';
 export { splitMessages, segmentLines } from './split-messages';
 export { loadHl7Mappings, profileFor, type Hl7Mappings, type Hl7Profile, type EventAction } from './profile';

@@ -22,7 +22,7 @@ export interface MessageHeader {
   processingId: string;
   /** MSH-12.1, e.g. 2.5.1. */
   version: string;
-  /** MSH-15 and MSH-16; either one valued means enhanced acknowledgement mode. */
+  /** MSH-15 and MSH-16 (table 0155); either one valued means enhanced acknowledgement mode. */
   acceptAckType: string;
   applicationAckType: string;
 }
@@ -54,4 +54,25 @@ export function readMessageHeader(text: string): MessageHeader | undefined {
 
 export function isEnhancedMode(header: MessageHeader): boolean {
   return header.acceptAckType !== '' || header.applicationAckType !== '';
+}
+
+/** Table 0155: when an acknowledgement is wanted. */
+export type AckCondition = 'AL' | 'NE' | 'ER' | 'SU';
+
+/**
+ * When each acknowledgement is wanted in enhanced mode; undefined in original mode. An empty
+ * MSH-15 next to a valued MSH-16 means AL. An empty MSH-16 next to a valued MSH-15 means NE: a
+ * sender that names only accept acknowledgements waits for one answer per message, and a second
+ * one would be read as the answer to its next message. A value not in the table means AL: better
+ * an answer the sender ignores than silence it waits on.
+ */
+export function ackConditions(header: MessageHeader): { accept: AckCondition; application: AckCondition } | undefined {
+  if (!isEnhancedMode(header)) return undefined;
+  return { accept: condition(header.acceptAckType, 'AL'), application: condition(header.applicationAckType, 'NE') };
+}
+
+function condition(value: string, ifEmpty: AckCondition): AckCondition {
+  if (value === '') return ifEmpty;
+  const code = value.toUpperCase();
+  return code === 'AL' || code === 'NE' || code === 'ER' || code === 'SU' ? code : 'AL';
 }

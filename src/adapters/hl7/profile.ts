@@ -55,7 +55,10 @@ const Sections = {
     /** Persons (XCN): component 1 the id (an NPI when it is one), 2 family name, 3 given name. */
     provider: z.array(WholeFieldPathText),
   }),
-  /** Hints for mappings/clinics.json: the facility (MSH-4) and the appointment's location (AIL-3). */
+  /**
+   * Hints for mappings/clinics.json: the facility (MSH-4, and the location's own facility AIL-3.4;
+   * every path with a value counts) and the appointment's location (AIL-3).
+   */
   clinic: z.strictObject({
     facility: Paths,
     location: Paths,

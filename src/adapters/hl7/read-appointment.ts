@@ -1,5 +1,6 @@
 import { isValidNpi, type Provider } from '../../domain';
-import { readPerson } from './data-types';
+import { sameText } from '../clinic-routing';
+import { readPersons, type Person } from './data-types';
 import { problemAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message } from './hl7-message';
 import type { Hl7Profile } from './profile';
@@ -25,28 +26,52 @@ export function readAppointment(message: Hl7Message, profile: Hl7Profile, proble
 }
 
 /**
- * The provider from the first person field (AIP-3, PV1-7, ...) whose id is an NPI, named from
- * the first that has a name. Ten digits that fail the NPI check digit are a typo to fix, not a
+ * The provider from the first person field (AIP-3, PV1-7, ...) that carries an NPI, NPI and name
+ * both from that field, so they name the same person; only when no field has an NPI, the name of
+ * the first named field. Within a field, the repetition typed NPI (XCN-13) wins, else the first
+ * with a valid ten-digit id. Ten digits that fail the NPI check digit are a typo to fix, not a
  * local id: local ids are shorter.
  */
 function readProvider(message: Hl7Message, profile: Hl7Profile, problems: Hl7Problem[]): Provider | undefined {
-  let npi: string | undefined;
-  let named: { lastName?: string; firstName?: string } | undefined;
+  let named: Person | undefined;
   for (const found of fieldsWithValues(message.segments, profile.appointment.provider)) {
-    const person = readPerson(found.segment, found.path.field);
-    if (npi === undefined && person.id !== undefined && /^\d{10}$/.test(person.id)) {
-      if (!isValidNpi(person.id)) {
-        problems.push(problemAt({ ...whereFound(found), component: 1 }, 102, 'provider NPI fails the check digit'));
-        return undefined;
-      }
-      npi = person.id;
+    const persons = readPersons(found.segment, found.path.field);
+    const reading = readNpi(persons);
+    if (reading && 'problem' in reading) {
+      problems.push(problemAt({ ...whereFound(found), repetition: reading.person.repetition + 1, component: 1 }, 102, reading.problem));
+      return undefined;
     }
-    if (named === undefined && person.lastName !== undefined) named = person;
+    // The NPI's repetition names the person; failing that, another repetition of the same field.
+    if (reading) return providerOf(reading.npi, reading.person.lastName === undefined ? (persons.find(hasName) ?? reading.person) : reading.person);
+    named ??= persons.find(hasName);
   }
+  return named && providerOf(undefined, named);
+}
+
+const TEN_DIGITS = /^\d{10}$/;
+
+const hasName = (p: Person) => p.lastName !== undefined;
+
+/** The repetition typed NPI (XCN-13), else the first whose id is a valid NPI, else the first ten-digit typo. */
+function readNpi(persons: readonly Person[]): { person: Person; npi: string } | { person: Person; problem: string } | undefined {
+  const typed = persons.find((p) => sameText(p.idType ?? '', 'NPI'));
+  if (typed) return checkNpi(typed);
+  const tenDigits = persons.filter((p) => TEN_DIGITS.test(p.id ?? ''));
+  const candidate = tenDigits.find((p) => isValidNpi(p.id ?? '')) ?? tenDigits[0];
+  return candidate && checkNpi(candidate);
+}
+
+function checkNpi(person: Person): { person: Person; npi: string } | { person: Person; problem: string } {
+  const id = person.id ?? '';
+  if (isValidNpi(id)) return { person, npi: id };
+  return { person, problem: TEN_DIGITS.test(id) ? 'provider NPI fails the check digit' : 'provider NPI is not ten digits' };
+}
+
+function providerOf(npi: string | undefined, person: Person): Provider | undefined {
   const provider: Provider = {
     ...(npi && { npi }),
-    ...(named?.firstName && { firstName: named.firstName }),
-    ...(named?.lastName && { lastName: named.lastName }),
+    ...(person.firstName && { firstName: person.firstName }),
+    ...(person.lastName && { lastName: person.lastName }),
   };
   return Object.keys(provider).length > 0 ? provider : undefined;
 }

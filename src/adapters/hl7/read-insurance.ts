@@ -1,9 +1,11 @@
 import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../../domain';
+import { sameText } from '../clinic-routing';
 import type { CodeTables } from './code-tables';
+import type { PersonName } from './data-types';
 import { problemAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
-import { firstValue, whereFound, whereMissing } from './read-fields';
+import { firstValue, whereFound, whereMissing, type Where } from './read-fields';
 import { readDate, readName, type PatientDemographics } from './read-patient';
 
 /**
@@ -59,7 +61,7 @@ export function readInsurance(
 function isSelfPay(group: Hl7Segment[], profile: Hl7Profile): boolean {
   return profile.insurance.selfPay.some(({ path, values }) => {
     const found = firstValue(group, [path]);
-    return found !== undefined && values.some((v) => v.toUpperCase() === found.value.toUpperCase());
+    return found !== undefined && values.some((v) => sameText(v, found.value));
   });
 }
 
@@ -84,15 +86,24 @@ function readOne(
   const payerId = text(paths.payerId);
   const payerName = text(paths.payerName);
   if (!payerId && !payerName) problems.push(problemAt(whereMissing(group, [...paths.payerId, ...paths.payerName]), 101, 'payer id and name missing'));
-  const memberId = text(paths.subscriberMemberId);
+  const relationship = readRelationship(group, profile, codes, patient, problems);
+  const self = relationship?.relationship === 'self';
+  const patientMemberId = text(paths.patientMemberId);
+  // For the patient's own plan the patient's member number is the subscriber's.
+  const memberId = text(paths.subscriberMemberId) ?? (self ? patientMemberId : undefined);
   if (!memberId) problems.push(problemAt(whereMissing(group, paths.subscriberMemberId), 101, 'member id missing'));
 
-  const relationship = readRelationship(group, profile, codes, patient, problems);
-  const self = relationship === 'self';
   const named = firstValue(group, paths.subscriberName) !== undefined;
   // IN1-16 left empty for the patient's own plan means the patient; for anyone else it is missing.
-  const name = named || (relationship !== undefined && !self) ? readName(scope, paths.subscriberName, 'subscriber', problems) : self ? patient : undefined;
-  const birthDate = readDate(scope, paths.subscriberBirthDate, 'subscriber birth date', problems, false) ?? (self ? patient.birthDate : undefined);
+  const statedName = named || (relationship !== undefined && !self) ? readName(scope, paths.subscriberName, 'subscriber', problems) : undefined;
+  const statedBirthDate = readDate(scope, paths.subscriberBirthDate, 'subscriber birth date', problems, false);
+  if (relationship && self && !isPatient(patient, statedName, statedBirthDate)) {
+    const fields = [...paths.subscriberName, ...paths.subscriberBirthDate].map((p) => p.text).join('/');
+    problems.push(problemAt(relationship.where, 103, `relationship self but ${fields} name another person`));
+    return undefined;
+  }
+  const name = statedName ?? (self ? patient : undefined);
+  const birthDate = statedBirthDate ?? (self ? patient.birthDate : undefined);
 
   if (!relationship || !name || !memberId || (!payerId && !payerName)) return undefined;
   const subscriber: Subscriber = {
@@ -101,12 +112,11 @@ function readOne(
     lastName: name.lastName,
     ...(birthDate && { birthDate }),
     memberId,
-    relationship,
+    relationship: relationship.relationship,
   };
   const groupNumber = text(paths.groupNumber);
   const groupName = text(paths.groupName);
   const planName = text(paths.planName);
-  const patientMemberId = text(paths.patientMemberId);
   return {
     coverage: {
       order: 'primary', // replaced once every group is read
@@ -120,10 +130,17 @@ function readOne(
   };
 }
 
+/** Whatever of a subscriber's name (family and given) and birth date is stated is the patient's. */
+function isPatient(patient: PatientDemographics, name: PersonName | undefined, birthDate: string | undefined): boolean {
+  const sameName = name === undefined || (sameText(name.lastName, patient.lastName) && sameText(name.firstName, patient.firstName));
+  return sameName && (birthDate === undefined || birthDate === patient.birthDate);
+}
+
 /**
- * IN1-17 by the tables the profile names for it. When no relationship is given, the subscriber
- * is the patient only if IN1-16 is empty or names the patient (and IN1-18, if present, is the
- * patient's birth date): many PMSs leave IN1-17 empty for the patient's own plan.
+ * IN1-17 by the tables the profile names for it, with where it was read. When no relationship is
+ * given, the subscriber is the patient only if IN1-16 is empty or names the patient (and IN1-18,
+ * if present, is the patient's birth date): many PMSs leave IN1-17 empty for the patient's own
+ * plan.
  */
 function readRelationship(
   group: Hl7Segment[],
@@ -131,26 +148,24 @@ function readRelationship(
   codes: CodeTables,
   patient: PatientDemographics,
   problems: Hl7Problem[],
-): Relationship | undefined {
+): { relationship: Relationship; where: Where } | undefined {
   const entries = profile.insurance.subscriberRelationship;
   for (const { path, tables } of entries) {
     const found = firstValue(group, [path]);
     if (!found) continue;
     const relationship = codes.relationship(found.value, tables);
     if (!relationship) problems.push(problemAt(whereFound(found), 103, `relationship code is not in ${tables.map(tableName).join(' or ')}`));
-    return relationship;
+    return relationship && { relationship, where: whereFound(found) };
   }
   const paths = profile.insurance;
+  const where = whereMissing(group, entries.map((e) => e.path));
   const silent: Hl7Problem[] = [];
   const name = firstValue(group, paths.subscriberName) ? readName({ segments: group }, paths.subscriberName, 'subscriber', silent) : undefined;
   const birthDate = readDate({ segments: group }, paths.subscriberBirthDate, 'subscriber birth date', silent, false);
-  const sameName = name === undefined || (same(name.lastName, patient.lastName) && same(name.firstName, patient.firstName));
-  if (silent.length === 0 && sameName && (birthDate === undefined || birthDate === patient.birthDate)) return 'self';
-  problems.push(problemAt(whereMissing(group, entries.map((e) => e.path)), 101, 'relationship to patient missing'));
+  if (silent.length === 0 && isPatient(patient, name, birthDate)) return { relationship: 'self', where };
+  problems.push(problemAt(where, 101, 'relationship to patient missing'));
   return undefined;
 }
-
-const same = (a: string, b: string) => a.trim().toUpperCase() === b.trim().toUpperCase();
 
 function tableName(table: string): string {
   return /^\d+$/.test(table) ? `table ${table}` : table.toUpperCase();

@@ -1,4 +1,4 @@
-import { buildAck, parseHl7Message, readMessageHeader, type Hl7Problem } from '../../../src/adapters/hl7';
+import { acknowledgements, buildAck, parseHl7Message, readMessageHeader, type Answer, type Hl7Problem } from '../../../src/adapters/hl7';
 
 const inbound = (version: string, extra = '') =>
   `MSH|^~\\&|MOLARPMS|BSD-MAIN^1.2.3^ISO|ELIG|BSD|20240501||SIU^S12^SIU_S12|MSG-77|T|${version}${extra}\rPID|1`;
@@ -62,13 +62,10 @@ describe('buildAck', () => {
     }
   });
 
-  it('answers with commit codes CA/CE/CR when MSH-15 or MSH-16 asks for enhanced mode', () => {
-    const enhanced = readMessageHeader(inbound('2.5.1', '|||AL|NE'));
-    const appOnly = readMessageHeader(inbound('2.5.1', '||||AL'));
-    expect(buildAck(enhanced, { code: 'AA' }).code).toBe('CA');
-    expect(buildAck(enhanced, { code: 'AE', problems: [birthDate] }).code).toBe('CE');
-    expect(buildAck(appOnly, { code: 'AR', problems: [birthDate] }).code).toBe('CR');
-    expect(buildAck(readMessageHeader(inbound('2.5.1')), { code: 'AE', problems: [birthDate] }).code).toBe('AE');
+  it('writes exactly the code it is given, whatever mode the message asked for', () => {
+    const enhanced = readMessageHeader(inbound('2.5.1', '|||AL|AL'));
+    expect(buildAck(enhanced, { code: 'AE', problems: [birthDate] }).code).toBe('AE');
+    expect(parseHl7Message(buildAck(enhanced, { code: 'CA' }).text).first('MSA')?.value(1)).toBe('CA');
   });
 
   it('still answers a text with no readable header: default delimiters, AR, empty MSA-2', () => {
@@ -78,5 +75,51 @@ describe('buildAck', () => {
     expect(parsed.first('MSA')?.value(1)).toBe('AR');
     expect(parsed.first('MSA')?.value(2)).toBe('');
     expect(parsed.first('ERR')?.rawField(2)).toBe('MSH^1');
+  });
+});
+
+describe('acknowledgements', () => {
+  const internal: Hl7Problem = { segment: 'MSH', sequence: 1, reason: 'application internal error', code: 207, ackCode: 'AR' };
+  const unsupportedVersion: Hl7Problem = { segment: 'MSH', sequence: 1, field: 12, reason: 'version 2.2 is not supported (2.3 to 2.8)', code: 203, ackCode: 'AR' };
+  const used: Answer = { commit: 'CA', application: 'AA' };
+  const dataError: Answer = { commit: 'CA', application: 'AE', problems: [birthDate] };
+  const unsupported: Answer = { commit: 'CR', application: 'AR', problems: [unsupportedVersion] };
+  const notStored: Answer = { commit: 'CE', application: 'AR', problems: [internal] };
+  /** In this order in the tables below. */
+  const answers = [used, dataError, unsupported, notStored];
+  const codes = (msh15And16: string, answer: Answer) => acknowledgements(readMessageHeader(inbound('2.5.1', msh15And16)), answer).map((a) => a.code);
+
+  it('answers original mode (MSH-15 and MSH-16 empty) with exactly one AA, AE or AR', () => {
+    expect(answers.map((a) => codes('', a))).toEqual([['AA'], ['AE'], ['AR'], ['AR']]);
+  });
+
+  it.each([
+    ['AL|AL', [['CA', 'AA'], ['CA', 'AE'], ['CR', 'AR'], ['CE', 'AR']]],
+    ['NE|AL', [['AA'], ['AE'], ['AR'], ['AR']]],
+    ['AL|NE', [['CA'], ['CA'], ['CR'], ['CE']]],
+    ['NE|NE', [[], [], [], []]],
+    ['ER|ER', [[], ['AE'], ['CR', 'AR'], ['CE', 'AR']]],
+    ['SU|SU', [['CA', 'AA'], ['CA'], [], []]],
+    ['ER|SU', [['AA'], [], ['CR'], ['CE']]],
+    ['|AL', [['CA', 'AA'], ['CA', 'AE'], ['CR', 'AR'], ['CE', 'AR']]],
+    ['AL|', [['CA'], ['CA'], ['CR'], ['CE']]],
+    ['XX|al', [['CA', 'AA'], ['CA', 'AE'], ['CR', 'AR'], ['CE', 'AR']]],
+  ])('answers enhanced mode %s: the accept ACK as MSH-15 asks, then the application ACK as MSH-16 asks', (conditions, expected) => {
+    expect(answers.map((a) => codes(`|||${conditions}`, a))).toEqual(expected);
+  });
+
+  it('gives each ACK its own MSH-10, and puts the ERRs on the application ACK, and on an accept ACK only when it is not CA', () => {
+    const header = readMessageHeader(inbound('2.5.1', '|||AL|AL'));
+    const [accept, application] = acknowledgements(header, dataError);
+    expect(accept?.controlId).not.toBe(application?.controlId);
+    expect([accept, application].map((a) => a?.acknowledges)).toEqual(['MSG-77', 'MSG-77']);
+    expect(parseHl7Message(accept?.text ?? '').all('ERR')).toHaveLength(0);
+    expect(parseHl7Message(application?.text ?? '').first('ERR')?.value(8)).toBe('PID-7: birth date missing');
+    const [commitError] = acknowledgements(header, notStored);
+    expect(parseHl7Message(commitError?.text ?? '').first('ERR')?.rawField(3)).toBe('207^Application internal error^HL70357');
+  });
+
+  it('answers a text with no readable header in original mode', () => {
+    expect(acknowledgements(readMessageHeader('hello'), { commit: 'CR', application: 'AR', problems: [internal] }).map((a) => a.code)).toEqual(['AR']);
   });
 });

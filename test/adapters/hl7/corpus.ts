@@ -40,7 +40,8 @@ export function fixtureNames(): string[] {
 export interface RunMessage {
   text: string;
   result: Hl7Result;
-  ack: Ack;
+  /** The acknowledgements sent, in order: one in original mode, none to two in enhanced mode. */
+  acks: Ack[];
 }
 
 const mappings = loadHl7Mappings();
@@ -51,7 +52,7 @@ export async function runFixture(name: string): Promise<RunMessage[]> {
   const runs: RunMessage[] = [];
   for (const text of splitMessages(readFileSync(path.join(FIXTURE_DIR, `${name}.hl7`), 'utf8'))) {
     const result = await handleHl7Message(text, options);
-    runs.push({ text, result, ack: ackFor(result) });
+    runs.push({ text, result, acks: ackFor(result) });
   }
   return runs;
 }
@@ -69,18 +70,19 @@ export interface ExpectedErr {
 
 export interface ExpectedMessage {
   controlId: string;
+  /** The codes of the ACKs sent, in order, joined by `+` (`AE`; `CA+AE` in enhanced mode). */
   ack: string;
   outcome?: Exclude<Hl7Outcome, { kind: 'reject' }>;
   errors?: ExpectedErr[];
 }
 
-/** What the golden files hold for one message: the ACK code, and the outcome or the ACK's ERRs. */
+/** What the golden files hold for one message: the ACK codes, and the outcome or the last ACK's ERRs. */
 export function observed(run: RunMessage): ExpectedMessage {
   const { outcome } = run.result;
-  const base = { controlId: run.result.header?.controlId ?? '', ack: run.ack.code };
+  const base = { controlId: run.result.header?.controlId ?? '', ack: run.acks.map((a) => a.code).join('+') };
   if (outcome.kind !== 'reject') return { ...base, outcome: JSON.parse(JSON.stringify(outcome)) };
-  const errors = parseHl7Message(run.ack.text)
-    .all('ERR')
+  const last = run.acks.at(-1);
+  const errors = (last ? parseHl7Message(last.text).all('ERR') : [])
     .map((err) => {
       const eld = err.rawField(1);
       return { ...(eld && { eld }), location: err.rawField(2), code: err.rawField(3), text: err.value(8) };

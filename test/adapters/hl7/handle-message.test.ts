@@ -131,6 +131,78 @@ describe('SIU^S12 with insurance: where each field goes', () => {
   });
 });
 
+describe('the subscriber', () => {
+  const in1 = (fields: Record<number, string>) => segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 36: 'M-1', ...fields });
+  const problemsOf = (result: Hl7Result) => (result.outcome.kind === 'reject' ? result.outcome.problems : []);
+
+  it('refuses a relationship of self when IN1-16 or IN1-18 name another person, without saying who', async () => {
+    const others: Array<Record<number, string>> = [{ 16: 'SMITH^JOHN', 18: '19500101' }, { 16: 'SMITH^JOHN' }, { 18: '19500101' }, { 16: 'DOE^JOHN', 18: '19800102' }];
+    for (const other of others) {
+      const result = await run([msh('SIU^S12'), SCH, PID, in1({ 17: 'SEL', ...other })]);
+      expect(result.ackCode).toBe('AE');
+      expect(problemsOf(result)).toEqual([
+        { segment: 'IN1', sequence: 1, field: 17, reason: 'relationship self but IN1-16/IN1-18 name another person', code: 103, ackCode: 'AE' },
+      ]);
+    }
+  });
+
+  it('accepts self when IN1-16 and IN1-18 name the patient, family and given name in any case, the middle name aside', async () => {
+    const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, in1({ 16: 'doe^Jane^X', 17: 'SEL', 18: '19800102' })]));
+    expect(check?.subscriber).toMatchObject({ lastName: 'doe', firstName: 'Jane', relationship: 'self', memberId: 'M-1' });
+  });
+
+  it('answers an empty IN1-17 with another person in IN1-16 as a missing relationship, not as self', async () => {
+    const result = await run([msh('SIU^S12'), SCH, PID, in1({ 16: 'SMITH^JOHN', 18: '19500101' })]);
+    expect(problemsOf(result)).toEqual([expect.objectContaining({ segment: 'IN1', field: 17, reason: 'relationship to patient missing' })]);
+  });
+
+  it('never takes a dependent’s own member number (IN2-61) as the subscriber’s: IN1-36 is missing', async () => {
+    const child = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 16: 'DOE^JOHN', 17: 'CHD', 18: '19790303' });
+    const result = await run([msh('SIU^S12'), SCH, PID, child, segment('IN2', { 1: '1', 61: 'DEP-1' })]);
+    expect(problemsOf(result)).toEqual([{ segment: 'IN1', sequence: 1, field: 36, reason: 'member id missing', code: 101, ackCode: 'AE' }]);
+    const molar = await run([msh('SIU^S12').replace('SMILECLOUD', 'MOLARPMS'), SCH, PID, child, segment('IN2', { 1: '1', 61: 'DEP-1' })]);
+    expect(problemsOf(molar)).toEqual([expect.objectContaining({ segment: 'IN1', field: 49, reason: 'member id missing' })]);
+  });
+
+  it('takes the patient’s own member number (IN2-61) as the subscriber’s when the patient is the subscriber', async () => {
+    const self = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL' });
+    const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, self, segment('IN2', { 1: '1', 61: 'OWN-1' })]));
+    expect(check?.subscriber).toMatchObject({ memberId: 'OWN-1', relationship: 'self' });
+    expect(check?.patient.memberId).toBe('OWN-1');
+    const stated = checksOf(await run([msh('SIU^S12'), SCH, PID, in1({ 17: 'SEL' }), segment('IN2', { 1: '1', 61: 'OWN-1' })]));
+    expect(stated[0]?.subscriber.memberId).toBe('M-1');
+  });
+});
+
+describe('the provider', () => {
+  const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+  const pv1 = (attending: string) => segment('PV1', { 1: '1', 2: 'O', 7: attending });
+  const providerOf = async (...segments: string[]) => {
+    const result = await run([msh('SIU^S12'), SCH, PID, delta, ...segments]);
+    return result.outcome.kind === 'reject' ? result.outcome.problems : checksOf(result)[0]?.provider;
+  };
+
+  it('takes NPI and name from the same field: the first with an NPI, else the name of the first named one', async () => {
+    expect(await providerOf('AIP|1||^HYG^ANNA|H', pv1('1234567893^CHEN^LAURA'))).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf('AIP|1||^HYG^ANNA|H', pv1('1234567893'))).toEqual({ npi: '1234567893' });
+    expect(await providerOf('AIP|1||^HYG^ANNA|H', pv1('LOC9^CHEN^LAURA'))).toEqual({ firstName: 'ANNA', lastName: 'HYG' });
+  });
+
+  it('finds the NPI in any repetition: the one typed NPI in XCN-13, else the first valid ten-digit id', async () => {
+    expect(await providerOf(pv1('LOC1^CHEN^LAURA~1234567893^CHEN^LAURA^^^^^^^^^^NPI'))).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf(pv1('LOC1^CHEN^LAURA~1234567893'))).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf(pv1('1234567893^CHEN^LAURA~1987654328^PARK^DANIEL^^^^^^^^^^npi'))).toEqual({ npi: '1987654328', firstName: 'DANIEL', lastName: 'PARK' });
+    expect(await providerOf(pv1('1234567890^CHEN^LAURA~1234567893^CHEN^LAURA'))).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+  });
+
+  it('refuses an NPI that fails the check digit, naming its repetition', async () => {
+    expect(await providerOf(pv1('LOC1^CHEN^LAURA~1234567890^CHEN^LAURA^^^^^^^^^^NPI'))).toEqual([
+      { segment: 'PV1', sequence: 1, field: 7, repetition: 2, component: 1, reason: 'provider NPI fails the check digit', code: 102, ackCode: 'AE' },
+    ]);
+    expect(await providerOf(pv1('LOC1^CHEN^LAURA^^^^^^^^^^NPI'))).toEqual([expect.objectContaining({ field: 7, repetition: 1, reason: 'provider NPI is not ten digits' })]);
+  });
+});
+
 describe('the patient insurance store', () => {
   const adt = (event: string, id: string, in1?: string) => [msh(`ADT^${event}^ADT_A01`, id), `EVN|${event}|20240501`, PID, 'PV1|1|O', ...(in1 ? [in1] : [])];
   const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
@@ -176,6 +248,33 @@ describe('the patient insurance store', () => {
     expect(rekeyed?.idempotencyKey).not.toBe(booked?.idempotencyKey);
     expect((await run([msh('SIU^S15', 'S3'), SCH, PID], store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-1', keys: [rekeyed?.idempotencyKey] });
     expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
+  });
+
+  describe('two appointments of the patient on one day, which share one check', () => {
+    const at = (type: string, id: string, appointment: string, start: string) => [
+      msh(type, id),
+      SCH.replace('APT-1', appointment).replace('20240610093000', start),
+      PID,
+      delta,
+    ];
+
+    it('keep the check when one of them is cancelled; it goes with the last one', async () => {
+      const store = new InMemoryPatientInsuranceStore();
+      const [shared] = checksOf(await run(at('SIU^S12', 'S1', 'APT-A', '20240610100000'), store));
+      expect(checksOf(await run(at('SIU^S12', 'S2', 'APT-B', '20240610150000'), store))[0]?.idempotencyKey).toBe(shared?.idempotencyKey);
+      expect((await run(at('SIU^S15', 'S3', 'APT-A', '20240610100000'), store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-A', keys: [] });
+      expect((await run(at('SIU^S15', 'S4', 'APT-B', '20240610150000'), store)).outcome).toEqual({ kind: 'cancel', appointmentId: 'APT-B', keys: [shared?.idempotencyKey] });
+    });
+
+    it('keep the check when one of them moves to another day; it goes when the other moves too', async () => {
+      const store = new InMemoryPatientInsuranceStore();
+      const [shared] = checksOf(await run(at('SIU^S12', 'S1', 'APT-A', '20240610100000'), store));
+      await run(at('SIU^S12', 'S2', 'APT-B', '20240610150000'), store);
+      const moved = await run(at('SIU^S13', 'S3', 'APT-A', '20240612100000'), store);
+      expect(moved.outcome).toMatchObject({ kind: 'reschedule', appointmentId: 'APT-A', replacedKeys: [] });
+      expect(checksOf(moved)[0]?.idempotencyKey).not.toBe(shared?.idempotencyKey);
+      expect((await run(at('SIU^S14', 'S4', 'APT-B', '20240611150000'), store)).outcome).toMatchObject({ replacedKeys: [shared?.idempotencyKey] });
+    });
   });
 
   it('lets a store failure through, so the listener answers AR and keeps the message', async () => {

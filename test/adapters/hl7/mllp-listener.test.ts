@@ -19,13 +19,17 @@ import { segment } from './segment';
 const mappings = loadHl7Mappings();
 const routing = loadClinicRouting();
 
-const message = (id: string, extra = '') =>
+/** `ack` is `|||MSH-15|MSH-16` for enhanced mode, empty for original mode. */
+const message = (id: string, ack = '', birthDate = '19800102') =>
   [
-    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20240501||SIU^S12^SIU_S12|${id}|P|2.5.1${extra}`,
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20240501||SIU^S12^SIU_S12|${id}|P|2.5.1${ack}`,
     'SCH|APT-1^SC||||||||||^^^20240610093000',
-    'PID|1||P-1^^^SC^MR||DOE^JANE||19800102|F',
+    `PID|1||P-1^^^SC^MR||DOE^JANE||${birthDate}|F`,
     segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' }),
   ].join('\r');
+
+/** Readable, but PID-7 is missing: AE, and kept as a dead letter by the service. */
+const dataError = (id: string, ack = '') => message(id, ack, '');
 
 interface Client {
   socket: Socket;
@@ -76,7 +80,7 @@ describe('MllpListener', () => {
   let results: Hl7Result[];
   let deadLetters: Array<{ message: string; reason: string }>;
 
-  async function start(handler?: (m: string) => Promise<Ack>, onDeadLetter?: (l: { message: string; reason: string }) => Promise<void>, maxMessageBytes?: number) {
+  async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: { message: string; reason: string }) => Promise<void>, maxMessageBytes?: number) {
     const store = new InMemoryPatientInsuranceStore();
     const standard = createMessageHandler({ mappings, routing, store, onResult: async (r) => void results.push(r) });
     listener = new MllpListener({
@@ -161,14 +165,14 @@ describe('MllpListener', () => {
     await start(async (m) => {
       const header = readMessageHeader(m);
       if (header?.controlId === 'SLOW') await new Promise((r) => setTimeout(r, 100));
-      return buildAck(header, { code: 'AA' });
+      return [buildAck(header, { code: 'AA' })];
     });
     const c = await open();
     c.socket.write(Buffer.concat([frame(message('SLOW')), frame(message('FAST'))]));
     expect((await c.waitFor(2)).map((a) => msa(a).echoes)).toEqual(['SLOW', 'FAST']);
   });
 
-  it('answers AR, or CR in enhanced mode, when the handler throws, and dead-letters the message', async () => {
+  it('answers AR, or CE (not stored, send again) in enhanced mode, when the handler throws, and dead-letters the message', async () => {
     await start(async () => {
       throw new Error('store unavailable');
     });
@@ -176,7 +180,8 @@ describe('MllpListener', () => {
     c.socket.write(Buffer.concat([frame(message('X1')), frame(message('X2', '|||AL|NE'))]));
     const [original, enhanced] = (await c.waitFor(2)).map(msa);
     expect(original).toMatchObject({ code: 'AR', echoes: 'X1' });
-    expect(enhanced).toMatchObject({ code: 'CR', echoes: 'X2' });
+    expect(enhanced).toMatchObject({ code: 'CE', echoes: 'X2' });
+    expect(enhanced?.err?.rawField(3)).toBe('207^Application internal error^HL70357');
     expect(original?.err?.rawField(3)).toBe('207^Application internal error^HL70357');
     expect(original?.err?.value(8)).not.toContain('store unavailable');
     expect(deadLetters.map((l) => readMessageHeader(l.message)?.controlId)).toEqual(['X1', 'X2']);
@@ -217,11 +222,90 @@ describe('MllpListener', () => {
     expect(events).toEqual(['stored K1', 'ack received']);
   });
 
-  it('answers CA to a message asking for enhanced mode', async () => {
-    await start();
+  describe('acknowledgement modes (MSH-15, MSH-16)', () => {
+    /**
+     * Sends the messages, then an original-mode message whose one AA marks the end: answers leave
+     * in order, so whatever the others get has arrived before it.
+     */
+    async function answersTo(...messages: string[]) {
+      const c = await open();
+      c.socket.write(Buffer.concat([...messages, message('END')].map((m) => frame(m))));
+      await c.waitFor(1);
+      while (msa(c.acks.at(-1) ?? '').echoes !== 'END') await c.waitFor(c.acks.length + 1);
+      return c.acks.slice(0, -1).map(msa);
+    }
+
+    it('original mode: exactly one ACK, AA or AE with its ERR', async () => {
+      await start();
+      const answers = await answersTo(message('O1'), dataError('O2'));
+      expect(answers).toMatchObject([
+        { code: 'AA', echoes: 'O1' },
+        { code: 'AE', echoes: 'O2' },
+      ]);
+      expect(answers[1]?.err?.value(8)).toBe('PID-7: birth date missing');
+    });
+
+    it('AL/AL: a data error is accepted (CA: kept as a dead letter), then answered AE with its ERR, each ACK its own message', async () => {
+      await start();
+      const answers = await answersTo(dataError('E1', '|||AL|AL'), message('E2', '|||AL|AL'));
+      expect(answers).toMatchObject([
+        { code: 'CA', echoes: 'E1', err: undefined },
+        { code: 'AE', echoes: 'E1' },
+        { code: 'CA', echoes: 'E2' },
+        { code: 'AA', echoes: 'E2', err: undefined },
+      ]);
+      expect(answers[1]?.err?.rawField(2)).toBe('PID^1^7^1');
+      expect(new Set(answers.map((a) => a.id)).size).toBe(4);
+      expect(results.map((r) => r.outcome.kind)).toEqual(['reject', 'book', 'book']);
+    });
+
+    it('NE/AL: only the application ACK', async () => {
+      await start();
+      expect(await answersTo(message('N1', '|||NE|AL'), dataError('N2', '|||NE|AL'))).toMatchObject([
+        { code: 'AA', echoes: 'N1' },
+        { code: 'AE', echoes: 'N2' },
+      ]);
+    });
+
+    it('AL/NE, and AL with MSH-16 empty: only the commit ACK', async () => {
+      await start();
+      const answers = await answersTo(message('A1', '|||AL|NE'), dataError('A2', '|||AL|NE'), message('A3', '|||AL'));
+      expect(answers).toMatchObject([
+        { code: 'CA', echoes: 'A1' },
+        { code: 'CA', echoes: 'A2', err: undefined },
+        { code: 'CA', echoes: 'A3' },
+      ]);
+    });
+
+    it('ER/ER: nothing for a good message, only the AE for a data error', async () => {
+      await start();
+      expect(await answersTo(message('R1', '|||ER|ER'), dataError('R2', '|||ER|ER'))).toMatchObject([{ code: 'AE', echoes: 'R2' }]);
+    });
+
+    it('SU/SU: CA then AA for a good message, nothing for an unsupported version, which AL/AL answers CR then AR', async () => {
+      await start();
+      const unsupported = (id: string, ack: string) => message(id, ack).replace('|2.5.1|', '|2.2|');
+      expect(await answersTo(message('S1', '|||SU|SU'), unsupported('S2', '|||SU|SU'), unsupported('S3', '|||AL|AL'))).toMatchObject([
+        { code: 'CA', echoes: 'S1' },
+        { code: 'AA', echoes: 'S1' },
+        { code: 'CR', echoes: 'S3' },
+        { code: 'AR', echoes: 'S3' },
+      ]);
+    });
+  });
+
+  it('answers a sender that half-closes after its frames, however long keeping them takes, then closes the connection', async () => {
+    const slowStore = createMessageHandler({ mappings, routing, store: new InMemoryPatientInsuranceStore(), onResult: () => new Promise((r) => setTimeout(r, 30)) });
+    await start(slowStore);
     const c = await open();
-    c.socket.write(frame(message('E1', '|||AL|NE')));
-    expect(msa((await c.waitFor(1))[0] ?? '')).toMatchObject({ code: 'CA', echoes: 'E1' });
+    c.socket.end(Buffer.concat([frame(message('H1')), frame(message('H2', '|||AL|AL'))]));
+    await c.closed;
+    expect(c.acks.map(msa)).toMatchObject([
+      { code: 'AA', echoes: 'H1' },
+      { code: 'CA', echoes: 'H2' },
+      { code: 'AA', echoes: 'H2' },
+    ]);
+    expect(handled).toHaveLength(2);
   });
 
   it('answers a frame over the size limit with AR and goes on with the next', async () => {

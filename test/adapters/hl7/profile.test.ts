@@ -19,8 +19,10 @@ describe('the shipped HL7 mappings', () => {
 
   it('let a dialect replace single entries and inherit the rest', () => {
     const molar = profileFor(mappings, 'MOLARPMS');
-    expect(molar.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-49', 'ZIN-2', 'IN2-61']);
-    expect(mappings.defaultProfile.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-36', 'IN1-49', 'IN2-61']);
+    expect(molar.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-49', 'ZIN-2']);
+    expect(mappings.defaultProfile.insurance.subscriberMemberId.map((p) => p.text)).toEqual(['IN1-36', 'IN1-49']);
+    // IN2-61 is the patient's own member number, never the subscriber's.
+    expect(molar.insurance.patientMemberId.map((p) => p.text)).toEqual(['IN2-61']);
     expect(molar.insurance.payerId).toEqual(mappings.defaultProfile.insurance.payerId);
     expect(molar.events).toEqual(mappings.defaultProfile.events);
   });
