@@ -59,6 +59,18 @@ export async function loadCatalog(file: string): Promise<PayerCatalog> {
   }
 }
 
+/** An option parser for whole numbers; anything else is a usage error naming the option. */
+export const whole = (name: string) => (value: string): number => {
+  if (!/^\d+$/.test(value)) throw new CliError(`${name}: must be a whole number`, 2);
+  return Number(value);
+};
+
+export async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const item of items) out.push(item);
+  return out;
+}
+
 export function writeJson(io: CliIo, value: unknown): void {
   io.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }

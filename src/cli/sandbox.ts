@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
-import { CliError, type CliIo } from './io';
+import { checkWebhookConfig, DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
+import { CliError, whole, type CliIo } from './io';
 
 interface SandboxOpts {
   port: number;
@@ -11,11 +11,6 @@ interface SandboxOpts {
   seed: boolean;
   asyncDelayMs?: number;
 }
-
-const whole = (name: string) => (v: string) => {
-  if (!/^\d+$/.test(v)) throw new CliError(`${name}: must be a whole number`, 2);
-  return Number(v);
-};
 
 /**
  * `dental-elig sandbox`: the embedded sandbox, standalone, until Ctrl-C. The webhook secret and
@@ -43,6 +38,11 @@ export function registerSandbox(program: Command, io: CliIo): void {
           secret: io.env.DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET,
           bearerToken: io.env.DENTAL_ELIG_SANDBOX_WEBHOOK_TOKEN,
         };
+      }
+      try {
+        checkWebhookConfig(webhook);
+      } catch {
+        throw new CliError('DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET: must be a Standard Webhooks secret, whsec_ followed by base64', 2);
       }
       let sandbox;
       try {

@@ -1,8 +1,8 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { describeIssue } from '../domain/issues';
 import type { VerificationOutcome } from '../verification/outcome';
 import { VerificationRequest } from '../verification/wire';
-import { CliError, parseJsonInput, readInput, type CliIo } from './io';
+import { CliError, parseJsonInput, readInput, whole, type CliIo } from './io';
 import { withService } from './service-context';
 import { printRecord } from './table';
 
@@ -40,9 +40,10 @@ export function registerVerify(program: Command, io: CliIo): void {
     .description('Send one verification request (a JSON body as `convert --as request` prints; `-` for stdin)')
     .option('--async', 'queue it; the result comes by webhook (or --wait polls for it)')
     .option('--wait', 'with --async: poll until the result is in')
-    .option('--first-delay-ms <ms>', 'with --wait: delay before the first poll', (v) => Number(v), 3000)
+    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
+    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
     .option('--json', 'print the whole verification as JSON')
-    .action(async (file: string, opts: { async?: boolean; wait?: boolean; firstDelayMs: number; json?: boolean }, cmd: Command) => {
+    .action(async (file: string, opts: { async?: boolean; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) => {
       const parsed = VerificationRequest.safeParse(parseJsonInput(await readInput(io, file), file));
       if (!parsed.success) {
         throw new CliError(`${file === '-' ? 'stdin' : file}: ${describeIssue(parsed.error, '(body)')}`);
@@ -55,6 +56,7 @@ export function registerVerify(program: Command, io: CliIo): void {
           io.stderr.write(`queued ${accepted.correlationId}; polling`);
           outcome = await client.waitForVerification(accepted.correlationId, {
             firstDelayMs: opts.firstDelayMs,
+            timeoutMs: opts.timeoutMs,
             onPoll: (status) => io.stderr.write(` ${status}`),
           });
           io.stderr.write('\n');
@@ -63,6 +65,7 @@ export function registerVerify(program: Command, io: CliIo): void {
         }
         for (const w of outcome.warnings) io.stderr.write(`dental-elig: warning: ${w}\n`);
         printRecord(io, opts.json ? outcome.verification : summarise(outcome), Boolean(opts.json));
+        if (outcome.kind === 'pending') throw new CliError(`verification ${outcome.verification.correlationId}: still Pending after ${opts.timeoutMs} ms`);
         if (outcome.kind === 'failed') throw new CliError(`verification ${outcome.verification.correlationId}: Failed (${outcome.failure.kind}, ${outcome.failure.action})`);
       });
     });

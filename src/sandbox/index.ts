@@ -19,7 +19,7 @@ import { Scheduler } from './scheduler';
 import { createRegistration, setupRoutes } from './setup';
 import { SandboxState } from './state';
 import { verificationRoutes } from './verifications';
-import { WebhookSender, type WebhookConfig, type WebhookDelivery } from './webhooks';
+import { checkWebhookConfig, WebhookSender, type WebhookConfig, type WebhookDelivery } from './webhooks';
 
 export { DEFAULT_TIMING, portalRefuses, type SandboxTiming } from './core';
 export type { Fault, LoggedRequest } from './http';
@@ -27,7 +27,7 @@ export { defaultPayers, defaultPortals, lookupPayer, type SandboxPayer, type San
 export { ERROR_TYPE_BASE } from './problems';
 export { FAILURE_KINDS, SCENARIOS, UNLISTED_FAILURE_KIND, type ScenarioEntry } from './scenarios';
 export { NO_CLAIMS_MEMBER_ID } from './verifications';
-export { generateWebhookSecret, signedHeaders, type WebhookConfig, type WebhookDelivery } from './webhooks';
+export { checkWebhookConfig, generateWebhookSecret, signedHeaders, type WebhookConfig, type WebhookDelivery } from './webhooks';
 
 export const DEFAULT_API_KEY = 'sk_sandbox_0000000000000000';
 export const DEFAULT_CUSTOMER_ID = 'cus_sandbox';
@@ -122,6 +122,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const apiKey = options.apiKey ?? DEFAULT_API_KEY;
   const customerId = options.customerId ?? DEFAULT_CUSTOMER_ID;
   const addCustomer = (c: SandboxCustomer) => {
+    checkWebhookConfig(c.webhook);
     if (state.customerByKey(c.apiKey) && state.customerByKey(c.apiKey)?.customerId !== c.customerId) {
       throw new Error(`sandbox: API key already belongs to customer ${state.customerByKey(c.apiKey)?.customerId}`);
     }
@@ -155,6 +156,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     timing,
     addCustomer,
     configureWebhook: (config, id = customerId) => {
+      checkWebhookConfig(config);
       customer(id).webhook = config;
     },
     webhookDeliveries: (id = customerId) => customer(id).deliveries,

@@ -4,6 +4,7 @@
  * kind as its last path segment, the same base the Failed results use.
  */
 import type * as z from 'zod';
+import { fieldErrors } from '../domain/issues';
 import type { FieldError, ProblemDetails, UpstreamError } from '../verification/wire';
 
 export const ERROR_TYPE_BASE = 'https://errors.verification.example';
@@ -85,42 +86,9 @@ export const rateLimited = (retryAfterSeconds: number) =>
     headers: { 'retry-after': String(retryAfterSeconds) },
   });
 
-function valueAt(input: unknown, path: PropertyKey[]): unknown {
-  let at: unknown = input;
-  for (const key of path) {
-    if (typeof at !== 'object' || at === null) return undefined;
-    at = (at as Record<PropertyKey, unknown>)[key];
-  }
-  return at;
-}
-
-const dotted = (path: PropertyKey[]) => path.map(String).join('.');
-
-/**
- * zod issues as errors[]: a missing value is `required`, an unexpected key `unknown_field`
- * (one entry per key), anything else `invalid_value`. The field is the dotted path, e.g.
- * `patient.dateOfBirth`; the message never repeats the value, which may be patient data.
- */
-export function errorsFromZod(issues: z.core.$ZodIssue[], input: unknown): FieldError[] {
-  const out: FieldError[] = [];
-  for (const issue of issues) {
-    if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) out.push(fieldError(dotted([...issue.path, key]), 'unknown_field', 'is not a field of this request'));
-      continue;
-    }
-    const field = dotted(issue.path) || 'body';
-    if (issue.code === 'invalid_type' && valueAt(input, issue.path) === undefined) {
-      out.push(fieldError(field, 'required', 'is required'));
-      continue;
-    }
-    out.push(fieldError(field, 'invalid_value', issue.message));
-  }
-  return out;
-}
-
 /** Parses a body with a wire schema, or throws the 422 the service would answer. */
 export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const parsed = schema.safeParse(body);
   if (parsed.success) return parsed.data;
-  throw unprocessable(errorsFromZod(parsed.error.issues, body));
+  throw unprocessable(fieldErrors(parsed.error.issues, body));
 }

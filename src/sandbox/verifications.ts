@@ -15,6 +15,7 @@
  *   8. the portal needs TwoFactorSms and the stored credentials have no mfaPhoneNumber.
  */
 import { createHash } from 'node:crypto';
+import { fieldErrors } from '../domain/issues';
 import {
   ClaimRetrievalRequest,
   FEATURE_ASYNC,
@@ -26,7 +27,6 @@ import { portalRefuses, type SandboxCore } from './core';
 import type { Reply, Route } from './http';
 import { lookupPayer, type SandboxPayer, type SandboxPortal } from './network';
 import {
-  errorsFromZod,
   fieldError,
   invalidField,
   notFound,
@@ -71,7 +71,7 @@ function parseVerificationRequest(body: unknown): VerificationRequest {
     } else if (issue.code === 'custom' && at === 'payer') {
       errors.push(fieldError('payer', 'required', issue.message));
     } else {
-      errors.push(...errorsFromZod([issue], body));
+      errors.push(...fieldErrors([issue], body));
     }
   }
   throw unprocessable(errors);

@@ -43,6 +43,19 @@ export interface DeliveryTiming {
 }
 
 /** A fresh Standard Webhooks secret. */
+/**
+ * Checks a webhook configuration when it is given, so a secret that is not `whsec_<base64>` fails
+ * there, naming the field, instead of silently stopping every delivery later.
+ */
+export function checkWebhookConfig(config: WebhookConfig | undefined): void {
+  if (!config?.secret) return;
+  try {
+    new Webhook(config.secret);
+  } catch {
+    throw new Error('webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64');
+  }
+}
+
 export function generateWebhookSecret(): string {
   return `whsec_${randomBytes(24).toString('base64')}`;
 }
@@ -85,16 +98,16 @@ export class WebhookSender {
 
   private async attempt(config: WebhookConfig, delivery: WebhookDelivery, body: string): Promise<boolean> {
     const at = this.now();
-    const headers: Record<string, string> = {
-      'content-type': 'application/json',
-      'user-agent': 'dental-verification-sandbox',
-      'x-sandbox': 'true',
-      ...(config.secret ? signedHeaders(config.secret, delivery.webhookId, at, body) : { 'webhook-id': delivery.webhookId }),
-      ...(config.bearerToken ? { authorization: `Bearer ${config.bearerToken}` } : {}),
-    };
     const record: DeliveryAttempt = { at: at.toISOString() };
     delivery.attempts.push(record);
     try {
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        'user-agent': 'dental-verification-sandbox',
+        'x-sandbox': 'true',
+        ...(config.secret ? signedHeaders(config.secret, delivery.webhookId, at, body) : { 'webhook-id': delivery.webhookId }),
+        ...(config.bearerToken ? { authorization: `Bearer ${config.bearerToken}` } : {}),
+      };
       const res = await request(config.url, {
         method: 'POST',
         headers,

@@ -1,5 +1,5 @@
-import type * as z from 'zod';
-import { fieldErrors } from '../domain/issues';
+import { ZodError, type z } from 'zod';
+import { describeIssue, fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
 import { ServiceError } from './errors';
 import { ServiceHttp, type Log } from './http';
@@ -119,7 +119,8 @@ export class VerificationClient {
       path: `/v2/payer-portal-registrations/offices/${seg(officeId)}/portals/${seg(portalId)}`,
       body: {},
       response: Registration,
-      idempotent: true,
+      // Only GETs and POSTs carrying externalId are repeated: a PATCH whose answer was lost is not.
+      idempotent: false,
     });
     return required(body, 're-evaluate payer portal registration');
   }
@@ -171,8 +172,8 @@ export class VerificationClient {
       path: credentialsPath(clinicId, portalId),
       body: strict(CredentialsPatch, patch, 'update credentials'),
       response: CredentialsRecord,
-      // A PATCH that sets fields to given values can be repeated without harm.
-      idempotent: true,
+      // A repeat after a lost answer would see 304 and report "unchanged" for a change that was made.
+      idempotent: false,
       accept: [304],
     });
     return status === 304 ? { changed: false } : { changed: true, ...(body ? { record: body } : {}) };
@@ -200,7 +201,7 @@ export class VerificationClient {
   async verify(body: VerificationRequest): Promise<VerificationOutcome> {
     const request = strict(VerificationRequest, body, 'verify insurance');
     const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, Verification, request.externalId !== undefined);
-    return toOutcome(verification);
+    return readOutcome(verification, 'verify insurance');
   }
 
   /** Asynchronous verification: queued; the outcome arrives by webhook (or getVerification). */
@@ -210,7 +211,7 @@ export class VerificationClient {
   }
 
   async getVerification(correlationId: string): Promise<VerificationOutcome> {
-    return toOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, Verification));
+    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, Verification), 'get insurance verification');
   }
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
@@ -263,6 +264,19 @@ export class VerificationClient {
   }
 }
 
+/** A 2xx verification whose result cannot be read is the service's fault, reported like one. */
+function readOutcome(verification: Verification, operation: string): VerificationOutcome {
+  try {
+    return toOutcome(verification);
+  } catch (err) {
+    if (!(err instanceof ZodError)) throw err;
+    throw new ServiceError({
+      operation,
+      problem: { title: 'Unexpected response body', detail: `result.${describeIssue(err)}`, errors: fieldErrors(err.issues, verification.result) },
+    });
+  }
+}
+
 /**
  * Requests are checked against the wire schema before they are sent. A failure is a ServiceError
  * like the service's own 422, with errors[] naming each field, so callers handle one shape.
@@ -270,7 +284,7 @@ export class VerificationClient {
 function strict<T extends z.ZodType>(schema: T, value: unknown, operation: string): z.infer<T> {
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
-  throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors: fieldErrors(parsed.error) } });
+  throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors: fieldErrors(parsed.error.issues, value) } });
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

@@ -1,4 +1,6 @@
-import type { ProblemDetails } from './wire';
+import type { FieldError, ProblemDetails } from './wire';
+
+const describeFieldError = (e: FieldError) => `${e.field ?? '(field)'}: ${e.message ?? e.code ?? 'invalid'}`;
 
 /**
  * The client's one error type. Every non-2xx answer becomes a ServiceError carrying the problem
@@ -28,13 +30,13 @@ export class ServiceError extends Error {
 
   /** Field-level failures of a 422, as `field: message` lines. */
   get fieldErrors(): string[] {
-    return (this.problem.errors ?? []).map((e) => `${e.field}: ${e.message}`);
+    return (this.problem.errors ?? []).map(describeFieldError);
   }
 }
 
 function describe(operation: string, status: number | undefined, problem: ProblemDetails, code: string | undefined): string {
-  const head = status === undefined ? `${operation} failed (${code ?? 'network error'})` : `${operation} failed with ${status}`;
+  const head = status !== undefined ? `${operation} failed with ${status}` : code ? `${operation} failed (${code})` : `${operation} failed`;
   const text = [problem.title, problem.detail].filter(Boolean).join(': ');
-  const fields = (problem.errors ?? []).map((e) => `${e.field}: ${e.message}`).join('; ');
+  const fields = (problem.errors ?? []).map(describeFieldError).join('; ');
   return [head, text, fields].filter(Boolean).join(' - ');
 }

@@ -80,9 +80,13 @@ export class ServiceHttp {
             (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
             state.counter <= maxRetries;
           if (!allowed) return cb(err);
+          // A service that asks for a longer pause than we would ever wait gets its answer back now.
+          const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
+          if (after !== undefined && after > retryMaxDelayMs) return cb(err);
           const delay = retryDelay(state.counter, e.headers?.['retry-after'], { retryMinDelayMs, retryMaxDelayMs }, random);
           this.log.debug({ attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code }, 'retrying request');
-          setTimeout(() => cb(null), delay).unref?.();
+          // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
+          setTimeout(() => cb(null), delay);
         },
       }),
     );
@@ -98,6 +102,7 @@ export class ServiceHttp {
     if (opts.body !== undefined) headers['content-type'] = 'application/json';
 
     let res: Dispatcher.ResponseData<unknown>;
+    let text: string;
     try {
       res = await request(url, {
         method: opts.method,
@@ -107,17 +112,17 @@ export class ServiceHttp {
         // Per-request retry switch: only safe requests get the methods list the interceptor checks.
         retryOptions: { methods: opts.idempotent ? [opts.method] : [] },
       } as Parameters<typeof request>[1]);
+      text = await res.body.text();
     } catch (err) {
       const code = (err as { code?: string }).code;
       throw new ServiceError({
         operation: opts.operation,
         code,
-        problem: { title: code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' ? 'Timed out' : 'Network error' },
+        problem: { title: code?.endsWith('_TIMEOUT') ? 'Timed out' : 'Network error' },
         cause: err,
       });
     }
 
-    const text = await res.body.text();
     const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
     const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
     if (!ok) {
@@ -183,7 +188,7 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
     const warnings: string[] = [];
     const problem = normaliseProblem(json, warnings);
     for (const w of warnings) log.warn({ status: res.statusCode }, w);
-    return { ...problem, status: problem.status ?? res.statusCode };
+    if (problem) return { ...problem, status: problem.status ?? res.statusCode };
   }
   // Not problem details: a proxy's HTML page, an empty body. Say what arrived, not what it said.
   const what = text.trim() === '' ? 'an empty body' : `a ${contentType.split(';')[0] || 'non-JSON'} body`;

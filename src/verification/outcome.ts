@@ -5,6 +5,7 @@
  * details.message, coinsurance percentage.final as a string) are normalised with a warning.
  */
 import { classifyFailure, type FailureClassification } from './failure-kinds';
+import { describeIssue } from '../domain/issues';
 import { ProblemDetails, Verification, VerificationResult } from './wire';
 
 export type OutcomeKind = 'completed' | 'partial' | 'failed' | 'pending' | 'unknown';
@@ -76,26 +77,38 @@ export function normaliseProblem(body: unknown, warnings: string[]): ProblemDeta
     warnings.push('v1 error shape (details.code/details.message) normalised to problem details');
     const code = typeof details.code === 'string' ? details.code : 'Unknown';
     const rest = Object.fromEntries(Object.entries(obj).filter(([k]) => k !== 'details'));
-    return ProblemDetails.parse({
+    return readableProblem({
       ...rest,
       type: `urn:v1-error:${code}`,
       title: rest.title ?? code,
       detail: typeof details.message === 'string' ? details.message : undefined,
-    });
+    }, warnings);
   }
-  return ProblemDetails.parse(obj);
+  return readableProblem(obj, warnings);
 }
 
-/** v1 wrote coinsurance percentage.final as a string ("80", "80%", "50-80"); v2 as {start, end}. */
+/** Problem details as far as they can be read: a malformed one still says what went wrong. */
+function readableProblem(body: Record<string, unknown>, warnings: string[]): ProblemDetails {
+  const parsed = ProblemDetails.safeParse(body);
+  if (parsed.success) return parsed.data;
+  warnings.push(`problem details not in the expected shape (${describeIssue(parsed.error)}); kept what could be read`);
+  const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
+  return { type: text(body.type), title: text(body.title) ?? 'Unreadable problem details', detail: text(body.detail) };
+}
+
+/**
+ * v1 wrote coinsurance percentage.final as a string ("80", "80%", "50-80"); v2 as {start, end}.
+ * A string that is no percentage ("Not covered") is kept as finalText, never dropped.
+ */
 function normaliseLegacyResult(result: unknown, warnings: string[]): unknown {
   if (!isRecord(result) || !isRecord(result.data) || !Array.isArray(result.data.coinsurance)) return result;
   let changed = false;
   const coinsurance = result.data.coinsurance.map((entry: unknown) => {
     if (!isRecord(entry) || !isRecord(entry.percentage) || typeof entry.percentage.final !== 'string') return entry;
-    const range = parsePercentString(entry.percentage.final);
-    if (!range) return entry;
+    const { final, ...percentage } = entry.percentage;
+    const range = parsePercentString(final);
     changed = true;
-    return { ...entry, percentage: { ...entry.percentage, final: range } };
+    return { ...entry, percentage: range ? { ...percentage, final: range } : { ...percentage, finalText: final } };
   });
   if (!changed) return result;
   warnings.push('v1 coinsurance percentage.final strings normalised to {start, end}');

@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { ZodError } from 'zod';
 import { fieldErrors } from '../domain/issues';
 import type { Log } from './http';
 import { toOutcome, type VerificationOutcome } from './outcome';
@@ -59,7 +60,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
       if (!(await options.isKnownCorrelationId(verification.correlationId))) {
         throw new Rejection(404, 'Unknown verification', 'correlationId is not one this plugin requested');
       }
-      const outcome = toOutcome(verification);
+      const outcome = readable(verification);
       for (const warning of outcome.warnings) options.log?.warn({ correlationId: verification.correlationId }, warning);
       await options.onDelivery({
         webhookId: webhookId ?? `${verification.correlationId}:${verification.status}`,
@@ -142,9 +143,18 @@ function parseVerification(rawBody: string): Verification {
   }
   const parsed = Verification.safeParse(json);
   if (!parsed.success) {
-    throw new Rejection(422, 'Unprocessable verification', 'body is not a verification', fieldErrors(parsed.error));
+    throw new Rejection(422, 'Unprocessable verification', 'body is not a verification', fieldErrors(parsed.error.issues, json));
   }
   return parsed.data;
+}
+
+function readable(verification: Verification): VerificationOutcome {
+  try {
+    return toOutcome(verification);
+  } catch (err) {
+    if (!(err instanceof ZodError)) throw err;
+    throw new Rejection(422, 'Unprocessable verification', 'result is not in the shape this receiver reads', fieldErrors(err.issues, verification.result));
+  }
 }
 
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {

@@ -13,6 +13,8 @@ import { IsoDate } from '../domain/primitives';
 
 const Str = z.string();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
+/** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
+const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
 
 // ---------------------------------------------------------------- shared pieces
 
@@ -45,16 +47,16 @@ export type PageQuery = z.infer<typeof PageQuery>;
 
 // ---------------------------------------------------------------- problem details (RFC 9457)
 
-export const FieldError = z.looseObject({ field: Str, message: Str, code: Str });
+export const FieldError = z.looseObject({ field: Opt(Str), message: Opt(Str), code: Opt(Str) });
 export type FieldError = z.infer<typeof FieldError>;
 
-export const UpstreamError = z.looseObject({ detail: Str, portalId: Opt(Str) });
+export const UpstreamError = z.looseObject({ detail: Opt(Str), portalId: Opt(Str) });
 export type UpstreamError = z.infer<typeof UpstreamError>;
 
 export const ProblemDetails = z.looseObject({
   type: Opt(Str),
   title: Opt(Str),
-  status: Opt(z.number().int()),
+  status: Opt(Num),
   detail: Opt(Str),
   instance: Opt(Str),
   upstreamErrors: Opt(z.array(UpstreamError)),
@@ -320,10 +322,10 @@ export type Accepted = z.infer<typeof Accepted>;
 // ---------------------------------------------------------------- InsuranceVerificationV3
 
 /** Coinsurance: the share the PLAN pays, as a range; start equals end when the portal gives one value. */
-export const PercentRange = z.looseObject({ start: z.number(), end: z.number() });
+export const PercentRange = z.looseObject({ start: Num, end: Num });
 export type PercentRange = z.infer<typeof PercentRange>;
 
-const Money = z.number();
+const Money = Num;
 
 export const Maximum = z.looseObject({
   type: Opt(Str), // Annual | Lifetime
@@ -361,10 +363,10 @@ export type Coinsurance = z.infer<typeof Coinsurance>;
 export const Frequency = z.looseObject({
   procedureCodes: Opt(z.array(Str)),
   category: Opt(Str),
-  limit: Opt(z.number()),
+  limit: Opt(Num),
   period: Opt(Str), // CalendarYear | BenefitYear | Months | Lifetime
-  periodLength: Opt(z.number()),
-  used: Opt(z.number()),
+  periodLength: Opt(Num),
+  used: Opt(Num),
   lastServiceDate: Opt(Str),
   description: Opt(Str),
 });
@@ -373,14 +375,14 @@ export type Frequency = z.infer<typeof Frequency>;
 export const AgeLimit = z.looseObject({
   procedureCodes: Opt(z.array(Str)),
   category: Opt(Str),
-  minAge: Opt(z.number()),
-  maxAge: Opt(z.number()),
+  minAge: Opt(Num),
+  maxAge: Opt(Num),
 });
 export type AgeLimit = z.infer<typeof AgeLimit>;
 
 export const WaitingPeriod = z.looseObject({
   category: Opt(Str),
-  months: Opt(z.number()),
+  months: Opt(Num),
   endsOn: Opt(Str),
 });
 export type WaitingPeriod = z.infer<typeof WaitingPeriod>;
@@ -435,7 +437,7 @@ export const VerificationProvider = z.looseObject({
 });
 export type VerificationProvider = z.infer<typeof VerificationProvider>;
 
-export const Context = z.looseObject({ portalId: Opt(Str), dataPoint: Opt(Str), detail: Str });
+export const Context = z.looseObject({ portalId: Opt(Str), dataPoint: Opt(Str), detail: Opt(Str) });
 export type Context = z.infer<typeof Context>;
 
 /** Known type: CarryOverDetails. */

@@ -151,6 +151,25 @@ describe('secrets and bad input', () => {
     expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: create clinic failed (invalid_request) - Request not sent - npi: must be 10 digits\n' });
   });
 
+  it('takes whole numbers only for waiting options, so a typo never polls in a tight loop', async () => {
+    const run = await cli(['setup', 'credentials', 'validate', '--clinic', 'c', '--portal', 'p', '--wait', '--first-delay-ms', 'abc'], env);
+    expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: --first-delay-ms: must be a whole number\n' });
+  });
+
+  it('exits 1 when an asynchronous verification is still Pending when the wait ends', async () => {
+    const body = {
+      clinicId: 'cln_sandbox_main',
+      portalId: 'deltadentalins',
+      payer: { payerId: 'CDCA1' },
+      patient: { firstName: 'A', lastName: 'B', dateOfBirth: '1980-01-01' },
+      subscriber: { firstName: 'A', lastName: 'B', memberId: 'SBX-SLOW', relationship: 'Self' },
+      dateOfService: '2026-12-01',
+    };
+    const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '20', '--timeout-ms', '100'], env, JSON.stringify(body));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^queued \S+; polling Pending.*\ndental-elig: verification \S+: still Pending after 100 ms\n$/s);
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);

@@ -54,9 +54,29 @@ test('the request log holds method, path and status, never a key or a body', asy
 });
 
 test('close() leaves nothing running: pending completions and webhook retries are dropped', async () => {
-  sb.configureWebhook({ url: 'http://127.0.0.1:9/unreachable' });
-  const other = await startSandbox({ timing: { ...FAST, asyncCompletionMs: 60_000 }, seed: true });
+  const other = await startSandbox({
+    timing: { ...FAST, asyncCompletionMs: 10, webhookBackoffMs: 60_000 },
+    seed: true,
+    webhook: { url: 'http://127.0.0.1:9/unreachable' },
+  });
   expect((await call(other, 'POST', '/v2/insurance-verification-requests', verificationBody('DD1'))).status).toBe(201);
+  expect((await call(other, 'POST', '/v2/insurance-verification-requests', verificationBody('DD2'))).status).toBe(201);
+  // The first verification's delivery fails once and waits a minute to try again.
+  for (let i = 0; i < 200 && other.webhookDeliveries()[0]?.attempts.length !== 1; i++) await new Promise((r) => setTimeout(r, 10));
+  expect(other.webhookDeliveries()[0]?.attempts).toHaveLength(1);
+  const closing = Date.now();
   await other.close();
-  await expect(other.settle()).resolves.toBeUndefined();
+  await other.settle();
+  expect(Date.now() - closing).toBeLessThan(2000);
+  expect(other.webhookDeliveries()[0]?.attempts).toHaveLength(1);
+  expect(other.webhookDeliveries()[0]?.state).not.toBe('delivered');
+});
+
+test('a webhook secret that is not whsec_<base64> is refused when configured, naming the field', async () => {
+  expect(() => sb.configureWebhook({ url: 'http://127.0.0.1:9/x', secret: 'my-shared-secret!' })).toThrow(
+    'webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64',
+  );
+  const started = startSandbox({ webhook: { url: 'http://127.0.0.1:9/x', secret: 'not base64!' } });
+  await expect(started).rejects.toThrow('webhook.secret');
+  await started.then((s) => s.close()).catch(() => undefined);
 });

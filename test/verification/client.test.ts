@@ -85,9 +85,9 @@ describe('portal registrations', () => {
     const smsPortal = await client.createRegistration({ clinicId: 'cln_sandbox_main', portalId: 'cignaforhcp' });
     expect(smsPortal.registeredPhoneNumber).toMatch(/^\+1/);
     expect((await client.registrationEmails(emailPortal.correlationId)).items.length).toBeGreaterThan(0);
-    expect(Array.isArray((await client.registrationSmsMessages(smsPortal.correlationId)).items)).toBe(true);
+    expect((await client.registrationSmsMessages(smsPortal.correlationId)).items.length).toBeGreaterThan(0);
     expect((await client.listEmails({ limit: 100 })).items.length).toBeGreaterThan(0);
-    expect(Array.isArray((await client.listSmsMessages()).items)).toBe(true);
+    expect((await client.listSmsMessages()).items.length).toBeGreaterThan(0);
     const regs = [];
     for await (const r of client.all((page) => client.listRegistrations(page))) regs.push(r.correlationId);
     expect(regs).toEqual(expect.arrayContaining([emailPortal.correlationId, smsPortal.correlationId]));
@@ -250,7 +250,7 @@ describe('error statuses', () => {
   });
 
   it('a proxy page or an empty body still gives a typed error with the status', async () => {
-    sandbox.injectFault({ method: 'GET', path: '/v2/clinics/cln_sandbox_main', status: 502, body: '<html>bad gateway</html>', contentType: 'text/html', times: 5 });
+    sandbox.injectFault({ method: 'GET', path: '/v2/clinics/cln_sandbox_main', status: 502, body: '<html>bad gateway</html>', contentType: 'text/html', times: 1 });
     const flaky = new VerificationClient({ baseUrl: sandbox.url, apiKey: sandbox.apiKey, maxRetries: 0 });
     try {
       const err = (await flaky.getClinic('cln_sandbox_main').catch((e: unknown) => e)) as ServiceError;

@@ -1,3 +1,4 @@
+import { VerificationClient } from '../../src/verification/client';
 import { ServiceError } from '../../src/verification/errors';
 import { ServiceHttp, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { Organization, Verification } from '../../src/verification/wire';
@@ -61,7 +62,7 @@ describe('ServiceHttp', () => {
 
   it('honours Retry-After on 429 and gives up after maxRetries with the last problem', async () => {
     const server = await startScriptedServer((_r, res) => json(res, 429, { title: 'Too Many Requests', status: 429 }, { 'retry-after': '1' }));
-    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 1, retryMinDelayMs: 1, retryMaxDelayMs: 5 });
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 1, retryMinDelayMs: 1, retryMaxDelayMs: 2000 });
     try {
       const started = Date.now();
       const err = (await http
@@ -172,6 +173,87 @@ describe('ServiceHttp', () => {
       expect(err.message).toMatch(/^get organization failed with 200 - Unexpected response body: organizationId: /);
     } finally {
       await Promise.all([http.close(), server.close()]);
+    }
+  });
+});
+
+describe('ServiceHttp, what real networks and services send', () => {
+  it('keeps the status of a 422 whose errors[] entries lack fields', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 422, { title: 'Invalid', errors: [{ field: 'npi' }, { message: 'bad' }] }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const err = (await http
+        .call({ operation: 'create clinic', method: 'POST', path: '/v2/clinics', body: {}, response: Organization, idempotent: false })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err).toBeInstanceOf(ServiceError);
+      expect(err.status).toBe(422);
+      expect(err.fieldErrors).toEqual(['npi: invalid', '(field): bad']);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('does not repeat a PATCH, even on 503', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 503, { title: 'Unavailable' }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      const err = (await http
+        .call({ operation: 'update credentials', method: 'PATCH', path: '/v2/clinics/c/portals/p/credentials', body: {}, response: Organization, idempotent: false })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err.status).toBe(503);
+      expect(server.requests).toHaveLength(1);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('answers at once when Retry-After asks for longer than it would ever wait', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 503, { title: 'Down for maintenance' }, { 'retry-after': '3600' }));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', retryMinDelayMs: 5, retryMaxDelayMs: 1000 });
+    try {
+      const started = Date.now();
+      const err = (await http
+        .call({ operation: 'list', method: 'GET', path: '/v2/network/payers', response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err.status).toBe(503);
+      expect(server.requests).toHaveLength(1);
+      expect(Date.now() - started).toBeLessThan(900);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
+  it('types a connection lost in the middle of the body', async () => {
+    const server = await startScriptedServer((_r, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '200' });
+      res.write('{"organizationId":');
+      setTimeout(() => res.socket?.destroy(), 20);
+    });
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 0 });
+    try {
+      const err = (await http
+        .call({ operation: 'get organization', method: 'GET', path: '/v2/organizations/o', response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err).toBeInstanceOf(ServiceError);
+      expect(err.status).toBeUndefined();
+      expect(err.message).toMatch(/^get organization failed \(\w+\) - Network error$/);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+});
+
+describe('VerificationClient on a result it cannot read', () => {
+  it('reports a ServiceError naming the element, not a parser failure', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 201, { correlationId: 'c1', status: 'Completed', result: { data: { maximums: 'lots' } } }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const err = (await client.getVerification('c1').catch((e: unknown) => e)) as ServiceError;
+      expect(err).toBeInstanceOf(ServiceError);
+      expect(err.message).toMatch(/^get insurance verification failed - Unexpected response body: result\.data\.maximums: /);
+      expect(err.problem.errors?.[0]).toMatchObject({ field: 'data.maximums', code: 'invalid_value' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
     }
   });
 });

@@ -64,6 +64,32 @@ describe('toOutcome', () => {
   });
 });
 
+describe('toOutcome is permissive with what portals really send', () => {
+  it('reads amounts written as text, and contexts and upstream errors without detail', () => {
+    const o = toOutcome({
+      correlationId: 'c',
+      status: 'Partial',
+      result: { data: { maximums: [{ amount: '1500.00', usedAmount: 300 }] }, contexts: [{ portalId: 'p2' }] },
+    });
+    expect(o.kind === 'partial' && o.result.data?.maximums?.[0]).toMatchObject({ amount: 1500, usedAmount: 300 });
+    expect(o.kind === 'partial' && o.result.contexts).toEqual([{ portalId: 'p2' }]);
+    const failed = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: 'https://e/Upstream', upstreamErrors: [{ portalId: 'p1' }] } });
+    expect(failed.kind === 'failed' && failed.problem.upstreamErrors).toEqual([{ portalId: 'p1' }]);
+  });
+
+  it('keeps a v1 percentage that is no number as finalText, with a warning', () => {
+    const o = toOutcome({ correlationId: 'c', status: 'Completed', result: { data: { coinsurance: [{ category: 'Major', percentage: { final: 'Not covered' } }] } } });
+    expect(o.kind === 'completed' && o.result.data?.coinsurance?.[0]?.percentage).toEqual({ finalText: 'Not covered' });
+    expect(o.warnings).toEqual(['v1 coinsurance percentage.final strings normalised to {start, end}']);
+  });
+
+  it('reads what it can of malformed problem details, with a warning', () => {
+    const o = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: 'https://e/Internal', title: 'Boom', errors: 'not a list' } });
+    expect(o.kind === 'failed' && o.problem).toEqual({ type: 'https://e/Internal', title: 'Boom', detail: undefined });
+    expect(o.warnings[0]).toMatch(/^problem details not in the expected shape \(errors: /);
+  });
+});
+
 describe('failure kinds', () => {
   it('reads the kind from a type URI, trailing slash or fragment included', () => {
     expect(failureKindOf('https://errors.example/v2/PatientNotFound')).toBe('PatientNotFound');

@@ -97,6 +97,16 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('answers 422 naming the element for a result it cannot read, and commits nothing', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'lots' } } });
+      const res = await post(url, bad, signed(bad));
+      expect(res.status).toBe(422);
+      expect(res.problem?.errors).toEqual([{ field: 'data.maximums', code: 'invalid_value', message: expect.any(String) }]);
+      expect(deliveries).toHaveLength(0);
+    });
+  });
+
   it('answers 500 when the result cannot be committed, so the service delivers again', async () => {
     await withReceiver(
       {

@@ -1,6 +1,6 @@
 import { Option, type Command } from 'commander';
 import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
-import { CliError, type CliIo } from '../io';
+import { CliError, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -110,8 +110,8 @@ export function registerCredentials(setup: Command, io: CliIo): void {
     .requiredOption('--clinic <clinicId>', 'clinic id')
     .requiredOption('--portal <portalId>', 'portal id')
     .option('--wait', 'poll until the validation finishes (first poll after 3 s)')
-    .option('--first-delay-ms <ms>', 'delay before the first poll', (v) => Number(v), 3000)
-    .option('--timeout-ms <ms>', 'give up waiting after this long', (v) => Number(v), 5 * 60_000)
+    .addOption(new Option('--first-delay-ms <ms>', 'delay before the first poll (the service asks for 3000 or more; lower only against the sandbox)').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
+    .option('--timeout-ms <ms>', 'give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
     .option('--json', 'print JSON')
     .action(async (opts: { clinic: string; portal: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {

@@ -1,10 +1,9 @@
 import type { Command } from 'commander';
 import { PayerCatalog } from '../../verification/payer-catalog';
 import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
-import type { CliIo } from '../io';
+import { collect, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRows, type Column } from '../table';
-import { collect } from './organizations';
 
 const portalsOf = (p: Payer, feature: string) => (p.features?.[feature]?.supported ? (p.features[feature]?.portals ?? []) : []);
 
@@ -56,6 +55,7 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     .command('portals')
     .description('The portal network')
     .command('list')
+    .description('List the payer portals, with their authentication and login methods')
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Clinic, Organization } from '../../verification/wire';
-import { CliError, type CliIo } from '../io';
+import { CliError, collect, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -35,6 +35,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
     );
   org
     .command('get <organizationId>')
+    .description('Show one organization')
     .option('--json', 'print JSON')
     .action(async (organizationId: string, opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => printRecord(io, await client.getOrganization(organizationId), Boolean(opts.json))),
@@ -56,6 +57,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
   const clinic = setup.command('clinic').description('Clinics: physical offices of an organization');
   clinic
     .command('create')
+    .description('Create a clinic (a physical office) in an organization')
     .requiredOption('--organization <organizationId>', 'organization id')
     .requiredOption('--name <name>', 'clinic name')
     .option('--npi <npi>', 'the office NPI (type 2)')
@@ -74,12 +76,14 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
     );
   clinic
     .command('get <clinicId>')
+    .description('Show one clinic')
     .option('--json', 'print JSON')
     .action(async (clinicId: string, opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => printRecord(io, await client.getClinic(clinicId), Boolean(opts.json))),
     );
   clinic
     .command('list')
+    .description("List an organization's clinics")
     .requiredOption('--organization <organizationId>', 'organization id')
     .option('--json', 'print JSON')
     .action(async (opts: { organization: string; json?: boolean }, cmd: Command) =>
@@ -88,10 +92,4 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
         printRows(io, rows, clinicColumns, Boolean(opts.json));
       }),
     );
-}
-
-export async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const item of items) out.push(item);
-  return out;
 }

@@ -1,9 +1,8 @@
 import type { Command } from 'commander';
 import type { Email, Registration, SmsMessage } from '../../verification/wire';
-import type { CliIo } from '../io';
+import { collect, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
-import { collect } from './organizations';
 
 const registrationColumns: Column<Registration>[] = [
   ['correlationId', (r) => r.correlationId],
@@ -13,15 +12,20 @@ const registrationColumns: Column<Registration>[] = [
   ['registeredPhoneNumber', (r) => r.registeredPhoneNumber],
   ['status', (r) => r.status],
 ];
+/** The body carries what a person needs (the confirmation link, the one-time code): one line of it. */
+const oneLine = (text: string | null | undefined) => text?.replace(/\s+/g, ' ').trim();
 const emailColumns: Column<Email>[] = [
   ['receivedAt', (e) => e.receivedAt],
+  ['registration', (e) => e.correlationId],
   ['from', (e) => e.from],
   ['subject', (e) => e.subject],
+  ['body', (e) => oneLine(e.body)],
 ];
 const smsColumns: Column<SmsMessage>[] = [
   ['receivedAt', (m) => m.receivedAt],
+  ['registration', (m) => m.correlationId],
   ['from', (m) => m.from],
-  ['body', (m) => m.body],
+  ['body', (m) => oneLine(m.body)],
 ];
 
 export function registerRegistrations(setup: Command, io: CliIo): void {
@@ -46,6 +50,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
     );
   reg
     .command('list')
+    .description('List payer portal registrations')
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) =>

@@ -14,7 +14,7 @@ type Failed = Extract<VerificationOutcome, { kind: 'failed' }>;
 
 export function contextErrors(contexts: Context[]): ResponseError[] {
   return contexts.map((c) => ({
-    code: issueConcept('context', c.detail),
+    code: issueConcept('context', c.detail ?? `${c.dataPoint ?? c.portalId ?? 'a data point'} was not retrieved`),
     extension: defined([
       c.dataPoint ? extension('data-point', { valueString: c.dataPoint }) : undefined,
       c.portalId ? extension('portal', { valueString: c.portalId }) : undefined,
@@ -34,12 +34,12 @@ export function failureErrors({ problem, failure }: Failed): ResponseError[] {
     ]),
   };
   const upstream = (problem.upstreamErrors ?? []).map((u) => ({
-    code: issueConcept('upstream', u.detail),
+    code: issueConcept('upstream', u.detail ?? `${u.portalId ?? 'an upstream source'} failed`),
     extension: defined([u.portalId ? extension('portal', { valueString: u.portalId }) : undefined]),
   }));
   const fields = (problem.errors ?? []).map((e) => ({
-    code: issueConcept('field', `${e.message} (${e.code})`),
-    extension: defined([extension('error-field', { valueString: e.field })]),
+    code: issueConcept('field', `${e.message ?? 'invalid'}${e.code ? ` (${e.code})` : ''}`),
+    extension: defined([e.field ? extension('error-field', { valueString: e.field }) : undefined]),
   }));
   return [kind, ...upstream, ...fields];
 }
@@ -54,7 +54,7 @@ export function disposition(outcome: VerificationOutcome): string {
       return sentences([
         `${status}.`,
         plan?.status || plan?.name ? `Plan${plan.name ? ` ${plan.name}` : ''}${plan.status ? `: ${plan.status}` : ''}.` : undefined,
-        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => c.detail))}` : undefined,
+        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => c.detail ?? c.dataPoint ?? c.portalId ?? 'unnamed'))}` : undefined,
         ...(disclaimers ?? []).map(disclaimerText),
       ]);
     }
@@ -63,8 +63,8 @@ export function disposition(outcome: VerificationOutcome): string {
       return sentences([
         `${status} (${failure.kind})${problem.title ? `: ${problem.title}` : ''}.`,
         problem.detail ?? undefined,
-        problem.upstreamErrors?.length ? `Upstream: ${list(problem.upstreamErrors.map((u) => u.detail))}` : undefined,
-        problem.errors?.length ? `Fields: ${list(problem.errors.map((e) => `${e.field}: ${e.message}`))}` : undefined,
+        problem.upstreamErrors?.length ? `Upstream: ${list(problem.upstreamErrors.map((u) => u.detail ?? u.portalId ?? 'unnamed'))}` : undefined,
+        problem.errors?.length ? `Fields: ${list(problem.errors.map((e) => `${e.field ?? '(field)'}: ${e.message ?? e.code ?? 'invalid'}`))}` : undefined,
         failure.advice,
       ]);
     }
