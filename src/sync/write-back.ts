@@ -4,6 +4,7 @@ import * as z from 'zod';
 import type { EligibilityCheck } from '../domain';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../adapters/fhir/out';
+import { systemUrl } from '../adapters/fhir/systems';
 import { assertValidR4 } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 
@@ -80,11 +81,15 @@ export async function fhirWriter(baseUrl: string, options: { bearerToken?: strin
   };
 }
 
-/** Created once per correlation id: a repeated write matches the first and creates nothing. */
+/**
+ * Created once per verification (its correlation id), not per check: the same result written
+ * again matches the first write, and a new verification of the same check gets its own pair.
+ */
 function conditionOn(resource: CoverageEligibilityRequest | CoverageEligibilityResponse): string {
-  const id = resource.identifier?.find((i) => i.system && i.value);
-  if (!id) throw new FhirInputError([{ expression: `${resource.resourceType}.identifier`, diagnostics: 'needs an identifier to be written idempotently', code: 'required' }]);
-  return `identifier=${id.system}|${id.value}`;
+  const system = systemUrl('correlationId');
+  const id = resource.identifier?.find((i) => i.system === system && i.value);
+  if (!id) throw new FhirInputError([{ expression: `${resource.resourceType}.identifier`, diagnostics: 'needs the verification correlation id to be written idempotently', code: 'required' }]);
+  return `identifier=${system}|${id.value}`;
 }
 
 function idFrom(entry: z.infer<typeof TransactionEntry>): string | undefined {

@@ -54,6 +54,17 @@ describe('write-back into the chart', () => {
     expect(((await res.json()) as { request: { reference: string } }).request.reference).toBe(`CoverageEligibilityRequest/${first.requestId}`);
   });
 
+  it('gives a new verification of the same check its own request, linked to its own response', async () => {
+    if (!check) throw new Error('fixture has no check');
+    const failed = toOutcome(fixture('results', 'failed-site-maintenance.json'));
+    const retried = toOutcome({ ...(fixture('results', 'completed-minimal.json') as object), correlationId: 'ver_retry_after_maintenance' });
+    const first = await writer.write(check, failed);
+    const second = await writer.write(check, retried);
+    expect(second.requestId).not.toBe(first.requestId);
+    const res = await fetch(`${server.url}/CoverageEligibilityResponse/${second.responseId}`);
+    expect(((await res.json()) as { request: { reference: string } }).request.reference).toBe(`CoverageEligibilityRequest/${second.requestId}`);
+  });
+
   it('refuses a check whose chart resources are not known, naming the element, and writes nothing', async () => {
     if (!check) throw new Error('fixture has no check');
     const hl7Check = { ...check, source: { kind: 'hl7' as const, messageControlId: 'X1', messageType: 'SIU^S12', receivedAt: '2026-11-20T15:00:00Z' } };

@@ -39,16 +39,17 @@ function isSelfPay(coverage: Coverage): boolean {
 const ORDERS = CoverageOrder.options;
 
 /**
- * Coverage.order 1/2/3 is primary/secondary/tertiary; a coverage without one takes the first
- * rank no other coverage claims. Duplicates and a fourth coverage are errors, not guesses.
+ * Coverage.order ranks the coverages; a coverage without one takes the lowest rank no other
+ * claims. The ranks then name positions, as HL7's IN1-22 is read: orders 1 and 3 are primary and
+ * secondary. Duplicate orders and a fourth coverage are errors, not guesses.
  */
 export function coverageOrders(coverages: ActiveCoverage[], issues: FhirIssue[]): Array<CoverageOrder | undefined> {
   const claimed = new Set<number>();
-  const orders = coverages.map(({ coverage }, i): CoverageOrder | undefined => {
+  const ranks = coverages.map(({ coverage }, i): number | undefined => {
     const order = coverage.order;
     if (order === undefined) return undefined;
-    if (!Number.isInteger(order) || order < 1 || order > ORDERS.length) {
-      issues.push({ expression: `Coverage[${i}].order`, diagnostics: `must be 1, 2 or 3 (primary, secondary, tertiary)`, code: 'value' });
+    if (!Number.isInteger(order) || order < 1) {
+      issues.push({ expression: `Coverage[${i}].order`, diagnostics: 'must be a positive whole number', code: 'value' });
       return undefined;
     }
     if (claimed.has(order)) {
@@ -56,18 +57,20 @@ export function coverageOrders(coverages: ActiveCoverage[], issues: FhirIssue[])
       return undefined;
     }
     claimed.add(order);
-    return ORDERS[order - 1];
+    return order;
   });
-  return orders.map((order, i) => {
-    if (order !== undefined || coverages[i]?.coverage.order !== undefined) return order;
-    const free = [1, 2, 3].find((n) => !claimed.has(n));
-    if (free === undefined) {
-      issues.push({ expression: `Coverage[${i}]`, diagnostics: 'more than three active coverages: give Coverage.order', code: 'business-rule' });
-      return undefined;
-    }
+  const filled = ranks.map((rank, i) => {
+    if (rank !== undefined || coverages[i]?.coverage.order !== undefined) return rank;
+    let free = 1;
+    while (claimed.has(free)) free++;
     claimed.add(free);
-    return ORDERS[free - 1];
+    return free;
   });
+  const positions = [...claimed].sort((a, b) => a - b);
+  if (positions.length > ORDERS.length) {
+    issues.push({ expression: 'Coverage', diagnostics: 'more than three active coverages for this patient', code: 'business-rule' });
+  }
+  return filled.map((rank) => (rank === undefined ? undefined : ORDERS[positions.indexOf(rank)]));
 }
 
 export interface CoverageFacts {
@@ -97,6 +100,9 @@ export function coverageFacts(
   const relationship = relationshipFor(coverage, path, subscriberPerson?.resource === patient.resource, issues);
   if (!coverage.subscriber && relationship && relationship !== 'self') {
     issues.push({ expression: `${path}.subscriber`, diagnostics: `required when the relationship is ${relationship}`, code: 'required' });
+  }
+  if (relationship === 'self' && subscriberPerson && subscriberPerson.resource !== patient.resource) {
+    issues.push({ expression: `${path}.relationship`, diagnostics: 'is self, but Coverage.subscriber is another person', code: 'business-rule' });
   }
   const subscriberPath = subscriberPerson?.resource === patient.resource ? 'Patient' : `${path}.subscriber.resolve()`;
   const name = subscriberPerson ? personName(subscriberPerson.resource.name, subscriberPath, issues) : undefined;

@@ -121,12 +121,24 @@ describe('checksFromBundle', () => {
     ]);
   });
 
-  it('refuses two coverages claiming the same order, and an order past 3', () => {
+  it('names coverages by rank, so a gap in Coverage.order closes up as HL7 IN1-22 does', () => {
+    const bundle = bundleOf('primary-secondary');
+    resource(bundle, 'Coverage', 'cov-marco-aetna').order = 3;
+    expect(convert(bundle).map((c) => c.coverage.order)).toEqual(['primary', 'secondary']);
+  });
+
+  it('refuses two coverages claiming the same order, and an order that is no positive whole number', () => {
     const bundle = bundleOf('primary-secondary');
     resource(bundle, 'Coverage', 'cov-marco-aetna').order = 1;
     expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[1].order', diagnostics: 'another active coverage of this patient has order 1' }]);
-    resource(bundle, 'Coverage', 'cov-marco-aetna').order = 4;
-    expect(issuesOf(() => convert(bundle))[0]?.expression).toBe('Coverage[1].order');
+    resource(bundle, 'Coverage', 'cov-marco-aetna').order = 0;
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[0].order', diagnostics: 'must be a positive whole number' }]);
+  });
+
+  it('refuses a relationship of self when the subscriber is another person', () => {
+    const bundle = bundleOf('primary-secondary');
+    resource(bundle, 'Coverage', 'cov-marco-aetna').relationship = { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'self' }] };
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[1].relationship', diagnostics: 'is self, but Coverage.subscriber is another person' }]);
   });
 
   it('maps subscriber-relationship and v3 RoleCode codes through mappings/fhir/subscriber-relationship.json', () => {
