@@ -15,6 +15,7 @@ import { PayerCatalog } from '../verification/payer-catalog';
 import { requestFromCheck } from '../verification/request-from-check';
 import { fhirWriter } from '../sync/write-back';
 import { startWebhookServer } from '../verification/webhook';
+import { FEATURE_ASYNC } from '../verification/wire';
 import type { CliIo } from './io';
 
 const CHART = path.join(projectRoot, 'fixtures', 'fhir', 'primary-secondary.bundle.json');
@@ -59,7 +60,7 @@ async function runDemo(io: CliIo, keepRunning: boolean): Promise<void> {
 
     // Setup, as an integrator does it once per practice.
     const catalog = await PayerCatalog.sync(client);
-    const asyncCount = catalog.payers.filter((p) => catalog.resolve({ name: p.name }).status === 'resolved' && p.features?.insuranceVerificationAsynchronous?.supported).length;
+    const asyncCount = catalog.payers.filter((p) => p.features?.[FEATURE_ASYNC]?.supported).length;
     say('setup', `payer catalog: ${catalog.payers.length} payers, ${asyncCount} take asynchronous verification`);
     const clinic = await client.getClinic('cln_sandbox_main');
     const validation = await client.requestCredentialsValidation({ clinicId: clinic.clinicId, portalId: 'deltadentalins' });
