@@ -65,13 +65,10 @@ export class ServiceHttp {
     const random = options.random ?? Math.random;
     const { maxRetries, retryMinDelayMs, retryMaxDelayMs, timeoutMs } = this.config;
     this.dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }).compose(
+      // Our own `retry` decides everything; undici's other retry options feed only its default one.
+      // `methods: []` is the fallback for a request that names none: not retried.
       interceptors.retry({
         throwOnError: false,
-        maxRetries,
-        minTimeout: retryMinDelayMs,
-        maxTimeout: retryMaxDelayMs,
-        statusCodes: RETRY_STATUSES,
-        errorCodes: RETRY_ERROR_CODES,
         methods: [],
         retry: (err, { state, opts }, cb) => {
           const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
@@ -83,7 +80,7 @@ export class ServiceHttp {
           // A service that asks for a longer pause than we would ever wait gets its answer back now.
           const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
           if (after !== undefined && after > retryMaxDelayMs) return cb(err);
-          const delay = retryDelay(state.counter, e.headers?.['retry-after'], { retryMinDelayMs, retryMaxDelayMs }, random);
+          const delay = retryDelay(state.counter, after, { retryMinDelayMs, retryMaxDelayMs }, random);
           this.log.debug({ attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code }, 'retrying request');
           // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
           setTimeout(() => cb(null), delay);
@@ -150,17 +147,17 @@ export class ServiceHttp {
 /** Exponential backoff with full jitter; a Retry-After from the service is honoured as a floor. */
 export function retryDelay(
   attempt: number,
-  retryAfter: string | string[] | undefined,
+  after: number | undefined,
   limits: { retryMinDelayMs: number; retryMaxDelayMs: number },
   random: () => number = Math.random,
 ): number {
   const exponential = Math.min(limits.retryMinDelayMs * 2 ** (attempt - 1), limits.retryMaxDelayMs);
   const jittered = exponential / 2 + random() * (exponential / 2);
-  const after = retryAfterMs(headerValue(retryAfter));
   return after === undefined ? Math.round(jittered) : Math.min(Math.max(after, jittered), Math.max(limits.retryMaxDelayMs, after));
 }
 
-function retryAfterMs(value: string | undefined): number | undefined {
+/** Retry-After in milliseconds: seconds, or an HTTP date. */
+export function retryAfterMs(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const seconds = Number(value);
   if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);

@@ -1,6 +1,6 @@
 import { VerificationClient } from '../../src/verification/client';
 import { ServiceError } from '../../src/verification/errors';
-import { ServiceHttp, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
+import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { Organization, Verification } from '../../src/verification/wire';
 import { json, startScriptedServer } from '../support/http-server';
 
@@ -267,9 +267,9 @@ describe('retryDelay', () => {
     expect(retryDelay(10, undefined, limits, () => 1)).toBe(1000);
   });
   it('waits at least as long as Retry-After asks, in seconds or as a date', () => {
-    expect(retryDelay(1, '2', limits, () => 0)).toBe(2000);
+    expect(retryDelay(1, retryAfterMs('2'), limits, () => 0)).toBe(2000);
     const inThree = new Date(Date.now() + 3000).toUTCString();
-    expect(retryDelay(1, inThree, limits, () => 0)).toBeGreaterThan(1500);
+    expect(retryDelay(1, retryAfterMs(inThree), limits, () => 0)).toBeGreaterThan(1500);
   });
 });
 
