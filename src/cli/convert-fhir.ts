@@ -5,9 +5,9 @@ import { checksFromBundle, checksFromServer, fhirKitReader, type FhirInputOption
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';
-import { describeIssue, IsoInstant, type EligibilityCheck } from '../domain';
+import { describeIssue, type EligibilityCheck } from '../domain';
 import { toOutcome } from '../verification/outcome';
-import { CliError, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
+import { CliError, instant, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertFhirOptions {
   appointment?: string;
@@ -34,10 +34,9 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
     .option('--appointment <id>', 'the Appointment to verify: needed with --server, or when the Bundle holds several')
     .option('--server <url>', 'read the appointment, patient, coverages, payors and subscribers from this FHIR base URL')
     .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer')
-    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output')
+    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output', instant('--received-at'))
     .action(async (file: string | undefined, opts: ConvertFhirOptions) => {
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
-      if (!IsoInstant.safeParse(receivedAt).success) throw new CliError('--received-at: must be an ISO 8601 date-time with offset', 2);
       if ((file === undefined) === (opts.server === undefined)) throw new CliError('give either a Bundle file or --server', 2);
       const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(opts.catalog) : undefined };
       writeJson(io, file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options));

@@ -8,10 +8,10 @@ import {
   loadHl7Mappings,
   splitMessages,
 } from '../adapters/hl7';
-import { describeIssue, IsoInstant, type EligibilityCheck, type PayerResolver } from '../domain';
+import { describeIssue, type EligibilityCheck, type PayerResolver } from '../domain';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { VerificationRequest } from '../verification/wire';
-import { CliError, loadCatalog, readInput, writeJson, type CliIo } from './io';
+import { CliError, instant, loadCatalog, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
   as: string;
@@ -31,11 +31,10 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     .option('--as <shape>', 'check (EligibilityCheck) or request (the v2 verification request body)', 'check')
     .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer and its portal')
     .option('--portal <id>', 'with --as request: the portal to verify on, for payers the catalog does not settle')
-    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output')
+    .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output', instant('--received-at'))
     .action(async (file: string, opts: ConvertHl7Options) => {
       if (opts.as !== 'check' && opts.as !== 'request') throw new CliError(`--as: must be check or request`, 2);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
-      if (!IsoInstant.safeParse(receivedAt).success) throw new CliError('--received-at: must be an ISO 8601 date-time with offset', 2);
       const resolver = opts.catalog ? await loadCatalog(opts.catalog) : undefined;
       const checks = await convertHl7(await readInput(io, file), { receivedAt, resolver }, file);
       writeJson(io, opts.as === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);

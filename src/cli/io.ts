@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { IsoInstant } from '../domain/primitives';
 import { PayerCatalog } from '../verification/payer-catalog';
 
 /** Where a command reads and writes; the real process in production, buffers in tests. */
@@ -63,6 +64,12 @@ export async function loadCatalog(file: string): Promise<PayerCatalog> {
 export const whole = (name: string) => (value: string): number => {
   if (!/^\d+$/.test(value)) throw new CliError(`${name}: must be a whole number`, 2);
   return Number(value);
+};
+
+/** An option parser for an ISO 8601 instant with offset, e.g. --received-at. */
+export const instant = (name: string) => (value: string): string => {
+  if (!IsoInstant.safeParse(value).success) throw new CliError(`${name}: must be an ISO 8601 date-time with offset`, 2);
+  return value;
 };
 
 export async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
