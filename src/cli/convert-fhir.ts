@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
-import { checksFromBundle, checksFromServer, fhirKitReader, type FhirInputOptions } from '../adapters/fhir/in';
+import { checksFromBundle, checksFromServer, type FhirInputOptions } from '../adapters/fhir/in';
+import { fhirKitReader } from '../sync/fhir-reader';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';

@@ -7,5 +7,3 @@ export { loadHl7Mappings, profileFor, type Hl7Mappings, type Hl7Profile, type Ev
 export { InMemoryPatientInsuranceStore } from './memory-insurance-store';
 export { Hl7InputError, describeLocation, describeProblems, ERROR_CODES, type Hl7Problem, type ErrorCode } from './hl7-errors';
 export { createMessageHandler, type MessageHandlerOptions } from './message-handler';
-export { MllpListener, type MllpListenerOptions } from './mllp-listener';
-export { MllpDecoder, frame } from './mllp-framing';

@@ -1,2 +1,2 @@
 export { checksFromBundle, type FhirInputOptions } from './from-bundle';
-export { checksFromServer, fhirKitReader, type FhirKitReaderOptions, type FhirReader } from './from-server';
+export { checksFromServer, type FhirReader } from './checks-from-server';

@@ -1,4 +1,4 @@
-import { frame, MllpDecoder } from '../../../src/adapters/hl7';
+import { frame, MllpDecoder } from '../../src/service/mllp-framing';
 
 const texts = (frames: ReturnType<MllpDecoder['push']>) => frames.map((f) => (f.kind === 'message' ? f.payload.toString() : `oversized:${f.head.toString()}`));
 

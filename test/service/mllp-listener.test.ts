@@ -1,19 +1,18 @@
 import { connect, type Socket } from 'node:net';
-import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import {
   buildAck,
   createMessageHandler,
-  frame,
   InMemoryPatientInsuranceStore,
   loadHl7Mappings,
-  MllpDecoder,
-  MllpListener,
   parseHl7Message,
   readMessageHeader,
   type Ack,
   type Hl7Result,
-} from '../../../src/adapters/hl7';
-import { segment } from './segment';
+} from '../../src/adapters/hl7';
+import { frame, MllpDecoder } from '../../src/service/mllp-framing';
+import { MllpListener } from '../../src/service/mllp-listener';
+import { segment } from '../adapters/hl7/segment';
 
 /** Real sockets on loopback: a raw client speaks MLLP to the listener and reads every ACK frame. */
 const mappings = loadHl7Mappings();

@@ -1,7 +1,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { acknowledgements, type Ack, type CommitAckCode } from './ack';
-import { rejection } from './hl7-errors';
-import { readMessageHeader } from './message-header';
+import { acknowledgements, type Ack, type CommitAckCode } from '../adapters/hl7/ack';
+import { rejection } from '../adapters/hl7/hl7-errors';
+import { readMessageHeader } from '../adapters/hl7/message-header';
 import { frame, MllpDecoder, type DecodedFrame } from './mllp-framing';
 
 /**
