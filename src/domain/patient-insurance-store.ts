@@ -41,6 +41,8 @@ export const PatientInsuranceRecord = z.strictObject({
   patient: Patient.omit({ memberId: true }),
   /** Empty when the patient is known to pay for themselves, or no insurance has been received yet. */
   coverages: z.array(KnownCoverage),
+  /** Whether any message has said what the patient's insurance is (an IN1, even a self-pay one). */
+  insuranceKnown: z.boolean().optional(),
   appointments: z.array(KnownAppointment),
   updatedAt: IsoInstant,
   /** The message that last changed the record, for tracing. */

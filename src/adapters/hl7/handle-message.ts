@@ -4,11 +4,13 @@ import type {
   KnownCoverage,
   PatientInsuranceRecord,
   PatientInsuranceStore,
+  PatientKey,
   PayerResolver,
+  Provider,
 } from '../../domain';
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
-import { buildChecks } from './build-checks';
+import { buildChecks, type CheckSourceFields } from './build-checks';
 import { Hl7InputError, problemAt, rejection, type Hl7Problem } from './hl7-errors';
 import { parseHl7Message, type Hl7Message } from './hl7-message';
 import { readMessageHeader, type MessageHeader } from './message-header';
@@ -34,11 +36,31 @@ export interface Hl7HandlerOptions {
  * without a patient names no keys: withdraw by appointment id.
  */
 export type Hl7Outcome =
-  | { kind: 'book' | 'reschedule'; appointmentId?: string; checks: EligibilityCheck[]; replacedKeys: string[]; selfPay: boolean }
-  | { kind: 'cancel'; appointmentId: string; keys: string[] }
-  | { kind: 'record'; coverageCount: number; insuranceReceived: boolean }
+  | {
+      kind: 'book' | 'reschedule';
+      appointmentId?: string;
+      checks: EligibilityCheck[];
+      replacedKeys: string[];
+      /** The profile marks the patient's insurance as self-pay: nothing to verify. */
+      selfPay: boolean;
+      /** No insurance has been received for this patient yet (neither in this message nor before). */
+      awaitingInsurance: boolean;
+      patientKey: PatientKey;
+      /** What the appointment's checks are built from, so they can be built again when insurance arrives. */
+      appointment: AppointmentBasis;
+    }
+  | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
+  | { kind: 'record'; coverageCount: number; insuranceReceived: boolean; patientKey: PatientKey; record: PatientInsuranceRecord }
   | { kind: 'ignore'; reason: string }
   | { kind: 'reject'; problems: Hl7Problem[] };
+
+/** An appointment as read from a SIU, without the insurance: its checks are this plus the patient's coverages. */
+export interface AppointmentBasis {
+  clinicId: string;
+  dateOfService: string;
+  provider?: Provider;
+  source: CheckSourceFields;
+}
 
 export interface Hl7Result {
   /** Undefined when not even MSH-1 and MSH-2 could be read. */
@@ -147,26 +169,28 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
 
   const known = await options.store.get(key);
   const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
-  const checks = buildChecks({
+  const insuranceKnown = insurance.present || insuranceKnownIn(known);
+  const basis: AppointmentBasis = {
     clinicId,
-    patient,
-    coverages,
     dateOfService: appointment.dateOfService,
-    provider: appointment.provider,
+    ...(appointment.provider && { provider: appointment.provider }),
     source: source(ctx, appointment.appointmentId),
-    resolver: options.resolver,
-  });
+  };
+  const checks = buildChecks({ ...basis, patient, coverages, resolver: options.resolver });
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
   const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService: appointment.dateOfService, keys });
-  await options.store.put(key, recordOf(ctx, patient, coverages, appointments));
+  await options.store.put(key, recordOf(ctx, patient, coverages, appointments, insuranceKnown));
   return {
     kind,
     ...(appointmentId !== undefined && { appointmentId }),
     checks,
     replacedKeys: unheld(earlier?.keys ?? [], appointments),
-    selfPay: checks.length === 0,
+    selfPay: insuranceKnown && checks.length === 0,
+    awaitingInsurance: !insuranceKnown,
+    patientKey: key,
+    appointment: basis,
   };
 }
 
@@ -179,10 +203,10 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
   const known = key && (await options.store.get(key));
   const entry = known?.appointments.find((a) => a.appointmentId === appointmentId);
-  if (!key || !known || !entry) return { kind: 'cancel', appointmentId, keys: [] };
+  if (!key || !known || !entry) return { kind: 'cancel', appointmentId, keys: [], ...(key && { patientKey: key }) };
   const appointments = known.appointments.filter((a) => a !== entry);
   await options.store.put(key, { ...known, appointments });
-  return { kind: 'cancel', appointmentId, keys: unheld(entry.keys, appointments) };
+  return { kind: 'cancel', appointmentId, keys: unheld(entry.keys, appointments), patientKey: key };
 }
 
 async function record(ctx: Context): Promise<Hl7Outcome> {
@@ -197,8 +221,9 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const known = await options.store.get(key);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
   const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
-  await options.store.put(key, recordOf(ctx, patient, coverages, known?.appointments ?? []));
-  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present };
+  const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], insurance.present || insuranceKnownIn(known));
+  await options.store.put(key, updated);
+  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, record: updated };
 }
 
 function requireSegments(message: Hl7Message, ...names: string[]): void {
@@ -233,8 +258,19 @@ function source(ctx: Context, appointmentId: string | undefined) {
   };
 }
 
-function recordOf(ctx: Context, patient: PatientDemographics, coverages: KnownCoverage[], appointments: KnownAppointment[]): PatientInsuranceRecord {
-  return { patient, coverages, appointments, updatedAt: ctx.options.receivedAt, messageControlId: ctx.header.controlId };
+function recordOf(
+  ctx: Context,
+  patient: PatientDemographics,
+  coverages: KnownCoverage[],
+  appointments: KnownAppointment[],
+  insuranceKnown: boolean,
+): PatientInsuranceRecord {
+  return { patient, coverages, appointments, insuranceKnown, updatedAt: ctx.options.receivedAt, messageControlId: ctx.header.controlId };
+}
+
+/** Records written before insuranceKnown existed knew insurance exactly when they held some. */
+function insuranceKnownIn(record: PatientInsuranceRecord | undefined): boolean {
+  return record?.insuranceKnown ?? (record !== undefined && record.coverages.length > 0);
 }
 
 /**

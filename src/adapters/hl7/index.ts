@@ -1,4 +1,5 @@
-export { handleHl7Message, ackFor, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result } from './handle-message';
+export { handleHl7Message, ackFor, type AppointmentBasis, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result } from './handle-message';
+export { buildChecks, type CheckSourceFields } from './build-checks';
 export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, type Answer, type ApplicationAckCode, type CommitAckCode } from './ack';
 export { readMessageHeader, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';
 export { parseHl7Message, Hl7Message, Hl7Segment } from './hl7-message';
