@@ -1,5 +1,5 @@
 import type { EligibilityCheck, Gender, Relationship } from '../domain';
-import { VerificationRequest, type WireRelationship } from './wire';
+import { VerificationRequest, type InlineCredentials, type WireRelationship } from './wire';
 
 const RELATIONSHIP: Record<Relationship, WireRelationship> = {
   self: 'Self',
@@ -19,6 +19,10 @@ export interface RequestFromCheckOptions {
   /** The portal to verify on; defaults to the resolved payer's first portal for the mode. */
   portalId?: string;
   mode?: 'sync' | 'async';
+  /** The verification request's own id; defaults to the check's idempotency key. */
+  externalId?: string;
+  /** Inline portal credentials, for a portal whose credentials are not stored with the service. */
+  credentials?: InlineCredentials;
 }
 
 /**
@@ -57,6 +61,7 @@ export function requestFromCheck(check: EligibilityCheck, options: RequestFromCh
     },
     provider: provider && Object.values(provider).some(Boolean) ? provider : undefined,
     dateOfService: check.dateOfService,
-    externalId: check.idempotencyKey,
+    externalId: options.externalId ?? check.idempotencyKey,
+    ...(options.credentials && { credentials: options.credentials }),
   });
 }

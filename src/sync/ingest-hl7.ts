@@ -1,0 +1,169 @@
+import { createHash } from 'node:crypto';
+import type { PatientInsuranceRecord, PatientInsuranceStore, PatientKey } from '../domain';
+import {
+  ackFor,
+  buildChecks,
+  handleHl7Message,
+  describeProblems,
+  readMessageHeader,
+  type Ack,
+  type AppointmentBasis,
+  type Hl7Mappings,
+  type Hl7Outcome,
+  type Hl7Result,
+} from '../adapters/hl7';
+import type { ClinicRouting } from '../adapters/clinic-routing';
+import type { JobStore, StoreTx } from './job-store';
+import { scheduleAppointment, type AppointmentEvent, type ScheduleContext } from './schedule';
+
+export interface Hl7IngestOptions {
+  mappings: Hl7Mappings;
+  routing: ClinicRouting;
+  now: () => Date;
+  policy: ScheduleContext['policy'];
+}
+
+export interface Hl7Ingested {
+  acks: Ack[];
+  /** Undefined for a repeat of a message already handled: it was answered as before and not applied again. */
+  result: Hl7Result | undefined;
+  created: string[];
+  withdrawn: string[];
+}
+
+/**
+ * One HL7 message into the store: the message as received, its effects on the patient's
+ * insurance, the appointment and the checks, and the ACKs it was answered with all commit in one
+ * transaction, before the ACKs are sent. A failed commit changes nothing, so the sender's resend
+ * works; a resend of a message already committed gets the same ACKs and changes nothing.
+ * Transactions run one at a time, so messages for one patient apply in the order they arrived,
+ * whatever connection brought them.
+ */
+export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptions): Promise<Hl7Ingested> {
+  const receivedAt = options.now();
+  return store.transaction(async (tx) => {
+    const { message, duplicate } = await tx.addMessage({
+      kind: 'hl7',
+      dedupeKey: dedupeKeyOf(text),
+      receivedAt: receivedAt.toISOString(),
+      raw: text,
+      status: 'received',
+    });
+    if (duplicate && message.raw === text && message.answer !== undefined) {
+      return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
+    }
+    const result = await handleHl7Message(text, {
+      mappings: options.mappings,
+      routing: options.routing,
+      store: patientStore(tx),
+      receivedAt: receivedAt.toISOString(),
+    });
+    const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
+    const { created, withdrawn } = await apply(tx, result.outcome, facility, { now: receivedAt, policy: options.policy });
+    const acks = ackFor(result, { now: receivedAt });
+    const rejected = result.outcome.kind === 'reject';
+    const detail = describe(result.outcome);
+    if (duplicate) {
+      // The sender reused a control id for a different message: keep both, under distinct keys.
+      const again = await tx.addMessage({ kind: 'hl7', dedupeKey: `${message.dedupeKey}#${digest(text).slice(0, 16)}`, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
+      await tx.updateMessage(again.message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
+    } else {
+      await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
+    }
+    return { acks, result, created, withdrawn };
+  });
+}
+
+/** A sender's message is known by its application, facility and control id; one without them by its content. */
+function dedupeKeyOf(text: string): string {
+  const header = readMessageHeader(text);
+  if (!header?.controlId) return `sha256:${digest(text)}`;
+  return [header.sendingApplication, header.sendingFacility, header.controlId].join('|');
+}
+
+async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+  switch (outcome.kind) {
+    case 'book':
+    case 'reschedule': {
+      const basis = outcome.appointment;
+      const status = outcome.awaitingInsurance ? 'awaiting-insurance' : outcome.selfPay ? 'self-pay' : 'booked';
+      return scheduleAppointment(tx, { ...appointmentEvent(facility, outcome.patientKey, basis, outcome.appointmentId), status, checks: outcome.checks }, ctx);
+    }
+    case 'cancel': {
+      const key = appointmentKey(facility, outcome.appointmentId);
+      const earlier = await tx.getAppointment(key);
+      if (!earlier) return { created: [], withdrawn: [] };
+      return scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, ctx);
+    }
+    case 'record':
+      return rescheduleForInsurance(tx, outcome.patientKey, outcome.record, ctx);
+    case 'ignore':
+    case 'reject':
+      return { created: [], withdrawn: [] };
+  }
+}
+
+/**
+ * The patient's insurance changed (or arrived): their future appointments are evaluated again, so
+ * a booking that waited for insurance gets its checks and a corrected member id a new verification.
+ */
+async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext) {
+  const today = ctx.now.toISOString().slice(0, 10);
+  const created: string[] = [];
+  const withdrawn: string[] = [];
+  for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {
+    if (appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
+    const basis = appointment.basis as AppointmentBasis;
+    const checks = buildChecks({ ...basis, patient: record.patient, coverages: record.coverages });
+    const status = !record.insuranceKnown ? 'awaiting-insurance' : checks.length === 0 ? 'self-pay' : 'booked';
+    const done = await scheduleAppointment(tx, { ...appointment, status, checks }, ctx);
+    created.push(...done.created);
+    withdrawn.push(...done.withdrawn);
+  }
+  return { created, withdrawn };
+}
+
+function appointmentEvent(facility: string, patientKey: PatientKey, basis: AppointmentBasis, appointmentId: string | undefined): Omit<AppointmentEvent, 'status' | 'checks'> {
+  return {
+    key: appointmentKey(facility, appointmentId ?? `message:${basis.source.messageControlId}`),
+    patientKey: patientKeyText(patientKey),
+    dateOfService: basis.dateOfService,
+    basis,
+  };
+}
+
+function appointmentKey(facility: string, appointmentId: string): string {
+  return `hl7|${facility}|${appointmentId}`;
+}
+
+export function patientKeyText(key: PatientKey): string {
+  return `hl7|${key.facility}|${key.identifier.system ?? ''}|${key.identifier.value}`;
+}
+
+/** The adapter's view of the patient insurance store, inside this message's transaction. */
+function patientStore(tx: StoreTx): PatientInsuranceStore {
+  return {
+    get: (key) => tx.getPatient(patientKeyText(key)),
+    put: (key, record) => tx.putPatient(patientKeyText(key), record),
+  };
+}
+
+function describe(outcome: Hl7Outcome): string {
+  switch (outcome.kind) {
+    case 'book':
+    case 'reschedule':
+      return `${outcome.kind}: ${outcome.checks.length} checks${outcome.awaitingInsurance ? ', awaiting insurance' : outcome.selfPay ? ', self-pay' : ''}`;
+    case 'cancel':
+      return 'cancel';
+    case 'record':
+      return `record: ${outcome.coverageCount} coverages`;
+    case 'ignore':
+      return `ignored: ${outcome.reason}`;
+    case 'reject':
+      return `rejected: ${describeProblems(outcome.problems)}`;
+  }
+}
+
+function digest(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}

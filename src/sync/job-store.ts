@@ -1,0 +1,159 @@
+import * as z from 'zod';
+import { EligibilityCheck, PatientInsuranceRecord } from '../domain';
+
+/**
+ * The job store is the pipeline's source of truth: every message as received, the patients'
+ * insurance, the appointments and each check's state. The interface is asynchronous and keeps no
+ * process-local state that matters (claims are leases in the store, keys are unique in the
+ * store), so a PostgreSQL implementation fits behind it as well as the SQLite default.
+ */
+
+export const CheckState = z.enum([
+  'received',
+  'submitted',
+  'awaiting-result',
+  'result-stored',
+  'written',
+  'needs-attention',
+  'cancelled',
+  'dead',
+]);
+export type CheckState = z.infer<typeof CheckState>;
+
+/** The states a worker picks up when they are due. */
+export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written'];
+
+export const WrittenIds = z.looseObject({ requestId: z.string(), responseId: z.string() });
+export type WrittenIds = z.infer<typeof WrittenIds>;
+
+export const CheckRow = z.strictObject({
+  /** The check's idempotency key: one clinic, patient, coverage and date of service. */
+  key: z.string().min(1),
+  state: CheckState,
+  check: EligibilityCheck,
+  patientKey: z.string().min(1),
+  /** What the request says (names, birth dates, member ids, group, payer, provider): a change is a new verification. */
+  fingerprint: z.string().min(1),
+  /** The same, without the date of service: a fresh result for the coverage may serve another appointment. */
+  coverageFingerprint: z.string().min(1),
+  /** Counts verifications of this check: a correction or a re-verification is a new round, with a new externalId. */
+  round: z.number().int().min(0),
+  externalId: z.string().min(1),
+  mode: z.enum(['sync', 'async']).optional(),
+  portalId: z.string().optional(),
+  correlationId: z.string().optional(),
+  attempts: z.number().int().min(0),
+  /** When this round was last sent to the service. */
+  submittedAt: z.string().optional(),
+  /** When a worker should next look at it; absent when nothing is scheduled. */
+  dueAt: z.string().optional(),
+  lastError: z.string().optional(),
+  /** The verification body as the service gave it (or as the pipeline made it for a check it could not send). */
+  result: z.unknown().optional(),
+  resultAt: z.string().optional(),
+  written: WrittenIds.optional(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+export type CheckRow = z.infer<typeof CheckRow>;
+
+export const AppointmentStatus = z.enum(['booked', 'awaiting-insurance', 'self-pay', 'cancelled']);
+export type AppointmentStatus = z.infer<typeof AppointmentStatus>;
+
+export const AppointmentRow = z.strictObject({
+  /** The source and the appointment's id there, e.g. hl7|BSD-MAIN|APT-1 or fhir|Appointment/123. */
+  key: z.string().min(1),
+  patientKey: z.string().min(1),
+  dateOfService: z.string(),
+  status: AppointmentStatus,
+  /** Keys of the checks this appointment needs; another appointment that day may hold the same. */
+  checkKeys: z.array(z.string()),
+  /** What the checks are built from, so they can be built again when the patient's insurance changes. */
+  basis: z.unknown(),
+  updatedAt: z.string(),
+});
+export type AppointmentRow = z.infer<typeof AppointmentRow>;
+
+export const MessageKind = z.enum(['hl7', 'webhook', 'fhir-notification']);
+export type MessageKind = z.infer<typeof MessageKind>;
+
+export const MessageStatus = z.enum(['received', 'handled', 'dead']);
+export type MessageStatus = z.infer<typeof MessageStatus>;
+
+export const MessageRow = z.strictObject({
+  id: z.number().int(),
+  kind: MessageKind,
+  /** Unique per kind: a sender's control id, a webhook-id. A repeat is answered as before and not applied again. */
+  dedupeKey: z.string(),
+  receivedAt: z.string(),
+  raw: z.string(),
+  status: MessageStatus,
+  /** Why it is dead, or what handling it did (never patient data). */
+  detail: z.string().optional(),
+  /** The answer that was sent (an HL7 message's ACKs), to send the same again for a repeat. */
+  answer: z.string().optional(),
+});
+export type MessageRow = z.infer<typeof MessageRow>;
+
+export type NewMessage = Omit<MessageRow, 'id'>;
+
+/** What runs inside one store transaction: all of it commits, or none of it. */
+export interface StoreTx {
+  /** Adds a message, or returns the earlier one with the same kind and dedupe key. */
+  addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }>;
+  updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void>;
+
+  getPatient(patientKey: string): Promise<PatientInsuranceRecord | undefined>;
+  putPatient(patientKey: string, record: PatientInsuranceRecord): Promise<void>;
+
+  getAppointment(key: string): Promise<AppointmentRow | undefined>;
+  putAppointment(row: AppointmentRow): Promise<void>;
+  appointmentsOfPatient(patientKey: string): Promise<AppointmentRow[]>;
+  /** Booked appointments (of any patient) that hold this check key. */
+  appointmentsHolding(checkKey: string): Promise<AppointmentRow[]>;
+
+  getCheck(key: string): Promise<CheckRow | undefined>;
+  putCheck(row: CheckRow): Promise<void>;
+  checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
+  /** The newest check of this coverage with a completed result taken at or after `since`. */
+  freshResult(coverageFingerprint: string, since: string): Promise<CheckRow | undefined>;
+
+  getMeta(key: string): Promise<string | undefined>;
+  setMeta(key: string, value: string): Promise<void>;
+}
+
+export interface CheckFilter {
+  states?: readonly CheckState[];
+  limit?: number;
+}
+
+export interface StoreCounts {
+  checks: Record<string, number>;
+  messages: Record<string, number>;
+  awaitingInsurance: number;
+  /** Checks due now and not leased. */
+  due: number;
+  /** When the oldest due check became due. */
+  oldestDueAt: string | undefined;
+}
+
+export interface JobStore {
+  transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T>;
+  /**
+   * Leases up to `limit` due checks for `leaseMs`: no other worker takes them until the lease
+   * runs out, so a worker that dies lets another pick its checks up.
+   */
+  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]>;
+  /** Ends a lease early (the worker is done with the check, or gives it back). */
+  release(key: string, owner: string): Promise<void>;
+  /** When the next check falls due, for a worker deciding how long to sleep. */
+  nextDueAt(): Promise<string | undefined>;
+  listChecks(filter?: CheckFilter): Promise<CheckRow[]>;
+  listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]>;
+  listMessages(filter?: { status?: MessageStatus; kind?: MessageKind; limit?: number }): Promise<MessageRow[]>;
+  getMessage(id: number): Promise<MessageRow | undefined>;
+  counts(now: string): Promise<StoreCounts>;
+  /** Whether the store answers (for /healthz). */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,156 @@
+import { createHash } from 'node:crypto';
+import type { EligibilityCheck } from '../domain';
+import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
+
+/**
+ * What an appointment event does to the checks: the appointment is stored with the keys of the
+ * checks it needs; a new check is created, a corrected one gets a new round (a new verification),
+ * an unchanged one is left alone, and a check no booked appointment needs any more is withdrawn.
+ * One function for HL7 and FHIR, run inside the transaction that stores the event.
+ */
+
+export interface SchedulePolicy {
+  /** A completed result younger than this serves another appointment of the same coverage. */
+  freshnessMs: number;
+  /** How long before the visit a check whose result has gone stale is verified again. */
+  reverifyLeadMs: number;
+}
+
+export const DEFAULT_POLICY: SchedulePolicy = { freshnessMs: 7 * 24 * 3600_000, reverifyLeadMs: 24 * 3600_000 };
+
+export interface AppointmentEvent {
+  key: string;
+  patientKey: string;
+  dateOfService: string;
+  status: AppointmentStatus;
+  checks: readonly EligibilityCheck[];
+  basis: unknown;
+}
+
+export interface ScheduleContext {
+  now: Date;
+  policy: SchedulePolicy;
+}
+
+/** Checks still to be withdrawn are those no longer worked on, nor finished. */
+const WITHDRAWABLE: ReadonlySet<CheckRow['state']> = new Set(['received', 'submitted', 'awaiting-result', 'result-stored', 'needs-attention']);
+
+export async function scheduleAppointment(tx: StoreTx, event: AppointmentEvent, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+  const now = ctx.now.toISOString();
+  const earlier = await tx.getAppointment(event.key);
+  const keys = event.status === 'booked' ? event.checks.map((c) => c.idempotencyKey) : [];
+  const row: AppointmentRow = {
+    key: event.key,
+    patientKey: event.patientKey,
+    dateOfService: event.dateOfService,
+    status: event.status,
+    checkKeys: keys,
+    basis: event.basis,
+    updatedAt: now,
+  };
+  await tx.putAppointment(row);
+  const created: string[] = [];
+  if (event.status === 'booked') {
+    for (const check of event.checks) if (await upsertCheck(tx, check, event.patientKey, ctx)) created.push(check.idempotencyKey);
+  }
+  const dropped = (earlier?.checkKeys ?? []).filter((k) => !keys.includes(k));
+  const withdrawn: string[] = [];
+  for (const key of dropped) if (await withdrawIfUnheld(tx, key, now)) withdrawn.push(key);
+  return { created, withdrawn };
+}
+
+/** True when the check is new or needs a new verification. */
+async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: string, ctx: ScheduleContext): Promise<boolean> {
+  const now = ctx.now.toISOString();
+  const { fingerprint, coverageFingerprint } = fingerprints(check);
+  const existing = await tx.getCheck(check.idempotencyKey);
+  if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
+    // The same event again, or another appointment the same day: one verification serves both.
+    return false;
+  }
+  const round = existing ? existing.round + 1 : 0;
+  const base: CheckRow = {
+    key: check.idempotencyKey,
+    state: 'received',
+    check,
+    patientKey,
+    fingerprint,
+    coverageFingerprint,
+    round,
+    externalId: externalIdFor(check.idempotencyKey, fingerprint, round),
+    attempts: 0,
+    dueAt: now,
+    createdAt: existing?.createdAt ?? now,
+    updatedAt: now,
+  };
+  const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
+  const fresh = await tx.freshResult(coverageFingerprint, since);
+  if (fresh?.result !== undefined) {
+    // A recent completed verification of this very coverage serves this appointment too. It keeps
+    // no correlation id of its own: the verification, and so its chart response, is the other's.
+    await tx.putCheck({
+      ...base,
+      state: 'result-stored',
+      result: fresh.result,
+      ...(fresh.resultAt !== undefined && { resultAt: fresh.resultAt }),
+      ...(fresh.mode !== undefined && { mode: fresh.mode }),
+      lastError: `reused the result of verification ${fresh.correlationId ?? fresh.key} taken ${fresh.resultAt ?? 'recently'}`,
+    });
+    return true;
+  }
+  await tx.putCheck(base);
+  return true;
+}
+
+async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {
+  if ((await tx.appointmentsHolding(key)).length > 0) return false;
+  const check = await tx.getCheck(key);
+  if (!check || !WITHDRAWABLE.has(check.state)) return false;
+  const { dueAt: _due, ...rest } = check;
+  await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: 'the appointment was cancelled or moved' });
+  return true;
+}
+
+/**
+ * When a written check is to be verified again: once its result is older than the freshness
+ * window, but no sooner than the lead time before the visit; never after the visit.
+ */
+export function reverifyAt(check: CheckRow, resultAt: Date, policy: SchedulePolicy): string | undefined {
+  const visit = Date.parse(`${check.check.dateOfService}T00:00:00Z`);
+  const at = Math.max(resultAt.getTime() + policy.freshnessMs, visit - policy.reverifyLeadMs);
+  return at < visit ? new Date(at).toISOString() : undefined;
+}
+
+/** One verification request: the same event twice is one, a correction or a re-verification another. */
+export function externalIdFor(key: string, fingerprint: string, round: number): string {
+  return `elig_${digest([key, fingerprint, String(round)]).slice(0, 32)}`;
+}
+
+/** Hashes of what the request carries: no patient data is stored or sent in clear by them. */
+export function fingerprints(check: EligibilityCheck): { fingerprint: string; coverageFingerprint: string } {
+  const { patient, subscriber, coverage, provider, clinicId } = check;
+  const coverageParts = [
+    clinicId,
+    patient.firstName,
+    patient.middleName ?? '',
+    patient.lastName,
+    patient.birthDate,
+    patient.gender ?? '',
+    patient.memberId ?? '',
+    subscriber.firstName,
+    subscriber.middleName ?? '',
+    subscriber.lastName,
+    subscriber.birthDate ?? '',
+    subscriber.memberId,
+    subscriber.relationship,
+    coverage.payer.id ?? '',
+    coverage.payer.name ?? '',
+    coverage.groupNumber ?? '',
+  ];
+  const coverageFingerprint = digest(coverageParts);
+  return { coverageFingerprint, fingerprint: digest([coverageFingerprint, check.dateOfService, provider?.npi ?? '']) };
+}
+
+function digest(parts: readonly string[]): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex');
+}

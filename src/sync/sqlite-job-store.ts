@@ -1,0 +1,382 @@
+import { mkdirSync } from 'node:fs';
+import * as path from 'node:path';
+import Database from 'better-sqlite3';
+import { PatientInsuranceRecord } from '../domain';
+import { outcomeKindOf } from '../verification/outcome';
+import {
+  AppointmentRow,
+  CheckRow,
+  MessageRow,
+  WORKABLE_STATES,
+  type AppointmentStatus,
+  type CheckFilter,
+  type JobStore,
+  type MessageKind,
+  type MessageStatus,
+  type NewMessage,
+  type StoreCounts,
+  type StoreTx,
+} from './job-store';
+
+/**
+ * The embedded job store: one SQLite file in WAL mode with synchronous=FULL, so a committed
+ * transaction survives a crash or a power cut. better-sqlite3 is synchronous; transactions that
+ * await between statements are serialised here, one at a time, so none sees another half done.
+ */
+
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE messages (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     kind TEXT NOT NULL,
+     dedupe_key TEXT NOT NULL,
+     received_at TEXT NOT NULL,
+     raw TEXT NOT NULL,
+     status TEXT NOT NULL,
+     detail TEXT,
+     answer TEXT,
+     UNIQUE (kind, dedupe_key)
+   );
+   CREATE INDEX messages_status ON messages (status, id);
+   CREATE TABLE patients (
+     patient_key TEXT PRIMARY KEY,
+     record TEXT NOT NULL
+   );
+   CREATE TABLE appointments (
+     key TEXT PRIMARY KEY,
+     patient_key TEXT NOT NULL,
+     date_of_service TEXT NOT NULL,
+     status TEXT NOT NULL,
+     check_keys TEXT NOT NULL,
+     basis TEXT NOT NULL,
+     updated_at TEXT NOT NULL
+   );
+   CREATE INDEX appointments_patient ON appointments (patient_key);
+   CREATE TABLE appointment_checks (
+     appointment_key TEXT NOT NULL,
+     check_key TEXT NOT NULL,
+     PRIMARY KEY (check_key, appointment_key)
+   );
+   CREATE TABLE checks (
+     key TEXT PRIMARY KEY,
+     state TEXT NOT NULL,
+     row TEXT NOT NULL,
+     correlation_id TEXT,
+     coverage_fingerprint TEXT NOT NULL,
+     result_at TEXT,
+     due_at TEXT,
+     lease_owner TEXT,
+     lease_until TEXT,
+     updated_at TEXT NOT NULL
+   );
+   CREATE INDEX checks_due ON checks (due_at) WHERE due_at IS NOT NULL;
+   CREATE UNIQUE INDEX checks_correlation ON checks (correlation_id) WHERE correlation_id IS NOT NULL;
+   CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
+   CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);`,
+];
+
+export const SQLITE_FILE = 'dental-elig.sqlite';
+
+export class SqliteJobStore implements JobStore {
+  private readonly db: Database.Database;
+  private queue: Promise<unknown> = Promise.resolve();
+  private readonly tx: StoreTx;
+
+  /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
+  static open(location: string): SqliteJobStore {
+    const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
+    mkdirSync(path.dirname(file), { recursive: true });
+    return new SqliteJobStore(new Database(file));
+  }
+
+  private constructor(db: Database.Database) {
+    this.db = db;
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.pragma('busy_timeout = 5000');
+    this.migrate();
+    this.tx = this.statements();
+  }
+
+  /** The schema version this file is at (the number of migrations applied). */
+  get schemaVersion(): number {
+    return this.db.pragma('user_version', { simple: true }) as number;
+  }
+
+  private migrate(): void {
+    const from = this.schemaVersion;
+    if (from > MIGRATIONS.length) throw new Error(`job store schema version ${from} is newer than this program knows (${MIGRATIONS.length}); upgrade the program`);
+    for (let version = from; version < MIGRATIONS.length; version++) {
+      this.db.transaction(() => {
+        this.db.exec(MIGRATIONS[version] as string);
+        this.db.pragma(`user_version = ${version + 1}`);
+      })();
+    }
+  }
+
+  transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
+    return this.serial(async () => {
+      this.db.exec('BEGIN IMMEDIATE');
+      try {
+        const result = await work(this.tx);
+        this.db.exec('COMMIT');
+        return result;
+      } catch (err) {
+        if (this.db.inTransaction) this.db.exec('ROLLBACK');
+        throw err;
+      }
+    });
+  }
+
+  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+    return this.serial(async () => {
+      const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
+      const claim = this.db.transaction(() => {
+        const rows = this.db
+          .prepare(
+            `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+             AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
+          )
+          .all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
+        const lease = this.db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?');
+        return rows.map((r) => {
+          const row = CheckRow.parse(JSON.parse(r.row));
+          lease.run(options.owner, until, row.key);
+          return row;
+        });
+      });
+      return claim.immediate();
+    });
+  }
+
+  release(key: string, owner: string): Promise<void> {
+    return this.serial(async () => {
+      this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?').run(key, owner);
+    });
+  }
+
+  async nextDueAt(): Promise<string | undefined> {
+    const row = this.db
+      .prepare(`SELECT MIN(MAX(due_at, COALESCE(lease_until, ''))) AS next FROM checks WHERE due_at IS NOT NULL AND state IN (${WORKABLE_STATES.map(() => '?').join(',')})`)
+      .get(...WORKABLE_STATES) as { next: string | null };
+    return row.next ?? undefined;
+  }
+
+  async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
+    const states = filter.states ?? [];
+    const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
+    const rows = this.db.prepare(`SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as { row: string }[];
+    return rows.map((r) => CheckRow.parse(JSON.parse(r.row)));
+  }
+
+  async listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]> {
+    const rows = (status
+      ? this.db.prepare('SELECT * FROM appointments WHERE status = ? ORDER BY updated_at DESC').all(status)
+      : this.db.prepare('SELECT * FROM appointments ORDER BY updated_at DESC').all()) as AppointmentRecord[];
+    return rows.map(appointmentFrom);
+  }
+
+  async listMessages(filter: { status?: MessageStatus; kind?: MessageKind; limit?: number } = {}): Promise<MessageRow[]> {
+    const clauses: string[] = [];
+    const params: unknown[] = [];
+    if (filter.status) (clauses.push('status = ?'), params.push(filter.status));
+    if (filter.kind) (clauses.push('kind = ?'), params.push(filter.kind));
+    const where = clauses.length > 0 ? `WHERE ${clauses.join(' AND ')}` : '';
+    const rows = this.db.prepare(`SELECT * FROM messages ${where} ORDER BY id DESC LIMIT ?`).all(...params, filter.limit ?? -1) as MessageRecord[];
+    return rows.map(messageFrom);
+  }
+
+  async getMessage(id: number): Promise<MessageRow | undefined> {
+    const row = this.db.prepare('SELECT * FROM messages WHERE id = ?').get(id) as MessageRecord | undefined;
+    return row && messageFrom(row);
+  }
+
+  async counts(now: string): Promise<StoreCounts> {
+    const tally = (sql: string) => Object.fromEntries((this.db.prepare(sql).all() as { k: string; n: number }[]).map((r) => [r.k, r.n]));
+    const due = this.db
+      .prepare(
+        `SELECT COUNT(*) AS n, MIN(due_at) AS oldest FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+         AND state IN (${WORKABLE_STATES.map(() => '?').join(',')})`,
+      )
+      .get(now, now, ...WORKABLE_STATES) as { n: number; oldest: string | null };
+    const awaiting = this.db.prepare(`SELECT COUNT(*) AS n FROM appointments WHERE status = 'awaiting-insurance'`).get() as { n: number };
+    return {
+      checks: tally('SELECT state AS k, COUNT(*) AS n FROM checks GROUP BY state'),
+      messages: tally(`SELECT kind || ':' || status AS k, COUNT(*) AS n FROM messages GROUP BY kind, status`),
+      awaitingInsurance: awaiting.n,
+      due: due.n,
+      oldestDueAt: due.oldest ?? undefined,
+    };
+  }
+
+  async ping(): Promise<void> {
+    this.db.prepare('SELECT 1').get();
+  }
+
+  async close(): Promise<void> {
+    await this.queue.catch(() => undefined);
+    if (this.db.open) this.db.close();
+  }
+
+  private serial<T>(step: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(step, step);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private statements(): StoreTx {
+    const db = this.db;
+    const insertMessage = db.prepare(
+      'INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES (@kind, @dedupeKey, @receivedAt, @raw, @status, @detail, @answer) ON CONFLICT (kind, dedupe_key) DO NOTHING',
+    );
+    const messageByKey = db.prepare('SELECT * FROM messages WHERE kind = ? AND dedupe_key = ?');
+    const getPatient = db.prepare('SELECT record FROM patients WHERE patient_key = ?');
+    const putPatient = db.prepare('INSERT INTO patients (patient_key, record) VALUES (?, ?) ON CONFLICT (patient_key) DO UPDATE SET record = excluded.record');
+    const getAppointment = db.prepare('SELECT * FROM appointments WHERE key = ?');
+    const putAppointment = db.prepare(
+      `INSERT INTO appointments (key, patient_key, date_of_service, status, check_keys, basis, updated_at)
+       VALUES (@key, @patientKey, @dateOfService, @status, @checkKeys, @basis, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET patient_key = excluded.patient_key, date_of_service = excluded.date_of_service,
+         status = excluded.status, check_keys = excluded.check_keys, basis = excluded.basis, updated_at = excluded.updated_at`,
+    );
+    const unlinkAppointment = db.prepare('DELETE FROM appointment_checks WHERE appointment_key = ?');
+    const linkAppointment = db.prepare('INSERT OR IGNORE INTO appointment_checks (appointment_key, check_key) VALUES (?, ?)');
+    const ofPatient = db.prepare('SELECT * FROM appointments WHERE patient_key = ? ORDER BY date_of_service, key');
+    const holding = db.prepare(
+      `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
+    );
+    const getCheck = db.prepare('SELECT row FROM checks WHERE key = ?');
+    const putCheck = db.prepare(
+      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
+       VALUES (@key, @state, @row, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
+         coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
+         updated_at = excluded.updated_at`,
+    );
+    const byCorrelation = db.prepare('SELECT row FROM checks WHERE correlation_id = ?');
+    const fresh = db.prepare(
+      `SELECT row FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+    );
+    const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
+    const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
+    const parseCheck = (r: { row: string } | undefined) => (r ? CheckRow.parse(JSON.parse(r.row)) : undefined);
+
+    return {
+      async addMessage(message: NewMessage) {
+        const inserted = insertMessage.run({ ...message, detail: message.detail ?? null, answer: message.answer ?? null });
+        const row = messageFrom(messageByKey.get(message.kind, message.dedupeKey) as MessageRecord);
+        return { message: row, duplicate: inserted.changes === 0 };
+      },
+      async updateMessage(id, change) {
+        const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);
+        if (sets.length === 0) return;
+        db.prepare(`UPDATE messages SET ${sets.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...sets.map(([, v]) => v), id);
+      },
+      async getPatient(patientKey) {
+        const row = getPatient.get(patientKey) as { record: string } | undefined;
+        return row ? PatientInsuranceRecord.parse(JSON.parse(row.record)) : undefined;
+      },
+      async putPatient(patientKey, record) {
+        putPatient.run(patientKey, JSON.stringify(record));
+      },
+      async getAppointment(key) {
+        const row = getAppointment.get(key) as AppointmentRecord | undefined;
+        return row && appointmentFrom(row);
+      },
+      async putAppointment(row) {
+        const valid = AppointmentRow.parse(row);
+        putAppointment.run({ ...valid, checkKeys: JSON.stringify(valid.checkKeys), basis: JSON.stringify(valid.basis) });
+        unlinkAppointment.run(valid.key);
+        for (const key of valid.checkKeys) linkAppointment.run(valid.key, key);
+      },
+      async appointmentsOfPatient(patientKey) {
+        return (ofPatient.all(patientKey) as AppointmentRecord[]).map(appointmentFrom);
+      },
+      async appointmentsHolding(checkKey) {
+        return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
+      },
+      async getCheck(key) {
+        return parseCheck(getCheck.get(key) as { row: string } | undefined);
+      },
+      async putCheck(row) {
+        const valid = CheckRow.parse(row);
+        putCheck.run({
+          key: valid.key,
+          state: valid.state,
+          row: JSON.stringify(valid),
+          correlationId: valid.correlationId ?? null,
+          coverageFingerprint: valid.coverageFingerprint,
+          resultAt: valid.resultAt ?? null,
+          dueAt: valid.dueAt ?? null,
+          updatedAt: valid.updatedAt,
+        });
+      },
+      async checkByCorrelationId(correlationId) {
+        return parseCheck(byCorrelation.get(correlationId) as { row: string } | undefined);
+      },
+      async freshResult(coverageFingerprint, since) {
+        for (const r of fresh.all(coverageFingerprint, since) as { row: string }[]) {
+          const row = CheckRow.parse(JSON.parse(r.row));
+          if (isCompleted(row.result)) return row;
+        }
+        return undefined;
+      },
+      async getMeta(key) {
+        return (getMeta.get(key) as { value: string } | undefined)?.value;
+      },
+      async setMeta(key, value) {
+        setMeta.run(key, value);
+      },
+    };
+  }
+}
+
+interface MessageRecord {
+  id: number;
+  kind: string;
+  dedupe_key: string;
+  received_at: string;
+  raw: string;
+  status: string;
+  detail: string | null;
+  answer: string | null;
+}
+
+function messageFrom(r: MessageRecord): MessageRow {
+  return MessageRow.parse({
+    id: r.id,
+    kind: r.kind,
+    dedupeKey: r.dedupe_key,
+    receivedAt: r.received_at,
+    raw: r.raw,
+    status: r.status,
+    ...(r.detail !== null && { detail: r.detail }),
+    ...(r.answer !== null && { answer: r.answer }),
+  });
+}
+
+interface AppointmentRecord {
+  key: string;
+  patient_key: string;
+  date_of_service: string;
+  status: string;
+  check_keys: string;
+  basis: string;
+  updated_at: string;
+}
+
+function appointmentFrom(r: AppointmentRecord): AppointmentRow {
+  return AppointmentRow.parse({
+    key: r.key,
+    patientKey: r.patient_key,
+    dateOfService: r.date_of_service,
+    status: r.status,
+    checkKeys: JSON.parse(r.check_keys),
+    basis: JSON.parse(r.basis),
+    updatedAt: r.updated_at,
+  });
+}
+
+function isCompleted(result: unknown): boolean {
+  const status = (result as { status?: unknown } | undefined)?.status;
+  return typeof status === 'string' && outcomeKindOf(status) === 'completed';
+}

@@ -1,0 +1,414 @@
+import { randomUUID } from 'node:crypto';
+import type { PayerResolver } from '../domain';
+import type { VerificationClient } from '../verification/client';
+import { ServiceError } from '../verification/errors';
+import { toOutcome, type VerificationOutcome } from '../verification/outcome';
+import { requestFromCheck } from '../verification/request-from-check';
+import type { InlineCredentials } from '../verification/wire';
+import type { CheckRow, CheckState, JobStore } from './job-store';
+import { RateLimiter, type RateLimits } from './rate-limit';
+import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
+import type { EligibilityWriter } from './write-back';
+
+/**
+ * The worker takes due checks from the store and moves each one step: send it to the service,
+ * poll for a result that did not arrive by webhook, write a result into the chart, or verify
+ * again before the visit. Every step ends in a store transaction that first re-reads the check,
+ * so a step whose check was cancelled or corrected meanwhile changes nothing.
+ */
+
+export interface WorkerLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+export type SyncEventName = 'verified' | 'failed' | 'needs-attention' | 'written';
+
+/** What an event says: ids and states, never patient data. */
+export interface SyncEvent {
+  key: string;
+  state: CheckState;
+  correlationId?: string | undefined;
+  outcome?: string | undefined;
+  failureKind?: string | undefined;
+  detail?: string | undefined;
+}
+
+export interface WorkerOptions {
+  concurrency: number;
+  rateLimits: RateLimits;
+  /** Attempts at sending one verification (and at a retry-later failure) before it is dead. */
+  maxAttempts: number;
+  backoff: { baseMs: number; maxMs: number };
+  /** How long an asynchronous result may take by webhook before the worker polls for it. */
+  webhookDeadlineMs: number;
+  /** First poll of a Pending verification; later polls back off to backoff.maxMs. */
+  pollAfterMs: number;
+  /** Give up polling a verification that stays Pending this long: it needs a person. */
+  pendingGiveUpMs: number;
+  leaseMs: number;
+  /** When the worker has nothing due, how often it looks again. */
+  idleMs: number;
+  policy: SchedulePolicy;
+  /** Whether results can arrive by webhook; without it every verification is synchronous. */
+  asyncEnabled: boolean;
+  /** Credentials per portalId, for portals whose credentials are not stored with the service. */
+  inlineCredentials?: Record<string, InlineCredentials>;
+}
+
+export interface WorkerDeps {
+  store: JobStore;
+  client: Pick<VerificationClient, 'verify' | 'requestVerification' | 'getVerification'>;
+  resolver: () => PayerResolver;
+  writer: () => Promise<EligibilityWriter>;
+  now: () => Date;
+  random?: () => number;
+  log: WorkerLog;
+  emit: (name: SyncEventName, event: SyncEvent) => void;
+  /** Service and chart call durations, for metrics. */
+  observe?: (what: 'service' | 'fhir', operation: string, seconds: number, ok: boolean) => void;
+}
+
+export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
+
+export class Worker {
+  readonly owner = `worker-${randomUUID()}`;
+  private readonly limiter: RateLimiter;
+  private inflight = new Set<Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private ticking: Promise<void> | undefined;
+
+  constructor(
+    private readonly options: WorkerOptions,
+    private readonly deps: WorkerDeps,
+  ) {
+    this.limiter = new RateLimiter(options.rateLimits);
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.kick();
+  }
+
+  /** Stops taking checks and waits for the ones in hand; their leases are released. */
+  async stop(): Promise<void> {
+    this.running = false;
+    if (this.timer) clearTimeout(this.timer);
+    await this.ticking;
+    await Promise.allSettled([...this.inflight]);
+  }
+
+  /** Look for due work now (new checks were stored, a webhook arrived). */
+  kick(): void {
+    if (!this.running) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.tick(), 0);
+  }
+
+  /** Checks in hand right now. */
+  get busy(): number {
+    return this.inflight.size;
+  }
+
+  private async tick(): Promise<void> {
+    this.timer = undefined;
+    if (!this.running || this.ticking) return;
+    const ticking = this.claimAndRun().catch((err: unknown) => this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store'));
+    this.ticking = ticking;
+    await ticking;
+    this.ticking = undefined;
+    if (this.running && !this.timer) this.timer = setTimeout(() => void this.tick(), this.options.idleMs);
+  }
+
+  private async claimAndRun(): Promise<void> {
+    const free = this.options.concurrency - this.inflight.size;
+    if (free <= 0) return;
+    const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
+    for (const row of rows) {
+      const job: Promise<void> = this.run(row)
+        .catch((err: unknown) => this.deps.log.error({ key: row.key, state: row.state, err: errorText(err) }, 'check step failed'))
+        .finally(() => {
+          this.inflight.delete(job);
+          void this.deps.store.release(row.key, this.owner).catch(() => undefined);
+          this.kick();
+        });
+      this.inflight.add(job);
+    }
+  }
+
+  private async run(row: CheckRow): Promise<void> {
+    switch (row.state) {
+      case 'received':
+      case 'submitted':
+        return this.submit(row);
+      case 'awaiting-result':
+        return this.poll(row);
+      case 'result-stored':
+        return this.write(row);
+      case 'written':
+        return this.reverify(row);
+      default:
+        return;
+    }
+  }
+
+  // ------------------------------------------------------------------ sending
+
+  private async submit(row: CheckRow): Promise<void> {
+    const resolution = this.deps.resolver().resolve(row.check.coverage.payer);
+    if (resolution.status !== 'resolved') {
+      const why = resolution.status === 'ambiguous' ? 'names several payers in the catalog' : 'matches no payer in the catalog';
+      return this.storeLocalFailure(row, 'PayerNotResolved', 'Payer not resolved', `the payer on this coverage ${why}`);
+    }
+    const mode = this.options.asyncEnabled && resolution.supportsAsync && resolution.asyncPortals.length > 0 ? 'async' : 'sync';
+    const portalId = (mode === 'async' ? resolution.asyncPortals : resolution.syncPortals)[0] ?? resolution.asyncPortals[0];
+    if (!portalId) return this.storeLocalFailure(row, 'NoPortal', 'No portal', `no portal verifies ${resolution.name}`);
+
+    const attempts = row.attempts + 1;
+    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: this.now() });
+    if (!sent) return;
+    const body = requestFromCheck(
+      { ...row.check, coverage: { ...row.check.coverage, resolution } },
+      {
+        mode,
+        portalId,
+        externalId: row.externalId,
+        ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
+      },
+    );
+    await this.limiter.take(portalId);
+    try {
+      if (mode === 'sync') {
+        const outcome = await this.timed('service', 'verify', () => this.deps.client.verify(body));
+        await this.outcomeArrived(sent, outcome);
+      } else {
+        const accepted = await this.timed('service', 'request verification', () => this.deps.client.requestVerification(body));
+        await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(this.options.webhookDeadlineMs), lastError: undefined });
+      }
+    } catch (err) {
+      await this.serviceFailed(sent, 'submitted', err);
+    }
+  }
+
+  private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
+    if (!(err instanceof ServiceError)) throw err;
+    const status = err.status;
+    if (status === 422 || err.code === 'invalid_request') {
+      // The data is wrong: the front desk sees it in the chart and corrects it at the source.
+      const fields = err.fieldErrors.join('; ');
+      return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
+    }
+    if (status === 404 && from === 'awaiting-result') {
+      // The service does not know the verification: send it again under the same externalId.
+      await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
+      return;
+    }
+    const retryable = status === undefined || status === 408 || status === 425 || status === 429 || status >= 500;
+    const summary = `${status ?? err.code ?? 'network'}: ${err.problem.title ?? 'service error'}`;
+    if (!retryable) {
+      // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
+      await this.step(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary });
+      this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
+      this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
+      return;
+    }
+    if (from === 'submitted' && row.attempts >= this.options.maxAttempts) {
+      await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${row.attempts} attempts: ${summary}` });
+      this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
+      return;
+    }
+    const next: CheckState = from === 'submitted' ? 'received' : from;
+    await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
+  }
+
+  /** A verification body arrived (sync answer or poll) for a check in `row.state`. */
+  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+    const { change, event } = this.transitionFor(row, outcome);
+    const moved = await this.step(row, row.state, change);
+    if (moved && event) this.deps.emit(event.name, event.event);
+  }
+
+  /**
+   * Where a verification body takes a check: Pending is never final (wait for the webhook, then
+   * poll); a retry-later failure is tried again as a new round (the service keeps a Failed
+   * verification under its externalId); anything else is the result, stored to be written.
+   * Pure, so the webhook applies it inside the transaction that records the delivery.
+   */
+  transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
+    const correlationId = outcome.verification.correlationId;
+    if (outcome.kind === 'pending' || outcome.kind === 'unknown') {
+      const wait = row.state === 'awaiting-result' ? this.backoff(row.attempts, this.options.pollAfterMs) : this.options.pollAfterMs;
+      return {
+        change: {
+          state: 'awaiting-result',
+          correlationId,
+          dueAt: this.later(wait),
+          ...(outcome.kind === 'unknown' && { lastError: `status ${outcome.status.slice(0, 40)} is not one this plugin knows; waiting` }),
+        },
+      };
+    }
+    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && row.attempts < this.options.maxAttempts) {
+      const round = row.round + 1;
+      return {
+        change: {
+          state: 'received',
+          round,
+          externalId: externalIdFor(row.key, row.fingerprint, round),
+          correlationId: undefined,
+          dueAt: this.later(this.backoff(row.attempts)),
+          lastError: `${outcome.failure.kind}: retrying later`,
+        },
+      };
+    }
+    return {
+      change: { state: 'result-stored', result: outcome.verification, resultAt: this.now(), correlationId, dueAt: this.now(), attempts: 0, lastError: undefined },
+      event: {
+        name: outcome.kind === 'failed' ? 'failed' : 'verified',
+        event: { key: row.key, state: 'result-stored', correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) },
+      },
+    };
+  }
+
+  /**
+   * A check the service never saw (or refused) is still answered in the chart: a Failed outcome
+   * of the plugin's own kind, with advice for the front desk, under a local correlation id.
+   */
+  private async storeLocalFailure(row: CheckRow, kind: string, title: string, detail: string, from: CheckState = row.state): Promise<void> {
+    const verification = { correlationId: `local-${row.externalId}`, status: 'Failed', result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
+    await this.outcomeArrived({ ...row, state: from }, toOutcome(verification));
+  }
+
+  // ------------------------------------------------------------------ waiting for results
+
+  private async poll(row: CheckRow): Promise<void> {
+    if (!row.correlationId) {
+      await this.step(row, row.state, { state: 'received', dueAt: this.now() });
+      return;
+    }
+    const waited = this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt);
+    if (waited > this.options.pendingGiveUpMs) {
+      await this.step(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
+      this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
+      return;
+    }
+    await this.limiter.take(row.portalId);
+    try {
+      const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      await this.outcomeArrived({ ...row, attempts: row.attempts + 1 }, outcome);
+    } catch (err) {
+      await this.serviceFailed({ ...row, attempts: row.attempts + 1 }, 'awaiting-result', err);
+    }
+  }
+
+  // ------------------------------------------------------------------ the chart
+
+  private async write(row: CheckRow): Promise<void> {
+    const outcome = toOutcome(row.result);
+    let written;
+    try {
+      const writer = await this.deps.writer();
+      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome));
+    } catch (err) {
+      const retryable = (err as { retryable?: unknown }).retryable !== false;
+      const detail = errorText(err);
+      if (!retryable) {
+        await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` });
+        this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+        return;
+      }
+      // The FHIR server is down or busy: the result waits in the store and is written when it returns.
+      await this.step(row, 'result-stored', { state: 'result-stored', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `chart write failed: ${detail}` });
+      this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'chart write failed; will retry');
+      return;
+    }
+    const needsPerson = outcome.kind === 'failed' && outcome.failure.action !== 'retry-later';
+    const ids = { requestId: written.requestId, responseId: written.responseId };
+    const resultAt = new Date(row.resultAt ?? this.now());
+    const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
+    const state: CheckState = needsPerson ? 'needs-attention' : 'written';
+    const done = await this.step(row, 'result-stored', { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined });
+    if (!done) return;
+    this.deps.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
+    if (needsPerson) this.deps.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
+  }
+
+  private async reverify(row: CheckRow): Promise<void> {
+    const round = row.round + 1;
+    await this.step(row, 'written', {
+      state: 'received',
+      round,
+      externalId: externalIdFor(row.key, row.fingerprint, round),
+      correlationId: undefined,
+      attempts: 0,
+      dueAt: this.now(),
+      lastError: `verifying again before the visit: the last result is older than ${Math.round(this.options.policy.freshnessMs / 86_400_000)} days`,
+    });
+  }
+
+  // ------------------------------------------------------------------ helpers
+
+  /**
+   * Moves the check from `from` to the step's state, if it is still in `from` at the same round.
+   * Returns the check as stored, or undefined when it had moved on (cancelled, corrected).
+   */
+  private async step(row: CheckRow, from: CheckState, change: Step): Promise<CheckRow | undefined> {
+    const now = this.deps.now();
+    return this.deps.store.transaction(async (tx) => {
+      const current = await tx.getCheck(row.key);
+      if (!current || current.state !== from || current.round !== row.round) return undefined;
+      const next = applyStep(current, change, now);
+      await tx.putCheck(next);
+      return next;
+    });
+  }
+
+  private backoff(attempts: number, base = this.options.backoff.baseMs): number {
+    const exp = Math.min(this.options.backoff.maxMs, base * 2 ** Math.max(0, attempts - 1));
+    // Full jitter on half the delay: retries of many checks do not arrive together.
+    return Math.round(exp / 2 + (this.deps.random ?? Math.random)() * (exp / 2));
+  }
+
+  private now(): string {
+    return this.deps.now().toISOString();
+  }
+
+  private later(ms: number): string {
+    return new Date(this.deps.now().getTime() + ms).toISOString();
+  }
+
+  private async timed<T>(what: 'service' | 'fhir', operation: string, call: () => Promise<T>): Promise<T> {
+    const started = process.hrtime.bigint();
+    let ok = false;
+    try {
+      const result = await call();
+      ok = true;
+      return result;
+    } finally {
+      this.deps.observe?.(what, operation, Number(process.hrtime.bigint() - started) / 1e9, ok);
+    }
+  }
+}
+
+/** The check after a step; a field the step sets to undefined is removed. */
+export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow {
+  const next = { ...current, ...change, updatedAt: now.toISOString() } as Record<string, unknown>;
+  for (const k of Object.keys(next)) if (next[k] === undefined) delete next[k];
+  return next as CheckRow;
+}
+
+function adviceOf(outcome: VerificationOutcome): string {
+  return outcome.kind === 'failed' ? `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}` : outcome.kind;
+}
+
+function failureKindOf(outcome: VerificationOutcome): string | undefined {
+  return outcome.kind === 'failed' ? outcome.failure.kind : undefined;
+}
+
+/** An error's first line, without anything it may quote from a body. */
+export function errorText(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  return text.split('\n')[0]?.slice(0, 300) ?? 'error';
+}
