@@ -10,6 +10,8 @@ module.exports = {
     '^fhir-kit-client$': '<rootDir>/node_modules/fhir-kit-client/dist/index.js',
     // README examples import the package by name; in tests that is the source.
     '^dental-eligibility-sync$': '<rootDir>/src/index.ts',
+    // Lazy imports name the built file (node16 resolution); in tests that is the source beside it.
+    '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   transformIgnorePatterns: ['/node_modules/(?!fhir-kit-client/)'],
   testTimeout: 20000,

@@ -6,7 +6,9 @@ import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
 import { CliError, type CliIo } from './io';
+import { registerJobs } from './jobs';
 import { registerSandbox } from './sandbox';
+import { registerServe } from './serve';
 import { registerSetup } from './setup';
 import { registerVerify } from './verify';
 
@@ -21,6 +23,8 @@ export function buildProgram(io: CliIo): Command {
   registerSetup(program, io);
   registerVerify(program, io);
   registerSandbox(program, io);
+  registerServe(program, io);
+  registerJobs(program, io);
   registerDemo(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   registerConvertHl7(convert, io);

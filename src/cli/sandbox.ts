@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { checkWebhookConfig, DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
 import { CliError, whole, type CliIo } from './io';
+import { stopped } from './stopped';
 
 interface SandboxOpts {
   port: number;
@@ -73,20 +74,4 @@ export function registerSandbox(program: Command, io: CliIo): void {
       await sandbox.close();
       out('sandbox stopped');
     });
-}
-
-/** Resolves when the signal aborts, or on SIGINT / SIGTERM when there is no signal. */
-function stopped(signal: AbortSignal | undefined): Promise<void> {
-  if (signal) {
-    return signal.aborted ? Promise.resolve() : new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
-  }
-  return new Promise((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      resolve();
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
 }

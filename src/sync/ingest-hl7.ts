@@ -21,6 +21,8 @@ export interface Hl7IngestOptions {
   routing: ClinicRouting;
   now: () => Date;
   policy: ScheduleContext['policy'];
+  /** Handle a stored message again (jobs replay): it is stored anew, and the earlier copy says so. */
+  replayOf?: number;
 }
 
 export interface Hl7Ingested {
@@ -44,7 +46,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
   return store.transaction(async (tx) => {
     const { message, duplicate } = await tx.addMessage({
       kind: 'hl7',
-      dedupeKey: dedupeKeyOf(text),
+      dedupeKey: options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`,
       receivedAt: receivedAt.toISOString(),
       raw: text,
       status: 'received',
@@ -70,6 +72,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     } else {
       await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     }
+    if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { acks, result, created, withdrawn };
   });
 }

@@ -16,8 +16,6 @@ export interface SchedulePolicy {
   reverifyLeadMs: number;
 }
 
-export const DEFAULT_POLICY: SchedulePolicy = { freshnessMs: 7 * 24 * 3600_000, reverifyLeadMs: 24 * 3600_000 };
-
 export interface AppointmentEvent {
   key: string;
   patientKey: string;

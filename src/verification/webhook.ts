@@ -29,6 +29,11 @@ export interface WebhookReceiverOptions {
   isKnownCorrelationId(correlationId: string): boolean | Promise<boolean>;
   /** Commits the result. The 2xx is sent only after it resolves; it must be idempotent. */
   onDelivery(delivery: WebhookDelivery): Promise<void>;
+  /**
+   * Keeps a delivery that authenticated but cannot be read (a dead letter). The 4xx is sent only
+   * after it resolves; if it throws, the answer is 500 so the service delivers again.
+   */
+  onUnreadable?(rawBody: string, reason: string): Promise<void>;
   maxBodyBytes?: number;
   log?: Log;
 }
@@ -52,15 +57,18 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
   const verifier = options.auth.scheme === 'standard-webhooks' ? new Webhook(options.auth.secret) : undefined;
 
   return (req, res) => {
+    let unreadable: string | undefined;
     void (async () => {
       if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
       const rawBody = await readBody(req, maxBodyBytes);
       const webhookId = authenticate(req, rawBody, options.auth, verifier);
+      unreadable = rawBody;
       const verification = parseVerification(rawBody);
       if (!(await options.isKnownCorrelationId(verification.correlationId))) {
         throw new Rejection(404, 'Unknown verification', 'correlationId is not one this plugin requested');
       }
       const outcome = readable(verification);
+      unreadable = undefined;
       for (const warning of outcome.warnings) options.log?.warn({ correlationId: verification.correlationId }, warning);
       await options.onDelivery({
         webhookId: webhookId ?? `${verification.correlationId}:${verification.status}`,
@@ -69,7 +77,14 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         receivedAt: new Date(),
       });
       res.writeHead(204).end();
-    })().catch((err: unknown) => {
+    })().catch(async (err: unknown) => {
+      if (err instanceof Rejection && unreadable !== undefined && options.onUnreadable) {
+        try {
+          await options.onUnreadable(unreadable, err.message);
+        } catch {
+          return sendProblem(res, 500, 'Not committed', 'the delivery could not be stored; deliver again');
+        }
+      }
       if (err instanceof Rejection) {
         options.log?.warn({ status: err.status, reason: err.title }, 'webhook delivery refused');
         return sendProblem(res, err.status, err.title, err.message, err.errors);

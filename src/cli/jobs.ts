@@ -1,0 +1,148 @@
+import * as path from 'node:path';
+import type { Command } from 'commander';
+import { loadClinicRouting } from '../adapters/clinic-routing';
+import { loadHl7Mappings } from '../adapters/hl7';
+import { schedulePolicy, SyncSettings } from '../service/eligibility-sync';
+import { DEFAULT_DATA_DIR } from '../service/serve-config';
+import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
+import { OperationError, replayMessage, retryCheck } from '../sync/operations';
+import { SqliteJobStore } from '../sync/sqlite-job-store';
+import { outcomeKindOf } from '../verification/outcome';
+import { CliError, whole, type CliIo } from './io';
+import { printRecord, printRows } from './table';
+
+interface JobsOpts {
+  dataDir?: string;
+  json?: boolean;
+}
+
+/**
+ * `dental-elig jobs`: what the job store holds, for the person looking after the service: each
+ * check's state, what it waits for and its last error; retry a check; replay a stored message.
+ * Rows carry ids and states, not patient names (`--json` on `show` gives the whole check).
+ */
+export function registerJobs(program: Command, io: CliIo): void {
+  const jobs = program.command('jobs').description('Inspect and act on the job store of `serve` (reads DENTAL_ELIG_DATA_DIR)');
+  const common = (c: Command) => c.option('--data-dir <dir>', 'the data dir serve runs on (default .dental-elig/data)').option('--json', 'print JSON');
+
+  common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'))
+    .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')})`)
+    .action(async (opts: JobsOpts & { state?: string }) =>
+      withStore(io, opts, async (store) => {
+        const states = opts.state === undefined ? undefined : [parseState(opts.state)];
+        const checks = await store.listChecks(states ? { states } : {});
+        const waiting = states === undefined ? await store.listAppointments('awaiting-insurance') : [];
+        const rows = [
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), lastError: c.lastError })),
+          ...waiting.map((a) => ({ job: a.key, state: 'awaiting-insurance', payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, lastError: 'no insurance received for the patient yet' })),
+        ];
+        printRows(io, rows, [
+          ['JOB', (r) => r.job],
+          ['STATE', (r) => r.state],
+          ['PAYER', (r) => r.payer],
+          ['DATE OF SERVICE', (r) => r.dateOfService],
+          ['ATTEMPTS', (r) => r.attempts],
+          ['OUTCOME', (r) => r.outcome],
+          ['NEXT', (r) => r.due],
+          ['LAST ERROR', (r) => r.lastError],
+        ], Boolean(opts.json));
+      }),
+    );
+
+  common(jobs.command('show').argument('<job>', 'a check key (elig_…) from jobs list').description('One check: state, attempts, verification, chart resources'))
+    .action(async (key: string, opts: JobsOpts) =>
+      withStore(io, opts, async (store) => {
+        const row = await store.transaction((tx) => tx.getCheck(key));
+        if (!row) throw new CliError(`jobs show: no check with key ${key}`);
+        if (opts.json) return printRecord(io, row as unknown as Record<string, unknown>, true);
+        printRecord(io, {
+          job: row.key,
+          state: row.state,
+          clinic: row.check.clinicId,
+          payer: payerOf(row),
+          order: row.check.coverage.order,
+          dateOfService: row.check.dateOfService,
+          round: row.round,
+          externalId: row.externalId,
+          mode: row.mode,
+          portal: row.portalId,
+          correlationId: row.correlationId,
+          attempts: row.attempts,
+          outcome: outcomeOf(row),
+          resultAt: row.resultAt,
+          written: row.written ? `CoverageEligibilityRequest/${row.written.requestId}, CoverageEligibilityResponse/${row.written.responseId}` : undefined,
+          next: row.dueAt,
+          lastError: row.lastError,
+          created: row.createdAt,
+          updated: row.updatedAt,
+        }, false);
+      }),
+    );
+
+  common(jobs.command('retry').argument('<job>', 'a check key from jobs list').description('Verify a check again now (needs-attention, dead, cancelled or written)'))
+    .action(async (key: string, opts: JobsOpts) =>
+      withStore(io, opts, async (store) => {
+        const row = await retryCheck(store, key, new Date());
+        if (opts.json) return printRecord(io, { job: row.key, state: row.state, externalId: row.externalId }, true);
+        io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
+      }),
+    );
+
+  common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored HL7 message again, e.g. a dead letter after a mapping fix'))
+    .action(async (id: number, opts: JobsOpts) =>
+      withStore(io, opts, async (store) => {
+        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(), policy: schedulePolicy(SyncSettings.parse({})) });
+        if (opts.json) return printRecord(io, { message: id, acks: done.ackCodes }, true);
+        io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
+      }),
+    );
+
+  common(jobs.command('messages').description('Messages as received (HL7, webhooks, FHIR notifications); dead letters first'))
+    .option('--dead', 'only dead letters')
+    .action(async (opts: JobsOpts & { dead?: boolean }) =>
+      withStore(io, opts, async (store) => {
+        const messages = await store.listMessages(opts.dead ? { status: 'dead' } : {});
+        const rows = messages.map(({ raw: _raw, answer: _answer, ...m }) => m);
+        printRows(io, rows, [
+          ['ID', (m) => m.id],
+          ['KIND', (m) => m.kind],
+          ['STATUS', (m) => m.status],
+          ['RECEIVED', (m) => m.receivedAt],
+          ['DETAIL', (m) => m.detail],
+        ], Boolean(opts.json));
+      }),
+    );
+}
+
+async function withStore(io: CliIo, opts: JobsOpts, run: (store: JobStore) => Promise<void>): Promise<void> {
+  const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? DEFAULT_DATA_DIR);
+  let store: SqliteJobStore;
+  try {
+    store = SqliteJobStore.open(dir);
+  } catch (err) {
+    throw new CliError(`jobs: cannot open the job store in ${dir} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+  }
+  try {
+    await run(store);
+  } catch (err) {
+    if (err instanceof OperationError) throw new CliError(`jobs: ${err.message}`);
+    throw err;
+  } finally {
+    await store.close();
+  }
+}
+
+function parseState(text: string): CheckState {
+  const parsed = CheckState.safeParse(text);
+  if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${CheckState.options.join(', ')})`, 2);
+  return parsed.data;
+}
+
+function payerOf(row: CheckRow): string | undefined {
+  return row.check.coverage.payer.name ?? row.check.coverage.payer.id;
+}
+
+function outcomeOf(row: CheckRow): string | undefined {
+  const status = (row.result as { status?: unknown } | undefined)?.status;
+  return typeof status === 'string' ? outcomeKindOf(status) : undefined;
+}

@@ -1,0 +1,357 @@
+import { EventEmitter } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import * as path from 'node:path';
+import * as z from 'zod';
+import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
+import type { FhirReader } from '../adapters/fhir/in';
+import type { OperationOutcomeIssue } from 'fhir/r4';
+import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
+import { loadHl7Mappings, type Ack, type Hl7Mappings } from '../adapters/hl7';
+import { describeIssue } from '../domain/issues';
+import { VerificationClient } from '../verification/client';
+import type { ClientConfigInput } from '../verification/config';
+import { PayerCatalog } from '../verification/payer-catalog';
+import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
+import { fhirKitReader } from '../sync/fhir-reader';
+import { appointmentsToPoll, deadLetterFhir, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
+import { ingestHl7 } from '../sync/ingest-hl7';
+import { deadLetterWebhook, ingestWebhook } from '../sync/ingest-webhook';
+import type { JobStore } from '../sync/job-store';
+import type { SchedulePolicy } from '../sync/schedule';
+import { SqliteJobStore } from '../sync/sqlite-job-store';
+import { errorText, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
+import { fhirWriter, type EligibilityWriter } from '../sync/write-back';
+import { createLogger, type Logger } from './logger';
+import { SyncMetrics } from './metrics';
+import { subscriptionNotificationIds } from './notifications';
+
+/** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
+export const SyncSettings = z.strictObject({
+  concurrency: z.number().int().min(1).max(1000).default(8),
+  requestsPerSecond: z.number().positive().optional(),
+  requestsPerSecondPerPortal: z.number().positive().optional(),
+  maxAttempts: z.number().int().min(1).default(8),
+  backoffBaseMs: z.number().int().min(1).default(2000),
+  backoffMaxMs: z.number().int().min(1).default(5 * 60_000),
+  webhookDeadlineMs: z.number().int().min(0).default(2 * 60_000),
+  pollAfterMs: z.number().int().min(0).default(5000),
+  pendingGiveUpMs: z.number().int().min(1).default(24 * 3600_000),
+  leaseMs: z.number().int().min(1000).default(2 * 60_000),
+  idleMs: z.number().int().min(10).default(500),
+  freshnessDays: z.number().min(0).default(7),
+  reverifyLeadDays: z.number().min(0).default(1),
+  /** Poll the FHIR server for booked appointments this often (0: only notifications). */
+  fhirPollIntervalMs: z.number().int().min(0).default(0),
+  fhirPollDays: z.number().int().min(1).default(14),
+});
+export type SyncSettings = z.input<typeof SyncSettings>;
+
+export interface EligibilitySyncConfig {
+  /** The job store; or dataDir for the SQLite default. */
+  store?: JobStore;
+  /** Folder for the SQLite store and the payer catalog; default .dental-elig/data. */
+  dataDir?: string;
+  /** The verification service: client settings (base URL, API key, ...) or a client of your own. */
+  service: ClientConfigInput | VerificationClient;
+  /** The payer catalog; by default loaded from the data dir and refreshed from the service at start. */
+  catalog?: PayerCatalog;
+  /** The chart's FHIR server, or a writer (and a reader for FHIR triggers) of your own. */
+  fhir: { baseUrl: string; bearerToken?: string } | { writer: EligibilityWriter; reader?: FhirReader };
+  /** How webhooks authenticate. Without it, no verification is asynchronous. */
+  webhook?: WebhookAuth;
+  settings?: SyncSettings;
+  routing?: ClinicRouting;
+  mappings?: Hl7Mappings;
+  now?: () => Date;
+  logger?: Logger;
+}
+
+export interface EligibilitySync {
+  /** One HL7 v2 message in, its ACKs out, after the message and its effects are stored. */
+  receiveHl7(text: string): Promise<Ack[]>;
+  /** Keeps what an MLLP listener could not hand over (a broken frame, a handler failure). */
+  deadLetterHl7(letter: { message: string; reason: string }): Promise<void>;
+  /** The verification webhook, for node:http, Express or Fastify (raw request and response). */
+  webhookHandler: (req: IncomingMessage, res: ServerResponse) => void;
+  /** FHIR R4 Subscription rest-hook notifications (id-only or full-resource) on Appointment. */
+  notificationHandler: (req: IncomingMessage, res: ServerResponse) => void;
+  /** An Appointment on the chart's FHIR server was booked or changed. */
+  notifyAppointment(appointmentId: string): Promise<FhirIngested>;
+  /** Reads booked appointments changed since the last poll; returns how many were looked at. */
+  pollAppointments(): Promise<number>;
+  on(event: SyncEventName, listener: (event: SyncEvent) => void): this;
+  off(event: SyncEventName, listener: (event: SyncEvent) => void): this;
+  /** Liveness of the store and the downstreams. */
+  health(): Promise<{ ok: boolean; store: string; fhir: string; service: string }>;
+  readonly store: JobStore;
+  readonly metrics: SyncMetrics;
+  readonly logger: Logger;
+  /** Loads the payer catalog and starts the worker (and the FHIR poll, when set). */
+  start(): Promise<void>;
+  /** Stops taking work, waits for the checks in hand, closes what it opened. */
+  stop(): Promise<void>;
+}
+
+const POLL_CURSOR = 'fhir-poll-cursor';
+
+export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'freshnessDays' | 'reverifyLeadDays'>): SchedulePolicy {
+  return { freshnessMs: settings.freshnessDays * 86_400_000, reverifyLeadMs: settings.reverifyLeadDays * 86_400_000 };
+}
+
+export function createEligibilitySync(config: EligibilitySyncConfig): EligibilitySync {
+  const parsed = SyncSettings.safeParse(config.settings ?? {});
+  if (!parsed.success) throw new Error(`settings: ${describeIssue(parsed.error)}`);
+  const settings = parsed.data;
+  const now = config.now ?? (() => new Date());
+  const logger = config.logger ?? createLogger();
+  const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
+  const ownsStore = !config.store;
+  const store = config.store ?? SqliteJobStore.open(dataDir);
+  const ownsClient = !(config.service instanceof VerificationClient);
+  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger });
+  const routing = config.routing ?? loadClinicRouting();
+  const mappings = config.mappings ?? loadHl7Mappings();
+  const policy = schedulePolicy(settings);
+  const metrics = new SyncMetrics(store, now);
+  const events = new EventEmitter();
+  const catalogFile = path.join(dataDir, 'catalog.json');
+  let catalog = config.catalog;
+  let writer: Promise<EligibilityWriter> | undefined;
+  let reader: Promise<FhirReader> | undefined;
+  let lastServiceCall: { ok: boolean; at: string } | undefined;
+
+  const getWriter = () => (writer ??= 'writer' in config.fhir ? Promise.resolve(config.fhir.writer) : fhirWriter(config.fhir.baseUrl, bearer(config.fhir)));
+  const getReader = (): Promise<FhirReader> => {
+    if ('writer' in config.fhir) {
+      if (!config.fhir.reader) return Promise.reject(new Error('no FHIR reader configured: FHIR triggers need fhir.baseUrl or fhir.reader'));
+      return Promise.resolve(config.fhir.reader);
+    }
+    return (reader ??= fhirKitReader(config.fhir.baseUrl, bearer(config.fhir)));
+  };
+
+  const emit = (name: SyncEventName, event: SyncEvent) => {
+    if (name === 'verified' || name === 'failed') metrics.outcomes.inc({ outcome: event.outcome ?? event.state });
+    if (event.failureKind) metrics.failures.inc({ kind: event.failureKind });
+    logger.info({ event: name, key: event.key, state: event.state, correlationId: event.correlationId, outcome: event.outcome, failureKind: event.failureKind }, `check ${name}`);
+    events.emit(name, event);
+  };
+
+  const workerOptions: WorkerOptions = {
+    concurrency: settings.concurrency,
+    rateLimits: { perSecond: settings.requestsPerSecond, perPortalPerSecond: settings.requestsPerSecondPerPortal },
+    maxAttempts: settings.maxAttempts,
+    backoff: { baseMs: settings.backoffBaseMs, maxMs: settings.backoffMaxMs },
+    webhookDeadlineMs: settings.webhookDeadlineMs,
+    pollAfterMs: settings.pollAfterMs,
+    pendingGiveUpMs: settings.pendingGiveUpMs,
+    leaseMs: settings.leaseMs,
+    idleMs: settings.idleMs,
+    policy,
+    asyncEnabled: config.webhook !== undefined,
+  };
+  const worker = new Worker(workerOptions, {
+    store,
+    client,
+    resolver: () => {
+      if (!catalog) throw new Error('the payer catalog is not loaded: start() first');
+      return catalog;
+    },
+    writer: getWriter,
+    now,
+    log: logger,
+    emit,
+    observe: (target, operation, seconds, ok) => {
+      metrics.latency.observe({ target, operation, ok: String(ok) }, seconds);
+      if (target === 'service') lastServiceCall = { ok, at: now().toISOString() };
+    },
+  });
+
+  const fhirOptions = { routing, now, policy };
+
+  const webhookHandler = config.webhook
+    ? createWebhookHandler({
+        auth: config.webhook,
+        log: logger,
+        isKnownCorrelationId: async (id) => (await store.transaction((tx) => tx.checkByCorrelationId(id))) !== undefined,
+        onDelivery: async (delivery) => {
+          const applied = await ingestWebhook(store, worker, delivery, now());
+          metrics.webhooks.inc({ result: applied.status });
+          if (applied.status === 'applied') {
+            if (applied.event) emit(applied.event.name, applied.event.event);
+            worker.kick();
+          } else {
+            logger.info({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
+          }
+        },
+        onUnreadable: async (raw, reason) => {
+          metrics.webhooks.inc({ result: 'dead' });
+          await deadLetterWebhook(store, raw, reason, now());
+        },
+      })
+    : (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
+      };
+
+  async function notifyAppointment(appointmentId: string, raw?: string): Promise<FhirIngested> {
+    const done = await ingestFhirAppointment(store, await getReader(), appointmentId, { ...fhirOptions, ...(raw !== undefined && { raw }) });
+    metrics.messages.inc({ type: 'fhir-notification', ack: done.duplicate ? 'duplicate' : 'stored' });
+    worker.kick();
+    return done;
+  }
+
+  const notificationHandler = (req: IncomingMessage, res: ServerResponse) => {
+    void (async () => {
+      const raw = await readText(req, 1024 * 1024);
+      if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
+      const ids = subscriptionNotificationIds(raw, req.url ?? '/');
+      if (ids.kind === 'invalid') {
+        await deadLetterFhir(store, raw, ids.reason, now());
+        return sendOutcome(res, 400, 'invalid', ids.reason);
+      }
+      if (ids.kind === 'heartbeat') {
+        // An id-only R4 notification names nothing: look for what changed.
+        const polled = await pollAppointments();
+        return sendOutcome(res, 200, 'informational', `looked at ${polled} appointments`);
+      }
+      const results: string[] = [];
+      for (const id of ids.appointments) {
+        try {
+          const done = await notifyAppointment(id, raw);
+          results.push(`${done.appointment}: ${done.status}`);
+        } catch (err) {
+          if (!(err instanceof FhirInputError)) throw err;
+          await deadLetterFhir(store, raw, `Appointment/${id}: ${err.message}`, now());
+          return sendOutcome(res, 422, 'processing', `Appointment/${id}: ${err.message}`);
+        }
+      }
+      sendOutcome(res, 200, 'informational', results.join('; ') || 'no appointment in the notification');
+    })().catch((err: unknown) => {
+      logger.error({ err: errorText(err) }, 'FHIR notification not stored');
+      sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
+    });
+  };
+
+  async function pollAppointments(): Promise<number> {
+    const at = now();
+    const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
+    const ids = await appointmentsToPoll(store, await getReader(), { now: at, days: settings.fhirPollDays, since });
+    for (const id of ids) {
+      try {
+        await notifyAppointment(id);
+      } catch (err) {
+        if (!(err instanceof FhirInputError)) throw err;
+        await deadLetterFhir(store, JSON.stringify({ reference: `Appointment/${id}` }), `Appointment/${id}: ${err.message}`, now());
+      }
+    }
+    await store.transaction((tx) => tx.setMeta(POLL_CURSOR, at.toISOString()));
+    return ids.length;
+  }
+
+  let pollTimer: NodeJS.Timeout | undefined;
+  const schedulePoll = () => {
+    if (settings.fhirPollIntervalMs <= 0) return;
+    pollTimer = setTimeout(() => {
+      pollAppointments()
+        .catch((err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again next interval'))
+        .finally(schedulePoll);
+    }, settings.fhirPollIntervalMs);
+  };
+
+  const sync = Object.assign(events, {
+    store,
+    metrics,
+    logger,
+    webhookHandler,
+    notificationHandler,
+    notifyAppointment: (id: string) => notifyAppointment(id),
+    pollAppointments,
+    async receiveHl7(text: string): Promise<Ack[]> {
+      const done = await ingestHl7(store, text, { mappings, routing, now, policy });
+      const type = done.result?.header ? `${done.result.header.messageCode}^${done.result.header.triggerEvent}` : 'unknown';
+      metrics.messages.inc({ type, ack: done.result ? done.result.ackCode : 'duplicate' });
+      if (done.created.length > 0) worker.kick();
+      return done.acks;
+    },
+    async deadLetterHl7(letter: { message: string; reason: string }): Promise<void> {
+      const at = now();
+      await store.transaction(async (tx) => {
+        const { message } = await tx.addMessage({ kind: 'hl7', dedupeKey: `dead:${at.toISOString()}:${Math.random().toString(36).slice(2, 10)}`, receivedAt: at.toISOString(), raw: letter.message, status: 'dead' });
+        await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
+      });
+      metrics.messages.inc({ type: 'unreadable', ack: 'dead' });
+    },
+    async health() {
+      const store_ = await store.ping().then(
+        () => 'ok',
+        (err: unknown) => `failing: ${errorText(err)}`,
+      );
+      const fhir = await fhirHealth(config.fhir);
+      const service = lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
+      return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
+    },
+    async start(): Promise<void> {
+      catalog ??= await loadCatalog(client, catalogFile, logger);
+      worker.start();
+      schedulePoll();
+      logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
+    },
+    async stop(): Promise<void> {
+      if (pollTimer) clearTimeout(pollTimer);
+      await worker.stop();
+      if (ownsClient) await client.close();
+      if (ownsStore) await store.close();
+    },
+  });
+  return sync as unknown as EligibilitySync;
+}
+
+/** The saved catalog, refreshed from the service (only what changed); the saved one alone when the service is down. */
+async function loadCatalog(client: VerificationClient, file: string, logger: Logger): Promise<PayerCatalog> {
+  const previous = await PayerCatalog.load(file).catch(() => undefined);
+  try {
+    const catalog = await PayerCatalog.sync(client, previous);
+    await catalog.save(file);
+    return catalog;
+  } catch (err) {
+    if (!previous) throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${errorText(err)})`);
+    logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the saved one');
+    return previous;
+  }
+}
+
+async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
+  if (!('baseUrl' in fhir)) return 'custom writer';
+  try {
+    const res = await fetch(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(2000), headers: bearerHeader(fhir) });
+    await res.body?.cancel();
+    return res.status < 500 ? 'ok' : 'unreachable';
+  } catch {
+    return 'unreachable';
+  }
+}
+
+function bearer(fhir: { bearerToken?: string }): { bearerToken?: string } {
+  return fhir.bearerToken ? { bearerToken: fhir.bearerToken } : {};
+}
+
+function bearerHeader(fhir: { bearerToken?: string }): Record<string, string> {
+  return fhir.bearerToken ? { authorization: `Bearer ${fhir.bearerToken}` } : {};
+}
+
+async function readText(req: IncomingMessage, limit: number): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) return undefined;
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function sendOutcome(res: ServerResponse, status: number, code: OperationOutcomeIssue['code'], diagnostics: string): void {
+  if (res.headersSent) return;
+  const severity = status < 300 ? 'information' : 'error';
+  res.writeHead(status, { 'content-type': 'application/fhir+json' });
+  res.end(JSON.stringify(operationOutcome([{ expression: 'Appointment', diagnostics, code, severity }])));
+}

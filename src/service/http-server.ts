@@ -1,0 +1,74 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EligibilitySync } from './eligibility-sync';
+
+export const WEBHOOK_PATH = '/webhooks/insurance-verification';
+export const NOTIFICATION_PATH = '/fhir-notifications';
+
+/** A request handler mounted under a path prefix (the embedded FHIR server at /fhir). */
+export interface Mount {
+  prefix: string;
+  handle(req: IncomingMessage, res: ServerResponse): void | Promise<void>;
+}
+
+/**
+ * The service's HTTP face: the verification webhook, FHIR Subscription notifications, /healthz,
+ * /metrics and, with no FHIR server of the practice's own, the embedded one. Requests are
+ * served only once `target` can give the sync.
+ */
+export async function startHttpServer(target: () => EligibilitySync, options: { host?: string; port?: number; mounts?: Mount[] } = {}): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
+  const server = createServer((req, res) => {
+    // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
+    const sync = target();
+    const pathname = new URL(req.url ?? '/', 'http://x').pathname;
+    const mount = options.mounts?.find((m) => pathname === m.prefix || pathname.startsWith(`${m.prefix}/`));
+    if (mount) {
+      Promise.resolve(mount.handle(req, res)).catch(() => problem(res, 500, 'internal error'));
+      return;
+    }
+    if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
+    if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {
+      if (req.method !== 'POST' && req.method !== 'PUT') return problem(res, 405, 'notifications are POST or PUT');
+      return sync.notificationHandler(req, res);
+    }
+    if (req.method === 'GET' && pathname === '/healthz') {
+      void sync.health().then((h) => json(res, h.ok ? 200 : 503, h), () => problem(res, 503, 'health check failed'));
+      return;
+    }
+    if (req.method === 'GET' && pathname === '/metrics') {
+      void sync.metrics.text().then(
+        (text) => res.writeHead(200, { 'content-type': sync.metrics.registry.contentType }).end(text),
+        () => problem(res, 500, 'metrics could not be read'),
+      );
+      return;
+    }
+    problem(res, 404, 'no such endpoint');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { address, port } = server.address() as AddressInfo;
+  return {
+    server,
+    host: address,
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+}
+
+function problem(res: ServerResponse, status: number, detail: string): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: detail, status, detail }));
+}

@@ -1,0 +1,43 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { JobStore } from '../sync/job-store';
+
+/** The service's Prometheus metrics, on a registry of its own so several instances in one process do not mix. */
+export class SyncMetrics {
+  readonly registry = new Registry();
+  readonly messages = new Counter({ name: 'dental_elig_messages_total', help: 'Messages received, by type and ACK code', labelNames: ['type', 'ack'], registers: [this.registry] });
+  readonly outcomes = new Counter({ name: 'dental_elig_outcomes_total', help: 'Verification outcomes stored, by outcome', labelNames: ['outcome'], registers: [this.registry] });
+  readonly failures = new Counter({ name: 'dental_elig_failures_total', help: 'Failed verifications, by failure kind', labelNames: ['kind'], registers: [this.registry] });
+  readonly webhooks = new Counter({ name: 'dental_elig_webhooks_total', help: 'Webhook deliveries, by what became of them', labelNames: ['result'], registers: [this.registry] });
+  readonly latency = new Histogram({
+    name: 'dental_elig_request_duration_seconds',
+    help: 'Calls to the verification service and the FHIR server',
+    labelNames: ['target', 'operation', 'ok'],
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+
+  constructor(store: JobStore, now: () => Date) {
+    const checks = new Gauge({ name: 'dental_elig_checks', help: 'Checks by state', labelNames: ['state'], registers: [this.registry] });
+    const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
+    const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });
+    const awaiting = new Gauge({ name: 'dental_elig_awaiting_insurance', help: 'Booked appointments waiting for the patient\'s insurance', registers: [this.registry] });
+    // Read from the store when scraped: the store, not this process, knows the queue.
+    const collect = async () => {
+      const at = now();
+      const counts = await store.counts(at.toISOString());
+      checks.reset();
+      for (const [state, n] of Object.entries(counts.checks)) checks.set({ state }, n);
+      depth.set(counts.due);
+      oldest.set(counts.oldestDueAt ? Math.max(0, (at.getTime() - Date.parse(counts.oldestDueAt)) / 1000) : 0);
+      awaiting.set(counts.awaitingInsurance);
+    };
+    this.collect = collect;
+  }
+
+  readonly collect: () => Promise<void>;
+
+  async text(): Promise<string> {
+    await this.collect();
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,85 @@
+import * as path from 'node:path';
+import { SqliteJobStore } from '../sync/sqlite-job-store';
+import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
+import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
+import { createLogger } from './logger';
+import { MllpListener } from './mllp-listener';
+import type { ServeConfig } from './serve-config';
+
+export interface Serving {
+  sync: EligibilitySync;
+  mllp: { host: string; port: number };
+  http: { host: string; port: number };
+  /** The chart's FHIR base (the embedded one at /fhir when no FHIR server was configured). */
+  fhirUrl: string;
+  /** The service's base URL (the in-process sandbox's when none was configured). */
+  serviceUrl: string;
+  close(): Promise<void>;
+}
+
+/**
+ * The sidecar: the job store in the data dir, the HTTP server (webhook, notifications, health,
+ * metrics), the worker and the MLLP listener. With no service configured it runs the sandbox
+ * in-process, its webhook pointed at this server; with no FHIR server, the embedded one at /fhir.
+ * Started again on the same data dir, it goes on where it stopped: the store holds everything.
+ */
+export async function serve(config: ServeConfig, log: { line(text: string): void; destination?: NodeJS.WritableStream }): Promise<Serving> {
+  const logger = createLogger({ level: config.logLevel, ...(log.destination && { destination: log.destination }) });
+  const closers: (() => Promise<void>)[] = [];
+  const closeAll = async () => {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+  };
+  try {
+    // The simulator and the embedded FHIR server load only when they are used.
+    const sandboxModule = config.service && config.fhir ? undefined : await import('../sandbox/index.js');
+    const sandbox = config.service ? undefined : await sandboxModule?.startSandbox({ seed: true, ...(config.customerId && { customerId: config.customerId }) });
+    if (sandbox) closers.push(() => sandbox.close());
+    const embeddedFhir = config.fhir ? undefined : await sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
+    const secret = config.webhook.scheme === 'standard-webhooks' ? (config.webhook.secret ?? sandboxModule?.generateWebhookSecret()) : undefined;
+
+    const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: embeddedFhir.handle }] : [];
+    let sync: EligibilitySync | undefined;
+    const http = await startHttpServer(() => sync as EligibilitySync, { host: config.host, port: config.httpPort, mounts });
+    closers.push(() => http.close());
+    const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
+
+    const store = SqliteJobStore.open(path.resolve(config.dataDir));
+    closers.push(() => store.close());
+    sync = createEligibilitySync({
+      store,
+      dataDir: config.dataDir,
+      service: config.service ?? { baseUrl: sandbox?.url as string, apiKey: sandbox?.apiKey as string },
+      fhir: config.fhir ?? { baseUrl: fhirUrl },
+      webhook: config.webhook.scheme === 'bearer' ? { scheme: 'bearer', token: config.webhook.token } : { scheme: 'standard-webhooks', secret: secret as string },
+      settings: config.settings,
+      logger,
+    });
+    if (sandbox) sandbox.configureWebhook({ url: `http://${http.host}:${http.port}${WEBHOOK_PATH}`, ...(secret && { secret }) });
+
+    const started = sync;
+    await started.start();
+    closers.push(() => started.stop());
+    const mllp = new MllpListener({
+      host: config.host,
+      port: config.mllpPort,
+      handler: (message) => started.receiveHl7(message),
+      onDeadLetter: (letter) => started.deadLetterHl7(letter),
+    });
+    const mllpAddress = await mllp.start();
+    closers.push(() => mllp.stop());
+    log.line(`listening: mllp ${mllpAddress.host}:${mllpAddress.port}`);
+    log.line(`listening: http ${http.host}:${http.port}`);
+    logger.info({ dataDir: path.resolve(config.dataDir), sandbox: Boolean(sandbox), embeddedFhir: Boolean(embeddedFhir) }, 'serving');
+    return {
+      sync: started,
+      mllp: mllpAddress,
+      http: { host: http.host, port: http.port },
+      fhirUrl,
+      serviceUrl: config.service?.baseUrl ?? (sandbox?.url as string),
+      close: closeAll,
+    };
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+}

@@ -1,0 +1,117 @@
+import { createHash } from 'node:crypto';
+import * as z from 'zod';
+import type { ClinicRouting } from '../adapters/clinic-routing';
+import { checksFromServer, type FhirReader } from '../adapters/fhir/in';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import type { AppointmentStatus, JobStore } from './job-store';
+import { scheduleAppointment, type SchedulePolicy } from './schedule';
+
+export interface FhirIngestOptions {
+  routing: ClinicRouting;
+  now: () => Date;
+  policy: SchedulePolicy;
+}
+
+/** The little of an Appointment the pipeline reads before the adapter: parsed permissively. */
+const AppointmentHead = z.looseObject({
+  id: z.string().optional(),
+  status: z.string().optional(),
+  start: z.string().optional(),
+  meta: z.looseObject({ versionId: z.string().optional(), lastUpdated: z.string().optional() }).optional(),
+  participant: z.array(z.looseObject({ actor: z.looseObject({ reference: z.string().optional() }).optional() })).optional(),
+});
+
+/** Appointment statuses that need no eligibility: the visit will not happen. */
+const NOT_HAPPENING = new Set(['cancelled', 'noshow', 'entered-in-error']);
+
+export interface FhirIngested {
+  appointment: string;
+  status: AppointmentStatus;
+  created: string[];
+  withdrawn: string[];
+  duplicate: boolean;
+}
+
+/**
+ * An Appointment on the chart's FHIR server into the store: read it, its patient and their
+ * coverages (network first, outside any transaction), then store the notification and schedule
+ * its checks in one transaction. An appointment whose patient has no active coverage yet waits as
+ * awaiting-insurance and is read again on the next poll or notification. A notification for a
+ * version already handled changes nothing.
+ */
+export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
+  const receivedAt = options.now();
+  const found = await reader.read('Appointment', appointmentId);
+  if (found === undefined) {
+    throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
+  }
+  const head = AppointmentHead.parse(found);
+  const reference = `Appointment/${appointmentId}`;
+  const patient = head.participant?.map((p) => p.actor?.reference).find((r) => r?.startsWith('Patient/') || r?.includes('/Patient/'));
+  if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
+  const cancelled = head.status !== undefined && NOT_HAPPENING.has(head.status);
+  const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
+  const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
+  const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16);
+  // Checks depend on the coverages too: an unchanged appointment whose patient's insurance arrived is new work.
+  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => c.idempotencyKey).join(',')}`;
+
+  return store.transaction(async (tx) => {
+    const { message, duplicate } = await tx.addMessage({
+      kind: 'fhir-notification',
+      dedupeKey,
+      receivedAt: receivedAt.toISOString(),
+      raw: options.raw ?? JSON.stringify({ reference }),
+      status: 'received',
+    });
+    if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    const done = await scheduleAppointment(
+      tx,
+      {
+        key: `fhir|${reference}`,
+        patientKey: `fhir|${patient.slice(patient.lastIndexOf('Patient/'))}`,
+        dateOfService: checks[0]?.dateOfService ?? head.start?.slice(0, 10) ?? '',
+        status,
+        checks,
+        basis: { reference },
+      },
+      { now: receivedAt, policy: options.policy },
+    );
+    await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks` });
+    return { appointment: reference, status, ...done, duplicate: false };
+  });
+}
+
+/** Keeps a notification that could not be used, with what was wrong (element paths, never values). */
+export async function deadLetterFhir(store: JobStore, raw: string, reason: string, receivedAt: Date): Promise<void> {
+  await store.transaction(async (tx) => {
+    const { message } = await tx.addMessage({
+      kind: 'fhir-notification',
+      dedupeKey: `dead:${receivedAt.toISOString()}:${createHash('sha256').update(raw).digest('hex').slice(0, 16)}`,
+      receivedAt: receivedAt.toISOString(),
+      raw,
+      status: 'dead',
+    });
+    await tx.updateMessage(message.id, { status: 'dead', detail: reason });
+  });
+}
+
+/**
+ * Booked appointments in the next `days` days changed since `since` (the poll mode's query),
+ * plus those still waiting for insurance, whose coverages may have arrived since.
+ */
+export async function appointmentsToPoll(store: JobStore, reader: FhirReader, options: { now: Date; days: number; since: string | undefined }): Promise<string[]> {
+  const from = options.now.toISOString().slice(0, 10);
+  const params: Record<string, string> = { status: 'booked', date: `ge${from}`, _count: '100' };
+  if (options.since) params._lastUpdated = `gt${options.since}`;
+  const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
+  const ids = new Set<string>();
+  for (const found of await reader.search('Appointment', params)) {
+    const head = AppointmentHead.safeParse(found);
+    if (head.success && head.data.id && (head.data.start ?? '').slice(0, 10) <= until) ids.add(head.data.id);
+  }
+  for (const waiting of await store.listAppointments('awaiting-insurance')) {
+    if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
+  }
+  return [...ids];
+}

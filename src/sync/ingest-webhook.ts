@@ -1,0 +1,47 @@
+import type { WebhookDelivery } from '../verification/webhook';
+import type { JobStore } from './job-store';
+import { applyStep, type SyncEvent, type SyncEventName, type Worker } from './worker';
+
+export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored'; detail: string };
+
+/**
+ * One webhook delivery into the store: the delivery as received (keyed by its webhook-id, so a
+ * replay is answered 2xx and not applied twice) and its effect on the check commit together,
+ * before the receiver answers 2xx.
+ */
+export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionFor'>, delivery: WebhookDelivery, now: Date): Promise<WebhookApplied> {
+  return store.transaction(async (tx): Promise<WebhookApplied> => {
+    const { message, duplicate } = await tx.addMessage({
+      kind: 'webhook',
+      dedupeKey: delivery.webhookId,
+      receivedAt: delivery.receivedAt.toISOString(),
+      raw: delivery.rawBody,
+      status: 'received',
+    });
+    if (duplicate) return { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` };
+    const row = await tx.checkByCorrelationId(delivery.outcome.verification.correlationId);
+    if (!row || (row.state !== 'awaiting-result' && row.state !== 'submitted')) {
+      const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
+      await tx.updateMessage(message.id, { status: 'handled', detail });
+      return { status: 'ignored', detail };
+    }
+    const { change, event } = worker.transitionFor(row, delivery.outcome);
+    await tx.putCheck(applyStep(row, change, now));
+    await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });
+    return { status: 'applied', ...(event && { event }) };
+  });
+}
+
+/** A delivery that authenticated but could not be read: kept as a dead letter, never lost. */
+export async function deadLetterWebhook(store: JobStore, rawBody: string, reason: string, receivedAt: Date): Promise<void> {
+  await store.transaction(async (tx) => {
+    const { message } = await tx.addMessage({
+      kind: 'webhook',
+      dedupeKey: `unreadable:${receivedAt.toISOString()}:${Math.random().toString(36).slice(2, 10)}`,
+      receivedAt: receivedAt.toISOString(),
+      raw: rawBody,
+      status: 'dead',
+    });
+    await tx.updateMessage(message.id, { status: 'dead', detail: reason });
+  });
+}

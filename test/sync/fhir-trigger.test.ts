@@ -1,0 +1,49 @@
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
+
+/** A FHIR appointment on the chart's server → checks → the service → CoverageEligibilityResponses on the same server. */
+describe('FHIR-triggered eligibility', () => {
+  let h: Harness;
+  beforeEach(async () => {
+    h = await startHarness();
+    await h.fhir.seed(chartOf('primary-secondary'));
+  });
+  afterEach(async () => h.close());
+
+  it('verifies both coverages of a notified appointment and writes one response each into the chart', async () => {
+    const written: string[] = [];
+    h.sync.on('written', (e) => written.push(e.key));
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] }),
+    });
+    expect(res.status).toBe(200);
+    await until('two written checks', async () => written.length >= 2 && written);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses).toHaveLength(2);
+    expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'complete']);
+    const checks = await h.store.listChecks();
+    expect(checks.map((c) => c.state)).toEqual(['written', 'written']);
+    // Both payers take asynchronous verification: the results came by webhook.
+    expect(checks.map((c) => c.mode)).toEqual(['async', 'async']);
+
+    // The same notification again: nothing new is verified or written.
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+    expect((await h.store.listChecks()).every((c) => c.round === 0)).toBe(true);
+  });
+
+  it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
+    expect(res.status).toBe(400);
+    const outcome = (await res.json()) as { resourceType: string; issue: { diagnostics: string }[] };
+    expect(outcome.resourceType).toBe('OperationOutcome');
+    expect(outcome.issue[0]?.diagnostics).toMatch(/not JSON/);
+    expect(JSON.stringify(outcome)).not.toContain('WHITAKER');
+    const dead = await h.store.listMessages({ status: 'dead' });
+    expect(dead).toHaveLength(1);
+    expect(dead[0]?.raw).toContain('WHITAKER');
+  });
+});

@@ -1,0 +1,100 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import type { Bundle, FhirResource } from 'fhir/r4';
+import { generateWebhookSecret, startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox';
+import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import { createEligibilitySync, type EligibilitySync, type SyncSettings } from '../../src/service/eligibility-sync';
+import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
+import { createLogger } from '../../src/service/logger';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { projectRoot } from '../../src/mapping-files';
+
+/**
+ * The whole road in one process, each part real: the sandbox service and a FHIR server on
+ * loopback, the sync over a SQLite file in a temporary folder, its HTTP server receiving the
+ * sandbox's signed webhooks.
+ */
+export interface Harness {
+  sandbox: Sandbox;
+  fhir: FhirServer;
+  sync: EligibilitySync;
+  store: SqliteJobStore;
+  dataDir: string;
+  httpUrl: string;
+  logs: string[];
+  close(): Promise<void>;
+}
+
+export const FAST: SyncSettings = {
+  backoffBaseMs: 50,
+  backoffMaxMs: 400,
+  pollAfterMs: 200,
+  webhookDeadlineMs: 3000,
+  idleMs: 50,
+  leaseMs: 5000,
+};
+
+export async function startHarness(options: { settings?: SyncSettings; sandbox?: SandboxOptions; now?: () => Date; dataDir?: string } = {}): Promise<Harness> {
+  const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'elig-sync-'));
+  const sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 300, webhookBackoffMs: 200 }, ...options.sandbox });
+  const fhir = await startFhirServer({ validate: true });
+  const store = SqliteJobStore.open(dataDir);
+  const logs: string[] = [];
+  const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
+  const secret = generateWebhookSecret();
+  let sync: EligibilitySync | undefined;
+  const http = await startHttpServer(() => sync as EligibilitySync);
+  sync = createEligibilitySync({
+    store,
+    dataDir,
+    service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100 },
+    fhir: { baseUrl: fhir.url },
+    webhook: { scheme: 'standard-webhooks', secret },
+    settings: { ...FAST, ...options.settings },
+    logger,
+    ...(options.now && { now: options.now }),
+  });
+  sandbox.configureWebhook({ url: `http://127.0.0.1:${http.port}${WEBHOOK_PATH}`, secret });
+  await sync.start();
+  const started = sync;
+  return {
+    sandbox,
+    fhir,
+    sync: started,
+    store,
+    dataDir,
+    httpUrl: `http://127.0.0.1:${http.port}`,
+    logs,
+    async close() {
+      await started.stop();
+      await http.close();
+      await store.close();
+      await sandbox.close();
+      await fhir.close();
+      if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function chartOf(name: string): FhirResource[] {
+  const bundle = JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', 'fhir', `${name}.bundle.json`), 'utf8')) as Bundle;
+  return (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+}
+
+/** Polls until `probe` gives a value, or fails naming what it waited for. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function searchFhir(fhir: FhirServer, query: string): Promise<FhirResource[]> {
+  const res = await fetch(`${fhir.url}/${query}`);
+  const bundle = (await res.json()) as Bundle;
+  return (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+}
