@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { PayerResolver } from '../domain';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError } from '../verification/errors';
 import { toOutcome, type VerificationOutcome } from '../verification/outcome';
@@ -312,7 +313,8 @@ export class Worker {
       const writer = await this.deps.writer();
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome));
     } catch (err) {
-      const retryable = (err as { retryable?: unknown }).retryable !== false;
+      // Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is.
+      const retryable = !(err instanceof FhirInputError) && (err as { retryable?: unknown }).retryable !== false;
       const detail = errorText(err);
       if (!retryable) {
         await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` });
