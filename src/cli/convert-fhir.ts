@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
 import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
-import { checksFromBundle, checksFromServer, type FhirInputOptions } from '../adapters/fhir/in';
+import { convertBundle, convertFromServer, type FhirConversion, type FhirInputOptions } from '../adapters/fhir/in';
 import { fhirKitReader } from '../sync/fhir-reader';
-import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { describeFhirIssue, FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';
 import { describeIssue, type EligibilityCheck } from '../domain';
@@ -80,7 +80,7 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
 
 async function fromBundle(io: CliIo, file: string, options: FhirInputOptions): Promise<EligibilityCheck[]> {
   const bundle = parseJsonInput(await readInput(io, file), file);
-  return fhirInput(() => checksFromBundle(bundle, options));
+  return noted(io, fhirInput(() => convertBundle(bundle, options)));
 }
 
 async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInputOptions): Promise<EligibilityCheck[]> {
@@ -90,12 +90,18 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
   const reader = await fhirKitReader(server.replace(/\/+$/, ''), token ? { bearerToken: token } : {});
   try {
-    return await checksFromServer(reader, opts.appointment, options);
+    return noted(io, await convertFromServer(reader, opts.appointment, options));
   } catch (err) {
     if (err instanceof FhirInputError) throw new CliError(err.message);
     // fhir-kit-client's message is "HTTP <status>: <METHOD> <url>"; fetch's is the network failure.
     throw new CliError(`--server: ${err instanceof Error ? err.message.split('\n')[0] : 'request failed'}`);
   }
+}
+
+/** The checks for stdout; what the conversion left out and why (a coverage not in force, an invalid NPI) to stderr, a line each. */
+function noted(io: CliIo, { checks, notes }: FhirConversion): EligibilityCheck[] {
+  for (const note of notes) io.stderr.write(`dental-elig: ${note.severity ?? 'warning'}: ${describeFhirIssue(note)}\n`);
+  return checks;
 }
 
 /** FhirInputError already names the element; the CLI prints it as its one line. */

@@ -111,6 +111,11 @@ export const EligibilityCheck = z.strictObject({
   coverage: CoverageInfo,
   provider: Provider.optional(),
   dateOfService: IsoDate,
+  /**
+   * What the source got wrong that the check goes ahead without, one line each naming the field,
+   * never its value: `AIP-3.1: provider NPI fails the check digit: verified without it`.
+   */
+  warnings: z.array(NonEmpty).optional(),
 });
 export type EligibilityCheck = z.infer<typeof EligibilityCheck>;
 
@@ -119,7 +124,7 @@ export type EligibilityCheck = z.infer<typeof EligibilityCheck>;
  * so one appointment event received twice makes one verification, while a reschedule to another
  * day makes a new one. Hashed so the key carries no patient data in clear.
  */
-export function idempotencyKey(check: Omit<EligibilityCheck, 'idempotencyKey' | 'source'>): string {
+export function idempotencyKey(check: Omit<EligibilityCheck, 'idempotencyKey' | 'source' | 'warnings'>): string {
   const patientIdentity = check.patient.identifiers[0]
     ? [check.patient.identifiers[0].system ?? '', check.patient.identifiers[0].value]
     : [check.patient.lastName.toUpperCase(), check.patient.firstName.toUpperCase(), check.patient.birthDate];

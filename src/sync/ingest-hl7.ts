@@ -5,6 +5,7 @@ import {
   buildChecks,
   handleHl7Message,
   describeProblems,
+  messageControlId,
   readMessageHeader,
   type Ack,
   type AppointmentBasis,
@@ -77,11 +78,10 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
   });
 }
 
-/** A sender's message is known by its application, facility and control id; one without them by its content. */
+/** A sender's message is known by its application, facility and control id (derived from its content when MSH-10 is empty). */
 function dedupeKeyOf(text: string): string {
   const header = readMessageHeader(text);
-  if (!header?.controlId) return `sha256:${digest(text)}`;
-  return [header.sendingApplication, header.sendingFacility, header.controlId].join('|');
+  return [header?.sendingApplication ?? '', header?.sendingFacility ?? '', messageControlId(header, text)].join('|');
 }
 
 async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {

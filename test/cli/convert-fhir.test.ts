@@ -31,6 +31,16 @@ describe('dental-elig convert fhir', () => {
     expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'child.expected.json')));
   });
 
+  it('prints what the conversion left out on stderr, a line each, and the checks it made on stdout', async () => {
+    const run = await cli(['convert', 'fhir', bundleFile('coverage-not-in-force'), '--received-at', '2026-11-20T15:00:00Z']);
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toEqual((expected(path.join(BUNDLE_DIR, 'coverage-not-in-force.expected.json')) as { checks: unknown }).checks);
+    expect(run.stderr.split('\n').filter(Boolean)).toEqual([
+      "dental-elig: warning: Coverage.where(id='cov-priya-delta-ended').period.end: ended before the date of service, though active: not verified",
+      "dental-elig: information: Coverage.where(id='cov-priya-metlife-next').period.start: starts after the date of service: no check",
+    ]);
+  });
+
   it('stamps now as the receipt time unless told', async () => {
     const before = Date.now();
     const [check] = JSON.parse((await cli(['convert', 'fhir', bundleFile('self')])).stdout) as Array<{ source: { receivedAt: string } }>;

@@ -9,6 +9,11 @@ export interface FhirIssue {
   severity?: OperationOutcomeIssue['severity'];
 }
 
+/** One issue as one line: `Patient.birthDate: required`. */
+export function describeFhirIssue(issue: Pick<FhirIssue, 'expression' | 'diagnostics'>): string {
+  return `${issue.expression}: ${issue.diagnostics}`;
+}
+
 export function operationOutcome(issues: FhirIssue[]): OperationOutcome {
   return {
     resourceType: 'OperationOutcome',
@@ -30,7 +35,7 @@ export class FhirInputError extends Error {
 
   constructor(issues: FhirIssue[]) {
     const first = issues[0];
-    super(first ? `${first.expression}: ${first.diagnostics}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : 'invalid FHIR input');
+    super(first ? `${describeFhirIssue(first)}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : 'invalid FHIR input');
     this.name = 'FhirInputError';
     this.outcome = operationOutcome(issues);
   }

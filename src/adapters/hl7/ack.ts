@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { DEFAULT_DELIMITERS, escapeText, type Delimiters } from './delimiters';
-import { describeLocation, ERROR_CODES, type Hl7Problem } from './hl7-errors';
+import { describeProblem, ERROR_CODES, type Hl7Problem } from './hl7-errors';
 import { ackConditions, type AckCondition, type MessageHeader } from './message-header';
 
 /**
@@ -9,7 +9,7 @@ import { ackConditions, type AckCondition, type MessageHeader } from './message-
  * application ACK, AA/AE/AR, as MSH-16 asks: none, one or both. Each ACK swaps sender and
  * receiver, has its own unique MSH-10, echoes the inbound MSH-10 in MSA-2, keeps the sender's
  * version and delimiters, and carries one ERR per problem: ERR-2 location, ERR-3 table 0357 code,
- * ERR-4 severity, ERR-8 readable text, plus ERR-1 (the v2.3/2.4 form) for senders of those versions.
+ * ERR-4 severity (E, or W for a warning an AA carries), ERR-8 readable text, plus ERR-1 (the v2.3/2.4 form) for senders of those versions.
  */
 export type ApplicationAckCode = 'AA' | 'AE' | 'AR';
 export type CommitAckCode = 'CA' | 'CE' | 'CR';
@@ -101,7 +101,7 @@ export function buildAck(
     version,
   ];
   const first = problems[0];
-  const msa = ['MSA', code, header?.controlId ?? '', first ? escapeText(`${describeLocation(first)}: ${first.reason}`, d) : ''];
+  const msa = ['MSA', code, header?.controlId ?? '', first ? escapeText(describeProblem(first), d) : ''];
   const segments = [msh, trimEmpty(msa), ...problems.map((p) => errSegment(p, d, OLD_ERR.test(version)))];
   return {
     code,
@@ -123,11 +123,11 @@ function errSegment(p: Hl7Problem, d: Delimiters, oldForm: boolean): string[] {
     eld,
     trimEmpty(location).join(c),
     [String(p.code), escapeText(codeText, d), 'HL70357'].join(c),
-    'E',
+    p.ackCode === 'AA' ? 'W' : 'E',
     '',
     '',
     '',
-    escapeText(`${describeLocation(p)}: ${p.reason}`, d),
+    escapeText(describeProblem(p), d),
   ];
 }
 

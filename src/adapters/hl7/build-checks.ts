@@ -25,6 +25,8 @@ export function buildChecks(input: {
   provider?: Provider | undefined;
   source: CheckSourceFields;
   resolver?: PayerResolver | undefined;
+  /** The message's warnings, one line each; every check it makes carries them. */
+  warnings?: readonly string[];
 }): EligibilityCheck[] {
   return input.coverages.map(({ coverage, subscriber, patientMemberId }) => {
     const resolution = input.resolver?.resolve(coverage.payer);
@@ -36,6 +38,7 @@ export function buildChecks(input: {
       ...(input.provider && { provider: input.provider }),
       dateOfService: input.dateOfService,
     };
-    return EligibilityCheck.parse({ idempotencyKey: idempotencyKey(body), source: { kind: 'hl7', ...input.source }, ...body });
+    const warnings = input.warnings?.length ? { warnings: [...input.warnings] } : {};
+    return EligibilityCheck.parse({ idempotencyKey: idempotencyKey(body), source: { kind: 'hl7', ...input.source }, ...body, ...warnings });
   });
 }

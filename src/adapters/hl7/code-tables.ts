@@ -5,40 +5,50 @@ import { readMappingFile } from '../../mapping-files';
 const CodeMap = <T extends z.ZodType>(target: T) => z.record(z.string().min(1), target);
 
 const RelationshipFile = z.looseObject({
-  tables: z.record(z.string().min(1), CodeMap(Relationship)),
+  /** How an error names each table (`table 0063`); the table's key when absent. */
+  labels: z.record(z.string().min(1), z.string().min(1)).default({}),
+  /** null: a value that is ambiguous, answered AE rather than guessed. */
+  tables: z.record(z.string().min(1), CodeMap(Relationship.nullable())),
 });
 
 const GenderFile = z.looseObject({
   codes: CodeMap(Gender),
 });
 
+/** What a relationship value means: one of the hub's relationships, or ambiguous (null in the file). */
+export type RelationshipReading = Relationship | 'ambiguous';
+
 /** HL7 and X12 code tables as data (mappings/hl7/relationship.json, gender.json). */
 export interface CodeTables {
   relationshipTables: ReadonlySet<string>;
-  /** The relationship a code means in the first of these tables that lists it. */
-  relationship(code: string, tables: readonly string[]): Relationship | undefined;
-  /** Table 0001 to FHIR gender; a code the table does not list is `unknown`. */
+  /** What a code or word means in the first of these tables that lists it. */
+  relationship(code: string, tables: readonly string[]): RelationshipReading | undefined;
+  /** How errors name a table: `table 0063`, `X12`. */
+  relationshipTableLabel(table: string): string;
+  /** Table 0001 code or word to FHIR gender; one the table does not list is `unknown`. */
   gender(code: string): Gender;
 }
 
-const normalise = (code: string) => code.trim().toUpperCase();
+/** Codes and words alike: case, and runs of spaces, hyphens and underscores, do not count. */
+const normalise = (code: string) => code.trim().toUpperCase().replace(/[\s_-]+/g, ' ');
 
-const upperKeys = <T>(table: Record<string, T>) =>
+const normalisedKeys = <T>(table: Record<string, T>) =>
   new Map(Object.entries(table).map(([code, value]) => [normalise(code), value] as const));
 
 export function loadCodeTables(dir?: string): CodeTables {
-  const relationships = readMappingFile('hl7/relationship.json', RelationshipFile, dir).tables;
-  const byTable = new Map(Object.entries(relationships).map(([name, table]) => [name, upperKeys(table)] as const));
-  const genders = upperKeys(readMappingFile('hl7/gender.json', GenderFile, dir).codes);
+  const file = readMappingFile('hl7/relationship.json', RelationshipFile, dir);
+  const byTable = new Map(Object.entries(file.tables).map(([name, table]) => [name, normalisedKeys(table)] as const));
+  const genders = normalisedKeys(readMappingFile('hl7/gender.json', GenderFile, dir).codes);
   return {
     relationshipTables: new Set(byTable.keys()),
     relationship(code, tables) {
       for (const name of tables) {
         const found = byTable.get(name)?.get(normalise(code));
-        if (found) return found;
+        if (found !== undefined) return found ?? 'ambiguous';
       }
       return undefined;
     },
+    relationshipTableLabel: (table) => file.labels[table] ?? table,
     gender: (code) => genders.get(normalise(code)) ?? 'unknown',
   };
 }

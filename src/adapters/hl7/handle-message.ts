@@ -11,9 +11,9 @@ import type {
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { buildChecks, type CheckSourceFields } from './build-checks';
-import { Hl7InputError, problemAt, rejection, type Hl7Problem } from './hl7-errors';
+import { describeProblem, Hl7InputError, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { parseHl7Message, type Hl7Message } from './hl7-message';
-import { readMessageHeader, type MessageHeader } from './message-header';
+import { messageControlId, readMessageHeader, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
 import { firstValue, whereMissing } from './read-fields';
@@ -60,6 +60,8 @@ export interface AppointmentBasis {
   dateOfService: string;
   provider?: Provider;
   source: CheckSourceFields;
+  /** What the message was used despite (an invalid NPI, say); every check of the appointment carries them. */
+  warnings?: string[];
 }
 
 export interface Hl7Result {
@@ -67,6 +69,14 @@ export interface Hl7Result {
   header: MessageHeader | undefined;
   ackCode: ApplicationAckCode;
   outcome: Hl7Outcome;
+  /**
+   * The id the message is known by: MSH-10, or `sha256:<hex>` derived from the content when MSH-10
+   * is empty (see messageControlId). Checks carry it as source.messageControlId; key duplicate
+   * detection and the store by it. The ACK's MSA-2 echoes MSH-10 as received.
+   */
+  messageControlId?: string;
+  /** Flaws the message was used despite (AA), or listed beside its errors: ERRs of severity W. */
+  warnings?: Hl7Problem[];
 }
 
 const SUPPORTED_VERSION = /^2\.(3(\.1)?|4|5(\.1)?|6|7(\.1)?|8(\.[12])?)$/;
@@ -82,15 +92,18 @@ const KEPT_APPOINTMENTS = 50;
  */
 export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
   const header = readMessageHeader(text);
+  const known = { header, messageControlId: messageControlId(header, text) };
+  const warnings: Hl7Problem[] = [];
+  const noted = () => (warnings.length > 0 ? { warnings } : {});
   try {
     const message = parseHl7Message(text);
-    const checkedHeader = checkHeader(header);
-    const outcome = await dispatch(message, checkedHeader, options);
-    return { header, ackCode: 'AA', outcome };
+    const checkedHeader = checkHeader(header, warnings);
+    const outcome = await dispatch({ message, header: checkedHeader, controlId: known.messageControlId, warnings }, options);
+    return { ...known, ackCode: 'AA', outcome, ...noted() };
   } catch (err) {
     if (!(err instanceof Hl7InputError)) throw err;
     const problems = [...err.problems];
-    return { header, ackCode: problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE', outcome: { kind: 'reject', problems } };
+    return { ...known, ackCode: problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE', outcome: { kind: 'reject', problems }, ...noted() };
   }
 }
 
@@ -100,16 +113,17 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
  * used is kept as a dead letter, so only an unreadable or unsupported one is not accepted (CR).
  */
 export function ackFor(result: Hl7Result, options?: AckOptions): Ack[] {
-  const problems = result.outcome.kind === 'reject' ? result.outcome.problems : [];
+  const problems = [...(result.outcome.kind === 'reject' ? result.outcome.problems : []), ...(result.warnings ?? [])];
   return acknowledgements(result.header, { commit: result.ackCode === 'AR' ? 'CR' : 'CA', application: result.ackCode, problems }, options);
 }
 
-function checkHeader(header: MessageHeader | undefined): MessageHeader {
+function checkHeader(header: MessageHeader | undefined, warnings: Hl7Problem[]): MessageHeader {
   if (!header) throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
   const missing = (field: number, what: string) => rejection({ segment: 'MSH', field }, 101, `${what} missing`);
   const problems: Hl7Problem[] = [];
   if (!header.messageCode || !header.triggerEvent) problems.push(missing(9, 'message type or trigger event'));
-  if (!header.controlId) problems.push(missing(10, 'message control id'));
+  // Senders that leave MSH-10 empty still expect their message used; the ACK cannot echo an id.
+  if (!header.controlId) warnings.push(warningAt({ segment: 'MSH', sequence: 1, field: 10 }, 101, 'message control id missing: known by a hash of its content'));
   if (!header.version) problems.push(missing(12, 'version'));
   else if (!SUPPORTED_VERSION.test(header.version)) {
     problems.push(rejection({ segment: 'MSH', field: 12 }, 203, `version ${header.version.slice(0, 10)} is not supported (2.3 to 2.8)`));
@@ -118,9 +132,17 @@ function checkHeader(header: MessageHeader | undefined): MessageHeader {
   return header;
 }
 
-interface Context {
+/** A readable message with a supported header, as handleHl7Message hands it on. */
+interface Received {
   message: Hl7Message;
   header: MessageHeader;
+  /** MSH-10, or the id derived when it is empty. */
+  controlId: string;
+  /** Where readers put what the message is used despite. */
+  warnings: Hl7Problem[];
+}
+
+interface Context extends Received {
   profile: Hl7Profile;
   options: Hl7HandlerOptions;
   /** MSH-3 and MSH-4, first components: the profile is chosen by the one, patients are keyed by the other. */
@@ -128,7 +150,8 @@ interface Context {
   facility: string;
 }
 
-async function dispatch(message: Hl7Message, header: MessageHeader, options: Hl7HandlerOptions): Promise<Hl7Outcome> {
+async function dispatch(received: Received, options: Hl7HandlerOptions): Promise<Hl7Outcome> {
+  const { message, header } = received;
   const sendingApplication = message.header.value(3).trim();
   const profile = profileFor(options.mappings, sendingApplication);
   const type = `${header.messageCode}^${header.triggerEvent}`;
@@ -141,7 +164,7 @@ async function dispatch(message: Hl7Message, header: MessageHeader, options: Hl7
         : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
     ]);
   }
-  const ctx: Context = { message, header, profile, options, sendingApplication, facility: message.header.value(4).trim() };
+  const ctx: Context = { ...received, profile, options, sendingApplication, facility: message.header.value(4).trim() };
   switch (action) {
     case 'ignore':
       return { kind: 'ignore', reason: `${type} does not change eligibility` };
@@ -160,7 +183,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   requireSegments(message, 'SCH', 'PID');
   const problems: Hl7Problem[] = [];
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
-  const appointment = readAppointment(message, profile, problems);
+  const appointment = readAppointment(message, profile, problems, ctx.warnings);
   const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
   const clinicId = readClinic(ctx, problems);
   const key = readPatientKey(message, profile, ctx.facility);
@@ -175,6 +198,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     dateOfService: appointment.dateOfService,
     ...(appointment.provider && { provider: appointment.provider }),
     source: source(ctx, appointment.appointmentId),
+    ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
   };
   const checks = buildChecks({ ...basis, patient, coverages, resolver: options.resolver });
   const keys = checks.map((c) => c.idempotencyKey);
@@ -249,7 +273,7 @@ function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
 function source(ctx: Context, appointmentId: string | undefined) {
   const { header, sendingApplication } = ctx;
   return {
-    messageControlId: header.controlId,
+    messageControlId: ctx.controlId,
     messageType: `${header.messageCode}^${header.triggerEvent}`,
     ...(sendingApplication && { sendingApplication }),
     ...(ctx.facility && { sendingFacility: ctx.facility }),
@@ -265,7 +289,7 @@ function recordOf(
   appointments: KnownAppointment[],
   insuranceKnown: boolean,
 ): PatientInsuranceRecord {
-  return { patient, coverages, appointments, insuranceKnown, updatedAt: ctx.options.receivedAt, messageControlId: ctx.header.controlId };
+  return { patient, coverages, appointments, insuranceKnown, updatedAt: ctx.options.receivedAt, messageControlId: ctx.controlId };
 }
 
 /** Records written before insuranceKnown existed knew insurance exactly when they held some. */

@@ -21,6 +21,12 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 /** AE: readable but unusable (the sender should fix the data); AR: not readable or not supported. */
 export type RejectCode = 'AE' | 'AR';
 
+/**
+ * What a problem makes of the message: AE or AR reject it (an ERR of severity E); AA is a
+ * warning: the message is used without the flawed datum, and the ERR says W.
+ */
+export type ProblemAckCode = RejectCode | 'AA';
+
 export interface Hl7Problem {
   segment: string;
   /** Which occurrence of the segment, from 1 (the second IN1 is sequence 2). */
@@ -31,7 +37,7 @@ export interface Hl7Problem {
   component?: number | undefined;
   reason: string;
   code: ErrorCode;
-  ackCode: RejectCode;
+  ackCode: ProblemAckCode;
 }
 
 /** `PID-7`, `IN1[2]-36`, `SCH-11.4`: where a problem is, the way the reason text names it. */
@@ -41,12 +47,17 @@ export function describeLocation(p: Pick<Hl7Problem, 'segment' | 'sequence' | 'f
   return `${segment}-${p.field}${p.component !== undefined ? `.${p.component}` : ''}`;
 }
 
+/** One problem as one line: `PID-7: birth date missing`. */
+export function describeProblem(p: Hl7Problem): string {
+  return `${describeLocation(p)}: ${p.reason}`;
+}
+
 /** One line: `PID-7: birth date missing`, with a count when there are more. */
 export function describeProblems(problems: readonly Hl7Problem[]): string {
   const first = problems[0];
   if (!first) return 'message rejected';
   const more = problems.length > 1 ? ` (+${problems.length - 1} more)` : '';
-  return `${describeLocation(first)}: ${first.reason}${more}`;
+  return `${describeProblem(first)}${more}`;
 }
 
 export class Hl7InputError extends Error {
@@ -75,4 +86,9 @@ export function problemAt(
   reason: string,
 ): Hl7Problem {
   return { ...where, reason, code, ackCode: 'AE' };
+}
+
+/** A flaw the message is used despite (AA, ERR severity W), at the location a reader found. */
+export function warningAt(...args: Parameters<typeof problemAt>): Hl7Problem {
+  return { ...problemAt(...args), ackCode: 'AA' };
 }

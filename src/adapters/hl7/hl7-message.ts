@@ -1,4 +1,4 @@
-import { Message, type HL7Node } from 'node-hl7-client';
+import { Message, Segment, type HL7Node } from 'node-hl7-client';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { Hl7InputError, rejection } from './hl7-errors';
 import { segmentLines } from './split-messages';
@@ -11,7 +11,9 @@ import { segmentLines } from './split-messages';
  *   toString(), which is '' when absent and has escape sequences decoded;
  * - numeric indexes on an MSH node are shifted by one (MSH-1 is the separator itself);
  * - the parser takes any three characters as a segment name and refuses blank lines, so lines are
- *   normalised and names checked here first.
+ *   normalised and names checked here first;
+ * - it counts `MSH|` anywhere in the text as a message start, so a facility or any other field
+ *   ending in MSH makes "Multiple MSH segments found": each segment is handed to it on its own.
  */
 export class Hl7Segment {
   constructor(
@@ -110,7 +112,10 @@ export function parseHl7Message(text: string): Hl7Message {
   }
   let nodes: HL7Node[];
   try {
-    nodes = new Message({ text: lines.join('\r') }).toArray();
+    // A message of the header's first two fields only, so the library's MSH count sees one; it
+    // gives each segment its delimiters and escape decoding, as Message does for its own segments.
+    const delimiting = new Message({ text: `MSH${delimiters.field}${delimiters.encodingCharacters}${delimiters.field}` });
+    nodes = lines.map((line) => new Segment(delimiting, line.trim()));
   } catch {
     throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
   }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { segmentLines } from './split-messages';
 
@@ -50,6 +51,20 @@ export function readMessageHeader(text: string): MessageHeader | undefined {
     acceptAckType: msh(15),
     applicationAckType: msh(16),
   };
+}
+
+/** Marks a control id this adapter derived, not one a sender wrote. */
+export const DERIVED_CONTROL_ID_PREFIX = 'sha256:';
+
+/**
+ * The id a message is known by (duplicate detection, the store, each check's
+ * source.messageControlId): MSH-10, or, when the sender left it empty, `sha256:` and the hex
+ * digest of the message's segments joined by CR, so a copy resent with other line endings, blank
+ * lines or framing bytes gets the same id. The ACK still echoes MSH-10 as received: empty.
+ */
+export function messageControlId(header: MessageHeader | undefined, text: string): string {
+  if (header?.controlId) return header.controlId;
+  return `${DERIVED_CONTROL_ID_PREFIX}${createHash('sha256').update(segmentLines(text).join('\r')).digest('hex')}`;
 }
 
 export function isEnhancedMode(header: MessageHeader): boolean {

@@ -52,7 +52,10 @@ const Sections = {
   appointment: z.strictObject({
     id: RequiredPaths,
     start: RequiredPaths,
-    /** Persons (XCN): component 1 the id (an NPI when it is one), 2 family name, 3 given name. */
+    /**
+     * Persons, read as XCN: component 1 the id (an NPI when it is one), 2 family name, 3 given
+     * name. AIG-3 is a CWE, but the feeds that name the dentist there write it the same way.
+     */
     provider: z.array(WholeFieldPathText),
   }),
   /**

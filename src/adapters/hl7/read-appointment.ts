@@ -1,7 +1,7 @@
 import { isValidNpi, type Provider } from '../../domain';
 import { sameText } from '../clinic-routing';
 import { readPersons, type Person } from './data-types';
-import { problemAt, type Hl7Problem } from './hl7-errors';
+import { warningAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message } from './hl7-message';
 import type { Hl7Profile } from './profile';
 import { fieldsWithValues, firstValue, whereFound } from './read-fields';
@@ -17,33 +17,37 @@ export function readAppointmentId(message: Hl7Message, profile: Hl7Profile): str
   return firstValue(message.segments, profile.appointment.id)?.value;
 }
 
-export function readAppointment(message: Hl7Message, profile: Hl7Profile, problems: Hl7Problem[]): AppointmentReading | undefined {
+export function readAppointment(message: Hl7Message, profile: Hl7Profile, problems: Hl7Problem[], warnings: Hl7Problem[]): AppointmentReading | undefined {
   const appointmentId = readAppointmentId(message, profile);
   const dateOfService = readDate(message, profile.appointment.start, 'appointment start', problems);
-  const provider = readProvider(message, profile, problems);
+  const provider = readProvider(message, profile, warnings);
   if (!dateOfService) return undefined;
   return { ...(appointmentId && { appointmentId }), dateOfService, ...(provider && { provider }) };
 }
 
 /**
- * The provider from the first person field (AIP-3, PV1-7, ...) that carries an NPI, NPI and name
- * both from that field, so they name the same person; only when no field has an NPI, the name of
- * the first named field. Within a field, the repetition typed NPI (XCN-13) wins, else the first
- * with a valid ten-digit id. Ten digits that fail the NPI check digit are a typo to fix, not a
- * local id: local ids are shorter.
+ * The provider from the first person field (AIP-3, PV1-7, AIG-3, ...) that carries an NPI, NPI
+ * and name both from that field, so they name the same person; only when no field has an NPI, the
+ * name of the first named field. Within a field, the repetition typed NPI (XCN-13) wins, else the
+ * first with a valid ten-digit id. Ten digits that fail the NPI check digit are a typo, not a
+ * local id (local ids are shorter): the payer needs no NPI to answer, so the check goes ahead
+ * with that person's name and a warning naming the field.
  */
-function readProvider(message: Hl7Message, profile: Hl7Profile, problems: Hl7Problem[]): Provider | undefined {
+function readProvider(message: Hl7Message, profile: Hl7Profile, warnings: Hl7Problem[]): Provider | undefined {
   let named: Person | undefined;
   for (const found of fieldsWithValues(message.segments, profile.appointment.provider)) {
     const persons = readPersons(found.segment, found.path.field);
     const reading = readNpi(persons);
-    if (reading && 'problem' in reading) {
-      problems.push(problemAt({ ...whereFound(found), repetition: reading.person.repetition + 1, component: 1 }, 102, reading.problem));
-      return undefined;
+    if (!reading) {
+      named ??= persons.find(hasName);
+      continue;
+    }
+    const npi = 'problem' in reading ? undefined : reading.npi;
+    if ('problem' in reading) {
+      warnings.push(warningAt({ ...whereFound(found), repetition: reading.person.repetition + 1, component: 1 }, 102, `${reading.problem}: verified without it`));
     }
     // The NPI's repetition names the person; failing that, another repetition of the same field.
-    if (reading) return providerOf(reading.npi, reading.person.lastName === undefined ? (persons.find(hasName) ?? reading.person) : reading.person);
-    named ??= persons.find(hasName);
+    return providerOf(npi, reading.person.lastName === undefined ? (persons.find(hasName) ?? reading.person) : reading.person);
   }
   return named && providerOf(undefined, named);
 }

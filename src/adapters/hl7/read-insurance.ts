@@ -153,9 +153,16 @@ function readRelationship(
   for (const { path, tables } of entries) {
     const found = firstValue(group, [path]);
     if (!found) continue;
-    const relationship = codes.relationship(found.value, tables);
-    if (!relationship) problems.push(problemAt(whereFound(found), 103, `relationship code is not in ${tables.map(tableName).join(' or ')}`));
-    return relationship && { relationship, where: whereFound(found) };
+    const reading = codes.relationship(found.value, tables);
+    if (reading === undefined) {
+      problems.push(problemAt(whereFound(found), 103, `relationship code is not in ${oneOf(tables.map(codes.relationshipTableLabel))}`));
+      return undefined;
+    }
+    if (reading === 'ambiguous') {
+      problems.push(problemAt(whereFound(found), 103, `relationship is ambiguous: send a code of ${codes.relationshipTableLabel(tables[0] ?? '')}`));
+      return undefined;
+    }
+    return { relationship: reading, where: whereFound(found) };
   }
   const paths = profile.insurance;
   const where = whereMissing(group, entries.map((e) => e.path));
@@ -167,6 +174,7 @@ function readRelationship(
   return undefined;
 }
 
-function tableName(table: string): string {
-  return /^\d+$/.test(table) ? `table ${table}` : table.toUpperCase();
+/** `a`, `a or b`, `a, b or c`. */
+function oneOf(items: readonly string[]): string {
+  return items.length <= 1 ? (items[0] ?? '') : `${items.slice(0, -1).join(', ')} or ${items.at(-1)}`;
 }

@@ -2,14 +2,14 @@ import { readdirSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { CoverageEligibilityResponse, OperationOutcome } from 'fhir/r4';
 import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
-import { checksFromBundle } from '../../../src/adapters/fhir/in';
-import { FhirInputError } from '../../../src/adapters/fhir/operation-outcome';
+import { convertBundle } from '../../../src/adapters/fhir/in';
+import { FhirInputError, operationOutcome } from '../../../src/adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse, type ResponseRefs } from '../../../src/adapters/fhir/out';
 import type { EligibilityCheck, PayerResolution, PayerResolver } from '../../../src/domain';
 import { projectRoot } from '../../../src/mapping-files';
 import { toOutcome } from '../../../src/verification/outcome';
 
-/** fixtures/fhir: <name>.bundle.json and <name>.expected.json (the checks, or the OperationOutcome of a bundle that cannot make them). */
+/** fixtures/fhir: <name>.bundle.json and <name>.expected.json (see convertFixture). */
 export const BUNDLE_DIR = path.join(projectRoot, 'fixtures', 'fhir');
 /** fixtures/results: <name>.json (a verification body) and <name>.expected.json (the CoverageEligibilityResponse). */
 export const RESULT_DIR = path.join(projectRoot, 'fixtures', 'results');
@@ -40,13 +40,30 @@ export const resultNames = () =>
 export const readBundle = (name: string) => readJson(path.join(BUNDLE_DIR, `${name}.bundle.json`));
 export const readResult = (name: string) => readJson(path.join(RESULT_DIR, `${name}.json`));
 
-export function convertBundle(name: string, resolver?: PayerResolver): EligibilityCheck[] | OperationOutcome {
+/** The checks and, as an OperationOutcome, the notes of a conversion that has any. */
+export interface NotedChecks {
+  checks: EligibilityCheck[];
+  notes: OperationOutcome;
+}
+
+/**
+ * What a fixture's expected file holds: the checks `convert fhir` prints; `{ checks, notes }` when
+ * the conversion also has notes (warnings, information); or the OperationOutcome of a bundle that
+ * cannot make checks.
+ */
+export function convertFixture(name: string, resolver?: PayerResolver): EligibilityCheck[] | NotedChecks | OperationOutcome {
   try {
-    return checksFromBundle(readBundle(name), { routing: loadClinicRouting(), receivedAt: RECEIVED_AT, resolver });
+    const { checks, notes } = convertBundle(readBundle(name), { routing: loadClinicRouting(), receivedAt: RECEIVED_AT, resolver });
+    return notes.length === 0 ? checks : { checks, notes: operationOutcome(notes) };
   } catch (err) {
     if (err instanceof FhirInputError) return err.outcome;
     throw err;
   }
+}
+
+/** The checks of a fixture's output, whichever form it has. */
+export function checksOf(out: ReturnType<typeof convertFixture>): EligibilityCheck[] {
+  return Array.isArray(out) ? out : 'checks' in out ? out.checks : [];
 }
 
 export function convertResult(name: string): CoverageEligibilityResponse {

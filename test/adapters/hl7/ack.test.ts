@@ -119,6 +119,16 @@ describe('acknowledgements', () => {
     expect(parseHl7Message(commitError?.text ?? '').first('ERR')?.rawField(3)).toBe('207^Application internal error^HL70357');
   });
 
+  it('writes a warning as an ERR of severity W on an AA, never on the accept ACK, and E for an error beside it', () => {
+    const npi: Hl7Problem = { segment: 'AIP', sequence: 1, field: 3, component: 1, reason: 'provider NPI fails the check digit: verified without it', code: 102, ackCode: 'AA' };
+    const [accept, application] = acknowledgements(readMessageHeader(inbound('2.5.1', '|||AL|AL')), { commit: 'CA', application: 'AA', problems: [npi] });
+    expect(parseHl7Message(accept?.text ?? '').all('ERR')).toHaveLength(0);
+    const err = parseHl7Message(application?.text ?? '').first('ERR');
+    expect([application?.code, err?.rawField(2), err?.value(4), err?.value(8)]).toEqual(['AA', 'AIP^1^3^1^1', 'W', 'AIP-3.1: provider NPI fails the check digit: verified without it']);
+    const [rejected] = acknowledgements(readMessageHeader(inbound('2.5.1')), { commit: 'CA', application: 'AE', problems: [birthDate, npi] });
+    expect(parseHl7Message(rejected?.text ?? '').all('ERR').map((e) => e.value(4))).toEqual(['E', 'W']);
+  });
+
   it('answers a text with no readable header in original mode', () => {
     expect(acknowledgements(readMessageHeader('hello'), { commit: 'CR', application: 'AR', problems: [internal] }).map((a) => a.code)).toEqual(['AR']);
   });

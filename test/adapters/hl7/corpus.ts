@@ -64,6 +64,8 @@ export interface ExpectedErr {
   location: string;
   /** ERR-3 as written: table 0357 code^text^HL70357. */
   code: string;
+  /** ERR-4, written only when it is W (a warning); E otherwise. */
+  severity?: 'W';
   /** ERR-8, decoded. */
   text: string;
 }
@@ -73,21 +75,22 @@ export interface ExpectedMessage {
   /** The codes of the ACKs sent, in order, joined by `+` (`AE`; `CA+AE` in enhanced mode). */
   ack: string;
   outcome?: Exclude<Hl7Outcome, { kind: 'reject' }>;
+  /** The last ACK's ERRs: a rejection's errors, and the warnings of a message used despite them. */
   errors?: ExpectedErr[];
 }
 
-/** What the golden files hold for one message: the ACK codes, and the outcome or the last ACK's ERRs. */
+/** What the golden files hold for one message: the ACK codes, the outcome unless rejected, and the last ACK's ERRs if it has any. */
 export function observed(run: RunMessage): ExpectedMessage {
   const { outcome } = run.result;
   const base = { controlId: run.result.header?.controlId ?? '', ack: run.acks.map((a) => a.code).join('+') };
-  if (outcome.kind !== 'reject') return { ...base, outcome: JSON.parse(JSON.stringify(outcome, withoutPlumbing)) };
   const last = run.acks.at(-1);
-  const errors = (last ? parseHl7Message(last.text).all('ERR') : [])
-    .map((err) => {
-      const eld = err.rawField(1);
-      return { ...(eld && { eld }), location: err.rawField(2), code: err.rawField(3), text: err.value(8) };
-    });
-  return { ...base, errors };
+  const errors = (last ? parseHl7Message(last.text).all('ERR') : []).map((err) => {
+    const eld = err.rawField(1);
+    const severity = err.value(4) === 'W' ? { severity: 'W' as const } : {};
+    return { ...(eld && { eld }), location: err.rawField(2), code: err.rawField(3), ...severity, text: err.value(8) };
+  });
+  if (outcome.kind === 'reject') return { ...base, errors };
+  return { ...base, outcome: JSON.parse(JSON.stringify(outcome, withoutPlumbing)), ...(errors.length > 0 && { errors }) };
 }
 
 /**

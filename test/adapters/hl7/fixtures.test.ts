@@ -93,12 +93,40 @@ describe('the corpus', () => {
           expect(ack.header.value(10)).not.toBe(header.controlId);
         }
         // A commit accept says the message was kept; the errors in its data are the application ACK's to carry.
-        const problems = run.result.outcome.kind === 'reject' && code !== 'CA' ? run.result.outcome.problems.length : 0;
+        const errors = run.result.outcome.kind === 'reject' ? run.result.outcome.problems.length : 0;
+        const problems = code === 'CA' ? 0 : errors + (run.result.warnings?.length ?? 0);
         expect(ack.all('ERR').length).toBe(problems);
       }
     }
     const ackIds = all().flatMap((r) => r.acks.map((a) => a.controlId));
     expect(new Set(ackIds).size).toBe(ackIds.length);
+  });
+
+  it('uses a message with warnings (AA), each an ERR of severity W, and every check it makes carries them', () => {
+    const warned = all().filter((r) => r.result.outcome.kind !== 'reject' && (r.result.warnings?.length ?? 0) > 0);
+    expect(warned.length).toBeGreaterThanOrEqual(3);
+    for (const run of warned) {
+      const application = run.acks.at(-1);
+      expect(application?.code).toBe('AA');
+      const errs = parseHl7Message(application?.text ?? '').all('ERR');
+      expect(errs.map((e) => e.value(4))).toEqual(errs.map(() => 'W'));
+      const lines = (run.result.warnings ?? []).map((w) => `${w.segment}${w.sequence > 1 ? `[${w.sequence}]` : ''}-${w.field}`);
+      for (const check of checksOf(run)) expect((check.warnings ?? []).map((w) => w.split(/[.:]/)[0])).toEqual(lines);
+    }
+    const reasons = warned.flatMap((r) => r.result.warnings ?? []).map((w) => `${w.segment}-${w.field}`);
+    for (const field of ['MSH-10', 'AIP-3', 'PV1-7', 'AIG-3']) expect(reasons).toContain(field);
+  });
+
+  it('knows a message without MSH-10 by a sha256 of its content: its checks carry it, its ACK leaves MSA-2 empty', () => {
+    const unnamed = all().filter((r) => r.result.header?.controlId === '' && r.result.outcome.kind !== 'reject');
+    expect(unnamed.length).toBeGreaterThanOrEqual(2);
+    for (const run of unnamed) {
+      expect(run.result.messageControlId).toMatch(/^sha256:[0-9a-f]{64}$/);
+      for (const check of checksOf(run)) expect(check.source).toMatchObject({ messageControlId: run.result.messageControlId });
+      for (const ack of run.acks) expect(parseHl7Message(ack.text).first('MSA')?.value(2)).toBe('');
+    }
+    const named = all().filter((r) => r.result.header?.controlId);
+    for (const run of named) expect(run.result.messageControlId).toBe(run.result.header?.controlId);
   });
 
   it('never puts patient data into an error', () => {
@@ -126,8 +154,14 @@ describe('the corpus', () => {
     expect(values.length).toBeGreaterThan(30);
     const rejected = all().filter((r) => r.result.outcome.kind === 'reject');
     expect(rejected.length).toBeGreaterThanOrEqual(10);
-    for (const run of rejected) {
-      const texts = [...run.acks.map((a) => a.text), ...(run.result.outcome.kind === 'reject' ? run.result.outcome.problems.map((p) => p.reason) : [])];
+    const warned = all().filter((r) => (r.result.warnings?.length ?? 0) > 0);
+    for (const run of [...rejected, ...warned]) {
+      const texts = [
+        ...run.acks.map((a) => a.text),
+        ...(run.result.outcome.kind === 'reject' ? run.result.outcome.problems.map((p) => p.reason) : []),
+        ...(run.result.warnings ?? []).map((p) => p.reason),
+        ...checksOf(run).flatMap((c) => c.warnings ?? []),
+      ];
       for (const text of texts) for (const value of values) expect(text).not.toContain(value);
     }
   });

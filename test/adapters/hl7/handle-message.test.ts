@@ -1,5 +1,5 @@
 import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
-import { handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
+import { ackFor, handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
 import type { PatientInsuranceStore } from '../../../src/domain';
 import { fixturePayers } from './fixture-payers';
 import { segment } from './segment';
@@ -195,11 +195,63 @@ describe('the provider', () => {
     expect(await providerOf(pv1('1234567890^CHEN^LAURA~1234567893^CHEN^LAURA'))).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
   });
 
-  it('refuses an NPI that fails the check digit, naming its repetition', async () => {
-    expect(await providerOf(pv1('LOC1^CHEN^LAURA~1234567890^CHEN^LAURA^^^^^^^^^^NPI'))).toEqual([
-      { segment: 'PV1', sequence: 1, field: 7, repetition: 2, component: 1, reason: 'provider NPI fails the check digit', code: 102, ackCode: 'AE' },
+  it('verifies without an NPI that fails the check digit or is not ten digits: AA with a W ERR naming its repetition, the check warned', async () => {
+    const result = await run([msh('SIU^S12'), SCH, PID, delta, pv1('LOC1^CHEN^LAURA~1234567890^CHEN^LAURA^^^^^^^^^^NPI')]);
+    expect(result.ackCode).toBe('AA');
+    expect(result.warnings).toEqual([
+      { segment: 'PV1', sequence: 1, field: 7, repetition: 2, component: 1, reason: 'provider NPI fails the check digit: verified without it', code: 102, ackCode: 'AA' },
     ]);
-    expect(await providerOf(pv1('LOC1^CHEN^LAURA^^^^^^^^^^NPI'))).toEqual([expect.objectContaining({ field: 7, repetition: 1, reason: 'provider NPI is not ten digits' })]);
+    const [check] = checksOf(result);
+    expect(check?.provider).toEqual({ firstName: 'LAURA', lastName: 'CHEN' });
+    expect(check?.warnings).toEqual(['PV1-7.1: provider NPI fails the check digit: verified without it']);
+    const [ack] = ackFor(result);
+    expect(ack?.code).toBe('AA');
+    expect(ack?.text.split('\r').filter((s) => s.startsWith('ERR|'))).toEqual([
+      'ERR||PV1^1^7^2^1|102^Data type error^HL70357|W||||PV1-7.1: provider NPI fails the check digit: verified without it',
+    ]);
+    const short = await run([msh('SIU^S12'), SCH, PID, delta, pv1('12345^CHEN^LAURA^^^^^^^^^^NPI')]);
+    expect(short.warnings).toEqual([expect.objectContaining({ field: 7, repetition: 1, reason: 'provider NPI is not ten digits: verified without it' })]);
+    expect(checksOf(short)[0]?.provider).toEqual({ firstName: 'LAURA', lastName: 'CHEN' });
+  });
+
+  it('finds the dentist in AIG-3 when neither AIP-3 nor PV1-7 names one (eClinicalWorks-style feeds)', async () => {
+    expect(await providerOf('AIG|1||1234567893^CHEN^LAURA|D')).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf(pv1('LOC9^PARK^DANIEL'), 'AIG|1||1234567893^CHEN^LAURA|D')).toEqual({ npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf('AIP|1||1987654328^PARK^DANIEL|D', 'AIG|1||1234567893^CHEN^LAURA|D')).toEqual({ npi: '1987654328', firstName: 'DANIEL', lastName: 'PARK' });
+  });
+});
+
+describe('a message without a control id (MSH-10 empty)', () => {
+  const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+  const unnamed = [msh('SIU^S12', ''), SCH, PID, delta];
+
+  it('is used, known by a sha256 of its content: the checks and the store carry that id, the ACK has MSA-2 empty and a W ERR at MSH-10', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const result = await run(unnamed, store);
+    expect(result.ackCode).toBe('AA');
+    expect(result.messageControlId).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const [check] = checksOf(result);
+    expect(check?.source.kind === 'hl7' && check.source.messageControlId).toBe(result.messageControlId);
+    expect(check?.warnings).toEqual(['MSH-10: message control id missing: known by a hash of its content']);
+    const key = { facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } };
+    expect((await store.get(key))?.messageControlId).toBe(result.messageControlId);
+    const [ack] = ackFor(result);
+    const segments = ack?.text.split('\r') ?? [];
+    expect(segments[1]).toBe('MSA|AA||MSH-10: message control id missing: known by a hash of its content');
+    expect(segments[2]).toBe('ERR||MSH^1^10^1|101^Required field missing^HL70357|W||||MSH-10: message control id missing: known by a hash of its content');
+  });
+
+  it('gets the same id when resent with other line endings and framing, and another id when anything else differs', async () => {
+    const first = await run(unnamed);
+    const resent = await handleHl7Message(`\x0b${unnamed.join('\r\n')}\r\n\x1c\r`, { mappings, routing, store: new InMemoryPatientInsuranceStore(), receivedAt });
+    expect(resent.messageControlId).toBe(first.messageControlId);
+    const other = await run([msh('SIU^S12', ''), SCH.replace('20240610', '20240611'), PID, delta]);
+    expect(other.messageControlId).not.toBe(first.messageControlId);
+    expect((await run([msh('SIU^S12', '  '), SCH, PID, delta])).messageControlId).toMatch(/^sha256:/);
+  });
+
+  it('keeps a control id the sender wrote as it is', async () => {
+    expect((await run([msh('SIU^S12', 'CTRL-1'), SCH, PID, delta])).messageControlId).toBe('CTRL-1');
   });
 });
 

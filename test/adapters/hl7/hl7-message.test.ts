@@ -51,6 +51,18 @@ describe('parseHl7Message', () => {
     expect(message.first('IN1')?.value(4)).toBe('Suite #4');
   });
 
+  it('reads a message whose fields end in MSH just before a separator, in MSH-4, PID-17 and PV1-39 (node-hl7-client alone refuses it)', () => {
+    const text = [
+      'MSH|^~\\&|PMS|WESTMSH|ELIG|BSD|20240501||SIU^S12^SIU_S12|C1|P|2.5.1',
+      'PID|1||42^^^PMS^MR||DOE^JANE||||||||||||CHURCHMSH|',
+      `PV1|1|O${'|'.repeat(37)}EASTMSH|`,
+    ].join('\r');
+    const message = parseHl7Message(text);
+    expect(message.segments.map((s) => s.name)).toEqual(['MSH', 'PID', 'PV1']);
+    expect([message.header.value(4), message.first('PID')?.value(17), message.first('PV1')?.value(39)]).toEqual(['WESTMSH', 'CHURCHMSH', 'EASTMSH']);
+    expect(message.first('PID')?.value(5, 2)).toBe('JANE');
+  });
+
   it.each([
     ['', 'MSH: message is empty'],
     ['PID|1||42', 'MSH: message does not start with an MSH segment'],

@@ -38,9 +38,24 @@ describe('the shipped HL7 mappings', () => {
     expect(codeTables.relationship('CHD', ['0344'])).toBeUndefined();
   });
 
-  it('map table 0001 to FHIR gender, an unlisted code being unknown', () => {
+  it('map relationships written as words, whatever their case, spaces and hyphens; an ambiguous word is ambiguous, not guessed', () => {
+    const { codeTables } = mappings;
+    const words = ['SELF', 'Self', 'spouse', 'Wife', 'Child', 'Step-Child', 'stepchild', 'Foster  child', 'Domestic_Partner', 'Other'];
+    expect(words.map((w) => codeTables.relationship(w, ['0063', 'x12', 'words']))).toEqual([
+      'self', 'self', 'spouse', 'spouse', 'child', 'child', 'child', 'child', 'other', 'other',
+    ]);
+    for (const word of ['Dependent', 'Parent', 'mother']) expect(codeTables.relationship(word, ['0344', 'words'])).toBe('ambiguous');
+    expect(codeTables.relationship('Self', ['0063', 'x12'])).toBeUndefined();
+    expect(codeTables.relationship('Cousin', ['0063', 'x12', 'words'])).toBeUndefined();
+    expect(codeTables.relationshipTableLabel('0063')).toBe('table 0063');
+  });
+
+  it('map table 0001 and gender words to FHIR gender, an unlisted one being unknown', () => {
     expect(['F', 'M', 'O', 'U', 'A', 'N', 'Q'].map((c) => mappings.codeTables.gender(c))).toEqual([
       'female', 'male', 'other', 'unknown', 'other', 'other', 'unknown',
+    ]);
+    expect(['Female', 'MALE', 'male ', 'Non-binary', 'Unknown', 'Mal'].map((c) => mappings.codeTables.gender(c))).toEqual([
+      'female', 'male', 'male', 'other', 'unknown', 'unknown',
     ]);
   });
 });

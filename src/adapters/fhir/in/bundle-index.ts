@@ -58,6 +58,14 @@ export class BundleIndex {
     return this.fullUrls.get(resource) ?? resource.resourceType;
   }
 
+  /**
+   * A FHIRPath naming a resource wherever the Bundle came from (a file, or what was read from a
+   * server): `Coverage.where(id='cov-1')`; its entry when it has no id (a transaction Bundle).
+   */
+  pathOf(resource: AnyResource): string {
+    return resource.id && FHIR_ID.test(resource.id) ? `${resource.resourceType}.where(id='${resource.id}')` : this.entryPath(resource);
+  }
+
   /** Where a resource sits in the Bundle, for errors found before it has a place in the result. */
   entryPath(resource: AnyResource): string {
     return `Bundle.entry[${this.positions.get(resource) ?? '?'}].resource`;
@@ -82,6 +90,8 @@ export class BundleIndex {
     return { kind: 'found', resource: found };
   }
 }
+
+const FHIR_ID = /^[A-Za-z0-9\-.]{1,64}$/;
 
 /** `Type/id` from `http://host/base/Type/id[/_history/n]`. */
 export function relativeTail(url: string): string | undefined {

@@ -1,7 +1,7 @@
 import type { EligibilityCheck } from '../../../domain';
 import { FhirInputError } from '../operation-outcome';
 import { relativeTail } from './bundle-index';
-import { checksFromBundle, type FhirInputOptions } from './from-bundle';
+import { convertBundle, type FhirConversion, type FhirInputOptions } from './from-bundle';
 import { Appointment, Coverage } from './shapes';
 
 /** What the adapter needs from a FHIR server; small, so a test or an integrator can supply their own. */
@@ -14,16 +14,21 @@ export interface FhirReader {
 
 const PARTICIPANT_TYPES = ['Patient', 'Practitioner', 'Location'];
 
+/** The checks of convertFromServer alone, for callers with no use for its notes. */
+export async function checksFromServer(reader: FhirReader, appointmentId: string, options: Omit<FhirInputOptions, 'appointmentId'>): Promise<EligibilityCheck[]> {
+  return (await convertFromServer(reader, appointmentId, options)).checks;
+}
+
 /**
  * Reads what an appointment's checks need (the Appointment, its Patient, Practitioner and
  * Location, the patient's active Coverages with their payor Organizations and subscribers) and
  * converts it exactly as a Bundle holding those resources would be.
  */
-export async function checksFromServer(
+export async function convertFromServer(
   reader: FhirReader,
   appointmentId: string,
   options: Omit<FhirInputOptions, 'appointmentId'>,
-): Promise<EligibilityCheck[]> {
+): Promise<FhirConversion> {
   const gathered = new Map<string, unknown>();
   const gather = async (reference: string | undefined, types: string[]) => {
     const tail = reference ? relativeTail(reference) : undefined;
@@ -60,5 +65,5 @@ export async function checksFromServer(
     type: 'collection',
     entry: [...gathered.values()].map((resource) => ({ resource })),
   };
-  return checksFromBundle(bundle, { ...options, appointmentId });
+  return convertBundle(bundle, { ...options, appointmentId });
 }

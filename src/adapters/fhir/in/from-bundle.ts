@@ -1,8 +1,9 @@
 import { EligibilityCheck, idempotencyKey, IsoInstant, type PayerResolver, type Provider } from '../../../domain';
 import { resolveClinic, type ClinicRouting } from '../../clinic-routing';
-import { FhirInputError, type FhirIssue } from '../operation-outcome';
+import { describeFhirIssue, FhirInputError, type FhirIssue } from '../operation-outcome';
 import { BundleIndex, relativeTail, type AnyResource } from './bundle-index';
 import { activeCoverages, coverageFacts, coverageOrders } from './coverage';
+import { inForceOn } from './coverage-period';
 import { birthDate, gender, identifiers, personName } from './person';
 import { providerOf } from './provider';
 import { Appointment, Location, parseResource, Patient, Practitioner, pathOf, type Identifier, type Reference } from './shapes';
@@ -17,15 +18,33 @@ export interface FhirInputOptions {
   receivedAt: string;
 }
 
+/** What a Bundle's appointment makes: its checks, and what was left out of them and why. */
+export interface FhirConversion {
+  /** One per coverage in force on the date of service, primary first. */
+  checks: EligibilityCheck[];
+  /**
+   * Warnings and information, each naming an element: a coverage not in force on the date of
+   * service (no check), an invalid NPI (left out; each check carries the warning too). Errors
+   * are not here: they throw FhirInputError.
+   */
+  notes: FhirIssue[];
+}
+
 /** Appointments in these states need no verification. */
 const NOT_TO_VERIFY = new Set(['cancelled', 'noshow', 'entered-in-error']);
 
-/**
- * One EligibilityCheck per active coverage of the appointment's patient, primary first.
- * Missing or invalid data throws FhirInputError naming every element at fault; a patient with no
- * active coverage (self-pay) gives [].
- */
+/** The checks of convertBundle alone, for callers with no use for its notes. */
 export function checksFromBundle(bundle: unknown, options: FhirInputOptions): EligibilityCheck[] {
+  return convertBundle(bundle, options).checks;
+}
+
+/**
+ * One EligibilityCheck per active coverage of the appointment's patient in force on the date of
+ * service, primary first, with notes on what was left out. Missing or invalid data throws
+ * FhirInputError naming every element at fault; a patient with no active coverage (self-pay)
+ * gives no checks.
+ */
+export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirConversion {
   const receivedAt = IsoInstant.safeParse(options.receivedAt);
   if (!receivedAt.success) throw new FhirInputError([{ expression: 'receivedAt', diagnostics: receivedAt.error.issues[0]?.message ?? 'invalid', code: 'value' }]);
   const index = new BundleIndex(bundle);
@@ -34,7 +53,7 @@ export function checksFromBundle(bundle: unknown, options: FhirInputOptions): El
   const appointmentRaw = findAppointment(index, options.appointmentId);
   const appointment = parseResource(Appointment, appointmentRaw, 'Appointment', issues);
   if (!appointment) throw new FhirInputError(issues);
-  if (appointment.status && NOT_TO_VERIFY.has(appointment.status)) return [];
+  if (appointment.status && NOT_TO_VERIFY.has(appointment.status)) return { checks: [], notes: [] };
   const dateOfService = /^(\d{4}-\d{2}-\d{2})(T|$)/.exec(appointment.start ?? '')?.[1];
   if (!dateOfService) {
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
@@ -44,21 +63,23 @@ export function checksFromBundle(bundle: unknown, options: FhirInputOptions): El
   if (!patientRaw) throw new FhirInputError(issues);
   const patientResource = parseResource(Patient, patientRaw, 'Patient', issues);
   if (!patientResource) throw new FhirInputError(issues);
-  const coverages = activeCoverages(index, patientRaw, issues);
-  // Self-pay: nothing to verify, so nothing about the patient needs to be complete.
-  if (coverages.length === 0 && issues.length === 0) return [];
+  const notes: FhirIssue[] = [];
+  const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
+  // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
+  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes };
   const name = personName(patientResource.name, 'Patient', issues);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
-  const provider = practitionerOf(index, appointmentRaw, appointment, issues);
+  const warnings: FhirIssue[] = [];
+  const provider = practitionerOf(index, appointmentRaw, appointment, issues, warnings);
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
   const orders = coverageOrders(coverages, issues);
   const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
-  return coverages.map((c, i) => {
+  const checks = coverages.map((c, i) => {
     const fact = facts[i];
     const order = orders[i];
     if (!fact || !order) throw new FhirInputError([{ expression: `Coverage[${i}]`, diagnostics: 'could not be read', code: 'processing' }]);
@@ -77,6 +98,7 @@ export function checksFromBundle(bundle: unknown, options: FhirInputOptions): El
       provider,
       dateOfService,
     };
+    const checkWarnings = warnings.length > 0 ? warnings.map(describeFhirIssue) : undefined;
     const parsed = EligibilityCheck.safeParse({
       ...check,
       idempotencyKey: idempotencyKey(check),
@@ -87,12 +109,14 @@ export function checksFromBundle(bundle: unknown, options: FhirInputOptions): El
         coverage: index.relativeReference(c.raw),
         receivedAt: receivedAt.data,
       },
+      warnings: checkWarnings,
     });
     if (!parsed.success) {
       throw new FhirInputError(parsed.error.issues.map((e) => ({ expression: pathOf('EligibilityCheck', e.path), diagnostics: e.message, code: 'value' })));
     }
     return parsed.data;
   });
+  return { checks, notes: [...notes, ...warnings] };
 }
 
 function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {
@@ -130,11 +154,11 @@ function claimsType(ref: Reference, type: string): boolean {
   return ref.type === type || new RegExp(`(^|/)${type}/[^/]+$`).test(ref.reference ?? '');
 }
 
-function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, issues: FhirIssue[]): Provider | undefined {
+function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
   const found = participant(index, raw, appointment, 'Practitioner', issues);
   if (!found) return undefined;
   const practitioner = parseResource(Practitioner, found, 'Practitioner', issues);
-  return practitioner ? providerOf(practitioner, 'Practitioner', issues) : undefined;
+  return practitioner ? providerOf(practitioner, 'Practitioner', warnings) : undefined;
 }
 
 /** The clinic from the appointment's Location (by reference, else by identifier), else the default. */

@@ -1,2 +1,2 @@
-export { checksFromBundle, type FhirInputOptions } from './from-bundle';
-export { checksFromServer, type FhirReader } from './checks-from-server';
+export { checksFromBundle, convertBundle, type FhirConversion, type FhirInputOptions } from './from-bundle';
+export { checksFromServer, convertFromServer, type FhirReader } from './checks-from-server';

@@ -68,6 +68,7 @@ export const Coverage = resource('Coverage').extend({
   payor: z.array(Reference).optional(),
   class: z.array(z.looseObject({ type: CodeableConcept.optional(), value: Str.optional(), name: Str.optional() })).optional(),
   order: z.number().optional(),
+  period: z.looseObject({ start: Str.optional(), end: Str.optional() }).optional(),
 });
 export type Coverage = z.infer<typeof Coverage>;
 

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Bundle, Resource } from 'fhir/r4';
 import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
-import { checksFromServer, type FhirReader } from '../../../../src/adapters/fhir/in';
+import { checksFromServer, convertFromServer, type FhirReader } from '../../../../src/adapters/fhir/in';
 import { fhirKitReader } from '../../../../src/sync/fhir-reader';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
 import { startFhirServer, type FhirServer } from '../../../../src/sandbox/fhir-server';
@@ -50,23 +50,28 @@ describe('checksFromServer over fhir-kit-client', () => {
     await expect(checksFromServer(readerOf('self'), 'appt-missing', options)).rejects.toThrow('Appointment: the server has no Appointment with id appt-missing');
   });
 
+  /** One more active coverage of Ellen's, second in order, on the self server; each test deletes its own. */
+  const seedCoverage = (id: string, fields: { subscriberId: string; payor: Array<{ reference: string }>; period?: { end: string } }) =>
+    serverOf('self').seed([{ resourceType: 'Coverage', id, status: 'active', beneficiary: { reference: 'Patient/pat-ellen' }, order: 2, ...fields }]);
+
   it('reports a payor the server does not hold by its element', async () => {
     const server = serverOf('self');
-    await server.seed([
-      {
-        resourceType: 'Coverage',
-      id: 'cov-ellen-dangling',
-      status: 'active',
-      subscriberId: 'X1',
-      beneficiary: { reference: 'Patient/pat-ellen' },
-        payor: [{ reference: 'Organization/org-gone' }],
-        order: 2,
-      },
-    ]);
+    await seedCoverage('cov-ellen-dangling', { subscriberId: 'X1', payor: [{ reference: 'Organization/org-gone' }] });
     await expect(checksFromServer(readerOf('self'), 'appt-1001', options)).rejects.toThrow(
       'Coverage[1].payor[0]: references Organization/org-gone, which the bundle does not hold',
     );
     await server.repo.deleteResource('Coverage', 'cov-ellen-dangling');
+  });
+
+  it('gives the notes a Bundle would: an active coverage that ended makes no check and a warning naming its period', async () => {
+    const server = serverOf('self');
+    await seedCoverage('cov-ellen-ended', { subscriberId: 'X2', payor: [{ reference: 'Organization/org-delta-ca' }], period: { end: '2026-06-30' } });
+    const { checks, notes } = await convertFromServer(readerOf('self'), 'appt-1001', options);
+    expect(checks).toEqual(expected('self'));
+    expect(notes).toEqual([
+      { expression: "Coverage.where(id='cov-ellen-ended').period.end", diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' },
+    ]);
+    await server.repo.deleteResource('Coverage', 'cov-ellen-ended');
   });
 
   it('searches the patient\'s active coverages, following next links across pages', async () => {

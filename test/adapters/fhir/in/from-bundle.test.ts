@@ -2,10 +2,10 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Bundle, BundleEntry, FhirResource } from 'fhir/r4';
 import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
-import { checksFromBundle } from '../../../../src/adapters/fhir/in';
+import { checksFromBundle, convertBundle } from '../../../../src/adapters/fhir/in';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
 import { EligibilityCheck } from '../../../../src/domain';
-import { BUNDLE_DIR, bundleNames, convertBundle, readBundle, RECEIVED_AT, testPayers } from '../corpus';
+import { BUNDLE_DIR, bundleNames, checksOf, convertFixture, readBundle, RECEIVED_AT, testPayers } from '../corpus';
 
 /**
  * Golden files first: every fixtures/fhir/<name>.bundle.json against <name>.expected.json. Then
@@ -35,19 +35,22 @@ function issuesOf(run: () => unknown): Array<{ expression: string; diagnostics: 
 describe('each fixture gives its expected output', () => {
   it.each(names)('%s', (name) => {
     const expected = JSON.parse(readFileSync(path.join(BUNDLE_DIR, `${name}.expected.json`), 'utf8')) as unknown;
-    expect(convertBundle(name)).toEqual(expected);
+    expect(convertFixture(name)).toEqual(expected);
   });
 });
 
 describe('the corpus', () => {
-  const outputs = names.map((n) => ({ name: n, out: convertBundle(n) }));
-  const checks = outputs.flatMap(({ out }) => (Array.isArray(out) ? out : []));
+  const outputs = names.map((n) => ({ name: n, out: convertFixture(n) }));
+  const checks = outputs.flatMap(({ out }) => checksOf(out));
+  const noted = outputs.flatMap(({ name, out }) => (!Array.isArray(out) && 'notes' in out ? [{ name, ...out }] : []));
+  const failed = outputs.flatMap(({ name, out }) => (!Array.isArray(out) && 'issue' in out ? [{ name, out }] : []));
 
-  it('has self, spouse and child coverage, primary plus secondary, self-pay and bundles that cannot make checks', () => {
+  it('has self, spouse and child coverage, primary plus secondary, self-pay, conversions with notes and bundles that cannot make checks', () => {
     expect(new Set(checks.map((c) => c.subscriber.relationship))).toEqual(new Set(['self', 'spouse', 'child']));
     expect(outputs.some(({ out }) => Array.isArray(out) && out.map((c) => c.coverage.order).join() === 'primary,secondary')).toBe(true);
     expect(outputs.some(({ out }) => Array.isArray(out) && out.length === 0)).toBe(true);
-    expect(outputs.filter(({ out }) => !Array.isArray(out)).length).toBeGreaterThanOrEqual(2);
+    expect(noted.length).toBeGreaterThanOrEqual(2);
+    expect(failed.length).toBeGreaterThanOrEqual(2);
   });
 
   it('describes every bundle in fixtures/fhir/README.md', () => {
@@ -64,19 +67,30 @@ describe('the corpus', () => {
 
   it('gives each coverage of an appointment its own order and idempotency key', () => {
     for (const { out } of outputs) {
-      if (!Array.isArray(out)) continue;
-      expect(new Set(out.map((c) => c.coverage.order)).size).toBe(out.length);
-      expect(new Set(out.map((c) => c.idempotencyKey)).size).toBe(out.length);
+      const made = checksOf(out);
+      expect(new Set(made.map((c) => c.coverage.order)).size).toBe(made.length);
+      expect(new Set(made.map((c) => c.idempotencyKey)).size).toBe(made.length);
+    }
+  });
+
+  it('notes only warnings and information, each naming a Coverage period or the Practitioner, and every check carries the warnings its notes give about it', () => {
+    const severities = new Set(noted.flatMap(({ notes }) => (notes.issue ?? []).map((i) => i.severity)));
+    expect(severities).toEqual(new Set(['warning', 'information']));
+    for (const { checks: made, notes } of noted) {
+      for (const issue of notes.issue ?? []) expect(issue.expression?.[0]).toMatch(/^(Coverage\.where\(id='[^']+'\)\.period\.(start|end)|Practitioner\.identifier)$/);
+      const aboutChecks = (notes.issue ?? []).filter((i) => i.expression?.[0]?.startsWith('Practitioner')).map((i) => `${i.expression?.[0]}: ${i.diagnostics}`);
+      for (const check of made) expect(check.warnings ?? []).toEqual(aboutChecks);
     }
   });
 
   it('names at least one element in every OperationOutcome and puts no patient data in it', () => {
-    for (const { name, out } of outputs) {
-      if (Array.isArray(out)) continue;
+    for (const { name, out } of [...failed, ...noted.map(({ name, notes }) => ({ name: `error-${name}`, out: notes }))]) {
       expect(out.issue.length).toBeGreaterThan(0);
       const text = JSON.stringify(out);
-      for (const patientValue of ['Whitaker', 'Alvarez', 'Ellen', '1978-03-14', 'DD1234567', 'W778899001']) expect(text).not.toContain(patientValue);
-      for (const issue of out.issue) expect(issue.expression?.[0]).toMatch(/^(Patient|Coverage\[\d\]|Appointment|Location|Practitioner)(\.|$)/);
+      for (const patientValue of ['Whitaker', 'Alvarez', 'Ellen', 'Raman', '1978-03-14', '1990-02-17', 'DD1234567', 'W778899001', 'DD3344556', '1234567890']) {
+        expect(text).not.toContain(patientValue);
+      }
+      for (const issue of out.issue) expect(issue.expression?.[0]).toMatch(/^(Patient|Coverage\[\d\]|Coverage\.where\(id='[^']+'\)|Appointment|Location|Practitioner)(\.|$)/);
       expect(name).toMatch(/^error-/);
     }
   });
@@ -84,8 +98,8 @@ describe('the corpus', () => {
 
 describe('checksFromBundle', () => {
   it('converts the same event twice into the same keys (idempotent), and another date of service into new ones', () => {
-    const again = convertBundle('self');
-    expect(again).toEqual(convertBundle('self'));
+    const again = convertFixture('self');
+    expect(again).toEqual(convertFixture('self'));
     const moved = bundleOf('self');
     resource(moved, 'Appointment').start = '2026-12-02T09:00:00-08:00';
     expect(convert(moved)[0]?.idempotencyKey).not.toBe((again as EligibilityCheck[])[0]?.idempotencyKey);
@@ -205,16 +219,16 @@ describe('checksFromBundle', () => {
   });
 
   it('skips self-pay coverages and gives [] for a patient with no insurance, however incomplete the patient', () => {
-    expect(convertBundle('self-pay')).toEqual([]);
+    expect(convertFixture('self-pay')).toEqual([]);
     const bundle = bundleOf('self-pay');
     delete resource(bundle, 'Patient').birthDate;
     expect(convert(bundle)).toEqual([]);
   });
 
   it('names the payer from a contained Organization, or from a logical reference with identifier and display', () => {
-    const child = convertBundle('child') as EligibilityCheck[];
+    const child = convertFixture('child') as EligibilityCheck[];
     expect(child[0]?.coverage.payer).toEqual({ name: 'Cigna Dental', id: '62308' });
-    const spouse = convertBundle('spouse') as EligibilityCheck[];
+    const spouse = convertFixture('spouse') as EligibilityCheck[];
     expect(spouse[0]?.coverage.payer).toEqual({ name: 'MetLife', id: '65978' });
   });
 
@@ -235,8 +249,8 @@ describe('checksFromBundle', () => {
   });
 
   it('routes the clinic by Location reference, by Location identifier, or else to the default clinic', () => {
-    expect((convertBundle('self') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_main');
-    expect((convertBundle('child') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_north');
+    expect((convertFixture('self') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_main');
+    expect((convertFixture('child') as EligibilityCheck[])[0]?.clinicId).toBe('cln_sandbox_north');
     const bundle = bundleOf('self');
     resource(bundle, 'Appointment').participant = resource(bundle, 'Appointment').participant.filter((p) => !p.actor?.reference?.startsWith('Location/'));
     expect(convert(bundle)[0]?.clinicId).toBe(routing.defaultClinicId);
@@ -247,18 +261,85 @@ describe('checksFromBundle', () => {
   });
 
   it('reads the provider NPI (check digit verified) and tax id from the Practitioner', () => {
-    expect((convertBundle('self') as EligibilityCheck[])[0]?.provider).toEqual({ npi: '1234567893', taxId: '94-1234567', firstName: 'Grace', lastName: 'Chen' });
-    const bundle = bundleOf('self');
-    resource(bundle, 'Practitioner').identifier = [{ system: 'http://hl7.org/fhir/sid/us-npi', value: '1234567890' }];
-    expect(issuesOf(() => convert(bundle))).toEqual([
-      { expression: 'Practitioner.identifier', diagnostics: 'the us-npi identifier is not a valid NPI (10 digits with a check digit)' },
-    ]);
+    expect((convertFixture('self') as EligibilityCheck[])[0]?.provider).toEqual({ npi: '1234567893', taxId: '94-1234567', firstName: 'Grace', lastName: 'Chen' });
+  });
+
+  it('verifies without an NPI that is not ten digits or fails the check digit, warning in the check and in the notes', () => {
+    for (const value of ['1234567890', '123456789', 'NPI-1']) {
+      const bundle = bundleOf('self');
+      resource(bundle, 'Practitioner').identifier = [{ system: 'http://hl7.org/fhir/sid/us-npi', value }];
+      const { checks: [check], notes } = convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+      const diagnostics = 'the us-npi identifier is not a valid NPI (10 digits with a check digit): verified without it';
+      expect(check?.provider).toEqual({ firstName: 'Grace', lastName: 'Chen' });
+      expect(check?.warnings).toEqual([`Practitioner.identifier: ${diagnostics}`]);
+      expect(notes).toEqual([{ expression: 'Practitioner.identifier', diagnostics, code: 'value', severity: 'warning' }]);
+    }
+  });
+
+  describe('Coverage.period against the date of service (2026-12-01)', () => {
+    const periodOf = (period: { start?: string; end?: string }) => {
+      const bundle = bundleOf('self');
+      resource(bundle, 'Coverage').period = period;
+      return convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+    };
+    const START = "Coverage.where(id='cov-ellen-delta').period.start";
+    const END = "Coverage.where(id='cov-ellen-delta').period.end";
+
+    it.each([
+      [{ start: '2026-01-01', end: '2026-12-31' }],
+      [{ start: '2026-12-01' }],
+      [{ end: '2026-12-01' }],
+      [{ start: '2026-12', end: '2026-12' }],
+      [{ start: '2026', end: '2026' }],
+      [{ start: '2026-12-01T00:00:00-08:00', end: '2026-12-01T23:59:59-08:00' }],
+    ])('verifies a coverage in force that day: %j', (period) => {
+      expect(periodOf(period)).toMatchObject({ checks: [{ dateOfService: '2026-12-01' }], notes: [] });
+    });
+
+    it('makes no check for one that starts later, saying so as information', () => {
+      for (const start of ['2026-12-02', '2027', '2027-01', '2026-12-02T00:00:00Z']) {
+        expect(periodOf({ start })).toEqual({
+          checks: [],
+          notes: [{ expression: START, diagnostics: 'starts after the date of service: no check', code: 'informational', severity: 'information' }],
+        });
+      }
+    });
+
+    it('does not verify one that ended, though its status is active, saying so as a warning', () => {
+      for (const end of ['2026-11-30', '2026-11', '2025']) {
+        expect(periodOf({ start: '2020-01-01', end })).toEqual({
+          checks: [],
+          notes: [{ expression: END, diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' }],
+        });
+      }
+    });
+
+    it('refuses a period bound that is not a dateTime, naming it', () => {
+      expect(issuesOf(() => periodOf({ end: '31/12/2026' }))).toEqual([
+        { expression: END, diagnostics: 'must be a FHIR dateTime (YYYY, YYYY-MM, YYYY-MM-DD or with a time and offset)' },
+      ]);
+    });
+
+    it('names a coverage without an id by its Bundle entry', () => {
+      const bundle = bundleOf('self');
+      const coverage = resource(bundle, 'Coverage');
+      coverage.period = { end: '2026-01-31' };
+      delete coverage.id;
+      expect(convertBundle(bundle, { routing, receivedAt: RECEIVED_AT }).notes[0]?.expression).toBe('Bundle.entry[2].resource.period.end');
+    });
+
+    it('gives the coverages left the positions they rank in: an ended primary leaves the secondary primary', () => {
+      const bundle = bundleOf('primary-secondary');
+      resource(bundle, 'Coverage', 'cov-marco-delta').period = { end: '2026-06-30' };
+      const { checks } = convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+      expect(checks.map((c) => [c.source.kind === 'fhir' ? c.source.coverage : '', c.coverage.order])).toEqual([['Coverage/cov-marco-aetna', 'primary']]);
+    });
   });
 
   it('carries the payer resolution when a resolver is given', () => {
-    expect((convertBundle('self', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toMatchObject({ status: 'resolved', commonPayerId: 'CDCA1' });
-    expect((convertBundle('child', testPayers) as EligibilityCheck[])[0]?.coverage.resolution?.status).toBe('ambiguous');
-    expect((convertBundle('spouse', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toEqual({ status: 'unknown' });
+    expect((convertFixture('self', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toMatchObject({ status: 'resolved', commonPayerId: 'CDCA1' });
+    expect((convertFixture('child', testPayers) as EligibilityCheck[])[0]?.coverage.resolution?.status).toBe('ambiguous');
+    expect((convertFixture('spouse', testPayers) as EligibilityCheck[])[0]?.coverage.resolution).toEqual({ status: 'unknown' });
   });
 
   it('needs appointmentId to choose among several appointments, and finds the one named', () => {

@@ -2,13 +2,10 @@ import type { EligibilityCheck } from '../../../../src/domain';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../../../../src/adapters/fhir/out';
 import { validateR4 } from '../../../../src/adapters/fhir/validate';
 import { toOutcome } from '../../../../src/verification/outcome';
-import { bundleNames, convertBundle, CREATED, readResult, RESULT_REFS, testPayers } from '../corpus';
+import { bundleNames, checksOf, convertFixture, CREATED, readResult, RESULT_REFS, testPayers } from '../corpus';
 
 /** Every check the FHIR fixtures make, as the request it is verified for. */
-const checks = bundleNames().flatMap((name) => {
-  const out = convertBundle(name, testPayers);
-  return Array.isArray(out) ? out.map((check) => ({ name, check })) : [];
-});
+const checks = bundleNames().flatMap((name) => checksOf(convertFixture(name, testPayers)).map((check) => ({ name, check })));
 const [self] = checks.filter((c) => c.name === 'self').map((c) => c.check) as [EligibilityCheck];
 
 describe('toCoverageEligibilityRequest', () => {
