@@ -79,7 +79,7 @@ describe('MllpListener', () => {
   let results: Hl7Result[];
   let deadLetters: Array<{ message: string; reason: string }>;
 
-  async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: { message: string; reason: string }) => Promise<void>, maxMessageBytes?: number) {
+  async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: { message: string; reason: string }) => Promise<void>, maxFrameBytes?: number) {
     const store = new InMemoryPatientInsuranceStore();
     const standard = createMessageHandler({ mappings, routing, store, onResult: async (r) => void results.push(r) });
     listener = new MllpListener({
@@ -88,7 +88,7 @@ describe('MllpListener', () => {
         return (handler ?? standard)(m);
       },
       onDeadLetter: onDeadLetter ?? (async (l) => void deadLetters.push(l)),
-      ...(maxMessageBytes !== undefined && { maxMessageBytes }),
+      ...(maxFrameBytes !== undefined && { maxFrameBytes }),
     });
     ({ port } = await listener.start());
   }
