@@ -33,6 +33,10 @@ export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionL
   log?: MllpLog;
 }
 
+export type { DeadLetter } from './mllp-answers';
+export type { MllpLog, MllpStats } from './mllp-stats';
+export type { Hl7Charset } from './hl7-charset';
+
 const MiB = 1024 * 1024;
 
 const limitsSchema = z.object({
