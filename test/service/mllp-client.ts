@@ -1,6 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { parseHl7Message } from '../../src/adapters/hl7';
 import { MllpDecoder } from '../../src/service/mllp-framing';
+import { MllpListener, type MllpListenerOptions } from '../../src/service/mllp-listener';
 import { segment } from '../adapters/hl7/segment';
 
 /** A raw MLLP sender on loopback for listener tests: writes bytes as given, reads every ACK frame. */
@@ -64,3 +65,28 @@ export const msa = (ack: string) => {
   const parsed = parseHl7Message(ack);
   return { code: parsed.first('MSA')?.value(1), echoes: parsed.first('MSA')?.value(2), id: parsed.header.value(10), err: parsed.first('ERR') };
 };
+
+/** A listener per test and the clients opened to it, all closed after each test. */
+export function listenerUnderTest() {
+  let listener: MllpListener | undefined;
+  let port = 0;
+  let clients: Client[] = [];
+  afterEach(async () => {
+    for (const c of clients) c.socket.destroy();
+    clients = [];
+    await listener?.stop();
+    listener = undefined;
+  });
+  return {
+    async start(options: MllpListenerOptions): Promise<MllpListener> {
+      listener = new MllpListener(options);
+      ({ port } = await listener.start());
+      return listener;
+    },
+    async open(encoding?: BufferEncoding): Promise<Client> {
+      const c = await client(port, encoding);
+      clients.push(c);
+      return c;
+    },
+  };
+}

@@ -1,7 +1,7 @@
 import { buildAck, readMessageHeader, type Ack } from '../../src/adapters/hl7';
 import { frame, FS, VT } from '../../src/service/mllp-framing';
 import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
-import { client, message, msa, type Client } from './mllp-client';
+import { listenerUnderTest, message, msa, type Client } from './mllp-client';
 
 /** The listener under senders that push too much, too slowly, or too often; real sockets on loopback. */
 const MiB = 1024 * 1024;
@@ -31,14 +31,14 @@ const memory = () => {
 };
 
 describe('MllpListener limits', () => {
+  const mllp = listenerUnderTest();
+  const open = () => mllp.open();
   let listener: MllpListener;
-  let port: number;
-  let clients: Client[];
   let deadLetters: DeadLetter[];
   let logged: Array<{ level: string; obj: object; msg: string }>;
 
   async function start(options: Partial<MllpListenerOptions> = {}) {
-    listener = new MllpListener({
+    listener = await mllp.start({
       handler: aa,
       onDeadLetter: (l) => void deadLetters.push(l),
       log: {
@@ -47,22 +47,11 @@ describe('MllpListener limits', () => {
       },
       ...options,
     });
-    ({ port } = await listener.start());
   }
-  const open = async () => {
-    const c = await client(port);
-    clients.push(c);
-    return c;
-  };
 
   beforeEach(() => {
-    clients = [];
     deadLetters = [];
     logged = [];
-  });
-  afterEach(async () => {
-    for (const c of clients) c.socket.destroy();
-    await listener.stop();
   });
 
   it('keeps memory bounded when the handler stalls and the sender pushes 300 MB, then answers everything once the handler goes on', async () => {

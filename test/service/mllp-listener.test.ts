@@ -12,7 +12,7 @@ import {
 } from '../../src/adapters/hl7';
 import { frame, FS, VT } from '../../src/service/mllp-framing';
 import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
-import { client, message, msa, type Client } from './mllp-client';
+import { listenerUnderTest, message, msa } from './mllp-client';
 
 /** Real sockets on loopback: a raw client speaks MLLP to the listener and reads every ACK frame. */
 const mappings = loadHl7Mappings();
@@ -22,9 +22,9 @@ const routing = loadClinicRouting();
 const dataError = (id: string, ack = '') => message(id, ack, '');
 
 describe('MllpListener', () => {
+  const mllp = listenerUnderTest();
+  const open = () => mllp.open();
   let listener: MllpListener;
-  let port: number;
-  let clients: Client[];
   let handled: string[];
   let results: Hl7Result[];
   let deadLetters: DeadLetter[];
@@ -32,7 +32,7 @@ describe('MllpListener', () => {
   async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: DeadLetter) => Promise<void>, options: Partial<MllpListenerOptions> = {}) {
     const store = new InMemoryPatientInsuranceStore();
     const standard = createMessageHandler({ mappings, routing, store, onResult: async (r) => void results.push(r) });
-    listener = new MllpListener({
+    listener = await mllp.start({
       handler: async (m) => {
         handled.push(m);
         return (handler ?? standard)(m);
@@ -40,23 +40,12 @@ describe('MllpListener', () => {
       onDeadLetter: onDeadLetter ?? (async (l) => void deadLetters.push(l)),
       ...options,
     });
-    ({ port } = await listener.start());
   }
-  const open = async () => {
-    const c = await client(port);
-    clients.push(c);
-    return c;
-  };
 
   beforeEach(() => {
-    clients = [];
     handled = [];
     results = [];
     deadLetters = [];
-  });
-  afterEach(async () => {
-    for (const c of clients) c.socket.destroy();
-    await listener.stop();
   });
 
   it('answers one message with one AA that echoes its control id', async () => {
@@ -307,8 +296,7 @@ describe('MllpListener', () => {
 
     it('reads an ISO-8859-1 message whose MSH-18 says 8859/1, and answers in ISO-8859-1', async () => {
       await start();
-      const c = await client(port, 'latin1');
-      clients.push(c);
+      const c = await mllp.open('latin1');
       c.socket.write(frame(german('L1', '8859/1'), 'latin1'));
       const [ack] = await c.waitFor(1);
       expect(handled[0]).toContain('MÜLLER^JÖRG');
