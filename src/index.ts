@@ -16,7 +16,7 @@ export * from './adapters/fhir/out';
 export { validateR4, assertValidR4 } from './adapters/fhir/validate';
 export { fhirWriter, type EligibilityWriter, type ChartRefs, type WrittenEligibility } from './sync/write-back';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
-export { MllpListener, type MllpListenerOptions } from './service/mllp-listener';
+export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
 export { startSandbox, type Sandbox, type SandboxOptions } from './sandbox';
 export { startFhirServer, type FhirServer, type FhirServerOptions } from './sandbox/fhir-server';

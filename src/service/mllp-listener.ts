@@ -1,8 +1,10 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { acknowledgements, type Ack, type CommitAckCode } from '../adapters/hl7/ack';
-import { rejection } from '../adapters/hl7/hl7-errors';
-import { readMessageHeader } from '../adapters/hl7/message-header';
-import { frame, MllpDecoder, type DecodedFrame } from './mllp-framing';
+import { z } from 'zod';
+import type { Ack } from '../adapters/hl7/ack';
+import { charsetOptionsSchema, type CharsetOptions } from './hl7-charset';
+import { answerFrame, type DeadLetter } from './mllp-answers';
+import { MllpConnection, type ConnectionLimits } from './mllp-connection';
+import { emptyStats, type MllpLog, type MllpStats } from './mllp-stats';
 
 /**
  * An MLLP listener on node:net. Each message gets its acknowledgements (one in original mode; in
@@ -13,24 +15,56 @@ import { frame, MllpDecoder, type DecodedFrame } from './mllp-framing';
  * fails too, the connection is dropped without an ACK, so the sender sends again and nothing is
  * lost. A sender that half-closes after its last message still gets every answer; the
  * connection is closed once they are written.
+ *
+ * It is built to survive any sender: memory per connection is bounded (see MllpConnection),
+ * decoding is linear in the bytes received, frames over maxFrameBytes are answered AR and kept,
+ * idle connections are closed and at most maxConnections are open. Framing, character sets and
+ * batches are described in mllp-framing.ts, hl7-charset.ts and mllp-batch.ts.
  */
-export interface MllpListenerOptions {
+export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionLimits> {
   /** Answers one message (the frame's text, without MLLP bytes) with its ACKs, in sending order. */
   handler: (message: string) => Promise<readonly Ack[]>;
-  /** Receives messages the handler could not take (it threw, or the frame was too large). */
-  onDeadLetter?: (letter: { message: string; reason: string; error?: unknown }) => void | Promise<void>;
+  /** Receives what the handler could not take: it threw, the frame was too large, undecodable or abandoned. */
+  onDeadLetter?: (letter: DeadLetter) => void | Promise<void>;
   host?: string;
   port?: number;
-  encoding?: 'utf8' | 'latin1';
-  /** Frames larger than this are answered AR (CR in enhanced mode) and skipped; default 1 MiB. */
-  maxMessageBytes?: number;
+  /** Connections open at once; more are closed as they arrive. */
+  maxConnections?: number;
+  log?: MllpLog;
 }
+
+export type { DeadLetter } from './mllp-answers';
+export type { MllpLog, MllpStats } from './mllp-stats';
+export type { Hl7Charset } from './hl7-charset';
+
+const MiB = 1024 * 1024;
+
+const limitsSchema = z.object({
+  maxFrameBytes: z.number().int().positive().default(MiB),
+  maxInFlightMessages: z.number().int().positive().default(32),
+  maxBufferedBytes: z.number().int().positive().default(4 * MiB),
+  // Long enough for a quiet practice's kept-open connection between appointments.
+  idleTimeoutMs: z.number().int().nonnegative().default(15 * 60_000),
+  maxConnections: z.number().int().positive().default(100),
+});
+
+const optionsSchema = limitsSchema.extend(charsetOptionsSchema.shape);
 
 export class MllpListener {
   private server: Server | undefined;
   private readonly sockets = new Set<Socket>();
+  private readonly counters = emptyStats();
+  private readonly settings: z.infer<typeof optionsSchema>;
 
-  constructor(private readonly options: MllpListenerOptions) {}
+  constructor(private readonly options: MllpListenerOptions) {
+    // The schema keeps only the limits and character sets, not the callbacks.
+    const parsed = optionsSchema.safeParse(options);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new Error(`MLLP listener option ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
+    }
+    this.settings = parsed.data;
+  }
 
   /** Starts listening (127.0.0.1 and an OS-assigned port unless told otherwise). */
   async start(): Promise<{ host: string; port: number }> {
@@ -59,70 +93,35 @@ export class MllpListener {
     await closed;
   }
 
-  private accept(socket: Socket): void {
-    this.sockets.add(socket);
-    const encoding = this.options.encoding ?? 'utf8';
-    const decoder = new MllpDecoder(this.options.maxMessageBytes ?? 1024 * 1024);
-    // Messages on one connection are handled one after another, so their answers leave in order.
-    let queue = Promise.resolve();
-    const next = (step: () => Promise<void> | void) => {
-      queue = queue.then(step).catch(() => {
-        socket.destroy();
-      });
-    };
-    socket.on('data', (chunk) => {
-      for (const decoded of decoder.push(chunk)) next(() => this.respond(socket, decoded, encoding));
-    });
-    // The sender is done sending: close our side too once every answer is written.
-    socket.on('end', () =>
-      next(() => {
-        socket.end();
-      }),
-    );
-    // A peer that resets the connection is normal; it must not take the process down.
-    socket.on('error', () => socket.destroy());
-    socket.on('close', () => this.sockets.delete(socket));
+  /** A snapshot of the counters (connections open, frames, dead letters, ACKs by code). */
+  stats(): MllpStats {
+    return { ...this.counters, acks: { ...this.counters.acks } };
   }
 
-  private async respond(socket: Socket, decoded: DecodedFrame, encoding: BufferEncoding): Promise<void> {
-    if (socket.destroyed) return;
-    const acks =
-      decoded.kind === 'message' ? await this.answer(decoded.payload.toString(encoding)) : await this.oversized(decoded.head.toString(encoding));
-    if (acks === undefined) {
+  private accept(socket: Socket): void {
+    const remote = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
+    const { log } = this.options;
+    if (this.sockets.size >= this.settings.maxConnections) {
+      this.counters.connectionsRefused++;
+      log?.warn({ remote, open: this.sockets.size, maxConnections: this.settings.maxConnections }, 'MLLP connection refused: too many open');
       socket.destroy();
       return;
     }
-    // An enhanced-mode commit ACK and application ACK go out back to back, before the next message's.
-    for (const ack of acks) if (!socket.destroyed) socket.write(frame(ack.text, encoding));
+    this.sockets.add(socket);
+    this.counters.connectionsAccepted++;
+    this.counters.connectionsOpen = this.sockets.size;
+    socket.on('close', () => {
+      this.sockets.delete(socket);
+      this.counters.connectionsOpen = this.sockets.size;
+    });
+    const { settings, counters: stats } = this;
+    new MllpConnection(socket, {
+      limits: settings,
+      stats,
+      log,
+      remote,
+      answer: (frame) =>
+        answerFrame(frame, { handler: this.options.handler, onDeadLetter: this.options.onDeadLetter, charsets: settings, maxFrameBytes: settings.maxFrameBytes, stats, log, remote }),
+    });
   }
-
-  private async answer(message: string): Promise<readonly Ack[] | undefined> {
-    try {
-      return await this.options.handler(message);
-    } catch (error) {
-      const kept = await this.deadLetter({ message, reason: 'the handler failed', error });
-      // Not stored: CE asks the sender to send it again.
-      return kept ? failure(message, 'CE', 'application internal error') : undefined;
-    }
-  }
-
-  private async oversized(head: string): Promise<Ack[] | undefined> {
-    const limit = this.options.maxMessageBytes ?? 1024 * 1024;
-    const kept = await this.deadLetter({ message: head, reason: `frame larger than ${limit} bytes (first bytes kept)` });
-    // Sending it again would not make it smaller: CR.
-    return kept ? failure(head, 'CR', `message larger than ${limit} bytes`) : undefined;
-  }
-
-  private async deadLetter(letter: { message: string; reason: string; error?: unknown }): Promise<boolean> {
-    try {
-      await this.options.onDeadLetter?.(letter);
-      return true;
-    } catch {
-      return false;
-    }
-  }
-}
-
-function failure(message: string, commit: CommitAckCode, reason: string): Ack[] {
-  return acknowledgements(readMessageHeader(message), { commit, application: 'AR', problems: [rejection({ segment: 'MSH' }, 207, reason)] });
 }

@@ -1,112 +1,51 @@
-import { connect, type Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import {
   buildAck,
   createMessageHandler,
   InMemoryPatientInsuranceStore,
   loadHl7Mappings,
-  parseHl7Message,
   readMessageHeader,
   type Ack,
   type Hl7Result,
 } from '../../src/adapters/hl7';
-import { frame, MllpDecoder } from '../../src/service/mllp-framing';
-import { MllpListener } from '../../src/service/mllp-listener';
-import { segment } from '../adapters/hl7/segment';
+import { frame, FS, VT } from '../../src/service/mllp-framing';
+import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
+import { listenerUnderTest, message, msa } from './mllp-client';
 
 /** Real sockets on loopback: a raw client speaks MLLP to the listener and reads every ACK frame. */
 const mappings = loadHl7Mappings();
 const routing = loadClinicRouting();
 
-/** `ack` is `|||MSH-15|MSH-16` for enhanced mode, empty for original mode. */
-const message = (id: string, ack = '', birthDate = '19800102') =>
-  [
-    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20240501||SIU^S12^SIU_S12|${id}|P|2.5.1${ack}`,
-    'SCH|APT-1^SC||||||||||^^^20240610093000',
-    `PID|1||P-1^^^SC^MR||DOE^JANE||${birthDate}|F`,
-    segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' }),
-  ].join('\r');
-
 /** Readable, but PID-7 is missing: AE, and kept as a dead letter by the service. */
 const dataError = (id: string, ack = '') => message(id, ack, '');
 
-interface Client {
-  socket: Socket;
-  acks: string[];
-  closed: Promise<void>;
-  waitFor(count: number): Promise<string[]>;
-}
-
-async function client(port: number): Promise<Client> {
-  const socket = connect(port, '127.0.0.1');
-  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-  const decoder = new MllpDecoder(1 << 20);
-  const acks: string[] = [];
-  let notify = () => {};
-  socket.on('data', (chunk) => {
-    for (const f of decoder.push(chunk)) if (f.kind === 'message') acks.push(f.payload.toString());
-    notify();
-  });
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
-  return {
-    socket,
-    acks,
-    closed,
-    waitFor: (count) =>
-      new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`got ${acks.length} ACKs, wanted ${count}`)), 3000);
-        notify = () => {
-          if (acks.length >= count) {
-            clearTimeout(timer);
-            resolve(acks);
-          }
-        };
-        notify();
-      }),
-  };
-}
-
-const msa = (ack: string) => {
-  const parsed = parseHl7Message(ack);
-  return { code: parsed.first('MSA')?.value(1), echoes: parsed.first('MSA')?.value(2), id: parsed.header.value(10), err: parsed.first('ERR') };
-};
-
 describe('MllpListener', () => {
+  const mllp = listenerUnderTest();
+  const open = () => mllp.open();
   let listener: MllpListener;
-  let port: number;
-  let clients: Client[];
   let handled: string[];
   let results: Hl7Result[];
-  let deadLetters: Array<{ message: string; reason: string }>;
+  let deadLetters: DeadLetter[];
 
-  async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: { message: string; reason: string }) => Promise<void>, maxMessageBytes?: number) {
+  async function start(handler?: (m: string) => Promise<readonly Ack[]>, onDeadLetter?: (l: DeadLetter) => Promise<void>, options: Partial<MllpListenerOptions> = {}) {
     const store = new InMemoryPatientInsuranceStore();
     const standard = createMessageHandler({ mappings, routing, store, onResult: async (r) => void results.push(r) });
-    listener = new MllpListener({
+    listener = await mllp.start({
       handler: async (m) => {
         handled.push(m);
         return (handler ?? standard)(m);
       },
       onDeadLetter: onDeadLetter ?? (async (l) => void deadLetters.push(l)),
-      ...(maxMessageBytes !== undefined && { maxMessageBytes }),
+      ...options,
     });
-    ({ port } = await listener.start());
   }
-  const open = async () => {
-    const c = await client(port);
-    clients.push(c);
-    return c;
-  };
 
   beforeEach(() => {
-    clients = [];
     handled = [];
     results = [];
     deadLetters = [];
-  });
-  afterEach(async () => {
-    for (const c of clients) c.socket.destroy();
-    await listener.stop();
   });
 
   it('answers one message with one AA that echoes its control id', async () => {
@@ -308,7 +247,7 @@ describe('MllpListener', () => {
   });
 
   it('answers a frame over the size limit with AR and goes on with the next', async () => {
-    await start(undefined, undefined, 400);
+    await start(undefined, undefined, { maxFrameBytes: 400 });
     const c = await open();
     const big = message('BIG') + `\rNTE|1||${'x'.repeat(1000)}`;
     c.socket.write(Buffer.concat([frame(big), frame(message('NEXT'))]));
@@ -317,6 +256,131 @@ describe('MllpListener', () => {
     expect(tooBig?.err?.value(8)).toBe('MSH: message larger than 400 bytes');
     expect(next).toMatchObject({ code: 'AA', echoes: 'NEXT' });
     expect(deadLetters).toHaveLength(1);
+  });
+
+  describe('framing a sender gets wrong', () => {
+    it('answers a frame ending in FS without CR, whether VT, other bytes or a pause follow', async () => {
+      await start();
+      const c = await open();
+      const bare = (m: string) => Buffer.concat([Buffer.from([VT]), Buffer.from(m), Buffer.from([FS])]);
+      c.socket.write(Buffer.concat([bare(message('F1')), bare(message('F2')), Buffer.from('\n'), bare(message('F3'))]));
+      expect((await c.waitFor(3)).map((a) => msa(a).echoes)).toEqual(['F1', 'F2', 'F3']);
+    });
+
+    it('dead-letters a frame cut short by a new start block and answers the next message normally', async () => {
+      await start();
+      const c = await open();
+      const fragment = message('GONE').slice(0, 60);
+      c.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from(fragment), frame(message('NEXT'))]));
+      await c.waitFor(1);
+      await new Promise((r) => setTimeout(r, 50)); // an ACK for the fragment would arrive now
+      expect(c.acks.map(msa)).toMatchObject([{ code: 'AA', echoes: 'NEXT' }]);
+      expect(handled.map((m) => readMessageHeader(m)?.controlId)).toEqual(['NEXT']);
+      expect(deadLetters).toEqual([{ message: fragment, bytes: Buffer.from(fragment), reason: 'frame abandoned after 60 bytes: a new frame began before it ended' }]);
+      expect(listener.stats()).toMatchObject({ framesAborted: 1, deadLetters: 1, acks: { AA: 1 } });
+    });
+
+    it('dead-letters what a sender leaves unfinished when it closes', async () => {
+      await start();
+      const c = await open();
+      c.socket.end(Buffer.concat([frame(message('DONE')), Buffer.from([VT]), Buffer.from('MSH|^~\\&|half')]));
+      await c.closed;
+      expect(c.acks.map((a) => msa(a).echoes)).toEqual(['DONE']);
+      expect(deadLetters.map((l) => [l.message, l.reason])).toEqual([['MSH|^~\\&|half', 'frame unfinished after 13 bytes when the connection ended or went idle']]);
+    });
+  });
+
+  describe('character sets (MSH-18)', () => {
+    // MSH-18 is the sixth field after MSH-12; PID-5 and MSH-5 carry letters outside ASCII.
+    const german = (id: string, charset: string) => message(id, `||||||${charset}`).replace('DOE^JANE', 'MÜLLER^JÖRG').replace('|ELIG|', '|ÉLIG|');
+
+    it('reads an ISO-8859-1 message whose MSH-18 says 8859/1, and answers in ISO-8859-1', async () => {
+      await start();
+      const c = await mllp.open('latin1');
+      c.socket.write(frame(german('L1', '8859/1'), 'latin1'));
+      const [ack] = await c.waitFor(1);
+      expect(handled[0]).toContain('MÜLLER^JÖRG');
+      expect(JSON.stringify(results[0])).toContain('MÜLLER');
+      expect(msa(ack ?? '')).toMatchObject({ code: 'AA', echoes: 'L1' });
+      // The ACK's MSH-3 is the message's MSH-5, written back as the one byte 0xC9, not UTF-8's two.
+      expect(c.raw[0]?.includes(Buffer.from('|ÉLIG|', 'latin1'))).toBe(true);
+      expect(c.raw[0]?.includes(Buffer.from('ÉLIG', 'utf8'))).toBe(false);
+    });
+
+    it('reads UTF-8 when MSH-18 says UNICODE UTF-8, and when it is empty (the default)', async () => {
+      await start();
+      const c = await open();
+      c.socket.write(Buffer.concat([frame(german('U1', 'UNICODE UTF-8')), frame(german('U2', ''))]));
+      await c.waitFor(2);
+      expect(handled.map((m) => m.includes('MÜLLER^JÖRG'))).toEqual([true, true]);
+      expect(c.raw.every((ack) => ack.includes(Buffer.from('|ÉLIG|', 'utf8')))).toBe(true);
+    });
+
+    it('applies the set configured for a sender whose MSH-18 is empty', async () => {
+      await start(undefined, undefined, { senderCharsets: { 'SMILECLOUD|BSD-MAIN': '8859/1', OTHER: 'UNICODE UTF-8' } });
+      const c = await open();
+      c.socket.write(frame(german('S1', ''), 'latin1'));
+      await c.waitFor(1);
+      expect(handled[0]).toContain('MÜLLER^JÖRG');
+    });
+
+    it('rejects bytes that are not valid in the set, and a set it cannot read, with AR naming MSH-18, keeping the bytes', async () => {
+      await start();
+      const c = await open();
+      const latin1 = frame(german('B1', ''), 'latin1');
+      c.socket.write(Buffer.concat([latin1, frame(german('B2', 'ISO IR87'))]));
+      const answers = (await c.waitFor(2)).map(msa);
+      expect(answers).toMatchObject([
+        { code: 'AR', echoes: 'B1' },
+        { code: 'AR', echoes: 'B2' },
+      ]);
+      expect(answers.map((a) => a.err?.rawField(2))).toEqual(['MSH^1^18^1', 'MSH^1^18^1']);
+      expect(answers.map((a) => a.err?.value(8))).toEqual([
+        'MSH-18: text is not valid UTF-8 and MSH-18 names no other character set',
+        'MSH-18: character set not supported (ASCII, 8859/1, UNICODE UTF-8)',
+      ]);
+      expect(handled).toEqual([]);
+      expect(deadLetters[0]?.bytes?.equals(latin1.subarray(1, -2))).toBe(true);
+      expect(listener.stats().framesUndecodable).toBe(2);
+    });
+
+    it('refuses to start with a set it does not know, naming the option', () => {
+      expect(() => new MllpListener({ handler: async () => [], defaultCharset: 'EBCDIC' as never })).toThrow(/^MLLP listener option defaultCharset: /);
+    });
+  });
+
+  describe('batches (BHS ... BTS, with or without FHS ... FTS) in one frame', () => {
+    const fixture = (name: string) => readFileSync(join(__dirname, '../../fixtures/hl7', name), 'utf8');
+    const segments = (text: string) => text.split('\r');
+
+    it('hands each message to the handler and answers with one acknowledgement batch holding every ACK', async () => {
+      await start();
+      const c = await open();
+      const batch = fixture('generic-v24-batch.hl7').replace(/^BHS\|([^\r\n]*)/, 'BHS|$1||||B-7');
+      c.socket.write(frame(batch));
+      const [reply] = await c.waitFor(1);
+      expect(handled.map((m) => readMessageHeader(m)?.controlId)).toEqual(['DW-1', 'DW-2', 'DW-3']);
+      const lines = segments(reply ?? '');
+      const bhs = (lines[0] ?? '').split('|');
+      // Sender and receiver swapped, its own BHS-11, the batch answered in BHS-12.
+      expect([bhs[0], bhs[2], bhs[3], bhs[4], bhs[5], bhs[11]]).toEqual(['BHS', '', '', 'DENTWARE', 'BSD-MAIN', 'B-7']);
+      expect(bhs[10]).toMatch(/^BACK[0-9A-F]{16}$/);
+      expect(lines.at(-1)).toBe('BTS|3');
+      const acks = reply?.split(/\r(?=MSH)/).slice(1).map((a) => a.replace(/\rBTS\|.*$/, '')) ?? [];
+      expect(acks.map((a) => msa(a).echoes)).toEqual(['DW-1', 'DW-2', 'DW-3']);
+      expect(acks.map((a) => msa(a).code)).toEqual(results.map((r) => r.ackCode));
+    });
+
+    it('mirrors a file envelope, and answers enhanced-mode messages with the ACKs they ask for', async () => {
+      await start();
+      const c = await open();
+      const file = fixture('generic-file-batch.hl7').replace('|TB-2|P|2.5', '|TB-2|P|2.5|||AL|AL');
+      c.socket.write(frame(file));
+      const lines = segments((await c.waitFor(1))[0] ?? '');
+      expect(lines.map((l) => l.slice(0, 3))).toEqual(['FHS', 'BHS', 'MSH', 'MSA', 'MSH', 'MSA', 'MSH', 'MSA', 'BTS', 'FTS']);
+      expect(lines.filter((l) => l.startsWith('MSA')).map((l) => l.split('|').slice(1, 3).join(' '))).toEqual(['AA TB-1', 'CA TB-2', 'AA TB-2']);
+      expect(lines.slice(-2)).toEqual(['BTS|3', 'FTS|1']);
+    });
   });
 
   it('closes open connections on stop', async () => {

@@ -1,0 +1,92 @@
+import { isUtf8 } from 'node:buffer';
+import { z } from 'zod';
+import { readDelimiters } from '../adapters/hl7/delimiters';
+import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
+
+/**
+ * The character set of a frame. A frame is bytes; its text depends on MSH-18 (table 0211), which
+ * can only be read once the bytes are text. MSH itself is ASCII, so it is read byte for byte
+ * (latin1 maps each byte to one character) to find MSH-18, and the whole frame is then decoded in
+ * the set MSH-18 names. Without MSH-18 the sender's configured set applies, then the default.
+ * ACKs go back in the set the message came in, so echoed fields reach the sender as they left it.
+ */
+
+/** The table 0211 values this listener reads, and how Node reads and writes each. */
+const ENCODINGS = {
+  // HL7's default when MSH-18 is empty. Senders that say ASCII often send Latin-1 bytes anyway,
+  // and reading every byte as Latin-1 keeps them instead of turning them into replacement marks.
+  ASCII: 'latin1',
+  '8859/1': 'latin1',
+  'UNICODE UTF-8': 'utf8',
+  // The v2.3 name for ISO 10646; over MLLP only its UTF-8 form is possible (UTF-16 bytes would
+  // hold VT and FS), and that is what senders that write UNICODE send.
+  UNICODE: 'utf8',
+} as const satisfies Record<string, BufferEncoding>;
+
+export const hl7CharsetSchema = z.enum(Object.keys(ENCODINGS) as [keyof typeof ENCODINGS, ...Array<keyof typeof ENCODINGS>]);
+export type Hl7Charset = z.infer<typeof hl7CharsetSchema>;
+
+export const charsetOptionsSchema = z.object({
+  /** For messages whose MSH-18 is empty and whose sender has no entry below. */
+  defaultCharset: hl7CharsetSchema.default('UNICODE UTF-8'),
+  /**
+   * Per sender, for messages whose MSH-18 is empty: keyed by MSH-3 (first component), or by MSH-3
+   * and MSH-4 joined with `|` (`MOLARPMS|BSD-MAIN`), which wins over MSH-3 alone.
+   */
+  senderCharsets: z.record(z.string().min(1), hl7CharsetSchema).default({}),
+});
+export type CharsetOptions = z.input<typeof charsetOptionsSchema>;
+export type Charsets = z.infer<typeof charsetOptionsSchema>;
+
+export type DecodedText =
+  | { ok: true; text: string; encoding: BufferEncoding }
+  /** Not decodable: the text is the bytes read one to a character, so nothing is lost or altered. */
+  | { ok: false; text: string; encoding: BufferEncoding; problem: Hl7Problem };
+
+export function decodeFrame(bytes: Buffer, charsets: Charsets): DecodedText {
+  const header = readCharsetHeader(bytes);
+  const named = (header?.charset ?? '').toUpperCase();
+  if (named !== '' && !hl7CharsetSchema.safeParse(named).success) {
+    return undecodable(bytes, 'character set not supported (ASCII, 8859/1, UNICODE UTF-8)');
+  }
+  const charset = (named || senderCharset(header, charsets)) as Hl7Charset;
+  const encoding = ENCODINGS[charset];
+  if (encoding === 'utf8' && !isUtf8(bytes)) {
+    return undecodable(bytes, named ? 'text is not valid UTF-8' : 'text is not valid UTF-8 and MSH-18 names no other character set');
+  }
+  return { ok: true, text: bytes.toString(encoding), encoding };
+}
+
+function senderCharset(header: CharsetHeader | undefined, charsets: Charsets): Hl7Charset {
+  const { senderCharsets } = charsets;
+  const bySender = header && (senderCharsets[`${header.application}|${header.facility}`] ?? senderCharsets[header.application]);
+  return bySender ?? charsets.defaultCharset;
+}
+
+function undecodable(bytes: Buffer, reason: string): DecodedText {
+  return { ok: false, text: bytes.toString('latin1'), encoding: 'latin1', problem: rejection({ segment: 'MSH', field: 18 }, 103, reason) };
+}
+
+interface CharsetHeader {
+  /** MSH-18, first repetition (the set of the whole message; later ones are for escapes). */
+  charset: string;
+  /** MSH-3 and MSH-4, first components. */
+  application: string;
+  facility: string;
+}
+
+/** The first MSH segment of the frame (a batch begins with FHS or BHS), read byte for byte. */
+function readCharsetHeader(bytes: Buffer): CharsetHeader | undefined {
+  let start = bytes.indexOf('MSH');
+  while (start > 0 && bytes[start - 1] !== 0x0d && bytes[start - 1] !== 0x0a) start = bytes.indexOf('MSH', start + 1);
+  if (start === -1) return undefined;
+  let end = start;
+  while (end < bytes.length && bytes[end] !== 0x0d && bytes[end] !== 0x0a) end++;
+  const line = bytes.toString('latin1', start, end);
+  const delimiters = readDelimiters(line);
+  if (!delimiters) return undefined;
+  const fields = line.split(delimiters.field);
+  // fields[0] is "MSH" and fields[1] MSH-2, so MSH-n is fields[n - 1].
+  const first = (n: number, separator: string) => (fields[n - 1] ?? '').split(separator)[0]?.trim() ?? '';
+  return { charset: first(18, delimiters.repetition), application: first(3, delimiters.component), facility: first(4, delimiters.component) };
+}

@@ -1,0 +1,129 @@
+import { acknowledgements, type Ack, type AckCode, type CommitAckCode } from '../adapters/hl7/ack';
+import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
+import { readMessageHeader } from '../adapters/hl7/message-header';
+import { decodeFrame, type Charsets } from './hl7-charset';
+import { batchAcknowledgement, readBatch } from './mllp-batch';
+import { frame, type DecodedFrame } from './mllp-framing';
+import type { MllpLog, MllpStats } from './mllp-stats';
+
+/**
+ * What one decoded frame is answered with: the ACK frames to write, in order, or undefined when
+ * the frame could be neither handled nor kept as a dead letter. Then no ACK is sent and the
+ * connection is dropped, so the sender sends again and nothing is lost.
+ */
+export interface DeadLetter {
+  /** The frame's text (for a frame that could not be decoded, its bytes read one to a character). */
+  message: string;
+  reason: string;
+  error?: unknown;
+  /** The frame's bytes as received, when its text may not say them exactly. */
+  bytes?: Buffer;
+}
+
+export interface AnswerContext {
+  handler: (message: string) => Promise<readonly Ack[]>;
+  onDeadLetter?: ((letter: DeadLetter) => void | Promise<void>) | undefined;
+  charsets: Charsets;
+  maxFrameBytes: number;
+  stats: MllpStats;
+  log?: MllpLog | undefined;
+  /** Where the frame came from, for logs: an address, never content. */
+  remote: string;
+}
+
+export async function answerFrame(decoded: DecodedFrame, context: AnswerContext): Promise<Buffer[] | undefined> {
+  switch (decoded.kind) {
+    case 'message':
+      return answerMessageFrame(decoded.payload, context);
+    case 'oversized':
+      return answerOversized(decoded.head, decoded.bytes, context);
+    case 'aborted':
+      return keepAborted(decoded, context);
+  }
+}
+
+async function answerMessageFrame(payload: Buffer, context: AnswerContext): Promise<Buffer[] | undefined> {
+  const decoded = decodeFrame(payload, context.charsets);
+  if (!decoded.ok) {
+    context.stats.framesUndecodable++;
+    context.log?.warn({ remote: context.remote, bytes: payload.length }, 'MLLP frame not decodable in its character set');
+    const kept = await deadLetter(context, { message: decoded.text, bytes: payload, reason: `MSH-18: ${decoded.problem.reason}` });
+    return kept ? frames(failure(decoded.text, 'CR', decoded.problem), decoded.encoding, context) : undefined;
+  }
+  const batch = readBatch(decoded.text);
+  if (!batch) {
+    const acks = await answerMessage(decoded.text, context);
+    return acks && frames(acks, decoded.encoding, context);
+  }
+  const answered: string[][] = [];
+  for (const group of batch.groups) {
+    const texts: string[] = [];
+    for (const message of group.messages) {
+      const acks = await answerMessage(message, context);
+      if (!acks) return undefined;
+      count(acks, context);
+      texts.push(...acks.map((a) => a.text));
+    }
+    answered.push(texts);
+  }
+  return [frame(batchAcknowledgement(batch, answered), decoded.encoding)];
+}
+
+async function answerMessage(message: string, context: AnswerContext): Promise<readonly Ack[] | undefined> {
+  context.stats.messagesHandled++;
+  try {
+    return await context.handler(message);
+  } catch (error) {
+    context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP handler failed; message kept as a dead letter');
+    const kept = await deadLetter(context, { message, reason: 'the handler failed', error });
+    // Not stored: CE asks the sender to send it again.
+    return kept ? failure(message, 'CE', rejection({ segment: 'MSH' }, 207, 'application internal error')) : undefined;
+  }
+}
+
+async function answerOversized(head: Buffer, bytes: number, context: AnswerContext): Promise<Buffer[] | undefined> {
+  const limit = context.maxFrameBytes;
+  context.stats.framesOversized++;
+  context.log?.warn({ remote: context.remote, bytes, limit }, 'MLLP frame over the size limit');
+  // The head is cut at a byte count, maybe inside a character: read it leniently, keep its bytes.
+  const { text, encoding } = decodeFrame(head, context.charsets);
+  const kept = await deadLetter(context, { message: text, bytes: head, reason: `frame of ${bytes} bytes is larger than ${limit} bytes (first ${head.length} bytes kept)` });
+  // Sending it again would not make it smaller: CR.
+  return kept ? frames(failure(text, 'CR', rejection({ segment: 'MSH' }, 207, `message larger than ${limit} bytes`)), encoding, context) : undefined;
+}
+
+/** No ACK: the sender gave this frame up, and an answer would be read as the answer to its next one. */
+async function keepAborted(decoded: Extract<DecodedFrame, { kind: 'aborted' }>, context: AnswerContext): Promise<Buffer[]> {
+  context.stats.framesAborted++;
+  context.log?.warn({ remote: context.remote, bytes: decoded.bytes, cause: decoded.cause }, 'MLLP frame abandoned before its end');
+  const reason =
+    decoded.cause === 'restarted'
+      ? `frame abandoned after ${decoded.bytes} bytes: a new frame began before it ended`
+      : `frame unfinished after ${decoded.bytes} bytes when the connection ended or went idle`;
+  await deadLetter(context, { message: decodeFrame(decoded.fragment, context.charsets).text, bytes: decoded.fragment, reason });
+  return [];
+}
+
+async function deadLetter(context: AnswerContext, letter: DeadLetter): Promise<boolean> {
+  try {
+    await context.onDeadLetter?.(letter);
+    context.stats.deadLetters++;
+    return true;
+  } catch {
+    context.log?.warn({ remote: context.remote }, 'MLLP dead letter could not be kept; connection dropped without an ACK');
+    return false;
+  }
+}
+
+function failure(message: string, commit: CommitAckCode, problem: Hl7Problem): Ack[] {
+  return acknowledgements(readMessageHeader(message), { commit, application: 'AR', problems: [problem] });
+}
+
+function frames(acks: readonly Ack[], encoding: BufferEncoding, context: AnswerContext): Buffer[] {
+  count(acks, context);
+  return acks.map((ack) => frame(ack.text, encoding));
+}
+
+function count(acks: readonly Ack[], context: AnswerContext): void {
+  for (const ack of acks) context.stats.acks[ack.code satisfies AckCode]++;
+}

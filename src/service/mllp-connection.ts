@@ -1,0 +1,148 @@
+import type { Socket } from 'node:net';
+import { MllpDecoder, type DecodedFrame } from './mllp-framing';
+import type { MllpLog, MllpStats } from './mllp-stats';
+
+export interface ConnectionLimits {
+  maxFrameBytes: number;
+  /** Frames received but not yet answered, past which the connection stops reading. */
+  maxInFlightMessages: number;
+  /** Bytes of those frames, past which the connection stops reading. */
+  maxBufferedBytes: number;
+  /** No bytes either way and nothing being answered for this long: the connection is closed. 0: never. */
+  idleTimeoutMs: number;
+}
+
+export interface ConnectionContext {
+  limits: ConnectionLimits;
+  /** The ACK frames for one decoded frame, or undefined to drop the connection without an answer. */
+  answer: (frame: DecodedFrame) => Promise<Buffer[] | undefined>;
+  stats: MllpStats;
+  log?: MllpLog | undefined;
+  remote: string;
+}
+
+/**
+ * One MLLP connection. Frames are answered one after another, so answers leave in the order the
+ * frames came. The memory a sender can make us hold is bounded: the unfinished frame holds at most
+ * maxFrameBytes (the decoder keeps no more), and when the frames waiting to be answered reach
+ * maxInFlightMessages or maxBufferedBytes the socket stops reading until they drop below, so
+ * TCP's own flow control slows the sender. Answers honour write() returning false: the next frame
+ * is answered only once the sender has read the last answers.
+ */
+export class MllpConnection {
+  private readonly decoder: MllpDecoder;
+  private readonly waiting: DecodedFrame[] = [];
+  private waitingBytes = 0;
+  private working = false;
+  private paused = false;
+  /** The sender half-closed, or the connection went idle: answer what is left, then close. */
+  private finishing: 'end' | 'idle' | undefined;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly context: ConnectionContext,
+  ) {
+    this.decoder = new MllpDecoder(context.limits.maxFrameBytes);
+    socket.on('data', (chunk: Buffer) => this.receive(chunk));
+    socket.on('end', () => this.finish('end'));
+    // A peer that resets the connection is normal; it must not take the process down.
+    socket.on('error', () => socket.destroy());
+    if (context.limits.idleTimeoutMs > 0) {
+      socket.setTimeout(context.limits.idleTimeoutMs);
+      socket.on('timeout', () => this.idle());
+    }
+  }
+
+  private receive(chunk: Buffer): void {
+    this.context.stats.bytesReceived += chunk.length;
+    this.enqueue(this.decoder.push(chunk));
+    const { maxInFlightMessages, maxBufferedBytes } = this.context.limits;
+    if (!this.paused && (this.waiting.length >= maxInFlightMessages || this.waitingBytes >= maxBufferedBytes)) {
+      this.paused = true;
+      this.context.stats.readsPaused++;
+      this.socket.pause();
+    }
+  }
+
+  private enqueue(frames: DecodedFrame[]): void {
+    for (const frame of frames) {
+      this.context.stats.framesReceived++;
+      this.waiting.push(frame);
+      this.waitingBytes += size(frame);
+    }
+    void this.work();
+  }
+
+  private finish(why: 'end' | 'idle'): void {
+    this.finishing ??= why;
+    this.enqueue(this.decoder.end());
+  }
+
+  private idle(): void {
+    // Still answering (a slow handler, or a sender not reading): not idle; look again later.
+    if (this.working || this.waiting.length > 0) {
+      this.socket.setTimeout(this.context.limits.idleTimeoutMs);
+      return;
+    }
+    this.context.stats.connectionsClosedIdle++;
+    this.context.log?.info({ remote: this.context.remote, idleTimeoutMs: this.context.limits.idleTimeoutMs }, 'MLLP connection idle; closed');
+    this.finish('idle');
+  }
+
+  private async work(): Promise<void> {
+    if (this.working) return;
+    this.working = true;
+    try {
+      for (let next = this.waiting[0]; next !== undefined && !this.socket.destroyed; next = this.waiting[0]) {
+        const acks = await this.context.answer(next);
+        if (acks === undefined) {
+          this.socket.destroy();
+          return;
+        }
+        await this.write(acks);
+        this.waiting.shift();
+        this.waitingBytes -= size(next);
+        this.resumeIfRoom();
+      }
+    } catch {
+      this.socket.destroy();
+      return;
+    } finally {
+      this.working = false;
+    }
+    if (this.finishing === 'end') this.socket.end();
+    else if (this.finishing === 'idle') this.socket.destroy();
+  }
+
+  private resumeIfRoom(): void {
+    const { maxInFlightMessages, maxBufferedBytes } = this.context.limits;
+    if (this.paused && this.waiting.length < maxInFlightMessages && this.waitingBytes < maxBufferedBytes) {
+      this.paused = false;
+      this.socket.resume();
+    }
+  }
+
+  private async write(frames: readonly Buffer[]): Promise<void> {
+    let room = true;
+    for (const frame of frames) if (!this.socket.destroyed) room = this.socket.write(frame);
+    if (room || this.socket.destroyed) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        this.socket.off('drain', done).off('close', done);
+        resolve();
+      };
+      this.socket.on('drain', done).on('close', done);
+    });
+  }
+}
+
+function size(frame: DecodedFrame): number {
+  switch (frame.kind) {
+    case 'message':
+      return frame.payload.length;
+    case 'oversized':
+      return frame.head.length;
+    case 'aborted':
+      return frame.fragment.length;
+  }
+}

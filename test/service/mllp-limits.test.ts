@@ -1,0 +1,185 @@
+import { buildAck, readMessageHeader, type Ack } from '../../src/adapters/hl7';
+import { frame, FS, VT } from '../../src/service/mllp-framing';
+import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
+import { listenerUnderTest, message, msa, type Client } from './mllp-client';
+
+/** The listener under senders that push too much, too slowly, or too often; real sockets on loopback. */
+const MiB = 1024 * 1024;
+const aa = async (m: string): Promise<Ack[]> => [buildAck(readMessageHeader(m), { code: 'AA' })];
+
+/** Writes `total` bytes of `chunk` over and over, honouring backpressure; stops when the reader stops reading for `stallMs`. */
+async function push(c: Client, chunk: Buffer, total: number, stallMs: number): Promise<{ sent: number; stalled: boolean }> {
+  let sent = 0;
+  while (sent < total) {
+    sent += chunk.length;
+    if (c.socket.write(chunk)) continue;
+    const drained = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), stallMs);
+      c.socket.once('drain', () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+    if (!drained) return { sent, stalled: true };
+  }
+  return { sent, stalled: false };
+}
+
+const memory = () => {
+  const { rss, arrayBuffers } = process.memoryUsage();
+  return { rss, arrayBuffers };
+};
+
+describe('MllpListener limits', () => {
+  const mllp = listenerUnderTest();
+  const open = () => mllp.open();
+  let listener: MllpListener;
+  let deadLetters: DeadLetter[];
+  let logged: Array<{ level: string; obj: object; msg: string }>;
+
+  async function start(options: Partial<MllpListenerOptions> = {}) {
+    listener = await mllp.start({
+      handler: aa,
+      onDeadLetter: (l) => void deadLetters.push(l),
+      log: {
+        info: (obj, msg) => logged.push({ level: 'info', obj, msg }),
+        warn: (obj, msg) => logged.push({ level: 'warn', obj, msg }),
+      },
+      ...options,
+    });
+  }
+
+  beforeEach(() => {
+    deadLetters = [];
+    logged = [];
+  });
+
+  it('keeps memory bounded when the handler stalls and the sender pushes 300 MB, then answers everything once the handler goes on', async () => {
+    let release = () => {};
+    const stalled = new Promise<void>((resolve) => (release = resolve));
+    let handled = 0;
+    await start({
+      handler: async (m) => {
+        handled++;
+        await stalled;
+        return aa(m);
+      },
+    });
+    const c = await open();
+    const oneFrame = frame(`${message('P')}\rNTE|1||${'x'.repeat(64 * 1024)}`);
+    const before = memory();
+    const { sent, stalled: backpressure } = await push(c, oneFrame, 300 * MiB, 500);
+    const after = memory();
+    expect(backpressure).toBe(true);
+    expect(sent).toBeLessThan(64 * MiB);
+    expect(after.rss - before.rss).toBeLessThan(64 * MiB);
+    expect(after.arrayBuffers - before.arrayBuffers).toBeLessThan(64 * MiB);
+    expect(handled).toBe(1);
+    const stats = listener.stats();
+    expect(stats.readsPaused).toBeGreaterThanOrEqual(1);
+    // At most the in-flight limit was read off the socket; the rest waits in the kernel and the sender.
+    expect(stats.framesReceived).toBeLessThanOrEqual(32 + 1);
+
+    release();
+    const frames = Math.floor(sent / oneFrame.length);
+    await c.waitFor(frames, 8000);
+    expect(c.acks.every((a) => msa(a).code === 'AA')).toBe(true);
+  });
+
+  it('stops reading from a sender that does not read its ACKs, instead of buffering the answers', async () => {
+    // Large ACKs fill the socket buffers toward the sender quickly.
+    await start({ handler: async (m) => (await aa(m)).map((ack) => ({ ...ack, text: `${ack.text}\rNTE|1||${'y'.repeat(16 * 1024)}` })) });
+    const c = await open();
+    c.socket.pause();
+    const before = memory();
+    const { sent, stalled } = await push(c, frame(message('W')), 300 * MiB, 500);
+    const after = memory();
+    expect(stalled).toBe(true);
+    expect(sent).toBeLessThan(64 * MiB);
+    expect(after.arrayBuffers - before.arrayBuffers).toBeLessThan(64 * MiB);
+    expect(listener.stats().readsPaused).toBeGreaterThanOrEqual(1);
+  });
+
+  it('holds no more than the frame limit while a sender streams one endless frame, then answers it AR and keeps its head', async () => {
+    await start({ maxFrameBytes: MiB });
+    const c = await open();
+    c.socket.write(Buffer.from([VT]));
+    const before = memory();
+    const { sent } = await push(c, Buffer.alloc(64 * 1024, 'x'), 256 * MiB, 2000);
+    const after = memory();
+    expect(sent).toBe(256 * MiB);
+    // What was read and dropped waits for the collector (V8 collects after some 64 MB of it), so
+    // the bound is loose; holding the frame would have grown by all 256 MB.
+    expect(after.arrayBuffers - before.arrayBuffers).toBeLessThan(96 * MiB);
+    c.socket.write(Buffer.from([FS]));
+    const [ack] = await c.waitFor(1);
+    expect(msa(ack ?? '')).toMatchObject({ code: 'AR' });
+    expect(deadLetters).toHaveLength(1);
+    expect(deadLetters[0]?.bytes?.length).toBe(MiB);
+    expect(deadLetters[0]?.reason).toBe(`frame of ${256 * MiB} bytes is larger than ${MiB} bytes (first ${MiB} bytes kept)`);
+    expect(logged).toContainEqual({ level: 'warn', obj: expect.objectContaining({ bytes: 256 * MiB, limit: MiB }), msg: 'MLLP frame over the size limit' });
+  });
+
+  it("answers another connection's message within 100 ms while a 1 MiB frame arrives in 64-byte chunks", async () => {
+    await start({ maxFrameBytes: 2 * MiB });
+    const slow = await open();
+    const quick = await open();
+    slow.socket.setNoDelay(true);
+    const big = frame(`${message('BIG')}\rNTE|1||${'x'.repeat(MiB)}`);
+    let latency: Promise<number> | undefined;
+    for (let i = 0; i < big.length; i += 64) {
+      slow.socket.write(big.subarray(i, i + 64));
+      // One chunk per turn of the event loop, so the listener reads them as they come.
+      await new Promise((r) => setImmediate(r));
+      if (latency === undefined && i >= big.length / 4) {
+        const sentAt = performance.now();
+        quick.socket.write(frame(message('SMALL')));
+        latency = quick.waitFor(1).then(() => performance.now() - sentAt);
+      }
+    }
+    expect(msa((await quick.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'SMALL' });
+    expect(await latency).toBeLessThan(100);
+    expect(msa((await slow.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'BIG' });
+  });
+
+  it('closes an idle connection, keeping what it left unfinished, but not one whose message is still being handled', async () => {
+    await start({
+      idleTimeoutMs: 150,
+      handler: async (m) => {
+        if (readMessageHeader(m)?.controlId === 'SLOW') await new Promise((r) => setTimeout(r, 400));
+        return aa(m);
+      },
+    });
+    const idle = await open();
+    const partial = await open();
+    const busy = await open();
+    partial.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from('MSH|^~\\&|')]));
+    busy.socket.write(frame(message('SLOW')));
+    await Promise.all([idle.closed, partial.closed]);
+    expect(msa((await busy.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'SLOW' });
+    expect(deadLetters.map((l) => l.message)).toEqual(['MSH|^~\\&|']);
+    await busy.closed;
+    expect(listener.stats().connectionsClosedIdle).toBe(3);
+    expect(logged.filter((l) => l.msg === 'MLLP connection idle; closed')).toHaveLength(3);
+  });
+
+  it('refuses connections over the cap, logging no more than addresses and counts, and accepts again when one closes', async () => {
+    await start({ maxConnections: 2 });
+    const first = await open();
+    const second = await open();
+    const third = await open();
+    await third.closed;
+    second.socket.write(frame(message('STILL')));
+    expect(msa((await second.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'STILL' });
+    first.socket.destroy();
+    await first.closed;
+    await new Promise((r) => setTimeout(r, 20)); // the listener sees the close
+    const fourth = await open();
+    fourth.socket.write(frame(message('AGAIN')));
+    expect(msa((await fourth.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'AGAIN' });
+    expect(listener.stats()).toMatchObject({ connectionsAccepted: 3, connectionsRefused: 1, connectionsOpen: 2 });
+    const refusal = logged.find((l) => l.msg === 'MLLP connection refused: too many open');
+    expect(refusal?.obj).toEqual({ remote: expect.stringMatching(/^127\.0\.0\.1:\d+$/), open: 2, maxConnections: 2 });
+    expect(JSON.stringify(logged)).not.toMatch(/DOE|JANE|19800102|M-1/);
+  });
+});
