@@ -248,6 +248,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   let pollTimer: NodeJS.Timeout | undefined;
+  let stopped = false;
   const schedulePoll = () => {
     if (settings.fhirPollIntervalMs <= 0) return;
     pollTimer = setTimeout(() => {
@@ -298,6 +299,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     async stop(): Promise<void> {
       if (pollTimer) clearTimeout(pollTimer);
       await worker.stop();
+      if (stopped) return;
+      stopped = true;
       if (ownsClient) await client.close();
       if (ownsStore) await store.close();
     },
