@@ -4,7 +4,8 @@
  *   - verification: the v2 service client, outcomes, payer catalog, webhook receiver
  *   - adapters: HL7 v2 and FHIR R4 in, CoverageEligibilityResponse out
  *   - sync: write-back of eligibility into the chart
- *   - sandbox: the embedded service simulator and FHIR server, for tests and demos
+ * The embedded service simulator and FHIR server are a separate entry point,
+ * `dental-eligibility-sync/sandbox` (src/sandbox-entry.ts).
  */
 export * from './domain';
 export * from './verification';
@@ -18,5 +19,3 @@ export { fhirWriter, type EligibilityWriter, type ChartRefs, type WrittenEligibi
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
-export { startSandbox, type Sandbox, type SandboxOptions } from './sandbox';
-export { startFhirServer, type FhirServer, type FhirServerOptions } from './sandbox/fhir-server';
