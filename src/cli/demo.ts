@@ -82,22 +82,13 @@ async function runDemo(io: CliIo, keepRunning: boolean): Promise<void> {
   }
 }
 
-/** The EHR's chart: each resource PUT under its own id, as the EHR already holds them. */
+/** The EHR's chart as it already stands (its resources under their own ids; real charts are not all valid R4). */
 async function seedChart(serving: Serving): Promise<number> {
   const bundle = JSON.parse(await readFile(CHART, 'utf8')) as Bundle;
-  let count = 0;
-  for (const { resource } of bundle.entry ?? []) {
-    if (!resource?.id) continue;
-    const res = await fetch(`${serving.fhirUrl}/${resource.resourceType}/${resource.id}`, {
-      method: 'PUT',
-      headers: { 'content-type': 'application/fhir+json' },
-      body: JSON.stringify(resource),
-    });
-    await res.body?.cancel();
-    if (!res.ok) throw new Error(`seeding ${resource.resourceType}/${resource.id} answered ${res.status}`);
-    count++;
-  }
-  return count;
+  const resources = (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+  if (!serving.embeddedChart) throw new Error('the demo writes into the embedded FHIR server; unset DENTAL_ELIG_FHIR_URL');
+  await serving.embeddedChart.seed(resources);
+  return resources.length;
 }
 
 /** Sends messages on one connection and reads one ACK each; returns the ACK codes. */
@@ -154,5 +145,5 @@ function annualMaximumLeft(c: CheckRow): string {
   if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
   const maximums = outcome.result.data?.maximums ?? [];
   const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '')) ?? maximums[0];
-  return typeof annual?.remainingAmount === "number" ? `$${annual.remainingAmount.toFixed(2)}` : "";
+  return typeof annual?.remainingAmount === 'number' ? `$${annual.remainingAmount.toFixed(2)}` : '';
 }
