@@ -9,6 +9,7 @@ import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { projectRoot } from '../../src/mapping-files';
+import type { ClientConfigInput } from '../../src/verification/config';
 
 /**
  * The whole road in one process, each part real: the sandbox service and a FHIR server on
@@ -23,6 +24,8 @@ export interface Harness {
   dataDir: string;
   httpUrl: string;
   logs: string[];
+  /** The Standard Webhooks secret the sandbox signs with and the sync checks. */
+  secret: string;
   close(): Promise<void>;
 }
 
@@ -35,7 +38,18 @@ export const FAST: SyncSettings = {
   leaseMs: 5000,
 };
 
-export async function startHarness(options: { settings?: SyncSettings; sandbox?: SandboxOptions; now?: () => Date; dataDir?: string } = {}): Promise<Harness> {
+export interface HarnessOptions {
+  settings?: SyncSettings;
+  sandbox?: SandboxOptions;
+  /** Client settings over the harness's (short retry delays). */
+  service?: Partial<ClientConfigInput>;
+  /** false: no webhook configured, so every verification is synchronous. */
+  webhook?: false;
+  now?: () => Date;
+  dataDir?: string;
+}
+
+export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'elig-sync-'));
   const sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 300, webhookBackoffMs: 200 }, ...options.sandbox });
   const fhir = await startFhirServer({ validate: true });
@@ -48,14 +62,14 @@ export async function startHarness(options: { settings?: SyncSettings; sandbox?:
   sync = createEligibilitySync({
     store,
     dataDir,
-    service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100 },
+    service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.service },
     fhir: { baseUrl: fhir.url },
-    webhook: { scheme: 'standard-webhooks', secret },
+    ...(options.webhook !== false && { webhook: { scheme: 'standard-webhooks', secret } }),
     settings: { ...FAST, ...options.settings },
     logger,
     ...(options.now && { now: options.now }),
   });
-  sandbox.configureWebhook({ url: `http://127.0.0.1:${http.port}${WEBHOOK_PATH}`, secret });
+  if (options.webhook !== false) sandbox.configureWebhook({ url: `http://127.0.0.1:${http.port}${WEBHOOK_PATH}`, secret });
   await sync.start();
   const started = sync;
   return {
@@ -66,6 +80,7 @@ export async function startHarness(options: { settings?: SyncSettings; sandbox?:
     dataDir,
     httpUrl: `http://127.0.0.1:${http.port}`,
     logs,
+    secret,
     async close() {
       await started.stop();
       await http.close();
