@@ -31,8 +31,9 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
 
   /** One exchange: the token, a deadline, and every failure as a ChartWriteError. */
   async function exchange(step: string, run: (options: { headers: Record<string, string>; signal: AbortSignal }) => Promise<unknown>): Promise<unknown> {
+    // The token endpoint's own failures are final as they are; only the FHIR server's 401 asks for a new token.
+    const authorization = await tokens.authorization().catch((err: unknown) => Promise.reject(toChartWriteError(err, step)));
     try {
-      const authorization = await tokens.authorization();
       return await run({ headers: authorization ? { authorization } : {}, signal: AbortSignal.timeout(timeoutMs) });
     } catch (err) {
       const error = toChartWriteError(err, step);
