@@ -15,7 +15,9 @@ export { FhirInputError, operationOutcome, type FhirIssue } from './adapters/fhi
 export * from './adapters/fhir/in';
 export * from './adapters/fhir/out';
 export { validateR4, assertValidR4 } from './adapters/fhir/validate';
-export { fhirWriter, type EligibilityWriter, type ChartRefs, type WrittenEligibility } from './sync/write-back';
+export { fhirWriter, type EligibilityWriter, type ChartRefs, type FhirWriterOptions, type WrittenEligibility } from './sync/write-back';
+export { ChartWriteError, type ChartIssue } from './sync/chart-errors';
+export type { SmartBackendAuth } from './sync/fhir-auth';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
