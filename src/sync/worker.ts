@@ -345,6 +345,7 @@ export class Worker {
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
       correlationId: undefined,
+      reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
       lastError: `verifying again before the visit: the last result is older than ${Math.round(this.options.policy.freshnessMs / 86_400_000)} days`,
