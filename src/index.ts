@@ -3,7 +3,8 @@
  *   - domain: the EligibilityCheck hub type every adapter produces
  *   - verification: the v2 service client, outcomes, payer catalog, webhook receiver
  *   - adapters: HL7 v2 and FHIR R4 in, CoverageEligibilityResponse out
- *   - sync: write-back of eligibility into the chart
+ *   - the sync service: createEligibilitySync (the durable pipeline: job store, worker, webhook,
+ *     FHIR notifications, write-back into the chart), its job store, the MLLP listener
  * The embedded service simulator and FHIR server are a separate entry point,
  * `dental-eligibility-sync/sandbox` (src/sandbox-entry.ts).
  */
@@ -21,3 +22,10 @@ export type { SmartBackendAuth } from './sync/fhir-auth';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
+export { createEligibilitySync, SyncSettings, type EligibilitySync, type EligibilitySyncConfig } from './service/eligibility-sync';
+export { startHttpServer, WEBHOOK_PATH, NOTIFICATION_PATH } from './service/http-server';
+export { createLogger, type Logger } from './service/logger';
+export { SqliteJobStore } from './sync/sqlite-job-store';
+export { CheckState, type CheckRow, type AppointmentRow, type MessageRow, type JobStore, type StoreTx } from './sync/job-store';
+export { retryCheck, replayMessage } from './sync/operations';
+export type { SyncEvent, SyncEventName } from './sync/worker';

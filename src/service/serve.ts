@@ -65,6 +65,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     const mllp = new MllpListener({
       host: config.host,
       port: config.mllpPort,
+      log: logger,
       handler: (message) => started.receiveHl7(message),
       onDeadLetter: (letter) => started.deadLetterHl7(letter),
     });
