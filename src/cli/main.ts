@@ -5,6 +5,7 @@ import { projectRoot } from '../mapping-files';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
+import { registerFhirServer } from './fhir-server';
 import { CliError, type CliIo } from './io';
 import { registerSandbox } from './sandbox';
 import { registerSetup } from './setup';
@@ -21,6 +22,7 @@ export function buildProgram(io: CliIo): Command {
   registerSetup(program, io);
   registerVerify(program, io);
   registerSandbox(program, io);
+  registerFhirServer(program, io);
   registerDemo(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   registerConvertHl7(convert, io);

@@ -76,7 +76,7 @@ export function registerSandbox(program: Command, io: CliIo): void {
 }
 
 /** Resolves when the signal aborts, or on SIGINT / SIGTERM when there is no signal. */
-function stopped(signal: AbortSignal | undefined): Promise<void> {
+export function stopped(signal: AbortSignal | undefined): Promise<void> {
   if (signal) {
     return signal.aborted ? Promise.resolve() : new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
   }

@@ -1,4 +1,4 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
@@ -18,7 +18,10 @@ beforeAll(async () => {
     DENTAL_ELIG_CATALOG: path.join(dir, 'catalog.json'),
   };
 });
-afterAll(() => sandbox.close());
+afterAll(async () => {
+  await sandbox.close();
+  await rm(dir, { recursive: true, force: true });
+});
 
 const field = (out: string, name: string) => new RegExp(`^${name}\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '';
 
@@ -80,10 +83,20 @@ describe('the README onboarding walkthrough, command by command', () => {
     expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ clinicId, name: 'Lakeside Main' })]);
   });
 
-  it('syncs the payer catalog to a file and reports the counts', async () => {
+  it('syncs the payer catalog to a file and reports the counts and the absolute path it wrote', async () => {
     const run = await cli(['setup', 'payers', 'sync'], env);
     expect(run.code).toBe(0);
-    expect(run.stdout).toMatch(/^payer catalog: \d+ payers, \d+ portals -> .*catalog\.json\n$/);
+    expect(run.stdout).toBe(`payer catalog (full): 16 payers, 15 portals -> ${path.join(dir, 'catalog.json')}\n`);
+    const again = await cli(['setup', 'payers', 'sync', '--json'], env);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({
+      file: path.join(dir, 'catalog.json'),
+      mode: 'changes since the last sync',
+      syncedAt: expect.stringMatching(/^\d{4}-/),
+      payers: 16,
+      portals: 15,
+      removedPayers: 0,
+    });
   });
 
   it('exits non-zero with one line for a Failed verification', async () => {
