@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { cli } from '../support/cli';
+import { startScriptedServer } from '../support/http-server';
 
 let sandbox: Sandbox;
 let env: NodeJS.ProcessEnv;
@@ -181,6 +182,54 @@ describe('secrets and bad input', () => {
     const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '20', '--timeout-ms', '100'], env, JSON.stringify(body));
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^queued \S+; polling Pending.*\ndental-elig: verification \S+: still Pending after 100 ms\n$/s);
+  });
+
+  it('refuses an NPI whose check digit is wrong before sending it', async () => {
+    const before = sandbox.requestLog.length;
+    const run = await cli(['setup', 'clinic', 'create', '--organization', 'org_1', '--name', 'X', '--npi', '1234567890'], env);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: create clinic failed (invalid_request) - Request not sent - npi: fails the NPI check digit (a typo?)\n' });
+    expect(sandbox.requestLog.length).toBe(before);
+  });
+
+  it('says an unknown clinic once', async () => {
+    const run = await cli(['setup', 'clinic', 'get', 'cln_nope'], env);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: get clinic failed with 422 - Unprocessable Content: clinicId: no clinic has this id\n' });
+  });
+
+  it('names the environment variables each command reads in its --help', async () => {
+    const help = async (...words: string[]) => (await cli([...words, '--help'], {})).stdout;
+    for (const words of [['setup', 'organization', 'create'], ['setup', 'payers', 'sync'], ['verify', 'send'], ['verify', 'get'], ['setup', 'credentials', 'set']]) {
+      const text = await help(...words);
+      expect(text).toMatch(/^Environment:$/m);
+      expect(text).toMatch(/^ {2}DENTAL_ELIG_BASE_URL +the service root/m);
+      expect(text).toMatch(/^ {2}DENTAL_ELIG_API_KEY +the API key \(or DENTAL_ELIG_API_KEY_FILE/m);
+    }
+    expect(await help('setup', 'organization', 'create')).toMatch(/^ {2}DENTAL_ELIG_CUSTOMER_ID +/m);
+    expect(await help('setup', 'credentials', 'set')).toMatch(/^ {2}DENTAL_ELIG_PORTAL_PASSWORD +/m);
+    expect(await help('setup', 'payers', 'sync')).toMatch(/^ {2}DENTAL_ELIG_CATALOG +/m);
+    expect(await help('setup', 'portals', 'list')).not.toContain('DENTAL_ELIG_PORTAL_PASSWORD');
+  });
+
+  it('refuses a plain http base URL for another host unless DENTAL_ELIG_ALLOW_INSECURE_HTTP=1', async () => {
+    const insecure = { ...env, DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid' };
+    const run = await cli(['setup', 'portals', 'list'], insecure);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^dental-elig: baseUrl: plain http to a host other than this machine would send the API key and patient data unencrypted; use https, or allow it explicitly/);
+    const allowed = await cli(['setup', 'portals', 'list'], { ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, '');
+    expect(allowed.stderr).not.toContain('unencrypted');
+  }, 30_000);
+
+  it('names the URL of a refused connection and warns on each retry', async () => {
+    const gone = await startScriptedServer(() => undefined);
+    await gone.close();
+    const file = path.join(dir, 'fast-retries.json');
+    await writeFile(file, JSON.stringify({ maxRetries: 2 }));
+    const run = await cli(['--config', file, 'setup', 'organization', 'list'], { ...env, DENTAL_ELIG_BASE_URL: gone.url });
+    expect(run.code).toBe(1);
+    const lines = run.stderr.trimEnd().split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(new RegExp(`^dental-elig: warning: list organizations: GET ${gone.url}/v2/customers/cus_sandbox/organizations connection refused \\(ECONNREFUSED\\); retry 1 of 2 in \\d+\\.\\d s$`));
+    expect(lines[2]).toBe(`dental-elig: list organizations failed (ECONNREFUSED) - Connection refused: GET ${gone.url}/v2/customers/cus_sandbox/organizations (after 2 retries)`);
   });
 
   it('turns a 401 into one line', async () => {
