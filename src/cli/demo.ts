@@ -22,6 +22,7 @@ const HL7_FILES = ['molarpms-siu-s12-two-insurances', 'carepoint-adt-a04-then-si
 const DATA_DIR = path.join('.dental-elig', 'demo');
 const FINAL: ReadonlySet<CheckRow['state']> = new Set(['written', 'needs-attention', 'dead', 'cancelled']);
 const WAIT_MS = 45_000;
+const ORDER = ['primary', 'secondary', 'tertiary'];
 
 /**
  * `dental-elig demo` (`npm start`): the sidecar on its embedded defaults, fed as a practice would
@@ -120,7 +121,7 @@ async function settle(serving: Serving): Promise<CheckRow[]> {
 
 function table(checks: readonly CheckRow[]): string {
   return formatTable(
-    [...checks].sort((a, b) => a.createdAt.localeCompare(b.createdAt)),
+    [...checks].sort((a, b) => a.createdAt.localeCompare(b.createdAt) || ORDER.indexOf(a.check.coverage.order) - ORDER.indexOf(b.check.coverage.order)),
     [
       ['PATIENT', (c) => `${c.check.patient.firstName[0]}.${c.check.patient.lastName[0]}.`],
       ['PAYER', (c) => c.check.coverage.payer.name ?? c.check.coverage.payer.id],

@@ -236,9 +236,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
 
   async function pollAppointments(): Promise<number> {
-    const at = now();
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
-    const ids = await appointmentsToPoll(store, await getReader(), { now: at, days: settings.fhirPollDays, since });
+    const { ids, cursor } = await appointmentsToPoll(store, await getReader(), { now: now(), days: settings.fhirPollDays, since });
     for (const id of ids) {
       try {
         await notifyAppointment(id);
@@ -247,7 +246,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         await deadLetterFhir(store, JSON.stringify({ reference: `Appointment/${id}` }), `Appointment/${id}: ${err.message}`, now());
       }
     }
-    await store.transaction((tx) => tx.setMeta(POLL_CURSOR, at.toISOString()));
+    if (cursor && cursor !== since) await store.transaction((tx) => tx.setMeta(POLL_CURSOR, cursor));
     return ids.length;
   }
 

@@ -73,17 +73,18 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
     return new ChartWriteError(`the FHIR server did not answer the ${step} in time`, { retryable: true });
   }
   const code = networkCode(err);
-  if (code !== undefined || (err instanceof TypeError && err.message === 'fetch failed')) {
+  // By name, not instanceof: fetch's TypeError may come from another realm (a test VM, a worker).
+  if (code !== undefined || ((err as { name?: unknown }).name === 'TypeError' && (err as { message?: unknown }).message === 'fetch failed')) {
     return new ChartWriteError(`the FHIR server could not be reached for the ${step}${code ? ` (${code})` : ''}`, { retryable: true });
   }
   return new ChartWriteError(`the ${step} failed unexpectedly${err instanceof Error ? ` (${err.name})` : ''}`, { retryable: false });
 }
 
-/** ECONNREFUSED and the like, from the error or its cause (fetch wraps them in a TypeError). */
+/** ECONNREFUSED, undici's UND_ERR_SOCKET and the like, from the error or its cause (fetch wraps them in a TypeError). */
 function networkCode(err: unknown): string | undefined {
   for (let e: unknown = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && /^E[A-Z_]+$/.test(code)) return code;
+    if (typeof code === 'string' && /^(E[A-Z_]+|UND_ERR_[A-Z_]+)$/.test(code)) return code;
   }
   return undefined;
 }

@@ -98,20 +98,29 @@ export async function deadLetterFhir(store: JobStore, raw: string, reason: strin
 
 /**
  * Booked appointments in the next `days` days changed since `since` (the poll mode's query),
- * plus those still waiting for insurance, whose coverages may have arrived since.
+ * plus those still waiting for insurance, whose coverages may have arrived since. The cursor is
+ * the newest meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides.
  */
-export async function appointmentsToPoll(store: JobStore, reader: FhirReader, options: { now: Date; days: number; since: string | undefined }): Promise<string[]> {
+export async function appointmentsToPoll(
+  store: JobStore,
+  reader: FhirReader,
+  options: { now: Date; days: number; since: string | undefined },
+): Promise<{ ids: string[]; cursor: string | undefined }> {
   const from = options.now.toISOString().slice(0, 10);
   const params: Record<string, string> = { status: 'booked', date: `ge${from}`, _count: '100' };
   if (options.since) params._lastUpdated = `gt${options.since}`;
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
   const ids = new Set<string>();
+  let cursor = options.since;
   for (const found of await reader.search('Appointment', params)) {
     const head = AppointmentHead.safeParse(found);
-    if (head.success && head.data.id && (head.data.start ?? '').slice(0, 10) <= until) ids.add(head.data.id);
+    if (!head.success || !head.data.id) continue;
+    const updated = head.data.meta?.lastUpdated;
+    if (updated && (!cursor || Date.parse(updated) > Date.parse(cursor))) cursor = updated;
+    if ((head.data.start ?? '').slice(0, 10) <= until) ids.add(head.data.id);
   }
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
     if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
   }
-  return [...ids];
+  return { ids: [...ids], cursor };
 }

@@ -47,6 +47,8 @@ export interface HarnessOptions {
   webhook?: false;
   now?: () => Date;
   dataDir?: string;
+  /** The FHIR base the sync uses, given the FHIR server's own (e.g. through a proxy that can fail). */
+  fhirVia?: (fhirUrl: string) => Promise<string>;
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -63,7 +65,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     store,
     dataDir,
     service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.service },
-    fhir: { baseUrl: fhir.url },
+    fhir: { baseUrl: options.fhirVia ? await options.fhirVia(fhir.url) : fhir.url },
     ...(options.webhook !== false && { webhook: { scheme: 'standard-webhooks', secret } }),
     settings: { ...FAST, ...options.settings },
     logger,

@@ -1,0 +1,106 @@
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { frame } from '../../src/service/mllp-framing';
+import { MllpListener } from '../../src/service/mllp-listener';
+import { segment } from '../adapters/hl7/segment';
+import { client } from '../service/mllp-client';
+import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
+
+/** A TCP hop in front of the FHIR server that can be taken down and brought back. */
+async function switchableProxy(targetPort: number): Promise<{ port: number; down: boolean; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const state = { down: false };
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    if (state.down) return socket.destroy();
+    const upstream = connect(targetPort, '127.0.0.1');
+    socket.pipe(upstream).pipe(socket);
+    upstream.on('error', () => socket.destroy());
+    socket.on('error', () => upstream.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    get down() {
+      return state.down;
+    },
+    set down(value: boolean) {
+      state.down = value;
+      if (value) for (const s of sockets) s.destroy();
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+const booking = (id: string, patient: string, payerId: string, payerName: string) =>
+  [
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|${id}|P|2.5.1`,
+    `SCH|APT-${id}^SC||||||||||^^^20261210093000`,
+    `PID|1||${patient}^^^SC^MR||DOE^JANE||19800102|F`,
+    segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: 'SBX-COMPLETE' }),
+  ].join('\r');
+
+describe('the chart down and back, a payer nobody knows, and the poll trigger', () => {
+  let h: Harness;
+  afterEach(async () => h.close());
+
+  it('keeps results in the store while the FHIR server is down and writes each once when it is back', async () => {
+    // The FHIR server stays up; the sync reaches it only through the proxy.
+    let proxy: Awaited<ReturnType<typeof switchableProxy>> | undefined;
+    h = await startHarness({
+      fhirVia: async (url) => {
+        proxy = await switchableProxy(Number(new URL(url).port));
+        return url.replace(`:${new URL(url).port}/`, `:${proxy.port}/`);
+      },
+    });
+    if (!proxy) throw new Error('no proxy');
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    proxy.down = true;
+    const c = await client(port);
+    c.socket.write(frame(booking('D1', 'P-D1', '64246', 'Guardian')));
+    c.socket.write(frame(booking('D2', 'P-D2', '62308', 'Cigna Dental')));
+    await c.waitFor(2);
+    c.socket.end();
+    await until('both results stored and failing to write', async () => {
+      const rows = await h.store.listChecks({ states: ['result-stored'] });
+      return rows.length === 2 && rows.every((r) => r.attempts > 0 && /chart write failed/.test(r.lastError ?? ''));
+    });
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(0);
+
+    proxy.down = false;
+    await until('both written once the chart is back', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+    await listener.stop();
+    await proxy.close();
+  });
+
+  it('writes an error the front desk can act on for a payer the catalog does not know, and waits in needs-attention', async () => {
+    h = await startHarness();
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    const c = await client(port);
+    c.socket.write(frame(booking('U1', 'P-U1', 'ZZ999', 'Acme Mutual Dental')));
+    expect((await c.waitFor(1))[0]).toContain('MSA|AA|U1');
+    c.socket.end();
+    const row = await until('needs attention', async () => (await h.store.listChecks({ states: ['needs-attention'] }))[0]);
+    expect(row.lastError).toMatch(/^PayerNotResolved: .*correct the payer/);
+    const [response] = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(response?.outcome).toBe('error');
+    expect(JSON.stringify(response?.error)).toContain('PayerNotResolved');
+    expect(h.sandbox.requestLog.some((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toBe(false);
+    await listener.stop();
+  });
+
+  it('finds booked appointments by polling the FHIR server, once each', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    // The next poll sees nothing changed since the last.
+    expect(await h.sync.pollAppointments()).toBe(0);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+});
