@@ -16,6 +16,9 @@ import { segmentLines } from './split-messages';
  *   ending in MSH makes "Multiple MSH segments found": each segment is handed to it on its own.
  */
 export class Hl7Segment {
+  private fieldTexts: string[] | undefined;
+  private rawFields: string[] | undefined;
+
   constructor(
     readonly name: string,
     /** Which occurrence of this segment name, from 1. */
@@ -23,6 +26,7 @@ export class Hl7Segment {
     /** The segment as received (still escaped), for copying fields into an acknowledgement. */
     readonly raw: string,
     private readonly node: HL7Node,
+    private readonly decoder: Message,
     private readonly delimiters: Delimiters,
   ) {}
 
@@ -31,8 +35,12 @@ export class Hl7Segment {
     if (this.name === 'MSH' && field <= 2) {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
-    const rep = this.fieldNode(field).get(repetition);
-    const text = rep.get(component - 1).get(subcomponent - 1).toString();
+    const d = this.decoder.delimiters;
+    const rep = piece(this.fieldText(field), d.charAt(REPETITION), repetition);
+    const comp = rep && piece(rep, d.charAt(COMPONENT), component - 1);
+    const escaped = comp && piece(comp, d.charAt(SUBCOMPONENT), subcomponent - 1);
+    if (!escaped) return '';
+    const text = this.decoder.unescape(escaped);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
   }
@@ -40,25 +48,49 @@ export class Hl7Segment {
   /** How many repetitions a field has (0 when empty). */
   repetitions(field: number): number {
     if (this.name === 'MSH' && field <= 2) return 1;
-    return this.fieldNode(field).length;
+    const text = this.fieldText(field);
+    return text === '' ? 0 : text.split(this.decoder.delimiters.charAt(REPETITION)).length;
   }
 
   /** A field exactly as received, escape sequences and all; '' when absent. */
   rawField(field: number): string {
-    if (this.name === 'MSH') {
-      if (field === 1) return this.delimiters.field;
-      return this.raw.split(this.delimiters.field)[field - 1] ?? '';
-    }
-    return this.raw.split(this.delimiters.field)[field] ?? '';
+    if (this.name === 'MSH' && field === 1) return this.delimiters.field;
+    this.rawFields ??= this.raw.split(this.delimiters.field);
+    return this.rawFields[this.name === 'MSH' ? field - 1 : field] ?? '';
   }
 
-  private fieldNode(field: number): HL7Node {
-    return this.node.get(this.name === 'MSH' ? field - 1 : field);
+  /**
+   * The field as the library holds it, split once per segment. Reading it through the library's
+   * get() builds a node, an EventEmitter, per field, repetition and component reached, which cost
+   * more than the rest of the adapter together; components are cut out of the text on demand
+   * instead, by the same delimiters and with the same escape decoding.
+   */
+  private fieldText(field: number): string {
+    this.fieldTexts ??= this.node.toRaw().split(this.decoder.delimiters.charAt(FIELD));
+    return this.fieldTexts[this.name === 'MSH' ? field - 1 : field] ?? '';
   }
 
   private mshDelimiterField(field: number): string {
     return field === 1 ? this.delimiters.field : this.delimiters.encodingCharacters;
   }
+}
+
+/** Positions in node-hl7-client's delimiter string (segment, field, component, repetition, escape, subcomponent). */
+const FIELD = 1;
+const COMPONENT = 2;
+const REPETITION = 3;
+const SUBCOMPONENT = 5;
+
+/** The index-th (0-based) piece of a text cut at a delimiter, as text.split(delimiter)[index] without the array. */
+function piece(text: string, delimiter: string, index: number): string | undefined {
+  let start = 0;
+  for (let i = 0; i < index; i++) {
+    const next = text.indexOf(delimiter, start);
+    if (next === -1) return undefined;
+    start = next + 1;
+  }
+  const end = text.indexOf(delimiter, start);
+  return end === -1 ? text.slice(start) : text.slice(start, end);
 }
 
 export class Hl7Message {
@@ -76,6 +108,25 @@ export class Hl7Message {
   all(name: string): Hl7Segment[] {
     return this.segments.filter((s) => s.name === name);
   }
+}
+
+const decoders = new Map<string, Message>();
+const DECODERS_KEPT = 16;
+
+/**
+ * A message of the header's first two fields only, so the library's MSH count sees one; it gives
+ * each segment its delimiters and escape decoding, as Message does for its own segments. Building
+ * one costs more than reading a whole message, so one is kept per set of delimiters.
+ */
+function delimitingMessage(delimiters: Delimiters): Message {
+  const header = `MSH${delimiters.field}${delimiters.encodingCharacters}${delimiters.field}`;
+  let decoder = decoders.get(header);
+  if (!decoder) {
+    decoder = new Message({ text: header });
+    if (decoders.size >= DECODERS_KEPT) decoders.clear();
+    decoders.set(header, decoder);
+  }
+  return decoder;
 }
 
 const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
@@ -111,11 +162,10 @@ export function parseHl7Message(text: string): Hl7Message {
     located.push({ name, sequence });
   }
   let nodes: HL7Node[];
+  let decoder: Message;
   try {
-    // A message of the header's first two fields only, so the library's MSH count sees one; it
-    // gives each segment its delimiters and escape decoding, as Message does for its own segments.
-    const delimiting = new Message({ text: `MSH${delimiters.field}${delimiters.encodingCharacters}${delimiters.field}` });
-    nodes = lines.map((line) => new Segment(delimiting, line.trim()));
+    decoder = delimitingMessage(delimiters);
+    nodes = lines.map((line) => new Segment(decoder, line.trim()));
   } catch {
     throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
   }
@@ -125,7 +175,7 @@ export function parseHl7Message(text: string): Hl7Message {
     if (node === undefined || raw === undefined || node.name !== name) {
       throw new Hl7InputError([rejection({ segment: name, sequence }, 100, 'segment cannot be parsed')]);
     }
-    return new Hl7Segment(name, sequence, raw, node, delimiters);
+    return new Hl7Segment(name, sequence, raw, node, decoder, delimiters);
   });
   const [header] = segments;
   if (header?.name !== 'MSH') throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
