@@ -17,6 +17,8 @@ import { segmentLines } from './split-messages';
  */
 export class Hl7Segment {
   private fieldTexts: string[] | undefined;
+  /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
+  private readonly repetitionTexts: Array<string[] | undefined> = [];
   private rawFields: string[] | undefined;
 
   constructor(
@@ -36,7 +38,7 @@ export class Hl7Segment {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
     const d = this.decoder.delimiters;
-    const rep = piece(this.fieldText(field), d.charAt(REPETITION), repetition);
+    const rep = this.repetitionsOf(field)[repetition];
     const comp = rep && piece(rep, d.charAt(COMPONENT), component - 1);
     const escaped = comp && piece(comp, d.charAt(SUBCOMPONENT), subcomponent - 1);
     if (!escaped) return '';
@@ -48,8 +50,7 @@ export class Hl7Segment {
   /** How many repetitions a field has (0 when empty). */
   repetitions(field: number): number {
     if (this.name === 'MSH' && field <= 2) return 1;
-    const text = this.fieldText(field);
-    return text === '' ? 0 : text.split(this.decoder.delimiters.charAt(REPETITION)).length;
+    return this.repetitionsOf(field).length;
   }
 
   /** A field exactly as received, escape sequences and all; '' when absent. */
@@ -60,14 +61,21 @@ export class Hl7Segment {
   }
 
   /**
-   * The field as the library holds it, split once per segment. Reading it through the library's
-   * get() builds a node, an EventEmitter, per field, repetition and component reached, which cost
-   * more than the rest of the adapter together; components are cut out of the text on demand
-   * instead, by the same delimiters and with the same escape decoding.
+   * A field's repetitions as the library holds the text, cut once per field. Reading through the
+   * library's get() builds a node, an EventEmitter, per field, repetition and component reached,
+   * which cost more than the rest of the adapter together; components are cut out of a
+   * repetition on demand instead, by the same delimiters and with the same escape decoding.
    */
-  private fieldText(field: number): string {
-    this.fieldTexts ??= this.node.toRaw().split(this.decoder.delimiters.charAt(FIELD));
-    return this.fieldTexts[this.name === 'MSH' ? field - 1 : field] ?? '';
+  private repetitionsOf(field: number): string[] {
+    const known = this.repetitionTexts[field];
+    if (known) return known;
+    const d = this.decoder.delimiters;
+    this.fieldTexts ??= this.node.toRaw().split(d.charAt(FIELD));
+    const text = this.fieldTexts[this.name === 'MSH' ? field - 1 : field] ?? '';
+    // As the library splits: an empty field has no repetitions at all.
+    const repetitions = text === '' ? [] : text.split(d.charAt(REPETITION));
+    this.repetitionTexts[field] = repetitions;
+    return repetitions;
   }
 
   private mshDelimiterField(field: number): string {
