@@ -141,7 +141,11 @@ const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
 
 /** Parses one message; anything that cannot be read as one is an AR naming where it went wrong. */
 export function parseHl7Message(text: string): Hl7Message {
-  const lines = segmentLines(text);
+  return parseSegments(segmentLines(text));
+}
+
+/** parseHl7Message for a message already cut into its segments (segmentLines). */
+export function parseSegments(lines: readonly string[]): Hl7Message {
   const first = lines[0];
   if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
   if (!first.startsWith('MSH')) {
