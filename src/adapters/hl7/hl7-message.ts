@@ -5,11 +5,13 @@ import { segmentLines } from './split-messages';
 
 /**
  * A parsed message, read through node-hl7-client with its quirks kept out of sight:
- * - `message.get('IN1.4')` reads only the first IN1, so every segment is reached through its own
- *   node, in message order (an IN2 belongs to the IN1 before it);
- * - a missing path gives an EmptyNode whose toRaw() throws, so values are only read with
- *   toString(), which is '' when absent and has escape sequences decoded;
- * - numeric indexes on an MSH node are shifted by one (MSH-1 is the separator itself);
+ * - `message.get('IN1.4')` reads only the first IN1, so every segment is its own node, in
+ *   message order (an IN2 belongs to the IN1 before it);
+ * - every node it builds on a read (field, repetition, component) is an EventEmitter, and reading
+ *   a field through get() cost more than the rest of the adapter together: a segment's fields are
+ *   cut from the text its node holds, by the delimiters and with the escape decoding of the
+ *   library's Message, once per field;
+ * - cut at the field separator, an MSH is shifted by one (MSH-1 is the separator itself);
  * - the parser takes any three characters as a segment name and refuses blank lines, so lines are
  *   normalised and names checked here first;
  * - it counts `MSH|` anywhere in the text as a message start, so a facility or any other field
@@ -60,12 +62,7 @@ export class Hl7Segment {
     return this.rawFields[this.name === 'MSH' ? field - 1 : field] ?? '';
   }
 
-  /**
-   * A field's repetitions as the library holds the text, cut once per field. Reading through the
-   * library's get() builds a node, an EventEmitter, per field, repetition and component reached,
-   * which cost more than the rest of the adapter together; components are cut out of a
-   * repetition on demand instead, by the same delimiters and with the same escape decoding.
-   */
+  /** A field's repetitions, cut once per field; components are cut out of a repetition on each read. */
   private repetitionsOf(field: number): string[] {
     const known = this.repetitionTexts[field];
     if (known) return known;
