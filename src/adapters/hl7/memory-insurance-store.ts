@@ -14,7 +14,8 @@ export class InMemoryPatientInsuranceStore implements PatientInsuranceStore {
   }
 
   async put(key: PatientKey, record: PatientInsuranceRecord): Promise<void> {
-    this.records.set(keyText(key), structuredClone(PatientInsuranceRecord.parse(record)));
+    // parse builds new objects and arrays throughout: the stored record is already a copy.
+    this.records.set(keyText(key), PatientInsuranceRecord.parse(record));
   }
 
   get size(): number {

@@ -29,7 +29,12 @@ export interface MessageHeader {
 }
 
 export function readMessageHeader(text: string): MessageHeader | undefined {
-  const first = segmentLines(text)[0];
+  return headerOf(segmentLines(text));
+}
+
+/** The header of a message already cut into its segments (segmentLines). */
+export function headerOf(lines: readonly string[]): MessageHeader | undefined {
+  const first = lines[0];
   if (first === undefined) return undefined;
   const delimiters = readDelimiters(first);
   if (!delimiters) return undefined;

@@ -1,0 +1,41 @@
+import { performance } from 'node:perf_hooks';
+import { toCoverageEligibilityResponse } from '../../src/adapters/fhir/out';
+import { indexR4Definitions, validateR4 } from '../../src/adapters/fhir/validate';
+import { toOutcome } from '../../src/verification/outcome';
+import { CREATED, RESULT_REFS } from '../adapters/fhir/corpus';
+import { compare, figure, fixtureTexts, spread, type Measured } from './measure';
+
+/**
+ * Verification results (fixtures/results, InsuranceVerificationV3 bodies) to validated
+ * CoverageEligibilityResponses, every response through both R4 validators and the fm-status
+ * check, against the same mapping without validation. One thread: the figure is for one core.
+ */
+export async function measure(): Promise<Measured> {
+  const bodies = fixtureTexts('results', '.json').map((text) => JSON.parse(text) as unknown);
+  const map = (body: unknown) => toCoverageEligibilityResponse(toOutcome(body), RESULT_REFS, { created: CREATED });
+  let issues = 0;
+  const started = performance.now();
+  indexR4Definitions();
+  validateR4(map(bodies[0]));
+  const loadMs = performance.now() - started;
+
+  const withoutValidation = () => {
+    for (const body of bodies) map(body);
+  };
+  const validated = () => {
+    for (const body of bodies) issues += validateR4(map(body)).length;
+  };
+  const result = await compare({ rounds: 150, warmupRounds: 15, opsPerPass: bodies.length, pass: validated, baseline: withoutValidation });
+  return {
+    lines: [
+      figure('results in the corpus', `${bodies.length}`),
+      figure('definitions and schema loaded, first validation', `${loadMs.toFixed(0)} ms`),
+      figure('mapping only (toOutcome, toCoverageEligibilityResponse)', `${(result.baselinePerOp * 1000).toFixed(0)} us/result`),
+      figure('mapping + validateR4', `${(result.perOp * 1000).toFixed(0)} us/result`),
+      figure('ratio, median of rounds', spread(result)),
+      figure('heap used after the run', `${(process.memoryUsage().heapUsed / 2 ** 20).toFixed(0)} MiB`),
+      `bench fhir-mapping: ${(1000 / result.perOp).toFixed(0)} results/s (ratio ${result.ratio.toFixed(2)} vs without-validation)`,
+    ],
+    counts: { issues },
+  };
+}

@@ -1,0 +1,105 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import * as path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Worker } from 'node:worker_threads';
+import { projectRoot } from '../../src/mapping-files';
+
+/** The inputs of a fixture directory (expected outputs left out), as text. */
+export function fixtureTexts(dir: string, ext: string): string[] {
+  const folder = path.join(projectRoot, 'fixtures', dir);
+  return readdirSync(folder)
+    .filter((f) => f.endsWith(ext) && !f.includes('.expected.'))
+    .sort()
+    .map((f) => readFileSync(path.join(folder, f), 'utf8'));
+}
+
+/** What a measurement hands back to its benchmark: lines to print, and counts to check. */
+export interface Measured {
+  lines: string[];
+  counts: Record<string, number>;
+}
+
+/**
+ * Runs a measurement module's `measure()` in a worker thread. Code in Jest's test context reaches
+ * every global (Object, Array, Promise, ...) through the context's interceptors: zod parses ran 15
+ * times slower there than in a plain Node context, which is what the service runs in and what a
+ * worker has. The worker compiles the TypeScript sources with swc, as Jest does (.swcrc).
+ */
+export function measureInWorker(modulePath: string): Promise<Measured> {
+  const source = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    const { readFileSync } = require('node:fs');
+    const { transformSync } = require('@swc/core');
+    require.extensions['.ts'] = (module, filename) => {
+      module._compile(transformSync(readFileSync(filename, 'utf8'), { filename, swcrc: true }).code, filename);
+    };
+    require(workerData.modulePath).measure().then((measured) => parentPort.postMessage(measured));
+  `;
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(source, { eval: true, workerData: { modulePath } });
+    worker.once('message', resolve);
+    worker.once('error', reject);
+    worker.once('exit', (code) => reject(new Error(`measurement worker exited with ${code} before answering`)));
+  });
+}
+
+export interface Comparison {
+  /** Milliseconds per operation of the thing measured and of its baseline. */
+  perOp: number;
+  baselinePerOp: number;
+  /** How many baselines one operation costs, over the whole run. */
+  ratio: number;
+  /** The same ratio round by round: a wide spread means the machine was busy with something else. */
+  roundRatios: { min: number; median: number; max: number };
+}
+
+type Pass = () => unknown;
+
+/**
+ * Times an operation against its baseline in alternating rounds, each round one pass of each over
+ * the same inputs. The machine is shared, so a neighbour's burst of work lands on both sides
+ * instead of on whichever happened to run then. The first rounds only warm the JIT up.
+ */
+export async function compare(options: { rounds: number; warmupRounds: number; opsPerPass: number; pass: Pass; baseline: Pass }): Promise<Comparison> {
+  const { rounds, warmupRounds, opsPerPass } = options;
+  let measured = 0;
+  let baseline = 0;
+  const ratios: number[] = [];
+  for (let round = 0; round < warmupRounds + rounds; round++) {
+    const b = await timedPass(options.baseline);
+    const m = await timedPass(options.pass);
+    if (round < warmupRounds) continue;
+    measured += m;
+    baseline += b;
+    ratios.push(m / b);
+  }
+  ratios.sort((a, b) => a - b);
+  const ops = rounds * opsPerPass;
+  return {
+    perOp: measured / ops,
+    baselinePerOp: baseline / ops,
+    ratio: measured / baseline,
+    roundRatios: { min: ratios[0] ?? NaN, median: ratios[Math.floor(ratios.length / 2)] ?? NaN, max: ratios[ratios.length - 1] ?? NaN },
+  };
+}
+
+async function timedPass(pass: Pass): Promise<number> {
+  const start = performance.now();
+  await pass();
+  return performance.now() - start;
+}
+
+/** One figure as a line, label left and value right, as every benchmark prints them. */
+export function figure(label: string, value: string): string {
+  return `${label.padEnd(56)} ${value}`;
+}
+
+export function spread(c: Comparison): string {
+  const { min, median, max } = c.roundRatios;
+  return `${median.toFixed(2)} (rounds ${min.toFixed(2)} to ${max.toFixed(2)})`;
+}
+
+/** Prints a measurement's lines, as the benchmark's output. */
+export function print(measured: Measured): void {
+  process.stdout.write(`${measured.lines.join('\n')}\n`);
+}
