@@ -50,7 +50,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(1);
+    expect(store.schemaVersion).toBe(2);
   });
 
   it('commits a transaction whole, and rolls back a failed one whole', async () => {
