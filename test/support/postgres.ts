@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
@@ -13,8 +13,17 @@ import { Client } from 'pg';
  * switched off: the data is thrown away, and the cluster starts in about a second.
  */
 
-const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
 const run = promisify(execFile);
+
+/** PG_BIN, or the newest version Debian's postgresql package installed (.ci/run installs it). */
+function binaries(): string {
+  if (process.env.PG_BIN) return process.env.PG_BIN;
+  const root = '/usr/lib/postgresql';
+  const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(path.join(root, v, 'bin', 'initdb'))) : [];
+  const newest = versions.sort((x, y) => Number(y) - Number(x))[0];
+  if (!newest) throw new Error(`no PostgreSQL under ${root}: apt-get install postgresql (as .ci/run does), or set PG_BIN`);
+  return path.join(root, newest, 'bin');
+}
 
 export interface TestPostgres {
   /** postgres://… of the cluster's own `postgres` database. */
@@ -25,6 +34,7 @@ export interface TestPostgres {
 }
 
 export async function startPostgres(): Promise<TestPostgres> {
+  const bin = binaries();
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-pg-'));
   const asRoot = process.getuid?.() === 0;
   if (asRoot) {
@@ -32,12 +42,30 @@ export async function startPostgres(): Promise<TestPostgres> {
     const { stdout: gid } = await run('id', ['-g', 'postgres']);
     chownSync(dir, Number(stdout.trim()), Number(gid.trim()));
   }
-  const pg = (tool: string, args: string[]) => (asRoot ? run('runuser', ['-u', 'postgres', '--', path.join(BIN, tool), ...args]) : run(path.join(BIN, tool), args));
+  const pg = (tool: string, args: string[]) => (asRoot ? run('runuser', ['-u', 'postgres', '--', path.join(bin, tool), ...args]) : run(path.join(bin, tool), args));
   const data = path.join(dir, 'data');
-  await pg('initdb', ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C']);
-  const port = await freePort();
-  const settings = [`-p ${port}`, `-k ${dir}`, '-c listen_addresses=127.0.0.1', '-c fsync=off', '-c synchronous_commit=off', '-c full_page_writes=off', '-c deadlock_timeout=100ms'];
-  await pg('pg_ctl', ['-D', data, '-l', path.join(dir, 'server.log'), '-w', '-o', settings.join(' '), 'start']);
+  const stop = async () => {
+    await pg('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  let port = 0;
+  try {
+    await pg('initdb', ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C']);
+    // The port is free when asked, not necessarily when the server binds it: a few tries.
+    for (let attempt = 1; port === 0; attempt++) {
+      const candidate = await freePort();
+      const settings = [`-p ${candidate}`, `-k ${dir}`, '-c listen_addresses=127.0.0.1', '-c fsync=off', '-c synchronous_commit=off', '-c full_page_writes=off', '-c deadlock_timeout=100ms'];
+      try {
+        await pg('pg_ctl', ['-D', data, '-l', path.join(dir, 'server.log'), '-w', '-o', settings.join(' '), 'start']);
+        port = candidate;
+      } catch (err) {
+        if (attempt >= 3) throw err;
+      }
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   let databases = 0;
   return {
@@ -53,10 +81,7 @@ export async function startPostgres(): Promise<TestPostgres> {
       }
       return `postgres://postgres@127.0.0.1:${port}/${name}`;
     },
-    async stop() {
-      await pg('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => undefined);
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop,
   };
 }
 
