@@ -3,8 +3,10 @@
  *   - domain: the EligibilityCheck hub type every adapter produces
  *   - verification: the v2 service client, outcomes, payer catalog, webhook receiver
  *   - adapters: HL7 v2 and FHIR R4 in, CoverageEligibilityResponse out
- *   - sync: write-back of eligibility into the chart
- *   - sandbox: the embedded service simulator and FHIR server, for tests and demos
+ *   - the sync service: createEligibilitySync (the durable pipeline: job store, worker, webhook,
+ *     FHIR notifications, write-back into the chart), its job store, the MLLP listener
+ * The embedded service simulator and FHIR server are a separate entry point,
+ * `dental-eligibility-sync/sandbox` (src/sandbox-entry.ts).
  */
 export * from './domain';
 export * from './verification';
@@ -14,9 +16,16 @@ export { FhirInputError, operationOutcome, type FhirIssue } from './adapters/fhi
 export * from './adapters/fhir/in';
 export * from './adapters/fhir/out';
 export { validateR4, assertValidR4 } from './adapters/fhir/validate';
-export { fhirWriter, type EligibilityWriter, type ChartRefs, type WrittenEligibility } from './sync/write-back';
+export { fhirWriter, type EligibilityWriter, type ChartRefs, type FhirWriterOptions, type WrittenEligibility } from './sync/write-back';
+export { ChartWriteError, type ChartIssue } from './sync/chart-errors';
+export type { SmartBackendAuth } from './sync/fhir-auth';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
-export { startSandbox, type Sandbox, type SandboxOptions } from './sandbox';
-export { startFhirServer, type FhirServer, type FhirServerOptions } from './sandbox/fhir-server';
+export { createEligibilitySync, SyncSettings, type EligibilitySync, type EligibilitySyncConfig } from './service/eligibility-sync';
+export { startHttpServer, WEBHOOK_PATH, NOTIFICATION_PATH } from './service/http-server';
+export { createLogger, type Logger } from './service/logger';
+export { SqliteJobStore } from './sync/sqlite-job-store';
+export { CheckState, type CheckRow, type AppointmentRow, type MessageRow, type JobStore, type StoreTx } from './sync/job-store';
+export { retryCheck, replayMessage } from './sync/operations';
+export type { SyncEvent, SyncEventName } from './sync/worker';

@@ -35,11 +35,17 @@ function unknownParts(words: string[]): string[] {
       if (!known(command, word.split('=')[0] ?? word)) problems.push(`${command.name()}: unknown option ${word}`);
       continue;
     }
-    const sub = command.commands.find((c) => c.name() === word);
+    const sub = command.commands.find((c) => c.name() === word) ?? defaultSubcommand(command);
     if (sub) command = sub;
   }
   if (command.commands.length > 0) problems.push(`${command.name()}: names a group, not a command`);
   return problems;
+}
+
+/** `verify FILE` runs `verify send FILE`: commander keeps the default's name in a private field. */
+function defaultSubcommand(c: Command): Command | undefined {
+  const name = (c as unknown as { _defaultCommandName?: string })._defaultCommandName;
+  return name ? c.commands.find((x) => x.name() === name) : undefined;
 }
 
 function ancestors(c: Command): Command[] {

@@ -20,6 +20,7 @@ const ConfigFile = z.strictObject({
   timeoutMs: z.number().int().positive().optional(),
   maxRetries: z.number().int().min(0).optional(),
   catalogFile: z.string().optional(),
+  allowInsecureHttp: z.boolean().optional(),
   apiKey: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile' }).optional(),
 });
 
@@ -48,6 +49,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, configFile?: string): CliSe
       apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
       timeoutMs: fromFile.timeoutMs,
       maxRetries: fromFile.maxRetries,
+      allowInsecureHttp: env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === undefined ? fromFile.allowInsecureHttp : env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === '1',
     }),
   });
   if (!parsed.success) {

@@ -8,9 +8,13 @@ import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';
 import { describeIssue, type EligibilityCheck } from '../domain';
 import { toOutcome } from '../verification/outcome';
-import { CliError, instant, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
+import { describeTransportError } from '../verification/http';
+import { asRequest, shapeOf } from './as-request';
+import { CliError, inputName, instant, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertFhirOptions {
+  as: string;
+  portal?: string;
   appointment?: string;
   server?: string;
   catalog?: string;
@@ -34,13 +38,17 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
     )
     .option('--appointment <id>', 'the Appointment to verify: needed with --server, or when the Bundle holds several')
     .option('--server <url>', 'read the appointment, patient, coverages, payors and subscribers from this FHIR base URL')
-    .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer')
+    .option('--as <shape>', 'check (EligibilityCheck) or request (the v2 verification request body `verify` takes)', 'check')
+    .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer and its portal')
+    .option('--portal <id>', 'with --as request: the portal to verify on, for payers the catalog does not settle')
     .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output', instant('--received-at'))
     .action(async (file: string | undefined, opts: ConvertFhirOptions) => {
+      const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
       if ((file === undefined) === (opts.server === undefined)) throw new CliError('give either a Bundle file or --server', 2);
       const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(opts.catalog) : undefined };
-      writeJson(io, file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options));
+      const checks = file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options);
+      writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });
 
   convert
@@ -61,7 +69,7 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
           return toOutcome(body);
         } catch (err) {
           if (!(err instanceof z.ZodError)) throw err;
-          throw new CliError(`${file === '-' ? 'stdin' : file}: ${describeIssue(err, '(body)')}`);
+          throw new CliError(`${inputName(file)}: ${describeIssue(err, '(body)')}`);
         }
       });
       const response = fhirInput(() =>
@@ -92,8 +100,10 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   try {
     return noted(io, await convertFromServer(reader, opts.appointment, options));
   } catch (err) {
-    if (err instanceof FhirInputError) throw new CliError(err.message);
-    // fhir-kit-client's message is "HTTP <status>: <METHOD> <url>"; fetch's is the network failure.
+    if (err instanceof FhirInputError) throw new CliError(everyIssue(err));
+    // fetch names a network failure only in its cause; fhir-kit-client's own message is "HTTP <status>: <METHOD> <url>".
+    const code = ((err as { cause?: { code?: unknown } }).cause?.code ?? undefined) as string | undefined;
+    if (code) throw new CliError(`--server: ${describeTransportError(code)} at ${server} (${code})`);
     throw new CliError(`--server: ${err instanceof Error ? err.message.split('\n')[0] : 'request failed'}`);
   }
 }
@@ -104,12 +114,18 @@ function noted(io: CliIo, { checks, notes }: FhirConversion): EligibilityCheck[]
   return checks;
 }
 
-/** FhirInputError already names the element; the CLI prints it as its one line. */
+/** FhirInputError names each element; the CLI prints every issue on its one line. */
 function fhirInput<T>(run: () => T): T {
   try {
     return run();
   } catch (err) {
-    if (err instanceof FhirInputError) throw new CliError(err.message);
+    if (err instanceof FhirInputError) throw new CliError(everyIssue(err));
     throw err;
   }
+}
+
+/** `Patient.birthDate: required; Coverage.subscriberId: required`: all of them, not the first and a count. */
+function everyIssue(err: FhirInputError): string {
+  const issues = err.outcome.issue.map((i) => `${i.expression?.[0] ?? '(input)'}: ${i.diagnostics ?? i.code}`);
+  return issues.length > 1 ? `${issues.length} problems: ${issues.join('; ')}` : (issues[0] ?? err.message);
 }

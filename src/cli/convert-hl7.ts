@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import {
   describeProblems,
@@ -8,10 +7,9 @@ import {
   loadHl7Mappings,
   splitMessages,
 } from '../adapters/hl7';
-import { describeIssue, type EligibilityCheck, type PayerResolver } from '../domain';
-import { requestFromCheck } from '../verification/request-from-check';
-import type { VerificationRequest } from '../verification/wire';
-import { CliError, instant, loadCatalog, readInput, writeJson, type CliIo } from './io';
+import type { EligibilityCheck, PayerResolver } from '../domain';
+import { asRequest, shapeOf } from './as-request';
+import { CliError, inputName, instant, loadCatalog, readInput, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
   as: string;
@@ -33,11 +31,11 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     .option('--portal <id>', 'with --as request: the portal to verify on, for payers the catalog does not settle')
     .option('--received-at <instant>', 'the receipt time written into each check (default now), for reproducible output', instant('--received-at'))
     .action(async (file: string, opts: ConvertHl7Options) => {
-      if (opts.as !== 'check' && opts.as !== 'request') throw new CliError(`--as: must be check or request`, 2);
+      const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
       const resolver = opts.catalog ? await loadCatalog(opts.catalog) : undefined;
       const checks = await convertHl7(await readInput(io, file), { receivedAt, resolver }, file);
-      writeJson(io, opts.as === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
+      writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });
 }
 
@@ -49,7 +47,7 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
  */
 async function convertHl7(text: string, options: { receivedAt: string; resolver: PayerResolver | undefined }, file: string): Promise<EligibilityCheck[]> {
   const messages = splitMessages(text);
-  if (messages.length === 0) throw new CliError(`${file === '-' ? 'stdin' : file}: no HL7 message found`);
+  if (messages.length === 0) throw new CliError(`${inputName(file)}: no HL7 message found`);
   const handlerOptions = {
     mappings: loadHl7Mappings(),
     routing: loadClinicRouting(),
@@ -75,28 +73,4 @@ async function convertHl7(text: string, options: { receivedAt: string; resolver:
     if (!pending.has(check.idempotencyKey)) pending.set(check.idempotencyKey, check);
   }
   return [...pending.values()];
-}
-
-function asRequest(check: EligibilityCheck, portal: string | undefined): VerificationRequest {
-  const label = check.source.kind === 'hl7' ? check.source.messageControlId : check.idempotencyKey;
-  const resolution = check.coverage.resolution;
-  if (!portal) {
-    const problem =
-      resolution === undefined
-        ? 'payer not resolved to a portal; pass --catalog or --portal'
-        : resolution.status === 'unknown'
-          ? 'payer not in the catalog; pass --portal'
-          : resolution.status === 'ambiguous'
-            ? 'payer matches several catalog payers; pass --portal'
-            : resolution.syncPortals.length === 0
-              ? 'payer has no portal for synchronous verification; pass --portal'
-              : undefined;
-    if (problem) throw new CliError(`${label}: IN1-3/IN1-4: ${check.coverage.order} ${problem}`);
-  }
-  try {
-    return requestFromCheck(check, portal ? { portalId: portal } : {});
-  } catch (err) {
-    if (!(err instanceof z.ZodError)) throw err;
-    throw new CliError(`${label}: request ${describeIssue(err, '(body)')}`);
-  }
 }

@@ -1,139 +1,149 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import type { Bundle } from 'fhir/r4';
-import type { EligibilityCheck } from '../domain';
-import { loadClinicRouting } from '../adapters/clinic-routing';
-import { checksFromServer } from '../adapters/fhir/in';
-import { fhirKitReader } from '../sync/fhir-reader';
-import { handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, splitMessages } from '../adapters/hl7';
+import { splitMessages } from '../adapters/hl7';
 import { projectRoot } from '../mapping-files';
-import { generateWebhookSecret, startSandbox } from '../sandbox';
-import { startFhirServer } from '../sandbox/fhir-server';
-import { VerificationClient } from '../verification/client';
-import type { VerificationOutcome } from '../verification/outcome';
-import { PayerCatalog } from '../verification/payer-catalog';
-import { requestFromCheck } from '../verification/request-from-check';
-import { fhirWriter } from '../sync/write-back';
-import { startWebhookServer } from '../verification/webhook';
-import { FEATURE_ASYNC } from '../verification/wire';
+import { serve, type Serving } from '../service/serve';
+import { NOTIFICATION_PATH } from '../service/http-server';
+import type { CheckRow } from '../sync/job-store';
+import { frame, MllpDecoder } from '../service/mllp-framing';
+import { toOutcome } from '../verification/outcome';
 import type { CliIo } from './io';
+import { formatTable } from './table';
 
 const CHART = path.join(projectRoot, 'fixtures', 'fhir', 'primary-secondary.bundle.json');
 const APPOINTMENT = 'appt-4004';
-const HL7_MESSAGE = path.join(projectRoot, 'fixtures', 'hl7', 'molarpms-siu-s12-member-id-in-zsegment.hl7');
-const WEBHOOK_WAIT_MS = 15_000;
+/** A PMS's day: two insurances on one booking, insurance sent by ADT before the booking, a sync-only payer, a booking with no insurance yet. */
+const HL7_FILES = ['molarpms-siu-s12-two-insurances', 'carepoint-adt-a04-then-siu-s12', 'molarpms-siu-s12-member-id-in-zsegment', 'carepoint-siu-s12-no-insurance-known'].map((name) =>
+  path.join(projectRoot, 'fixtures', 'hl7', `${name}.hl7`),
+);
+const DATA_DIR = path.join('.dental-elig', 'demo');
+const FINAL: ReadonlySet<CheckRow['state']> = new Set(['written', 'needs-attention', 'dead', 'cancelled']);
+const WAIT_MS = 45_000;
 
 /**
- * `dental-elig demo`: the whole flow on embedded defaults, with nothing but this repository.
- * The sandbox stands in for the verification service and an in-process FHIR server for the
- * EHR. A chart is loaded, its appointment becomes checks, each is verified (asynchronously by
- * webhook where the payer takes it, otherwise synchronously), and the CoverageEligibilityRequest
- * and Response are validated and written back; then an HL7 SIU takes the same road.
+ * `dental-elig demo` (`npm start`): the sidecar on its embedded defaults, fed as a practice would
+ * feed it: HL7 over the real MLLP socket and a FHIR notification over HTTP. The sandbox stands in
+ * for the verification service (its seeded practice, credentials already stored) and the
+ * embedded FHIR server for the chart; the job store is a SQLite file under .dental-elig/demo.
  */
 export function registerDemo(program: Command, io: CliIo): void {
   program
     .command('demo')
-    .description('Run the whole flow on the embedded sandbox and FHIR server (what `npm start` runs)')
-    .option('--keep-running', 'leave the sandbox and FHIR server up afterwards, until Ctrl-C')
+    .description('Run serve on the embedded sandbox and FHIR server, feed it HL7 and a FHIR notification, show what was written to the chart (what `npm start` runs)')
+    .option('--keep-running', 'leave serve running afterwards, until Ctrl-C')
     .action(async (opts: { keepRunning?: boolean }) => runDemo(io, Boolean(opts.keepRunning)));
 }
 
 async function runDemo(io: CliIo, keepRunning: boolean): Promise<void> {
-  const say = (stage: string, text: string) => io.stdout.write(`${stage.padEnd(10)}${text}\n`);
-  const secret = generateWebhookSecret();
-  const arrived = new Map<string, (o: VerificationOutcome) => void>();
-
-  const sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 400, validationMs: 400 } });
-  const fhir = await startFhirServer({ validate: true });
-  const receiver = await startWebhookServer({
-    auth: { scheme: 'standard-webhooks', secret },
-    isKnownCorrelationId: (id) => arrived.has(id),
-    onDelivery: async (d) => arrived.get(d.outcome.verification.correlationId)?.(d.outcome),
-  });
-  sandbox.configureWebhook({ url: receiver.url, secret });
-  const client = new VerificationClient({ baseUrl: sandbox.url, apiKey: sandbox.apiKey });
-
+  const say = (stage: string, text: string) => io.stdout.write(`${stage.padEnd(8)}${text}\n`);
+  await rm(DATA_DIR, { recursive: true, force: true });
+  const serving = await serve(
+    { dataDir: DATA_DIR, host: '127.0.0.1', mllpPort: 0, httpPort: 0, webhook: { scheme: 'standard-webhooks' }, logLevel: 'warn', settings: { idleMs: 100, pollAfterMs: 1000 } },
+    { line: (text) => say('serve', text) },
+  );
   try {
-    say('start', `sandbox ${sandbox.url} (simulated verification service, in memory)`);
-    say('start', `FHIR server ${fhir.url} (the chart; writes are validated)`);
-    say('start', `webhook receiver ${receiver.url} (Standard Webhooks signatures)`);
+    say('chart', `${await seedChart(serving)} resources of ${path.relative(projectRoot, CHART)} put on the FHIR server ${serving.fhirUrl}`);
 
-    // Setup, as an integrator does it once per practice.
-    const catalog = await PayerCatalog.sync(client);
-    const asyncCount = catalog.payers.filter((p) => p.features?.[FEATURE_ASYNC]?.supported).length;
-    say('setup', `payer catalog: ${catalog.payers.length} payers, ${asyncCount} take asynchronous verification`);
-    const clinic = await client.getClinic('cln_sandbox_main');
-    const validation = await client.requestCredentialsValidation({ clinicId: clinic.clinicId, portalId: 'deltadentalins' });
-    const validated = await client.waitForCredentialsValidation(validation.correlationId, { firstDelayMs: 500, maxDelayMs: 1000 });
-    say('setup', `credentials of ${clinic.name ?? clinic.clinicId} on deltadentalins: ${validated.status}`);
+    const notified = await fetch(`http://${serving.http.host}:${serving.http.port}${NOTIFICATION_PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${serving.fhirUrl}/Appointment/${APPOINTMENT}` }] }),
+    });
+    say('fhir', `notification for Appointment/${APPOINTMENT} -> HTTP ${notified.status}`);
 
-    // The chart: an EHR's patient, coverages and appointment.
-    const chart = JSON.parse(await readFile(CHART, 'utf8')) as Bundle;
-    await fhir.seed((chart.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : [])));
-    say('chart', `${chart.entry?.length ?? 0} resources loaded into the FHIR server from ${path.relative(projectRoot, CHART)}`);
-
-    const routing = loadClinicRouting();
-    const reader = await fhirKitReader(fhir.url);
-    const fhirChecks = await checksFromServer(reader, APPOINTMENT, { routing, resolver: catalog, receivedAt: new Date().toISOString() });
-    say('fhir in', `Appointment/${APPOINTMENT} -> ${fhirChecks.length} checks (${fhirChecks.map(describe).join('; ')})`);
-    const writer = await fhirWriter(fhir.url);
-    for (const check of fhirChecks) {
-      const outcome = await verify(client, check, arrived, say);
-      const written = await writer.write(check, outcome);
-      const items = (written.response.insurance ?? []).reduce((n, i) => n + (i.item?.length ?? 0), 0);
-      say('write', `CoverageEligibilityRequest/${written.requestId} + CoverageEligibilityResponse/${written.responseId} (outcome ${written.response.outcome}, ${items} benefit items): validated, written`);
+    for (const file of HL7_FILES) {
+      const messages = splitMessages(await readFile(file, 'utf8'));
+      const acks = await sendMllp(serving.mllp.port, messages);
+      say('hl7', `${path.basename(file)}: ${messages.length} message(s) over MLLP -> ACK ${acks.join(', ')}`);
     }
 
-    // The same road from HL7 v2.
-    const store = new InMemoryPatientInsuranceStore();
-    const mappings = loadHl7Mappings();
-    for (const message of splitMessages(await readFile(HL7_MESSAGE, 'utf8'))) {
-      const result = await handleHl7Message(message, { mappings, routing, store, resolver: catalog, receivedAt: new Date().toISOString() });
-      const checks = result.outcome.kind === 'book' || result.outcome.kind === 'reschedule' ? result.outcome.checks : [];
-      say('hl7 in', `${result.header ? `${result.header.messageCode}^${result.header.triggerEvent} ${result.header.controlId}` : 'message'} -> ACK ${result.ackCode}, ${checks.length} check (${checks.map(describe).join('; ')})`);
-      for (const check of checks) await verify(client, check, arrived, say);
-    }
-    say('done', 'every check verified and every eligibility response validated against FHIR R4');
-
+    const checks = await settle(serving);
+    const waiting = await serving.sync.store.listAppointments('awaiting-insurance');
+    io.stdout.write(`\n${table(checks)}\n`);
+    if (waiting.length > 0) io.stdout.write(`\n${waiting.length} booking(s) awaiting the patient's insurance (an ADT with IN1 will start their checks)\n`);
+    const written = checks.filter((c) => c.written).length;
+    io.stdout.write(
+      `\n${written} of ${checks.length} checks written to the chart as CoverageEligibilityResponse.\n` +
+        `Look next:  curl ${serving.fhirUrl}/CoverageEligibilityResponse    (while --keep-running)\n` +
+        `            npx dental-elig jobs list --data-dir ${DATA_DIR}\n`,
+    );
     if (keepRunning) {
-      io.stdout.write(`\nstill running; point DENTAL_ELIG_BASE_URL at ${sandbox.url} (key ${sandbox.apiKey}). Ctrl-C stops.\n`);
+      io.stdout.write(`\nstill running: MLLP 127.0.0.1:${serving.mllp.port}, HTTP http://127.0.0.1:${serving.http.port} (/healthz, /metrics, /fhir). Ctrl-C stops.\n`);
       await new Promise<void>((resolve) => {
         if (io.signal) io.signal.addEventListener('abort', () => resolve(), { once: true });
         process.once('SIGINT', resolve).once('SIGTERM', resolve);
       });
     }
   } finally {
-    await client.close();
-    await receiver.close();
-    await sandbox.close();
-    await fhir.close();
+    await serving.close();
   }
 }
 
-function describe(check: EligibilityCheck): string {
-  const r = check.coverage.resolution;
-  return `${check.coverage.order}: ${r?.status === 'resolved' ? r.name : (check.coverage.payer.name ?? check.coverage.payer.id)}`;
+/** The EHR's chart as it already stands (its resources under their own ids; real charts are not all valid R4). */
+async function seedChart(serving: Serving): Promise<number> {
+  const bundle = JSON.parse(await readFile(CHART, 'utf8')) as Bundle;
+  const resources = (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+  if (!serving.embeddedChart) throw new Error('the demo writes into the embedded FHIR server; unset DENTAL_ELIG_FHIR_URL');
+  await serving.embeddedChart.seed(resources);
+  return resources.length;
 }
 
-/** Asynchronously where the payer takes it (the result arrives by webhook, polled as a fallback), otherwise synchronously. */
-async function verify(
-  client: VerificationClient,
-  check: EligibilityCheck,
-  arrived: Map<string, (o: VerificationOutcome) => void>,
-  say: (stage: string, text: string) => void,
-): Promise<VerificationOutcome> {
-  const r = check.coverage.resolution;
-  const useAsync = r?.status === 'resolved' && r.supportsAsync;
-  let outcome: VerificationOutcome;
-  if (useAsync) {
-    const accepted = await client.requestVerification(requestFromCheck(check, { mode: 'async' }));
-    const byWebhook = new Promise<VerificationOutcome>((resolve) => arrived.set(accepted.correlationId, resolve));
-    const timeout = new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), WEBHOOK_WAIT_MS).unref());
-    outcome = (await Promise.race([byWebhook, timeout])) ?? (await client.waitForVerification(accepted.correlationId));
-  } else {
-    outcome = await client.verify(requestFromCheck(check, { mode: 'sync' }));
+/** Sends messages on one connection and reads one ACK each; returns the ACK codes. */
+function sendMllp(port: number, messages: readonly string[]): Promise<string[]> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const decoder = new MllpDecoder(1 << 20);
+    const codes: string[] = [];
+    socket.on('error', reject);
+    socket.on('data', (chunk) => {
+      for (const f of decoder.push(chunk)) if (f.kind === 'message') codes.push(/\rMSA\|(\w\w)/.exec(f.payload.toString('utf8'))?.[1] ?? '?');
+      if (codes.length >= messages.length) {
+        socket.end();
+        resolve(codes);
+      }
+    });
+    for (const m of messages) socket.write(frame(m));
+  });
+}
+
+async function settle(serving: Serving): Promise<CheckRow[]> {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const checks = await serving.sync.store.listChecks();
+    if (checks.every((c) => FINAL.has(c.state)) || Date.now() > deadline) return checks;
+    await new Promise((r) => setTimeout(r, 200));
   }
-  say('verify', `${describe(check)}: ${useAsync ? 'asynchronous, by webhook' : 'synchronous'} -> ${outcome.verification.status} (${outcome.verification.correlationId})`);
-  return outcome;
+}
+
+function table(checks: readonly CheckRow[]): string {
+  return formatTable(
+    [...checks].sort((a, b) => a.createdAt.localeCompare(b.createdAt)),
+    [
+      ['PATIENT', (c) => `${c.check.patient.firstName[0]}.${c.check.patient.lastName[0]}.`],
+      ['PAYER', (c) => c.check.coverage.payer.name ?? c.check.coverage.payer.id],
+      ['ORDER', (c) => c.check.coverage.order],
+      ['MODE', (c) => c.mode],
+      ['OUTCOME', (c) => outcomeOf(c)],
+      ['ANNUAL MAX LEFT', (c) => annualMaximumLeft(c)],
+      ['STATE', (c) => c.state],
+    ],
+  );
+}
+
+function outcomeOf(c: CheckRow): string {
+  if (c.result === undefined) return '';
+  const outcome = toOutcome(c.result);
+  return outcome.kind === 'failed' ? `failed (${outcome.failure.kind})` : outcome.kind;
+}
+
+function annualMaximumLeft(c: CheckRow): string {
+  if (c.result === undefined) return '';
+  const outcome = toOutcome(c.result);
+  if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
+  const maximums = outcome.result.data?.maximums ?? [];
+  const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '')) ?? maximums[0];
+  return typeof annual?.remainingAmount === 'number' ? `$${annual.remainingAmount.toFixed(2)}` : '';
 }

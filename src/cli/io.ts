@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import { IsoInstant } from '../domain/primitives';
+import { describeJsonSyntax } from '../verification/json-syntax';
 import { PayerCatalog } from '../verification/payer-catalog';
 
 /** Where a command reads and writes; the real process in production, buffers in tests. */
@@ -42,12 +43,15 @@ export async function readInput(io: CliIo, file: string): Promise<string> {
   }
 }
 
-/** Parses JSON input, naming the file on failure. */
+/** How messages name an input: the file as given, or stdin for `-`. */
+export const inputName = (file: string) => (file === '-' ? 'stdin' : file);
+
+/** Parses JSON input; a failure names the file, line, column and problem, never the content. */
 export function parseJsonInput(text: string, file: string): unknown {
   try {
     return JSON.parse(text);
-  } catch (err) {
-    throw new CliError(`${file === '-' ? 'stdin' : file}: not valid JSON (${(err as Error).message})`);
+  } catch {
+    throw new CliError(`${inputName(file)}: ${describeJsonSyntax(text)}`);
   }
 }
 

@@ -67,6 +67,7 @@ export function registerJobs(program: Command, io: CliIo): void {
           mode: row.mode,
           portal: row.portalId,
           correlationId: row.correlationId,
+          reusedFrom: row.reusedFrom,
           attempts: row.attempts,
           outcome: outcomeOf(row),
           resultAt: row.resultAt,

@@ -5,6 +5,7 @@ import { projectRoot } from '../mapping-files';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
+import { registerFhirServer } from './fhir-server';
 import { CliError, type CliIo } from './io';
 import { registerJobs } from './jobs';
 import { registerSandbox } from './sandbox';
@@ -25,6 +26,7 @@ export function buildProgram(io: CliIo): Command {
   registerSandbox(program, io);
   registerServe(program, io);
   registerJobs(program, io);
+  registerFhirServer(program, io);
   registerDemo(program, io);
   const convert = program.command('convert').description('Convert input without sending anything');
   registerConvertHl7(convert, io);

@@ -4,6 +4,28 @@ import { VerificationClient } from '../verification/client';
 import { loadSettings, type CliSettings } from './config';
 import { CliError, type CliIo } from './io';
 
+/** An environment variable a command reads, and what for. */
+export type EnvVar = readonly [name: string, what: string];
+
+export const ENV = {
+  baseUrl: ['DENTAL_ELIG_BASE_URL', 'the service root, e.g. https://… (or baseUrl in the config file)'],
+  apiKey: ['DENTAL_ELIG_API_KEY', 'the API key (or DENTAL_ELIG_API_KEY_FILE naming a file that holds it)'],
+  insecure: ['DENTAL_ELIG_ALLOW_INSECURE_HTTP', '1 allows a plain http:// base URL for a host other than this machine'],
+  customerId: ['DENTAL_ELIG_CUSTOMER_ID', 'the customer id issued at onboarding (or --customer)'],
+  password: ['DENTAL_ELIG_PORTAL_PASSWORD', 'the portal password (or --password-stdin)'],
+  catalog: ['DENTAL_ELIG_CATALOG', 'the payer catalog file (default .dental-elig/catalog.json)'],
+  config: ['DENTAL_ELIG_CONFIG', 'the settings file (or --config; default ./dental-elig.config.json)'],
+} as const satisfies Record<string, EnvVar>;
+
+/** What every command that talks to the service reads. */
+export const SERVICE_ENV: readonly EnvVar[] = [ENV.baseUrl, ENV.apiKey, ENV.insecure, ENV.config];
+
+/** Names, in the command's own --help, the environment variables it reads. */
+export function readsEnvironment(command: Command, vars: readonly EnvVar[]): Command {
+  const width = Math.max(...vars.map(([name]) => name.length));
+  return command.addHelpText('after', `\nEnvironment:\n${vars.map(([name, what]) => `  ${name.padEnd(width)}  ${what}`).join('\n')}\n`);
+}
+
 /** Commands that talk to the service run inside this: it builds the client and closes it. */
 export async function withService<T>(
   io: CliIo,

@@ -1,10 +1,14 @@
 import { Option, type Command } from 'commander';
 import { describeIssue } from '../domain/issues';
+import type { VerificationClient } from '../verification/client';
 import type { VerificationOutcome } from '../verification/outcome';
+import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { VerificationRequest } from '../verification/wire';
-import { CliError, parseJsonInput, readInput, whole, type CliIo } from './io';
-import { withService } from './service-context';
+import { CliError, inputName, parseJsonInput, readInput, whole, type CliIo } from './io';
+import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
+
+const counted = (n: number | undefined, one: string, many: string) => (n === undefined ? undefined : `${n} ${n === 1 ? one : many}`);
 
 /** What a person wants to see of an outcome first; --json gives all of it. */
 export function summarise(outcome: VerificationOutcome): Record<string, unknown> {
@@ -19,8 +23,9 @@ export function summarise(outcome: VerificationOutcome): Record<string, unknown>
         plan: plan?.name,
         planStatus: plan?.status,
         payer: plan?.payer?.name,
-        maximums: data?.maximums?.length,
-        coinsurance: data?.coinsurance?.length,
+        // Counts, not money: the amounts and percentages are in --json.
+        maximums: counted(data?.maximums?.length, 'entry (amounts: --json)', 'entries (amounts: --json)'),
+        coinsurance: counted(data?.coinsurance?.length, 'category (percentages: --json)', 'categories (percentages: --json)'),
         participation: verificationProvider?.participation?.status,
         gaps: contexts?.map((c) => c.detail),
       };
@@ -34,39 +39,129 @@ export function summarise(outcome: VerificationOutcome): Record<string, unknown>
   }
 }
 
-export function registerVerify(program: Command, io: CliIo): void {
-  program
-    .command('verify <request>')
-    .description('Send one verification request (a JSON body as `convert --as request` prints; `-` for stdin)')
-    .option('--async', 'queue it; the result comes by webhook (or --wait polls for it)')
-    .option('--wait', 'with --async: poll until the result is in')
-    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
-    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
-    .option('--json', 'print the whole verification as JSON')
-    .action(async (file: string, opts: { async?: boolean; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) => {
-      const parsed = VerificationRequest.safeParse(parseJsonInput(await readInput(io, file), file));
-      if (!parsed.success) {
-        throw new CliError(`${file === '-' ? 'stdin' : file}: ${describeIssue(parsed.error, '(body)')}`);
-      }
-      await withService(io, cmd, async (client) => {
-        let outcome: VerificationOutcome;
-        if (opts.async) {
-          const accepted = await client.requestVerification(parsed.data);
-          if (!opts.wait) return printRecord(io, accepted, Boolean(opts.json));
-          io.stderr.write(`queued ${accepted.correlationId}; polling`);
-          outcome = await client.waitForVerification(accepted.correlationId, {
-            firstDelayMs: opts.firstDelayMs,
-            timeoutMs: opts.timeoutMs,
-            onPoll: (status) => io.stderr.write(` ${status}`),
-          });
-          io.stderr.write('\n');
-        } else {
-          outcome = await client.verify(parsed.data);
-        }
-        for (const w of outcome.warnings) io.stderr.write(`dental-elig: warning: ${w}\n`);
-        printRecord(io, opts.json ? outcome.verification : summarise(outcome), Boolean(opts.json));
-        if (outcome.kind === 'pending') throw new CliError(`verification ${outcome.verification.correlationId}: still Pending after ${opts.timeoutMs} ms`);
-        if (outcome.kind === 'failed') throw new CliError(`verification ${outcome.verification.correlationId}: Failed (${outcome.failure.kind}, ${outcome.failure.action})`);
-      });
+/**
+ * The bodies of a request file: one JSON object, an array of them (what `convert … --as request`
+ * prints), or JSON lines (one object a line). Each comes with the name errors use for it.
+ */
+export function readBodies(text: string, file: string): Array<{ name: string; body: unknown }> {
+  const name = inputName(file);
+  const lines = text
+    .split('\n')
+    .map((line, index) => ({ line, number: index + 1 }))
+    .filter(({ line }) => line.trim() !== '');
+  const first = lines[0]?.line ?? '';
+  if (lines.length > 1 && findJsonSyntaxProblem(text) !== undefined && findJsonSyntaxProblem(first) === undefined) {
+    return lines.map(({ line, number }) => {
+      const problem = findJsonSyntaxProblem(line);
+      if (problem) throw new CliError(`${name}: not valid JSON at line ${number}, column ${problem.column}: ${problem.problem}`);
+      return { name: `${name} line ${number}`, body: JSON.parse(line) as unknown };
     });
+  }
+  const value = parseJsonInput(text, file);
+  if (!Array.isArray(value)) return [{ name, body: value }];
+  if (value.length === 0) throw new CliError(`${name}: an empty array holds no request`);
+  return value.map((body: unknown, i) => ({ name: `${name} [${i}]`, body }));
+}
+
+interface SendOptions {
+  async?: boolean;
+  wait?: boolean;
+  firstDelayMs: number;
+  timeoutMs: number;
+  json?: boolean;
+}
+
+export function registerVerify(program: Command, io: CliIo): void {
+  const verify = program
+    .command('verify')
+    .description('Verify insurance: send requests (`verify FILE`), or fetch a verification by its correlationId (`verify get ID`)');
+
+  readsEnvironment(
+    verify
+      .command('send <request>', { isDefault: true })
+      .description(
+        'Send verification requests: one JSON body, an array of them (as `convert … --as request` prints) or JSON lines; `-` for stdin. ' +
+          'Each is verified in turn. `dental-elig verify FILE` means `verify send FILE`.',
+      )
+      .option('--async', 'queue each; the result comes by webhook, `verify get ID` fetches it, or --wait polls for it')
+      .option('--wait', 'with --async: poll until the result is in')
+      .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
+      .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+      .option('--json', 'print each whole verification as JSON (an array for several)'),
+    SERVICE_ENV,
+  ).action(async (file: string, opts: SendOptions, cmd: Command) => {
+    if (opts.wait && !opts.async) throw new CliError('--wait: goes with --async; a synchronous verification answers with its outcome', 2);
+    const requests = readBodies(await readInput(io, file), file).map(({ name, body }) => {
+      const parsed = VerificationRequest.safeParse(body);
+      if (!parsed.success) throw new CliError(`${name}: ${describeIssue(parsed.error, '(body)')}`);
+      return parsed.data;
+    });
+    await withService(io, cmd, async (client) => {
+      const shown: unknown[] = [];
+      const problems: string[] = [];
+      for (const [index, request] of requests.entries()) {
+        if (!opts.json && index > 0) io.stdout.write('\n');
+        if (opts.async && !opts.wait) {
+          const accepted = await client.requestVerification(request);
+          shown.push(accepted);
+          if (!opts.json) printRecord(io, accepted, false);
+          continue;
+        }
+        const outcome = opts.async ? await waitFor(io, client, (await client.requestVerification(request)).correlationId, opts) : await client.verify(request);
+        const problem = report(io, outcome, opts);
+        shown.push(outcome.verification);
+        if (problem) problems.push(problem);
+      }
+      if (opts.json) printRecord(io, (shown.length === 1 ? shown[0] : shown) as Record<string, unknown>, true);
+      else if (opts.async && !opts.wait) io.stdout.write('next: `dental-elig verify get CORRELATION_ID` fetches a result (or --wait polls for it)\n');
+      fail(io, problems, requests.length);
+    });
+  });
+
+  readsEnvironment(
+    verify
+      .command('get <correlationId>')
+      .description('Fetch a verification by the correlationId `verify --async` printed; Pending means ask again later, or --wait')
+      .option('--wait', 'poll until it is no longer Pending')
+      .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
+      .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+      .option('--json', 'print the whole verification as JSON'),
+    SERVICE_ENV,
+  ).action(async (correlationId: string, opts: Omit<SendOptions, 'async'>, cmd: Command) =>
+    withService(io, cmd, async (client) => {
+      const outcome = opts.wait ? await waitFor(io, client, correlationId, opts) : await client.getVerification(correlationId);
+      const problem = report(io, outcome, { ...opts, wait: Boolean(opts.wait) });
+      if (opts.json) printRecord(io, outcome.verification, true);
+      fail(io, problem ? [problem] : [], 1);
+    }),
+  );
+}
+
+async function waitFor(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number }): Promise<VerificationOutcome> {
+  io.stderr.write(`queued ${correlationId}; polling`);
+  const outcome = await client.waitForVerification(correlationId, {
+    firstDelayMs: opts.firstDelayMs,
+    timeoutMs: opts.timeoutMs,
+    onPoll: (status) => io.stderr.write(` ${status}`),
+  });
+  io.stderr.write('\n');
+  return outcome;
+}
+
+/** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */
+function report(io: CliIo, outcome: VerificationOutcome, opts: { json?: boolean; wait?: boolean; timeoutMs: number }): string | undefined {
+  for (const w of outcome.warnings) io.stderr.write(`dental-elig: warning: ${w}\n`);
+  if (!opts.json) printRecord(io, summarise(outcome), false);
+  const id = outcome.verification.correlationId;
+  if (outcome.kind === 'pending' && opts.wait) return `verification ${id}: still Pending after ${opts.timeoutMs} ms`;
+  if (outcome.kind === 'failed') return `verification ${id}: Failed (${outcome.failure.kind}, ${outcome.failure.action})`;
+  return undefined;
+}
+
+/** One body: its problem is the error line. Several: each problem on stderr, then a count. */
+function fail(io: CliIo, problems: string[], total: number): void {
+  if (problems.length === 0) return;
+  if (total === 1) throw new CliError(problems[0] as string);
+  for (const p of problems) io.stderr.write(`dental-elig: ${p}\n`);
+  throw new CliError(`${problems.length} of ${total} verifications did not complete`);
 }

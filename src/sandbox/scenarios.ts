@@ -76,8 +76,17 @@ export const SCENARIOS: ScenarioEntry[] = [
 
 const BY_MEMBER = new Map(SCENARIOS.map((s) => [s.memberId.toUpperCase(), s.scenario]));
 
+/** SBX-FAIL- followed by a kind the list above does not have: Failed with that kind, as the service may add kinds. */
+const ANY_FAILURE = /^SBX-FAIL-(.*)$/i;
+/** A kind as the service writes them (PascalCase words); it becomes the last segment of the problem type. */
+export const FAILURE_KIND_TEXT = /^[A-Za-z][A-Za-z0-9]*$/;
+
 export function scenarioFor(memberId: string | undefined): Scenario {
-  return (memberId && BY_MEMBER.get(memberId.trim().toUpperCase())) || { kind: 'derived' };
+  const id = memberId?.trim() ?? '';
+  const listed = BY_MEMBER.get(id.toUpperCase());
+  if (listed) return listed;
+  const failure = ANY_FAILURE.exec(id)?.[1];
+  return failure === undefined ? { kind: 'derived' } : { kind: 'failed', failure };
 }
 
 // ---------------------------------------------------------------- failures
@@ -103,8 +112,8 @@ export function failureResult(kind: string, portalId: string | undefined): Probl
   const known = FAILURES[kind] ?? {
     title: 'Verification not completed',
     status: 422,
-    detail: 'The payer has this coverage under review.',
-    upstream: 'Coverage under review by the payer.',
+    detail: kind === UNLISTED_FAILURE_KIND ? 'The payer has this coverage under review.' : `The verification failed (${kind}).`,
+    upstream: kind === UNLISTED_FAILURE_KIND ? 'Coverage under review by the payer.' : `The portal reported ${kind}.`,
   };
   return {
     type: problemType(kind),

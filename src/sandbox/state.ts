@@ -101,6 +101,9 @@ export interface VerificationRec {
 export interface ClaimRetrievalRec {
   correlationId: string;
   customerId: string;
+  /** The caller's idempotency key: the same key and body again is the same retrieval. */
+  externalId?: string | undefined;
+  fingerprint?: string;
   status: string;
   createdAt: string;
 }

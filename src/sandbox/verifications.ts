@@ -37,6 +37,7 @@ import {
 } from './problems';
 import {
   derivedResult,
+  FAILURE_KIND_TEXT,
   failureResult,
   fullResult,
   legacyCoinsuranceResult,
@@ -226,6 +227,9 @@ async function submit(core: SandboxCore, mode: Mode, body: unknown, customer: Cu
   }
 
   const scenario = scenarioFor(req.subscriber.memberId);
+  if (scenario.kind === 'failed' && !FAILURE_KIND_TEXT.test(scenario.failure)) {
+    throw invalidField('subscriber.memberId', 'invalid_value', 'SBX-FAIL- must be followed by a failure kind in letters and digits, e.g. SBX-FAIL-PatientNotFound');
+  }
   const attemptKey = `${customer.customerId}|${mode}|${print}`;
   const attempt = (state.attempts.get(attemptKey) ?? 0) + 1;
   state.attempts.set(attemptKey, attempt);
@@ -292,8 +296,24 @@ export function verificationRoutes(core: SandboxCore): Route[] {
         if (!state.portal(req.portalId)) throw notFound('no portal has this portalId');
         if (req.serviceDateFrom > req.serviceDateTo) throw invalidField('serviceDateTo', 'invalid_value', 'must not be before serviceDateFrom');
         if (req.subscriber.memberId.toUpperCase() === NO_CLAIMS_MEMBER_ID) throw notFound('no claims were found for this member in the date range');
+        const print = fingerprint(req);
+        // The client repeats a POST that carries externalId after a lost answer: the same key is the same retrieval.
+        const previous = req.externalId
+          ? [...state.claimRetrievals.values()].find((c) => c.customerId === customer.customerId && c.externalId === req.externalId)
+          : undefined;
+        if (previous) {
+          if (previous.fingerprint !== print) throw invalidField('externalId', 'conflict', 'this externalId was already used for a different request');
+          return { status: 201, body: { correlationId: previous.correlationId, status: previous.status } };
+        }
         const correlationId = newCorrelationId();
-        state.claimRetrievals.set(correlationId, { correlationId, customerId: customer.customerId, status: 'Pending', createdAt: core.now().toISOString() });
+        state.claimRetrievals.set(correlationId, {
+          correlationId,
+          customerId: customer.customerId,
+          externalId: req.externalId,
+          fingerprint: print,
+          status: 'Pending',
+          createdAt: core.now().toISOString(),
+        });
         return { status: 201, body: { correlationId, status: 'Pending' } };
       },
     },

@@ -20,7 +20,7 @@ import type { JobStore } from '../sync/job-store';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { errorText, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
-import { fhirWriter, type EligibilityWriter } from '../sync/write-back';
+import { fhirWriter, type EligibilityWriter, type FhirWriterOptions } from '../sync/write-back';
 import { createLogger, type Logger } from './logger';
 import { SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
@@ -56,7 +56,7 @@ export interface EligibilitySyncConfig {
   /** The payer catalog; by default loaded from the data dir and refreshed from the service at start. */
   catalog?: PayerCatalog;
   /** The chart's FHIR server, or a writer (and a reader for FHIR triggers) of your own. */
-  fhir: { baseUrl: string; bearerToken?: string } | { writer: EligibilityWriter; reader?: FhirReader };
+  fhir: ({ baseUrl: string } & FhirWriterOptions) | { writer: EligibilityWriter; reader?: FhirReader };
   /** How webhooks authenticate. Without it, no verification is asynchronous. */
   webhook?: WebhookAuth;
   settings?: SyncSettings;
@@ -120,7 +120,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let reader: Promise<FhirReader> | undefined;
   let lastServiceCall: { ok: boolean; at: string } | undefined;
 
-  const getWriter = () => (writer ??= 'writer' in config.fhir ? Promise.resolve(config.fhir.writer) : fhirWriter(config.fhir.baseUrl, bearer(config.fhir)));
+  const getWriter = () => {
+    if ('writer' in config.fhir) return Promise.resolve(config.fhir.writer);
+    const { baseUrl, ...auth } = config.fhir;
+    return (writer ??= fhirWriter(baseUrl, auth));
+  };
   const getReader = (): Promise<FhirReader> => {
     if ('writer' in config.fhir) {
       if (!config.fhir.reader) return Promise.reject(new Error('no FHIR reader configured: FHIR triggers need fhir.baseUrl or fhir.reader'));
@@ -248,6 +252,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   let pollTimer: NodeJS.Timeout | undefined;
+  let stopped = false;
   const schedulePoll = () => {
     if (settings.fhirPollIntervalMs <= 0) return;
     pollTimer = setTimeout(() => {
@@ -298,6 +303,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     async stop(): Promise<void> {
       if (pollTimer) clearTimeout(pollTimer);
       await worker.stop();
+      if (stopped) return;
+      stopped = true;
       if (ownsClient) await client.close();
       if (ownsStore) await store.close();
     },

@@ -24,6 +24,9 @@ export const ServeFile = z.strictObject({
   timeoutMs: z.number().int().positive().optional(),
   maxRetries: z.number().int().min(0).optional(),
   fhirUrl: z.string().optional(),
+  /** SMART Backend Services for the chart: the token endpoint (default: the server's smart-configuration) and the key's kid. */
+  fhirTokenEndpoint: z.string().optional(),
+  fhirKeyId: z.string().optional(),
   /** How the service's webhooks authenticate: a Standard Webhooks signature (default) or a static bearer token. */
   webhookScheme: z.enum(['standard-webhooks', 'bearer']).optional(),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
@@ -42,7 +45,7 @@ export interface ServeConfig {
   service?: { baseUrl: string; apiKey: string; apiKeyHeader?: string; apiKeyScheme?: string; timeoutMs?: number; maxRetries?: number };
   customerId?: string;
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
-  fhir?: { baseUrl: string; bearerToken?: string };
+  fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string } };
   webhook: { scheme: 'standard-webhooks'; secret?: string } | { scheme: 'bearer'; token: string };
   logLevel: string;
   settings: SyncSettings;
@@ -73,6 +76,11 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   }
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
   const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;
+  const smartClient = env.DENTAL_ELIG_FHIR_CLIENT_ID;
+  const keyFile = env.DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE;
+  if (Boolean(smartClient) !== Boolean(keyFile)) throw new ConfigError('DENTAL_ELIG_FHIR_CLIENT_ID and DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE: SMART Backend Services needs both');
+  if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
+  const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...defined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
   return {
     dataDir: overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR,
     host: fromFile.host ?? '127.0.0.1',
@@ -86,7 +94,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
       },
     }),
     ...(customerId && { customerId }),
-    ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }) } }),
+    ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }) } }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }) },
     logLevel: env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info',
     settings: fromFile.settings ?? {},
@@ -104,6 +112,14 @@ function readServeFile(file: string): ServeFile {
   const parsed = ServeFile.safeParse(raw);
   if (!parsed.success) throw new ConfigError(`${file}: ${describeIssue(parsed.error)}`);
   return parsed.data;
+}
+
+function readSecretFile(name: string, file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${name}: ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
 }
 
 function defined<T extends Record<string, unknown>>(obj: T): Partial<T> {

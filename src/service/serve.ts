@@ -1,4 +1,5 @@
 import * as path from 'node:path';
+import type { FhirResource } from 'fhir/r4';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
@@ -14,6 +15,8 @@ export interface Serving {
   fhirUrl: string;
   /** The service's base URL (the in-process sandbox's when none was configured). */
   serviceUrl: string;
+  /** The embedded FHIR server, when it is the chart: puts an EHR's existing resources in place, unvalidated. */
+  embeddedChart?: { seed(resources: readonly FhirResource[]): Promise<void> };
   close(): Promise<void>;
 }
 
@@ -31,10 +34,10 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
   };
   try {
     // The simulator and the embedded FHIR server load only when they are used.
-    const sandboxModule = config.service && config.fhir ? undefined : await import('../sandbox/index.js');
+    const sandboxModule = config.service && config.fhir ? undefined : await import('../sandbox-entry.js');
     const sandbox = config.service ? undefined : await sandboxModule?.startSandbox({ seed: true, ...(config.customerId && { customerId: config.customerId }) });
     if (sandbox) closers.push(() => sandbox.close());
-    const embeddedFhir = config.fhir ? undefined : await sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
+    const embeddedFhir = config.fhir ? undefined : sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
     const secret = config.webhook.scheme === 'standard-webhooks' ? (config.webhook.secret ?? sandboxModule?.generateWebhookSecret()) : undefined;
 
     const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: embeddedFhir.handle }] : [];
@@ -62,6 +65,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     const mllp = new MllpListener({
       host: config.host,
       port: config.mllpPort,
+      log: logger,
       handler: (message) => started.receiveHl7(message),
       onDeadLetter: (letter) => started.deadLetterHl7(letter),
     });
@@ -76,6 +80,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       http: { host: http.host, port: http.port },
       fhirUrl,
       serviceUrl: config.service?.baseUrl ?? (sandbox?.url as string),
+      ...(embeddedFhir && { embeddedChart: embeddedFhir }),
       close: closeAll,
     };
   } catch (err) {

@@ -53,6 +53,8 @@ export const CheckRow = z.strictObject({
   result: z.unknown().optional(),
   resultAt: z.string().optional(),
   written: WrittenIds.optional(),
+  /** The verification whose fresh result this check uses instead of one of its own. */
+  reusedFrom: z.string().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });

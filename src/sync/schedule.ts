@@ -92,7 +92,7 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
       result: fresh.result,
       ...(fresh.resultAt !== undefined && { resultAt: fresh.resultAt }),
       ...(fresh.mode !== undefined && { mode: fresh.mode }),
-      lastError: `reused the result of verification ${fresh.correlationId ?? fresh.key} taken ${fresh.resultAt ?? 'recently'}`,
+      reusedFrom: fresh.correlationId ?? fresh.reusedFrom ?? fresh.key,
     });
     return true;
   }

@@ -6,6 +6,7 @@ import { ServiceError } from '../verification/errors';
 import { toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials } from '../verification/wire';
+import { ChartWriteError } from './chart-errors';
 import type { CheckRow, CheckState, JobStore } from './job-store';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
@@ -314,7 +315,7 @@ export class Worker {
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome));
     } catch (err) {
       // Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is.
-      const retryable = !(err instanceof FhirInputError) && (err as { retryable?: unknown }).retryable !== false;
+      const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
       const detail = errorText(err);
       if (!retryable) {
         await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` });
@@ -344,6 +345,7 @@ export class Worker {
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
       correlationId: undefined,
+      reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
       lastError: `verifying again before the visit: the last result is older than ${Math.round(this.options.policy.freshnessMs / 86_400_000)} days`,

@@ -1,21 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import type { CoverageEligibilityRequest, CoverageEligibilityResponse } from 'fhir/r4';
+import type { BundleEntry, Coverage, CoverageEligibilityRequest, CoverageEligibilityResponse, Organization, Patient, Resource } from 'fhir/r4';
 import * as z from 'zod';
 import type { EligibilityCheck } from '../domain';
-import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { describeIssue } from '../domain/issues';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../adapters/fhir/out';
+import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
 import { assertValidR4 } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
+import { chartClient, idFrom } from './chart-client';
+import { ChartWriteError, toChartWriteError } from './chart-errors';
+import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, type ChartPart } from './chart-resources';
+import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 
-/** What the server answered for the transaction; parsed permissively, we need only the ids. */
-const TransactionEntry = z.looseObject({
-  resource: z.looseObject({ id: z.string().min(1) }).optional(),
-  response: z.looseObject({ location: z.string().optional() }).optional(),
-});
-const TransactionAnswer = z.looseObject({ entry: z.array(TransactionEntry).length(2) });
-
-/** The chart resources a check's results belong to; a FHIR-sourced check names its own. */
+/** The chart resources a check's results belong to; a FHIR-sourced check names its own, an HL7 one has them found or created. */
 export interface ChartRefs {
   patient?: string;
   coverage?: string;
@@ -25,6 +23,13 @@ export interface ChartRefs {
 export interface WrittenEligibility {
   requestId: string;
   responseId: string;
+  /** The Patient and Coverage the pair is written against (found, created, or the check's own). */
+  patientId: string;
+  coverageId: string;
+  /** The insurer Organization, when the chart has one for this payer. */
+  insurerId?: string | undefined;
+  /** False when the chart already held exactly this: nothing was sent. */
+  changed: boolean;
   request: CoverageEligibilityRequest;
   response: CoverageEligibilityResponse;
 }
@@ -33,65 +38,175 @@ export interface EligibilityWriter {
   write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs): Promise<WrittenEligibility>;
 }
 
-type FhirKitClient = InstanceType<typeof import('fhir-kit-client', { with: { 'resolution-mode': 'import' } }).Client>;
+const FhirWriterOptions = z
+  .strictObject({
+    /** A static access token. */
+    bearerToken: z.string().min(1).optional(),
+    /** SMART Backend Services: tokens fetched with a signed client assertion and kept until shortly before they expire. */
+    smart: SmartBackendAuth.optional(),
+    /** Each request to the FHIR server or token endpoint gives up after this long (a retryable failure). Default 30 s. */
+    timeoutMs: z.number().int().positive().default(30_000),
+  })
+  .refine((o) => !(o.bearerToken && o.smart), { error: 'give bearerToken or smart, not both' });
+export type FhirWriterOptions = z.input<typeof FhirWriterOptions>;
+
+type Written = { kind: 'request' | 'response' | ChartPart['kind']; ref: string };
 
 /**
- * Writes a verification's CoverageEligibilityRequest and Response into the chart through
- * fhir-kit-client, as one transaction. Both are validated against R4 (Medplum and the official
- * JSON schema) before anything is sent, and each is created conditionally on its correlation
- * identifier (ifNoneExist), so writing the same result again, after a crash or a retry, never
- * makes a second resource.
+ * Writes a verification's CoverageEligibilityRequest and Response into the chart, one pair per
+ * verification (its correlation id), through fhir-kit-client:
+ *  - what the chart already holds is searched first (one batch): the pair by correlation id and,
+ *    for an HL7-sourced check, the insurer Organization, Patient and Coverage by identifier;
+ *  - a later result for the same verification updates the pair in place (PUT with If-Match on
+ *    the version read), the same result again sends nothing;
+ *  - everything missing is created in the same transaction (conditional creates, urn:uuid
+ *    references), so a failure leaves nothing, and a writer racing this one makes no duplicate;
+ *  - every resource is validated against R4 before anything is sent.
+ * Failures are ChartWriteErrors saying whether the same write may succeed later.
  */
-export async function fhirWriter(baseUrl: string, options: { bearerToken?: string } = {}): Promise<EligibilityWriter> {
-  const { Client } = await import('fhir-kit-client');
-  const client: FhirKitClient = new Client({ baseUrl, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
+export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {}): Promise<EligibilityWriter> {
+  const parsed = FhirWriterOptions.safeParse(options);
+  if (!parsed.success) throw new ChartWriteError(`options.${describeIssue(parsed.error)}`, { retryable: false });
+  const { bearerToken, smart, timeoutMs } = parsed.data;
+  const base = baseUrl.replace(/\/+$/, '');
+  const tokens = smart ? smartBackendTokens(base, smart, timeoutMs) : staticToken(bearerToken);
+  const client = await chartClient(base, tokens, timeoutMs);
+
+  async function write(check: EligibilityCheck, outcome: VerificationOutcome, refs: ChartRefs): Promise<WrittenEligibility> {
+    const source = check.source.kind === 'fhir' ? check.source : undefined;
+    const given: Partial<Record<ChartPart['kind'], string>> = {
+      patient: refs.patient ?? source?.patient,
+      coverage: refs.coverage ?? source?.coverage,
+      insurer: refs.insurer,
+    };
+    const parts = check.source.kind === 'hl7' ? chartParts(check).filter((p) => !given[p.kind]) : [];
+    const byCorrelation = identifierCondition(systemUrl('correlationId'), outcome.verification.correlationId);
+    const found = await client.findEach([
+      ...parts.map((p) => `${p.resourceType}?${p.condition}`),
+      `CoverageEligibilityRequest?${byCorrelation}`,
+      `CoverageEligibilityResponse?${byCorrelation}`,
+    ]);
+    const storedRequest = found[parts.length] as CoverageEligibilityRequest | undefined;
+    const storedResponse = found[parts.length + 1] as CoverageEligibilityResponse | undefined;
+
+    // Found: its reference; to be created: a urn:uuid the server rewrites to the new id.
+    const urns = new Map<string, string>();
+    const refFor = (kind: Written['kind'], type: string, stored: Resource | undefined) => {
+      if (stored?.id) return `${type}/${stored.id}`;
+      const urn = `urn:uuid:${randomUUID()}`;
+      urns.set(urn, kind);
+      return urn;
+    };
+    const chart = { ...given };
+    parts.forEach((p, i) => (chart[p.kind] = refFor(p.kind, p.resourceType, found[i])));
+    const patient = chart.patient;
+    const coverage = chart.coverage;
+    if (!patient || !coverage) {
+      throw new ChartWriteError(`${patient ? 'Coverage' : 'Patient'}: the chart resource for this check is not known; pass it in refs`, { retryable: false });
+    }
+    const requestRef = refFor('request', 'CoverageEligibilityRequest', storedRequest);
+    const responseRef = refFor('response', 'CoverageEligibilityResponse', storedResponse);
+
+    const request = withAppointment(
+      toCoverageEligibilityRequest(
+        check,
+        { patient, coverage, ...(chart.insurer ? { insurer: chart.insurer } : {}) },
+        { correlationId: outcome.verification.correlationId, created: storedRequest?.created },
+      ),
+      check,
+    );
+    const response = toCoverageEligibilityResponse(
+      outcome,
+      { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
+      { created: storedResponse?.created },
+    );
+    const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
+    // Everything is built and validated before anything is sent: the chart gets all of it or nothing.
+    for (const resource of [...created.map((c) => c.resource), request, response]) assertValidR4(resource);
+
+    const resolved = new Map<string, string>();
+    const changed = urns.size > 0 || !sameContent(request, storedRequest) || !sameContent(response, storedResponse);
+    if (changed) {
+      const entries: BundleEntry[] = [
+        ...created.map(({ part, resource }) => ({
+          fullUrl: chart[part.kind],
+          resource,
+          request: { method: 'POST' as const, url: part.resourceType, ifNoneExist: part.condition },
+        })),
+        entryFor(request, requestRef, storedRequest, byCorrelation),
+        entryFor(response, responseRef, storedResponse, byCorrelation),
+      ];
+      const answer = await client.transaction(entries);
+      entries.forEach((entry, i) => {
+        const id = answer[i] && idFrom(answer[i]);
+        if (!entry.fullUrl?.startsWith('urn:uuid:')) return;
+        if (!id) throw new ChartWriteError('the FHIR server answered the transaction without the ids of what it created', { retryable: false });
+        resolved.set(entry.fullUrl, `${entry.resource?.resourceType}/${id}`);
+      });
+    }
+    const final = (ref: string) => resolved.get(ref) ?? ref;
+    const idOf = (ref: string) => final(ref).split('/').pop() ?? ref;
+    return {
+      requestId: idOf(requestRef),
+      responseId: idOf(responseRef),
+      patientId: idOf(patient),
+      coverageId: idOf(coverage),
+      insurerId: chart.insurer ? idOf(chart.insurer) : undefined,
+      changed,
+      request: { ...rewrite(request, final), id: idOf(requestRef) },
+      response: { ...rewrite(response, final), id: idOf(responseRef) },
+    };
+  }
+
   return {
     async write(check, outcome, refs = {}) {
-      const source = check.source.kind === 'fhir' ? check.source : undefined;
-      const patient = refs.patient ?? source?.patient;
-      const coverage = refs.coverage ?? source?.coverage;
-      if (!patient || !coverage) {
-        throw new FhirInputError([{ expression: patient ? 'Coverage' : 'Patient', diagnostics: 'the chart resource for this check is not known; pass it in refs', code: 'required' }]);
+      try {
+        return await write(check, outcome, refs);
+      } catch (err) {
+        throw toChartWriteError(err, 'write');
       }
-      const requestUrn = `urn:uuid:${randomUUID()}`;
-      const request = toCoverageEligibilityRequest(
-        check,
-        { patient, coverage, ...(refs.insurer ? { insurer: refs.insurer } : {}) },
-        { correlationId: outcome.verification.correlationId },
-      );
-      const response = toCoverageEligibilityResponse(outcome, { patient, coverage, request: requestUrn, insurer: refs.insurer, payer: check.coverage.payer });
-      // Both are built and validated before anything is sent: the chart gets the pair or nothing.
-      assertValidR4(request);
-      assertValidR4(response);
-      const answer = await client.transaction({
-        body: {
-          resourceType: 'Bundle',
-          type: 'transaction',
-          entry: [
-            { fullUrl: requestUrn, resource: { ...request }, request: { method: 'POST', url: 'CoverageEligibilityRequest', ifNoneExist: conditionOn(request) } },
-            { resource: { ...response }, request: { method: 'POST', url: 'CoverageEligibilityResponse', ifNoneExist: conditionOn(response) } },
-          ],
-        },
-      });
-      const parsed = TransactionAnswer.safeParse(answer);
-      const [requestId, responseId] = parsed.success ? parsed.data.entry.map((e) => idFrom(e)) : [];
-      if (!requestId || !responseId) throw new Error('write eligibility: the FHIR server answered the transaction without resource ids');
-      return { requestId, responseId, request, response };
     },
   };
 }
 
-/**
- * Created once per verification (its correlation id), not per check: the same result written
- * again matches the first write, and a new verification of the same check gets its own pair.
- */
-function conditionOn(resource: CoverageEligibilityRequest | CoverageEligibilityResponse): string {
-  const system = systemUrl('correlationId');
-  const id = resource.identifier?.find((i) => i.system === system && i.value);
-  if (!id) throw new FhirInputError([{ expression: `${resource.resourceType}.identifier`, diagnostics: 'needs the verification correlation id to be written idempotently', code: 'required' }]);
-  return `identifier=${system}|${id.value}`;
+function partResource(part: ChartPart, check: EligibilityCheck, chart: Partial<Record<ChartPart['kind'], string>>): Organization | Patient | Coverage {
+  switch (part.kind) {
+    case 'insurer':
+      return insurerResource(check);
+    case 'patient':
+      return patientResource(check);
+    case 'coverage':
+      return coverageResource(check, { patient: chart.patient ?? '', insurer: insurerReference(chart.insurer, payerOf(check)) });
+  }
 }
 
-function idFrom(entry: z.infer<typeof TransactionEntry>): string | undefined {
-  return entry.resource?.id ?? /\/([^/]+)\/_history\//.exec(entry.response?.location ?? '')?.[1] ?? entry.response?.location?.split('/').pop();
+/** The appointment the check was for, as the request's supporting information. */
+function withAppointment(request: CoverageEligibilityRequest, check: EligibilityCheck): CoverageEligibilityRequest {
+  const appointment = appointmentReference(check);
+  return appointment ? { ...request, supportingInfo: [{ sequence: 1, information: appointment, appliesToAll: true }] } : request;
+}
+
+/** Created once per correlation id; once stored, updated in place, on the version read (If-Match), so a concurrent update fails rather than being lost. */
+function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
+  if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
+  const version = stored.meta?.versionId;
+  return { resource: { ...resource, id: stored.id }, request: { method: 'PUT', url: `${resource.resourceType}/${stored.id}`, ...(version ? { ifMatch: `W/"${version}"` } : {}) } };
+}
+
+/** Whether the chart already holds this content; the server's id, meta and narrative aside, key order aside. */
+function sameContent(built: Resource, stored: Resource | undefined): boolean {
+  if (!stored) return false;
+  const { id: _id, meta: _meta, text: _text, ...content } = stored as Resource & { text?: unknown };
+  return canonical(built) === canonical(content);
+}
+
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b))) : v,
+  );
+}
+
+/** The resource with the transaction's urn:uuid references replaced by what the server made of them. */
+function rewrite<T extends Resource>(resource: T, final: (ref: string) => string): T {
+  return JSON.parse(JSON.stringify(resource, (key, v: unknown) => (key === 'reference' && typeof v === 'string' ? final(v) : v))) as T;
 }

@@ -3,7 +3,7 @@ import { describeIssue, fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
 import { ServiceError } from './errors';
 import { ServiceHttp, type Log } from './http';
-import { toOutcome, type VerificationOutcome } from './outcome';
+import { toOutcome, validationKindOf, type VerificationOutcome } from './outcome';
 import {
   Accepted,
   ClaimRetrievalRequest,
@@ -192,7 +192,7 @@ export class VerificationClient {
    * the request, then backing off. Resolves with the last status seen, Pending on timeout.
    */
   async waitForCredentialsValidation(correlationId: string, options: WaitOptions = {}): Promise<CredentialsValidation> {
-    return this.poll(() => this.getCredentialsValidation(correlationId), (v) => v.status, options);
+    return this.poll(() => this.getCredentialsValidation(correlationId), (v) => v.status, (v) => validationKindOf(v.status) === 'pending', options);
   }
 
   // ------------------------------------------------------------ insurance verification
@@ -216,7 +216,7 @@ export class VerificationClient {
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
   async waitForVerification(correlationId: string, options: WaitOptions = {}): Promise<VerificationOutcome> {
-    return this.poll(() => this.getVerification(correlationId), (o) => (o.kind === 'pending' ? 'Pending' : o.verification.status), options);
+    return this.poll(() => this.getVerification(correlationId), (o) => o.verification.status, (o) => o.kind === 'pending', options);
   }
 
   // ------------------------------------------------------------ claims
@@ -228,13 +228,26 @@ export class VerificationClient {
 
   // ------------------------------------------------------------ helpers
 
-  /** Every item of a paged listing, following nextCursor. */
+  /**
+   * Every item of a paged listing, following nextCursor. A cursor the service already gave would
+   * list the same pages forever: that is a ServiceError, not a silent stop with half a list.
+   */
   async *all<T>(list: (page: PageQuery) => Promise<Page<T>>, limit = 100): AsyncGenerator<T> {
+    const followed = new Set<string>();
     let cursor: string | undefined;
     do {
       const page = await list({ limit, ...(cursor ? { cursor } : {}) });
       yield* page.items;
       cursor = page.nextCursor ?? undefined;
+      if (cursor !== undefined) {
+        if (followed.has(cursor)) {
+          throw new ServiceError({
+            operation: 'list',
+            problem: { title: 'Repeated page cursor', detail: `the service gave a nextCursor it had given before, after ${followed.size + 1} pages; listing stopped` },
+          });
+        }
+        followed.add(cursor);
+      }
     } while (cursor);
   }
 
@@ -248,7 +261,7 @@ export class VerificationClient {
     return required(result.body, operation);
   }
 
-  private async poll<T>(fetch: () => Promise<T>, statusOf: (t: T) => string, options: WaitOptions): Promise<T> {
+  private async poll<T>(fetch: () => Promise<T>, statusOf: (t: T) => string, pending: (t: T) => boolean, options: WaitOptions): Promise<T> {
     const { firstDelayMs = 3000, maxDelayMs = 30_000, timeoutMs = 5 * 60_000, onPoll, sleep = delay } = options;
     const started = Date.now();
     let wait = firstDelayMs;
@@ -258,7 +271,7 @@ export class VerificationClient {
       const status = statusOf(current);
       const elapsed = Date.now() - started;
       onPoll?.(status, elapsed);
-      if (status.toLowerCase() !== 'pending' || elapsed + wait >= timeoutMs) return current;
+      if (!pending(current) || elapsed + wait >= timeoutMs) return current;
       wait = Math.min(Math.max(wait, 1000) * 1.5, maxDelayMs);
     }
   }

@@ -37,6 +37,7 @@ export class ServiceError extends Error {
 function describe(operation: string, status: number | undefined, problem: ProblemDetails, code: string | undefined): string {
   const head = status !== undefined ? `${operation} failed with ${status}` : code ? `${operation} failed (${code})` : `${operation} failed`;
   const text = [problem.title, problem.detail].filter(Boolean).join(': ');
-  const fields = (problem.errors ?? []).map(describeFieldError).join('; ');
+  // A service that writes its one field error into detail as well is not quoted twice.
+  const fields = (problem.errors ?? []).map(describeFieldError).filter((f) => !text.includes(f)).join('; ');
   return [head, text, fields].filter(Boolean).join(' - ');
 }

@@ -47,75 +47,84 @@ const RETRY_ERROR_CODES = [
   'UND_ERR_BODY_TIMEOUT',
 ];
 
+/** What a transport failure is, in words a person reads; the code stays beside it. */
+export function describeTransportError(code: string | undefined): string {
+  if (code === 'ECONNREFUSED') return 'connection refused';
+  if (code === 'ETIMEDOUT' || code?.endsWith('_TIMEOUT')) return 'timed out';
+  if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_SOCKET') return 'connection closed by the other side';
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
+  if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return 'host unreachable';
+  return 'network error';
+}
+
 /**
  * HTTP to the service: auth header, JSON, per-attempt timeouts, retries with exponential backoff
  * and full jitter honouring Retry-After (undici's retry interceptor, with our delay function),
- * and one typed error for every non-2xx.
+ * and one typed error for every non-2xx. The settings, the API key among them, are held in
+ * private fields, so neither util.inspect nor JSON.stringify of a client shows them.
  */
 export class ServiceHttp {
-  readonly config: ClientConfig;
-  private readonly root: string;
-  private readonly dispatcher: Dispatcher;
-  private readonly log: Log;
+  readonly #config: ClientConfig;
+  readonly #root: string;
+  readonly #dispatcher: Dispatcher;
+  readonly #log: Log;
+  readonly #random: () => number;
 
   constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number } = {}) {
-    this.config = ClientConfig.parse(config);
-    this.log = options.log ?? silent;
-    this.root = versionlessRoot(this.config.baseUrl, (options.now ?? (() => new Date()))(), this.log);
-    const random = options.random ?? Math.random;
-    const { maxRetries, retryMinDelayMs, retryMaxDelayMs, timeoutMs } = this.config;
-    this.dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }).compose(
-      // Our own `retry` decides everything; undici's other retry options feed only its default one.
-      // `methods: []` is the fallback for a request that names none: not retried.
-      interceptors.retry({
-        throwOnError: false,
-        methods: [],
-        retry: (err, { state, opts }, cb) => {
-          const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
-          const allowed =
-            (opts.retryOptions?.methods ?? []).includes(opts.method) &&
-            (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
-            state.counter <= maxRetries;
-          if (!allowed) return cb(err);
-          // A service that asks for a longer pause than we would ever wait gets its answer back now.
-          const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
-          if (after !== undefined && after > retryMaxDelayMs) return cb(err);
-          const delay = retryDelay(state.counter, after, { retryMinDelayMs, retryMaxDelayMs }, random);
-          this.log.debug({ attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code }, 'retrying request');
-          // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
-          setTimeout(() => cb(null), delay);
-        },
-      }),
+    this.#config = ClientConfig.parse(config);
+    this.#log = options.log ?? silent;
+    this.#root = versionlessRoot(this.#config.baseUrl, (options.now ?? (() => new Date()))(), this.#log);
+    this.#random = options.random ?? Math.random;
+    const { timeoutMs } = this.#config;
+    // Each call passes its own `retry` function; `methods: []` is the fallback for one that does not: not retried.
+    this.#dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }).compose(
+      interceptors.retry({ throwOnError: false, methods: [] }),
     );
   }
 
+  /** The service root requests go to (no key, no path): for messages and logs. */
+  get origin(): string {
+    return new URL(this.#root).origin;
+  }
+
   async call<T extends z.ZodType>(opts: CallOptions<T>): Promise<CallResult<z.infer<T>>> {
-    const url = new URL(`${this.root}${opts.path}`);
+    const url = new URL(`${this.#root}${opts.path}`);
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
+    const { apiKeyHeader, apiKeyScheme, apiKey } = this.#config;
     const headers: Record<string, string> = {
       accept: 'application/json, application/problem+json',
-      [this.config.apiKeyHeader.toLowerCase()]: this.config.apiKeyScheme ? `${this.config.apiKeyScheme} ${this.config.apiKey}` : this.config.apiKey,
+      [apiKeyHeader.toLowerCase()]: apiKeyScheme ? `${apiKeyScheme} ${apiKey}` : apiKey,
     };
     if (opts.body !== undefined) headers['content-type'] = 'application/json';
+    // Named in messages without the query: a search term or cursor is no business of a log line.
+    const target = `${opts.method} ${url.origin}${url.pathname}`;
 
     let res: Dispatcher.ResponseData<unknown>;
     let text: string;
+    let retries = 0;
     try {
       res = await request(url, {
         method: opts.method,
         headers,
         body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-        dispatcher: this.dispatcher,
+        dispatcher: this.#dispatcher,
         // Per-request retry switch: only safe requests get the methods list the interceptor checks.
-        retryOptions: { methods: opts.idempotent ? [opts.method] : [] },
+        retryOptions: {
+          methods: opts.idempotent ? [opts.method] : [],
+          retry: this.#retry(opts.operation, target, () => ++retries),
+        },
       } as Parameters<typeof request>[1]);
       text = await res.body.text();
     } catch (err) {
       const code = (err as { code?: string }).code;
+      const what = describeTransportError(code);
       throw new ServiceError({
         operation: opts.operation,
         code,
-        problem: { title: code?.endsWith('_TIMEOUT') ? 'Timed out' : 'Network error' },
+        problem: {
+          title: what.charAt(0).toUpperCase() + what.slice(1),
+          detail: `${target}${retries ? ` (after ${retries} ${retries === 1 ? 'retry' : 'retries'})` : ''}`,
+        },
         cause: err,
       });
     }
@@ -123,7 +132,7 @@ export class ServiceHttp {
     const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
     const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
     if (!ok) {
-      throw new ServiceError({ operation: opts.operation, status: res.statusCode, problem: problemFrom(text, res, this.log), requestId });
+      throw new ServiceError({ operation: opts.operation, status: res.statusCode, problem: problemFrom(text, res, this.#log), requestId });
     }
     if (text.trim() === '') return { status: res.statusCode, body: undefined };
     const json = parseJson(text);
@@ -140,9 +149,35 @@ export class ServiceHttp {
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    await this.#dispatcher.close();
+  }
+
+  /** The interceptor's retry decision for one call; every retry is a warning, so a wait is never silent. */
+  #retry(operation: string, target: string, counted: () => number): RetryCallback {
+    const { maxRetries, retryMinDelayMs, retryMaxDelayMs } = this.#config;
+    return (err, { state, opts }, cb) => {
+      const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
+      const allowed =
+        (opts.retryOptions?.methods ?? []).includes(opts.method) &&
+        (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
+        state.counter <= maxRetries;
+      if (!allowed) return cb(err);
+      // A service that asks for a longer pause than we would ever wait gets its answer back now.
+      const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
+      if (after !== undefined && after > retryMaxDelayMs) return cb(err);
+      const delay = retryDelay(state.counter, after, { retryMinDelayMs, retryMaxDelayMs }, this.#random);
+      const why = e.statusCode !== undefined ? `answered ${e.statusCode}` : `${describeTransportError(e.code)} (${e.code ?? 'no code'})`;
+      this.#log.warn(
+        { attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code },
+        `${operation}: ${target} ${why}; retry ${counted()} of ${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
+      );
+      // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
+      setTimeout(() => cb(null), delay);
+    };
   }
 }
+
+type RetryCallback = NonNullable<NonNullable<Parameters<typeof interceptors.retry>[0]>['retry']>;
 
 /** Exponential backoff with full jitter; a Retry-After from the service is honoured as a floor. */
 export function retryDelay(

@@ -34,6 +34,20 @@ export function outcomeKindOf(status: string): OutcomeKind {
   return STATUS_SYNONYMS[status.replace(/[\s_-]/g, '').toLowerCase()] ?? 'unknown';
 }
 
+export type ValidationKind = 'valid' | 'invalid' | 'pending' | 'unknown';
+
+/**
+ * A credentials validation's status (Pending, Valid, Invalid are known) read with the same
+ * synonyms as a verification's: Queued is pending, Success valid, Failed invalid.
+ */
+export function validationKindOf(status: string): ValidationKind {
+  const word = status.replace(/[\s_-]/g, '').toLowerCase();
+  if (word === 'valid' || word === 'validated') return 'valid';
+  if (word === 'invalid' || word === 'rejected') return 'invalid';
+  const kind = outcomeKindOf(status);
+  return kind === 'completed' ? 'valid' : kind === 'failed' ? 'invalid' : kind === 'pending' ? 'pending' : 'unknown';
+}
+
 export type VerificationOutcome =
   | { kind: 'completed' | 'partial'; verification: Verification; result: VerificationResult; warnings: string[] }
   | {

@@ -3,6 +3,7 @@ import * as path from 'node:path';
 import * as z from 'zod';
 import { describeIssue, type PayerCandidate, type PayerMatch, type PayerResolution, type PayerResolver } from '../domain';
 import { readMappingFile } from '../mapping-files';
+import { describeJsonSyntax } from './json-syntax';
 import type { VerificationClient } from './client';
 import { FEATURE_ASYNC, FEATURE_SYNC, Payer, Portal } from './wire';
 
@@ -61,11 +62,17 @@ export class PayerCatalog implements PayerResolver {
   }
 
   static async load(file: string, aliases?: PayerAliases): Promise<PayerCatalog> {
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch (err) {
+      throw new Error(`payer catalog ${path.basename(file)}: cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    }
     let raw: unknown;
     try {
-      raw = JSON.parse(await readFile(file, 'utf8'));
-    } catch (err) {
-      throw new Error(`payer catalog ${path.basename(file)}: cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      raw = JSON.parse(text);
+    } catch {
+      throw new Error(`payer catalog ${path.basename(file)}: ${describeJsonSyntax(text)}`);
     }
     const parsed = CatalogSnapshot.safeParse(raw);
     if (!parsed.success) {
@@ -83,15 +90,22 @@ export class PayerCatalog implements PayerResolver {
   }
 
   /**
-   * Fetches the networks: everything when there is no previous copy, otherwise only what changed
-   * since it was taken, merged over it by primaryPayerId / portalId.
+   * Fetches the networks: everything when there is no previous copy or `full` asks for it,
+   * otherwise only what changed since it was taken, merged over it by primaryPayerId / portalId.
+   * An incremental listing cannot tell that a payer left the network; a full one replaces the
+   * copy, so a payer it no longer lists leaves the catalog.
    */
-  static async sync(client: VerificationClient, previous?: PayerCatalog, options: { now?: () => Date; aliases?: PayerAliases } = {}): Promise<PayerCatalog> {
+  static async sync(
+    client: VerificationClient,
+    previous?: PayerCatalog,
+    options: { now?: () => Date; aliases?: PayerAliases; full?: boolean } = {},
+  ): Promise<PayerCatalog> {
     const startedAt = (options.now ?? (() => new Date()))().toISOString();
-    const updatedSince = previous?.snapshot.syncedAt;
+    const base = options.full ? undefined : previous;
+    const updatedSince = base?.snapshot.syncedAt;
     const query = updatedSince ? { updatedSince } : {};
-    const payers = new Map((previous?.snapshot.payers ?? []).map((p) => [p.primaryPayerId, p]));
-    const portals = new Map((previous?.snapshot.portals ?? []).map((p) => [p.portalId, p]));
+    const payers = new Map((base?.snapshot.payers ?? []).map((p) => [p.primaryPayerId, p]));
+    const portals = new Map((base?.snapshot.portals ?? []).map((p) => [p.portalId, p]));
     for await (const p of client.all((page) => client.listPayers({ ...page, ...query }))) payers.set(p.primaryPayerId, p);
     for await (const p of client.all((page) => client.listPortals({ ...page, ...query }))) portals.set(p.portalId, p);
     return new PayerCatalog({ syncedAt: startedAt, payers: [...payers.values()], portals: [...portals.values()] }, options.aliases);

@@ -143,6 +143,8 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   try {
     verifier?.verify(rawBody, { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string });
   } catch (err) {
+    // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
+    if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');
     const reason = err instanceof WebhookVerificationError ? err.message : 'verification failed';
     throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
   }

@@ -9,7 +9,7 @@
  * value from the service is carried through and surfaced, never rejected.
  */
 import * as z from 'zod';
-import { IsoDate } from '../domain/primitives';
+import { IsoDate, isValidNpi } from '../domain/primitives';
 
 const Str = z.string();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
@@ -85,10 +85,13 @@ export const Organization = z.looseObject({
 });
 export type Organization = z.infer<typeof Organization>;
 
+/** An NPI a person typed: ten digits whose last is the Luhn check digit, so a typo is caught before it is sent. */
+const TypedNpi = Str.regex(/^\d{10}$/, { error: 'must be 10 digits', abort: true }).refine(isValidNpi, { error: 'fails the NPI check digit (a typo?)' });
+
 export const CreateClinicRequest = z.strictObject({
   organizationId: Str.min(1),
   name: Str.min(1),
-  npi: Str.regex(/^\d{10}$/, { error: 'must be 10 digits' }).optional(),
+  npi: TypedNpi.optional(),
   taxId: Str.regex(/^\d{2}-?\d{7}$/, { error: 'must be a 9-digit EIN' }).optional(),
   address: Address.optional(),
 });

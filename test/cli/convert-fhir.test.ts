@@ -48,7 +48,7 @@ describe('dental-elig convert fhir', () => {
   });
 
   it('names what is wrong in one line: the element, the file, the option', async () => {
-    expectOneLine(await cli(['convert', 'fhir', bundleFile('error-patient-data')]), /^dental-elig: Patient\.birthDate: required \(\+1 more\)$/m);
+    expectOneLine(await cli(['convert', 'fhir', bundleFile('error-patient-data')]), /^dental-elig: 2 problems: Patient\.birthDate: required; Patient\.gender: must be one of female, male, other, unknown$/m);
     expectOneLine(await cli(['convert', 'fhir', 'nope.json']), 'dental-elig: nope.json: no such file');
     expectOneLine(await cli(['convert', 'fhir', '-'], {}, '{"resourceType":'), /^dental-elig: stdin: not valid JSON/);
     expectOneLine(await cli(['convert', 'fhir', bundleFile('self'), '--received-at', 'yesterday']), '--received-at: must be an ISO 8601 date-time with offset');

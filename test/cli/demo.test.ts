@@ -1,25 +1,36 @@
 import { cli } from '../support/cli';
 
 describe('dental-elig demo (what `npm start` runs)', () => {
-  it('runs the whole flow on embedded defaults: setup, FHIR and HL7 in, async and sync verification, validated write-back', async () => {
+  it('runs serve on embedded defaults, feeds it over MLLP and a FHIR notification, and writes every verified check to the chart', async () => {
     const run = await cli(['demo']);
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     const lines = run.stdout.trim().split('\n');
-    const stage = (name: string) => lines.filter((l) => l.startsWith(name.padEnd(10)));
-    expect(stage('setup')).toEqual([
-      expect.stringMatching(/payer catalog: \d+ payers, \d+ take asynchronous verification$/),
-      'setup     credentials of Bright Smiles Dental - Main St on deltadentalins: Valid',
+    expect(lines.filter((l) => l.startsWith('serve   listening: '))).toEqual([
+      expect.stringMatching(/^serve {3}listening: mllp 127\.0\.0\.1:\d+$/),
+      expect.stringMatching(/^serve {3}listening: http 127\.0\.0\.1:\d+$/),
     ]);
-    expect(stage('fhir in')).toEqual(['fhir in   Appointment/appt-4004 -> 2 checks (primary: Delta Dental of California; secondary: Aetna Dental)']);
-    expect(stage('verify').map((l) => l.replace(/\([0-9a-f-]{36}\)$/, '(id)'))).toEqual([
-      'verify    primary: Delta Dental of California: asynchronous, by webhook -> Completed (id)',
-      'verify    secondary: Aetna Dental: asynchronous, by webhook -> Completed (id)',
-      'verify    primary: Guardian: synchronous -> Completed (id)',
+    expect(lines.filter((l) => l.startsWith('fhir'))).toEqual(['fhir    notification for Appointment/appt-4004 -> HTTP 200']);
+    expect(lines.filter((l) => l.startsWith('hl7')).map((l) => l.replace(/^hl7 +/, ''))).toEqual([
+      'molarpms-siu-s12-two-insurances.hl7: 1 message(s) over MLLP -> ACK AA',
+      'carepoint-adt-a04-then-siu-s12.hl7: 2 message(s) over MLLP -> ACK AA, AA',
+      'molarpms-siu-s12-member-id-in-zsegment.hl7: 1 message(s) over MLLP -> ACK AA',
+      'carepoint-siu-s12-no-insurance-known.hl7: 1 message(s) over MLLP -> ACK AA',
     ]);
-    expect(stage('write')).toHaveLength(2);
-    for (const line of stage('write')) expect(line).toMatch(/^write {5}CoverageEligibilityRequest\/\S+ \+ CoverageEligibilityResponse\/\S+ \(outcome complete, \d+ benefit items\): validated, written$/);
-    expect(stage('hl7 in')).toEqual(['hl7 in    SIU^S12 MP-0003 -> ACK AA, 1 check (primary: Guardian)']);
-    expect(lines.at(-1)).toBe('done      every check verified and every eligibility response validated against FHIR R4');
+    const header = lines.findIndex((l) => l.startsWith('PATIENT'));
+    expect(lines[header]).toMatch(/^PATIENT +PAYER +ORDER +MODE +OUTCOME +ANNUAL MAX LEFT +STATE$/);
+    const rows = lines.slice(header + 1, header + 7);
+    // Initials only; both coverages of the FHIR appointment and of the two-insurance SIU, async and sync payers.
+    expect(rows.map((r) => r.split(/\s{2,}/))).toEqual([
+      ['M.A.', 'Aetna Dental', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['M.A.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['S.R.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['S.R.', 'MetLife', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['C.O.', 'Cigna Dental', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['G.H.', 'Guardian', 'primary', 'sync', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+    ]);
+    expect(run.stdout).toContain("1 booking(s) awaiting the patient's insurance");
+    expect(run.stdout).toContain('6 of 6 checks written to the chart as CoverageEligibilityResponse.');
+    expect(run.stdout).toContain('npx dental-elig jobs list --data-dir .dental-elig/demo');
   });
 });

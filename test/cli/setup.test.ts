@@ -1,8 +1,9 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { cli } from '../support/cli';
+import { startScriptedServer } from '../support/http-server';
 
 let sandbox: Sandbox;
 let env: NodeJS.ProcessEnv;
@@ -18,7 +19,10 @@ beforeAll(async () => {
     DENTAL_ELIG_CATALOG: path.join(dir, 'catalog.json'),
   };
 });
-afterAll(() => sandbox.close());
+afterAll(async () => {
+  await sandbox.close();
+  await rm(dir, { recursive: true, force: true });
+});
 
 const field = (out: string, name: string) => new RegExp(`^${name}\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '';
 
@@ -80,10 +84,20 @@ describe('the README onboarding walkthrough, command by command', () => {
     expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ clinicId, name: 'Lakeside Main' })]);
   });
 
-  it('syncs the payer catalog to a file and reports the counts', async () => {
+  it('syncs the payer catalog to a file and reports the counts and the absolute path it wrote', async () => {
     const run = await cli(['setup', 'payers', 'sync'], env);
     expect(run.code).toBe(0);
-    expect(run.stdout).toMatch(/^payer catalog: \d+ payers, \d+ portals -> .*catalog\.json\n$/);
+    expect(run.stdout).toBe(`payer catalog (full): 16 payers, 15 portals -> ${path.join(dir, 'catalog.json')}\n`);
+    const again = await cli(['setup', 'payers', 'sync', '--json'], env);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({
+      file: path.join(dir, 'catalog.json'),
+      mode: 'changes since the last sync',
+      syncedAt: expect.stringMatching(/^\d{4}-/),
+      payers: 16,
+      portals: 15,
+      removedPayers: 0,
+    });
   });
 
   it('exits non-zero with one line for a Failed verification', async () => {
@@ -168,6 +182,54 @@ describe('secrets and bad input', () => {
     const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '20', '--timeout-ms', '100'], env, JSON.stringify(body));
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^queued \S+; polling Pending.*\ndental-elig: verification \S+: still Pending after 100 ms\n$/s);
+  });
+
+  it('refuses an NPI whose check digit is wrong before sending it', async () => {
+    const before = sandbox.requestLog.length;
+    const run = await cli(['setup', 'clinic', 'create', '--organization', 'org_1', '--name', 'X', '--npi', '1234567890'], env);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: create clinic failed (invalid_request) - Request not sent - npi: fails the NPI check digit (a typo?)\n' });
+    expect(sandbox.requestLog.length).toBe(before);
+  });
+
+  it('says an unknown clinic once', async () => {
+    const run = await cli(['setup', 'clinic', 'get', 'cln_nope'], env);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: get clinic failed with 422 - Unprocessable Content: clinicId: no clinic has this id\n' });
+  });
+
+  it('names the environment variables each command reads in its --help', async () => {
+    const help = async (...words: string[]) => (await cli([...words, '--help'], {})).stdout;
+    for (const words of [['setup', 'organization', 'create'], ['setup', 'payers', 'sync'], ['verify', 'send'], ['verify', 'get'], ['setup', 'credentials', 'set']]) {
+      const text = await help(...words);
+      expect(text).toMatch(/^Environment:$/m);
+      expect(text).toMatch(/^ {2}DENTAL_ELIG_BASE_URL +the service root/m);
+      expect(text).toMatch(/^ {2}DENTAL_ELIG_API_KEY +the API key \(or DENTAL_ELIG_API_KEY_FILE/m);
+    }
+    expect(await help('setup', 'organization', 'create')).toMatch(/^ {2}DENTAL_ELIG_CUSTOMER_ID +/m);
+    expect(await help('setup', 'credentials', 'set')).toMatch(/^ {2}DENTAL_ELIG_PORTAL_PASSWORD +/m);
+    expect(await help('setup', 'payers', 'sync')).toMatch(/^ {2}DENTAL_ELIG_CATALOG +/m);
+    expect(await help('setup', 'portals', 'list')).not.toContain('DENTAL_ELIG_PORTAL_PASSWORD');
+  });
+
+  it('refuses a plain http base URL for another host unless DENTAL_ELIG_ALLOW_INSECURE_HTTP=1', async () => {
+    const insecure = { ...env, DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid' };
+    const run = await cli(['setup', 'portals', 'list'], insecure);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^dental-elig: baseUrl: plain http to a host other than this machine would send the API key and patient data unencrypted; use https, or allow it explicitly/);
+    const allowed = await cli(['setup', 'portals', 'list'], { ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, '');
+    expect(allowed.stderr).not.toContain('unencrypted');
+  }, 30_000);
+
+  it('names the URL of a refused connection and warns on each retry', async () => {
+    const gone = await startScriptedServer(() => undefined);
+    await gone.close();
+    const file = path.join(dir, 'fast-retries.json');
+    await writeFile(file, JSON.stringify({ maxRetries: 2 }));
+    const run = await cli(['--config', file, 'setup', 'organization', 'list'], { ...env, DENTAL_ELIG_BASE_URL: gone.url });
+    expect(run.code).toBe(1);
+    const lines = run.stderr.trimEnd().split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(new RegExp(`^dental-elig: warning: list organizations: GET ${gone.url}/v2/customers/cus_sandbox/organizations connection refused \\(ECONNREFUSED\\); retry 1 of 2 in \\d+\\.\\d s$`));
+    expect(lines[2]).toBe(`dental-elig: list organizations failed (ECONNREFUSED) - Connection refused: GET ${gone.url}/v2/customers/cus_sandbox/organizations (after 2 retries)`);
   });
 
   it('turns a 401 into one line', async () => {

@@ -1,7 +1,9 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import type { Bundle, CoverageEligibilityResponse, OperationOutcome, Patient, Resource } from 'fhir/r4';
 import type { Client, FhirResource } from 'fhir-kit-client' with { 'resolution-mode': 'import' };
-import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import { createFhirHandler, startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { CREATED, readResult, RESULT_REFS } from '../adapters/fhir/corpus';
 import { toCoverageEligibilityResponse } from '../../src/adapters/fhir/out';
 import { toOutcome } from '../../src/verification/outcome';
@@ -134,5 +136,110 @@ describe('startFhirServer', () => {
     });
     expect(big.statusCode).toBe(413);
     expect(((await big.body.json()) as OperationOutcome).issue[0]?.code).toBe('too-costly');
+  });
+});
+
+describe('transactions', () => {
+  const mrn = (value: string): Patient => ({ ...patient, identifier: [{ system: 'urn:x:tx', value }] });
+  const count = async (target: FhirServer, type: string) => (as<Bundle>(await new (client.constructor as typeof Client)({ baseUrl: target.url }).search({ resourceType: type, searchParams: { _count: 100 } })).entry ?? []).length;
+
+  it('leaves nothing behind when one entry fails (not validated: the router itself refuses it)', async () => {
+    const before = await count(server, 'Patient');
+    const bundle: Bundle = {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        { fullUrl: 'urn:uuid:5e7a1c0e-1b2c-4d3e-8f40-5a6b7c8d9e01', resource: mrn('TX-1'), request: { method: 'POST', url: 'Patient' } },
+        // A resource of another type than the URL names: the router answers 400 after the Patient is stored.
+        { resource: { resourceType: 'Organization', name: 'Wrong place' }, request: { method: 'POST', url: 'Patient' } },
+      ],
+    };
+    const { status } = await failure(() => client.transaction({ body: body(bundle) }));
+    expect(status).toBe(400);
+    expect(await count(server, 'Patient')).toBe(before);
+    const found = as<Bundle>(await client.search({ resourceType: 'Patient', searchParams: { identifier: 'urn:x:tx|TX-1' } }));
+    expect(found.entry ?? []).toHaveLength(0);
+  });
+
+  it('rolls back an update too: a stale If-Match fails the whole transaction and the create with it', async () => {
+    const stored = as<Patient>(await client.create({ resourceType: 'Patient', body: body(mrn('TX-2')) }));
+    const bundle: Bundle = {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        { resource: mrn('TX-3'), request: { method: 'POST', url: 'Patient' } },
+        { resource: { ...stored, gender: 'female' }, request: { method: 'PUT', url: `Patient/${stored.id}`, ifMatch: 'W/"not-the-version"' } },
+      ],
+    };
+    expect((await failure(() => client.transaction({ body: body(bundle) }))).status).toBe(412);
+    const after = as<Patient>(await client.read({ resourceType: 'Patient', id: stored.id ?? '' }));
+    expect(after.gender).toBeUndefined();
+    expect(after.meta?.versionId).toBe(stored.meta?.versionId);
+    expect(as<Bundle>(await client.search({ resourceType: 'Patient', searchParams: { identifier: 'urn:x:tx|TX-3' } })).entry ?? []).toHaveLength(0);
+  });
+
+  it('resolves conditional creates and a conditional update by identifier, rewriting urn:uuid references', async () => {
+    const patientUrn = 'urn:uuid:6f1d2c3b-4a59-4e6f-8a7b-9c0d1e2f3a4b';
+    const bundle = (gender: Patient['gender']): Bundle => ({
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        { fullUrl: patientUrn, resource: mrn('TX-4'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=urn:x:tx|TX-4' } },
+        {
+          resource: { resourceType: 'Observation', status: 'final', code: { text: gender ?? 'none' }, subject: { reference: patientUrn }, identifier: [{ system: 'urn:x:obs', value: 'O-4' }] },
+          request: { method: 'PUT', url: 'Observation?identifier=urn:x:obs|O-4' },
+        },
+      ],
+    });
+    const first = as<Bundle>(await client.transaction({ body: body(bundle('female')) }));
+    const second = as<Bundle>(await client.transaction({ body: body(bundle('male')) }));
+    expect(first.entry?.map((e) => e.response?.status)).toEqual(['201', '201']);
+    expect(second.entry?.map((e) => e.response?.status)).toEqual(['200', '200']);
+    const [patientId, observationId] = [second.entry?.[0]?.resource?.id, second.entry?.[1]?.resource?.id];
+    expect([patientId, observationId]).toEqual([first.entry?.[0]?.resource?.id, first.entry?.[1]?.resource?.id]);
+    const observations = as<Bundle>(await client.search({ resourceType: 'Observation', searchParams: { identifier: 'urn:x:obs|O-4' } }));
+    expect(observations.entry).toHaveLength(1);
+    expect(observations.entry?.[0]?.resource).toMatchObject({ code: { text: 'male' }, subject: { reference: `Patient/${patientId}` } });
+  });
+
+  it('searches by a posted form, so identifiers stay out of the URL', async () => {
+    await client.create({ resourceType: 'Patient', body: body(mrn('TX-5')) });
+    const found = as<Bundle>(await client.search({ resourceType: 'Patient', searchParams: { identifier: 'urn:x:tx|TX-5' }, options: { postSearch: true } }));
+    expect(found.entry).toHaveLength(1);
+  });
+});
+
+describe('createFhirHandler', () => {
+  let host: Server;
+  let base: string;
+
+  beforeAll(async () => {
+    const fhir = createFhirHandler({ basePath: '/fhir', validate: true });
+    host = createServer((req, res) => {
+      if (req.url?.startsWith('/fhir')) return void fhir.handle(req, res);
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('the host server');
+    });
+    await new Promise<void>((resolve) => host.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(host.address() as AddressInfo).port}`;
+    await fhir.seed([{ ...patient, id: 'seeded-1' }]);
+  });
+  afterAll(() => new Promise<void>((resolve) => host.close(() => resolve())));
+
+  it('serves FHIR under the base path of another server, which keeps its own routes', async () => {
+    const read = await request(`${base}/fhir/Patient/seeded-1`);
+    expect(read.statusCode).toBe(200);
+    expect(((await read.body.json()) as Patient).birthDate).toBe('1978-03-14');
+    const created = await request(`${base}/fhir/Patient`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify(patient) });
+    expect(created.statusCode).toBe(201);
+    expect(created.headers.location).toMatch(new RegExp(`^${base}/fhir/Patient/[^/]+/_history/`));
+    await created.body.dump();
+    const own = await request(`${base}/healthz`);
+    expect(await own.body.text()).toBe('the host server');
+  });
+
+  it('validates writes as the standalone server does', async () => {
+    const res = await request(`${base}/fhir/Patient`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify({ resourceType: 'Patient', gender: 'F' }) });
+    expect(res.statusCode).toBe(422);
+    expect(((await res.body.json()) as OperationOutcome).issue.map((i) => i.expression?.[0])).toContain('Patient.gender');
   });
 });

@@ -83,6 +83,16 @@ describe('results', () => {
     expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: UNLISTED_FAILURE_KIND, action: 'unknown' });
   });
 
+  test('SBX-FAIL-<any other kind>: Failed with that kind, never a silent Completed; a malformed kind is a 422 naming the member id', async () => {
+    const outcome = toOutcome(await verified('SBX-FAIL-PlanTerminatedYesterday'));
+    expect(outcome.kind).toBe('failed');
+    expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: 'PlanTerminatedYesterday', action: 'unknown' });
+    expect(outcome.kind === 'failed' && outcome.problem.detail).toBe('The verification failed (PlanTerminatedYesterday).');
+    const malformed = await sync(verificationBody('SBX-FAIL-'));
+    expect(malformed.status).toBe(422);
+    expect(malformed.body.errors).toEqual([expect.objectContaining({ field: 'subscriber.memberId', code: 'invalid_value' })]);
+  });
+
   test('SBX-MINIMAL and SBX-OUT-OF-NETWORK', async () => {
     const minimal = VerificationResult.parse((await verified('SBX-MINIMAL')).result);
     expect(Object.keys(minimal).sort()).toEqual(['data', 'disclaimers', 'plan']);
@@ -331,5 +341,18 @@ describe('claims retrieval', () => {
     expect((await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD1', { portalId: 'nope' }))).status).toBe(404);
     const reversed = await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD1', { serviceDateFrom: '2026-07-01' }));
     expect(reversed.body.errors[0]).toMatchObject({ field: 'serviceDateTo', code: 'invalid_value' });
+  });
+
+  test('a repeated POST with the same externalId is the same retrieval; another body under that key is a conflict', async () => {
+    const first = await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD1', { externalId: 'claims-1' }));
+    const again = await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD1', { externalId: 'claims-1' }));
+    expect(first.status).toBe(201);
+    expect(again.status).toBe(201);
+    expect(again.body.correlationId).toBe(first.body.correlationId);
+    const other = await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD2', { externalId: 'claims-1' }));
+    expect(other.status).toBe(422);
+    expect(other.body.errors[0]).toMatchObject({ field: 'externalId', code: 'conflict' });
+    const withoutKey = await call(sb, 'POST', '/v2/claim-retrieval-requests', claim('DD1'));
+    expect(withoutKey.body.correlationId).not.toBe(first.body.correlationId);
   });
 });

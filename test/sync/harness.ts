@@ -10,6 +10,7 @@ import { createLogger, type Logger } from '../../src/service/logger';
 import type { JobStore } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { projectRoot } from '../../src/mapping-files';
+import type { ClientConfigInput } from '../../src/verification/config';
 
 /**
  * The whole road in one process, each part real: the sandbox service and a FHIR server on
@@ -24,6 +25,8 @@ export interface Harness {
   dataDir: string;
   httpUrl: string;
   logs: string[];
+  /** The Standard Webhooks secret the sandbox signs with and the sync checks. */
+  secret: string;
   close(): Promise<void>;
 }
 
@@ -36,7 +39,18 @@ export const FAST: SyncSettings = {
   leaseMs: 5000,
 };
 
-export async function startHarness(options: { settings?: SyncSettings; sandbox?: SandboxOptions; now?: () => Date; dataDir?: string } = {}): Promise<Harness> {
+export interface HarnessOptions {
+  settings?: SyncSettings;
+  sandbox?: SandboxOptions;
+  /** Client settings over the harness's (short retry delays). */
+  service?: Partial<ClientConfigInput>;
+  /** false: no webhook configured, so every verification is synchronous. */
+  webhook?: false;
+  now?: () => Date;
+  dataDir?: string;
+}
+
+export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'elig-sync-'));
   const sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 300, webhookBackoffMs: 200 }, ...options.sandbox });
   const fhir = await startFhirServer({ validate: true });
@@ -44,8 +58,9 @@ export async function startHarness(options: { settings?: SyncSettings; sandbox?:
   const logs: string[] = [];
   const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
   const secret = generateWebhookSecret();
-  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, ...(options.settings && { settings: options.settings }), ...(options.now && { now: options.now }) });
-  sandbox.configureWebhook({ url: `${instance.httpUrl}${WEBHOOK_PATH}`, secret });
+  const { settings, service, webhook, now } = options;
+  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now });
+  if (webhook !== false) sandbox.configureWebhook({ url: `${instance.httpUrl}${WEBHOOK_PATH}`, secret });
   return {
     sandbox,
     fhir,
@@ -54,6 +69,7 @@ export async function startHarness(options: { settings?: SyncSettings; sandbox?:
     dataDir,
     httpUrl: instance.httpUrl,
     logs,
+    secret,
     async close() {
       await instance.close();
       await store.close();
@@ -72,17 +88,15 @@ export async function startSyncInstance(options: {
   fhir: FhirServer;
   secret: string;
   logger: Logger;
-  settings?: SyncSettings;
-  now?: () => Date;
-}): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
+} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
   let sync: EligibilitySync | undefined;
   const http = await startHttpServer(() => sync as EligibilitySync);
   sync = createEligibilitySync({
     store: options.store,
     dataDir: options.dataDir,
-    service: { baseUrl: options.sandbox.url, apiKey: options.sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100 },
+    service: { baseUrl: options.sandbox.url, apiKey: options.sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.service },
     fhir: { baseUrl: options.fhir.url },
-    webhook: { scheme: 'standard-webhooks', secret: options.secret },
+    ...(options.webhook !== false && { webhook: { scheme: 'standard-webhooks', secret: options.secret } }),
     settings: { ...FAST, ...options.settings },
     logger: options.logger,
     ...(options.now && { now: options.now }),

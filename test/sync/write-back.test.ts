@@ -1,16 +1,21 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
-import type { Bundle } from 'fhir/r4';
+import { request } from 'undici';
+import type { Bundle, Coverage, CoverageEligibilityRequest, CoverageEligibilityResponse, Organization, Patient, Resource } from 'fhir/r4';
 import { EligibilityCheck } from '../../src/domain';
-import { FhirInputError } from '../../src/adapters/fhir/operation-outcome';
 import { projectRoot } from '../../src/mapping-files';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import { ChartWriteError } from '../../src/sync/chart-errors';
 import { fhirWriter, type EligibilityWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
+import { json, startScriptedServer } from '../support/http-server';
 
 const fixture = (...p: string[]) => JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', ...p), 'utf8')) as unknown;
 const [check] = EligibilityCheck.array().parse(fixture('fhir', 'self.expected.json'));
+const hl7Fixture = fixture('hl7', 'molarpms-siu-s12-two-insurances.expected.json') as { messages: Array<{ outcome: { checks: unknown[] } }> };
+const [primary, secondary] = EligibilityCheck.array().parse(hl7Fixture.messages[0]?.outcome.checks);
 const completed = toOutcome(fixture('results', 'completed-full.json'));
+const withId = (body: object, correlationId: string) => toOutcome({ ...body, correlationId });
 
 let server: FhirServer;
 let writer: EligibilityWriter;
@@ -23,63 +28,236 @@ beforeAll(async () => {
 });
 afterAll(() => server.close());
 
-async function search(type: string): Promise<Array<{ id?: string }>> {
-  const res = await fetch(`${server.url}/${type}`);
-  const bundle = (await res.json()) as Bundle;
-  return (bundle.entry ?? []).map((e) => e.resource as { id?: string });
+async function search<T extends Resource>(type: string, query = ''): Promise<T[]> {
+  const res = await request(`${server.url}/${type}?_count=200${query ? `&${query}` : ''}`);
+  const bundle = (await res.body.json()) as Bundle;
+  return (bundle.entry ?? []).map((e) => e.resource as T);
+}
+const read = async <T extends Resource>(type: string, id: string) => (await (await request(`${server.url}/${type}/${id}`)).body.json()) as T;
+const CHART_TYPES = ['Patient', 'Coverage', 'Organization', 'CoverageEligibilityRequest', 'CoverageEligibilityResponse'] as const;
+const counts = async () => Object.fromEntries(await Promise.all(CHART_TYPES.map(async (t) => [t, (await search(t)).length] as const))) as Record<(typeof CHART_TYPES)[number], number>;
+const byCorrelation = (id: string) => `identifier=https://dental-elig.dev/fhir/sid/verification-correlation-id|${id}`;
+
+function required<T>(value: T | undefined): T {
+  if (value === undefined) throw new Error('fixture is missing a check');
+  return value;
 }
 
-describe('write-back into the chart', () => {
-  it('writes the request and the response it answers, linked, validated by the server', async () => {
-    if (!check) throw new Error('fixture has no check');
-    const written = await writer.write(check, completed);
-    const res = await fetch(`${server.url}/CoverageEligibilityResponse/${written.responseId}`);
-    expect(res.status).toBe(200);
-    const stored = (await res.json()) as { request: { reference: string }; patient: { reference: string }; outcome: string };
+describe('write-back of a FHIR-sourced check', () => {
+  it('writes the request and the response it answers, linked to the chart the check came from', async () => {
+    const written = await writer.write(required(check), completed);
+    const stored = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', written.responseId);
     expect(stored.request.reference).toBe(`CoverageEligibilityRequest/${written.requestId}`);
     expect(stored.patient.reference).toBe('Patient/pat-ellen');
     expect(stored.outcome).toBe('complete');
+    expect([written.patientId, written.coverageId, written.changed]).toEqual(['pat-ellen', 'cov-ellen-delta', true]);
+    const storedRequest = await read<CoverageEligibilityRequest>('CoverageEligibilityRequest', written.requestId);
+    expect(storedRequest.supportingInfo?.[0]?.information).toEqual({ reference: 'Appointment/appt-1001' });
+    expect(written.response.request.reference).toBe(`CoverageEligibilityRequest/${written.requestId}`);
   });
 
-  it('writes the same result twice as one request and one response', async () => {
-    if (!check) throw new Error('fixture has no check');
-    const partial = toOutcome(fixture('results', 'partial.json'));
-    const first = await writer.write(check, partial);
-    const before = (await search('CoverageEligibilityResponse')).length;
-    const again = await writer.write(check, partial);
-    expect(again.responseId).toBe(first.responseId);
-    expect(again.requestId).toBe(first.requestId);
-    expect((await search('CoverageEligibilityResponse')).length).toBe(before);
-    const res = await fetch(`${server.url}/CoverageEligibilityResponse/${again.responseId}`);
-    expect(((await res.json()) as { request: { reference: string } }).request.reference).toBe(`CoverageEligibilityRequest/${first.requestId}`);
+  it('writes the same result twice as one pair, and the second time sends nothing (no new version)', async () => {
+    const partial = withId(fixture('results', 'partial.json') as object, 'ver_twice');
+    const first = await writer.write(required(check), partial);
+    const before = await counts();
+    const version = (await read<Resource>('CoverageEligibilityResponse', first.responseId)).meta?.versionId;
+    const again = await writer.write(required(check), partial);
+    expect([again.requestId, again.responseId, again.changed]).toEqual([first.requestId, first.responseId, false]);
+    expect(await counts()).toEqual(before);
+    expect((await read<Resource>('CoverageEligibilityResponse', first.responseId)).meta?.versionId).toBe(version);
+  });
+
+  it('updates the one response in place when a later result for the same verification arrives', async () => {
+    const failed = withId(fixture('results', 'failed-site-maintenance.json') as object, 'ver_failed_then_completed');
+    const done = withId(fixture('results', 'completed-minimal.json') as object, 'ver_failed_then_completed');
+    const first = await writer.write(required(check), failed);
+    expect((await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', first.responseId)).outcome).toBe('error');
+    const second = await writer.write(required(check), done);
+    expect([second.requestId, second.responseId]).toEqual([first.requestId, first.responseId]);
+    const responses = await search<CoverageEligibilityResponse>('CoverageEligibilityResponse', byCorrelation('ver_failed_then_completed'));
+    expect(responses.map((r) => [r.id, r.outcome, r.error])).toEqual([[first.responseId, 'complete', undefined]]);
+    expect(await search('CoverageEligibilityRequest', byCorrelation('ver_failed_then_completed'))).toHaveLength(1);
+    expect(responses[0]?.created).toBe(first.response.created);
   });
 
   it('gives a new verification of the same check its own request, linked to its own response', async () => {
-    if (!check) throw new Error('fixture has no check');
     const failed = toOutcome(fixture('results', 'failed-site-maintenance.json'));
-    const retried = toOutcome({ ...(fixture('results', 'completed-minimal.json') as object), correlationId: 'ver_retry_after_maintenance' });
-    const first = await writer.write(check, failed);
-    const second = await writer.write(check, retried);
+    const retried = withId(fixture('results', 'completed-minimal.json') as object, 'ver_retry_after_maintenance');
+    const first = await writer.write(required(check), failed);
+    const second = await writer.write(required(check), retried);
     expect(second.requestId).not.toBe(first.requestId);
-    const res = await fetch(`${server.url}/CoverageEligibilityResponse/${second.responseId}`);
-    expect(((await res.json()) as { request: { reference: string } }).request.reference).toBe(`CoverageEligibilityRequest/${second.requestId}`);
+    const stored = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', second.responseId);
+    expect(stored.request.reference).toBe(`CoverageEligibilityRequest/${second.requestId}`);
   });
 
-  it('refuses a check whose chart resources are not known, naming the element, and writes nothing', async () => {
-    if (!check) throw new Error('fixture has no check');
-    const hl7Check = { ...check, source: { kind: 'hl7' as const, messageControlId: 'X1', messageType: 'SIU^S12', receivedAt: '2026-11-20T15:00:00Z' } };
-    const before = (await search('CoverageEligibilityRequest')).length;
-    const err = (await writer.write(hl7Check, completed).catch((e: unknown) => e)) as FhirInputError;
-    expect(err).toBeInstanceOf(FhirInputError);
-    expect(err.message).toBe('Patient: the chart resource for this check is not known; pass it in refs');
-    expect((await search('CoverageEligibilityRequest')).length).toBe(before);
-  });
-
-  it('refuses an outcome it cannot map, before anything reaches the server', async () => {
-    if (!check) throw new Error('fixture has no check');
+  it('refuses an outcome it cannot map, before anything reaches the server, as a write that will not succeed later', async () => {
     const unknown = toOutcome({ correlationId: 'c-unknown', status: 'Escalated', result: {} });
-    const before = [(await search('CoverageEligibilityRequest')).length, (await search('CoverageEligibilityResponse')).length];
-    await expect(writer.write(check, unknown)).rejects.toThrow('status: is not Completed, Partial, Failed or Pending');
-    expect([(await search('CoverageEligibilityRequest')).length, (await search('CoverageEligibilityResponse')).length]).toEqual(before);
+    const before = await counts();
+    const err = (await writer.write(required(check), unknown).catch((e: unknown) => e)) as ChartWriteError;
+    expect(err).toBeInstanceOf(ChartWriteError);
+    expect([err.retryable, err.status]).toEqual([false, undefined]);
+    expect(err.message).toBe('write eligibility: status: is not Completed, Partial, Failed or Pending (or a known synonym)');
+    expect(await counts()).toEqual(before);
+  });
+});
+
+describe('write-back of an HL7-sourced check', () => {
+  const p = () => required(primary);
+  const s = () => required(secondary);
+
+  it('creates the Patient and Coverage, finds the insurer the chart holds by payer id, and links the pair to them and the appointment', async () => {
+    const before = await counts();
+    const written = await writer.write(p(), withId(fixture('results', 'completed-minimal.json') as object, 'ver_hl7_primary'));
+    expect(await counts()).toEqual({
+      Patient: before.Patient + 1,
+      Coverage: before.Coverage + 1,
+      Organization: before.Organization,
+      CoverageEligibilityRequest: before.CoverageEligibilityRequest + 1,
+      CoverageEligibilityResponse: before.CoverageEligibilityResponse + 1,
+    });
+    const patient = await read<Patient>('Patient', written.patientId);
+    expect(patient.identifier).toEqual([
+      { type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'MR' }] }, system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP10045' },
+    ]);
+    expect([patient.name?.[0]?.family, patient.birthDate, patient.gender]).toEqual(['RIVERA', '1985-04-12', 'female']);
+    const coverage = await read<Coverage>('Coverage', written.coverageId);
+    expect(coverage).toMatchObject({
+      meta: { profile: ['http://hl7.org/fhir/us/core/StructureDefinition/us-core-coverage'] },
+      status: 'active',
+      subscriberId: 'DDC884512301',
+      beneficiary: { reference: `Patient/${written.patientId}` },
+      subscriber: { reference: `Patient/${written.patientId}` },
+      relationship: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'self' }] },
+      payor: [{ reference: `Organization/${written.insurerId}` }],
+      order: 1,
+      class: [{ value: 'GRP-4410', name: 'ACME TOOLING' }],
+    });
+    expect(coverage.identifier?.[0]).toEqual({ type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'MB' }] }, value: 'DDC884512301' });
+    expect(written.insurerId).toBe('org-delta-ca');
+    const request = await read<CoverageEligibilityRequest>('CoverageEligibilityRequest', written.requestId);
+    const response = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', written.responseId);
+    for (const r of [request, response]) {
+      expect(r.patient.reference).toBe(`Patient/${written.patientId}`);
+      expect(r.insurer?.reference).toBe(`Organization/${written.insurerId}`);
+    }
+    expect(request.insurance?.[0]?.coverage.reference).toBe(`Coverage/${written.coverageId}`);
+    expect(response.insurance?.[0]?.coverage.reference).toBe(`Coverage/${written.coverageId}`);
+    expect(response.request.reference).toBe(`CoverageEligibilityRequest/${written.requestId}`);
+    expect(request.supportingInfo?.[0]?.information).toEqual({
+      type: 'Appointment',
+      identifier: { system: 'https://dental-elig.dev/fhir/sid/hl7-appointment-id/BSD-MAIN', value: 'APT1001' },
+    });
+  });
+
+  it('writes it again as nothing new; a second coverage of the same patient is one more Coverage on the same Patient, with its insurer created', async () => {
+    const outcome = withId(fixture('results', 'completed-minimal.json') as object, 'ver_hl7_primary');
+    const first = await writer.write(p(), outcome);
+    const before = await counts();
+    const again = await writer.write(p(), outcome);
+    expect(await counts()).toEqual(before);
+    expect([again.patientId, again.coverageId, again.insurerId, again.responseId, again.changed]).toEqual([first.patientId, first.coverageId, first.insurerId, first.responseId, false]);
+
+    const other = await writer.write(s(), withId(fixture('results', 'completed-minimal.json') as object, 'ver_hl7_secondary'));
+    expect(other.patientId).toBe(first.patientId);
+    expect(other.coverageId).not.toBe(first.coverageId);
+    expect(await counts()).toMatchObject({ Patient: before.Patient, Coverage: before.Coverage + 1, Organization: before.Organization + 1 });
+    const insurer = await read<Organization>('Organization', other.insurerId ?? '');
+    const resolution = s().coverage.resolution;
+    const payer = resolution?.status === 'resolved' ? resolution : undefined;
+    expect([insurer.name, insurer.identifier]).toEqual([payer?.name, [{ system: 'https://dental-elig.dev/fhir/sid/payer-id', value: payer?.commonPayerId }]]);
+    const coverage = await read<Coverage>('Coverage', other.coverageId);
+    expect([coverage.order, coverage.relationship?.coding?.[0]?.code, coverage.subscriber]).toEqual([2, 'spouse', undefined]);
+  });
+
+  it('finds a Patient the chart already holds by the identifier', async () => {
+    const known: Patient = {
+      resourceType: 'Patient',
+      id: 'pat-known',
+      identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-KNOWN' }],
+      name: [{ family: 'Known' }],
+    };
+    await server.seed([known]);
+    const base = p();
+    const knownCheck = { ...base, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: 'MP-KNOWN' }] } };
+    const written = await writer.write(knownCheck, withId(fixture('results', 'completed-minimal.json') as object, 'ver_hl7_known'));
+    expect(written.patientId).toBe('pat-known');
+    expect((await read<Patient>('Patient', 'pat-known')).name?.[0]?.family).toBe('Known');
+  });
+});
+
+describe('failures', () => {
+  it('a transaction the server refuses part of leaves nothing behind, and is not retryable', async () => {
+    // A proxy that breaks the last entry of each transaction, as a server refusing one entry would.
+    const proxy = await startScriptedServer(async (req, res) => {
+      let body = req.body;
+      const parsed = body ? (JSON.parse(body) as Bundle) : undefined;
+      const last = parsed?.type === 'transaction' ? parsed.entry?.at(-1) : undefined;
+      if (parsed && last?.request) {
+        last.request = { ...last.request, method: 'POST', url: 'Patient' };
+        body = JSON.stringify(parsed);
+      }
+      const target = new URL(server.url);
+      const answer = await request(`${target.origin}${req.url}`, { method: req.method as 'GET', headers: { 'content-type': 'application/fhir+json' }, ...(body ? { body } : {}) });
+      json(res, answer.statusCode, await answer.body.json());
+    });
+    try {
+      const broken = await fhirWriter(`${proxy.url}/fhir/R4`);
+      const base = required(primary);
+      const fresh = { ...base, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', value: 'MP-ATOMIC' }] }, coverage: { ...base.coverage, payer: { id: 'ATOMIC1', name: 'Atomic Dental' }, resolution: undefined } };
+      const before = await counts();
+      const err = (await broken.write(fresh, withId(fixture('results', 'completed-minimal.json') as object, 'ver_atomic')).catch((e: unknown) => e)) as ChartWriteError;
+      expect(err).toBeInstanceOf(ChartWriteError);
+      expect([err.retryable, err.status]).toEqual([false, 400]);
+      expect(err.message).toMatch(/^write eligibility: the FHIR server answered 400 to the transaction/);
+      expect(await counts()).toEqual(before);
+      expect(await search('Patient', 'identifier=https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS|MP-ATOMIC')).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('the FHIR server down is a retryable ChartWriteError that names no patient data', async () => {
+    const down = await startFhirServer();
+    const url = down.url;
+    await down.close();
+    const err = (await (await fhirWriter(url)).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+    expect(err).toBeInstanceOf(ChartWriteError);
+    expect([err.retryable, err.status]).toEqual([true, undefined]);
+    expect(err.message).toBe('write eligibility: the FHIR server could not be reached for the search for what the chart holds (ECONNREFUSED)');
+  });
+
+  it.each([
+    [503, true],
+    [429, true],
+    [408, true],
+    [403, false],
+    [422, false],
+  ])('answered %i: retryable %s, with the status, and no patient data from the URL or the body', async (status, retryable) => {
+    const stub = await startScriptedServer((_req, res) =>
+      json(res, status, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'processing', diagnostics: 'Patient RIVERA DDC884512301', expression: ['Bundle.entry[0]'] }] }),
+    );
+    try {
+      const err = (await (await fhirWriter(stub.url)).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.name, err.retryable, err.status]).toEqual(['ChartWriteError', retryable, status]);
+      expect(err.message).toBe(`write eligibility: the FHIR server answered ${status} to the search for what the chart holds: Bundle.entry[0] (processing)`);
+      expect(stub.requests[0]?.url).toBe('/');
+    } finally {
+      await stub.close();
+    }
+  });
+
+  it('gives up on a server that does not answer, as retryable', async () => {
+    const silent = await startScriptedServer(() => undefined);
+    try {
+      const err = (await (await fhirWriter(silent.url, { timeoutMs: 200 })).write(required(check), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.retryable, err.message]).toEqual([true, 'write eligibility: the FHIR server did not answer the search for what the chart holds in time']);
+    } finally {
+      await silent.close();
+    }
+  });
+
+  it('refuses options it cannot use, naming the option', async () => {
+    await expect(fhirWriter(server.url, { bearerToken: 't', smart: { clientId: 'c', privateKey: 'k' } })).rejects.toThrow('write eligibility: options.(root): give bearerToken or smart, not both');
+    await expect(fhirWriter(server.url, { timeoutMs: -1 })).rejects.toThrow(/^write eligibility: options\.timeoutMs: /);
   });
 });

@@ -1,6 +1,9 @@
+import { inspect } from 'node:util';
 import { VerificationClient } from '../../src/verification/client';
+import { isLoopbackHost } from '../../src/verification/config';
 import { ServiceError } from '../../src/verification/errors';
 import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
+import { validationKindOf } from '../../src/verification/outcome';
 import { Organization, Verification } from '../../src/verification/wire';
 import { json, startScriptedServer } from '../support/http-server';
 
@@ -131,9 +134,10 @@ describe('ServiceHttp', () => {
     }
   });
 
-  it('times out a silent server, retries a GET, and reports the timeout', async () => {
+  it('times out a silent server, retries a GET with a warning, and reports the timeout naming the URL', async () => {
     const server = await startScriptedServer(() => undefined /* never answers */);
-    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', timeoutMs: 150, maxRetries: 1, ...fast });
+    const log = recordingLog();
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', timeoutMs: 150, maxRetries: 1, ...fast }, { log });
     try {
       const err = (await http
         .call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true })
@@ -141,8 +145,9 @@ describe('ServiceHttp', () => {
       expect(err).toBeInstanceOf(ServiceError);
       expect(err.status).toBeUndefined();
       expect(err.code).toBe('UND_ERR_HEADERS_TIMEOUT');
-      expect(err.message).toBe('get clinic failed (UND_ERR_HEADERS_TIMEOUT) - Timed out');
+      expect(err.message).toBe(`get clinic failed (UND_ERR_HEADERS_TIMEOUT) - Timed out: GET ${server.url}/v2/clinics/x (after 1 retry)`);
       expect(server.requests).toHaveLength(2);
+      expect(log.warnings).toEqual([expect.stringMatching(new RegExp(`^get clinic: GET ${server.url}/v2/clinics/x timed out \\(UND_ERR_HEADERS_TIMEOUT\\); retry 1 of 1 in \\d+\\.\\d s$`))]);
     } finally {
       await Promise.all([http.close(), server.close()]);
     }
@@ -236,7 +241,7 @@ describe('ServiceHttp, what real networks and services send', () => {
         .catch((e: unknown) => e)) as ServiceError;
       expect(err).toBeInstanceOf(ServiceError);
       expect(err.status).toBeUndefined();
-      expect(err.message).toMatch(/^get organization failed \(\w+\) - Network error$/);
+      expect(err.message).toMatch(/^get organization failed \(\w+\) - Connection closed by the other side: GET http:\/\/127\.0\.0\.1:\d+\/v2\/organizations\/o$/);
     } finally {
       await Promise.all([http.close(), server.close()]);
     }
@@ -287,5 +292,111 @@ describe('versionlessRoot', () => {
     expect(() => versionlessRoot('https://api.example.com/v1', new Date('2027-01-01T00:00:00Z'), log)).toThrow(
       'baseUrl: points at /v1, which was retired on 2026-12-31',
     );
+  });
+});
+
+describe('the API key and the transport', () => {
+  const key = 'sk_live_do_not_show_1234';
+
+  it('keeps the API key out of util.inspect and JSON.stringify of a client, while still sending it', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 200, { organizationId: 'o', name: 'n' }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: key });
+    try {
+      expect(inspect(client, { depth: 10, showHidden: true })).not.toContain(key);
+      expect(JSON.stringify(client)).not.toContain(key);
+      await client.getOrganization('o');
+      expect(server.requests[0]?.headers.authorization).toBe(`Bearer ${key}`);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('refuses plain http to another machine unless allowed explicitly; loopback and https need nothing', () => {
+    expect(() => new ServiceHttp({ baseUrl: 'http://verify.example.com', apiKey: key })).toThrow(
+      /baseUrl.*plain http to a host other than this machine would send the API key and patient data unencrypted/s,
+    );
+    for (const baseUrl of ['http://10.0.0.5:8080', 'http://[2001:db8::1]/']) {
+      expect(() => new ServiceHttp({ baseUrl, apiKey: key })).toThrow(/unencrypted/);
+    }
+    for (const baseUrl of ['https://verify.example.com', 'http://127.0.0.1:8089', 'http://localhost:1', 'http://[::1]:9']) {
+      expect(() => new ServiceHttp({ baseUrl, apiKey: key })).not.toThrow();
+    }
+    expect(() => new ServiceHttp({ baseUrl: 'http://verify.example.com', apiKey: key, allowInsecureHttp: true })).not.toThrow();
+    expect(isLoopbackHost('127.8.9.10')).toBe(true);
+    expect(isLoopbackHost('127.example.com')).toBe(false);
+  });
+
+  it('names the URL and says "connection refused", with a warning per retry', async () => {
+    const server = await startScriptedServer(() => undefined);
+    const url = server.url;
+    await server.close(); // nothing listens there now
+    const log = recordingLog();
+    const http = new ServiceHttp({ baseUrl: url, apiKey: key, maxRetries: 2, ...fast }, { log });
+    try {
+      const err = (await http
+        .call({ operation: 'list organizations', method: 'GET', path: '/v2/customers/c/organizations', query: { cursor: 'abc' }, response: Organization, idempotent: true })
+        .catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe(`list organizations failed (ECONNREFUSED) - Connection refused: GET ${url}/v2/customers/c/organizations (after 2 retries)`);
+      expect(log.warnings).toHaveLength(2);
+      expect(log.warnings[1]).toMatch(new RegExp(`^list organizations: GET ${url}/v2/customers/c/organizations connection refused \\(ECONNREFUSED\\); retry 2 of 2 in \\d+\\.\\d s$`));
+    } finally {
+      await http.close();
+    }
+  });
+});
+
+describe('ServiceError', () => {
+  it('does not quote a field error twice when the service wrote it into detail as well', () => {
+    const err = new ServiceError({
+      operation: 'get clinic',
+      status: 422,
+      problem: { title: 'Unprocessable Content', detail: 'clinicId: no clinic has this id', errors: [{ field: 'clinicId', message: 'no clinic has this id' }] },
+    });
+    expect(err.message).toBe('get clinic failed with 422 - Unprocessable Content: clinicId: no clinic has this id');
+    const two = new ServiceError({
+      operation: 'create clinic',
+      status: 422,
+      problem: { title: 'Invalid', detail: 'the request failed validation', errors: [{ field: 'name', message: 'is required' }, { field: 'npi', message: 'bad' }] },
+    });
+    expect(two.message).toBe('create clinic failed with 422 - Invalid: the request failed validation - name: is required; npi: bad');
+  });
+});
+
+describe('VerificationClient paging and polling', () => {
+  it('stops with an error on a cursor the service already gave, instead of listing forever', async () => {
+    const server = await startScriptedServer((req, res) => {
+      const cursor = new URL(req.url, 'http://x').searchParams.get('cursor');
+      json(res, 200, { items: [{ portalId: `p-${cursor ?? 'first'}` }], nextCursor: cursor === 'b' ? 'a' : cursor === 'a' ? 'b' : 'a' });
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const seen: string[] = [];
+      const err = await (async () => {
+        for await (const p of client.all((page) => client.listPortals(page))) seen.push(p.portalId);
+      })().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ServiceError);
+      expect((err as ServiceError).message).toBe('list failed - Repeated page cursor: the service gave a nextCursor it had given before, after 3 pages; listing stopped');
+      expect(seen).toEqual(['p-first', 'p-a', 'p-b']);
+      expect(server.requests).toHaveLength(3);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
+    const statuses = ['Queued', 'InProgress', 'Success'];
+    const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const seen: string[] = [];
+      const final = await client.waitForCredentialsValidation('v1', { firstDelayMs: 1, maxDelayMs: 5, onPoll: (s) => seen.push(s), sleep: async () => undefined });
+      expect(seen).toEqual(['Queued', 'InProgress', 'Success']);
+      expect(validationKindOf(final.status)).toBe('valid');
+      expect(['Pending', 'queued', 'Valid', 'Validated', 'Invalid', 'Failed', 'Rejected', 'Escalated'].map(validationKindOf)).toEqual([
+        'pending', 'pending', 'valid', 'valid', 'invalid', 'invalid', 'invalid', 'unknown',
+      ]);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
   });
 });

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { VerificationClient } from '../../src/verification/client';
@@ -94,13 +94,43 @@ describe('PayerCatalog.resolve', () => {
 describe('PayerCatalog files and sync', () => {
   it('saves and loads a snapshot, and names the field of a damaged one', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'catalog-'));
-    const file = path.join(dir, 'nested', 'catalog.json');
-    await new PayerCatalog(snapshot, aliases).save(file);
-    const loaded = await PayerCatalog.load(file, aliases);
-    expect(loaded.payers).toHaveLength(3);
-    const raw = JSON.parse(await readFile(file, 'utf8')) as CatalogSnapshot;
-    await writeFile(file, JSON.stringify({ ...raw, payers: [{ name: 'no id' }] }));
-    await expect(PayerCatalog.load(file, aliases)).rejects.toThrow('payer catalog catalog.json: payers.0.primaryPayerId: ');
+    try {
+      const file = path.join(dir, 'nested', 'catalog.json');
+      await new PayerCatalog(snapshot, aliases).save(file);
+      const loaded = await PayerCatalog.load(file, aliases);
+      expect(loaded.payers).toHaveLength(3);
+      const raw = JSON.parse(await readFile(file, 'utf8')) as CatalogSnapshot;
+      await writeFile(file, JSON.stringify({ ...raw, payers: [{ name: 'no id' }] }));
+      await expect(PayerCatalog.load(file, aliases)).rejects.toThrow('payer catalog catalog.json: payers.0.primaryPayerId: ');
+      await writeFile(file, '{\n  "syncedAt": Delta\n}');
+      await expect(PayerCatalog.load(file, aliases)).rejects.toThrow(
+        new Error('payer catalog catalog.json: not valid JSON at line 2, column 15: unexpected character where a value was expected'),
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('drops a payer the network no longer lists on a full sync, which an incremental one cannot see', async () => {
+    let listed = payers;
+    const server = await startScriptedServer((req, res) => {
+      const url = new URL(req.url, 'http://x');
+      if (url.pathname === '/v2/network/portals') return json(res, 200, { items: [], nextCursor: null });
+      json(res, 200, { items: url.searchParams.get('updatedSince') ? [] : listed, nextCursor: null });
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const first = await PayerCatalog.sync(client, undefined, { aliases });
+      listed = payers.filter((p) => p.primaryPayerId !== 'MET001');
+      const incremental = await PayerCatalog.sync(client, first, { aliases });
+      expect(incremental.payers.map((p) => p.primaryPayerId)).toEqual(['DDCA01', 'DDPA02', 'MET001']);
+      const full = await PayerCatalog.sync(client, incremental, { aliases, full: true });
+      expect(server.requests.at(-2)?.url).toBe('/v2/network/payers?limit=100');
+      expect(full.payers.map((p) => p.primaryPayerId)).toEqual(['DDCA01', 'DDPA02']);
+      expect(full.resolve({ name: 'MetLife' })).toEqual({ status: 'unknown' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
   });
 
   it('fetches every page the first time, then only what changed since, merged by id', async () => {

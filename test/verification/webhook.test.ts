@@ -52,6 +52,16 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('answers a correctly signed body that is not JSON with 400 naming the body, not a signature failure', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const notJson = '{"correlationId":corr-1,';
+      const res = await post(url, notJson, signed(notJson));
+      expect(res.status).toBe(400);
+      expect(res.problem).toMatchObject({ title: 'Bad request', detail: 'body is not JSON' });
+      expect(deliveries).toHaveLength(0);
+    });
+  });
+
   it('refuses a body altered after signing', async () => {
     await withReceiver({}, async (url, deliveries) => {
       const headers = signed(body);

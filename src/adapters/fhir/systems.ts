@@ -15,6 +15,9 @@ const LocalSystems = z.strictObject({
   correlationId: Url,
   eligibilityCheck: Url,
   clinicId: Url,
+  hl7PatientId: Url,
+  hl7AppointmentId: Url,
+  chartCoverage: Url,
 });
 const ExternalSystems = z.strictObject({
   x12ServiceType: Url,

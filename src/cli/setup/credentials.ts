@@ -1,4 +1,5 @@
 import { Option, type Command } from 'commander';
+import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
 import { CliError, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
@@ -116,7 +117,12 @@ export function registerCredentials(setup: Command, io: CliIo): void {
     .action(async (opts: { clinic: string; portal: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
         const requested = await client.requestCredentialsValidation({ clinicId: opts.clinic, portalId: opts.portal });
-        if (!opts.wait) return printRecord(io, requested, Boolean(opts.json));
+        if (!opts.wait) {
+          printRecord(io, requested, Boolean(opts.json));
+          // This correlationId is the validation's own; `registration emails` takes the registration's.
+          if (!opts.json) io.stdout.write('next: --wait polls for the outcome; this id is the validation\'s, not the registration\'s\n');
+          return;
+        }
         io.stderr.write(`validating credentials (${requested.correlationId})`);
         const final = await client.waitForCredentialsValidation(requested.correlationId, {
           firstDelayMs: opts.firstDelayMs,
@@ -125,8 +131,9 @@ export function registerCredentials(setup: Command, io: CliIo): void {
         });
         io.stderr.write('\n');
         printRecord(io, final, Boolean(opts.json));
-        if (final.status.toLowerCase() === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
-        if (final.status.toLowerCase() !== 'valid') {
+        const kind = validationKindOf(final.status);
+        if (kind === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
+        if (kind !== 'valid') {
           throw new CliError(`validation ${final.correlationId}: ${final.status}${final.result?.detail ? ` - ${final.result.detail}` : ''}`);
         }
       }),

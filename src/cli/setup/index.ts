@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import type { CliIo } from '../io';
+import { ENV, readsEnvironment, SERVICE_ENV, type EnvVar } from '../service-context';
 import { registerCredentials } from './credentials';
 import { registerNetwork } from './network';
 import { registerOrganizations } from './organizations';
@@ -11,4 +12,21 @@ export function registerSetup(program: Command, io: CliIo): void {
   registerNetwork(setup, io);
   registerRegistrations(setup, io);
   registerCredentials(setup, io);
+  for (const command of leaves(setup)) {
+    const name = [command.parent?.name(), command.name()].join(' ');
+    readsEnvironment(command, [...SERVICE_ENV, ...(EXTRA_ENV[name] ?? [])]);
+  }
+}
+
+/** What a setup command reads besides the service settings. */
+const EXTRA_ENV: Record<string, readonly EnvVar[]> = {
+  'organization create': [ENV.customerId],
+  'organization list': [ENV.customerId],
+  'credentials set': [ENV.password],
+  'credentials update': [ENV.password],
+  'payers sync': [ENV.catalog],
+};
+
+function leaves(command: Command): Command[] {
+  return command.commands.length === 0 ? [command] : command.commands.flatMap(leaves);
 }

@@ -1,9 +1,10 @@
+import * as path from 'node:path';
 import type { Command } from 'commander';
 import { PayerCatalog } from '../../verification/payer-catalog';
 import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
 import { collect, type CliIo } from '../io';
 import { withService } from '../service-context';
-import { printRows, type Column } from '../table';
+import { printRecord, printRows, type Column } from '../table';
 
 const portalsOf = (p: Payer, feature: string) => (p.features?.[feature]?.supported ? (p.features[feature]?.portals ?? []) : []);
 
@@ -41,13 +42,31 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     );
   payers
     .command('sync')
-    .description('Refresh the local payer catalog (only what changed since the last sync)')
-    .action(async (_opts: unknown, cmd: Command) =>
+    .description(
+      'Refresh the local payer catalog that `convert --catalog` reads: only what changed since the last sync, or everything with --full. ' +
+        'Writes DENTAL_ELIG_CATALOG, catalogFile in the config file, or .dental-elig/catalog.json under the current folder.',
+    )
+    .option('--full', 'list the whole network again and replace the catalog, so payers that left the network leave it too')
+    .option('--json', 'print JSON')
+    .action(async (opts: { full?: boolean; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client, settings) => {
         const previous = await PayerCatalog.load(settings.catalogFile).catch(() => undefined);
-        const catalog = await PayerCatalog.sync(client, previous);
+        const catalog = await PayerCatalog.sync(client, previous, { full: Boolean(opts.full) });
         await catalog.save(settings.catalogFile);
-        io.stdout.write(`payer catalog: ${catalog.payers.length} payers, ${catalog.portals.length} portals -> ${settings.catalogFile}\n`);
+        const kept = new Set(catalog.payers.map((p) => p.primaryPayerId));
+        const summary = {
+          file: path.resolve(settings.catalogFile),
+          mode: previous && !opts.full ? 'changes since the last sync' : 'full',
+          syncedAt: catalog.snapshot.syncedAt,
+          payers: catalog.payers.length,
+          portals: catalog.portals.length,
+          removedPayers: (previous?.payers ?? []).filter((p) => !kept.has(p.primaryPayerId)).length,
+        };
+        if (opts.json) return printRecord(io, summary, true);
+        io.stdout.write(
+          `payer catalog (${summary.mode}): ${summary.payers} payers, ${summary.portals} portals` +
+            `${summary.removedPayers ? `, ${summary.removedPayers} removed` : ''} -> ${summary.file}\n`,
+        );
       }),
     );
 

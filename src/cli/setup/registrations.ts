@@ -45,7 +45,12 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
           ...(opts.forwardingEmail ? { forwardingEmail: opts.forwardingEmail } : {}),
         });
         printRecord(io, created, Boolean(opts.json));
-        if (!opts.json) io.stdout.write('next: create the portal account with these details, then `dental-elig setup credentials set`\n');
+        if (!opts.json) {
+          io.stdout.write(
+            `next: create the portal account with these details, then \`dental-elig setup credentials set\`; ` +
+              `\`dental-elig setup registration emails ${created.correlationId}\` shows the mail the portal sends\n`,
+          );
+        }
       }),
     );
   reg

@@ -4,20 +4,22 @@ import { payerIdSystem } from '../in/payer';
 import { extension } from './extensions';
 import { defined } from './values';
 
-/** A relative reference `Type/id` given by the caller; `field` names the option in errors. */
+/**
+ * A relative reference `Type/id` given by the caller, or the `urn:uuid:` of a resource created in
+ * the same transaction (the server rewrites it to the new id); `field` names the option in errors.
+ */
 export function relativeReference(type: string, value: string, field: string): Reference {
+  if (URN_UUID.test(value)) return { reference: value };
   if (!new RegExp(`^${type}/[A-Za-z0-9\\-.]{1,64}$`).test(value)) {
     throw new FhirInputError([{ expression: field, diagnostics: `must be a reference ${type}/<id>`, code: 'value' }]);
   }
   return { reference: value };
 }
 
-/**
- * The request a response answers: `CoverageEligibilityRequest/id`, or the `urn:uuid:` of a request
- * created in the same transaction (the server rewrites it to the new id).
- */
+const URN_UUID = /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** The request a response answers: `CoverageEligibilityRequest/id`, or the `urn:uuid:` of a request written in the same transaction. */
 export function requestReference(value: string): Reference {
-  if (/^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(value)) return { reference: value };
   return relativeReference('CoverageEligibilityRequest', value, 'request');
 }
 

@@ -1,0 +1,89 @@
+import * as z from 'zod';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
+
+/** An issue the chart named: where, and the issue-type code; never the server's diagnostics, which may quote what was sent. */
+export interface ChartIssue {
+  expression: string;
+  code?: string | undefined;
+}
+
+/**
+ * Writing into the chart failed. `retryable` says whether the same write may succeed later
+ * unchanged (the server was unreachable, busy, or raced by another writer): the pipeline keeps
+ * the result and writes it when the server is back. Otherwise the write itself is wrong (refused
+ * by validation or by the server) and needs a person. The message carries no patient data.
+ */
+export class ChartWriteError extends Error {
+  readonly retryable: boolean;
+  /** The HTTP status the FHIR server (or token endpoint) answered, when it answered. */
+  readonly status: number | undefined;
+  readonly issues: readonly ChartIssue[];
+
+  constructor(message: string, options: { retryable: boolean; status?: number | undefined; issues?: readonly ChartIssue[] }) {
+    super(`write eligibility: ${message}`);
+    this.name = 'ChartWriteError';
+    this.retryable = options.retryable;
+    this.status = options.status;
+    this.issues = options.issues ?? [];
+  }
+}
+
+/**
+ * Statuses worth the same request again: timeouts, throttling, server trouble, and a version
+ * conflict (409/412), because the next attempt reads the current version first.
+ */
+export function retryableStatus(status: number): boolean {
+  return status === 408 || status === 409 || status === 412 || status === 425 || status === 429 || status >= 500;
+}
+
+const OutcomeIssues = z.looseObject({
+  resourceType: z.literal('OperationOutcome'),
+  issue: z.array(z.looseObject({ code: z.string().optional(), expression: z.array(z.string()).optional() })),
+});
+
+/** The issues of an OperationOutcome body, by element and code only. */
+export function outcomeIssues(body: unknown): ChartIssue[] {
+  const parsed = OutcomeIssues.safeParse(body);
+  if (!parsed.success) return [];
+  return parsed.data.issue.map((i) => ({ expression: i.expression?.[0] ?? 'request', code: i.code }));
+}
+
+/**
+ * Any failure of one step of a write, as a ChartWriteError: our own refusal (FhirInputError,
+ * built before anything is sent), an HTTP answer from fhir-kit-client, or a network failure.
+ * fhir-kit-client's own message names the URL, which for a search holds identifiers: never kept.
+ */
+export function toChartWriteError(err: unknown, step: string): ChartWriteError {
+  if (err instanceof ChartWriteError) return err;
+  if (err instanceof FhirInputError) {
+    return new ChartWriteError(err.message, { retryable: false, issues: outcomeIssues(err.outcome) });
+  }
+  const response = (err as { response?: { status?: unknown; data?: unknown } } | undefined)?.response;
+  if (response && typeof response.status === 'number') {
+    const issues = outcomeIssues(response.data);
+    const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
+    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}`, {
+      retryable: retryableStatus(response.status),
+      status: response.status,
+      issues,
+    });
+  }
+  const name = (err as { name?: unknown } | undefined)?.name;
+  if (name === 'TimeoutError' || name === 'AbortError') {
+    return new ChartWriteError(`the FHIR server did not answer the ${step} in time`, { retryable: true });
+  }
+  const code = networkCode(err);
+  if (code !== undefined || (err instanceof TypeError && err.message === 'fetch failed')) {
+    return new ChartWriteError(`the FHIR server could not be reached for the ${step}${code ? ` (${code})` : ''}`, { retryable: true });
+  }
+  return new ChartWriteError(`the ${step} failed unexpectedly${err instanceof Error ? ` (${err.name})` : ''}`, { retryable: false });
+}
+
+/** ECONNREFUSED and the like, from the error or its cause (fetch wraps them in a TypeError). */
+function networkCode(err: unknown): string | undefined {
+  for (let e: unknown = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^E[A-Z_]+$/.test(code)) return code;
+  }
+  return undefined;
+}

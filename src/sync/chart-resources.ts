@@ -1,0 +1,152 @@
+import { createHash } from 'node:crypto';
+import type { Coverage, Identifier as FhirIdentifier, Organization, Patient, Reference } from 'fhir/r4';
+import type { EligibilityCheck, Identifier } from '../domain';
+import { payerIdSystem } from '../adapters/fhir/in/payer';
+import { systemUrl } from '../adapters/fhir/systems';
+import { ChartWriteError } from './chart-errors';
+
+/**
+ * The chart resources an HL7-sourced check is written against, which an HL7 feed does not give
+ * as FHIR references: the insurer Organization, the Patient and the Coverage. Each is found by an
+ * identifier (the search condition) or created from the check. Pure: the writer does the I/O.
+ */
+export type ChartPartKind = 'insurer' | 'patient' | 'coverage';
+
+export interface ChartPart {
+  kind: ChartPartKind;
+  resourceType: 'Organization' | 'Patient' | 'Coverage';
+  /** The search that finds it, e.g. `identifier=<system>|<value>`; also the transaction's ifNoneExist. */
+  condition: string;
+}
+
+export const US_CORE_COVERAGE = 'http://hl7.org/fhir/us/core/StructureDefinition/us-core-coverage';
+const ORDER = { primary: 1, secondary: 2, tertiary: 3 } as const;
+
+/** The payer as the request names it: the payer network's when resolved, else as the PMS wrote it. */
+export function payerOf(check: EligibilityCheck): { id?: string | undefined; name?: string | undefined } {
+  const resolved = check.coverage.resolution?.status === 'resolved' ? check.coverage.resolution : undefined;
+  return resolved ? { id: resolved.commonPayerId, name: resolved.name } : check.coverage.payer;
+}
+
+/**
+ * What to find or create for an HL7 check: the Patient and Coverage always, the insurer when the
+ * payer has an id (a payer known only by name stays a logical reference by name, since a name
+ * search matches by prefix and could find another payer).
+ */
+export function chartParts(check: EligibilityCheck): ChartPart[] {
+  const payerId = payerOf(check).id;
+  return [
+    ...(payerId ? [{ kind: 'insurer' as const, resourceType: 'Organization' as const, condition: identifierCondition(payerIdSystem(), payerId) }] : []),
+    { kind: 'patient', resourceType: 'Patient', condition: identifierCondition(...systemAndValue(patientIdentifier(check))) },
+    { kind: 'coverage', resourceType: 'Coverage', condition: identifierCondition(systemUrl('chartCoverage'), coverageKey(check)) },
+  ];
+}
+
+export function identifierCondition(system: string, value: string): string {
+  return `identifier=${encodeURIComponent(system)}|${encodeURIComponent(value)}`;
+}
+
+const systemAndValue = (i: FhirIdentifier): [string, string] => [i.system ?? '', i.value ?? ''];
+
+export function insurerResource(check: EligibilityCheck): Organization {
+  const payer = payerOf(check);
+  return {
+    resourceType: 'Organization',
+    active: true,
+    ...(payer.id ? { identifier: [{ system: payerIdSystem(), value: payer.id }] } : {}),
+    type: [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/organization-type', code: 'ins', display: 'Insurance Company' }] }],
+    ...(payer.name ? { name: payer.name } : {}),
+  };
+}
+
+export function patientResource(check: EligibilityCheck): Patient {
+  const { patient } = check;
+  return {
+    resourceType: 'Patient',
+    identifier: patient.identifiers.map((i) => fhirIdentifier(check, i)),
+    name: [{ family: patient.lastName, given: [patient.firstName, ...(patient.middleName ? [patient.middleName] : [])] }],
+    birthDate: patient.birthDate,
+    ...(patient.gender ? { gender: patient.gender } : {}),
+  };
+}
+
+/**
+ * A US Core Coverage: the member id as subscriberId and as the identifier typed MB (the
+ * patient's own number where the plan issued one), the beneficiary, the relationship, the payor,
+ * the order. It also carries a key identifier of this plugin (patient, payer and member id,
+ * hashed), because a member id alone is shared by every dependant on the subscriber's plan.
+ */
+export function coverageResource(check: EligibilityCheck, refs: { patient: string; insurer: Reference }): Coverage {
+  const { subscriber, coverage } = check;
+  return {
+    resourceType: 'Coverage',
+    meta: { profile: [US_CORE_COVERAGE] },
+    identifier: [
+      { type: { coding: [{ system: systemUrl('identifierType'), code: 'MB' }] }, value: check.patient.memberId ?? subscriber.memberId },
+      { system: systemUrl('chartCoverage'), value: coverageKey(check) },
+    ],
+    status: 'active',
+    ...(subscriber.relationship === 'self' ? { subscriber: { reference: refs.patient } } : {}),
+    subscriberId: subscriber.memberId,
+    beneficiary: { reference: refs.patient },
+    relationship: { coding: [{ system: systemUrl('subscriberRelationship'), code: subscriber.relationship }] },
+    payor: [refs.insurer],
+    ...(coverage.groupNumber
+      ? { class: [{ type: { coding: [{ system: systemUrl('coverageClass'), code: 'group' }] }, value: coverage.groupNumber, ...(coverage.groupName ? { name: coverage.groupName } : {}) }] }
+      : {}),
+    order: ORDER[coverage.order],
+  };
+}
+
+/**
+ * The appointment the verification was for. The check knows only its id and date, not its
+ * times, and R4 requires start and end on a booked Appointment (app-3): so it is linked, not
+ * created, by a logical reference an EHR holding that appointment can resolve.
+ */
+export function appointmentReference(check: EligibilityCheck): Reference | undefined {
+  const { source } = check;
+  if (source.kind === 'fhir') return source.appointment ? { reference: source.appointment } : undefined;
+  if (!source.appointmentId) return undefined;
+  return { type: 'Appointment', identifier: { system: scoped('hl7AppointmentId', hl7Scope(check, undefined, 'Appointment.identifier')), value: source.appointmentId } };
+}
+
+/** The identifier the Patient is found by: the check's first, as its idempotency key uses it. */
+function patientIdentifier(check: EligibilityCheck): FhirIdentifier {
+  const first = check.patient.identifiers[0];
+  if (!first) throw new ChartWriteError('Patient.identifier: the check carries no patient identifier to find the chart\'s Patient by', { retryable: false });
+  return fhirIdentifier(check, first);
+}
+
+/**
+ * An HL7 identifier as FHIR: an assigning authority that is a URI or an OID is the system; any
+ * other (a namespace like MOLARPMS) scopes a system of this plugin, as does, without one, the
+ * sending facility or application, since an MRN is unique only where it was assigned.
+ */
+function fhirIdentifier(check: EligibilityCheck, identifier: Identifier): FhirIdentifier {
+  const authority = identifier.system?.trim();
+  const system = authority && /^(urn:|https?:\/\/)/i.test(authority)
+    ? authority
+    : authority && /^\d+(\.\d+)+$/.test(authority)
+      ? `urn:oid:${authority}`
+      : scoped('hl7PatientId', hl7Scope(check, authority, 'Patient.identifier'));
+  return {
+    ...(identifier.type ? { type: { coding: [{ system: systemUrl('identifierType'), code: identifier.type }] } } : {}),
+    system,
+    value: identifier.value,
+  };
+}
+
+function hl7Scope(check: EligibilityCheck, authority: string | undefined, element: string): string {
+  const source = check.source.kind === 'hl7' ? check.source : undefined;
+  const scope = authority || source?.sendingFacility || source?.sendingApplication;
+  if (!scope) throw new ChartWriteError(`${element}: the HL7 message names no assigning authority, facility or application to scope it by`, { retryable: false });
+  return scope;
+}
+
+const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', scope: string) => `${systemUrl(key)}/${encodeURIComponent(scope)}`;
+
+function coverageKey(check: EligibilityCheck): string {
+  const payer = payerOf(check);
+  const parts = [...systemAndValue(patientIdentifier(check)), payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];
+  return `cov_${createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32)}`;
+}

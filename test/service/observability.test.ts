@@ -1,0 +1,43 @@
+import { createLogger } from '../../src/service/logger';
+import { chartOf, startHarness, until, type Harness } from '../sync/harness';
+
+describe('observability', () => {
+  let h: Harness;
+  afterEach(async () => h?.close());
+
+  it('answers /healthz with the store and the downstreams, and /metrics with the pipeline counters', async () => {
+    h = await startHarness();
+    await h.fhir.seed(chartOf('self'));
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-1001`, { method: 'POST' });
+    await until('written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+
+    const health = await fetch(`${h.httpUrl}/healthz`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toEqual({ ok: true, store: 'ok', fhir: 'ok', service: 'ok' });
+
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_checks\{state="written"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="completed"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="stored"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_queue_depth 0$/m);
+    expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="service",operation="(verify|request verification)",ok="true"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="fhir",operation="write eligibility",ok="true"\} 1$/m);
+  });
+
+  it('says the chart is unreachable when the FHIR server is down', async () => {
+    h = await startHarness();
+    await h.fhir.close();
+    const health = await fetch(`${h.httpUrl}/healthz`);
+    expect(health.status).toBe(503);
+    expect(await health.json()).toMatchObject({ ok: false, store: 'ok', fhir: 'unreachable' });
+    h.fhir.close = async () => undefined;
+  });
+
+  it('censors patient data and secrets in whatever object is logged', () => {
+    const lines: string[] = [];
+    const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
+    log.warn({ patient: { firstName: 'Ellen', lastName: 'Whitaker', birthDate: '1984-03-02', memberId: 'DD1234567' }, apiKey: 'sk_live_x', headers: { authorization: 'Bearer abc' } }, 'a careless line');
+    expect(lines.join('')).not.toMatch(/Ellen|Whitaker|1984-03-02|DD1234567|sk_live_x|Bearer abc/);
+    expect(lines.join('')).toContain('[redacted]');
+  });
+});

@@ -1,0 +1,134 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { projectRoot } from '../../src/mapping-files';
+import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/sandbox';
+import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import { frame } from '../../src/service/mllp-framing';
+import { segment } from '../adapters/hl7/segment';
+import { client } from './mllp-client';
+import { searchFhir, until } from '../sync/harness';
+
+/**
+ * The sidecar as it runs in production: the built `dental-elig serve` as its own process, the
+ * service and the chart as remote servers, a batch over MLLP, SIGKILL in the middle, a restart on
+ * the same data dir. Every appointment ends with exactly one CoverageEligibilityResponse.
+ */
+const bin = path.join(projectRoot, 'bin', 'dental-elig.js');
+const PAYERS = [
+  ['64246', 'Guardian'],
+  ['62308', 'Cigna Dental'],
+  ['CDCA1', 'Delta Dental of California'],
+  ['65978', 'MetLife'],
+] as const;
+
+function booking(i: number): string {
+  const [payerId, payerName] = PAYERS[i % PAYERS.length] as readonly [string, string];
+  return [
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|K${i}|P|2.5.1`,
+    `SCH|APT-K${i}^SC||||||||||^^^20261215${String(800 + i).padStart(4, '0')}00`,
+    `PID|1||PK-${i}^^^SC^MR||PATIENT${i}^TEST||19800102|F`,
+    segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: `SBX-COMPLETE-${i}` }),
+  ].join('\r');
+}
+
+interface Serve {
+  child: ChildProcess;
+  mllpPort: number;
+  httpPort: number;
+  exited: Promise<number | null>;
+  stderr: string[];
+}
+
+function startServe(dataDir: string, env: NodeJS.ProcessEnv): Promise<Serve> {
+  const child = spawn(process.execPath, [bin, 'serve', '--config', path.join(dataDir, 'config.json'), '--data-dir', dataDir, '--mllp-port', '0', '--http-port', '0'], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const stderr: string[] = [];
+  child.stderr?.on('data', (d: Buffer) => stderr.push(d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${stderr.join('').slice(0, 500)}`)), 20_000);
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const mllp = /listening: mllp 127\.0\.0\.1:(\d+)/.exec(out);
+      const http = /listening: http 127\.0\.0\.1:(\d+)/.exec(out);
+      if (mllp && http) {
+        clearTimeout(timer);
+        resolve({ child, mllpPort: Number(mllp[1]), httpPort: Number(http[1]), exited, stderr });
+      }
+    });
+    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${stderr.join('').slice(0, 500)}`)));
+  });
+}
+
+describe('dental-elig serve, killed and restarted', () => {
+  let sandbox: Sandbox;
+  let fhir: FhirServer;
+  let dataDir: string;
+  let running: Serve | undefined;
+
+  beforeAll(async () => {
+    sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 400, webhookBackoffMs: 100 } });
+    fhir = await startFhirServer({ validate: true });
+    dataDir = mkdtempSync(path.join(tmpdir(), 'elig-serve-'));
+    writeFileSync(
+      path.join(dataDir, 'config.json'),
+      JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, leaseMs: 2000, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 4 } }),
+    );
+  });
+  afterAll(async () => {
+    running?.child.kill('SIGKILL');
+    await sandbox.close();
+    await fhir.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('ends every appointment of a batch with exactly one response after a SIGKILL mid-batch', async () => {
+    const secret = generateWebhookSecret();
+    const env = { DENTAL_ELIG_BASE_URL: sandbox.url, DENTAL_ELIG_API_KEY: sandbox.apiKey, DENTAL_ELIG_FHIR_URL: fhir.url, DENTAL_ELIG_WEBHOOK_SECRET: secret };
+    const count = 24;
+
+    running = await startServe(dataDir, env);
+    sandbox.configureWebhook({ url: `http://127.0.0.1:${running.httpPort}/webhooks/insurance-verification`, secret });
+    const sender = await client(running.mllpPort);
+    for (let i = 0; i < count; i++) sender.socket.write(frame(booking(i)));
+    const acks = await sender.waitFor(count, 15_000);
+    expect(acks.every((a) => a.includes('MSA|AA|'))).toBe(true);
+    // Mid-batch: every booking is stored (ACKed), few if any are written yet.
+    running.child.kill('SIGKILL');
+    expect(await running.exited).toBeNull();
+    const writtenBeforeKill = (await searchFhir(fhir, 'CoverageEligibilityResponse?_count=100')).length;
+    expect(writtenBeforeKill).toBeLessThan(count);
+
+    running = await startServe(dataDir, env);
+    sandbox.configureWebhook({ url: `http://127.0.0.1:${running.httpPort}/webhooks/insurance-verification`, secret });
+    const jobs = async () => {
+      const { stdout } = await promisify(execFile)(process.execPath, [bin, 'jobs', 'list', '--data-dir', dataDir, '--json'], { cwd: projectRoot });
+      return JSON.parse(stdout) as Array<{ job: string; state: string }>;
+    };
+    const finished = await until('every check written after the restart', async () => {
+      const rows = await jobs();
+      return rows.length === count && rows.every((r) => r.state === 'written') && rows;
+    }, 45_000);
+    expect(new Set(finished.map((r) => r.job)).size).toBe(count);
+
+    const responses = (await searchFhir(fhir, 'CoverageEligibilityResponse?_count=100')) as CoverageEligibilityResponse[];
+    expect(responses).toHaveLength(count);
+    expect(responses.every((r) => r.outcome === 'complete')).toBe(true);
+    // One verification per booking: repeated POSTs after the crash carried the same externalId.
+    const verifications = new Set(responses.map((r) => r.identifier?.[0]?.value));
+    expect(verifications.size).toBe(count);
+
+    running.child.kill('SIGTERM');
+    expect(await running.exited).toBe(0);
+    running = undefined;
+  }, 90_000);
+});

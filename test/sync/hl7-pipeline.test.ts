@@ -1,0 +1,136 @@
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { frame } from '../../src/service/mllp-framing';
+import { MllpListener } from '../../src/service/mllp-listener';
+import { segment } from '../adapters/hl7/segment';
+import { client } from '../service/mllp-client';
+import { searchFhir, startHarness, until, type Harness } from './harness';
+
+/**
+ * HL7 v2 over a real MLLP socket into the sync, through the sandbox service, into the chart on a
+ * real FHIR server: the seams issue 7 names, each reproduced as a user meets it.
+ */
+const VISIT = '20261210093000';
+
+function msh(type: string, id: string): string {
+  return `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||${type}|${id}|P|2.5.1`;
+}
+const pid = (patient: string, name = 'DOE^JANE', birth = '19800102') => `PID|1||${patient}^^^SC^MR||${name}||${birth}|F`;
+const sch = (appointment: string, start = VISIT) => `SCH|${appointment}^SC||||||||||^^^${start}`;
+const in1 = (payerId: string, payerName: string, memberId: string) => segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: memberId });
+
+const siu = (id: string, patient: string, appointment: string, ...rest: string[]) => [msh('SIU^S12^SIU_S12', id), sch(appointment), pid(patient), ...rest].join('\r');
+const adt = (id: string, patient: string, ...rest: string[]) => [msh('ADT^A08^ADT_A01', id), pid(patient), ...rest].join('\r');
+
+describe('HL7 v2 into the chart', () => {
+  let h: Harness;
+  let listener: MllpListener;
+  let port: number;
+
+  const start = async (options: Parameters<typeof startHarness>[0] = {}) => {
+    h = await startHarness(options);
+    listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m), onDeadLetter: (l) => h.sync.deadLetterHl7(l) });
+    ({ port } = await listener.start());
+  };
+  afterEach(async () => {
+    await listener.stop();
+    await h.close();
+  });
+
+  const send = async (...messages: string[]) => {
+    const c = await client(port);
+    for (const m of messages) c.socket.write(frame(m));
+    const acks = await c.waitFor(messages.length, 10_000);
+    c.socket.end();
+    return acks.map((a) => /MSA\|(\w\w)/.exec(a)?.[1]);
+  };
+  const responses = async () => (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+
+  it('verifies a synchronous and an asynchronous payer and writes each response once, linked to patient and coverage', async () => {
+    await start();
+    expect(await send(siu('M1', 'P-1', 'APT-1', in1('64246', 'Guardian', 'SBX-COMPLETE')), siu('M2', 'P-2', 'APT-2', in1('62308', 'Cigna Dental', 'SBX-COMPLETE')))).toEqual(['AA', 'AA']);
+    await until('two written checks', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const checks = await h.store.listChecks();
+    expect(checks.map((c) => c.mode).sort()).toEqual(['async', 'sync']);
+    const written = await responses();
+    expect(written).toHaveLength(2);
+    expect(written.every((r) => r.outcome === 'complete' && r.patient.reference?.startsWith('Patient/') && r.insurance?.[0]?.coverage.reference?.startsWith('Coverage/'))).toBe(true);
+    // The patient and coverage were found or created by identifier, once each.
+    expect(await searchFhir(h.fhir, 'Patient')).toHaveLength(2);
+    expect(await searchFhir(h.fhir, 'Coverage')).toHaveLength(2);
+
+    // The same message resent: the same ACK, no new verification.
+    expect(await send(siu('M1', 'P-1', 'APT-1', in1('64246', 'Guardian', 'SBX-COMPLETE')))).toEqual(['AA']);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await responses()).toHaveLength(2);
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length).toBe(2);
+  });
+
+  it('keeps a booking with no insurance known waiting, and verifies it once the ADT brings the insurance', async () => {
+    await start();
+    expect(await send(siu('W1', 'P-9', 'APT-9'))).toEqual(['AA']);
+    const waiting = await h.store.listAppointments('awaiting-insurance');
+    expect(waiting).toHaveLength(1);
+    expect(await h.store.listChecks()).toEqual([]);
+
+    expect(await send(adt('W2', 'P-9', in1('64246', 'Guardian', 'SBX-COMPLETE')))).toEqual(['AA']);
+    await until('the waiting booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    expect(await h.store.listAppointments('awaiting-insurance')).toEqual([]);
+    expect(await responses()).toHaveLength(1);
+  });
+
+  it('sends a corrected name as a new verification, and the same event twice as one', async () => {
+    await start();
+    const booking = (id: string, name: string) => [msh('SIU^S12^SIU_S12', id), sch('APT-3'), pid('P-3', name), in1('64246', 'Guardian', 'SBX-COMPLETE')].join('\r');
+    await send(booking('C1', 'DOE^JANE'));
+    await until('first written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    await send(booking('C1', 'DOE^JANE'), booking('C2', 'DOE^JANE'));
+    await new Promise((r) => setTimeout(r, 300));
+    const [first] = await h.store.listChecks();
+    expect(first?.round).toBe(0);
+
+    await send(booking('C3', 'DOE-SMITH^JANE'));
+    await until('the correction written', async () => {
+      const [row] = await h.store.listChecks();
+      return row?.round === 1 && row.state === 'written';
+    });
+    const posts = h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'));
+    expect(posts).toHaveLength(2);
+    const [row] = await h.store.listChecks();
+    expect(row?.externalId).not.toBe(first?.externalId);
+  });
+
+  it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    // The worker is idle for a minute: the cancel lands while the check still waits.
+    await h.sync.stop();
+    await send(siu('X1', 'P-4', 'APT-4', in1('64246', 'Guardian', 'SBX-COMPLETE')));
+    expect(await send([msh('SIU^S15^SIU_S12', 'X2'), sch('APT-4'), pid('P-4')].join('\r'))).toEqual(['AA']);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
+    // A resent reschedule of a cancelled appointment withdraws nothing more and changes nothing.
+    expect(await send([msh('SIU^S15^SIU_S12', 'X2'), sch('APT-4'), pid('P-4')].join('\r'))).toEqual(['AA']);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
+  });
+
+  it('loses no update when two connections race with messages for one patient', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const a = await client(port);
+    const b = await client(port);
+    // Insurance from one connection, bookings from the other, interleaved.
+    for (let i = 0; i < 10; i++) {
+      a.socket.write(frame(adt(`A${i}`, 'P-5', in1('64246', 'Guardian', `MEMBER-${i}`))));
+      b.socket.write(frame([msh('SIU^S12^SIU_S12', `B${i}`), sch(`APT-5-${i}`, `202612${String(10 + i)}093000`), pid('P-5')].join('\r')));
+    }
+    await Promise.all([a.waitFor(10, 10_000), b.waitFor(10, 10_000)]);
+    a.socket.end();
+    b.socket.end();
+    const appointments = (await h.store.listAppointments()).filter((x) => x.key.includes('APT-5-'));
+    expect(appointments).toHaveLength(10);
+    // Every booking has a check, none is left waiting: each saw insurance or was given it by a later ADT.
+    expect(appointments.every((x) => x.status === 'booked' && x.checkKeys.length === 1)).toBe(true);
+    const checks = await h.store.listChecks();
+    // And every future booking's check carries the insurance of the last ADT.
+    const last = checks.filter((c) => c.state === 'received').map((c) => c.check.subscriber.memberId);
+    expect(new Set(last)).toEqual(new Set(['MEMBER-9']));
+  });
+});

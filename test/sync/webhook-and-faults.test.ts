@@ -1,0 +1,89 @@
+import { Webhook } from 'standardwebhooks';
+import { generateWebhookSecret } from '../../src/sandbox';
+import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
+
+/**
+ * The webhook as an attacker, a flaky network and the service itself would exercise it, and the
+ * service answering 503 for a while: nothing forged is applied, nothing is applied twice, nothing
+ * is lost.
+ */
+describe('webhooks and service faults', () => {
+  let h: Harness;
+  afterEach(async () => h.close());
+
+  const notify = (appointment: string) => fetch(`${h.httpUrl}/fhir-notifications/Appointment/${appointment}`, { method: 'POST' });
+
+  it('refuses forged and stale deliveries, applies a replay once, and keeps an unreadable one', async () => {
+    h = await startHarness({ settings: { webhookDeadlineMs: 60_000 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    // Hold the sandbox's own webhooks back: this test delivers by hand.
+    h.sandbox.configureWebhook(undefined);
+    await notify('appt-4004');
+    const waiting = await until('a check awaiting its result', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    const correlationId = waiting.correlationId as string;
+    await h.sandbox.settle();
+    const result = await (await fetch(`${h.sandbox.url}/v2/insurance-verifications/${correlationId}`, { headers: { authorization: `Bearer ${h.sandbox.apiKey}` } })).text();
+
+    const secret = h.secret;
+    const post = (body: string, headers: Record<string, string>) => fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    const signed = (body: string, id: string, at = new Date()) => {
+      const signature = new Webhook(secret).sign(id, at, body);
+      return { 'webhook-id': id, 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': signature };
+    };
+
+    const forged = new Webhook(generateWebhookSecret()).sign('msg_forged', new Date(), result);
+    expect((await post(result, { ...signed(result, 'msg_forged'), 'webhook-signature': forged })).status).toBe(401);
+    expect((await post(result, signed(result, 'msg_stale', new Date(Date.now() - 10 * 60_000)))).status).toBe(401);
+    expect((await h.store.listChecks({ states: ['awaiting-result'] })).length).toBeGreaterThan(0);
+
+    expect((await post(result, signed(result, 'msg_1'))).status).toBe(204);
+    expect((await post(result, signed(result, 'msg_1'))).status).toBe(204);
+    const applied = (await h.store.listMessages({ kind: 'webhook' })).filter((m) => m.dedupeKey === 'msg_1');
+    expect(applied).toHaveLength(1);
+    await until('the delivered check written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.correlationId === correlationId));
+
+    const unreadable = '{"correlationId": 42, "status": []}';
+    expect((await post(unreadable, signed(unreadable, 'msg_bad'))).status).toBe(422);
+    const dead = await h.store.listMessages({ status: 'dead', kind: 'webhook' });
+    expect(dead.map((m) => m.raw)).toEqual([unreadable]);
+  });
+
+  it('polls for a result whose webhook never comes', async () => {
+    h = await startHarness({ settings: { webhookDeadlineMs: 500 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.configureWebhook(undefined);
+    await notify('appt-4004');
+    await until('both checks written by polling', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(h.sandbox.requestLog.some((r) => r.method === 'GET' && r.path.startsWith('/v2/insurance-verifications/'))).toBe(true);
+  });
+
+  it('waits out a service answering 503 for a while and then verifies everything once', async () => {
+    h = await startHarness({ settings: { maxAttempts: 20 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: 6, retryAfterSeconds: 0 });
+    await notify('appt-4004');
+    await until('both checks written after the outage', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+    expect(h.sandbox.requestLog.filter((r) => r.status === 503).length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('ends a synchronous verification that timed out into Pending as Completed in the chart', async () => {
+    h = await startHarness({
+      sandbox: { timing: { slowMs: 1500 } },
+      settings: { pollAfterMs: 300 },
+      service: { timeoutMs: 400, maxRetries: 1 },
+      webhook: false,
+    });
+    const slow = chartOf('self').map((r) => (r.resourceType === 'Coverage' ? { ...r, subscriberId: 'SBX-SLOW' } : r));
+    await h.fhir.seed(slow);
+    await notify('appt-1001');
+    const row = await until('the slow check written', async () => (await h.store.listChecks({ states: ['written'] }))[0], 20_000);
+    expect(row.mode).toBe('sync');
+    const [response] = await searchFhir(h.fhir, 'CoverageEligibilityResponse');
+    expect(response).toMatchObject({ outcome: 'complete' });
+    // It was Pending on the way, and the Pending was never written.
+    expect(h.sandbox.requestLog.some((r) => r.method === 'GET' && r.path.startsWith('/v2/insurance-verifications/'))).toBe(true);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+});
