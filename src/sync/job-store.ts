@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { EligibilityCheck, PatientInsuranceRecord } from '../domain';
+import { outcomeKindOf } from '../verification/outcome';
 
 /**
  * The job store is the pipeline's source of truth: every message as received, the patients'
@@ -99,6 +100,31 @@ export type MessageRow = z.infer<typeof MessageRow>;
 
 export type NewMessage = Omit<MessageRow, 'id'>;
 
+/** A row of the messages table, as both stores name its columns. */
+export interface MessageRecord {
+  id: number;
+  kind: string;
+  dedupe_key: string;
+  received_at: string;
+  raw: string;
+  status: string;
+  detail: string | null;
+  answer: string | null;
+}
+
+export function messageFrom(r: MessageRecord): MessageRow {
+  return MessageRow.parse({
+    id: r.id,
+    kind: r.kind,
+    dedupeKey: r.dedupe_key,
+    receivedAt: r.received_at,
+    raw: r.raw,
+    status: r.status,
+    ...(r.detail !== null && { detail: r.detail }),
+    ...(r.answer !== null && { answer: r.answer }),
+  });
+}
+
 /** What runs inside one store transaction: all of it commits, or none of it. */
 export interface StoreTx {
   /** Adds a message, or returns the earlier one with the same kind and dedupe key. */
@@ -140,6 +166,11 @@ export interface StoreCounts {
 }
 
 export interface JobStore {
+  /**
+   * Runs `work` in one transaction. A store shared by several instances may run it again after a
+   * lost race (a deadlock, a key another instance inserted first), so `work` does nothing outside
+   * `tx` that a second run would repeat.
+   */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T>;
   /**
    * Leases up to `limit` due checks for `leaseMs`: no other worker takes them until the lease
@@ -155,7 +186,39 @@ export interface JobStore {
   listMessages(filter?: { status?: MessageStatus; kind?: MessageKind; limit?: number }): Promise<MessageRow[]>;
   getMessage(id: number): Promise<MessageRow | undefined>;
   counts(now: string): Promise<StoreCounts>;
+  /**
+   * Takes a token from a rate bucket every instance shares (one per portal, say), refilled at
+   * `perSecond` up to `perSecond`; returns how many milliseconds to wait before sending (0: now).
+   */
+  takeRateToken?(bucket: string, perSecond: number, now: string): Promise<number>;
   /** Whether the store answers (for /healthz). */
   ping(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Whether a stored verification body is a completed one (a result that may serve another appointment). */
+export function hasCompletedResult(row: CheckRow): boolean {
+  const status = (row.result as { status?: unknown } | undefined)?.status;
+  return typeof status === 'string' && outcomeKindOf(status) === 'completed';
+}
+
+/** A rate bucket as a store keeps it: tokens left (below zero while requests wait their turn) at a time. */
+export interface RateBucket {
+  tokens: number;
+  atMs: number;
+}
+
+/**
+ * One token from a bucket, as TokenBucket.reserve does in memory: refill for the time passed, take
+ * one, and say how long until it is there. Both stores run this inside a transaction on the row.
+ */
+export function takeToken(bucket: RateBucket | undefined, perSecond: number, now: string): { bucket: RateBucket; waitMs: number } {
+  const nowMs = Date.parse(now);
+  if (!Number.isFinite(nowMs)) throw new Error('takeRateToken: now is not an ISO 8601 instant');
+  if (!(perSecond > 0)) throw new Error('takeRateToken: perSecond must be above 0');
+  const last = bucket ?? { tokens: perSecond, atMs: nowMs };
+  // Clocks of several instances differ a little: time never runs backwards for the bucket.
+  const atMs = Math.max(last.atMs, nowMs);
+  const tokens = Math.min(perSecond, last.tokens + ((atMs - last.atMs) / 1000) * perSecond) - 1;
+  return { bucket: { tokens, atMs }, waitMs: tokens >= 0 ? 0 : Math.ceil((-tokens / perSecond) * 1000) };
 }

@@ -2,16 +2,19 @@ import { mkdirSync } from 'node:fs';
 import * as path from 'node:path';
 import Database from 'better-sqlite3';
 import { PatientInsuranceRecord } from '../domain';
-import { outcomeKindOf } from '../verification/outcome';
 import {
   AppointmentRow,
   CheckRow,
   MessageRow,
   WORKABLE_STATES,
+  hasCompletedResult,
+  messageFrom,
+  takeToken,
   type AppointmentStatus,
   type CheckFilter,
   type JobStore,
   type MessageKind,
+  type MessageRecord,
   type MessageStatus,
   type NewMessage,
   type StoreCounts,
@@ -72,6 +75,7 @@ const MIGRATIONS: readonly string[] = [
    CREATE UNIQUE INDEX checks_correlation ON checks (correlation_id) WHERE correlation_id IS NOT NULL;
    CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);`,
+  `CREATE TABLE rate_buckets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL, at_ms REAL NOT NULL);`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -208,6 +212,20 @@ export class SqliteJobStore implements JobStore {
     };
   }
 
+  takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
+    return this.serial(async () => {
+      const take = this.db.transaction(() => {
+        const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
+        const next = takeToken(last, perSecond, now);
+        this.db
+          .prepare('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES (?, ?, ?) ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms')
+          .run(bucket, next.bucket.tokens, next.bucket.atMs);
+        return next.waitMs;
+      });
+      return take.immediate();
+    });
+  }
+
   async ping(): Promise<void> {
     this.db.prepare('SELECT 1').get();
   }
@@ -316,7 +334,7 @@ export class SqliteJobStore implements JobStore {
       async freshResult(coverageFingerprint, since) {
         for (const r of fresh.all(coverageFingerprint, since) as { row: string }[]) {
           const row = CheckRow.parse(JSON.parse(r.row));
-          if (isCompleted(row.result)) return row;
+          if (hasCompletedResult(row)) return row;
         }
         return undefined;
       },
@@ -328,30 +346,6 @@ export class SqliteJobStore implements JobStore {
       },
     };
   }
-}
-
-interface MessageRecord {
-  id: number;
-  kind: string;
-  dedupe_key: string;
-  received_at: string;
-  raw: string;
-  status: string;
-  detail: string | null;
-  answer: string | null;
-}
-
-function messageFrom(r: MessageRecord): MessageRow {
-  return MessageRow.parse({
-    id: r.id,
-    kind: r.kind,
-    dedupeKey: r.dedupe_key,
-    receivedAt: r.received_at,
-    raw: r.raw,
-    status: r.status,
-    ...(r.detail !== null && { detail: r.detail }),
-    ...(r.answer !== null && { answer: r.answer }),
-  });
 }
 
 interface AppointmentRecord {
@@ -374,9 +368,4 @@ function appointmentFrom(r: AppointmentRecord): AppointmentRow {
     basis: JSON.parse(r.basis),
     updatedAt: r.updated_at,
   });
-}
-
-function isCompleted(result: unknown): boolean {
-  const status = (result as { status?: unknown } | undefined)?.status;
-  return typeof status === 'string' && outcomeKindOf(status) === 'completed';
 }

@@ -6,7 +6,8 @@ import { generateWebhookSecret, startSandbox, type Sandbox, type SandboxOptions 
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { createEligibilitySync, type EligibilitySync, type SyncSettings } from '../../src/service/eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
-import { createLogger } from '../../src/service/logger';
+import { createLogger, type Logger } from '../../src/service/logger';
+import type { JobStore } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { projectRoot } from '../../src/mapping-files';
 import type { ClientConfigInput } from '../../src/verification/config';
@@ -59,37 +60,57 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const logs: string[] = [];
   const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
   const secret = generateWebhookSecret();
-  let sync: EligibilitySync | undefined;
-  const http = await startHttpServer(() => sync as EligibilitySync);
-  sync = createEligibilitySync({
-    store,
-    dataDir,
-    service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.service },
-    fhir: { baseUrl: options.fhirVia ? await options.fhirVia(fhir.url) : fhir.url },
-    ...(options.webhook !== false && { webhook: { scheme: 'standard-webhooks', secret } }),
-    settings: { ...FAST, ...options.settings },
-    logger,
-    ...(options.now && { now: options.now }),
-  });
-  if (options.webhook !== false) sandbox.configureWebhook({ url: `http://127.0.0.1:${http.port}${WEBHOOK_PATH}`, secret });
-  await sync.start();
-  const started = sync;
+  const { settings, service, webhook, now, fhirVia } = options;
+  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia });
+  if (webhook !== false) sandbox.configureWebhook({ url: `${instance.httpUrl}${WEBHOOK_PATH}`, secret });
   return {
     sandbox,
     fhir,
-    sync: started,
+    sync: instance.sync,
     store,
     dataDir,
-    httpUrl: `http://127.0.0.1:${http.port}`,
+    httpUrl: instance.httpUrl,
     logs,
     secret,
     async close() {
-      await started.stop();
-      await http.close();
+      await instance.close();
       await store.close();
       await sandbox.close();
       await fhir.close();
       if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** One instance of the sync service on `store`, with its HTTP server; close() leaves the store open. */
+export async function startSyncInstance(options: {
+  store: JobStore;
+  dataDir: string;
+  sandbox: Sandbox;
+  fhir: FhirServer;
+  secret: string;
+  logger: Logger;
+} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now' | 'fhirVia'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
+  let sync: EligibilitySync | undefined;
+  const http = await startHttpServer(() => sync as EligibilitySync);
+  sync = createEligibilitySync({
+    store: options.store,
+    dataDir: options.dataDir,
+    service: { baseUrl: options.sandbox.url, apiKey: options.sandbox.apiKey, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.service },
+    fhir: { baseUrl: options.fhirVia ? await options.fhirVia(options.fhir.url) : options.fhir.url },
+    ...(options.webhook !== false && { webhook: { scheme: 'standard-webhooks', secret: options.secret } }),
+    settings: { ...FAST, ...options.settings },
+    logger: options.logger,
+    ...(options.now && { now: options.now }),
+  });
+  await sync.start();
+  const started = sync;
+  return {
+    sync: started,
+    httpUrl: `http://127.0.0.1:${http.port}`,
+    async close() {
+      await started.stop();
+      await http.close();
     },
   };
 }

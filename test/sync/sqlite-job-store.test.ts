@@ -2,117 +2,55 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import Database from 'better-sqlite3';
-import { checksFromBundle } from '../../src/adapters/fhir/in';
-import { loadClinicRouting } from '../../src/adapters/clinic-routing';
-import type { CheckRow } from '../../src/sync/job-store';
-import { fingerprints } from '../../src/sync/schedule';
+import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
-import { chartOf } from './harness';
+import { jobStoreContract } from './job-store-contract';
 
-/** The store's contract on a real SQLite file: what commits, what rolls back, who may take a check. */
-const NOW = '2026-11-23T10:00:00.000Z';
-const [check] = checksFromBundle({ resourceType: 'Bundle', type: 'collection', entry: chartOf('self').map((resource) => ({ resource })) }, {
-  routing: loadClinicRouting(),
-  receivedAt: NOW,
-});
-
-function row(key: string, change: Partial<CheckRow> = {}): CheckRow {
-  if (!check) throw new Error('fixture gave no check');
+/** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
+jobStoreContract('SqliteJobStore', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'elig-store-'));
   return {
-    key,
-    state: 'received',
-    check: { ...check, idempotencyKey: key },
-    patientKey: 'fhir|Patient/pat-ellen',
-    ...fingerprints(check),
-    round: 0,
-    externalId: `ext-${key}`,
-    attempts: 0,
-    dueAt: NOW,
-    createdAt: NOW,
-    updatedAt: NOW,
-    ...change,
+    open: () => openJobStore(undefined, dir),
+    remove: async () => rmSync(dir, { recursive: true, force: true }),
   };
-}
-
-let dir: string;
-let store: SqliteJobStore;
-beforeEach(() => {
-  dir = mkdtempSync(path.join(tmpdir(), 'elig-store-'));
-  store = SqliteJobStore.open(dir);
-});
-afterEach(async () => {
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 describe('SqliteJobStore', () => {
-  it('runs in WAL mode with synchronous=FULL, at the current schema version', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'elig-store-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('runs in WAL mode with synchronous=FULL, at the current schema version', async () => {
+    const store = SqliteJobStore.open(dir);
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(1);
-  });
-
-  it('commits a transaction whole, and rolls back a failed one whole', async () => {
-    await store.transaction(async (tx) => {
-      await tx.putCheck(row('elig_a'));
-      await tx.addMessage({ kind: 'hl7', dedupeKey: 'A|B|1', receivedAt: NOW, raw: 'MSH|...', status: 'handled' });
-    });
-    await expect(
-      store.transaction(async (tx) => {
-        await tx.putCheck(row('elig_b'));
-        await tx.addMessage({ kind: 'hl7', dedupeKey: 'A|B|2', receivedAt: NOW, raw: 'MSH|...', status: 'handled' });
-        throw new Error('disk full');
-      }),
-    ).rejects.toThrow('disk full');
-    expect((await store.listChecks()).map((c) => c.key)).toEqual(['elig_a']);
-    expect((await store.listMessages()).map((m) => m.dedupeKey)).toEqual(['A|B|1']);
-  });
-
-  it('keeps one message per kind and dedupe key, and says when a message is a repeat', async () => {
-    const first = await store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'msg_1', receivedAt: NOW, raw: '{}', status: 'received' }));
-    const again = await store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'msg_1', receivedAt: NOW, raw: '{}', status: 'received' }));
-    const other = await store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey: 'msg_1', receivedAt: NOW, raw: 'x', status: 'received' }));
-    expect([first.duplicate, again.duplicate, other.duplicate]).toEqual([false, true, false]);
-    expect(again.message.id).toBe(first.message.id);
-  });
-
-  it('leases due checks to one worker until the lease runs out, then to another', async () => {
-    await store.transaction(async (tx) => {
-      await tx.putCheck(row('elig_due'));
-      await tx.putCheck(row('elig_later', { dueAt: '2026-11-24T00:00:00.000Z' }));
-      await tx.putCheck(row('elig_done', { state: 'needs-attention', dueAt: NOW }));
-    });
-    const a = await store.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 });
-    expect(a.map((c) => c.key)).toEqual(['elig_due']);
-    expect(await store.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
-    const later = '2026-11-23T10:01:00.001Z';
-    expect((await store.claimDue({ now: later, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_due']);
-    await store.release('elig_due', 'a'); // not a's any more: changes nothing
-    expect(await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).toEqual([]);
-  });
-
-  it('refuses a second check with the same correlation id', async () => {
-    await store.transaction((tx) => tx.putCheck(row('elig_1', { correlationId: 'corr-1' })));
-    // better-sqlite3's native part keeps the SqliteError class of the first test file its jest
-    // worker loaded, so in later files the error is not an instance of this file's Error: match its message.
-    await expect(store.transaction((tx) => tx.putCheck(row('elig_2', { correlationId: 'corr-1' })))).rejects.toMatchObject({ message: expect.stringMatching(/UNIQUE/) });
-    expect((await store.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.key).toBe('elig_1');
-  });
-
-  it('survives being reopened: what was committed is there', async () => {
-    await store.transaction((tx) => tx.putCheck(row('elig_kept', { state: 'awaiting-result', correlationId: 'corr-9' })));
+    expect(store.schemaVersion).toBe(2);
     await store.close();
-    store = SqliteJobStore.open(dir);
-    expect((await store.listChecks()).map((c) => [c.key, c.state, c.correlationId])).toEqual([['elig_kept', 'awaiting-result', 'corr-9']]);
+  });
+
+  it('migrates a file of schema version 1 to the current one, keeping its data', async () => {
+    const store = SqliteJobStore.open(dir);
+    await store.transaction((tx) => tx.setMeta('poll-cursor', 'kept'));
+    await store.close();
+    const db = new Database(path.join(dir, 'dental-elig.sqlite'));
+    db.exec('DROP TABLE rate_buckets');
+    db.pragma('user_version = 1');
+    db.close();
+    const reopened = SqliteJobStore.open(dir);
+    expect(reopened.schemaVersion).toBe(2);
+    expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
+    expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
+    await reopened.close();
   });
 
   it('refuses a file from a newer version of the program', async () => {
-    await store.close();
+    await SqliteJobStore.open(dir).close();
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
     db.pragma('user_version = 99');
     db.close();
     expect(() => SqliteJobStore.open(dir)).toThrow(/schema version 99 is newer/);
-    store = SqliteJobStore.open(mkdtempSync(path.join(tmpdir(), 'elig-store-')));
   });
 });

@@ -1,0 +1,282 @@
+import { Pool, type PoolClient } from 'pg';
+import { PatientInsuranceRecord } from '../domain';
+import {
+  AppointmentRow,
+  CheckRow,
+  MessageRow,
+  WORKABLE_STATES,
+  hasCompletedResult,
+  messageFrom,
+  takeToken,
+  type AppointmentStatus,
+  type CheckFilter,
+  type JobStore,
+  type MessageKind,
+  type MessageRecord,
+  type MessageStatus,
+  type NewMessage,
+  type StoreCounts,
+  type StoreTx,
+} from './job-store';
+import { migrate, schemaVersion } from './pg-schema';
+import { inTransaction, lockKey, type Queryable } from './pg-transaction';
+
+/**
+ * The job store on PostgreSQL, for several instances sharing the work. Claims are plain
+ * `FOR UPDATE SKIP LOCKED` leases on the checks table: the store is a table of states with due
+ * times, not a queue of jobs, so a queue library (pg-boss) would be a second copy of the state to
+ * keep in step. A transaction locks each patient, appointment and check it reads until it commits,
+ * so two instances handling messages for one patient apply them one after the other, and a
+ * check's step never overwrites a webhook's.
+ */
+export class PgJobStore implements JobStore {
+  private closed = false;
+
+  /** Connects to a postgres:// URL and creates or migrates the schema. */
+  static async open(url: string, options: { poolSize?: number } = {}): Promise<PgJobStore> {
+    const pool = new Pool({ connectionString: url, max: options.poolSize ?? 10, connectionTimeoutMillis: 10_000, application_name: 'dental-elig' });
+    // A pooled connection the server drops while idle is reported here; the next query reconnects.
+    pool.on('error', () => undefined);
+    try {
+      await migrate(pool);
+    } catch (err) {
+      await pool.end();
+      throw err;
+    }
+    return new PgJobStore(pool);
+  }
+
+  private constructor(private readonly pool: Pool) {}
+
+  /** The schema version the database is at. */
+  schemaVersion(): Promise<number> {
+    return schemaVersion(this.pool);
+  }
+
+  transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, (db) => work(new PgTx(db)));
+  }
+
+  async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+    const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
+    // One statement: rows another instance is claiming (or a transaction is changing) are skipped, not waited for.
+    const { rows } = await this.pool.query<{ row: unknown }>(
+      `WITH due AS (
+         SELECT key FROM checks
+         WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) AND state = ANY($2)
+         ORDER BY due_at LIMIT $3
+         FOR UPDATE SKIP LOCKED
+       )
+       UPDATE checks SET lease_owner = $4, lease_until = $5 FROM due WHERE checks.key = due.key
+       RETURNING checks.row`,
+      [options.now, WORKABLE_STATES, options.limit, options.owner, until],
+    );
+    return rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? ''));
+  }
+
+  async release(key: string, owner: string): Promise<void> {
+    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
+  }
+
+  async nextDueAt(): Promise<string | undefined> {
+    const { rows } = await this.pool.query<{ next: Date | null }>(
+      'SELECT MIN(GREATEST(due_at, lease_until)) AS next FROM checks WHERE due_at IS NOT NULL AND state = ANY($1)',
+      [WORKABLE_STATES],
+    );
+    return rows[0]?.next?.toISOString() ?? undefined;
+  }
+
+  async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
+    const states = filter.states ?? [];
+    const where = states.length > 0 ? 'WHERE state = ANY($2)' : '';
+    const { rows } = await this.pool.query<{ row: unknown }>(
+      `SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT $1`,
+      states.length > 0 ? [filter.limit ?? null, states] : [filter.limit ?? null],
+    );
+    return rows.map((r) => CheckRow.parse(r.row));
+  }
+
+  async listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]> {
+    const { rows } = status
+      ? await this.pool.query<{ row: unknown }>('SELECT row FROM appointments WHERE status = $1 ORDER BY updated_at DESC', [status])
+      : await this.pool.query<{ row: unknown }>('SELECT row FROM appointments ORDER BY updated_at DESC');
+    return rows.map((r) => AppointmentRow.parse(r.row));
+  }
+
+  async listMessages(filter: { status?: MessageStatus; kind?: MessageKind; limit?: number } = {}): Promise<MessageRow[]> {
+    const { rows } = await this.pool.query<PgMessageRecord>(
+      `SELECT * FROM messages WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2) ORDER BY id DESC LIMIT $3`,
+      [filter.status ?? null, filter.kind ?? null, filter.limit ?? null],
+    );
+    return rows.map(pgMessageFrom);
+  }
+
+  async getMessage(id: number): Promise<MessageRow | undefined> {
+    const { rows } = await this.pool.query<PgMessageRecord>('SELECT * FROM messages WHERE id = $1', [id]);
+    return rows[0] && pgMessageFrom(rows[0]);
+  }
+
+  async counts(now: string): Promise<StoreCounts> {
+    const tally = async (sql: string) => Object.fromEntries((await this.pool.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, r.n]));
+    const due = await this.pool.query<{ n: number; oldest: Date | null }>(
+      `SELECT COUNT(*)::integer AS n, MIN(due_at) AS oldest FROM checks
+       WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) AND state = ANY($2)`,
+      [now, WORKABLE_STATES],
+    );
+    const awaiting = await this.pool.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
+    return {
+      checks: await tally('SELECT state AS k, COUNT(*)::integer AS n FROM checks GROUP BY state'),
+      messages: await tally(`SELECT kind || ':' || status AS k, COUNT(*)::integer AS n FROM messages GROUP BY kind, status`),
+      awaitingInsurance: awaiting.rows[0]?.n ?? 0,
+      due: due.rows[0]?.n ?? 0,
+      oldestDueAt: due.rows[0]?.oldest?.toISOString() ?? undefined,
+    };
+  }
+
+  takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
+    return inTransaction(this.pool, async (db) => {
+      await db.query('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES ($1, $2, $3) ON CONFLICT (bucket) DO NOTHING', [bucket, perSecond, Date.parse(now)]);
+      const { rows } = await db.query<{ tokens: number; atMs: number }>('SELECT tokens, at_ms AS "atMs" FROM rate_buckets WHERE bucket = $1 FOR UPDATE', [bucket]);
+      const next = takeToken(rows[0], perSecond, now);
+      await db.query('UPDATE rate_buckets SET tokens = $2, at_ms = $3 WHERE bucket = $1', [bucket, next.bucket.tokens, next.bucket.atMs]);
+      return next.waitMs;
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.pool.query('SELECT 1');
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
+  }
+}
+
+/** One transaction's view of the store, on the connection that holds it. */
+class PgTx implements StoreTx {
+  constructor(private readonly db: PoolClient) {}
+
+  async addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }> {
+    // A concurrent insert of the same key waits for the other transaction, then finds its row.
+    const inserted = await this.db.query<PgMessageRecord>(
+      `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
+       ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
+      [message.kind, message.dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
+    );
+    if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
+    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, message.dedupeKey]);
+    if (!rows[0]) throw new Error('a message with this dedupe key was neither inserted nor found');
+    return { message: pgMessageFrom(rows[0]), duplicate: true };
+  }
+
+  async updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void> {
+    await this.db.query('UPDATE messages SET status = COALESCE($2, status), detail = COALESCE($3, detail), answer = COALESCE($4, answer) WHERE id = $1', [
+      id,
+      change.status ?? null,
+      change.detail ?? null,
+      change.answer ?? null,
+    ]);
+  }
+
+  async getPatient(patientKey: string): Promise<PatientInsuranceRecord | undefined> {
+    await lockKey(this.db, 'patient', patientKey);
+    const { rows } = await this.db.query<{ record: unknown }>('SELECT record FROM patients WHERE patient_key = $1', [patientKey]);
+    return rows[0] && PatientInsuranceRecord.parse(rows[0].record);
+  }
+
+  async putPatient(patientKey: string, record: PatientInsuranceRecord): Promise<void> {
+    await this.db.query('INSERT INTO patients (patient_key, record) VALUES ($1, $2) ON CONFLICT (patient_key) DO UPDATE SET record = excluded.record', [
+      patientKey,
+      JSON.stringify(record),
+    ]);
+  }
+
+  async getAppointment(key: string): Promise<AppointmentRow | undefined> {
+    await lockKey(this.db, 'appointment', key);
+    const { rows } = await this.db.query<{ row: unknown }>('SELECT row FROM appointments WHERE key = $1', [key]);
+    return rows[0] && AppointmentRow.parse(rows[0].row);
+  }
+
+  async putAppointment(row: AppointmentRow): Promise<void> {
+    const valid = AppointmentRow.parse(row);
+    await this.db.query(
+      `INSERT INTO appointments (key, patient_key, date_of_service, status, row, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+       ON CONFLICT (key) DO UPDATE SET patient_key = excluded.patient_key, date_of_service = excluded.date_of_service,
+         status = excluded.status, row = excluded.row, updated_at = excluded.updated_at`,
+      [valid.key, valid.patientKey, valid.dateOfService, valid.status, JSON.stringify(valid), valid.updatedAt],
+    );
+    await this.db.query('DELETE FROM appointment_checks WHERE appointment_key = $1', [valid.key]);
+    await this.db.query('INSERT INTO appointment_checks (appointment_key, check_key) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING', [valid.key, valid.checkKeys]);
+  }
+
+  async appointmentsOfPatient(patientKey: string): Promise<AppointmentRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>('SELECT row FROM appointments WHERE patient_key = $1 ORDER BY date_of_service, key', [patientKey]);
+    return rows.map((r) => AppointmentRow.parse(r.row));
+  }
+
+  async appointmentsHolding(checkKey: string): Promise<AppointmentRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(
+      `SELECT a.row FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = $1 AND a.status = 'booked'`,
+      [checkKey],
+    );
+    return rows.map((r) => AppointmentRow.parse(r.row));
+  }
+
+  async getCheck(key: string): Promise<CheckRow | undefined> {
+    await lockKey(this.db, 'check', key);
+    return checkWhere(this.db, 'key = $1', [key]);
+  }
+
+  async putCheck(row: CheckRow): Promise<void> {
+    const valid = CheckRow.parse(row);
+    await this.db.query(
+      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
+         coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
+         updated_at = excluded.updated_at`,
+      [valid.key, valid.state, JSON.stringify(valid), valid.correlationId ?? null, valid.coverageFingerprint, valid.resultAt ?? null, valid.dueAt ?? null, valid.updatedAt],
+    );
+  }
+
+  async checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined> {
+    // Locked like getCheck: find the key, lock it, and read again in case the id moved meanwhile.
+    for (;;) {
+      const { rows } = await this.db.query<{ key: string }>('SELECT key FROM checks WHERE correlation_id = $1', [correlationId]);
+      if (!rows[0]) return undefined;
+      await lockKey(this.db, 'check', rows[0].key);
+      const row = await checkWhere(this.db, 'key = $1 AND correlation_id = $2', [rows[0].key, correlationId]);
+      if (row) return row;
+    }
+  }
+
+  async freshResult(coverageFingerprint: string, since: string): Promise<CheckRow | undefined> {
+    const { rows } = await this.db.query<{ row: unknown }>(
+      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND result_at >= $2 AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      [coverageFingerprint, since],
+    );
+    return rows.map((r) => CheckRow.parse(r.row)).find(hasCompletedResult);
+  }
+
+  async getMeta(key: string): Promise<string | undefined> {
+    const { rows } = await this.db.query<{ value: string }>('SELECT value FROM meta WHERE key = $1', [key]);
+    return rows[0]?.value;
+  }
+
+  async setMeta(key: string, value: string): Promise<void> {
+    await this.db.query('INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value', [key, value]);
+  }
+}
+
+async function checkWhere(db: Queryable, where: string, params: unknown[]): Promise<CheckRow | undefined> {
+  const { rows } = await db.query<{ row: unknown }>(`SELECT row FROM checks WHERE ${where}`, params);
+  return rows[0] && CheckRow.parse(rows[0].row);
+}
+
+/** The messages table as PostgreSQL returns it: a bigint id as text, the raw text as bytes. */
+type PgMessageRecord = Omit<MessageRecord, 'id' | 'raw'> & { id: string; raw: Buffer };
+
+function pgMessageFrom(r: PgMessageRecord): MessageRow {
+  return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8') });
+}

@@ -1,0 +1,86 @@
+import type { Pool } from 'pg';
+import { inTransaction } from './pg-transaction';
+
+/**
+ * The PostgreSQL job store's schema, one migration per version. Each check, appointment and
+ * patient is one JSON document (`row`, `record`) as the SQLite store keeps it; the columns beside
+ * it are what queries select, lock and order by. Times that are compared are timestamptz;
+ * `json` (not jsonb) keeps a document as it was written, \u0000 escapes and all; a message's raw
+ * text is bytea because PostgreSQL text cannot hold the NUL a broken sender may put in it.
+ */
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE messages (
+     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+     kind text NOT NULL,
+     dedupe_key text NOT NULL,
+     received_at text NOT NULL,
+     raw bytea NOT NULL,
+     status text NOT NULL,
+     detail text,
+     answer text,
+     UNIQUE (kind, dedupe_key)
+   );
+   CREATE INDEX messages_status ON messages (status, id);
+   CREATE TABLE patients (
+     patient_key text PRIMARY KEY,
+     record json NOT NULL
+   );
+   CREATE TABLE appointments (
+     key text PRIMARY KEY,
+     patient_key text NOT NULL,
+     date_of_service text COLLATE "C" NOT NULL,
+     status text NOT NULL,
+     row json NOT NULL,
+     updated_at timestamptz NOT NULL
+   );
+   CREATE INDEX appointments_patient ON appointments (patient_key);
+   CREATE TABLE appointment_checks (
+     appointment_key text NOT NULL,
+     check_key text NOT NULL,
+     PRIMARY KEY (check_key, appointment_key)
+   );
+   CREATE INDEX appointment_checks_appointment ON appointment_checks (appointment_key);
+   CREATE TABLE checks (
+     key text PRIMARY KEY,
+     state text NOT NULL,
+     row json NOT NULL,
+     correlation_id text,
+     coverage_fingerprint text NOT NULL,
+     result_at timestamptz,
+     due_at timestamptz,
+     lease_owner text,
+     lease_until timestamptz,
+     updated_at timestamptz NOT NULL
+   );
+   CREATE INDEX checks_due ON checks (due_at) WHERE due_at IS NOT NULL;
+   CREATE UNIQUE INDEX checks_correlation ON checks (correlation_id) WHERE correlation_id IS NOT NULL;
+   CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
+   CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
+   CREATE TABLE rate_buckets (bucket text PRIMARY KEY, tokens double precision NOT NULL, at_ms double precision NOT NULL);`,
+];
+
+/** The version this program writes. */
+export const PG_SCHEMA_VERSION = MIGRATIONS.length;
+
+/**
+ * Brings the database to PG_SCHEMA_VERSION, in one transaction under an advisory lock, so
+ * instances starting together migrate once and none sees a half-made schema.
+ */
+export async function migrate(pool: Pool): Promise<void> {
+  await inTransaction(pool, async (db) => {
+    await db.query(`SELECT pg_advisory_xact_lock(hashtextextended('dental-elig:migrate', 0))`);
+    await db.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+    const from = await schemaVersion(db);
+    if (from > MIGRATIONS.length) throw new Error(`job store schema version ${from} is newer than this program knows (${MIGRATIONS.length}); upgrade the program`);
+    for (let version = from; version < MIGRATIONS.length; version++) {
+      await db.query(MIGRATIONS[version] as string);
+      await db.query('INSERT INTO schema_migrations (version) VALUES ($1)', [version + 1]);
+    }
+  });
+}
+
+/** The version the database is at (the number of migrations applied). */
+export async function schemaVersion(db: Pick<Pool, 'query'>): Promise<number> {
+  const { rows } = await db.query<{ version: number }>('SELECT COALESCE(MAX(version), 0)::integer AS version FROM schema_migrations');
+  return rows[0]?.version ?? 0;
+}

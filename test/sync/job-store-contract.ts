@@ -1,0 +1,240 @@
+import { checksFromBundle } from '../../src/adapters/fhir/in';
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
+import type { PatientInsuranceRecord } from '../../src/domain';
+import type { AppointmentRow, CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
+import { fingerprints } from '../../src/sync/schedule';
+import { chartOf } from './harness';
+
+/**
+ * What every JobStore does, whatever holds it: what commits, what rolls back, who may take a
+ * check, what a concurrent transaction sees. Each store's test file runs it on a real store.
+ */
+
+export const NOW = '2026-11-23T10:00:00.000Z';
+const [check] = checksFromBundle({ resourceType: 'Bundle', type: 'collection', entry: chartOf('self').map((resource) => ({ resource })) }, {
+  routing: loadClinicRouting(),
+  receivedAt: NOW,
+});
+
+export function checkRow(key: string, change: Partial<CheckRow> = {}): CheckRow {
+  if (!check) throw new Error('fixture gave no check');
+  return {
+    key,
+    state: 'received',
+    check: { ...check, idempotencyKey: key },
+    patientKey: 'fhir|Patient/pat-ellen',
+    ...fingerprints(check),
+    round: 0,
+    externalId: `ext-${key}`,
+    attempts: 0,
+    dueAt: NOW,
+    createdAt: NOW,
+    updatedAt: NOW,
+    ...change,
+  };
+}
+
+/** Adds an appointment to the patient's record: a read, then a write that depends on it. */
+export async function rememberAppointment(tx: StoreTx, patientKey: string, appointmentId: string): Promise<void> {
+  if (!check) throw new Error('fixture gave no check');
+  const { memberId: _m, ...patient } = check.patient;
+  const earlier: PatientInsuranceRecord = (await tx.getPatient(patientKey)) ?? { patient, coverages: [], appointments: [], updatedAt: NOW, messageControlId: 'first' };
+  await tx.putPatient(patientKey, { ...earlier, appointments: [...earlier.appointments, { appointmentId, dateOfService: '2026-12-01', keys: [] }], messageControlId: appointmentId });
+}
+
+function appointment(key: string, change: Partial<AppointmentRow> = {}): AppointmentRow {
+  return { key, patientKey: 'hl7|BSD|MR|1', dateOfService: '2026-12-01', status: 'booked', checkKeys: [], basis: { source: key }, updatedAt: NOW, ...change };
+}
+
+/** A place a store lives (a folder, a database): opened again after a close, it has the same data. */
+export interface StorePlace {
+  open(): Promise<JobStore>;
+  remove(): Promise<void>;
+}
+
+export function jobStoreContract(name: string, newPlace: () => Promise<StorePlace>): void {
+  describe(`${name} keeps the JobStore contract`, () => {
+    let place: StorePlace;
+    let store: JobStore;
+    beforeEach(async () => {
+      place = await newPlace();
+      store = await place.open();
+    });
+    afterEach(async () => {
+      await store.close();
+      await place.remove();
+    });
+
+    it('commits a transaction whole, and rolls back a failed one whole, running it once', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_a'));
+        await tx.addMessage({ kind: 'hl7', dedupeKey: 'A|B|1', receivedAt: NOW, raw: 'MSH|...', status: 'handled' });
+      });
+      let runs = 0;
+      await expect(
+        store.transaction(async (tx) => {
+          runs++;
+          await tx.putCheck(checkRow('elig_b'));
+          await tx.addMessage({ kind: 'hl7', dedupeKey: 'A|B|2', receivedAt: NOW, raw: 'MSH|...', status: 'handled' });
+          throw new Error('disk full');
+        }),
+      ).rejects.toThrow('disk full');
+      expect(runs).toBe(1);
+      expect((await store.listChecks()).map((c) => c.key)).toEqual(['elig_a']);
+      expect((await store.listMessages()).map((m) => m.dedupeKey)).toEqual(['A|B|1']);
+    });
+
+    it('keeps one message per kind and dedupe key, and says when a message is a repeat', async () => {
+      const first = await store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'msg_1', receivedAt: NOW, raw: '{}', status: 'received' }));
+      const again = await store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'msg_1', receivedAt: NOW, raw: '{}', status: 'received' }));
+      const other = await store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey: 'msg_1', receivedAt: NOW, raw: 'x', status: 'received' }));
+      expect([first.duplicate, again.duplicate, other.duplicate]).toEqual([false, true, false]);
+      expect(again.message.id).toBe(first.message.id);
+    });
+
+    it('keeps what was received exactly, NUL and all, and changes only the fields an update names', async () => {
+      const raw = 'MSH|^~\\&|PMS|BSD\rPID|1||\u0000x||Ünlü^Zoë 😀\r';
+      const { message } = await store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey: 'k1', receivedAt: NOW, raw, status: 'received' }));
+      await store.transaction((tx) => tx.updateMessage(message.id, { status: 'dead', detail: 'rejected: PID-3 is empty' }));
+      await store.transaction((tx) => tx.updateMessage(message.id, { answer: '[]' }));
+      await store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'w1', receivedAt: NOW, raw: '{}', status: 'handled' }));
+      expect(await store.getMessage(message.id)).toEqual({ id: message.id, kind: 'hl7', dedupeKey: 'k1', receivedAt: NOW, raw, status: 'dead', detail: 'rejected: PID-3 is empty', answer: '[]' });
+      expect((await store.listMessages({ status: 'dead' })).map((m) => m.dedupeKey)).toEqual(['k1']);
+      expect((await store.listMessages({ kind: 'webhook' })).map((m) => m.dedupeKey)).toEqual(['w1']);
+      expect((await store.listMessages({ limit: 1 })).map((m) => m.dedupeKey)).toEqual(['w1']);
+      expect(await store.getMessage(message.id + 99)).toBeUndefined();
+    });
+
+    it('leases due checks to one worker until the lease runs out, then to another', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_due'));
+        await tx.putCheck(checkRow('elig_later', { dueAt: '2026-11-24T00:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_done', { state: 'needs-attention', dueAt: NOW }));
+      });
+      const a = await store.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 });
+      expect(a.map((c) => c.key)).toEqual(['elig_due']);
+      expect(await store.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
+      const later = '2026-11-23T10:01:00.001Z';
+      expect((await store.claimDue({ now: later, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_due']);
+      await store.release('elig_due', 'a'); // not a's any more: changes nothing
+      expect(await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).toEqual([]);
+      await store.release('elig_due', 'b');
+      expect((await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_due']);
+    });
+
+    it('hands out the most overdue checks first, up to the limit', async () => {
+      await store.transaction(async (tx) => {
+        for (const [key, dueAt] of [['k3', '2026-11-23T09:30:00.000Z'], ['k1', '2026-11-23T08:00:00.000Z'], ['k2', '2026-11-23T09:00:00.000Z']] as const) {
+          await tx.putCheck(checkRow(key, { dueAt }));
+        }
+      });
+      expect((await store.claimDue({ now: NOW, limit: 2, owner: 'a', leaseMs: 1000 })).map((c) => c.key)).toEqual(['k1', 'k2']);
+    });
+
+    it('says when the next check falls due, a leased one when its lease ends, and counts what is due', async () => {
+      expect(await store.nextDueAt()).toBeUndefined();
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_1', { dueAt: '2026-11-23T09:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_2', { dueAt: '2026-11-23T11:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_3', { state: 'dead', dueAt: '2026-11-23T08:00:00.000Z' }));
+      });
+      expect(await store.nextDueAt()).toBe('2026-11-23T09:00:00.000Z');
+      expect(await store.counts(NOW)).toEqual({ checks: { received: 2, dead: 1 }, messages: {}, awaitingInsurance: 0, due: 1, oldestDueAt: '2026-11-23T09:00:00.000Z' });
+      await store.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 30 * 60_000 });
+      expect(await store.nextDueAt()).toBe('2026-11-23T10:30:00.000Z');
+      expect((await store.counts(NOW)).due).toBe(0);
+    });
+
+    it('lists checks newest first, by state and up to a limit', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_old', { updatedAt: '2026-11-23T08:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_new', { state: 'written', updatedAt: '2026-11-23T09:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_mid', { state: 'written', updatedAt: '2026-11-23T08:30:00.000Z' }));
+      });
+      expect((await store.listChecks()).map((c) => c.key)).toEqual(['elig_new', 'elig_mid', 'elig_old']);
+      expect((await store.listChecks({ states: ['written'], limit: 1 })).map((c) => c.key)).toEqual(['elig_new']);
+      expect((await store.transaction((tx) => tx.getCheck('elig_mid')))?.state).toBe('written');
+    });
+
+    it('finds the newest completed result of a coverage taken since a time, and no failed one', async () => {
+      const completed = { correlationId: 'c', status: 'Completed' };
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_old', { state: 'written', result: completed, resultAt: '2026-11-20T10:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_new', { state: 'result-stored', result: completed, resultAt: '2026-11-22T10:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_failed', { state: 'written', result: { correlationId: 'f', status: 'Failed' }, resultAt: '2026-11-23T09:00:00.000Z' }));
+      });
+      const coverage = checkRow('x').coverageFingerprint;
+      expect((await store.transaction((tx) => tx.freshResult(coverage, '2026-11-19T00:00:00.000Z')))?.key).toBe('elig_new');
+      expect(await store.transaction((tx) => tx.freshResult(coverage, '2026-11-23T00:00:00.000Z'))).toBeUndefined();
+      expect(await store.transaction((tx) => tx.freshResult('another coverage', '2026-11-19T00:00:00.000Z'))).toBeUndefined();
+    });
+
+    it('knows which booked appointments hold a check, as the appointments change', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_x', 'elig_y'] }));
+        await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));
+        await tx.putAppointment(appointment('apt-3', { patientKey: 'hl7|BSD|MR|2', status: 'awaiting-insurance', checkKeys: ['elig_x'] }));
+      });
+      await store.transaction((tx) => tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } })));
+      const seen = await store.transaction(async (tx) => ({
+        holdingX: (await tx.appointmentsHolding('elig_x')).map((a) => a.key),
+        holdingY: (await tx.appointmentsHolding('elig_y')).map((a) => a.key),
+        ofPatient: (await tx.appointmentsOfPatient('hl7|BSD|MR|1')).map((a) => a.key),
+        apt2: await tx.getAppointment('apt-2'),
+      }));
+      expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
+      expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key)).toEqual(['apt-3']);
+      expect((await store.counts(NOW)).awaitingInsurance).toBe(1);
+    });
+
+    it('refuses a second check with the same correlation id', async () => {
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { correlationId: 'corr-1' })));
+      // Matched by message: better-sqlite3's native part keeps the error class of the first test file that loaded it.
+      await expect(store.transaction((tx) => tx.putCheck(checkRow('elig_2', { correlationId: 'corr-1' })))).rejects.toMatchObject({ message: expect.stringMatching(/unique/i) });
+      expect((await store.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.key).toBe('elig_1');
+      expect(await store.transaction((tx) => tx.checkByCorrelationId('corr-2'))).toBeUndefined();
+    });
+
+    it('keeps meta values, the last one set', async () => {
+      await store.transaction((tx) => tx.setMeta('poll-cursor', 'a'));
+      await store.transaction((tx) => tx.setMeta('poll-cursor', 'b'));
+      expect(await store.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('b');
+      expect(await store.transaction((tx) => tx.getMeta('other'))).toBeUndefined();
+    });
+
+    it('loses no update when transactions on one patient run concurrently', async () => {
+      const ids = Array.from({ length: 20 }, (_, i) => `APT-${i}`);
+      await Promise.all(ids.map((id) => store.transaction((tx) => rememberAppointment(tx, 'hl7|BSD|MR|1', id))));
+      const record = await store.transaction((tx) => tx.getPatient('hl7|BSD|MR|1'));
+      expect(record?.appointments.map((a) => a.appointmentId).sort()).toEqual([...ids].sort());
+    });
+
+    it('stores a message delivered twice at once as one row', async () => {
+      const results = await Promise.all(
+        Array.from({ length: 10 }, () => store.transaction((tx) => tx.addMessage({ kind: 'webhook', dedupeKey: 'msg_twice', receivedAt: NOW, raw: '{}', status: 'received' }))),
+      );
+      expect(results.filter((r) => !r.duplicate)).toHaveLength(1);
+      expect(new Set(results.map((r) => r.message.id)).size).toBe(1);
+      expect(await store.listMessages()).toHaveLength(1);
+    });
+
+    it('hands out rate tokens from a shared bucket: a burst, then one every 1/perSecond seconds', async () => {
+      if (!store.takeRateToken) throw new Error('the store has no rate buckets');
+      const waits: number[] = [];
+      for (let i = 0; i < 4; i++) waits.push(await store.takeRateToken('portal:A', 2, NOW));
+      expect(waits).toEqual([0, 0, 500, 1000]);
+      // 1.5 s later the bucket has refilled three tokens, two of them already promised.
+      expect(await store.takeRateToken('portal:A', 2, '2026-11-23T10:00:01.500Z')).toBe(0);
+      expect(await store.takeRateToken('portal:A', 2, '2026-11-23T10:00:01.500Z')).toBe(500);
+      expect(await store.takeRateToken('portal:B', 2, NOW)).toBe(0);
+      await expect(store.takeRateToken('portal:A', 2, 'yesterday')).rejects.toThrow('now is not an ISO 8601 instant');
+    });
+
+    it('survives being reopened: what was committed is there', async () => {
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_kept', { state: 'awaiting-result', correlationId: 'corr-9' })));
+      await store.close();
+      store = await place.open();
+      expect((await store.listChecks()).map((c) => [c.key, c.state, c.correlationId])).toEqual([['elig_kept', 'awaiting-result', 'corr-9']]);
+    });
+  });
+}

@@ -1,0 +1,207 @@
+import { Client } from 'pg';
+import type { JobStore } from '../../src/sync/job-store';
+import { openJobStore } from '../../src/sync/open-store';
+import { PgJobStore } from '../../src/sync/pg-job-store';
+import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
+import { startPostgres, type TestPostgres } from '../support/postgres';
+import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
+
+/**
+ * The PostgreSQL store on a throwaway cluster, a fresh database per test. Two stores on one
+ * database are two instances of the service: each its own pool, sharing only the database.
+ */
+let postgres: TestPostgres;
+beforeAll(async () => {
+  postgres = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await postgres?.stop();
+});
+
+jobStoreContract('PgJobStore', async () => {
+  const url = await postgres.createDatabase();
+  return { open: () => openJobStore(url, '/nonexistent'), remove: async () => undefined };
+});
+
+/** A promise someone else resolves. */
+function gate(): { open: () => void; opened: Promise<void> } {
+  let open = () => {};
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { open, opened };
+}
+
+/** Whether `promise` is still unsettled after `ms`. */
+async function stillWaiting(promise: Promise<unknown>, ms = 200): Promise<boolean> {
+  const pending = Symbol('pending');
+  return (await Promise.race([promise.then(() => 'settled'), new Promise((r) => setTimeout(() => r(pending), ms))])) === pending;
+}
+
+describe('PgJobStore with two instances on one database', () => {
+  let url: string;
+  let a: PgJobStore;
+  let b: PgJobStore;
+  beforeEach(async () => {
+    url = await postgres.createDatabase();
+    [a, b] = await Promise.all([PgJobStore.open(url), PgJobStore.open(url)]);
+  });
+  afterEach(async () => {
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('creates the schema once when both start together, at the version this program writes', async () => {
+    expect(await a.schemaVersion()).toBe(PG_SCHEMA_VERSION);
+    const db = new Client({ connectionString: url });
+    await db.connect();
+    try {
+      const { rows } = await db.query('SELECT version FROM schema_migrations ORDER BY version');
+      expect(rows.map((r: { version: number }) => r.version)).toEqual(Array.from({ length: PG_SCHEMA_VERSION }, (_, i) => i + 1));
+      await db.query('INSERT INTO schema_migrations (version) VALUES (99)');
+    } finally {
+      await db.end();
+    }
+    await expect(PgJobStore.open(url)).rejects.toThrow(/schema version 99 is newer than this program knows/);
+  });
+
+  it('gives each due check to exactly one instance when both claim at once', async () => {
+    const keys = Array.from({ length: 300 }, (_, i) => `elig_${String(i).padStart(3, '0')}`);
+    await a.transaction(async (tx) => {
+      for (const key of keys) await tx.putCheck(checkRow(key));
+    });
+    const claimed: string[] = [];
+    const claimer = async (store: JobStore, owner: string) => {
+      for (;;) {
+        const rows = await store.claimDue({ now: NOW, limit: 7, owner, leaseMs: 60_000 });
+        if (rows.length === 0) return;
+        claimed.push(...rows.map((r) => r.key));
+      }
+    };
+    await Promise.all([a, b].flatMap((store, i) => [1, 2, 3, 4].map((n) => claimer(store, `instance-${i}-worker-${n}`))));
+    expect(claimed).toHaveLength(keys.length);
+    expect([...claimed].sort()).toEqual(keys);
+  });
+
+  it('lets the other instance take a check after the lease of an instance that died runs out', async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+    expect((await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
+    await a.close(); // the instance dies holding the lease
+    expect(await b.claimDue({ now: '2026-11-23T10:00:59.999Z', limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
+    expect(await b.nextDueAt()).toBe('2026-11-23T10:01:00.000Z');
+    const taken = await b.claimDue({ now: '2026-11-23T10:01:00.000Z', limit: 10, owner: 'b', leaseMs: 60_000 });
+    expect(taken.map((c) => c.key)).toEqual(['elig_1']);
+  });
+
+  it('applies two transactions on one patient in the order they took the patient, the second seeing the first', async () => {
+    const first = gate();
+    const holding = gate();
+    const one = a.transaction(async (tx) => {
+      await tx.getPatient('hl7|BSD|MR|1');
+      holding.open();
+      await first.opened;
+      await rememberAppointment(tx, 'hl7|BSD|MR|1', 'APT-FIRST');
+    });
+    await holding.opened;
+    const two = b.transaction((tx) => rememberAppointment(tx, 'hl7|BSD|MR|1', 'APT-SECOND'));
+    const waited = await stillWaiting(two);
+    first.open();
+    await Promise.all([one, two]);
+    expect(waited).toBe(true);
+    const record = await b.transaction((tx) => tx.getPatient('hl7|BSD|MR|1'));
+    expect(record?.appointments.map((x) => x.appointmentId)).toEqual(['APT-FIRST', 'APT-SECOND']);
+  });
+
+  it('makes a webhook at one instance wait for a step on the same check at the other, then see it', async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'awaiting-result', correlationId: 'corr-1' })));
+    const stepped = gate();
+    const holding = gate();
+    const step = a.transaction(async (tx) => {
+      const row = await tx.getCheck('elig_1');
+      holding.open();
+      await stepped.opened;
+      if (row) await tx.putCheck({ ...row, attempts: row.attempts + 1 });
+    });
+    await holding.opened;
+    const webhook = b.transaction(async (tx) => {
+      const row = await tx.checkByCorrelationId('corr-1');
+      if (row) await tx.putCheck({ ...row, state: 'result-stored', result: { correlationId: 'corr-1', status: 'Completed' } });
+    });
+    const waited = await stillWaiting(webhook);
+    stepped.open();
+    await Promise.all([step, webhook]);
+    expect(waited).toBe(true);
+    const row = await a.transaction((tx) => tx.getCheck('elig_1'));
+    expect([row?.state, row?.attempts]).toEqual(['result-stored', 1]);
+  });
+
+  it('keeps one message when both instances receive it at once; the second answers from the first', async () => {
+    const message = { kind: 'hl7' as const, dedupeKey: 'PMS|BSD|MSG-1', receivedAt: NOW, raw: 'MSH|...', status: 'received' as const };
+    const committed = gate();
+    const inserted = gate();
+    const first = a.transaction(async (tx) => {
+      const added = await tx.addMessage(message);
+      inserted.open();
+      await committed.opened;
+      await tx.updateMessage(added.message.id, { status: 'handled', answer: '["AA"]' });
+      return added;
+    });
+    await inserted.opened;
+    const second = b.transaction((tx) => tx.addMessage(message));
+    const waited = await stillWaiting(second);
+    committed.open();
+    const [one, two] = await Promise.all([first, second]);
+    expect(waited).toBe(true);
+    expect([one.duplicate, two.duplicate]).toEqual([false, true]);
+    expect([two.message.id, two.message.answer]).toEqual([one.message.id, '["AA"]']);
+    expect(await b.listMessages()).toHaveLength(1);
+  });
+
+  it('stores a message whose first receiver rolled back when the other instance receives it', async () => {
+    const message = { kind: 'webhook' as const, dedupeKey: 'msg_1', receivedAt: NOW, raw: '{}', status: 'received' as const };
+    const failed = gate();
+    const inserted = gate();
+    const first = a.transaction(async (tx) => {
+      await tx.addMessage(message);
+      inserted.open();
+      await failed.opened;
+      throw new Error('the chart could not be read');
+    });
+    await inserted.opened;
+    const second = b.transaction((tx) => tx.addMessage(message));
+    failed.open();
+    await expect(first).rejects.toThrow('the chart could not be read');
+    expect((await second).duplicate).toBe(false);
+    expect(await a.listMessages()).toHaveLength(1);
+  });
+
+  it('creates a new check once when both instances schedule it at once; the later one makes the next round', async () => {
+    const schedule = (store: PgJobStore) =>
+      store.transaction(async (tx) => {
+        const existing = await tx.getCheck('elig_new');
+        await tx.putCheck(checkRow('elig_new', { round: existing ? existing.round + 1 : 0 }));
+      });
+    await Promise.all([schedule(a), schedule(b), schedule(a), schedule(b)]);
+    expect((await a.listChecks()).map((c) => [c.key, c.round])).toEqual([['elig_new', 3]]);
+  });
+
+  it('runs again the transaction that lost a deadlock, so both commit', async () => {
+    const aHolds = gate();
+    const bHolds = gate();
+    const runs = { a: 0, b: 0 };
+    const crossing = (store: PgJobStore, name: 'a' | 'b', first: string, second: string, mine: typeof aHolds, theirs: typeof aHolds) =>
+      store.transaction(async (tx) => {
+        runs[name]++;
+        await tx.getCheck(first);
+        mine.open();
+        await theirs.opened;
+        await tx.getCheck(second);
+        await tx.setMeta(name, `${first} then ${second}`);
+      });
+    await Promise.all([crossing(a, 'a', 'elig_x', 'elig_y', aHolds, bHolds), crossing(b, 'b', 'elig_y', 'elig_x', bHolds, aHolds)]);
+    expect(runs.a + runs.b).toBe(3);
+    expect(await a.transaction(async (tx) => [await tx.getMeta('a'), await tx.getMeta('b')])).toEqual(['elig_x then elig_y', 'elig_y then elig_x']);
+  });
+
+  it('shares a rate bucket between the instances', async () => {
+    const waits = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? a : b).takeRateToken('portal:DELTA', 5, NOW)));
+    expect(waits.sort((x, y) => x - y)).toEqual([0, 0, 0, 0, 0, 200, 400, 600, 800, 1000]);
+  });
+});
