@@ -3,16 +3,17 @@ import type { Command } from 'commander';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { loadHl7Mappings } from '../adapters/hl7';
 import { schedulePolicy, SyncSettings } from '../service/eligibility-sync';
-import { DEFAULT_DATA_DIR } from '../service/serve-config';
+import { ConfigError, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
 import { OperationError, replayMessage, retryCheck } from '../sync/operations';
-import { SqliteJobStore } from '../sync/sqlite-job-store';
+import { openJobStore } from '../sync/open-store';
 import { outcomeKindOf } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { printRecord, printRows } from './table';
 
 interface JobsOpts {
   dataDir?: string;
+  store?: string;
   json?: boolean;
 }
 
@@ -23,7 +24,11 @@ interface JobsOpts {
  */
 export function registerJobs(program: Command, io: CliIo): void {
   const jobs = program.command('jobs').description('Inspect and act on the job store of `serve` (reads DENTAL_ELIG_DATA_DIR)');
-  const common = (c: Command) => c.option('--data-dir <dir>', 'the data dir serve runs on (default .dental-elig/data)').option('--json', 'print JSON');
+  const common = (c: Command) =>
+    c
+      .option('--data-dir <dir>', 'the data dir serve runs on (default .dental-elig/data)')
+      .option('--store <location>', 'the job store serve uses: a SQLite file or postgres://user@host/db (password from PGPASSWORD or DENTAL_ELIG_STORE)')
+      .option('--json', 'print JSON');
 
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'))
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')})`)
@@ -117,11 +122,12 @@ export function registerJobs(program: Command, io: CliIo): void {
 
 async function withStore(io: CliIo, opts: JobsOpts, run: (store: JobStore) => Promise<void>): Promise<void> {
   const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? DEFAULT_DATA_DIR);
-  let store: SqliteJobStore;
+  let store: JobStore;
   try {
-    store = SqliteJobStore.open(dir);
+    store = await openJobStore(storeLocation(io.env, opts.store, undefined), dir);
   } catch (err) {
-    throw new CliError(`jobs: cannot open the job store in ${dir} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+    if (err instanceof ConfigError) throw new CliError(err.message, 2);
+    throw new CliError(`jobs: cannot open the job store (${(err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable')})`);
   }
   try {
     await run(store);

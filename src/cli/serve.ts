@@ -6,6 +6,7 @@ import { stopped } from './stopped';
 
 interface ServeOpts {
   dataDir?: string;
+  store?: string;
   mllpPort?: number;
   httpPort?: number;
 }
@@ -22,16 +23,17 @@ export function registerServe(program: Command, io: CliIo): void {
       'Run the sync service: HL7 v2 over MLLP, the verification webhook, FHIR notifications, /healthz and /metrics.\n' +
         'Reads DENTAL_ELIG_BASE_URL, DENTAL_ELIG_API_KEY, DENTAL_ELIG_CUSTOMER_ID (the service; without a base URL the sandbox runs in-process),\n' +
         'DENTAL_ELIG_FHIR_URL and DENTAL_ELIG_FHIR_TOKEN (the chart; without a URL the embedded FHIR server answers at /fhir),\n' +
-        'DENTAL_ELIG_WEBHOOK_SECRET (or DENTAL_ELIG_WEBHOOK_TOKEN with webhookScheme bearer), DENTAL_ELIG_DATA_DIR, DENTAL_ELIG_LOG_LEVEL',
+        'DENTAL_ELIG_WEBHOOK_SECRET (or DENTAL_ELIG_WEBHOOK_TOKEN with webhookScheme bearer), DENTAL_ELIG_DATA_DIR, DENTAL_ELIG_STORE, DENTAL_ELIG_LOG_LEVEL',
     )
     .option('--data-dir <dir>', 'where the job store and the payer catalog live (default .dental-elig/data)')
+    .option('--store <location>', 'the job store: a SQLite file (default: in the data dir) or postgres://user@host/db shared by several instances (password from PGPASSWORD or DENTAL_ELIG_STORE)')
     .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', whole('--mllp-port'))
     .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', whole('--http-port'))
     .action(async (opts: ServeOpts, command: Command) => {
       let config;
       try {
         config = loadServeConfig(io.env, {
-          ...defined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
+          ...defined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, store: opts.store, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
         });
       } catch (err) {
         if (err instanceof ConfigError) throw new CliError(err.message, 2);

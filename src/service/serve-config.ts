@@ -12,7 +12,7 @@ import { SyncSettings } from './eligibility-sync';
 export const ServeFile = z.strictObject({
   $comment: z.string().optional(),
   dataDir: z.string().min(1).optional(),
-  /** A file path (SQLite) for the job store; PostgreSQL URLs come with the multi-instance store. */
+  /** The job store: a file path (SQLite, relative to the data dir) or a postgres:// URL shared by several instances. */
   store: z.string().min(1).optional(),
   host: z.string().min(1).optional(),
   mllpPort: z.number().int().min(0).max(65535).optional(),
@@ -38,6 +38,8 @@ export type ServeFile = z.infer<typeof ServeFile>;
 
 export interface ServeConfig {
   dataDir: string;
+  /** Nothing: SQLite in the data dir; a path; or a postgres:// URL. */
+  store?: string;
   host: string;
   mllpPort: number;
   httpPort: number;
@@ -55,7 +57,7 @@ export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 
 export class ConfigError extends Error {}
 
-export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?: string; dataDir?: string; mllpPort?: number; httpPort?: number }): ServeConfig {
+export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?: string; dataDir?: string; store?: string; mllpPort?: number; httpPort?: number }): ServeConfig {
   const file = overrides.configFile ?? env.DENTAL_ELIG_CONFIG ?? (existsSync('dental-elig.config.json') ? 'dental-elig.config.json' : undefined);
   const fromFile = file ? readServeFile(file) : {};
   const baseUrl = env.DENTAL_ELIG_BASE_URL ?? fromFile.baseUrl;
@@ -81,8 +83,10 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (Boolean(smartClient) !== Boolean(keyFile)) throw new ConfigError('DENTAL_ELIG_FHIR_CLIENT_ID and DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE: SMART Backend Services needs both');
   if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
   const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...defined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
+  const store = storeLocation(env, overrides.store, fromFile.store);
   return {
     dataDir: overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR,
+    ...(store && { store }),
     host: fromFile.host ?? '127.0.0.1',
     mllpPort: overrides.mllpPort ?? fromFile.mllpPort ?? 2575,
     httpPort: overrides.httpPort ?? fromFile.httpPort ?? 8090,
@@ -99,6 +103,17 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     logLevel: env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info',
     settings: fromFile.settings ?? {},
   };
+}
+
+/**
+ * Where the job store is: --store, then DENTAL_ELIG_STORE, then the config file. A database
+ * password never goes on the command line: it comes with DENTAL_ELIG_STORE or PGPASSWORD.
+ */
+export function storeLocation(env: NodeJS.ProcessEnv, fromArgs: string | undefined, fromFile: string | undefined): string | undefined {
+  if (fromArgs !== undefined && /^postgres(ql)?:\/\//i.test(fromArgs) && URL.canParse(fromArgs) && new URL(fromArgs).password) {
+    throw new ConfigError('--store: a password does not belong on the command line; set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE');
+  }
+  return fromArgs ?? env.DENTAL_ELIG_STORE ?? fromFile;
 }
 
 function readServeFile(file: string): ServeFile {

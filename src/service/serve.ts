@@ -1,6 +1,6 @@
 import * as path from 'node:path';
 import type { FhirResource } from 'fhir/r4';
-import { SqliteJobStore } from '../sync/sqlite-job-store';
+import { openJobStore } from '../sync/open-store';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
 import { createLogger } from './logger';
@@ -46,7 +46,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     closers.push(() => http.close());
     const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
 
-    const store = SqliteJobStore.open(path.resolve(config.dataDir));
+    const store = await openJobStore(config.store, config.dataDir);
     closers.push(() => store.close());
     sync = createEligibilitySync({
       store,

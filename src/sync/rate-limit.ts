@@ -32,29 +32,36 @@ export interface RateLimits {
   perPortalPerSecond?: number | undefined;
 }
 
-export class RateLimiter {
-  private readonly global: TokenBucket | undefined;
-  private readonly portals = new Map<string, TokenBucket>();
+/** Milliseconds to wait for a token from a bucket shared with other instances (the job store's). */
+export type SharedBuckets = (bucket: string, perSecond: number) => Promise<number>;
 
+export class RateLimiter {
+  private readonly local = new Map<string, TokenBucket>();
+
+  /**
+   * With `shared`, the buckets live in the job store, so every instance on one database draws
+   * from the same ones; without, each process keeps its own.
+   */
   constructor(
     private readonly limits: RateLimits,
+    private readonly shared?: SharedBuckets,
     private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
-  ) {
-    this.global = limits.perSecond ? new TokenBucket(limits.perSecond) : undefined;
-  }
+  ) {}
 
   /** Resolves when a request through this portal may be sent. */
   async take(portalId: string | undefined): Promise<void> {
-    const waits = [this.global?.reserve() ?? 0, portalId === undefined ? 0 : (this.portalBucket(portalId)?.reserve() ?? 0)];
+    const waits = await Promise.all([
+      this.limits.perSecond ? this.reserve('service', this.limits.perSecond) : 0,
+      portalId !== undefined && this.limits.perPortalPerSecond ? this.reserve(`portal:${portalId}`, this.limits.perPortalPerSecond) : 0,
+    ]);
     const wait = Math.max(...waits);
     if (wait > 0) await this.sleep(wait);
   }
 
-  private portalBucket(portalId: string): TokenBucket | undefined {
-    const rate = this.limits.perPortalPerSecond;
-    if (!rate) return undefined;
-    let bucket = this.portals.get(portalId);
-    if (!bucket) this.portals.set(portalId, (bucket = new TokenBucket(rate)));
-    return bucket;
+  private async reserve(bucket: string, perSecond: number): Promise<number> {
+    if (this.shared) return this.shared(bucket, perSecond);
+    let local = this.local.get(bucket);
+    if (!local) this.local.set(bucket, (local = new TokenBucket(perSecond)));
+    return local.reserve();
   }
 }

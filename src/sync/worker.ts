@@ -86,7 +86,11 @@ export class Worker {
     private readonly options: WorkerOptions,
     private readonly deps: WorkerDeps,
   ) {
-    this.limiter = new RateLimiter(options.rateLimits);
+    const store = deps.store;
+    this.limiter = new RateLimiter(
+      options.rateLimits,
+      store.takeRateToken ? (bucket, perSecond) => store.takeRateToken?.(bucket, perSecond, deps.now().toISOString()) ?? Promise.resolve(0) : undefined,
+    );
   }
 
   start(): void {
