@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { ConfigError, loadServeConfig } from '../service/serve-config';
+import { ConfigError, withoutUndefined } from '../service/config-file';
+import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
 import { CliError, whole, type CliIo } from './io';
 import { stopped } from './stopped';
@@ -33,7 +34,7 @@ export function registerServe(program: Command, io: CliIo): void {
       let config;
       try {
         config = loadServeConfig(io.env, {
-          ...defined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, store: opts.store, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
+          ...withoutUndefined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, store: opts.store, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
         });
       } catch (err) {
         if (err instanceof ConfigError) throw new CliError(err.message, 2);
@@ -51,8 +52,4 @@ export function registerServe(program: Command, io: CliIo): void {
       await serving.close();
       io.stdout.write('stopped\n');
     });
-}
-
-function defined<T extends Record<string, unknown>>(obj: T): Partial<T> {
-  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

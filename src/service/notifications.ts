@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { describeJsonSyntax } from '../verification/json-syntax';
 
 /**
  * Which Appointments an R4 Subscription rest-hook notification is about. R4 servers send either
@@ -22,8 +23,8 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   let json: unknown;
   try {
     json = JSON.parse(body);
-  } catch (err) {
-    return { kind: 'invalid', reason: `body is not JSON${positionOf(err)}` };
+  } catch {
+    return { kind: 'invalid', reason: `body is ${describeJsonSyntax(body)}` };
   }
   const bundle = Bundle.safeParse(json);
   if (bundle.success) {
@@ -42,10 +43,4 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   if (resource.data.resourceType !== 'Appointment') return { kind: 'invalid', reason: `resourceType ${resource.data.resourceType.slice(0, 40)} is not Appointment` };
   const id = resource.data.id ?? fromPath;
   return id ? { kind: 'appointments', appointments: [id] } : { kind: 'invalid', reason: 'Appointment.id missing' };
-}
-
-/** Where JSON.parse stopped, without the text around it (it may be patient data). */
-function positionOf(err: unknown): string {
-  const m = /position (\d+)/.exec(err instanceof Error ? err.message : '');
-  return m ? ` (at character ${m[1]})` : '';
 }

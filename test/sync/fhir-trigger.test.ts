@@ -40,7 +40,7 @@ describe('FHIR-triggered eligibility', () => {
     expect(res.status).toBe(400);
     const outcome = (await res.json()) as { resourceType: string; issue: { diagnostics: string }[] };
     expect(outcome.resourceType).toBe('OperationOutcome');
-    expect(outcome.issue[0]?.diagnostics).toMatch(/not JSON/);
+    expect(outcome.issue[0]?.diagnostics).toBe('body is not valid JSON at line 1, column 39: unexpected character where a value was expected');
     expect(JSON.stringify(outcome)).not.toContain('WHITAKER');
     const dead = await h.store.listMessages({ status: 'dead' });
     expect(dead).toHaveLength(1);

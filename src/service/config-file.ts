@@ -1,0 +1,96 @@
+import { existsSync, readFileSync } from 'node:fs';
+import * as z from 'zod';
+import { describeIssue } from '../domain/issues';
+import { describeJsonSyntax } from '../verification/json-syntax';
+import type { ClientConfigInput } from '../verification/config';
+import { SyncSettings } from './eligibility-sync';
+
+/**
+ * The one settings file every command reads (`--config FILE`, DENTAL_ELIG_CONFIG, or
+ * ./dental-elig.config.json): non-secret settings only, overlaid by the environment, where the
+ * secrets live. Setup commands and `serve` read the same file, so one file serves a deployment.
+ */
+export const ConfigFile = z.strictObject({
+  $comment: z.string().optional(),
+  // The verification service
+  baseUrl: z.string().optional(),
+  apiKeyFile: z.string().optional(),
+  apiKeyHeader: z.string().optional(),
+  apiKeyScheme: z.string().optional(),
+  customerId: z.string().optional(),
+  timeoutMs: z.number().int().positive().optional(),
+  maxRetries: z.number().int().min(0).optional(),
+  allowInsecureHttp: z.boolean().optional(),
+  catalogFile: z.string().optional(),
+  // serve
+  dataDir: z.string().min(1).optional(),
+  /** The job store: a file path (SQLite, relative to the data dir) or a postgres:// URL shared by several instances. */
+  store: z.string().min(1).optional(),
+  host: z.string().min(1).optional(),
+  mllpPort: z.number().int().min(0).max(65535).optional(),
+  httpPort: z.number().int().min(0).max(65535).optional(),
+  fhirUrl: z.string().optional(),
+  /** SMART Backend Services for the chart: the token endpoint (default: the server's smart-configuration) and the key's kid. */
+  fhirTokenEndpoint: z.string().optional(),
+  fhirKeyId: z.string().optional(),
+  /** How the service's webhooks authenticate: a Standard Webhooks signature (default) or a static bearer token. */
+  webhookScheme: z.enum(['standard-webhooks', 'bearer']).optional(),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
+  settings: SyncSettings.optional(),
+  apiKey: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile' }).optional(),
+  webhookSecret: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET' }).optional(),
+});
+export type ConfigFile = z.infer<typeof ConfigFile>;
+
+export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
+
+/** A setting that cannot be used; the message names it and never repeats a secret. */
+export class ConfigError extends Error {}
+
+/** The settings file in force, or {} when there is none. */
+export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {
+  const file = explicit ?? env.DENTAL_ELIG_CONFIG ?? (existsSync(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : undefined);
+  if (!file) return {};
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ConfigError(`${file}: ${code === 'ENOENT' ? 'no such config file' : `cannot be read (${code ?? 'error'})`}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new ConfigError(`${file}: ${describeJsonSyntax(text)}`);
+  }
+  const parsed = ConfigFile.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(`${file}: ${describeIssue(parsed.error)}`);
+  return parsed.data;
+}
+
+/** The verification service's settings from the environment over the file; the API key from the environment or a key file. */
+export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): Partial<ClientConfigInput> {
+  const apiKeyFile = env.DENTAL_ELIG_API_KEY_FILE ?? fromFile.apiKeyFile;
+  return withoutUndefined({
+    baseUrl: env.DENTAL_ELIG_BASE_URL ?? fromFile.baseUrl,
+    apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? readSecretFile('apiKeyFile', apiKeyFile).trim() : undefined),
+    apiKeyHeader: env.DENTAL_ELIG_API_KEY_HEADER ?? fromFile.apiKeyHeader,
+    apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
+    timeoutMs: fromFile.timeoutMs,
+    maxRetries: fromFile.maxRetries,
+    allowInsecureHttp: env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === undefined ? fromFile.allowInsecureHttp : env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === '1',
+  });
+}
+
+export function readSecretFile(name: string, file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    throw new ConfigError(`${name}: ${file} cannot be read`);
+  }
+}
+
+export function withoutUndefined<T extends Record<string, unknown>>(obj: T): Partial<T> {
+  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

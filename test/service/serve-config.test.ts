@@ -1,0 +1,71 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { loadSettings } from '../../src/cli/config';
+import { loadServeConfig } from '../../src/service/serve-config';
+
+/** One settings file for every command; secrets only from the environment or a file they name. */
+describe('the settings file and the environment', () => {
+  let dir: string;
+  const file = (content: unknown) => {
+    const f = path.join(dir, 'dental-elig.config.json');
+    writeFileSync(f, typeof content === 'string' ? content : JSON.stringify(content));
+    return f;
+  };
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'elig-config-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('is read by the setup commands and by serve alike, the API key from the key file it names', () => {
+    writeFileSync(path.join(dir, 'key'), 'sk_live_from_file\n');
+    const config = file({
+      baseUrl: 'https://api.example.test',
+      apiKeyFile: path.join(dir, 'key'),
+      customerId: 'cus_1',
+      fhirUrl: 'https://ehr.example.test/fhir/',
+      store: 'jobs.sqlite',
+      settings: { concurrency: 16 },
+    });
+    const env = { DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    expect(loadSettings(env, config).client).toMatchObject({ baseUrl: 'https://api.example.test', apiKey: 'sk_live_from_file' });
+    const serve = loadServeConfig(env, { configFile: config });
+    expect(serve).toMatchObject({
+      service: { baseUrl: 'https://api.example.test', apiKey: 'sk_live_from_file' },
+      customerId: 'cus_1',
+      fhir: { baseUrl: 'https://ehr.example.test/fhir' },
+      store: 'jobs.sqlite',
+      settings: { concurrency: 16 },
+      webhook: { scheme: 'standard-webhooks', secret: 'whsec_c2VjcmV0' },
+    });
+  });
+
+  it('refuses secrets in the file, naming the setting and not the value', () => {
+    const config = file({ webhookSecret: 'whsec_dont' });
+    expect(() => loadServeConfig({}, { configFile: config })).toThrow(/webhookSecret: secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET/);
+    expect(() => loadServeConfig({}, { configFile: config })).not.toThrow(/whsec_dont/);
+  });
+
+  it('says where a broken file is broken, without its content', () => {
+    const config = file('{"baseUrl": https://x}');
+    expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);
+  });
+
+  it('needs the API key and the webhook secret once a real service is named', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_BASE_URL: 'https://api.example.test' }, {})).toThrow(/^DENTAL_ELIG_API_KEY: not set/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_BASE_URL: 'https://api.example.test', DENTAL_ELIG_API_KEY: 'k' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: not set/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'plain' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
+  });
+
+  it('runs on embedded defaults with nothing set', () => {
+    const serve = loadServeConfig({}, {});
+    expect(serve.service).toBeUndefined();
+    expect(serve.fhir).toBeUndefined();
+    expect(serve).toMatchObject({ dataDir: path.join('.dental-elig', 'data'), mllpPort: 2575, httpPort: 8090, host: '127.0.0.1' });
+  });
+
+  it('refuses a database password on the command line, and takes one from the environment', () => {
+    expect(() => loadServeConfig({}, { store: 'postgres://elig:pw@db/x' })).toThrow(/^--store: a password does not belong on the command line/);
+    expect(loadServeConfig({ DENTAL_ELIG_STORE: 'postgres://elig:pw@db/x' }, {}).store).toBe('postgres://elig:pw@db/x');
+  });
+});
