@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
+import { loadHl7Mappings } from '../../src/adapters/hl7';
+import { ingestHl7 } from '../../src/sync/ingest-hl7';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { segment } from '../adapters/hl7/segment';
+import { cli } from '../support/cli';
+
+/** `jobs` over a real store file, as an operator uses it next to a running serve. */
+describe('dental-elig jobs', () => {
+  let dir: string;
+  const options = { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date('2026-11-23T10:00:00Z'), policy: { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000 } };
+  const msh = (type: string, id: string, facility = 'BSD-MAIN') => `MSH|^~\\&|SMILECLOUD|${facility}|ELIG|BSD|20261123090000||${type}|${id}|P|2.5.1`;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'elig-jobs-'));
+    const store = SqliteJobStore.open(dir);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J1'), 'SCH|APT-J1^SC||||||||||^^^20261210093000', 'PID|1||PJ-1^^^SC^MR||WHITAKER^ELLEN||19840302|F', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD1234567' })].join('\r'), options);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J2'), 'SCH|APT-J2^SC||||||||||^^^20261211093000', 'PID|1||PJ-2^^^SC^MR||DOE^JANE||19800102|F'].join('\r'), options);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J3', 'NOWHERE-CLINIC'), 'SCH|APT-J3^SC||||||||||^^^20261211093000', 'PID|1||PJ-3^^^SC^MR||DOE^JANE||||F'].join('\r'), options);
+    await store.close();
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('lists checks and bookings awaiting insurance, with ids and states but no patient names', async () => {
+    const run = await cli(['jobs', 'list', '--data-dir', dir, '--json']);
+    expect(run.code).toBe(0);
+    const rows = JSON.parse(run.stdout) as Array<{ job: string; state: string; payer?: string }>;
+    expect(rows.map((r) => [r.state, r.payer])).toEqual([['received', 'Guardian'], ['awaiting-insurance', undefined]]);
+    expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
+    const table = await cli(['jobs', 'list', '--data-dir', dir]);
+    expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+  });
+
+  it('shows one check, and retries only what a person may send back', async () => {
+    const [row] = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ job: string }>;
+    const shown = await cli(['jobs', 'show', row?.job ?? '', '--data-dir', dir]);
+    expect(shown.stdout).toMatch(/^state +received$/m);
+    expect(shown.stdout).not.toMatch(/WHITAKER|DD1234567/);
+    expect(await cli(['jobs', 'retry', row?.job ?? '', '--data-dir', dir])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `dental-elig: jobs: check ${row?.job} is received; only needs-attention, dead, cancelled or written checks are retried\n`,
+    });
+    expect((await cli(['jobs', 'show', 'elig_nope', '--data-dir', dir])).stderr).toBe('dental-elig: jobs show: no check with key elig_nope\n');
+    expect((await cli(['jobs', 'list', '--state', 'lost', '--data-dir', dir])).code).toBe(2);
+  });
+
+  it('lists dead letters with what was wrong, and replays one', async () => {
+    const dead = JSON.parse((await cli(['jobs', 'messages', '--dead', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; detail: string }>;
+    expect(dead).toHaveLength(1);
+    expect(dead[0]?.detail).toMatch(/^rejected: /);
+    const replayed = await cli(['jobs', 'replay', String(dead[0]?.id), '--data-dir', dir]);
+    expect(replayed.stdout).toMatch(new RegExp(`^message ${dead[0]?.id}: handled again, ACK A[ER]\\n$`));
+    const after = JSON.parse((await cli(['jobs', 'messages', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; status: string; detail: string }>;
+    expect(after.find((m) => m.id === dead[0]?.id)?.detail).toMatch(/^replayed as message \d+$/);
+  });
+});
