@@ -11,6 +11,7 @@ import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
 import { PayerCatalog } from '../verification/payer-catalog';
+import type { InlineCredentials } from '../verification/wire';
 import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
 import { fhirKitReader } from '../sync/fhir-reader';
 import { appointmentsToPoll, deadLetterFhir, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
@@ -59,6 +60,8 @@ export interface EligibilitySyncConfig {
   fhir: ({ baseUrl: string } & FhirWriterOptions) | { writer: EligibilityWriter; reader?: FhirReader };
   /** How webhooks authenticate. Without it, no verification is asynchronous. */
   webhook?: WebhookAuth;
+  /** Portal credentials sent inline, by portalId, for portals whose credentials are not stored with the service. */
+  inlineCredentials?: Record<string, InlineCredentials>;
   settings?: SyncSettings;
   routing?: ClinicRouting;
   mappings?: Hl7Mappings;
@@ -152,6 +155,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     idleMs: settings.idleMs,
     policy,
     asyncEnabled: config.webhook !== undefined,
+    ...(config.inlineCredentials && { inlineCredentials: config.inlineCredentials }),
   };
   const worker = new Worker(workerOptions, {
     store,

@@ -1,5 +1,8 @@
 import * as path from 'node:path';
+import * as z from 'zod';
+import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
+import { InlineCredentials } from '../verification/wire';
 import { ConfigError, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -22,6 +25,8 @@ export interface ServeConfig {
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
   fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string } };
   webhook: { scheme: 'standard-webhooks'; secret?: string } | { scheme: 'bearer'; token: string };
+  /** From DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: { portalId: { username, password } } for portals without stored credentials. */
+  inlineCredentials?: Record<string, InlineCredentials>;
   logLevel: string;
   settings: SyncSettings;
 }
@@ -53,6 +58,8 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
   const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...withoutUndefined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
   const store = storeLocation(env, overrides.store, fromFile.store);
+  const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
+  const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
   return {
     dataDir: overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR,
     ...(store && { store }),
@@ -61,11 +68,28 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     httpPort: overrides.httpPort ?? fromFile.httpPort ?? 8090,
     ...(baseUrl && apiKey && { service: { ...client, baseUrl, apiKey } }),
     ...(customerId && { customerId }),
+    ...(inlineCredentials && { inlineCredentials }),
     ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }) } }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }) },
     logLevel: env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info',
     settings: fromFile.settings ?? {},
   };
+}
+
+const PortalCredentials = z.record(z.string().min(1), InlineCredentials);
+
+/** Inline portal credentials from a file the environment names (a secret: never in the config file or on argv). */
+function readPortalCredentials(file: string): Record<string, InlineCredentials> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readSecretFile('DENTAL_ELIG_PORTAL_CREDENTIALS_FILE', file));
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    throw new ConfigError('DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: not valid JSON');
+  }
+  const parsed = PortalCredentials.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(`DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: ${describeIssue(parsed.error)}`);
+  return parsed.data;
 }
 
 /**

@@ -55,6 +55,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       fhir: config.fhir ?? { baseUrl: fhirUrl },
       webhook: config.webhook.scheme === 'bearer' ? { scheme: 'bearer', token: config.webhook.token } : { scheme: 'standard-webhooks', secret: secret as string },
       settings: config.settings,
+      ...(config.inlineCredentials && { inlineCredentials: config.inlineCredentials }),
       logger,
     });
     if (sandbox) sandbox.configureWebhook({ url: `http://${http.host}:${http.port}${WEBHOOK_PATH}`, ...(secret && { secret }) });

@@ -64,6 +64,14 @@ describe('the settings file and the environment', () => {
     expect(serve).toMatchObject({ dataDir: path.join('.dental-elig', 'data'), mllpPort: 2575, httpPort: 8090, host: '127.0.0.1' });
   });
 
+  it('reads inline portal credentials from the file the environment names, and says what is wrong without the secret', () => {
+    const creds = path.join(dir, 'portals.json');
+    writeFileSync(creds, JSON.stringify({ deltadentalins: { username: 'front-desk', password: 'portal-secret' } }));
+    expect(loadServeConfig({ DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: creds }, {}).inlineCredentials).toEqual({ deltadentalins: { username: 'front-desk', password: 'portal-secret' } });
+    writeFileSync(creds, JSON.stringify({ deltadentalins: { username: 'front-desk', password: '' } }));
+    expect(() => loadServeConfig({ DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: creds }, {})).toThrow(/^DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: deltadentalins\.password/);
+  });
+
   it('refuses a database password on the command line, and takes one from the environment', () => {
     expect(() => loadServeConfig({}, { store: 'postgres://elig:pw@db/x' })).toThrow(/^--store: a password does not belong on the command line/);
     expect(loadServeConfig({ DENTAL_ELIG_STORE: 'postgres://elig:pw@db/x' }, {}).store).toBe('postgres://elig:pw@db/x');
