@@ -14,9 +14,10 @@ import { PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
 import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
 import { fhirKitReader } from '../sync/fhir-reader';
-import { appointmentsToPoll, deadLetterFhir, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
+import { deadLetter } from '../sync/dead-letters';
+import { appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
-import { deadLetterWebhook, ingestWebhook } from '../sync/ingest-webhook';
+import { ingestWebhook } from '../sync/ingest-webhook';
 import type { JobStore } from '../sync/job-store';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
@@ -193,7 +194,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         },
         onUnreadable: async (raw, reason) => {
           metrics.webhooks.inc({ result: 'dead' });
-          await deadLetterWebhook(store, raw, reason, now());
+          await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
       })
     : (_req: IncomingMessage, res: ServerResponse) => {
@@ -213,7 +214,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid') {
-        await deadLetterFhir(store, raw, ids.reason, now());
+        await deadLetter(store, { kind: 'fhir-notification', raw, reason: ids.reason, receivedAt: now() });
         return sendOutcome(res, 400, 'invalid', ids.reason);
       }
       if (ids.kind === 'heartbeat') {
@@ -228,7 +229,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           results.push(`${done.appointment}: ${done.status}`);
         } catch (err) {
           if (!(err instanceof FhirInputError)) throw err;
-          await deadLetterFhir(store, raw, `Appointment/${id}: ${err.message}`, now());
+          await deadLetter(store, { kind: 'fhir-notification', raw, reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
           return sendOutcome(res, 422, 'processing', `Appointment/${id}: ${err.message}`);
         }
       }
@@ -247,7 +248,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         await notifyAppointment(id);
       } catch (err) {
         if (!(err instanceof FhirInputError)) throw err;
-        await deadLetterFhir(store, JSON.stringify({ reference: `Appointment/${id}` }), `Appointment/${id}: ${err.message}`, now());
+        await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference: `Appointment/${id}` }), reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
       }
     }
     if (cursor && cursor !== since) await store.transaction((tx) => tx.setMeta(POLL_CURSOR, cursor));
@@ -281,11 +282,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return done.acks;
     },
     async deadLetterHl7(letter: { message: string; reason: string }): Promise<void> {
-      const at = now();
-      await store.transaction(async (tx) => {
-        const { message } = await tx.addMessage({ kind: 'hl7', dedupeKey: `dead:${at.toISOString()}:${Math.random().toString(36).slice(2, 10)}`, receivedAt: at.toISOString(), raw: letter.message, status: 'dead' });
-        await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
-      });
+      await deadLetter(store, { kind: 'hl7', raw: letter.message, reason: letter.reason, receivedAt: now() });
       metrics.messages.inc({ type: 'unreadable', ack: 'dead' });
     },
     async health() {

@@ -82,20 +82,6 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   });
 }
 
-/** Keeps a notification that could not be used, with what was wrong (element paths, never values). */
-export async function deadLetterFhir(store: JobStore, raw: string, reason: string, receivedAt: Date): Promise<void> {
-  await store.transaction(async (tx) => {
-    const { message } = await tx.addMessage({
-      kind: 'fhir-notification',
-      dedupeKey: `dead:${receivedAt.toISOString()}:${createHash('sha256').update(raw).digest('hex').slice(0, 16)}`,
-      receivedAt: receivedAt.toISOString(),
-      raw,
-      status: 'dead',
-    });
-    await tx.updateMessage(message.id, { status: 'dead', detail: reason });
-  });
-}
-
 /**
  * Booked appointments in the next `days` days changed since `since` (the poll mode's query),
  * plus those still waiting for insurance, whose coverages may have arrived since. The cursor is

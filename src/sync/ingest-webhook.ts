@@ -31,17 +31,3 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     return { status: 'applied', ...(event && { event }) };
   });
 }
-
-/** A delivery that authenticated but could not be read: kept as a dead letter, never lost. */
-export async function deadLetterWebhook(store: JobStore, rawBody: string, reason: string, receivedAt: Date): Promise<void> {
-  await store.transaction(async (tx) => {
-    const { message } = await tx.addMessage({
-      kind: 'webhook',
-      dedupeKey: `unreadable:${receivedAt.toISOString()}:${Math.random().toString(36).slice(2, 10)}`,
-      receivedAt: receivedAt.toISOString(),
-      raw: rawBody,
-      status: 'dead',
-    });
-    await tx.updateMessage(message.id, { status: 'dead', detail: reason });
-  });
-}
