@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { msa } from '../service/mllp-client';
 import { switchableProxy } from '../support/switchable-proxy';
 import { searchFhir, startHarness, until, type Harness } from '../sync/harness';
-import { booking, sleep } from './bookings';
+import { booking, sleep } from '../support/bookings';
 import { sized } from './soak';
 
 /**
@@ -26,6 +26,16 @@ async function sendBatch(h: Harness, run: string, from: number, to: number): Pro
     const acks = await h.sync.receiveHl7(booking(run, i));
     expect(acks.map((a) => msa(a.text).code)).toEqual(['AA']);
   }
+}
+
+/** Half the batch, the first check written, then the fault, then the other half while it lasts. */
+async function batchAcrossFault(h: Harness, run: string, startFault: () => void): Promise<void> {
+  await sendBatch(h, run, 0, BATCH / 2);
+  await until('the first check written before the fault', async () => (await h.store.listChecks({ states: ['written'] })).length > 0);
+  startFault();
+  await sendBatch(h, run, BATCH / 2, BATCH);
+  await sleep(OUTAGE_MS);
+  await expectNothingLost(h, BATCH);
 }
 
 async function expectNothingLost(h: Harness, count: number): Promise<void> {
@@ -58,13 +68,7 @@ describe(`faults held for ${OUTAGE_MS / 1000} s in the middle of a batch`, () =>
     h = await startHarness({ settings, service: { timeoutMs: 400, maxRetries: 0 } });
     const { state, path: faultPath } = outage();
     h.sandbox.injectFault({ path: faultPath, times: Infinity, ...fault });
-    await sendBatch(h, 'S', 0, BATCH / 2);
-    const first = h;
-    await until('the first check written before the fault', async () => (await first.store.listChecks({ states: ['written'] })).length > 0);
-    state.on = true;
-    await sendBatch(h, 'S', BATCH / 2, BATCH);
-    await sleep(OUTAGE_MS);
-    await expectNothingLost(h, BATCH);
+    await batchAcrossFault(h, 'S', () => (state.on = true));
     expect(state.hits).toBeGreaterThan(0);
     expect((await h.store.listChecks({ states: ['written'] })).length).toBeLessThan(BATCH);
     state.on = false;
@@ -82,13 +86,8 @@ describe(`faults held for ${OUTAGE_MS / 1000} s in the middle of a batch`, () =>
       },
     });
     if (!proxy) throw new Error('no proxy');
-    await sendBatch(h, 'F', 0, BATCH / 2);
-    const first = h;
-    await until('the first check written before the fault', async () => (await first.store.listChecks({ states: ['written'] })).length > 0);
-    proxy.down = true;
-    await sendBatch(h, 'F', BATCH / 2, BATCH);
-    await sleep(OUTAGE_MS);
-    await expectNothingLost(h, BATCH);
+    const chart = proxy;
+    await batchAcrossFault(h, 'F', () => (chart.down = true));
     expect((await h.store.listChecks({ states: ['result-stored'] })).length).toBeGreaterThan(0);
     proxy.down = false;
     await expectEachWrittenOnce(h, BATCH);

@@ -9,7 +9,7 @@ import { projectRoot } from '../../src/mapping-files';
 import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { frame } from '../../src/service/mllp-framing';
-import { segment } from '../adapters/hl7/segment';
+import { booking } from '../support/bookings';
 import { client } from './mllp-client';
 import { searchFhir, until } from '../sync/harness';
 
@@ -19,23 +19,6 @@ import { searchFhir, until } from '../sync/harness';
  * the same data dir. Every appointment ends with exactly one CoverageEligibilityResponse.
  */
 const bin = path.join(projectRoot, 'bin', 'dental-elig.js');
-const PAYERS = [
-  ['64246', 'Guardian'],
-  ['62308', 'Cigna Dental'],
-  ['CDCA1', 'Delta Dental of California'],
-  ['65978', 'MetLife'],
-] as const;
-
-function booking(i: number): string {
-  const [payerId, payerName] = PAYERS[i % PAYERS.length] as readonly [string, string];
-  return [
-    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|K${i}|P|2.5.1`,
-    `SCH|APT-K${i}^SC||||||||||^^^20261215${String(800 + i).padStart(4, '0')}00`,
-    `PID|1||PK-${i}^^^SC^MR||PATIENT${i}^TEST||19800102|F`,
-    segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: `SBX-COMPLETE-${i}` }),
-  ].join('\r');
-}
-
 interface Serve {
   child: ChildProcess;
   mllpPort: number;
@@ -99,7 +82,7 @@ describe('dental-elig serve, killed and restarted', () => {
     running = await startServe(dataDir, env);
     sandbox.configureWebhook({ url: `http://127.0.0.1:${running.httpPort}/webhooks/insurance-verification`, secret });
     const sender = await client(running.mllpPort);
-    for (let i = 0; i < count; i++) sender.socket.write(frame(booking(i)));
+    for (let i = 0; i < count; i++) sender.socket.write(frame(booking('K', i)));
     const acks = await sender.waitFor(count, 15_000);
     expect(acks.every((a) => a.includes('MSA|AA|'))).toBe(true);
     // Mid-batch: every booking is stored (ACKed), few if any are written yet.
