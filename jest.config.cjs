@@ -15,4 +15,8 @@ module.exports = {
   },
   transformIgnorePatterns: ['/node_modules/(?!fhir-kit-client/)'],
   testTimeout: 20000,
+  // Every log line the suite writes is kept and searched for patient data and secrets (test/hardening/).
+  setupFiles: ['<rootDir>/test/hardening/log-capture.ts'],
+  globalSetup: '<rootDir>/test/hardening/log-scan.setup.ts',
+  globalTeardown: '<rootDir>/test/hardening/log-scan.teardown.ts',
 };

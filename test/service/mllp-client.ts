@@ -15,10 +15,11 @@ export interface Client {
   waitFor(count: number, timeoutMs?: number): Promise<string[]>;
 }
 
-export async function client(port: number, encoding: BufferEncoding = 'utf8'): Promise<Client> {
+/** `maxFrameBytes`: ACKs echo the sender's MSH fields, so an ACK to a hostile header may be large. */
+export async function client(port: number, encoding: BufferEncoding = 'utf8', maxFrameBytes = 1 << 20): Promise<Client> {
   const socket = connect(port, '127.0.0.1');
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-  const decoder = new MllpDecoder(1 << 20);
+  const decoder = new MllpDecoder(maxFrameBytes);
   const acks: string[] = [];
   const raw: Buffer[] = [];
   let notify = () => {};

@@ -9,7 +9,8 @@ import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/san
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { frame } from '../../src/service/mllp-framing';
 import { startPostgres, type TestPostgres } from '../support/postgres';
-import { bin, booking, startServe, type Serve } from '../support/serve-process';
+import { booking } from '../support/bookings';
+import { bin, startServe, type Serve } from '../support/serve-process';
 import { searchFhir, until } from '../sync/harness';
 import { client } from './mllp-client';
 
@@ -60,7 +61,7 @@ describe('two serve instances on PostgreSQL', () => {
 
     const count = 100;
     const [toA, toB] = await Promise.all([client(a.mllpPort), client(b.mllpPort)]);
-    for (let i = 0; i < count; i++) (i % 2 === 0 ? toA : toB).socket.write(frame(booking(i)));
+    for (let i = 0; i < count; i++) (i % 2 === 0 ? toA : toB).socket.write(frame(booking('PG', i)));
     const acks = [...(await toA.waitFor(count / 2, 20_000)), ...(await toB.waitFor(count / 2, 20_000))];
     expect(acks.every((ack) => ack.includes('MSA|AA|'))).toBe(true);
     a.child.kill('SIGKILL');

@@ -8,7 +8,8 @@ import { projectRoot } from '../../src/mapping-files';
 import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { frame } from '../../src/service/mllp-framing';
-import { bin, booking, startServe, type Serve } from '../support/serve-process';
+import { booking } from '../support/bookings';
+import { bin, startServe, type Serve } from '../support/serve-process';
 import { client } from './mllp-client';
 import { searchFhir, until } from '../sync/harness';
 
@@ -47,7 +48,7 @@ describe('dental-elig serve, killed and restarted', () => {
     running = await startServe(dataDir, env);
     sandbox.configureWebhook({ url: `http://127.0.0.1:${running.httpPort}/webhooks/insurance-verification`, secret });
     const sender = await client(running.mllpPort);
-    for (let i = 0; i < count; i++) sender.socket.write(frame(booking(i)));
+    for (let i = 0; i < count; i++) sender.socket.write(frame(booking('K', i)));
     const acks = await sender.waitFor(count, 15_000);
     expect(acks.every((a) => a.includes('MSA|AA|'))).toBe(true);
     // Mid-batch: every booking is stored (ACKed), few if any are written yet.

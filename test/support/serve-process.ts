@@ -1,27 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
-import { segment } from '../adapters/hl7/segment';
 
-/** `dental-elig serve` as its own process, as production runs it, and bookings to feed it. */
+/** `dental-elig serve` as its own process, as production runs it. */
 export const bin = path.join(projectRoot, 'bin', 'dental-elig.js');
-const PAYERS = [
-  ['64246', 'Guardian'],
-  ['62308', 'Cigna Dental'],
-  ['CDCA1', 'Delta Dental of California'],
-  ['65978', 'MetLife'],
-] as const;
-
-export function booking(i: number): string {
-  const [payerId, payerName] = PAYERS[i % PAYERS.length] as readonly [string, string];
-  return [
-    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|K${i}|P|2.5.1`,
-    `SCH|APT-K${i}^SC||||||||||^^^202612150900`,
-    `PID|1||PK-${i}^^^SC^MR||PATIENT${i}^TEST||19800102|F`,
-    segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: `SBX-COMPLETE-${i}` }),
-  ].join('\r');
-}
-
 export interface Serve {
   child: ChildProcess;
   mllpPort: number;
