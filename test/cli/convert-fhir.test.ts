@@ -36,8 +36,8 @@ describe('dental-elig convert fhir', () => {
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout)).toEqual((expected(path.join(BUNDLE_DIR, 'coverage-not-in-force.expected.json')) as { checks: unknown }).checks);
     expect(run.stderr.split('\n').filter(Boolean)).toEqual([
-      "dental-elig: warning: Coverage.where(id='cov-priya-delta-ended').period.end: ended before the date of service, though active: not verified",
-      "dental-elig: information: Coverage.where(id='cov-priya-metlife-next').period.start: starts after the date of service: no check",
+      "dental-elig: warning: Coverage.where(id='cov-p7-delta-ended').period.end: ended before the date of service, though active: not verified",
+      "dental-elig: information: Coverage.where(id='cov-p7-metlife-next').period.start: starts after the date of service: no check",
     ]);
   });
 

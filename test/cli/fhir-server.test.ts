@@ -51,8 +51,8 @@ describe('dental-elig fhir-server', () => {
   });
 
   it('refuses a seed that is not a Bundle, naming the file', async () => {
-    const run = await cli(['fhir-server', '--seed', 'fixtures/requests/ellen-whitaker.json']);
-    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: fixtures/requests/ellen-whitaker.json: resourceType: must be Bundle\n' });
+    const run = await cli(['fhir-server', '--seed', 'fixtures/requests/complete-self.json']);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: fixtures/requests/complete-self.json: resourceType: must be Bundle\n' });
   });
 
   it('says what a refused connection is when the server is not running', async () => {

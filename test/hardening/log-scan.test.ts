@@ -15,7 +15,7 @@ const captured = () => {
 
 describe('log scan', () => {
   const terms = forbiddenTerms(projectRoot);
-  const request = JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', 'requests', 'ellen-whitaker.json'), 'utf8')) as {
+  const request = JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', 'requests', 'complete-self.json'), 'utf8')) as {
     patient: { lastName: string; dateOfBirth: string };
     subscriber: { memberId: string };
     provider: { lastName: string };
