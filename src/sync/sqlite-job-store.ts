@@ -24,7 +24,8 @@ import {
 /**
  * The embedded job store: one SQLite file in WAL mode with synchronous=FULL, so a committed
  * transaction survives a crash or a power cut. better-sqlite3 is synchronous; transactions that
- * await between statements are serialised here, one at a time, so none sees another half done.
+ * await between statements are serialised here, one at a time, so none sees another half done;
+ * those that arrive together share a commit (see transaction).
  */
 
 const MIGRATIONS: readonly string[] = [
@@ -76,6 +77,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);`,
   `CREATE TABLE rate_buckets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL, at_ms REAL NOT NULL);`,
+  // putAppointment unlinks by appointment: without this it scanned every link, a cost growing with the store.
+  `CREATE INDEX IF NOT EXISTS appointment_checks_appointment ON appointment_checks (appointment_key);`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -83,6 +86,7 @@ export const SQLITE_FILE = 'dental-elig.sqlite';
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
+  private readonly waiting: { work: (tx: StoreTx) => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
 
   /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
@@ -117,17 +121,48 @@ export class SqliteJobStore implements JobStore {
     }
   }
 
+  /**
+   * Group commit: transactions that arrive while one batch runs or commits wait, then run together
+   * in one BEGIN…COMMIT, each in its own SAVEPOINT, so a failed one rolls back alone and the rest
+   * share one fsync. None is answered before the batch's COMMIT; a failed COMMIT fails them all,
+   * and changes nothing.
+   */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
-    return this.serial(async () => {
+    return new Promise<T>((resolve, reject) => {
+      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      if (this.waiting.length > 1) return;
+      // setImmediate, not a microtask: every socket read in this turn of the event loop joins the batch.
+      setImmediate(() => void this.serial(() => this.commitBatch()));
+    });
+  }
+
+  private async commitBatch(): Promise<void> {
+    const batch = this.waiting.splice(0);
+    if (batch.length === 0) return;
+    const outcomes: { ok: boolean; value: unknown }[] = [];
+    try {
       this.db.exec('BEGIN IMMEDIATE');
-      try {
-        const result = await work(this.tx);
-        this.db.exec('COMMIT');
-        return result;
-      } catch (err) {
-        if (this.db.inTransaction) this.db.exec('ROLLBACK');
-        throw err;
+      for (const { work } of batch) {
+        this.db.exec('SAVEPOINT tx');
+        try {
+          outcomes.push({ ok: true, value: await work(this.tx) });
+          this.db.exec('RELEASE tx');
+        } catch (err) {
+          this.db.exec('ROLLBACK TO tx');
+          this.db.exec('RELEASE tx');
+          outcomes.push({ ok: false, value: err });
+        }
       }
+      this.db.exec('COMMIT');
+    } catch (err) {
+      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      for (const { reject } of batch) reject(err);
+      return;
+    }
+    batch.forEach(({ resolve, reject }, i) => {
+      const outcome = outcomes[i] as { ok: boolean; value: unknown };
+      if (outcome.ok) resolve(outcome.value);
+      else reject(outcome.value);
     });
   }
 
@@ -231,7 +266,8 @@ export class SqliteJobStore implements JobStore {
   }
 
   async close(): Promise<void> {
-    await this.queue.catch(() => undefined);
+    // A batch still waiting for its turn commits first.
+    await this.serial(() => this.commitBatch()).catch(() => undefined);
     if (this.db.open) this.db.close();
   }
 
