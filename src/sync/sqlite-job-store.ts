@@ -86,8 +86,9 @@ export const SQLITE_FILE = 'dental-elig.sqlite';
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly waiting: { work: (tx: StoreTx) => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
+  private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
+  private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
 
   /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
   static open(location: string): SqliteJobStore {
@@ -103,6 +104,14 @@ export class SqliteJobStore implements JobStore {
     db.pragma('busy_timeout = 5000');
     this.migrate();
     this.tx = this.statements();
+    this.leases = {
+      due: db.prepare(
+        `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+         AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
+      ),
+      take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
+      release: db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?'),
+    };
   }
 
   /** The schema version this file is at (the number of migrations applied). */
@@ -125,9 +134,32 @@ export class SqliteJobStore implements JobStore {
    * Group commit: transactions that arrive while one batch runs or commits wait, then run together
    * in one BEGIN…COMMIT, each in its own SAVEPOINT, so a failed one rolls back alone and the rest
    * share one fsync. None is answered before the batch's COMMIT; a failed COMMIT fails them all,
-   * and changes nothing.
+   * and changes nothing. Claims, lease releases and rate tokens join the batches too: each of
+   * them committing alone cost a worker's round trip more than its check's own transactions.
    */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
+    return this.batched(() => work(this.tx));
+  }
+
+  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+    return this.batched(async () => {
+      const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
+      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
+      return rows.map((r) => {
+        const row = CheckRow.parse(JSON.parse(r.row));
+        this.leases.take.run(options.owner, until, row.key);
+        return row;
+      });
+    });
+  }
+
+  release(key: string, owner: string): Promise<void> {
+    return this.batched(async () => {
+      this.leases.release.run(key, owner);
+    });
+  }
+
+  private batched<T>(work: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
       if (this.waiting.length > 1) return;
@@ -145,7 +177,7 @@ export class SqliteJobStore implements JobStore {
       for (const { work } of batch) {
         this.db.exec('SAVEPOINT tx');
         try {
-          outcomes.push({ ok: true, value: await work(this.tx) });
+          outcomes.push({ ok: true, value: await work() });
           this.db.exec('RELEASE tx');
         } catch (err) {
           this.db.exec('ROLLBACK TO tx');
@@ -163,33 +195,6 @@ export class SqliteJobStore implements JobStore {
       const outcome = outcomes[i] as { ok: boolean; value: unknown };
       if (outcome.ok) resolve(outcome.value);
       else reject(outcome.value);
-    });
-  }
-
-  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
-    return this.serial(async () => {
-      const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const claim = this.db.transaction(() => {
-        const rows = this.db
-          .prepare(
-            `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
-             AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
-          )
-          .all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
-        const lease = this.db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?');
-        return rows.map((r) => {
-          const row = CheckRow.parse(JSON.parse(r.row));
-          lease.run(options.owner, until, row.key);
-          return row;
-        });
-      });
-      return claim.immediate();
-    });
-  }
-
-  release(key: string, owner: string): Promise<void> {
-    return this.serial(async () => {
-      this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?').run(key, owner);
     });
   }
 
@@ -248,16 +253,13 @@ export class SqliteJobStore implements JobStore {
   }
 
   takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
-    return this.serial(async () => {
-      const take = this.db.transaction(() => {
-        const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
-        const next = takeToken(last, perSecond, now);
-        this.db
-          .prepare('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES (?, ?, ?) ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms')
-          .run(bucket, next.bucket.tokens, next.bucket.atMs);
-        return next.waitMs;
-      });
-      return take.immediate();
+    return this.batched(async () => {
+      const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
+      const next = takeToken(last, perSecond, now);
+      this.db
+        .prepare('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES (?, ?, ?) ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms')
+        .run(bucket, next.bucket.tokens, next.bucket.atMs);
+      return next.waitMs;
     });
   }
 
