@@ -314,6 +314,8 @@ export class SqliteJobStore implements JobStore {
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
+    // One statement per combination of the columns changed (at most seven), prepared once.
+    const updates = new Map<string, Database.Statement>();
     const parseCheck = (r: { row: string } | undefined) => (r ? CheckRow.parse(JSON.parse(r.row)) : undefined);
 
     return {
@@ -325,7 +327,10 @@ export class SqliteJobStore implements JobStore {
       async updateMessage(id, change) {
         const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);
         if (sets.length === 0) return;
-        db.prepare(`UPDATE messages SET ${sets.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...sets.map(([, v]) => v), id);
+        const sql = `UPDATE messages SET ${sets.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`;
+        let update = updates.get(sql);
+        if (!update) updates.set(sql, (update = db.prepare(sql)));
+        update.run(...sets.map(([, v]) => v), id);
       },
       async getPatient(patientKey) {
         const row = getPatient.get(patientKey) as { record: string } | undefined;

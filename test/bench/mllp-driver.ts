@@ -1,4 +1,5 @@
 import { connect } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { frame, MllpDecoder } from '../../src/service/mllp-framing';
 
 /** Payers the sandbox verifies; the first answers by webhook (asynchronous), the second at once. */
@@ -66,4 +67,11 @@ export async function sendAll(port: number, messages: readonly string[], connect
   };
   await Promise.all(Array.from({ length: connections }, lane));
   return acks;
+}
+
+/** sendAll for a worker thread (callInWorker), its arguments as one object; timed there, from the first message sent to the last ACK. */
+export async function sendAllFrom(options: { port: number; messages: string[]; connections: number }): Promise<{ acks: string[]; seconds: number }> {
+  const start = performance.now();
+  const acks = await sendAll(options.port, options.messages, options.connections);
+  return { acks, seconds: (performance.now() - start) / 1000 };
 }
