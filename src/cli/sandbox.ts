@@ -11,6 +11,8 @@ interface SandboxOpts {
   webhookUrl?: string;
   seed: boolean;
   asyncDelayMs?: number;
+  latencyMs?: number;
+  latencyJitterMs?: number;
 }
 
 /**
@@ -29,6 +31,8 @@ export function registerSandbox(program: Command, io: CliIo): void {
     .option('--webhook-url <url>', 'where asynchronous results are POSTed (secret from DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET, token from DENTAL_ELIG_SANDBOX_WEBHOOK_TOKEN)')
     .option('--no-seed', 'start empty, without the demo practice')
     .option('--async-delay-ms <ms>', 'how long an asynchronous verification takes', whole('--async-delay-ms'))
+    .option('--latency-ms <ms>', 'added to every request, as a remote service\'s round trip', whole('--latency-ms'))
+    .option('--latency-jitter-ms <ms>', 'the added latency varies by up to this much either way, uniformly', whole('--latency-jitter-ms'))
     .action(async (opts: SandboxOpts) => {
       const apiKey = opts.apiKey ?? io.env.DENTAL_ELIG_SANDBOX_API_KEY ?? DEFAULT_API_KEY;
       let webhook: WebhookConfig | undefined;
@@ -54,7 +58,11 @@ export function registerSandbox(program: Command, io: CliIo): void {
           customerId: opts.customerId,
           webhook,
           seed: opts.seed,
-          ...(opts.asyncDelayMs !== undefined ? { timing: { asyncCompletionMs: opts.asyncDelayMs } } : {}),
+          timing: {
+            ...(opts.asyncDelayMs !== undefined && { asyncCompletionMs: opts.asyncDelayMs }),
+            ...(opts.latencyMs !== undefined && { latencyMs: opts.latencyMs }),
+            ...(opts.latencyJitterMs !== undefined && { latencyJitterMs: opts.latencyJitterMs }),
+          },
         });
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;

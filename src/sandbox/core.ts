@@ -16,6 +16,9 @@ export interface SandboxTiming {
   webhookBackoffMs: number;
   /** How long one webhook attempt may take. */
   webhookTimeoutMs: number;
+  /** Added to every request before it is handled, as a remote service's round trip: latencyMs ± latencyJitterMs, uniformly. */
+  latencyMs: number;
+  latencyJitterMs: number;
 }
 
 export const DEFAULT_TIMING: SandboxTiming = {
@@ -25,7 +28,14 @@ export const DEFAULT_TIMING: SandboxTiming = {
   retryAfterSeconds: 1,
   webhookBackoffMs: 1000,
   webhookTimeoutMs: 5000,
+  latencyMs: 0,
+  latencyJitterMs: 0,
 };
+
+/** One request's added latency under `timing`. */
+export function requestLatencyMs(timing: Pick<SandboxTiming, 'latencyMs' | 'latencyJitterMs'>, random = Math.random): number {
+  return Math.max(0, timing.latencyMs + (2 * random() - 1) * timing.latencyJitterMs);
+}
 
 /** What the route modules share. */
 export interface SandboxCore {

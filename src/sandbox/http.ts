@@ -66,6 +66,8 @@ export interface FrontOptions {
   apiKeyHeader: string;
   customerByKey: (key: string) => CustomerRec | undefined;
   now: () => Date;
+  /** Milliseconds to hold each request before handling it (a remote service's latency). */
+  latencyMs?: () => number;
 }
 
 interface CompiledRoute extends Route {
@@ -99,6 +101,8 @@ export class Front {
     const entry: LoggedRequest = { at: this.options.now().toISOString(), method, path: `${url.pathname}${url.search}`, status: 0 };
     this.log.push(entry);
     try {
+      const latency = this.options.latencyMs?.() ?? 0;
+      if (latency > 0) await new Promise((r) => setTimeout(r, latency));
       const fault = this.takeFault(method, url.pathname);
       if (fault?.delayMs) await new Promise((r) => setTimeout(r, fault.delayMs));
       if (fault?.reset) {

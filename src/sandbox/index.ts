@@ -12,7 +12,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { DEFAULT_TIMING, type SandboxCore, type SandboxTiming } from './core';
+import { DEFAULT_TIMING, requestLatencyMs, type SandboxCore, type SandboxTiming } from './core';
 import { Front, type Fault, type LoggedRequest } from './http';
 import type { SandboxPayer, SandboxPortal } from './network';
 import { Scheduler } from './scheduler';
@@ -21,7 +21,7 @@ import { SandboxState } from './state';
 import { verificationRoutes } from './verifications';
 import { checkWebhookConfig, WebhookSender, type WebhookConfig, type WebhookDelivery } from './webhooks';
 
-export { DEFAULT_TIMING, portalRefuses, type SandboxTiming } from './core';
+export { DEFAULT_TIMING, portalRefuses, requestLatencyMs, type SandboxTiming } from './core';
 export type { Fault, LoggedRequest } from './http';
 export { defaultPayers, defaultPortals, lookupPayer, type SandboxPayer, type SandboxPortal } from './network';
 export { ERROR_TYPE_BASE } from './problems';
@@ -136,6 +136,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     apiKeyHeader: options.apiKeyHeader ?? 'authorization',
     customerByKey: (key) => state.customerByKey(key),
     now,
+    latencyMs: () => requestLatencyMs(timing),
   });
   const server = createServer(front.listener);
   const host = options.host ?? '127.0.0.1';

@@ -1,5 +1,7 @@
+import { matchesSearchRequest, Operator, type SearchRequest, type WithId } from '@medplum/core';
 import { MemoryRepository } from '@medplum/fhir-router';
-import type { Resource } from 'fhir/r4';
+// Medplum's own R4 types (a dependency of @medplum/core), which its repository's signatures use.
+import type { Bundle, Resource } from '@medplum/fhirtypes';
 
 /** How MemoryRepository 4.5 keeps its data: current versions and every version, by type and id. */
 interface Stores {
@@ -7,18 +9,37 @@ interface Stores {
   history: Map<string, Map<string, Resource[]>>;
 }
 
+/** What a write inside a transaction replaced: the current version (none: it was created) and how many versions there were. */
+interface Undo {
+  resourceType: string;
+  id: string;
+  current: Resource | undefined;
+  versions: number;
+}
+
 /**
- * Medplum's MemoryRepository with transactions that roll back: its withTransaction only runs the
- * callback, so a transaction Bundle whose third entry fails kept the first two. Here the outermost
- * transaction snapshots the store and restores it when the callback throws; nested ones (a
- * conditional create inside a transaction opens its own) are part of the outer one.
+ * Medplum's MemoryRepository with transactions that roll back, and identifier searches that do
+ * not read every resource of the type.
+ *
+ * Its withTransaction only runs the callback, so a transaction Bundle whose third entry fails kept
+ * the first two. Here the outermost transaction keeps a journal of what each write replaced and
+ * undoes it, newest first, when the callback throws; nested ones (a conditional create inside a
+ * transaction opens its own) are part of the outer one. (It copied the whole store per transaction
+ * before: a cost that grew with the chart, quadratic over a morning's writes.)
+ *
+ * Its search evaluates the search parameter's FHIRPath on every resource of the type. A search by
+ * `identifier` (what a sync does before each write) looks in an index by identifier value first;
+ * the candidates are then matched as before, so the answer is the same. The index only ever gains
+ * ids: one whose resource changed or went is a candidate that does not match.
  *
  * The store is shared: the caller runs one request at a time, or a rollback would also undo a
  * write that interleaved with the transaction.
  */
 export class RollbackRepository extends MemoryRepository {
   private depth = 0;
+  private journal: Undo[] = [];
   private readonly stores: Stores;
+  private readonly byIdentifier = new Map<string, Map<string, Set<string>>>();
 
   constructor() {
     super();
@@ -30,32 +51,101 @@ export class RollbackRepository extends MemoryRepository {
     this.stores = stores as Stores;
   }
 
+  // Every write of MemoryRepository (create, update, patch) ends here.
+  override async createResource<T extends Resource>(resource: T): Promise<WithId<T>> {
+    const before = resource.id ? this.remember(resource.resourceType, resource.id) : undefined;
+    const created = await super.createResource(resource);
+    if (this.depth > 0) this.journal.push(before ?? { resourceType: created.resourceType, id: created.id, current: undefined, versions: 0 });
+    this.index(created);
+    return created;
+  }
+
+  override async deleteResource(resourceType: string, id: string): Promise<void> {
+    const before = this.remember(resourceType, id);
+    await super.deleteResource(resourceType, id);
+    if (this.depth > 0) this.journal.push(before);
+  }
+
+  override async search<T extends Resource>(searchRequest: SearchRequest<T>): Promise<Bundle<WithId<T>>> {
+    const value = identifierValue(searchRequest);
+    if (value === undefined) return super.search(searchRequest);
+    const current = this.stores.resources.get(searchRequest.resourceType);
+    const matches: Resource[] = [];
+    for (const id of this.byIdentifier.get(searchRequest.resourceType)?.get(value) ?? []) {
+      const resource = current?.get(id);
+      if (resource && matchesSearchRequest(resource, searchRequest)) matches.push(resource);
+    }
+    // Insertion order, as MemoryRepository answers; a copy each, as it does.
+    const entry = matches.slice(searchRequest.offset ?? 0, (searchRequest.offset ?? 0) + (searchRequest.count ?? matches.length)).map((r) => ({ resource: structuredClone(r) as WithId<T> }));
+    return { resourceType: 'Bundle', type: 'searchset', ...(entry.length > 0 && { entry }), total: matches.length } as Bundle<WithId<T>>;
+  }
+
+  override clear(): void {
+    super.clear();
+    this.byIdentifier.clear();
+  }
+
   override async withTransaction<TResult>(callback: (client: undefined) => Promise<TResult>): Promise<TResult> {
     if (this.depth > 0) return callback(undefined);
-    const snapshot = this.snapshot();
     this.depth++;
     try {
       return await callback(undefined);
     } catch (err) {
-      this.restore(snapshot);
+      this.undo();
       throw err;
     } finally {
+      this.journal = [];
       this.depth--;
     }
   }
 
-  /** Stored resources are never changed in place (each write stores a new copy), so shallow copies of the maps suffice. */
-  private snapshot(): Stores {
-    const copy = <V>(byType: Map<string, Map<string, V>>, value: (v: V) => V) =>
-      new Map([...byType].map(([type, byId]) => [type, new Map([...byId].map(([id, v]) => [id, value(v)]))]));
-    return { resources: copy(this.stores.resources, (r) => r), history: copy(this.stores.history, (versions) => [...versions]) };
+  private remember(resourceType: string, id: string): Undo {
+    return {
+      resourceType,
+      id,
+      current: this.stores.resources.get(resourceType)?.get(id),
+      versions: this.stores.history.get(resourceType)?.get(id)?.length ?? 0,
+    };
   }
 
-  private restore(snapshot: Stores): void {
-    for (const key of ['resources', 'history'] as const) {
-      const live = this.stores[key] as Map<string, unknown>;
-      live.clear();
-      for (const [type, byId] of snapshot[key]) live.set(type, byId);
+  /** Stored resources are never changed in place (each write stores a new copy), so putting the earlier one back restores it. */
+  private undo(): void {
+    for (const { resourceType, id, current, versions } of this.journal.reverse()) {
+      const resources = this.stores.resources.get(resourceType);
+      if (current) resources?.set(id, current);
+      else resources?.delete(id);
+      const history = this.stores.history.get(resourceType);
+      const kept = history?.get(id)?.slice(0, versions) ?? [];
+      if (kept.length > 0) history?.set(id, kept);
+      else history?.delete(id);
     }
   }
+
+  private index(resource: Resource): void {
+    const identifiers = (resource as { identifier?: { value?: string }[] }).identifier ?? [];
+    if (identifiers.length === 0) return;
+    let byValue = this.byIdentifier.get(resource.resourceType);
+    if (!byValue) this.byIdentifier.set(resource.resourceType, (byValue = new Map()));
+    for (const { value } of identifiers) {
+      if (typeof value !== 'string' || resource.id === undefined) continue;
+      const key = value.toLowerCase();
+      let ids = byValue.get(key);
+      if (!ids) byValue.set(key, (ids = new Set()));
+      ids.add(resource.id);
+    }
+  }
+}
+
+/**
+ * The identifier value a search asks for, when an identifier token (`system|value` or `value`)
+ * is its only filter and it is not sorted; undefined for any other search. Lower-cased: the index
+ * may hold more candidates than match, never fewer.
+ */
+function identifierValue(searchRequest: SearchRequest): string | undefined {
+  const [filter, ...others] = searchRequest.filters ?? [];
+  if (!filter || others.length > 0 || searchRequest.sortRules?.length) return undefined;
+  if (filter.code !== 'identifier' || filter.operator !== Operator.EQUALS || filter.value.includes(',')) return undefined;
+  const bar = filter.value.indexOf('|');
+  const value = bar < 0 ? filter.value : filter.value.slice(bar + 1);
+  return value.length > 0 ? value.toLowerCase() : undefined;
 }

@@ -24,7 +24,8 @@ import {
 /**
  * The embedded job store: one SQLite file in WAL mode with synchronous=FULL, so a committed
  * transaction survives a crash or a power cut. better-sqlite3 is synchronous; transactions that
- * await between statements are serialised here, one at a time, so none sees another half done.
+ * await between statements are serialised here, one at a time, so none sees another half done;
+ * those that arrive together share a commit (see transaction).
  */
 
 const MIGRATIONS: readonly string[] = [
@@ -76,6 +77,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);`,
   `CREATE TABLE rate_buckets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL, at_ms REAL NOT NULL);`,
+  // putAppointment unlinks by appointment: without this it scanned every link, a cost growing with the store.
+  `CREATE INDEX IF NOT EXISTS appointment_checks_appointment ON appointment_checks (appointment_key);`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -83,7 +86,9 @@ export const SQLITE_FILE = 'dental-elig.sqlite';
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
+  private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
+  private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
 
   /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
   static open(location: string): SqliteJobStore {
@@ -99,6 +104,14 @@ export class SqliteJobStore implements JobStore {
     db.pragma('busy_timeout = 5000');
     this.migrate();
     this.tx = this.statements();
+    this.leases = {
+      due: db.prepare(
+        `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+         AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
+      ),
+      take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
+      release: db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?'),
+    };
   }
 
   /** The schema version this file is at (the number of migrations applied). */
@@ -117,44 +130,71 @@ export class SqliteJobStore implements JobStore {
     }
   }
 
+  /**
+   * Group commit: transactions that arrive while one batch runs or commits wait, then run together
+   * in one BEGIN…COMMIT, each in its own SAVEPOINT, so a failed one rolls back alone and the rest
+   * share one fsync. None is answered before the batch's COMMIT; a failed COMMIT fails them all,
+   * and changes nothing. Claims, lease releases and rate tokens join the batches too: each of
+   * them committing alone cost a worker's round trip more than its check's own transactions.
+   */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
-    return this.serial(async () => {
-      this.db.exec('BEGIN IMMEDIATE');
-      try {
-        const result = await work(this.tx);
-        this.db.exec('COMMIT');
-        return result;
-      } catch (err) {
-        if (this.db.inTransaction) this.db.exec('ROLLBACK');
-        throw err;
-      }
-    });
+    return this.batched(() => work(this.tx));
   }
 
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
-    return this.serial(async () => {
+    return this.batched(async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const claim = this.db.transaction(() => {
-        const rows = this.db
-          .prepare(
-            `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
-             AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
-          )
-          .all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
-        const lease = this.db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?');
-        return rows.map((r) => {
-          const row = CheckRow.parse(JSON.parse(r.row));
-          lease.run(options.owner, until, row.key);
-          return row;
-        });
+      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
+      return rows.map((r) => {
+        const row = CheckRow.parse(JSON.parse(r.row));
+        this.leases.take.run(options.owner, until, row.key);
+        return row;
       });
-      return claim.immediate();
     });
   }
 
   release(key: string, owner: string): Promise<void> {
-    return this.serial(async () => {
-      this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?').run(key, owner);
+    return this.batched(async () => {
+      this.leases.release.run(key, owner);
+    });
+  }
+
+  private batched<T>(work: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      if (this.waiting.length > 1) return;
+      // setImmediate, not a microtask: every socket read in this turn of the event loop joins the batch.
+      setImmediate(() => void this.serial(() => this.commitBatch()));
+    });
+  }
+
+  private async commitBatch(): Promise<void> {
+    const batch = this.waiting.splice(0);
+    if (batch.length === 0) return;
+    const outcomes: { ok: boolean; value: unknown }[] = [];
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      for (const { work } of batch) {
+        this.db.exec('SAVEPOINT tx');
+        try {
+          outcomes.push({ ok: true, value: await work() });
+          this.db.exec('RELEASE tx');
+        } catch (err) {
+          this.db.exec('ROLLBACK TO tx');
+          this.db.exec('RELEASE tx');
+          outcomes.push({ ok: false, value: err });
+        }
+      }
+      this.db.exec('COMMIT');
+    } catch (err) {
+      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      for (const { reject } of batch) reject(err);
+      return;
+    }
+    batch.forEach(({ resolve, reject }, i) => {
+      const outcome = outcomes[i] as { ok: boolean; value: unknown };
+      if (outcome.ok) resolve(outcome.value);
+      else reject(outcome.value);
     });
   }
 
@@ -213,16 +253,13 @@ export class SqliteJobStore implements JobStore {
   }
 
   takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
-    return this.serial(async () => {
-      const take = this.db.transaction(() => {
-        const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
-        const next = takeToken(last, perSecond, now);
-        this.db
-          .prepare('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES (?, ?, ?) ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms')
-          .run(bucket, next.bucket.tokens, next.bucket.atMs);
-        return next.waitMs;
-      });
-      return take.immediate();
+    return this.batched(async () => {
+      const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
+      const next = takeToken(last, perSecond, now);
+      this.db
+        .prepare('INSERT INTO rate_buckets (bucket, tokens, at_ms) VALUES (?, ?, ?) ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms')
+        .run(bucket, next.bucket.tokens, next.bucket.atMs);
+      return next.waitMs;
     });
   }
 
@@ -231,7 +268,8 @@ export class SqliteJobStore implements JobStore {
   }
 
   async close(): Promise<void> {
-    await this.queue.catch(() => undefined);
+    // A batch still waiting for its turn commits first.
+    await this.serial(() => this.commitBatch()).catch(() => undefined);
     if (this.db.open) this.db.close();
   }
 
@@ -276,6 +314,8 @@ export class SqliteJobStore implements JobStore {
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
+    // One statement per combination of the columns changed (at most seven), prepared once.
+    const updates = new Map<string, Database.Statement>();
     const parseCheck = (r: { row: string } | undefined) => (r ? CheckRow.parse(JSON.parse(r.row)) : undefined);
 
     return {
@@ -287,7 +327,10 @@ export class SqliteJobStore implements JobStore {
       async updateMessage(id, change) {
         const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);
         if (sets.length === 0) return;
-        db.prepare(`UPDATE messages SET ${sets.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...sets.map(([, v]) => v), id);
+        const sql = `UPDATE messages SET ${sets.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`;
+        let update = updates.get(sql);
+        if (!update) updates.set(sql, (update = db.prepare(sql)));
+        update.run(...sets.map(([, v]) => v), id);
       },
       async getPatient(patientKey) {
         const row = getPatient.get(patientKey) as { record: string } | undefined;

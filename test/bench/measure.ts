@@ -25,7 +25,22 @@ export interface Measured {
  * times slower there than in a plain Node context, which is what the service runs in and what a
  * worker has. The worker compiles the TypeScript sources with swc, as Jest does (.swcrc).
  */
-export function measureInWorker(modulePath: string): Promise<Measured> {
+export async function measureInWorker(modulePath: string): Promise<Measured> {
+  const worker = threadFor<undefined, Measured>(modulePath, 'measure');
+  try {
+    return await worker.call(undefined);
+  } finally {
+    await worker.close();
+  }
+}
+
+/** A worker thread that answers each call with `exportName(data)` of a TypeScript module, one call at a time. */
+export interface Thread<I, O> {
+  call(data: I): Promise<O>;
+  close(): Promise<void>;
+}
+
+export function threadFor<I, O>(modulePath: string, exportName: string): Thread<I, O> {
   const source = `
     const { parentPort, workerData } = require('node:worker_threads');
     const { readFileSync } = require('node:fs');
@@ -33,14 +48,28 @@ export function measureInWorker(modulePath: string): Promise<Measured> {
     require.extensions['.ts'] = (module, filename) => {
       module._compile(transformSync(readFileSync(filename, 'utf8'), { filename, swcrc: true }).code, filename);
     };
-    require(workerData.modulePath).measure().then((measured) => parentPort.postMessage(measured));
+    const run = require(workerData.modulePath)[workerData.exportName];
+    parentPort.on('message', (data) => run(data).then((answer) => parentPort.postMessage(answer)));
   `;
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(source, { eval: true, workerData: { modulePath } });
-    worker.once('message', resolve);
-    worker.once('error', reject);
-    worker.once('exit', (code) => reject(new Error(`measurement worker exited with ${code} before answering`)));
-  });
+  const worker = new Worker(source, { eval: true, workerData: { modulePath, exportName } });
+  let failed: ((err: Error) => void) | undefined;
+  worker.on('error', (err) => failed?.(err));
+  worker.on('exit', (code) => failed?.(new Error(`worker for ${path.basename(modulePath)} exited with ${code} before answering`)));
+  return {
+    call: (data) =>
+      new Promise<O>((resolve, reject) => {
+        failed = reject;
+        worker.once('message', (answer: O) => {
+          failed = undefined;
+          resolve(answer);
+        });
+        worker.postMessage(data);
+      }),
+    close: async () => {
+      failed = undefined;
+      await worker.terminate();
+    },
+  };
 }
 
 export interface Comparison {

@@ -27,7 +27,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(2);
+    expect(store.schemaVersion).toBe(3);
     await store.close();
   });
 
@@ -40,7 +40,7 @@ describe('SqliteJobStore', () => {
     db.pragma('user_version = 1');
     db.close();
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(2);
+    expect(reopened.schemaVersion).toBe(3);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();

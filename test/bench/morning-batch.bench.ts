@@ -1,0 +1,137 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, generateWebhookSecret } from '../../src/sandbox';
+import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { figure } from './measure';
+import { msa, sendAll, siuS12 } from './mllp-driver';
+import { freePort, sampleUsage, startCli, tail, type Running } from './processes';
+
+/**
+ * A practice's morning: N appointments booked over MLLP into `dental-elig serve`, each verified
+ * against the sandbox (every request 300 ± 100 ms; half the payers answer by webhook) and written
+ * to the chart. The sandbox, the FHIR server and serve run as child processes from the compiled
+ * CLI (`npm run build` first), as the remote services and the sidecar they stand for; the bench
+ * drives them over sockets and reads serve's memory and CPU from /proc. Efficiency is the ideal
+ * time (N × mean latency ÷ concurrency) over the time from the first message sent to the last
+ * check written.
+ */
+const CONCURRENCY = 64;
+const LATENCY_MS = 300;
+const JITTER_MS = 100;
+/** The sandbox's time from an asynchronous request to its result, after the request's own latency. */
+const ASYNC_COMPLETION_MS = 200;
+const SIZES = [1000, 5000, 10000];
+const FINISHED = ['written', 'needs-attention', 'dead', 'cancelled'];
+
+interface Morning {
+  seconds: number;
+  efficiency: number;
+  peakRssMb: number;
+  cpuMsPerCheck: number;
+  written: number;
+  others: Record<string, number>;
+  byWebhook: number;
+  sandboxCpuMsPerCheck: number;
+  fhirCpuMsPerCheck: number;
+}
+
+async function morning(n: number, dir: string): Promise<Morning> {
+  const secret = generateWebhookSecret();
+  const httpPort = await freePort();
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME };
+  const running: Running[] = [];
+  try {
+    const fhir = await startCli(['fhir-server', '--port', '0'], { env, logFile: path.join(dir, 'fhir.log'), waitFor: ['fhir'] });
+    running.push(fhir);
+    const sandbox = await startCli(
+      ['sandbox', '--port', '0', '--webhook-url', `http://127.0.0.1:${httpPort}${WEBHOOK_PATH}`, '--latency-ms', `${LATENCY_MS}`, '--latency-jitter-ms', `${JITTER_MS}`, '--async-delay-ms', `${ASYNC_COMPLETION_MS}`],
+      { env: { ...env, DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET: secret }, logFile: path.join(dir, 'sandbox.log'), waitFor: ['sandbox'] },
+    );
+    running.push(sandbox);
+    const configFile = path.join(dir, 'serve.json');
+    writeFileSync(configFile, JSON.stringify({ settings: { concurrency: CONCURRENCY } }));
+    const serve = await startCli(['serve', '--config', configFile, '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', `${httpPort}`], {
+      env: {
+        ...env,
+        DENTAL_ELIG_BASE_URL: sandbox.listening.sandbox,
+        DENTAL_ELIG_API_KEY: DEFAULT_API_KEY,
+        DENTAL_ELIG_CUSTOMER_ID: DEFAULT_CUSTOMER_ID,
+        DENTAL_ELIG_WEBHOOK_SECRET: secret,
+        DENTAL_ELIG_FHIR_URL: fhir.listening.fhir,
+      },
+      logFile: path.join(dir, 'serve.log'),
+      waitFor: ['mllp', 'http'],
+    });
+    running.push(serve);
+
+    const mllpPort = Number(serve.listening.mllp?.split(':').pop());
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10).replace(/-/g, '');
+    const messages = Array.from({ length: n }, (_, i) => siuS12(i, tomorrow));
+    const samplers = [serve, sandbox, fhir].map((r) => sampleUsage(r.pid));
+    const start = performance.now();
+    const acks = await sendAll(mllpPort, messages, 8);
+    const refused = acks.filter((ack) => msa(ack).code !== 'AA').length;
+    if (refused > 0) throw new Error(`${refused} of ${n} bookings were not accepted: ${tail(serve.logFile)}`);
+
+    const idealSeconds = (n * LATENCY_MS) / CONCURRENCY / 1000;
+    const deadline = start + (idealSeconds * 5 + 60) * 1000;
+    let states: Record<string, number> = {};
+    let byWebhook = 0;
+    for (;;) {
+      ({ states, byWebhook } = await checkStates(httpPort));
+      if (FINISHED.reduce((sum, s) => sum + (states[s] ?? 0), 0) >= n) break;
+      if (performance.now() > deadline) throw new Error(`morning-batch-${n}: not finished in time: ${JSON.stringify(states)}; ${tail(serve.logFile)}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const seconds = (performance.now() - start) / 1000;
+    const [own, service, chart] = samplers.map((s) => s.stop()) as [ReturnType<ReturnType<typeof sampleUsage>['stop']>, ...ReturnType<ReturnType<typeof sampleUsage>['stop']>[]];
+    const { written = 0, ...others } = states;
+    return {
+      seconds,
+      efficiency: idealSeconds / seconds,
+      peakRssMb: own.peakRssBytes / 1024 / 1024,
+      cpuMsPerCheck: own.cpuMs / n,
+      written,
+      others,
+      byWebhook,
+      sandboxCpuMsPerCheck: (service?.cpuMs ?? NaN) / n,
+      fhirCpuMsPerCheck: (chart?.cpuMs ?? NaN) / n,
+    };
+  } finally {
+    for (const r of running.reverse()) await r.stop();
+  }
+}
+
+/** Checks by state, from serve's /metrics (the store's counts when scraped), and how many results came by webhook. */
+async function checkStates(httpPort: number): Promise<{ states: Record<string, number>; byWebhook: number }> {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
+  const states: Record<string, number> = {};
+  for (const [, state, count] of text.matchAll(/^dental_elig_checks\{state="([^"]+)"\} (\d+)$/gm)) states[state as string] = Number(count);
+  const byWebhook = Number(/^dental_elig_webhooks_total\{result="applied"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+  return { states, byWebhook };
+}
+
+test('morning batch: bookings to written eligibility through serve, the sandbox and the FHIR server', async () => {
+  const results: [number, Morning][] = [];
+  for (const n of SIZES) {
+    const dir = mkdtempSync(path.join(tmpdir(), `elig-bench-morning-${n}-`));
+    try {
+      const m = await morning(n, dir);
+      results.push([n, m]);
+      process.stdout.write(
+        [
+          figure(`morning-batch-${n}: checks written (others), results by webhook`, `${m.written} ${JSON.stringify(m.others)}, ${m.byWebhook}`),
+          figure(`morning-batch-${n}: ideal time (N × ${LATENCY_MS} ms ÷ ${CONCURRENCY})`, `${((n * LATENCY_MS) / CONCURRENCY / 1000).toFixed(1)} s`),
+          figure(`morning-batch-${n}: sandbox cpu, FHIR server cpu`, `${m.sandboxCpuMsPerCheck.toFixed(2)}, ${m.fhirCpuMsPerCheck.toFixed(2)} ms/check`),
+          `bench morning-batch-${n}: ${m.seconds.toFixed(1)} s, efficiency ${m.efficiency.toFixed(2)}, peak-rss ${m.peakRssMb.toFixed(0)} MB, cpu ${m.cpuMsPerCheck.toFixed(2)} ms/check`,
+        ].join('\n') + '\n',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  // Every booking verified and written; half of them answered asynchronously, by webhook.
+  for (const [n, m] of results) expect({ n, written: m.written, byWebhook: m.byWebhook }).toEqual({ n, written: n, byWebhook: n / 2 });
+}, 600_000);

@@ -1,0 +1,67 @@
+import { Operator, type SearchRequest } from '@medplum/core';
+import { MemoryRepository } from '@medplum/fhir-router';
+import { createFhirHandler } from '../../src/sandbox/fhir-server';
+import type { RollbackRepository } from '../../src/sandbox/rollback-repository';
+
+const MRN = 'urn:example:mrn';
+const OTHER = 'urn:example:other';
+const byIdentifier = (value: string): SearchRequest => ({ resourceType: 'Patient', filters: [{ code: 'identifier', operator: Operator.EQUALS, value }] });
+const found = async (repo: RollbackRepository, value: string) => ((await repo.search(byIdentifier(value))).entry ?? []).map((e) => e.resource?.id).sort();
+
+/** A fresh repository as the FHIR server has it (search parameters indexed). */
+const newRepo = () => createFhirHandler().repo;
+
+describe('RollbackRepository identifier search', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  it('answers an identifier search from its index, without reading every resource of the type', async () => {
+    const scan = jest.spyOn(MemoryRepository.prototype, 'search');
+    const repo = newRepo();
+    const a = await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-1' }] });
+    expect(await found(repo, `${MRN}|P-1`)).toEqual([a.id]);
+    expect(scan).not.toHaveBeenCalled();
+    await repo.search({ resourceType: 'Patient', filters: [{ code: 'gender', operator: Operator.EQUALS, value: 'female' }] });
+    expect(scan).toHaveBeenCalledTimes(1);
+  });
+
+  it('finds by system|value or value alone, only what matches now', async () => {
+    const repo = newRepo();
+    const a = await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-1' }] });
+    const b = await repo.createResource({ resourceType: 'Patient', identifier: [{ system: OTHER, value: 'P-1' }] });
+    await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-2' }] });
+    expect(await found(repo, `${MRN}|P-1`)).toEqual([a.id]);
+    expect(await found(repo, 'P-1')).toEqual([a.id, b.id].sort());
+    expect((await repo.search(byIdentifier(`${MRN}|P-1`))).total).toBe(1);
+
+    // The identifier moves: the old value no longer finds it; a deleted resource is found by nothing.
+    await repo.updateResource({ ...a, identifier: [{ system: MRN, value: 'P-9' }] });
+    expect(await found(repo, `${MRN}|P-1`)).toEqual([]);
+    expect(await found(repo, `${MRN}|P-9`)).toEqual([a.id]);
+    await repo.deleteResource('Patient', a.id);
+    expect(await found(repo, `${MRN}|P-9`)).toEqual([]);
+  });
+
+  it('forgets what a failed transaction wrote, and restores what it replaced with its history', async () => {
+    const repo = newRepo();
+    const kept = await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-1' }], gender: 'female' });
+    await expect(
+      repo.withTransaction(async () => {
+        await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-2' }] });
+        await repo.updateResource({ ...kept, gender: 'male' });
+        await repo.deleteResource('Patient', kept.id);
+        throw new Error('a later entry failed');
+      }),
+    ).rejects.toThrow('a later entry failed');
+    expect(await found(repo, `${MRN}|P-2`)).toEqual([]);
+    expect(await repo.readResource('Patient', kept.id)).toEqual(kept);
+    expect((await repo.readHistory('Patient', kept.id)).entry).toHaveLength(1);
+  });
+
+  it('keeps a committed transaction whole', async () => {
+    const repo = newRepo();
+    await repo.withTransaction(async () => {
+      await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-3' }] });
+    });
+    expect(await found(repo, `${MRN}|P-3`)).toHaveLength(1);
+  });
+});
