@@ -6,6 +6,7 @@ import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routin
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
+import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadHl7Mappings, type Ack, type Hl7Mappings } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
@@ -295,7 +296,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     async start(): Promise<void> {
-      catalog ??= await loadCatalog(client, catalogFile, logger);
+      // The validator's definitions are read in a thread of their own while the catalog loads.
+      const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
+      catalog ??= loaded;
       worker.start();
       schedulePoll();
       logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');

