@@ -20,12 +20,15 @@ import {
   type StoreCounts,
   type StoreTx,
 } from './job-store';
+import { WalCheckpointer } from './wal-checkpointer';
+import { WalSync } from './wal-sync';
 
 /**
- * The embedded job store: one SQLite file in WAL mode with synchronous=FULL, so a committed
- * transaction survives a crash or a power cut. better-sqlite3 is synchronous; transactions that
- * await between statements are serialised here, one at a time, so none sees another half done;
- * those that arrive together share a commit (see transaction).
+ * The embedded job store: one SQLite file in WAL mode, each commit synced to disk before its
+ * transaction resolves (see WalSync: what synchronous=FULL does, off the event loop), so an
+ * answered transaction survives a crash or a power cut. better-sqlite3 is synchronous;
+ * transactions that await between statements are serialised here, one at a time, so none sees
+ * another half done; those that arrive together share a commit (see transaction).
  */
 
 const MIGRATIONS: readonly string[] = [
@@ -89,20 +92,30 @@ export class SqliteJobStore implements JobStore {
   private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
   private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
+  private readonly wal: WalSync;
+  private readonly checkpointer: WalCheckpointer;
 
   /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
   static open(location: string): SqliteJobStore {
     const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
     mkdirSync(path.dirname(file), { recursive: true });
-    return new SqliteJobStore(new Database(file));
+    return new SqliteJobStore(new Database(file), file);
   }
 
-  private constructor(db: Database.Database) {
+  private constructor(db: Database.Database, file: string) {
     this.db = db;
     db.pragma('journal_mode = WAL');
+    // Migrations commit with SQLite's own sync; the batches after them with WalSync's.
     db.pragma('synchronous = FULL');
     db.pragma('busy_timeout = 5000');
     this.migrate();
+    db.pragma('synchronous = NORMAL');
+    this.wal = new WalSync(`${file}-wal`);
+    this.wal.open();
+    db.pragma('wal_autocheckpoint = 0');
+    this.checkpointer = new WalCheckpointer(file, () => {
+      if (db.open) db.pragma('wal_autocheckpoint = 1000');
+    });
     this.tx = this.statements();
     this.leases = {
       due: db.prepare(
@@ -133,9 +146,11 @@ export class SqliteJobStore implements JobStore {
   /**
    * Group commit: transactions that arrive while one batch runs or commits wait, then run together
    * in one BEGIN…COMMIT, each in its own SAVEPOINT, so a failed one rolls back alone and the rest
-   * share one fsync. None is answered before the batch's COMMIT; a failed COMMIT fails them all,
-   * and changes nothing. Claims, lease releases and rate tokens join the batches too: each of
-   * them committing alone cost a worker's round trip more than its check's own transactions.
+   * share one sync. None is answered before the batch's COMMIT is on disk; a failed COMMIT fails
+   * them all, and changes nothing. The next batch runs while this one syncs, so the event loop
+   * reads and handles the next messages meanwhile. Claims, lease releases and rate tokens join the
+   * batches too: each of them committing alone cost a worker's round trip more than its check's
+   * own transactions.
    */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
     return this.batched(() => work(this.tx));
@@ -173,6 +188,7 @@ export class SqliteJobStore implements JobStore {
     if (batch.length === 0) return;
     const outcomes: { ok: boolean; value: unknown }[] = [];
     try {
+      this.wal.check();
       this.db.exec('BEGIN IMMEDIATE');
       for (const { work } of batch) {
         this.db.exec('SAVEPOINT tx');
@@ -186,16 +202,22 @@ export class SqliteJobStore implements JobStore {
         }
       }
       this.db.exec('COMMIT');
+      this.checkpointer.committed();
     } catch (err) {
       if (this.db.inTransaction) this.db.exec('ROLLBACK');
       for (const { reject } of batch) reject(err);
       return;
     }
-    batch.forEach(({ resolve, reject }, i) => {
-      const outcome = outcomes[i] as { ok: boolean; value: unknown };
-      if (outcome.ok) resolve(outcome.value);
-      else reject(outcome.value);
-    });
+    // Not awaited: the next batch need not wait for this one's sync, only its answers do.
+    this.wal.sync().then(
+      () =>
+        batch.forEach(({ resolve, reject }, i) => {
+          const outcome = outcomes[i] as { ok: boolean; value: unknown };
+          if (outcome.ok) resolve(outcome.value);
+          else reject(outcome.value);
+        }),
+      (err: unknown) => batch.forEach(({ reject }) => reject(err)),
+    );
   }
 
   async nextDueAt(): Promise<string | undefined> {
@@ -263,13 +285,21 @@ export class SqliteJobStore implements JobStore {
     });
   }
 
+  /** The WAL syncs so far and the commits they covered (see WalSync.stats). */
+  syncStats(): { syncs: number; commits: number; syncMs: number } {
+    return this.wal.stats();
+  }
+
   async ping(): Promise<void> {
+    this.wal.check();
     this.db.prepare('SELECT 1').get();
   }
 
   async close(): Promise<void> {
     // A batch still waiting for its turn commits first.
     await this.serial(() => this.commitBatch()).catch(() => undefined);
+    await this.wal.close();
+    await this.checkpointer.close();
     if (this.db.open) this.db.close();
   }
 

@@ -66,6 +66,7 @@ export async function measure(): Promise<Measured> {
       ratios.push(b / d);
     }
     const counts = await store.counts(new Date().toISOString());
+    const { syncs, commits, syncMs } = store.syncStats();
     const measured = PER_ROUND * ROUNDS;
     const perSecond = measured / ingestSeconds;
     const barePerSecond = measured / bareSeconds;
@@ -77,6 +78,7 @@ export async function measure(): Promise<Measured> {
         figure('bare MLLP listener (ACK, no work)', `${barePerSecond.toFixed(0)} msg/s`),
         figure('into the SQLite store (ACK after commit)', `${perSecond.toFixed(0)} msg/s`),
         figure('ratio, rounds', `${ratios.map((r) => r.toFixed(2)).join(', ')}`),
+        figure('messages per commit, commits per WAL sync, ms per sync', `${(sent / commits).toFixed(1)}, ${(commits / syncs).toFixed(1)}, ${(syncMs / syncs).toFixed(2)}`),
         figure('checks stored', `${Object.values(counts.checks).reduce((a, b) => a + b, 0)}`),
         `bench hl7-ingest: ${perSecond.toFixed(0)} msg/s (ratio ${ratio.toFixed(2)} vs bare-mllp-ack)`,
       ],

@@ -1,10 +1,12 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import fs from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import Database from 'better-sqlite3';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { jobStoreContract } from './job-store-contract';
+import { until } from './harness';
 
 /** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
 jobStoreContract('SqliteJobStore', async () => {
@@ -22,7 +24,7 @@ describe('SqliteJobStore', () => {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('runs in WAL mode with synchronous=FULL, at the current schema version', async () => {
+  it('runs in WAL mode, at the current schema version', async () => {
     const store = SqliteJobStore.open(dir);
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
@@ -44,6 +46,72 @@ describe('SqliteJobStore', () => {
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();
+  });
+
+  describe('durability: each commit synced to disk off the event loop before its transaction is answered', () => {
+    afterEach(() => jest.restoreAllMocks());
+
+    /** fdatasync held until released: what the store is waiting for while the disk syncs. */
+    function heldSyncs() {
+      const real = fs.fdatasync;
+      const held: Array<() => void> = [];
+      jest.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, done: (err: NodeJS.ErrnoException | null) => void) => {
+        held.push(() => real(fd, done));
+      }) as typeof fs.fdatasync);
+      return held;
+    }
+
+    it('answers a transaction only once a sync of the WAL begun after its COMMIT has returned', async () => {
+      const store = SqliteJobStore.open(dir);
+      const held = heldSyncs();
+      let answered = false;
+      const first = store.transaction((tx) => tx.setMeta('k', 'v1')).then(() => (answered = true));
+      await until('the first sync asked for', async () => held.length === 1);
+      // Committed (a second connection reads it), but not answered while its sync runs.
+      const reader = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
+      expect((reader.prepare('SELECT value FROM meta WHERE key = ?').get('k') as { value: string }).value).toBe('v1');
+      reader.close();
+      // The next transaction commits meanwhile; its sync waits for the one running, then covers it.
+      let secondAnswered = false;
+      const second = store.transaction((tx) => tx.setMeta('k', 'v2')).then(() => (secondAnswered = true));
+      await new Promise((r) => setTimeout(r, 50));
+      expect([answered, secondAnswered, held.length]).toEqual([false, false, 1]);
+      held.shift()?.();
+      await first;
+      expect(secondAnswered).toBe(false);
+      await until('the second sync asked for', async () => held.length === 1);
+      held.shift()?.();
+      await second;
+      jest.restoreAllMocks();
+      await store.close();
+    });
+
+    it('after a failed sync fails that transaction and every later one, and says so to /healthz, until reopened', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.setMeta('k', 'before'));
+      jest.spyOn(fs, 'fdatasync').mockImplementation(((_fd: number, done: (err: NodeJS.ErrnoException | null) => void) => {
+        done(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
+      }) as typeof fs.fdatasync);
+      await expect(store.transaction((tx) => tx.setMeta('k', 'lost'))).rejects.toThrow(/syncing the WAL to disk failed \(EIO\); restart the service/);
+      jest.restoreAllMocks();
+      await expect(store.transaction((tx) => tx.setMeta('k', 'after'))).rejects.toThrow(/syncing the WAL to disk failed/);
+      await expect(store.ping()).rejects.toThrow(/syncing the WAL to disk failed/);
+      await store.close();
+      const reopened = SqliteJobStore.open(dir);
+      await reopened.transaction((tx) => tx.setMeta('k', 'again'));
+      expect(await reopened.transaction((tx) => tx.getMeta('k'))).toBe('again');
+      await reopened.close();
+    });
+
+    it('checkpoints the WAL into the database file from its own thread, as commits come', async () => {
+      const store = SqliteJobStore.open(dir);
+      const file = path.join(dir, 'dental-elig.sqlite');
+      const before = statSync(file).size;
+      for (let i = 0; i < 20; i++) await store.transaction((tx) => tx.setMeta(`k${i}`, 'x'.repeat(50_000)));
+      // The store's own connection does not checkpoint (that would block the event loop): the file grows only by the thread.
+      await until('the database file holds the commits', async () => statSync(file).size > before + 20 * 50_000, 5_000);
+      await store.close();
+    });
   });
 
   it('refuses a file from a newer version of the program', async () => {
