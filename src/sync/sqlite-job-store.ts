@@ -351,8 +351,9 @@ export class SqliteJobStore implements JobStore {
     return {
       async addMessage(message: NewMessage) {
         const inserted = insertMessage.run({ ...message, detail: message.detail ?? null, answer: message.answer ?? null });
-        const row = messageFrom(messageByKey.get(message.kind, message.dedupeKey) as MessageRecord);
-        return { message: row, duplicate: inserted.changes === 0 };
+        // Inserted: the row is what was given, under its new id; no need to read it back.
+        if (inserted.changes === 1) return { message: { ...message, id: Number(inserted.lastInsertRowid) }, duplicate: false };
+        return { message: messageFrom(messageByKey.get(message.kind, message.dedupeKey) as MessageRecord), duplicate: true };
       },
       async updateMessage(id, change) {
         const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);
@@ -373,11 +374,11 @@ export class SqliteJobStore implements JobStore {
         const row = getAppointment.get(key) as AppointmentRecord | undefined;
         return row && appointmentFrom(row);
       },
+      // Rows written are typed by the code that built them; rows read are parsed (the file may be older).
       async putAppointment(row) {
-        const valid = AppointmentRow.parse(row);
-        putAppointment.run({ ...valid, checkKeys: JSON.stringify(valid.checkKeys), basis: JSON.stringify(valid.basis) });
-        unlinkAppointment.run(valid.key);
-        for (const key of valid.checkKeys) linkAppointment.run(valid.key, key);
+        putAppointment.run({ ...row, checkKeys: JSON.stringify(row.checkKeys), basis: JSON.stringify(row.basis) });
+        unlinkAppointment.run(row.key);
+        for (const key of row.checkKeys) linkAppointment.run(row.key, key);
       },
       async appointmentsOfPatient(patientKey) {
         return (ofPatient.all(patientKey) as AppointmentRecord[]).map(appointmentFrom);
@@ -389,16 +390,15 @@ export class SqliteJobStore implements JobStore {
         return parseCheck(getCheck.get(key) as { row: string } | undefined);
       },
       async putCheck(row) {
-        const valid = CheckRow.parse(row);
         putCheck.run({
-          key: valid.key,
-          state: valid.state,
-          row: JSON.stringify(valid),
-          correlationId: valid.correlationId ?? null,
-          coverageFingerprint: valid.coverageFingerprint,
-          resultAt: valid.resultAt ?? null,
-          dueAt: valid.dueAt ?? null,
-          updatedAt: valid.updatedAt,
+          key: row.key,
+          state: row.state,
+          row: JSON.stringify(row),
+          correlationId: row.correlationId ?? null,
+          coverageFingerprint: row.coverageFingerprint,
+          resultAt: row.resultAt ?? null,
+          dueAt: row.dueAt ?? null,
+          updatedAt: row.updatedAt,
         });
       },
       async checkByCorrelationId(correlationId) {

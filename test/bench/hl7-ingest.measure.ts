@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import type { Ack } from '../../src/adapters/hl7';
 import { createEligibilitySync } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
@@ -40,6 +41,8 @@ export async function measure(): Promise<Measured> {
   let accepted = 0;
   let ingestSeconds = 0;
   let bareSeconds = 0;
+  // The listener's event loop (this thread) busy, in ms, during the measured rounds into the store.
+  let ingestBusyMs = 0;
   const ratios: number[] = [];
   try {
     const timed = async (port: number, messages: string[], count: boolean) => {
@@ -55,12 +58,15 @@ export async function measure(): Promise<Measured> {
     for (let round = 0; round <= ROUNDS; round++) {
       const messages = Array.from({ length: PER_ROUND }, (_, i) => siuS12(sent + i, '20261124'));
       const b = await timed(barePort, messages, false);
+      const loop = performance.eventLoopUtilization();
       const d = await timed(durablePort, messages, true);
+      const busyMs = performance.eventLoopUtilization(loop).active;
       sent += PER_ROUND;
       if (round === 0) {
         accepted = 0;
         continue;
       }
+      ingestBusyMs += busyMs;
       bareSeconds += b;
       ingestSeconds += d;
       ratios.push(b / d);
@@ -78,6 +84,7 @@ export async function measure(): Promise<Measured> {
         figure('bare MLLP listener (ACK, no work)', `${barePerSecond.toFixed(0)} msg/s`),
         figure('into the SQLite store (ACK after commit)', `${perSecond.toFixed(0)} msg/s`),
         figure('ratio, rounds', `${ratios.map((r) => r.toFixed(2)).join(', ')}`),
+        figure('event loop busy per message into the store', `${((ingestBusyMs * 1000) / measured).toFixed(0)} us`),
         figure('messages per commit, commits per WAL sync, ms per sync', `${(sent / commits).toFixed(1)}, ${(commits / syncs).toFixed(1)}, ${(syncMs / syncs).toFixed(2)}`),
         figure('checks stored', `${Object.values(counts.checks).reduce((a, b) => a + b, 0)}`),
         `bench hl7-ingest: ${perSecond.toFixed(0)} msg/s (ratio ${ratio.toFixed(2)} vs bare-mllp-ack)`,

@@ -61,27 +61,50 @@ describe('SqliteJobStore', () => {
       return held;
     }
 
-    it('answers a transaction only once a sync of the WAL begun after its COMMIT has returned', async () => {
+    it('answers a transaction only once a sync of the WAL begun after its COMMIT has returned; four sync at once, the next waits for one of them', async () => {
       const store = SqliteJobStore.open(dir);
       const held = heldSyncs();
-      let answered = false;
-      const first = store.transaction((tx) => tx.setMeta('k', 'v1')).then(() => (answered = true));
-      await until('the first sync asked for', async () => held.length === 1);
-      // Committed (a second connection reads it), but not answered while its sync runs.
-      const reader = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
-      expect((reader.prepare('SELECT value FROM meta WHERE key = ?').get('k') as { value: string }).value).toBe('v1');
-      reader.close();
-      // The next transaction commits meanwhile; its sync waits for the one running, then covers it.
-      let secondAnswered = false;
-      const second = store.transaction((tx) => tx.setMeta('k', 'v2')).then(() => (secondAnswered = true));
+      const answered: boolean[] = [];
+      const commits: Promise<unknown>[] = [];
+      // Each in a batch of its own: the next is sent once the last has asked for its sync.
+      for (let i = 0; i < 5; i++) {
+        commits.push(store.transaction((tx) => tx.setMeta('k', `v${i}`)).then(() => (answered[i] = true)));
+        if (i < 4) await until(`sync ${i + 1} asked for`, async () => held.length === i + 1);
+      }
+      await until('the fifth committed', async () => {
+        const reader = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
+        const value = (reader.prepare('SELECT value FROM meta WHERE key = ?').get('k') as { value: string }).value;
+        reader.close();
+        return value === 'v4';
+      });
+      // All five committed (another connection reads the last), none answered, the fifth waiting for a sync to start.
       await new Promise((r) => setTimeout(r, 50));
-      expect([answered, secondAnswered, held.length]).toEqual([false, false, 1]);
+      expect([answered.filter(Boolean).length, held.length]).toEqual([0, 4]);
       held.shift()?.();
-      await first;
-      expect(secondAnswered).toBe(false);
-      await until('the second sync asked for', async () => held.length === 1);
-      held.shift()?.();
-      await second;
+      await commits[0];
+      // The first sync returned: one begins for the fifth, which waits for it, not for the first.
+      await until('a sync for the fifth asked for', async () => held.length === 4);
+      expect(answered[4]).toBeUndefined();
+      while (held.length > 0) held.shift()?.();
+      await Promise.all(commits);
+      jest.restoreAllMocks();
+      await store.close();
+    });
+
+    it('answers commits in the order they were made, whichever sync returns first', async () => {
+      const store = SqliteJobStore.open(dir);
+      const held = heldSyncs();
+      const answered: string[] = [];
+      const first = store.transaction((tx) => tx.setMeta('k', 'first')).then(() => answered.push('first'));
+      await until('the first sync asked for', async () => held.length === 1);
+      const second = store.transaction((tx) => tx.setMeta('k', 'second')).then(() => answered.push('second'));
+      await until('the second sync asked for', async () => held.length === 2);
+      held[1]?.();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(answered).toEqual([]);
+      held[0]?.();
+      await Promise.all([first, second]);
+      expect(answered).toEqual(['first', 'second']);
       jest.restoreAllMocks();
       await store.close();
     });
