@@ -86,6 +86,15 @@ const MIGRATIONS: readonly string[] = [
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
 
+/**
+ * Under steady load the checkpointing thread never catches up with the last commit, and SQLite
+ * starts the WAL over only once a checkpoint has: the WAL would grow without end (80 MB after
+ * 20,000 messages). Past this many pages (16 MB) the store's own connection checkpoints in its
+ * COMMIT, as SQLite does by default at 1,000: only the few frames the thread has not copied yet,
+ * then the WAL starts over.
+ */
+const WAL_BACKSTOP_PAGES = 4000;
+
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
@@ -112,7 +121,8 @@ export class SqliteJobStore implements JobStore {
     db.pragma('synchronous = NORMAL');
     this.wal = new WalSync(`${file}-wal`);
     this.wal.open();
-    db.pragma('wal_autocheckpoint = 0');
+    // The thread checkpoints; this connection only past WAL_BACKSTOP_PAGES (see there), or at 1,000 pages (SQLite's default) should the thread fail.
+    db.pragma(`wal_autocheckpoint = ${WAL_BACKSTOP_PAGES}`);
     this.checkpointer = new WalCheckpointer(file, () => {
       if (db.open) db.pragma('wal_autocheckpoint = 1000');
     });

@@ -135,6 +135,19 @@ describe('SqliteJobStore', () => {
       await until('the database file holds the commits', async () => statSync(file).size > before + 20 * 50_000, 5_000);
       await store.close();
     });
+    it('keeps the WAL bounded under steady load: it starts over past 16 MB', async () => {
+      const store = SqliteJobStore.open(dir);
+      const wal = path.join(dir, 'dental-elig.sqlite-wal');
+      const commits: Promise<void>[] = [];
+      // 40 MB committed back to back, each in a batch of its own, none waiting for the last to be answered.
+      for (let i = 0; i < 40; i++) {
+        commits.push(store.transaction((tx) => tx.setMeta(`big${i}`, String(i).repeat(1 << 20))));
+        await new Promise((r) => setImmediate(r));
+      }
+      await Promise.all(commits);
+      expect(statSync(wal).size).toBeLessThan(24 << 20);
+      await store.close();
+    });
   });
 
   it('refuses a file from a newer version of the program', async () => {
