@@ -5,13 +5,13 @@ import { performance } from 'node:perf_hooks';
 /**
  * Makes SQLite commits durable off the event loop. The store runs with synchronous=NORMAL, where a
  * WAL-mode COMMIT only write()s its frames into the WAL; synchronous=FULL adds an fsync of the WAL
- * after each commit, which better-sqlite3 makes on the event loop (about 1.5 to 3 ms here, during
- * which no socket is read). This does that same sync of the WAL in libuv's thread pool instead:
- * a transaction is answered only once an fdatasync of the WAL that began after its COMMIT has
- * returned, so what is answered is on disk, as with FULL, while the loop goes on with the next
- * batch (and syncs it too, at the same time: see the constructor). fdatasync flushes the file's data and its size (all a WAL needs to be read back);
- * Linux syncs a file whatever descriptor names it. A sync also covers every commit before it, as
- * the WAL is written in order. SQLite itself still syncs the WAL and the database at checkpoints.
+ * after each commit, which better-sqlite3 makes on the event loop (1.5 to 5 ms on the benchmark's
+ * machine, during which no socket is read). This makes that same sync of the WAL in libuv's
+ * thread pool instead: a transaction is answered only once an fdatasync of the WAL begun after its
+ * COMMIT has returned, so what is answered is on disk, as with FULL, while the loop goes on with
+ * the next batch (and syncs it too, at the same time: see the constructor). fdatasync flushes the
+ * file's data and its size, all a WAL needs to be read back; Linux syncs a file whatever
+ * descriptor names it. SQLite itself still syncs the WAL and the database at checkpoints.
  *
  * A failed sync may have lost pages that later syncs will not write again, so after one the store
  * is broken: every later transaction fails (no ACK, the sender resends) until the process restarts
@@ -30,9 +30,9 @@ export class WalSync {
   /**
    * `concurrency`: syncs under way at once. Each commit starts its own while fewer run, so a
    * connection waits one sync, not the end of another's first. Concurrent fdatasyncs of one file
-   * share the disk's cache flush; on the benchmark's disk four at once took 1.5 to 3 ms each, as
-   * one alone does, where one at a time (commits queueing behind each other) halved the
-   * throughput. Four is also libuv's thread pool: more would only queue there.
+   * share the disk's cache flush: in the hl7-ingest benchmark four at once each took as long as
+   * one alone (2.5 to 3.5 ms there), and one at a time, commits queueing behind each other, gave
+   * 20 to 40% fewer messages a second. Four is also libuv's thread pool: more would only queue.
    */
   constructor(
     private readonly walFile: string,

@@ -139,13 +139,14 @@ describe('SqliteJobStore', () => {
       const store = SqliteJobStore.open(dir);
       const wal = path.join(dir, 'dental-elig.sqlite-wal');
       const commits: Promise<void>[] = [];
-      // 40 MB committed back to back, each in a batch of its own, none waiting for the last to be answered.
-      for (let i = 0; i < 40; i++) {
+      // 60 MB committed back to back, each in a batch of its own, none waiting for the last to be answered.
+      for (let i = 0; i < 60; i++) {
         commits.push(store.transaction((tx) => tx.setMeta(`big${i}`, String(i).repeat(1 << 20))));
         await new Promise((r) => setImmediate(r));
       }
       await Promise.all(commits);
-      expect(statSync(wal).size).toBeLessThan(24 << 20);
+      // Past 16 MB by a few commits at most (a checkpoint the thread is making holds the store's back); without it, over 100 MB.
+      expect(statSync(wal).size).toBeLessThan(40 << 20);
       await store.close();
     });
   });
