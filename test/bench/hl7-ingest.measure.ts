@@ -11,10 +11,11 @@ import { figure, threadFor, type Measured } from './measure';
 import { msa, siuS12 } from './mllp-driver';
 
 /**
- * SIU^S12 over MLLP on 8 connections into the durable store (the SQLite file, WAL,
- * synchronous=FULL), each ACK sent after its message's commit, as serve receives them; against a
- * bare listener that ACKs each message without doing anything with it, on the same connections.
- * Rounds alternate between the two so a busy neighbour on the machine hits both.
+ * SIU^S12 over MLLP on 8 connections into the durable store (the SQLite file, WAL), each ACK
+ * sent once its message's commit is on disk, as serve receives them; against a bare listener that
+ * ACKs each message without doing anything with it, on the same connections. Rounds alternate
+ * between the two so a busy neighbour on the machine hits both. The store's WAL syncs (warm-up
+ * included) say what bounds it: each connection waits for one sync per message.
  */
 const CONNECTIONS = 8;
 const PER_ROUND = 2000;
