@@ -41,7 +41,10 @@ export class WalSync {
 
   /** Opens the WAL (SQLite created it when the database opened in WAL mode) and syncs its folder entry once. */
   open(): void {
-    this.fd = openSync(this.walFile, 'r');
+    // Read-write, though nothing is written through it: Windows flushes only a file open for writing.
+    this.fd = openSync(this.walFile, 'r+');
+    // Windows cannot open a folder, and makes a new file's entry durable with the file.
+    if (process.platform === 'win32') return;
     const dir = openSync(path.dirname(this.walFile), 'r');
     try {
       fsyncSync(dir);
