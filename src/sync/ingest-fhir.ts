@@ -82,31 +82,52 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   });
 }
 
+/** What the poll keeps between polls: the newest meta.lastUpdated the server gave, and the last day the window reached. */
+const PollCursor = z.object({ lastUpdated: z.string().optional(), horizon: z.string().optional() });
+type PollCursor = z.infer<typeof PollCursor>;
+
+/** A cursor as stored; a bare timestamp is one from before the window was kept. */
+function readCursor(text: string | undefined): PollCursor {
+  if (!text) return {};
+  if (!text.startsWith('{')) return { lastUpdated: text };
+  const parsed = PollCursor.safeParse(JSON.parse(text));
+  return parsed.success ? parsed.data : {};
+}
+
 /**
- * Booked appointments in the next `days` days changed since `since` (the poll mode's query),
- * plus those still waiting for insurance, whose coverages may have arrived since. The cursor is
- * the newest meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides.
+ * Booked appointments in the next `days` days that changed since the last poll, those the window
+ * reached since then (booked long ahead, they changed before they were in it), and those still
+ * waiting for insurance, whose coverages may have arrived since. The cursor holds the newest
+ * meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides what changed.
  */
 export async function appointmentsToPoll(
   store: JobStore,
   reader: FhirReader,
   options: { now: Date; days: number; since: string | undefined },
-): Promise<{ ids: string[]; cursor: string | undefined }> {
+): Promise<{ ids: string[]; cursor: string }> {
   const from = options.now.toISOString().slice(0, 10);
-  const params: Record<string, string> = { status: 'booked', date: `ge${from}`, _count: '100' };
-  if (options.since) params._lastUpdated = `gt${options.since}`;
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
+  const previous = readCursor(options.since);
+  const window = { status: 'booked', date: [`ge${from}`, `le${until}`], _count: '100' };
   const ids = new Set<string>();
-  let cursor = options.since;
-  for (const found of await reader.search('Appointment', params)) {
+  let lastUpdated = previous.lastUpdated;
+  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...window, _lastUpdated: `gt${previous.lastUpdated}` } : window);
+  for (const found of changed) {
     const head = AppointmentHead.safeParse(found);
     if (!head.success || !head.data.id) continue;
     const updated = head.data.meta?.lastUpdated;
-    if (updated && (!cursor || Date.parse(updated) > Date.parse(cursor))) cursor = updated;
-    if ((head.data.start ?? '').slice(0, 10) <= until) ids.add(head.data.id);
+    if (updated && (!lastUpdated || Date.parse(updated) > Date.parse(lastUpdated))) lastUpdated = updated;
+    ids.add(head.data.id);
+  }
+  if (previous.horizon && previous.horizon < until) {
+    const reached = await reader.search('Appointment', { ...window, date: [`gt${previous.horizon}`, `le${until}`] });
+    for (const found of reached) {
+      const head = AppointmentHead.safeParse(found);
+      if (head.success && head.data.id) ids.add(head.data.id);
+    }
   }
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
     if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
   }
-  return { ids: [...ids], cursor };
+  return { ids: [...ids], cursor: JSON.stringify({ lastUpdated, horizon: until } satisfies PollCursor) };
 }

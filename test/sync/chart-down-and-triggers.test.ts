@@ -75,4 +75,19 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(await h.sync.pollAppointments()).toBe(0);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
   });
+
+  it('finds an appointment booked beyond the poll window once the window reaches it, though it never changed', async () => {
+    let clock = new Date('2026-11-01T12:00:00Z');
+    h = await startHarness({ now: () => clock });
+    // Booked on the first for December 7: beyond the 14 days ahead the poll looks at.
+    await h.fhir.seed(chartOf('primary-secondary'));
+    expect(await h.sync.pollAppointments()).toBe(0);
+    clock = new Date('2026-11-20T12:00:00Z');
+    expect(await h.sync.pollAppointments()).toBe(0);
+    clock = new Date('2026-11-24T12:00:00Z');
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    clock = new Date('2026-11-25T12:00:00Z');
+    expect(await h.sync.pollAppointments()).toBe(0);
+  });
 });
