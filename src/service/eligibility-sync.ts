@@ -257,13 +257,22 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   let pollTimer: NodeJS.Timeout | undefined;
+  /** The timed poll under way, which stop() waits for. */
+  let polling: Promise<void> | undefined;
+  let stopping = false;
   let stopped = false;
   const schedulePoll = () => {
-    if (settings.fhirPollIntervalMs <= 0) return;
+    if (settings.fhirPollIntervalMs <= 0 || stopping) return;
     pollTimer = setTimeout(() => {
-      pollAppointments()
-        .catch((err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again next interval'))
-        .finally(schedulePoll);
+      polling = pollAppointments()
+        .then(
+          () => undefined,
+          (err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again next interval'),
+        )
+        .finally(() => {
+          polling = undefined;
+          schedulePoll();
+        });
     }, settings.fhirPollIntervalMs);
   };
 
@@ -304,7 +313,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
     },
     async stop(): Promise<void> {
+      stopping = true;
       if (pollTimer) clearTimeout(pollTimer);
+      await polling;
       await worker.stop();
       if (stopped) return;
       stopped = true;

@@ -13,10 +13,11 @@ export interface Mount {
 
 /**
  * The service's HTTP face: the verification webhook, FHIR Subscription notifications, /healthz,
- * /metrics and, with no FHIR server of the practice's own, the embedded one. Requests are
- * served only once `target` can give the sync.
+ * /metrics and, with no FHIR server of the practice's own, the embedded one. Until `target` can
+ * give the sync (the store is still opening), its endpoints answer 503 with Retry-After, so a
+ * sender tries again.
  */
-export async function startHttpServer(target: () => EligibilitySync, options: { host?: string; port?: number; mounts?: Mount[] } = {}): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
+export async function startHttpServer(target: () => EligibilitySync | undefined, options: { host?: string; port?: number; mounts?: Mount[] } = {}): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
   const server = createServer((req, res) => {
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
@@ -25,6 +26,10 @@ export async function startHttpServer(target: () => EligibilitySync, options: { 
     if (mount) {
       Promise.resolve(mount.handle(req, res)).catch(() => problem(res, 500, 'internal error'));
       return;
+    }
+    if (!sync) {
+      res.setHeader('retry-after', '5');
+      return problem(res, 503, 'starting: try again shortly');
     }
     if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
     if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {

@@ -42,12 +42,16 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
 
     const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: embeddedFhir.handle }] : [];
     let sync: EligibilitySync | undefined;
-    const http = await startHttpServer(() => sync as EligibilitySync, { host: config.host, port: config.httpPort, mounts });
-    closers.push(() => http.close());
+    const http = await startHttpServer(() => sync, { host: config.host, port: config.httpPort, mounts });
     const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
 
-    const store = await openJobStore(config.store, config.dataDir);
+    const store = await openJobStore(config.store, config.dataDir).catch(async (err: unknown) => {
+      await http.close();
+      throw err;
+    });
     closers.push(() => store.close());
+    // Closed before the store: a request under way is answered from a store still open.
+    closers.push(() => http.close());
     sync = createEligibilitySync({
       store,
       dataDir: config.dataDir,

@@ -1,3 +1,4 @@
+import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
 
@@ -31,6 +32,25 @@ describe('observability', () => {
     expect(health.status).toBe(503);
     expect(await health.json()).toMatchObject({ ok: false, store: 'ok', fhir: 'unreachable' });
     h.fhir.close = async () => undefined;
+  });
+
+  it('answers 503 with Retry-After while the sync is not there yet (the store still opening), and serves once it is', async () => {
+    const started = await startHarness();
+    let ready = false;
+    const early = await startHttpServer(() => (ready ? started.sync : undefined));
+    try {
+      const url = `http://${early.host}:${early.port}`;
+      for (const [path, method] of [['/healthz', 'GET'], ['/metrics', 'GET'], [WEBHOOK_PATH, 'POST'], ['/fhir-notifications/Appointment/a', 'POST']] as const) {
+        const res = await fetch(`${url}${path}`, { method });
+        expect([path, res.status, res.headers.get('retry-after')]).toEqual([path, 503, '5']);
+        expect(await res.json()).toMatchObject({ status: 503, detail: 'starting: try again shortly' });
+      }
+      ready = true;
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    } finally {
+      await early.close();
+      await started.close();
+    }
   });
 
   it('censors patient data and secrets in whatever object is logged', () => {

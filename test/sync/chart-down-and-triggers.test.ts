@@ -1,3 +1,4 @@
+import { startScriptedServer } from '../support/http-server';
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
@@ -74,6 +75,28 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     // The next poll sees nothing changed since the last.
     expect(await h.sync.pollAppointments()).toBe(0);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+
+  it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {
+    let fhirUrl = '';
+    // In front of the FHIR server: each Appointment search takes 300 ms.
+    const slow = await startScriptedServer(async (req, res) => {
+      if (req.url.includes('/Appointment')) await new Promise((r) => setTimeout(r, 300));
+      const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers: { accept: 'application/fhir+json' } });
+      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
+    });
+    h = await startHarness({
+      settings: { fhirPollIntervalMs: 20 },
+      fhirVia: async (url) => ((fhirUrl = url), `${slow.url}/fhir`),
+    });
+    const searches = () => slow.requests.filter((r) => r.url.includes('/Appointment')).length;
+    await until('a poll under way', async () => searches() > 0);
+    await h.sync.stop();
+    const after = searches();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(searches()).toBe(after);
+    expect(h.logs.join('\n')).not.toMatch(/FHIR poll failed/);
+    await slow.close();
   });
 
   it('finds an appointment booked beyond the poll window once the window reaches it, though it never changed', async () => {
