@@ -1,16 +1,17 @@
-import type {
-  EligibilityCheck,
-  KnownAppointment,
-  KnownCoverage,
-  PatientInsuranceRecord,
-  PatientInsuranceStore,
-  PatientKey,
-  PayerResolver,
-  Provider,
+import {
+  IsoInstant,
+  type EligibilityCheck,
+  type KnownAppointment,
+  type KnownCoverage,
+  type PatientInsuranceRecord,
+  type PatientInsuranceStore,
+  type PatientKey,
+  type PayerResolver,
+  type Provider,
 } from '../../domain';
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
-import { buildChecks, type CheckSourceFields } from './build-checks';
+import { assembleChecks, type CheckSourceFields } from './build-checks';
 import { describeProblem, Hl7InputError, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { parseSegments, type Hl7Message } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
@@ -92,6 +93,8 @@ const KEPT_APPOINTMENTS = 50;
  * exception means a fault of ours (or the store's) and should be answered AR.
  */
 export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
+  // The one datum of a result that is not read from the message: the caller's, checked here.
+  if (!IsoInstant.safeParse(options.receivedAt).success) throw new TypeError('receivedAt must be an ISO 8601 date-time with offset');
   // Cut into segments once: the header is read from them and the message parsed from them.
   const lines = segmentLines(text);
   const header = headerOf(lines);
@@ -203,7 +206,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     source: source(ctx, appointment.appointmentId),
     ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
   };
-  const checks = buildChecks({ ...basis, patient, coverages, resolver: options.resolver });
+  const checks = assembleChecks({ ...basis, patient, coverages, resolver: options.resolver });
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);

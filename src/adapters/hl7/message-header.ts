@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { segmentLines } from './split-messages';
 
@@ -69,7 +69,7 @@ export const DERIVED_CONTROL_ID_PREFIX = 'sha256:';
  */
 export function messageControlId(header: MessageHeader | undefined, text: string): string {
   if (header?.controlId) return header.controlId;
-  return `${DERIVED_CONTROL_ID_PREFIX}${createHash('sha256').update(segmentLines(text).join('\r')).digest('hex')}`;
+  return `${DERIVED_CONTROL_ID_PREFIX}${hash('sha256', segmentLines(text).join('\r'), 'hex')}`;
 }
 
 export function isEnhancedMode(header: MessageHeader): boolean {
