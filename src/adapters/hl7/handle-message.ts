@@ -19,7 +19,7 @@ import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from 
 import { readAppointment, readAppointmentId } from './read-appointment';
 import { firstValue, whereMissing } from './read-fields';
 import { readInsurance } from './read-insurance';
-import { readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+import { patientKey, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
 export interface Hl7HandlerOptions {
@@ -100,17 +100,22 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
   const header = headerOf(lines);
   const known = { header, messageControlId: messageControlId(header, text) };
   const warnings: Hl7Problem[] = [];
-  const noted = () => (warnings.length > 0 ? { warnings } : {});
+  let outcome: Hl7Outcome;
   try {
     const message = parseSegments(lines);
-    const checkedHeader = checkHeader(header, warnings);
-    const outcome = await dispatch({ message, header: checkedHeader, controlId: known.messageControlId, warnings }, options);
-    return { ...known, ackCode: 'AA', outcome, ...noted() };
+    const problems = headerProblems(header, warnings);
+    outcome = header && problems.length === 0 ? await dispatch({ message, header, controlId: known.messageControlId, warnings }, options) : rejected(problems);
   } catch (err) {
     if (!(err instanceof Hl7InputError)) throw err;
-    const problems = [...err.problems];
-    return { ...known, ackCode: problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE', outcome: { kind: 'reject', problems }, ...noted() };
+    outcome = rejected([...err.problems]);
   }
+  const ackCode = outcome.kind !== 'reject' ? 'AA' : outcome.problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE';
+  return { ...known, ackCode, outcome, ...(warnings.length > 0 && { warnings }) };
+}
+
+/** Readers return what is wrong with a message rather than throw it: a throw costs a stack trace. */
+function rejected(problems: Hl7Problem[]): Hl7Outcome {
+  return { kind: 'reject', problems };
 }
 
 /**
@@ -123,8 +128,8 @@ export function ackFor(result: Hl7Result, options?: AckOptions): Ack[] {
   return acknowledgements(result.header, { commit: result.ackCode === 'AR' ? 'CR' : 'CA', application: result.ackCode, problems }, options);
 }
 
-function checkHeader(header: MessageHeader | undefined, warnings: Hl7Problem[]): MessageHeader {
-  if (!header) throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+function headerProblems(header: MessageHeader | undefined, warnings: Hl7Problem[]): Hl7Problem[] {
+  if (!header) return [rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')];
   const missing = (field: number, what: string) => rejection({ segment: 'MSH', field }, 101, `${what} missing`);
   const problems: Hl7Problem[] = [];
   if (!header.messageCode || !header.triggerEvent) problems.push(missing(9, 'message type or trigger event'));
@@ -134,8 +139,7 @@ function checkHeader(header: MessageHeader | undefined, warnings: Hl7Problem[]):
   else if (!SUPPORTED_VERSION.test(header.version)) {
     problems.push(rejection({ segment: 'MSH', field: 12 }, 203, `version ${header.version.slice(0, 10)} is not supported (2.3 to 2.8)`));
   }
-  if (problems.length > 0) throw new Hl7InputError(problems);
-  return header;
+  return problems;
 }
 
 /** A readable message with a supported header, as handleHl7Message hands it on. */
@@ -164,7 +168,7 @@ async function dispatch(received: Received, options: Hl7HandlerOptions): Promise
   const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(header.messageCode) ? 'ignore' : undefined);
   if (action === undefined) {
     const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${header.messageCode}^`));
-    throw new Hl7InputError([
+    return rejected([
       knownType
         ? rejection({ segment: 'MSH', field: 9 }, 201, `event ${header.triggerEvent.slice(0, 8)} is not supported`)
         : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
@@ -186,14 +190,14 @@ async function dispatch(received: Received, options: Hl7HandlerOptions): Promise
 
 async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'SCH', 'PID');
-  const problems: Hl7Problem[] = [];
+  const problems = missingSegments(message, 'SCH', 'PID');
+  if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
   const appointment = readAppointment(message, profile, problems, ctx.warnings);
   const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
   const clinicId = readClinic(ctx, problems);
-  const key = readPatientKey(message, profile, ctx.facility);
-  if (problems.length > 0) throw new Hl7InputError(problems);
+  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  if (problems.length > 0) return rejected(problems);
   if (!patient || !appointment || !insurance || !clinicId || !key) throw new Error('readers returned nothing without a problem');
 
   const known = await options.store.get(key);
@@ -226,9 +230,10 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
 
 async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'SCH');
+  const missing = missingSegments(message, 'SCH');
+  if (missing.length > 0) return rejected(missing);
   const appointmentId = readAppointmentId(message, profile);
-  if (!appointmentId) throw new Hl7InputError([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
+  if (!appointmentId) return rejected([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
   // The patient group is optional in a cancellation; without it the pipeline cancels by appointment id.
   const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
   const known = key && (await options.store.get(key));
@@ -241,12 +246,12 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
 
 async function record(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'PID');
-  const problems: Hl7Problem[] = [];
+  const problems = missingSegments(message, 'PID');
+  if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
   const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
-  const key = readPatientKey(message, profile, ctx.facility);
-  if (problems.length > 0) throw new Hl7InputError(problems);
+  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  if (problems.length > 0) return rejected(problems);
   if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');
   const known = await options.store.get(key);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
@@ -256,11 +261,8 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, record: updated };
 }
 
-function requireSegments(message: Hl7Message, ...names: string[]): void {
-  const problems = names
-    .filter((name) => !message.first(name))
-    .map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
-  if (problems.length > 0) throw new Hl7InputError(problems);
+function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
+  return names.filter((name) => !message.first(name)).map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
 }
 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {

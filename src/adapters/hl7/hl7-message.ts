@@ -47,7 +47,7 @@ export class Hl7Segment {
     const comp = rep && piece(rep, this.delimiters.component, component - 1);
     const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
     if (!escaped) return '';
-    const text = this.decoder.unescape(escaped);
+    const text = unescape(this.decoder, escaped, this.delimiters.escape);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
   }
@@ -80,6 +80,20 @@ export class Hl7Segment {
 
   private mshDelimiterField(field: number): string {
     return field === 1 ? this.delimiters.field : this.delimiters.encodingCharacters;
+  }
+}
+
+/**
+ * The library's escape decoding, except that it throws on a hex escape of odd length (\XABC\):
+ * such an escape is dropped, as the escapes it does not support are.
+ */
+function unescape(decoder: Message, text: string, escape: string): string {
+  try {
+    return decoder.unescape(text);
+  } catch {
+    const e = escape.replace(/[-/\\^$*+?.()|[\]{}]/g, '\\$&');
+    const hex = new RegExp(`${e}X([^${e}]*)${e}`, 'g');
+    return decoder.unescape(text.replace(hex, (whole, digits: string) => (digits.length % 2 === 0 ? whole : '')));
   }
 }
 
