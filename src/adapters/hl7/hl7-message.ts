@@ -58,6 +58,13 @@ export class Hl7Segment {
     return this.repetitionsOf(field).length;
   }
 
+  /** Whether a field has something in it: not empty, nor HL7's null (""). */
+  hasValue(field: number): boolean {
+    if (this.shift === 1 && field <= 2) return true;
+    const text = this.fieldText(field).trim();
+    return text !== '' && text !== '""';
+  }
+
   /** A field exactly as received, escape sequences and all; '' when absent. */
   rawField(field: number): string {
     if (this.shift === 1 && field === 1) return this.delimiters.field;
@@ -69,13 +76,17 @@ export class Hl7Segment {
   private repetitionsOf(field: number): string[] {
     const known = this.repetitionTexts[field];
     if (known) return known;
-    // Values are read from the segment without surrounding spaces, as the library's parser holds it.
-    this.fieldTexts ??= this.raw.trim().split(this.delimiters.field);
-    const text = this.fieldTexts[field - this.shift] ?? '';
+    const text = this.fieldText(field);
     // As the library splits: an empty field has no repetitions at all.
     const repetitions = text === '' ? [] : text.split(this.delimiters.repetition);
     this.repetitionTexts[field] = repetitions;
     return repetitions;
+  }
+
+  private fieldText(field: number): string {
+    // Values are read from the segment without surrounding spaces, as the library's parser holds it.
+    this.fieldTexts ??= this.raw.trim().split(this.delimiters.field);
+    return this.fieldTexts[field - this.shift] ?? '';
   }
 
   private mshDelimiterField(field: number): string {

@@ -28,8 +28,7 @@ export function* fieldsWithValues(scope: readonly Hl7Segment[], paths: readonly 
   for (const path of paths) {
     for (const segment of scope) {
       if (segment.name !== path.segment) continue;
-      const raw = segment.rawField(path.field).trim();
-      if (raw !== '' && raw !== '""') yield { segment, path };
+      if (segment.hasValue(path.field)) yield { segment, path };
     }
   }
 }
