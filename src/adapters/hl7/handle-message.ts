@@ -98,19 +98,21 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
   // Cut into segments once: the header is read from them and the message parsed from them.
   const lines = segmentLines(text);
   const header = headerOf(lines);
-  const known = { header, messageControlId: messageControlId(header, text) };
+  const controlId = messageControlId(header, text);
   const warnings: Hl7Problem[] = [];
   let outcome: Hl7Outcome;
   try {
-    const message = parseSegments(lines);
+    const message = parseSegments(lines, header?.delimiters);
     const problems = headerProblems(header, warnings);
-    outcome = header && problems.length === 0 ? await dispatch({ message, header, controlId: known.messageControlId, warnings }, options) : rejected(problems);
+    outcome = header && problems.length === 0 ? await dispatch({ message, header, controlId, warnings }, options) : rejected(problems);
   } catch (err) {
     if (!(err instanceof Hl7InputError)) throw err;
     outcome = rejected([...err.problems]);
   }
   const ackCode = outcome.kind !== 'reject' ? 'AA' : outcome.problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE';
-  return { ...known, ackCode, outcome, ...(warnings.length > 0 && { warnings }) };
+  const result: Hl7Result = { header, messageControlId: controlId, ackCode, outcome };
+  if (warnings.length > 0) result.warnings = warnings;
+  return result;
 }
 
 /** Readers return what is wrong with a message rather than throw it: a throw costs a stack trace. */
@@ -160,8 +162,9 @@ interface Context extends Received {
   facility: string;
 }
 
-async function dispatch(received: Received, options: Hl7HandlerOptions): Promise<Hl7Outcome> {
-  const { message, header } = received;
+/** Not async itself: the events that touch the store are, and an extra promise per message shows. */
+function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | Promise<Hl7Outcome> {
+  const { message, header, controlId, warnings } = received;
   const sendingApplication = message.header.value(3).trim();
   const profile = profileFor(options.mappings, sendingApplication);
   const type = `${header.messageCode}^${header.triggerEvent}`;
@@ -174,7 +177,7 @@ async function dispatch(received: Received, options: Hl7HandlerOptions): Promise
         : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
     ]);
   }
-  const ctx: Context = { ...received, profile, options, sendingApplication, facility: message.header.value(4).trim() };
+  const ctx: Context = { message, header, controlId, warnings, profile, options, sendingApplication, facility: message.header.value(4).trim() };
   switch (action) {
     case 'ignore':
       return { kind: 'ignore', reason: `${type} does not change eligibility` };

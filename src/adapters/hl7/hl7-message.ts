@@ -163,14 +163,17 @@ export function parseHl7Message(text: string): Hl7Message {
   return parseSegments(segmentLines(text));
 }
 
-/** parseHl7Message for a message already cut into its segments (segmentLines). */
-export function parseSegments(lines: readonly string[]): Hl7Message {
+/**
+ * parseHl7Message for a message already cut into its segments (segmentLines), with the delimiters
+ * when its header has been read already (readDelimiters of the first line).
+ */
+export function parseSegments(lines: readonly string[], known?: Delimiters): Hl7Message {
   const first = lines[0];
   if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
   if (!first.startsWith('MSH')) {
     throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment')]);
   }
-  const delimiters = readDelimiters(first);
+  const delimiters = known ?? readDelimiters(first);
   if (!delimiters) {
     throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
   }
