@@ -21,7 +21,7 @@ import { segmentLines } from './split-messages';
 export class Hl7Segment {
   private fieldTexts: string[] | undefined;
   /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
-  private readonly repetitionTexts: Array<string[] | undefined> = [];
+  private repetitionTexts: Array<string[] | undefined> | undefined;
   private rawFields: string[] | undefined;
   /** Fields are numbered from the name, but MSH-1 is the separator that follows it. */
   private readonly shift: number;
@@ -74,6 +74,7 @@ export class Hl7Segment {
 
   /** A field's repetitions, cut once per field; components are cut out of a repetition on each read. */
   private repetitionsOf(field: number): string[] {
+    this.repetitionTexts ??= [];
     const known = this.repetitionTexts[field];
     if (known) return known;
     const text = this.fieldText(field);
