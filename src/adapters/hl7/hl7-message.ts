@@ -19,7 +19,9 @@ import { segmentLines } from './split-messages';
  *   delimiters only.
  */
 export class Hl7Segment {
-  private fieldTexts: string[] | undefined;
+  /** The segment without surrounding spaces, as the library's parser holds it, and where each field ends in it. */
+  private text: string | undefined;
+  private fieldEnds: number[] | undefined;
   /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
   private repetitionTexts: Array<string[] | undefined> | undefined;
   private rawFields: string[] | undefined;
@@ -84,10 +86,23 @@ export class Hl7Segment {
     return repetitions;
   }
 
+  /**
+   * A field's text. Readers look at a dozen of a segment's fields at most, so the segment is not
+   * split: where each field ends is found once, and only the fields read are cut out.
+   */
   private fieldText(field: number): string {
-    // Values are read from the segment without surrounding spaces, as the library's parser holds it.
-    this.fieldTexts ??= this.raw.trim().split(this.delimiters.field);
-    return this.fieldTexts[field - this.shift] ?? '';
+    if (this.text === undefined || this.fieldEnds === undefined) {
+      const text = this.raw.trim();
+      const ends: number[] = [];
+      for (let at = text.indexOf(this.delimiters.field); at !== -1; at = text.indexOf(this.delimiters.field, at + 1)) ends.push(at);
+      ends.push(text.length);
+      this.text = text;
+      this.fieldEnds = ends;
+    }
+    const index = field - this.shift;
+    const end = this.fieldEnds[index];
+    if (end === undefined || index < 1) return index === 0 ? this.name : '';
+    return this.text.slice((this.fieldEnds[index - 1] as number) + 1, end);
   }
 
   private mshDelimiterField(field: number): string {
