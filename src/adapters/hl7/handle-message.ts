@@ -314,6 +314,7 @@ function insuranceKnownIn(record: PatientInsuranceRecord | undefined): boolean {
  * of them must not withdraw the check the others still need.
  */
 function unheld(keys: readonly string[], appointments: readonly KnownAppointment[]): string[] {
+  if (keys.length === 0) return [];
   const held = new Set(appointments.flatMap((a) => a.keys));
   return keys.filter((k) => !held.has(k));
 }
