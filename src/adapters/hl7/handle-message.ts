@@ -12,8 +12,8 @@ import {
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { assembleChecks, type CheckSourceFields } from './build-checks';
-import { describeProblem, Hl7InputError, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
-import { parseSegments, type Hl7Message } from './hl7-message';
+import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
+import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
@@ -100,15 +100,9 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
   const header = headerOf(lines);
   const controlId = messageControlId(header, text);
   const warnings: Hl7Problem[] = [];
-  let outcome: Hl7Outcome;
-  try {
-    const message = parseSegments(lines, header?.delimiters);
-    const problems = headerProblems(header, warnings);
-    outcome = header && problems.length === 0 ? await dispatch({ message, header, controlId, warnings }, options) : rejected(problems);
-  } catch (err) {
-    if (!(err instanceof Hl7InputError)) throw err;
-    outcome = rejected([...err.problems]);
-  }
+  const message = readSegments(lines, header?.delimiters);
+  const problems = message instanceof Hl7Message ? headerProblems(header, warnings) : [message];
+  const outcome = message instanceof Hl7Message && header && problems.length === 0 ? await dispatch({ message, header, controlId, warnings }, options) : rejected(problems);
   const ackCode = outcome.kind !== 'reject' ? 'AA' : outcome.problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE';
   const result: Hl7Result = { header, messageControlId: controlId, ackCode, outcome };
   if (warnings.length > 0) result.warnings = warnings;

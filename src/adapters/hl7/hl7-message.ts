@@ -1,6 +1,6 @@
 import { Message } from 'node-hl7-client';
 import { readDelimiters, type Delimiters } from './delimiters';
-import { Hl7InputError, rejection } from './hl7-errors';
+import { Hl7InputError, rejection, type Hl7Problem } from './hl7-errors';
 import { segmentLines } from './split-messages';
 
 /**
@@ -176,28 +176,31 @@ const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
 
 /** Parses one message; anything that cannot be read as one is an AR naming where it went wrong. */
 export function parseHl7Message(text: string): Hl7Message {
-  return parseSegments(segmentLines(text));
+  const read = readSegments(segmentLines(text));
+  if (read instanceof Hl7Message) return read;
+  throw new Hl7InputError([read]);
 }
 
 /**
  * parseHl7Message for a message already cut into its segments (segmentLines), with the delimiters
- * when its header has been read already (readDelimiters of the first line).
+ * when its header has been read already (readDelimiters of the first line). What makes it
+ * unreadable comes back, not thrown: a message handler rejects it without the cost of a stack trace.
  */
-export function parseSegments(lines: readonly string[], known?: Delimiters): Hl7Message {
+export function readSegments(lines: readonly string[], known?: Delimiters): Hl7Message | Hl7Problem {
   const first = lines[0];
-  if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
+  if (first === undefined) return rejection({ segment: 'MSH' }, 100, 'message is empty');
   if (!first.startsWith('MSH')) {
-    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment')]);
+    return rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment');
   }
   const delimiters = known ?? readDelimiters(first);
   if (!delimiters) {
-    throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+    return rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable');
   }
   let decoder: Message;
   try {
     decoder = delimitingMessage(delimiters);
   } catch {
-    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+    return rejection({ segment: 'MSH' }, 100, 'message cannot be parsed');
   }
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
@@ -209,16 +212,16 @@ export function parseSegments(lines: readonly string[], known?: Delimiters): Hl7
       // Usually an unescaped line break inside a free-text field.
       const previous = segments[segments.length - 1];
       const where = { segment: previous?.name ?? 'MSH', sequence: previous?.sequence ?? 1 };
-      throw new Hl7InputError([rejection(where, 100, 'the line after this segment is not a segment (an unescaped line break?)')]);
+      return rejection(where, 100, 'the line after this segment is not a segment (an unescaped line break?)');
     }
     if (name === 'MSH' && index > 0) {
-      throw new Hl7InputError([rejection({ segment: 'MSH', sequence: 2 }, 100, 'a second message in the same text: one message expected')]);
+      return rejection({ segment: 'MSH', sequence: 2 }, 100, 'a second message in the same text: one message expected');
     }
     const sequence = (counts.get(name) ?? 0) + 1;
     counts.set(name, sequence);
     segments.push(new Hl7Segment(name, sequence, line, decoder, delimiters));
   }
   const [header] = segments;
-  if (header?.name !== 'MSH') throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+  if (header?.name !== 'MSH') return rejection({ segment: 'MSH' }, 100, 'message cannot be parsed');
   return new Hl7Message(header, segments, delimiters);
 }
