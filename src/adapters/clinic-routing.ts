@@ -2,7 +2,7 @@ import * as z from 'zod';
 import { readMappingFile } from '../mapping-files';
 
 const Route = z.strictObject({
-  // Trimmed as a check's clinicId is: a check carries the id exactly as the file gives it.
+  // Trimmed here, as EligibilityCheck trims it: the HL7 adapter builds checks without parsing them again.
   clinicId: z.string().trim().min(1),
   name: z.string().optional(),
   hl7Facilities: z.array(z.string()).default([]),
