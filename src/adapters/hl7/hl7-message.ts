@@ -22,6 +22,8 @@ export class Hl7Segment {
   /** The segment without surrounding spaces, as the library's parser holds it, and where each field ends in it. */
   private text: string | undefined;
   private fieldEnds: number[] | undefined;
+  /** Each field read so far. */
+  private fieldTexts: Array<string | undefined> | undefined;
   /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
   private repetitionTexts: Array<string[] | undefined> | undefined;
   private rawFields: string[] | undefined;
@@ -45,7 +47,8 @@ export class Hl7Segment {
     if (this.shift === 1 && field <= 2) {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
-    const rep = this.repetitionsOf(field)[repetition];
+    // The first repetition is what nearly every read asks for: cut from the field, no array of repetitions.
+    const rep = repetition === 0 ? piece(this.fieldText(field), this.delimiters.repetition, 0) : this.repetitionsOf(field)[repetition];
     const comp = rep && piece(rep, this.delimiters.component, component - 1);
     const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
     if (!escaped) return '';
@@ -102,7 +105,8 @@ export class Hl7Segment {
     const index = field - this.shift;
     const end = this.fieldEnds[index];
     if (end === undefined || index < 1) return index === 0 ? this.name : '';
-    return this.text.slice((this.fieldEnds[index - 1] as number) + 1, end);
+    this.fieldTexts ??= [];
+    return (this.fieldTexts[index] ??= this.text.slice((this.fieldEnds[index - 1] as number) + 1, end));
   }
 
   private mshDelimiterField(field: number): string {
