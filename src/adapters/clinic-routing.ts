@@ -2,7 +2,8 @@ import * as z from 'zod';
 import { readMappingFile } from '../mapping-files';
 
 const Route = z.strictObject({
-  clinicId: z.string().min(1),
+  // Trimmed here, as EligibilityCheck trims it: the HL7 adapter builds checks without parsing them again.
+  clinicId: z.string().trim().min(1),
   name: z.string().optional(),
   hl7Facilities: z.array(z.string()).default([]),
   hl7Locations: z.array(z.string()).default([]),
@@ -12,7 +13,7 @@ const Route = z.strictObject({
 type Route = z.infer<typeof Route>;
 
 export const ClinicRoutingFile = z.looseObject({
-  defaultClinicId: z.string().min(1).optional(),
+  defaultClinicId: z.string().trim().min(1).optional(),
   routes: z.array(Route),
 });
 export type ClinicRouting = z.infer<typeof ClinicRoutingFile>;

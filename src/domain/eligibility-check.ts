@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { IsoDate, IsoInstant, NonEmpty } from './primitives';
 import { PayerResolution } from './payer';
@@ -135,5 +135,5 @@ export function idempotencyKey(check: Omit<EligibilityCheck, 'idempotencyKey' | 
     check.subscriber.memberId,
     check.dateOfService,
   ];
-  return `elig_${createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32)}`;
+  return `elig_${hash('sha256', JSON.stringify(parts), 'hex').slice(0, 32)}`;
 }

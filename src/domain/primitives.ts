@@ -20,10 +20,10 @@ export const Npi = z
 
 export function isValidNpi(npi: string): boolean {
   if (!/^\d{10}$/.test(npi)) return false;
-  const digits = `80840${npi}`.split('').map(Number);
+  const digits = `80840${npi}`;
   let sum = 0;
   for (let i = digits.length - 1, double = false; i >= 0; i--, double = !double) {
-    let d = digits[i] as number;
+    let d = digits.charCodeAt(i) - 48;
     if (double) {
       d *= 2;
       if (d > 9) d -= 9;

@@ -16,8 +16,7 @@ export interface CheckSourceFields {
   receivedAt: string;
 }
 
-/** One check per insurance, validated before it leaves the adapter. */
-export function buildChecks(input: {
+export interface CheckParts {
   clinicId: string;
   patient: PatientDemographics;
   coverages: readonly KnownCoverage[];
@@ -27,7 +26,14 @@ export function buildChecks(input: {
   resolver?: PayerResolver | undefined;
   /** The message's warnings, one line each; every check it makes carries them. */
   warnings?: readonly string[];
-}): EligibilityCheck[] {
+}
+
+/**
+ * One check per insurance, from parts that are valid already: the readers checked every datum
+ * they cut from the message, so the types carry that and nothing is parsed twice (the corpus and
+ * fuzz tests hold the result to the schema).
+ */
+export function assembleChecks(input: CheckParts): EligibilityCheck[] {
   return input.coverages.map(({ coverage, subscriber, patientMemberId }) => {
     const resolution = input.resolver?.resolve(coverage.payer);
     const body = {
@@ -39,6 +45,14 @@ export function buildChecks(input: {
       dateOfService: input.dateOfService,
     };
     const warnings = input.warnings?.length ? { warnings: [...input.warnings] } : {};
-    return EligibilityCheck.parse({ idempotencyKey: idempotencyKey(body), source: { kind: 'hl7', ...input.source }, ...body, ...warnings });
+    return { idempotencyKey: idempotencyKey(body), source: { kind: 'hl7' as const, ...input.source }, ...body, ...warnings };
   });
+}
+
+/**
+ * assembleChecks for parts read back from storage (the pipeline builds an appointment's checks
+ * again when insurance arrives): they crossed a boundary, so each check is validated.
+ */
+export function buildChecks(input: CheckParts): EligibilityCheck[] {
+  return assembleChecks(input).map((check) => EligibilityCheck.parse(check));
 }

@@ -42,8 +42,9 @@ export function loadCodeTables(dir?: string): CodeTables {
   return {
     relationshipTables: new Set(byTable.keys()),
     relationship(code, tables) {
+      const key = normalise(code);
       for (const name of tables) {
-        const found = byTable.get(name)?.get(normalise(code));
+        const found = byTable.get(name)?.get(key);
         if (found !== undefined) return found ?? 'ambiguous';
       }
       return undefined;

@@ -1,24 +1,25 @@
-import type {
-  EligibilityCheck,
-  KnownAppointment,
-  KnownCoverage,
-  PatientInsuranceRecord,
-  PatientInsuranceStore,
-  PatientKey,
-  PayerResolver,
-  Provider,
+import {
+  IsoInstant,
+  type EligibilityCheck,
+  type KnownAppointment,
+  type KnownCoverage,
+  type PatientInsuranceRecord,
+  type PatientInsuranceStore,
+  type PatientKey,
+  type PayerResolver,
+  type Provider,
 } from '../../domain';
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
-import { buildChecks, type CheckSourceFields } from './build-checks';
-import { describeProblem, Hl7InputError, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
-import { parseSegments, type Hl7Message } from './hl7-message';
+import { assembleChecks, type CheckSourceFields } from './build-checks';
+import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
+import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
 import { firstValue, whereMissing } from './read-fields';
 import { readInsurance } from './read-insurance';
-import { readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+import { patientKey, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
 export interface Hl7HandlerOptions {
@@ -92,22 +93,25 @@ const KEPT_APPOINTMENTS = 50;
  * exception means a fault of ours (or the store's) and should be answered AR.
  */
 export async function handleHl7Message(text: string, options: Hl7HandlerOptions): Promise<Hl7Result> {
+  // The one datum of a result that is not read from the message: the caller's, checked here.
+  if (!IsoInstant.safeParse(options.receivedAt).success) throw new TypeError('receivedAt must be an ISO 8601 date-time with offset');
   // Cut into segments once: the header is read from them and the message parsed from them.
   const lines = segmentLines(text);
   const header = headerOf(lines);
-  const known = { header, messageControlId: messageControlId(header, text) };
+  const controlId = messageControlId(header, text);
   const warnings: Hl7Problem[] = [];
-  const noted = () => (warnings.length > 0 ? { warnings } : {});
-  try {
-    const message = parseSegments(lines);
-    const checkedHeader = checkHeader(header, warnings);
-    const outcome = await dispatch({ message, header: checkedHeader, controlId: known.messageControlId, warnings }, options);
-    return { ...known, ackCode: 'AA', outcome, ...noted() };
-  } catch (err) {
-    if (!(err instanceof Hl7InputError)) throw err;
-    const problems = [...err.problems];
-    return { ...known, ackCode: problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE', outcome: { kind: 'reject', problems }, ...noted() };
-  }
+  const message = readSegments(lines, header?.delimiters);
+  const problems = message instanceof Hl7Message ? headerProblems(header, warnings) : [message];
+  const outcome = message instanceof Hl7Message && header && problems.length === 0 ? await dispatch({ message, header, controlId, warnings }, options) : rejected(problems);
+  const ackCode = outcome.kind !== 'reject' ? 'AA' : outcome.problems.some((p) => p.ackCode === 'AR') ? 'AR' : 'AE';
+  const result: Hl7Result = { header, messageControlId: controlId, ackCode, outcome };
+  if (warnings.length > 0) result.warnings = warnings;
+  return result;
+}
+
+/** Readers return what is wrong with a message rather than throw it: a throw costs a stack trace. */
+function rejected(problems: Hl7Problem[]): Hl7Outcome {
+  return { kind: 'reject', problems };
 }
 
 /**
@@ -120,8 +124,8 @@ export function ackFor(result: Hl7Result, options?: AckOptions): Ack[] {
   return acknowledgements(result.header, { commit: result.ackCode === 'AR' ? 'CR' : 'CA', application: result.ackCode, problems }, options);
 }
 
-function checkHeader(header: MessageHeader | undefined, warnings: Hl7Problem[]): MessageHeader {
-  if (!header) throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+function headerProblems(header: MessageHeader | undefined, warnings: Hl7Problem[]): Hl7Problem[] {
+  if (!header) return [rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')];
   const missing = (field: number, what: string) => rejection({ segment: 'MSH', field }, 101, `${what} missing`);
   const problems: Hl7Problem[] = [];
   if (!header.messageCode || !header.triggerEvent) problems.push(missing(9, 'message type or trigger event'));
@@ -131,8 +135,7 @@ function checkHeader(header: MessageHeader | undefined, warnings: Hl7Problem[]):
   else if (!SUPPORTED_VERSION.test(header.version)) {
     problems.push(rejection({ segment: 'MSH', field: 12 }, 203, `version ${header.version.slice(0, 10)} is not supported (2.3 to 2.8)`));
   }
-  if (problems.length > 0) throw new Hl7InputError(problems);
-  return header;
+  return problems;
 }
 
 /** A readable message with a supported header, as handleHl7Message hands it on. */
@@ -153,21 +156,22 @@ interface Context extends Received {
   facility: string;
 }
 
-async function dispatch(received: Received, options: Hl7HandlerOptions): Promise<Hl7Outcome> {
-  const { message, header } = received;
+/** Not async itself: the events that touch the store are, and an extra promise per message shows. */
+function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | Promise<Hl7Outcome> {
+  const { message, header, controlId, warnings } = received;
   const sendingApplication = message.header.value(3).trim();
   const profile = profileFor(options.mappings, sendingApplication);
   const type = `${header.messageCode}^${header.triggerEvent}`;
   const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(header.messageCode) ? 'ignore' : undefined);
   if (action === undefined) {
     const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${header.messageCode}^`));
-    throw new Hl7InputError([
+    return rejected([
       knownType
         ? rejection({ segment: 'MSH', field: 9 }, 201, `event ${header.triggerEvent.slice(0, 8)} is not supported`)
         : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
     ]);
   }
-  const ctx: Context = { ...received, profile, options, sendingApplication, facility: message.header.value(4).trim() };
+  const ctx: Context = { message, header, controlId, warnings, profile, options, sendingApplication, facility: message.header.value(4).trim() };
   switch (action) {
     case 'ignore':
       return { kind: 'ignore', reason: `${type} does not change eligibility` };
@@ -183,14 +187,14 @@ async function dispatch(received: Received, options: Hl7HandlerOptions): Promise
 
 async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'SCH', 'PID');
-  const problems: Hl7Problem[] = [];
+  const problems = missingSegments(message, 'SCH', 'PID');
+  if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
   const appointment = readAppointment(message, profile, problems, ctx.warnings);
   const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
   const clinicId = readClinic(ctx, problems);
-  const key = readPatientKey(message, profile, ctx.facility);
-  if (problems.length > 0) throw new Hl7InputError(problems);
+  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  if (problems.length > 0) return rejected(problems);
   if (!patient || !appointment || !insurance || !clinicId || !key) throw new Error('readers returned nothing without a problem');
 
   const known = await options.store.get(key);
@@ -203,7 +207,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     source: source(ctx, appointment.appointmentId),
     ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
   };
-  const checks = buildChecks({ ...basis, patient, coverages, resolver: options.resolver });
+  const checks = assembleChecks({ ...basis, patient, coverages, resolver: options.resolver });
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
@@ -223,9 +227,10 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
 
 async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'SCH');
+  const missing = missingSegments(message, 'SCH');
+  if (missing.length > 0) return rejected(missing);
   const appointmentId = readAppointmentId(message, profile);
-  if (!appointmentId) throw new Hl7InputError([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
+  if (!appointmentId) return rejected([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
   // The patient group is optional in a cancellation; without it the pipeline cancels by appointment id.
   const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
   const known = key && (await options.store.get(key));
@@ -238,12 +243,12 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
 
 async function record(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  requireSegments(message, 'PID');
-  const problems: Hl7Problem[] = [];
+  const problems = missingSegments(message, 'PID');
+  if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
   const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
-  const key = readPatientKey(message, profile, ctx.facility);
-  if (problems.length > 0) throw new Hl7InputError(problems);
+  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  if (problems.length > 0) return rejected(problems);
   if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');
   const known = await options.store.get(key);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
@@ -253,11 +258,8 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, record: updated };
 }
 
-function requireSegments(message: Hl7Message, ...names: string[]): void {
-  const problems = names
-    .filter((name) => !message.first(name))
-    .map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
-  if (problems.length > 0) throw new Hl7InputError(problems);
+function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
+  return names.filter((name) => !message.first(name)).map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
 }
 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
@@ -306,6 +308,7 @@ function insuranceKnownIn(record: PatientInsuranceRecord | undefined): boolean {
  * of them must not withdraw the check the others still need.
  */
 function unheld(keys: readonly string[], appointments: readonly KnownAppointment[]): string[] {
+  if (keys.length === 0) return [];
   const held = new Set(appointments.flatMap((a) => a.keys));
   return keys.filter((k) => !held.has(k));
 }

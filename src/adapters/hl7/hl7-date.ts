@@ -15,10 +15,17 @@ export function readHl7Date(value: string): DateReading {
   const y = Number(year);
   const mo = Number(month);
   const d = Number(day);
-  const calendar = new Date(Date.UTC(y, mo - 1, d));
-  const realDay = calendar.getUTCFullYear() === y && calendar.getUTCMonth() === mo - 1 && calendar.getUTCDate() === d;
+  const realDay = mo >= 1 && mo <= 12 && d >= 1 && d <= daysIn(y, mo);
   if (y < 1850 || !realDay || (time !== undefined && !validTime(time))) return { ok: false, reason: 'invalid' };
   return { ok: true, date: `${year}-${month}-${day}` };
+}
+
+const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/** Days in a month (1-12) of the Gregorian calendar. */
+function daysIn(year: number, month: number): number {
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  return month === 2 && leap ? 29 : (DAYS[month - 1] ?? 0);
 }
 
 function validTime(time: string): boolean {

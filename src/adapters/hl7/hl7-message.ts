@@ -1,27 +1,34 @@
-import { Message, Segment, type HL7Node } from 'node-hl7-client';
+import { Message } from 'node-hl7-client';
 import { readDelimiters, type Delimiters } from './delimiters';
-import { Hl7InputError, rejection } from './hl7-errors';
+import { Hl7InputError, rejection, type Hl7Problem } from './hl7-errors';
 import { segmentLines } from './split-messages';
 
 /**
  * A parsed message, read through node-hl7-client with its quirks kept out of sight:
- * - `message.get('IN1.4')` reads only the first IN1, so every segment is its own node, in
- *   message order (an IN2 belongs to the IN1 before it);
- * - every node it builds on a read (field, repetition, component) is an EventEmitter, and reading
+ * - `message.get('IN1.4')` reads only the first IN1, so every segment is its own, in message
+ *   order (an IN2 belongs to the IN1 before it);
+ * - every node it builds (segment, field, repetition, component) is an EventEmitter, and reading
  *   a field through get() cost more than the rest of the adapter together: a segment's fields are
- *   cut from the text its node holds, by the delimiters and with the escape decoding of the
- *   library's Message, once per field;
+ *   cut from its text by the message's delimiters, and decoded with the escape decoding of the
+ *   library's Message, once per value read;
  * - cut at the field separator, an MSH is shifted by one (MSH-1 is the separator itself);
  * - the parser takes any three characters as a segment name and refuses blank lines, so lines are
  *   normalised and names checked here first;
  * - it counts `MSH|` anywhere in the text as a message start, so a facility or any other field
- *   ending in MSH makes "Multiple MSH segments found": each segment is handed to it on its own.
+ *   ending in MSH makes "Multiple MSH segments found": its Message is given the header's
+ *   delimiters only.
  */
 export class Hl7Segment {
-  private fieldTexts: string[] | undefined;
+  /** The segment without surrounding spaces, as the library's parser holds it, and where each field ends in it. */
+  private text: string | undefined;
+  private fieldEnds: number[] | undefined;
+  /** Each field read so far. */
+  private fieldTexts: Array<string | undefined> | undefined;
   /** Each field read so far, cut into its repetitions once: readers walk every repetition. */
-  private readonly repetitionTexts: Array<string[] | undefined> = [];
+  private repetitionTexts: Array<string[] | undefined> | undefined;
   private rawFields: string[] | undefined;
+  /** Fields are numbered from the name, but MSH-1 is the separator that follows it. */
+  private readonly shift: number;
 
   constructor(
     readonly name: string,
@@ -29,50 +36,77 @@ export class Hl7Segment {
     readonly sequence: number,
     /** The segment as received (still escaped), for copying fields into an acknowledgement. */
     readonly raw: string,
-    private readonly node: HL7Node,
     private readonly decoder: Message,
     private readonly delimiters: Delimiters,
-  ) {}
+  ) {
+    this.shift = name === 'MSH' ? 1 : 0;
+  }
 
   /** A field, component and subcomponent (1-based) of a repetition (0-based); '' when absent. */
   value(field: number, component = 1, subcomponent = 1, repetition = 0): string {
-    if (this.name === 'MSH' && field <= 2) {
+    if (this.shift === 1 && field <= 2) {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
-    const d = this.decoder.delimiters;
-    const rep = this.repetitionsOf(field)[repetition];
-    const comp = rep && piece(rep, d.charAt(COMPONENT), component - 1);
-    const escaped = comp && piece(comp, d.charAt(SUBCOMPONENT), subcomponent - 1);
+    // The first repetition is what nearly every read asks for: cut from the field, no array of repetitions.
+    const rep = repetition === 0 ? piece(this.fieldText(field), this.delimiters.repetition, 0) : this.repetitionsOf(field)[repetition];
+    const comp = rep && piece(rep, this.delimiters.component, component - 1);
+    const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
     if (!escaped) return '';
-    const text = this.decoder.unescape(escaped);
+    const text = unescape(this.decoder, escaped, this.delimiters.escape);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
   }
 
   /** How many repetitions a field has (0 when empty). */
   repetitions(field: number): number {
-    if (this.name === 'MSH' && field <= 2) return 1;
+    if (this.shift === 1 && field <= 2) return 1;
     return this.repetitionsOf(field).length;
+  }
+
+  /** Whether a field has something in it: not empty, nor HL7's null (""). */
+  hasValue(field: number): boolean {
+    if (this.shift === 1 && field <= 2) return true;
+    const text = this.fieldText(field).trim();
+    return text !== '' && text !== '""';
   }
 
   /** A field exactly as received, escape sequences and all; '' when absent. */
   rawField(field: number): string {
-    if (this.name === 'MSH' && field === 1) return this.delimiters.field;
+    if (this.shift === 1 && field === 1) return this.delimiters.field;
     this.rawFields ??= this.raw.split(this.delimiters.field);
-    return this.rawFields[this.name === 'MSH' ? field - 1 : field] ?? '';
+    return this.rawFields[field - this.shift] ?? '';
   }
 
   /** A field's repetitions, cut once per field; components are cut out of a repetition on each read. */
   private repetitionsOf(field: number): string[] {
+    this.repetitionTexts ??= [];
     const known = this.repetitionTexts[field];
     if (known) return known;
-    const d = this.decoder.delimiters;
-    this.fieldTexts ??= this.node.toRaw().split(d.charAt(FIELD));
-    const text = this.fieldTexts[this.name === 'MSH' ? field - 1 : field] ?? '';
+    const text = this.fieldText(field);
     // As the library splits: an empty field has no repetitions at all.
-    const repetitions = text === '' ? [] : text.split(d.charAt(REPETITION));
+    const repetitions = text === '' ? [] : text.split(this.delimiters.repetition);
     this.repetitionTexts[field] = repetitions;
     return repetitions;
+  }
+
+  /**
+   * A field's text. Readers look at a dozen of a segment's fields at most, so the segment is not
+   * split: where each field ends is found once, and only the fields read are cut out.
+   */
+  private fieldText(field: number): string {
+    if (this.text === undefined || this.fieldEnds === undefined) {
+      const text = this.raw.trim();
+      const ends: number[] = [];
+      for (let at = text.indexOf(this.delimiters.field); at !== -1; at = text.indexOf(this.delimiters.field, at + 1)) ends.push(at);
+      ends.push(text.length);
+      this.text = text;
+      this.fieldEnds = ends;
+    }
+    const index = field - this.shift;
+    const end = this.fieldEnds[index];
+    if (end === undefined || index < 1) return index === 0 ? this.name : '';
+    this.fieldTexts ??= [];
+    return (this.fieldTexts[index] ??= this.text.slice((this.fieldEnds[index - 1] as number) + 1, end));
   }
 
   private mshDelimiterField(field: number): string {
@@ -80,11 +114,19 @@ export class Hl7Segment {
   }
 }
 
-/** Positions in node-hl7-client's delimiter string (segment, field, component, repetition, escape, subcomponent). */
-const FIELD = 1;
-const COMPONENT = 2;
-const REPETITION = 3;
-const SUBCOMPONENT = 5;
+/**
+ * The library's escape decoding, except that it throws on a hex escape of odd length (\XABC\):
+ * such an escape is dropped, as the escapes it does not support are.
+ */
+function unescape(decoder: Message, text: string, escape: string): string {
+  try {
+    return decoder.unescape(text);
+  } catch {
+    const e = escape.replace(/[-/\\^$*+?.()|[\]{}]/g, '\\$&');
+    const hex = new RegExp(`${e}X([^${e}]*)${e}`, 'g');
+    return decoder.unescape(text.replace(hex, (whole, digits: string) => (digits.length % 2 === 0 ? whole : '')));
+  }
+}
 
 /** The index-th (0-based) piece of a text cut at a delimiter, as text.split(delimiter)[index] without the array. */
 function piece(text: string, delimiter: string, index: number): string | undefined {
@@ -138,55 +180,52 @@ const SEGMENT_ID = /^[A-Z][A-Z0-9]{2}$/;
 
 /** Parses one message; anything that cannot be read as one is an AR naming where it went wrong. */
 export function parseHl7Message(text: string): Hl7Message {
-  return parseSegments(segmentLines(text));
+  const read = readSegments(segmentLines(text));
+  if (read instanceof Hl7Message) return read;
+  throw new Hl7InputError([read]);
 }
 
-/** parseHl7Message for a message already cut into its segments (segmentLines). */
-export function parseSegments(lines: readonly string[]): Hl7Message {
+/**
+ * parseHl7Message for a message already cut into its segments (segmentLines), with the delimiters
+ * when its header has been read already (readDelimiters of the first line). What makes it
+ * unreadable comes back, not thrown: a message handler rejects it without the cost of a stack trace.
+ */
+export function readSegments(lines: readonly string[], known?: Delimiters): Hl7Message | Hl7Problem {
   const first = lines[0];
-  if (first === undefined) throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message is empty')]);
+  if (first === undefined) return rejection({ segment: 'MSH' }, 100, 'message is empty');
   if (!first.startsWith('MSH')) {
-    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment')]);
+    return rejection({ segment: 'MSH' }, 100, 'message does not start with an MSH segment');
   }
-  const delimiters = readDelimiters(first);
+  const delimiters = known ?? readDelimiters(first);
   if (!delimiters) {
-    throw new Hl7InputError([rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable')]);
+    return rejection({ segment: 'MSH', field: 2 }, 102, 'field separator or encoding characters are not usable');
   }
-  const counts = new Map<string, number>();
-  const located: Array<{ name: string; sequence: number }> = [];
-  for (const [index, line] of lines.entries()) {
-    const name = line.slice(0, 3);
-    const previous = located[located.length - 1];
-    const wellFormed = SEGMENT_ID.test(name) && (line.length === 3 || line.charAt(3) === delimiters.field);
-    if (!wellFormed) {
-      // Usually an unescaped line break inside a free-text field.
-      const where = { segment: previous?.name ?? 'MSH', sequence: previous?.sequence ?? 1 };
-      throw new Hl7InputError([rejection(where, 100, 'the line after this segment is not a segment (an unescaped line break?)')]);
-    }
-    if (name === 'MSH' && index > 0) {
-      throw new Hl7InputError([rejection({ segment: 'MSH', sequence: 2 }, 100, 'a second message in the same text: one message expected')]);
-    }
-    const sequence = (counts.get(name) ?? 0) + 1;
-    counts.set(name, sequence);
-    located.push({ name, sequence });
-  }
-  let nodes: HL7Node[];
   let decoder: Message;
   try {
     decoder = delimitingMessage(delimiters);
-    nodes = lines.map((line) => new Segment(decoder, line.trim()));
   } catch {
-    throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+    return rejection({ segment: 'MSH' }, 100, 'message cannot be parsed');
   }
-  const segments = located.map(({ name, sequence }, i) => {
-    const node = nodes[i];
-    const raw = lines[i];
-    if (node === undefined || raw === undefined || node.name !== name) {
-      throw new Hl7InputError([rejection({ segment: name, sequence }, 100, 'segment cannot be parsed')]);
+  const counts = new Map<string, number>();
+  const segments: Hl7Segment[] = [];
+  for (let index = 0; index < lines.length; index++) {
+    const line = lines[index] as string;
+    const name = line.slice(0, 3);
+    const wellFormed = SEGMENT_ID.test(name) && (line.length === 3 || line.charAt(3) === delimiters.field);
+    if (!wellFormed) {
+      // Usually an unescaped line break inside a free-text field.
+      const previous = segments[segments.length - 1];
+      const where = { segment: previous?.name ?? 'MSH', sequence: previous?.sequence ?? 1 };
+      return rejection(where, 100, 'the line after this segment is not a segment (an unescaped line break?)');
     }
-    return new Hl7Segment(name, sequence, raw, node, decoder, delimiters);
-  });
+    if (name === 'MSH' && index > 0) {
+      return rejection({ segment: 'MSH', sequence: 2 }, 100, 'a second message in the same text: one message expected');
+    }
+    const sequence = (counts.get(name) ?? 0) + 1;
+    counts.set(name, sequence);
+    segments.push(new Hl7Segment(name, sequence, line, decoder, delimiters));
+  }
   const [header] = segments;
-  if (header?.name !== 'MSH') throw new Hl7InputError([rejection({ segment: 'MSH' }, 100, 'message cannot be parsed')]);
+  if (header?.name !== 'MSH') return rejection({ segment: 'MSH' }, 100, 'message cannot be parsed');
   return new Hl7Message(header, segments, delimiters);
 }

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { segmentLines } from './split-messages';
 
@@ -41,18 +41,19 @@ export function headerOf(lines: readonly string[]): MessageHeader | undefined {
   const fields = first.split(delimiters.field);
   // fields[0] is "MSH" and fields[1] MSH-2, so MSH-n is fields[n - 1].
   const msh = (n: number) => (fields[n - 1] ?? '').trim();
-  const component = (n: number, c: number) => (msh(n).split(delimiters.component)[c - 1] ?? '').trim();
+  const [messageCode = '', triggerEvent = ''] = msh(9).split(delimiters.component);
+  const [version = ''] = msh(12).split(delimiters.component);
   return {
     delimiters,
     sendingApplication: msh(3),
     sendingFacility: msh(4),
     receivingApplication: msh(5),
     receivingFacility: msh(6),
-    messageCode: component(9, 1),
-    triggerEvent: component(9, 2),
+    messageCode: messageCode.trim(),
+    triggerEvent: triggerEvent.trim(),
     controlId: msh(10),
     processingId: msh(11),
-    version: component(12, 1),
+    version: version.trim(),
     acceptAckType: msh(15),
     applicationAckType: msh(16),
   };
@@ -69,7 +70,7 @@ export const DERIVED_CONTROL_ID_PREFIX = 'sha256:';
  */
 export function messageControlId(header: MessageHeader | undefined, text: string): string {
   if (header?.controlId) return header.controlId;
-  return `${DERIVED_CONTROL_ID_PREFIX}${createHash('sha256').update(segmentLines(text).join('\r')).digest('hex')}`;
+  return `${DERIVED_CONTROL_ID_PREFIX}${hash('sha256', segmentLines(text).join('\r'), 'hex')}`;
 }
 
 export function isEnhancedMode(header: MessageHeader): boolean {

@@ -18,6 +18,9 @@ const WholeFields = z.array(WholeFieldPathText).min(1, { error: 'needs at least 
 export const EventAction = z.enum(['book', 'reschedule', 'cancel', 'record', 'ignore']);
 export type EventAction = z.infer<typeof EventAction>;
 
+/** Values as PMSs' codes and names compare (sameText): trimmed and in upper case, looked up without a scan. */
+const comparable = (values: readonly string[]): ReadonlySet<string> => new Set(values.map((v) => v.trim().toUpperCase()));
+
 const EventKey = z.string().regex(/^[A-Z0-9]{3}\^[A-Z0-9]{3}$/, { error: 'must be like SIU^S12' });
 
 const Sections = {
@@ -47,7 +50,7 @@ const Sections = {
     subscriberMemberId: RequiredPaths,
     patientMemberId: Paths,
     /** An insurance group matching any of these is the patient paying for themselves: no check. */
-    selfPay: z.array(z.strictObject({ path: FieldPathText, values: z.array(z.string().min(1)).min(1) })),
+    selfPay: z.array(z.strictObject({ path: FieldPathText, values: z.array(z.string().min(1)).min(1).transform(comparable) })),
   }),
   appointment: z.strictObject({
     id: RequiredPaths,

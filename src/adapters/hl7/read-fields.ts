@@ -24,14 +24,14 @@ export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPa
 }
 
 /** Every occurrence of a whole field that has something in it, in path order (for composite data). */
-export function* fieldsWithValues(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Generator<{ segment: Hl7Segment; path: FieldPath }> {
+export function fieldsWithValues(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Array<{ segment: Hl7Segment; path: FieldPath }> {
+  const found: Array<{ segment: Hl7Segment; path: FieldPath }> = [];
   for (const path of paths) {
     for (const segment of scope) {
-      if (segment.name !== path.segment) continue;
-      const raw = segment.rawField(path.field).trim();
-      if (raw !== '' && raw !== '""') yield { segment, path };
+      if (segment.name === path.segment && segment.hasValue(path.field)) found.push({ segment, path });
     }
   }
+  return found;
 }
 
 export type Where = Pick<Hl7Problem, 'segment' | 'sequence' | 'field' | 'component'>;

@@ -61,7 +61,8 @@ export function readInsurance(
 function isSelfPay(group: Hl7Segment[], profile: Hl7Profile): boolean {
   return profile.insurance.selfPay.some(({ path, values }) => {
     const found = firstValue(group, [path]);
-    return found !== undefined && values.some((v) => sameText(v, found.value));
+    // found.value is trimmed already; the values were made comparable when the profile was read.
+    return found !== undefined && values.has(found.value.toUpperCase());
   });
 }
 

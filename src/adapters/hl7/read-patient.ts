@@ -12,7 +12,12 @@ export type PatientDemographics = Omit<Patient, 'memberId'>;
 
 /** The patient's identifiers (PID-3), keyed to the sending facility: how the store knows them. */
 export function readPatientKey(message: Hl7Message, profile: Hl7Profile, facility: string): PatientKey | undefined {
-  const id = readPatientIdentifiers(message, profile)[0];
+  return patientKey(readPatientIdentifiers(message, profile), facility);
+}
+
+/** readPatientKey for identifiers read already (readPatient's). */
+export function patientKey(identifiers: readonly Identifier[], facility: string): PatientKey | undefined {
+  const id = identifiers[0];
   return id ? { facility, identifier: { value: id.value, ...(id.system !== undefined && { system: id.system }) } } : undefined;
 }
 

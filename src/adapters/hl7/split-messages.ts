@@ -8,12 +8,12 @@ const ENVELOPE = new Set(['FHS', 'BHS', 'BTS', 'FTS']);
 
 /** The segments of a text, in order, without blank lines or framing bytes. */
 export function segmentLines(text: string): string[] {
-  return text
-    .replace(/^\uFEFF/, '')
-    .replace(/[\x0b\x1c]/g, '')
-    .split(/\r\n|\r|\n/)
-    .filter((line) => line.trim() !== '');
+  // A message as the MLLP listener and splitMessages hand it on is CR-separated and unframed: one scan and a plain split.
+  const lines = UNUSUAL.test(text) ? text.replace(/^\uFEFF/, '').replace(/[\x0b\x1c]/g, '').split(/\r\n|\r|\n/) : text.split('\r');
+  return lines.filter((line) => line.trim() !== '');
 }
+
+const UNUSUAL = /[\n\uFEFF\x0b\x1c]/;
 
 /**
  * Splits a file into messages: each MSH starts one, envelope segments are dropped. Lines before

@@ -341,6 +341,13 @@ describe('the patient insurance store', () => {
 });
 
 describe('message types and headers', () => {
+  it('refuses a receivedAt that is not an instant with offset, as a fault of the caller, whatever the message', async () => {
+    for (const bad of ['yesterday', '2024-05-01T12:00:00', '']) {
+      const options = { mappings, routing, store: new InMemoryPatientInsuranceStore(), receivedAt: bad };
+      await expect(handleHl7Message([msh('SIU^S26'), SCH, PID].join('\r'), options)).rejects.toThrow('receivedAt must be an ISO 8601 date-time with offset');
+    }
+  });
+
   it('acknowledges and ignores other SIU and ADT events', async () => {
     expect((await run([msh('SIU^S26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
     expect((await run([msh('ADT^A40'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A40 does not change eligibility' });

@@ -44,6 +44,11 @@ describe('parseHl7Message', () => {
     expect(custom.delimiters).toMatchObject({ field: '!', component: '*', repetition: '@', escape: '$', subcomponent: '%' });
   });
 
+  it('drops a hex escape of odd length, which node-hl7-client throws on, and decodes the rest of the value', () => {
+    const in1 = parseHl7Message([MSH, 'IN1|1|PLN^Caf\\XE9A\\ Plan \\X41\\|X'].join('\r')).first('IN1');
+    expect(in1?.value(2, 2)).toBe('Caf Plan A');
+  });
+
   it('keeps the v2.7 truncation character as an encoding character and reads it as text in data', () => {
     const message = parseHl7Message(['MSH|^~\\&#|PMS|BSD|E|B|2024||SIU^S12|C3|P|2.7', 'IN1|1||X|Suite #4'].join('\r'));
     expect(message.delimiters.encodingCharacters).toBe('^~\\&#');

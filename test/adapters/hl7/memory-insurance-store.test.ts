@@ -42,9 +42,15 @@ describe('InMemoryPatientInsuranceStore', () => {
     expect(await store.get(key)).toEqual(record);
   });
 
-  it('refuses a record that does not validate', async () => {
+  it('copies every level, so no object or array is shared between what was put, what is stored and what comes back', async () => {
     const store = new InMemoryPatientInsuranceStore();
-    await expect(store.put(key, { ...record, updatedAt: 'yesterday' })).rejects.toThrow();
-    expect(store.size).toBe(0);
+    const mine = structuredClone(record);
+    await store.put(key, mine);
+    const got = (await store.get(key)) as PatientInsuranceRecord;
+    expect(got).toEqual(mine);
+    const objects = (value: unknown): object[] =>
+      value !== null && typeof value === 'object' ? [value, ...Object.values(value).flatMap(objects)] : [];
+    const shared = objects(got).filter((o) => objects(mine).includes(o));
+    expect(shared).toEqual([]);
   });
 });
