@@ -64,6 +64,11 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   const existing = await tx.getCheck(check.idempotencyKey);
   if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
     // The same event again, or another appointment the same day: one verification serves both.
+    // A written check whose visit was cancelled and is booked again is verified again before it.
+    if (existing.state === 'written' && existing.dueAt === undefined && existing.resultAt !== undefined) {
+      const dueAt = reverifyAt(existing, new Date(existing.resultAt), ctx.policy);
+      if (dueAt !== undefined) await tx.putCheck({ ...existing, dueAt, updatedAt: now });
+    }
     return false;
   }
   const round = existing ? existing.round + 1 : 0;
@@ -103,6 +108,12 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {
   if ((await tx.appointmentsHolding(key)).length > 0) return false;
   const check = await tx.getCheck(key);
+  if (check?.state === 'written' && check.dueAt !== undefined) {
+    // Its result stays in the chart; no visit is left to verify it again for.
+    const { dueAt: _reverify, ...written } = check;
+    await tx.putCheck({ ...written, updatedAt: now });
+    return false;
+  }
   if (!check || !WITHDRAWABLE.has(check.state)) return false;
   const { dueAt: _due, ...rest } = check;
   await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: 'the appointment was cancelled or moved' });

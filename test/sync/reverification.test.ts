@@ -1,3 +1,4 @@
+import type { Appointment } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { segment } from '../adapters/hl7/segment';
@@ -10,6 +11,7 @@ describe('fresh results and re-verification before the visit', () => {
   let clock: Date;
   afterEach(async () => h.close());
 
+  const checkOf = async (key: string) => (await h.store.listChecks()).find((r) => r.key === key);
   const verificationPosts = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
 
   it('verifies again the day before the visit once the last result is older than the window, as a new verification', async () => {
@@ -35,6 +37,32 @@ describe('fresh results and re-verification before the visit', () => {
     // The visit is tomorrow: nothing more is scheduled.
     expect(again.dueAt).toBeUndefined();
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+
+  it('does not verify again for a visit that was cancelled, and does once it is booked again', async () => {
+    clock = new Date('2026-11-01T12:00:00Z');
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+    const chart = chartOf('self'); // the visit: 2026-12-01
+    await h.fhir.seed(chart);
+    const notify = () => fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-1001`, { method: 'POST' });
+    await notify();
+    const first = await until('first result written', async () => (await h.store.listChecks({ states: ['written'] }))[0]);
+    expect(first.dueAt).toBe('2026-11-30T00:00:00.000Z');
+
+    const appointment = chart.find((r) => r.resourceType === 'Appointment') as Appointment;
+    await h.fhir.seed([{ ...appointment, status: 'cancelled' }]);
+    await notify();
+    await until('re-verification withdrawn', async () => (await checkOf(first.key))?.dueAt === undefined);
+    clock = new Date('2026-11-30T06:00:00Z');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(verificationPosts()).toBe(1);
+    expect((await checkOf(first.key))?.state).toBe('written');
+
+    clock = new Date('2026-11-20T12:00:00Z');
+    await h.fhir.seed([appointment]);
+    await notify();
+    await until('re-verification scheduled again', async () => (await checkOf(first.key))?.dueAt === '2026-11-30T00:00:00.000Z');
+    expect(verificationPosts()).toBe(1);
   });
 
   it('reuses a completed result younger than the window for another appointment of the same coverage', async () => {
