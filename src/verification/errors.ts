@@ -17,8 +17,10 @@ export class ServiceError extends Error {
   readonly code: string | undefined;
   /** The service's correlation id for this request, when it sent one (report it with a 500). */
   readonly requestId: string | undefined;
+  /** How long the service asked to be left alone (its Retry-After), when it said. */
+  readonly retryAfterMs: number | undefined;
 
-  constructor(args: { operation: string; status?: number; problem: ProblemDetails; code?: string; requestId?: string; cause?: unknown }) {
+  constructor(args: { operation: string; status?: number; problem: ProblemDetails; code?: string; requestId?: string; retryAfterMs?: number; cause?: unknown }) {
     super(describe(args.operation, args.status, args.problem, args.code), { cause: args.cause });
     this.name = 'ServiceError';
     this.operation = args.operation;
@@ -26,6 +28,7 @@ export class ServiceError extends Error {
     this.problem = args.problem;
     this.code = args.code;
     this.requestId = args.requestId;
+    this.retryAfterMs = args.retryAfterMs;
   }
 
   /** Field-level failures of a 422, as `field: message` lines. */

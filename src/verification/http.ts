@@ -132,7 +132,14 @@ export class ServiceHttp {
     const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
     const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
     if (!ok) {
-      throw new ServiceError({ operation: opts.operation, status: res.statusCode, problem: problemFrom(text, res, this.#log), requestId });
+      const retryAfter = retryAfterMs(headerValue(res.headers['retry-after']));
+      throw new ServiceError({
+        operation: opts.operation,
+        status: res.statusCode,
+        problem: problemFrom(text, res, this.#log),
+        requestId,
+        ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
+      });
     }
     if (text.trim() === '') return { status: res.statusCode, body: undefined };
     const json = parseJson(text);

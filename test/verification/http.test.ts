@@ -212,7 +212,7 @@ describe('ServiceHttp, what real networks and services send', () => {
     }
   });
 
-  it('answers at once when Retry-After asks for longer than it would ever wait', async () => {
+  it('answers at once when Retry-After asks for longer than it would ever wait, and says how long it asked', async () => {
     const server = await startScriptedServer((_r, res) => json(res, 503, { title: 'Down for maintenance' }, { 'retry-after': '3600' }));
     const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', retryMinDelayMs: 5, retryMaxDelayMs: 1000 });
     try {
@@ -221,6 +221,7 @@ describe('ServiceHttp, what real networks and services send', () => {
         .call({ operation: 'list', method: 'GET', path: '/v2/network/payers', response: Organization, idempotent: true })
         .catch((e: unknown) => e)) as ServiceError;
       expect(err.status).toBe(503);
+      expect(err.retryAfterMs).toBe(3_600_000);
       expect(server.requests).toHaveLength(1);
       expect(Date.now() - started).toBeLessThan(900);
     } finally {
