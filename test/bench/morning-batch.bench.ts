@@ -22,7 +22,8 @@ const LATENCY_MS = 300;
 const JITTER_MS = 100;
 /** The sandbox's time from an asynchronous request to its result, after the request's own latency. */
 const ASYNC_COMPLETION_MS = 200;
-const SIZES = [1000, 5000, 10000];
+/** BENCH_SIZES=1000 (or 1000,5000) runs only those sizes: one size takes about a minute. */
+const SIZES = process.env.BENCH_SIZES ? process.env.BENCH_SIZES.split(',').map(Number) : [1000, 5000, 10000];
 const FINISHED = ['written', 'needs-attention', 'dead', 'cancelled'];
 
 interface Morning {
