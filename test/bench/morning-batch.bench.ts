@@ -23,7 +23,14 @@ const JITTER_MS = 100;
 /** The sandbox's time from an asynchronous request to its result, after the request's own latency. */
 const ASYNC_COMPLETION_MS = 200;
 /** BENCH_SIZES=1000 (or 1000,5000) runs only those sizes: one size takes about a minute. */
-const SIZES = process.env.BENCH_SIZES ? process.env.BENCH_SIZES.split(',').map(Number) : [1000, 5000, 10000];
+const SIZES = process.env.BENCH_SIZES ? sizesFrom(process.env.BENCH_SIZES) : [1000, 5000, 10000];
+
+function sizesFrom(text: string): number[] {
+  const sizes = text.split(',').map(Number);
+  // Even: half the bookings go to the payer that answers by webhook.
+  if (sizes.some((n) => !Number.isInteger(n) || n <= 0 || n % 2 !== 0)) throw new Error('BENCH_SIZES: give even positive whole numbers separated by commas, e.g. 1000,5000');
+  return sizes;
+}
 const FINISHED = ['written', 'needs-attention', 'dead', 'cancelled'];
 
 interface Morning {
