@@ -177,6 +177,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     },
   });
 
+  metrics.inHand = () => worker.busy;
+
   const fhirOptions = { routing, now, policy };
 
   const webhookHandler = config.webhook
