@@ -125,7 +125,8 @@ export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler
       headers.etag = `W/"${resource.meta.versionId}"`;
       if (status === 201) headers.location = `${base}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`;
     }
-    send(res, status, resource?.resourceType === 'Bundle' ? withPagingLinks(resource as Bundle, `${base}${request.url}`) : (resource ?? result), headers);
+    const minimal = /return=minimal/i.test(String(req.headers.prefer ?? ''));
+    send(res, status, resource?.resourceType === 'Bundle' ? answerBundle(resource as Bundle, `${base}${request.url}`, minimal) : (resource ?? result), headers);
   }
 
   return {
@@ -166,6 +167,18 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
         server.closeAllConnections();
       }),
   };
+}
+
+/**
+ * A search set gets its paging links; a transaction or batch answer asked for with
+ * `Prefer: return=minimal` keeps each entry's response (status, location, etag) and leaves out
+ * the resources the client has just sent.
+ */
+function answerBundle(bundle: Bundle, url: string, minimal: boolean): Bundle {
+  if (minimal && (bundle.type === 'transaction-response' || bundle.type === 'batch-response')) {
+    return { ...bundle, entry: bundle.entry?.map(({ resource: _resource, ...entry }) => entry) };
+  }
+  return withPagingLinks(bundle, url);
 }
 
 /**

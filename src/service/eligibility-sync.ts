@@ -141,7 +141,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const emit = (name: SyncEventName, event: SyncEvent) => {
     if (name === 'verified' || name === 'failed') metrics.outcomes.inc({ outcome: event.outcome ?? event.state });
     if (event.failureKind) metrics.failures.inc({ kind: event.failureKind });
-    logger.info({ event: name, key: event.key, state: event.state, correlationId: event.correlationId, outcome: event.outcome, failureKind: event.failureKind }, `check ${name}`);
+    // One line per check at info (written, failed, needs attention); a result on its way to the chart is debug.
+    const level = name === 'verified' ? 'debug' : 'info';
+    logger[level]({ event: name, key: event.key, state: event.state, correlationId: event.correlationId, outcome: event.outcome, failureKind: event.failureKind }, `check ${name}`);
     events.emit(name, event);
   };
 
@@ -175,6 +177,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (target === 'service') lastServiceCall = { ok, at: now().toISOString() };
     },
   });
+
+  metrics.inHand = () => worker.busy;
 
   const fhirOptions = { routing, now, policy };
 

@@ -16,7 +16,19 @@ export class SyncMetrics {
     registers: [this.registry],
   });
 
+  /** How many checks this process's worker holds: at the concurrency when the pipeline is saturated. */
+  inHand: () => number = () => 0;
+
   constructor(store: JobStore, now: () => Date) {
+    const inHand = () => this.inHand();
+    new Gauge({
+      name: 'dental_elig_checks_in_hand',
+      help: 'Checks the worker holds right now (at most the concurrency)',
+      registers: [this.registry],
+      collect() {
+        this.set(inHand());
+      },
+    });
     const checks = new Gauge({ name: 'dental_elig_checks', help: 'Checks by state', labelNames: ['state'], registers: [this.registry] });
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });

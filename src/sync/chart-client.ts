@@ -71,7 +71,8 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
     async transaction(entries) {
       const step = 'transaction';
       const body: Bundle = { resourceType: 'Bundle', type: 'transaction', entry: entries };
-      const answer = await exchange(step, (options) => client.transaction({ body: body as unknown as FhirKitBody, options }));
+      // The answer needs each entry's status and location, not the resources just sent back again.
+      const answer = await exchange(step, (options) => client.transaction({ body: body as unknown as FhirKitBody, options: { ...options, headers: { ...options.headers, prefer: 'return=minimal' } } }));
       return answerEntries(step, answer, entries.length);
     },
   };

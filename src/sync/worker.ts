@@ -81,6 +81,8 @@ export class Worker {
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
+  /** A kick that came while a claim was running: look again as soon as it is done, not after idleMs. */
+  private kicked = false;
 
   constructor(
     private readonly options: WorkerOptions,
@@ -110,6 +112,10 @@ export class Worker {
   /** Look for due work now (new checks were stored, a webhook arrived). */
   kick(): void {
     if (!this.running) return;
+    if (this.ticking) {
+      this.kicked = true;
+      return;
+    }
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => void this.tick(), 0);
   }
@@ -122,11 +128,13 @@ export class Worker {
   private async tick(): Promise<void> {
     this.timer = undefined;
     if (!this.running || this.ticking) return;
+    this.kicked = false;
     const ticking = this.claimAndRun().catch((err: unknown) => this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store'));
     this.ticking = ticking;
     await ticking;
     this.ticking = undefined;
-    if (this.running && !this.timer) this.timer = setTimeout(() => void this.tick(), this.options.idleMs);
+    if (!this.running || this.timer) return;
+    this.timer = setTimeout(() => void this.tick(), this.kicked ? 0 : this.options.idleMs);
   }
 
   private async claimAndRun(): Promise<void> {
@@ -230,11 +238,16 @@ export class Worker {
     await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
   }
 
-  /** A verification body arrived (sync answer or poll) for a check in `row.state`. */
+  /**
+   * A verification body arrived (sync answer or poll) for a check in `row.state`. A result is
+   * written to the chart in the same turn, under the lease this worker already holds, rather than
+   * released and claimed again.
+   */
   private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.step(row, row.state, change);
     if (moved && event) this.deps.emit(event.name, event.event);
+    if (moved?.state === 'result-stored') await this.write(moved, outcome);
   }
 
   /**
@@ -311,8 +324,7 @@ export class Worker {
 
   // ------------------------------------------------------------------ the chart
 
-  private async write(row: CheckRow): Promise<void> {
-    const outcome = toOutcome(row.result);
+  private async write(row: CheckRow, outcome: VerificationOutcome = toOutcome(row.result)): Promise<void> {
     let written;
     try {
       const writer = await this.deps.writer();

@@ -146,6 +146,11 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     }
     const final = (ref: string) => resolved.get(ref) ?? ref;
     const idOf = (ref: string) => final(ref).split('/').pop() ?? ref;
+    // The pair as the chart now holds it is built when first read: the worker needs only the ids.
+    const stored = {
+      request: once(() => ({ ...rewrite(request, final), id: idOf(requestRef) })),
+      response: once(() => ({ ...rewrite(response, final), id: idOf(responseRef) })),
+    };
     return {
       requestId: idOf(requestRef),
       responseId: idOf(responseRef),
@@ -153,8 +158,12 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       coverageId: idOf(coverage),
       insurerId: chart.insurer ? idOf(chart.insurer) : undefined,
       changed,
-      request: { ...rewrite(request, final), id: idOf(requestRef) },
-      response: { ...rewrite(response, final), id: idOf(responseRef) },
+      get request() {
+        return stored.request();
+      },
+      get response() {
+        return stored.response();
+      },
     };
   }
 
@@ -204,6 +213,11 @@ function canonical(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) =>
     v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b))) : v,
   );
+}
+
+function once<T>(make: () => T): () => T {
+  let made: T | undefined;
+  return () => (made ??= make());
 }
 
 /** The resource with the transaction's urn:uuid references replaced by what the server made of them. */

@@ -22,7 +22,15 @@ const LATENCY_MS = 300;
 const JITTER_MS = 100;
 /** The sandbox's time from an asynchronous request to its result, after the request's own latency. */
 const ASYNC_COMPLETION_MS = 200;
-const SIZES = [1000, 5000, 10000];
+/** BENCH_SIZES=1000 (or 1000,5000) runs only those sizes: one size takes about a minute. */
+const SIZES = process.env.BENCH_SIZES ? sizesFrom(process.env.BENCH_SIZES) : [1000, 5000, 10000];
+
+function sizesFrom(text: string): number[] {
+  const sizes = text.split(',').map(Number);
+  // Even: half the bookings go to the payer that answers by webhook.
+  if (sizes.some((n) => !Number.isInteger(n) || n <= 0 || n % 2 !== 0)) throw new Error('BENCH_SIZES: give even positive whole numbers separated by commas, e.g. 1000,5000');
+  return sizes;
+}
 const FINISHED = ['written', 'needs-attention', 'dead', 'cancelled'];
 
 interface Morning {
@@ -33,6 +41,8 @@ interface Morning {
   written: number;
   others: Record<string, number>;
   byWebhook: number;
+  /** The most checks serve's worker held at one scrape: the concurrency, when the pipeline keeps it full. */
+  peakInHand: number;
   sandboxCpuMsPerCheck: number;
   fhirCpuMsPerCheck: number;
 }
@@ -79,8 +89,11 @@ async function morning(n: number, dir: string): Promise<Morning> {
     const deadline = start + (idealSeconds * 5 + 60) * 1000;
     let states: Record<string, number> = {};
     let byWebhook = 0;
+    let peakInHand = 0;
     for (;;) {
-      ({ states, byWebhook } = await checkStates(httpPort));
+      let inHand: number;
+      ({ states, byWebhook, inHand } = await checkStates(httpPort));
+      peakInHand = Math.max(peakInHand, inHand);
       if (FINISHED.reduce((sum, s) => sum + (states[s] ?? 0), 0) >= n) break;
       if (performance.now() > deadline) throw new Error(`morning-batch-${n}: not finished in time: ${JSON.stringify(states)}; ${tail(serve.logFile)}`);
       await new Promise((r) => setTimeout(r, 250));
@@ -96,6 +109,7 @@ async function morning(n: number, dir: string): Promise<Morning> {
       written,
       others,
       byWebhook,
+      peakInHand,
       sandboxCpuMsPerCheck: (service?.cpuMs ?? NaN) / n,
       fhirCpuMsPerCheck: (chart?.cpuMs ?? NaN) / n,
     };
@@ -104,13 +118,14 @@ async function morning(n: number, dir: string): Promise<Morning> {
   }
 }
 
-/** Checks by state, from serve's /metrics (the store's counts when scraped), and how many results came by webhook. */
-async function checkStates(httpPort: number): Promise<{ states: Record<string, number>; byWebhook: number }> {
+/** Checks by state, from serve's /metrics (the store's counts when scraped), how many results came by webhook, and how many checks the worker held. */
+async function checkStates(httpPort: number): Promise<{ states: Record<string, number>; byWebhook: number; inHand: number }> {
   const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
   const states: Record<string, number> = {};
   for (const [, state, count] of text.matchAll(/^dental_elig_checks\{state="([^"]+)"\} (\d+)$/gm)) states[state as string] = Number(count);
   const byWebhook = Number(/^dental_elig_webhooks_total\{result="applied"\} (\d+)$/m.exec(text)?.[1] ?? 0);
-  return { states, byWebhook };
+  const inHand = Number(/^dental_elig_checks_in_hand (\d+)$/m.exec(text)?.[1] ?? 0);
+  return { states, byWebhook, inHand };
 }
 
 test('morning batch: bookings to written eligibility through serve, the sandbox and the FHIR server', async () => {
@@ -124,6 +139,7 @@ test('morning batch: bookings to written eligibility through serve, the sandbox 
         [
           figure(`morning-batch-${n}: checks written (others), results by webhook`, `${m.written} ${JSON.stringify(m.others)}, ${m.byWebhook}`),
           figure(`morning-batch-${n}: ideal time (N × ${LATENCY_MS} ms ÷ ${CONCURRENCY})`, `${((n * LATENCY_MS) / CONCURRENCY / 1000).toFixed(1)} s`),
+          figure(`morning-batch-${n}: most checks in hand (concurrency ${CONCURRENCY})`, `${m.peakInHand}`),
           figure(`morning-batch-${n}: sandbox cpu, FHIR server cpu`, `${m.sandboxCpuMsPerCheck.toFixed(2)}, ${m.fhirCpuMsPerCheck.toFixed(2)} ms/check`),
           `bench morning-batch-${n}: ${m.seconds.toFixed(1)} s, efficiency ${m.efficiency.toFixed(2)}, peak-rss ${m.peakRssMb.toFixed(0)} MB, cpu ${m.cpuMsPerCheck.toFixed(2)} ms/check`,
         ].join('\n') + '\n',

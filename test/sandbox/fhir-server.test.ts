@@ -207,6 +207,23 @@ describe('transactions', () => {
     const found = as<Bundle>(await client.search({ resourceType: 'Patient', searchParams: { identifier: 'urn:x:tx|TX-5' }, options: { postSearch: true } }));
     expect(found.entry).toHaveLength(1);
   });
+
+  it('with Prefer: return=minimal, answers each entry with its status and location and leaves the resources out', async () => {
+    const bundle: Bundle = {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [{ fullUrl: 'urn:uuid:0b5e6a1c-2d3f-4e4a-9b5c-6d7e8f9a0b1c', resource: mrn('TX-6'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=urn:x:tx|TX-6' } }],
+    };
+    const post = (prefer?: string) =>
+      request(server.url, { method: 'POST', headers: { 'content-type': 'application/fhir+json', ...(prefer && { prefer }) }, body: JSON.stringify(bundle) }).then(async (r) => (await r.body.json()) as Bundle);
+    const minimal = await post('return=minimal');
+    const full = await post();
+    expect(minimal.entry?.map((e) => ({ status: e.response?.status, resource: e.resource }))).toEqual([{ status: '201', resource: undefined }]);
+    const location = minimal.entry?.[0]?.response?.location ?? '';
+    expect(location).toMatch(/^Patient\/[^/]+/);
+    // Without the header the same conditional create matches what the first made, and sends it back.
+    expect(full.entry?.map((e) => [e.response?.status, `Patient/${e.resource?.id}`])).toEqual([['200', location.split('/_history')[0]]]);
+  });
 });
 
 describe('createFhirHandler', () => {

@@ -21,6 +21,7 @@ describe('observability', () => {
     expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="completed"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="stored"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_queue_depth 0$/m);
+    expect(metrics).toMatch(/^dental_elig_checks_in_hand 0$/m);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="service",operation="(verify|request verification)",ok="true"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="fhir",operation="write eligibility",ok="true"\} 1$/m);
   });

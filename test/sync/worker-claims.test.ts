@@ -1,0 +1,67 @@
+import type { CheckRow } from '../../src/sync/job-store';
+import { segment } from '../adapters/hl7/segment';
+import { startHarness, until, type Harness } from './harness';
+
+/**
+ * How the worker takes checks from the store: a synchronous answer goes to the chart under the
+ * claim that sent it, and a check stored while a claim is running is looked at as soon as that
+ * claim is done, not one idle interval later.
+ */
+const booking = (n: number) =>
+  [
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|CLAIMS-${n}|P|2.5.1`,
+    `SCH|APT-C${n}^SC||||||||||^^^20261210093000`,
+    `PID|1||P-C${n}^^^SC^MR||DOE^JANE||19800102|F`,
+    segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: `CLAIMS${n}` }),
+  ].join('\r');
+
+describe('the worker claiming checks', () => {
+  let h: Harness;
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    await h.close();
+  });
+
+  it('writes a synchronous result under the claim that sent the check: one claim from received to written', async () => {
+    h = await startHarness({ webhook: false });
+    const claimed: CheckRow[][] = [];
+    const claimDue = h.store.claimDue.bind(h.store);
+    jest.spyOn(h.store, 'claimDue').mockImplementation(async (options) => {
+      const rows = await claimDue(options);
+      claimed.push(rows);
+      return rows;
+    });
+    await h.sync.receiveHl7(booking(1));
+    const written = await until('the check written', async () => (await h.store.listChecks({ states: ['written'] }))[0]);
+    expect(claimed.flat().map((row) => [row.key, row.state])).toEqual([[written.key, 'received']]);
+  });
+
+  it('looks again at once when a check is stored while it is claiming, instead of waiting idleMs', async () => {
+    h = await startHarness({ webhook: false, settings: { idleMs: 60_000 } });
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let entered: () => void = () => undefined;
+    const claiming = new Promise<void>((resolve) => (entered = resolve));
+    const claimDue = h.store.claimDue.bind(h.store);
+    let calls = 0;
+    jest.spyOn(h.store, 'claimDue').mockImplementation(async (options) => {
+      if (calls++ > 0) return claimDue(options);
+      // A claim whose query ran just before the first booking committed: it answers nothing, late.
+      entered();
+      await gate;
+      return [];
+    });
+    await h.sync.receiveHl7(booking(2));
+    await claiming;
+    // The second booking's kick comes while that claim is still out.
+    await h.sync.receiveHl7(booking(3));
+    // ... and the turn it asked for passes before the claim answers.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    open();
+    const written = await until('both checks written well before the 60 s idle interval', async () => {
+      const rows = await h.store.listChecks({ states: ['written'] });
+      return rows.length === 2 && rows;
+    }, 10_000);
+    expect(written).toHaveLength(2);
+  });
+});
