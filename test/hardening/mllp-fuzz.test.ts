@@ -12,7 +12,7 @@ import { rssMiB, sendAll, startServe, type ServeUnderTest } from './serve-under-
  * Mutated fixture messages over MLLP into a running serve, pipelined on several connections: the
  * service survives, answers every frame with ACKs it can read back, closes each connection once
  * its answers are out, and keeps every frame it received in the job store (handled or dead).
- * About 170 messages a second on two cores (each one committed with synchronous=FULL): npm test
+ * About 170 messages a second on two cores (each one synced to disk before its ACK): npm test
  * sends 1,000, `npm run soak` 10,000; HARDEN_FUZZ_MESSAGES sets another count, FUZZ_SEED replays.
  */
 const COUNT = Number(process.env.HARDEN_FUZZ_MESSAGES ?? sized(1_000, 10_000));
