@@ -14,7 +14,8 @@ import type { ClientConfigInput } from '../verification/config';
 import { PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
 import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
-import { fhirKitReader } from '../sync/fhir-reader';
+import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
+import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { deadLetter } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
@@ -135,7 +136,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (!config.fhir.reader) return Promise.reject(new Error('no FHIR reader configured: FHIR triggers need fhir.baseUrl or fhir.reader'));
       return Promise.resolve(config.fhir.reader);
     }
-    return (reader ??= fhirKitReader(config.fhir.baseUrl, bearer(config.fhir)));
+    return (reader ??= fhirKitReader(config.fhir.baseUrl, readerAuth(config.fhir)));
   };
 
   const emit = (name: SyncEventName, event: SyncEvent) => {
@@ -355,7 +356,9 @@ async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> 
   }
 }
 
-function bearer(fhir: { bearerToken?: string }): { bearerToken?: string } {
+/** The reader's credentials: the static token, or SMART tokens of its own, for the read scopes unless a scope is configured. */
+function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
+  if (fhir.smart) return { tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, fhir.timeoutMs ?? 30_000) };
   return fhir.bearerToken ? { bearerToken: fhir.bearerToken } : {};
 }
 

@@ -1,7 +1,11 @@
 import type { FhirReader } from '../adapters/fhir/in';
+import type { AccessTokens } from './fhir-auth';
 
 export interface FhirKitReaderOptions {
+  /** A static access token. */
   bearerToken?: string;
+  /** Where each request's Authorization comes from (SMART Backend Services); a refused token is renewed once. */
+  tokens?: AccessTokens;
   headers?: Record<string, string>;
   /** Stop following next links after this many pages. */
   maxPages?: number;
@@ -12,28 +16,51 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   const { Client } = await import('fhir-kit-client');
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 20;
+  const tokens = options.tokens;
+
+  /** One request with the current token; a token the server refuses is renewed and the request made once more. */
+  async function authorized<T>(request: (requestOptions: { headers?: Record<string, string> }) => Promise<T>): Promise<T> {
+    if (!tokens) return request({});
+    const once = async () => {
+      const authorization = await tokens.authorization();
+      return request(authorization ? { headers: { authorization } } : {});
+    };
+    try {
+      return await once();
+    } catch (err) {
+      if (statusOf(err) !== 401 || !tokens.renewable) throw err;
+      tokens.invalidate();
+      return once();
+    }
+  }
+
   return {
     async read(resourceType, id) {
       try {
-        return await client.read({ resourceType, id });
+        return await authorized((requestOptions) => client.read({ resourceType, id, options: requestOptions }));
       } catch (err) {
-        const status = (err as { response?: { status?: number } }).response?.status;
+        const status = statusOf(err);
         if (status === 404 || status === 410) return undefined;
         throw err;
       }
     },
     async search(resourceType, params) {
       const found: unknown[] = [];
-      let page: unknown = await client.search({ resourceType, searchParams: params });
+      let page: unknown = await authorized((requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       for (let n = 0; n < maxPages && isBundle(page); n++) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
         const next = page.link?.find((l) => l.relation === 'next');
         if (!next) break;
-        page = await client.nextPage({ bundle: { ...page, link: page.link ?? [] } });
+        const bundle = { ...page, link: page.link ?? [] };
+        page = await authorized(async (requestOptions) => client.nextPage({ bundle, options: requestOptions }));
       }
       return found;
     },
   };
+}
+
+function statusOf(err: unknown): number | undefined {
+  return (err as { response?: { status?: number } }).response?.status;
 }
 
 interface PageBundle {

@@ -1,5 +1,6 @@
 import { generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as path from 'node:path';
@@ -7,7 +8,11 @@ import type { Bundle } from 'fhir/r4';
 import { EligibilityCheck } from '../../src/domain';
 import { projectRoot } from '../../src/mapping-files';
 import { createFhirHandler } from '../../src/sandbox/fhir-server';
+import { createEligibilitySync } from '../../src/service/eligibility-sync';
+import { createLogger } from '../../src/service/logger';
 import { ChartWriteError } from '../../src/sync/chart-errors';
+import { READ_SCOPE } from '../../src/sync/fhir-auth';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { fhirWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
 
@@ -33,6 +38,8 @@ interface Authority {
   discoveries: number;
   refusedAssertions: string[];
   fhirAuthorizations: Array<string | undefined>;
+  /** The scope each token was asked for. */
+  scopes: Array<string | null>;
   expiresIn: number;
   close(): Promise<void>;
 }
@@ -60,6 +67,7 @@ beforeAll(async () => {
         }
         const token = `token-${authority.issued.length + 1}`;
         authority.issued.push(token);
+        authority.scopes.push(form.get('scope'));
         answer(200, { access_token: token, token_type: 'bearer', expires_in: authority.expiresIn, scope: form.get('scope') });
       });
     }
@@ -83,6 +91,7 @@ beforeAll(async () => {
     discoveries: 0,
     refusedAssertions: [],
     fhirAuthorizations: [],
+    scopes: [],
     expiresIn: 300,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
@@ -92,7 +101,7 @@ afterAll(async () => {
   await authority.close();
 });
 beforeEach(() => {
-  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], expiresIn: 300 });
+  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], scopes: [], expiresIn: 300 });
 });
 
 function readForm(req: IncomingMessage): Promise<URLSearchParams> {
@@ -177,6 +186,30 @@ describe('SMART Backend Services', () => {
     expect(authority.refusedAssertions).toEqual(['signature']);
     expect([err.retryable, err.status, err.message]).toEqual([false, 401, 'write eligibility: auth: the token request was answered 401 (invalid_client)']);
     expect(authority.fhirAuthorizations).toEqual([]);
+  });
+
+  it('reads the chart for the FHIR trigger with tokens of its own, asked for read scopes, and renews a refused one once', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'elig-smart-'));
+    const sync = createEligibilitySync({
+      store: SqliteJobStore.open(dataDir),
+      dataDir,
+      service: { baseUrl: 'http://127.0.0.1:9', apiKey: 'sk_unused' },
+      fhir: { baseUrl: fhirBase(), smart: { clientId: CLIENT_ID, privateKey: rsa.privateKey, keyId: 'rsa-1' } },
+      logger: createLogger({ level: 'silent' }),
+    });
+    try {
+      expect((await sync.notifyAppointment('appt-1001')).created).toHaveLength(1);
+      expect(authority.scopes).toEqual([READ_SCOPE]);
+      expect(READ_SCOPE).toContain('system/Appointment.rs');
+      authority.revoked.add('token-1');
+      // Read again as a changed appointment would be: the refused token is replaced, the read made once more.
+      await sync.notifyAppointment('appt-1001');
+      expect(authority.issued).toEqual(['token-1', 'token-2']);
+      expect(authority.fhirAuthorizations.filter((a) => a === undefined)).toEqual([]);
+    } finally {
+      await sync.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a key SMART cannot sign with, naming the option and not the key', async () => {
