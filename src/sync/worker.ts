@@ -78,6 +78,8 @@ export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
   private inflight = new Set<Promise<void>>();
+  /** Keys of the checks in hand: one this worker is still working on is never started again. */
+  private readonly inHand = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
@@ -142,14 +144,32 @@ export class Worker {
     if (free <= 0) return;
     const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {
+      // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
+      if (this.inHand.has(row.key)) continue;
+      this.inHand.add(row.key);
+      // A service call may take longer than the lease (retries, rate-limit waits): the lease is kept
+      // while the step runs, so no worker claims the check and sends it a second time meanwhile.
+      const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
+      heartbeat.unref();
       const job: Promise<void> = this.run(row)
         .catch((err: unknown) => this.deps.log.error({ key: row.key, state: row.state, err: errorText(err) }, 'check step failed'))
         .finally(() => {
+          clearInterval(heartbeat);
+          this.inHand.delete(row.key);
           this.inflight.delete(job);
           void this.deps.store.release(row.key, this.owner).catch(() => undefined);
           this.kick();
         });
       this.inflight.add(job);
+    }
+  }
+
+  private async extendLease(key: string): Promise<void> {
+    try {
+      const held = await this.deps.store.extendLease({ key, owner: this.owner, now: this.now(), leaseMs: this.options.leaseMs });
+      if (!held) this.deps.log.warn({ key }, 'the lease on a check in hand was lost; another worker may send it too');
+    } catch (err) {
+      this.deps.log.warn({ key, err: errorText(err) }, 'could not extend the lease on a check in hand');
     }
   }
 
