@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import * as z from 'zod';
 import type { PayerResolver } from '../domain';
+import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError } from '../verification/errors';
 import { toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
-import type { InlineCredentials } from '../verification/wire';
+import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
-import type { CheckRow, CheckState, JobStore } from './job-store';
+import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
 import type { EligibilityWriter } from './write-back';
@@ -152,7 +154,7 @@ export class Worker {
       const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
       heartbeat.unref();
       const job: Promise<void> = this.run(row)
-        .catch((err: unknown) => this.deps.log.error({ key: row.key, state: row.state, err: errorText(err) }, 'check step failed'))
+        .catch((err: unknown) => this.stepFailed(row, err))
         .finally(() => {
           clearInterval(heartbeat);
           this.inHand.delete(row.key);
@@ -170,6 +172,29 @@ export class Worker {
       if (!held) this.deps.log.warn({ key }, 'the lease on a check in hand was lost; another worker may send it too');
     } catch (err) {
       this.deps.log.warn({ key, err: errorText(err) }, 'could not extend the lease on a check in hand');
+    }
+  }
+
+  /**
+   * A step threw something no step handles (a fault of this program or of a part it uses). The
+   * check is not claimed again at once, which would repeat the fault in a hot loop: it waits a
+   * backoff, and after maxAttempts such failures it is dead, for a person to look at.
+   */
+  private async stepFailed(row: CheckRow, err: unknown): Promise<void> {
+    const detail = errorText(err);
+    this.deps.log.error({ key: row.key, state: row.state, err: detail }, 'check step failed');
+    try {
+      const current = await this.deps.store.transaction((tx) => tx.getCheck(row.key));
+      if (!current || current.round !== row.round || !WORKABLE_STATES.includes(current.state)) return;
+      // A send the step already counted is not counted twice.
+      const attempts = Math.max(current.attempts, row.attempts + 1);
+      if (attempts >= this.options.maxAttempts) {
+        await this.giveUp(current, current.state, `gave up after ${attempts} attempts: ${detail}`, detail);
+        return;
+      }
+      await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
+    } catch (stored) {
+      this.deps.log.error({ key: row.key, err: errorText(stored) }, 'could not record a failed step; the check is tried again when its lease ends');
     }
   }
 
@@ -201,18 +226,26 @@ export class Worker {
     const portalId = (mode === 'async' ? resolution.asyncPortals : resolution.syncPortals)[0] ?? resolution.asyncPortals[0];
     if (!portalId) return this.storeLocalFailure(row, 'NoPortal', 'No portal', `no portal verifies ${resolution.name}`);
 
+    // Built before the check is marked sent: a request that cannot be built is answered, not retried.
+    let body: VerificationRequest;
+    try {
+      body = requestFromCheck(
+        { ...row.check, coverage: { ...row.check.coverage, resolution } },
+        {
+          mode,
+          portalId,
+          externalId: row.externalId,
+          ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
+        },
+      );
+    } catch (err) {
+      if (!(err instanceof z.ZodError)) throw err;
+      return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
+    }
+
     const attempts = row.attempts + 1;
     const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: this.now() });
     if (!sent) return;
-    const body = requestFromCheck(
-      { ...row.check, coverage: { ...row.check.coverage, resolution } },
-      {
-        mode,
-        portalId,
-        externalId: row.externalId,
-        ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
-      },
-    );
     await this.limiter.take(portalId);
     try {
       if (mode === 'sync') {
@@ -250,12 +283,16 @@ export class Worker {
       return;
     }
     if (from === 'submitted' && row.attempts >= this.options.maxAttempts) {
-      await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${row.attempts} attempts: ${summary}` });
-      this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
+      await this.giveUp(row, from, `gave up after ${row.attempts} attempts: ${summary}`, summary);
       return;
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
     await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
+  }
+
+  private async giveUp(row: CheckRow, from: CheckState, lastError: string, detail: string): Promise<void> {
+    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError });
+    if (dead) this.deps.emit('failed', { key: row.key, state: 'dead', detail });
   }
 
   /**

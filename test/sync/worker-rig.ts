@@ -5,14 +5,14 @@ import * as path from 'node:path';
 import type { PayerResolver } from '../../src/domain';
 import { projectRoot } from '../../src/mapping-files';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
-import type { CheckRow } from '../../src/sync/job-store';
+import type { CheckRow, CheckState } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../../src/sync/worker';
 import { fhirWriter } from '../../src/sync/write-back';
 import { VerificationClient } from '../../src/verification/client';
 import type { ClientConfigInput } from '../../src/verification/config';
 import { startScriptedServer, type RecordedRequest } from '../support/http-server';
-import { chartOf } from './harness';
+import { chartOf, until } from './harness';
 import { checkRow } from './job-store-contract';
 
 /**
@@ -30,6 +30,8 @@ export interface WorkerRig {
   /** Stores a check of the `self` fixture chart under `key`, due now (the contract's checkRow). */
   addCheck(key: string, change?: Partial<CheckRow>): Promise<void>;
   check(key: string): Promise<CheckRow>;
+  /** Waits until the check is in `state`, and gives it as stored then. */
+  reach(key: string, state: CheckState, timeoutMs?: number): Promise<CheckRow>;
   close(): Promise<void>;
 }
 
@@ -96,6 +98,12 @@ export async function startWorkerRig(options: {
       const row = await store.transaction((tx) => tx.getCheck(key));
       if (!row) throw new Error(`no check ${key}`);
       return row;
+    },
+    async reach(key, state, timeoutMs = 5000) {
+      return until(`check ${key} ${state}`, async () => {
+        const row = await store.transaction((tx) => tx.getCheck(key));
+        return row?.state === state && row;
+      }, timeoutMs);
     },
     async close() {
       await worker.stop();
