@@ -44,7 +44,7 @@ export const CheckRow = z.strictObject({
   portalId: z.string().optional(),
   correlationId: z.string().optional(),
   attempts: z.number().int().min(0),
-  /** When this round was last sent to the service. */
+  /** When this round was first sent to the service (pendingGiveUpMs counts from it). */
   submittedAt: z.string().optional(),
   /** When a worker should next look at it; absent when nothing is scheduled. */
   dueAt: z.string().optional(),

@@ -189,7 +189,7 @@ export class Worker {
       // A send the step already counted is not counted twice.
       const attempts = Math.max(current.attempts, row.attempts + 1);
       if (attempts >= this.options.maxAttempts) {
-        await this.giveUp(current, current.state, `gave up after ${attempts} attempts: ${detail}`, detail);
+        await this.giveUp(current, current.state, attempts, detail);
         return;
       }
       await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
@@ -244,7 +244,8 @@ export class Worker {
     }
 
     const attempts = row.attempts + 1;
-    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: this.now() });
+    // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
+    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() });
     if (!sent) return;
     await this.limiter.take(portalId);
     try {
@@ -269,7 +270,12 @@ export class Worker {
       return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
     }
     if (status === 404 && from === 'awaiting-result') {
-      // The service does not know the verification: send it again under the same externalId.
+      // The service does not know the verification: send it again under the same externalId, as
+      // one more attempt, so a service that keeps forgetting it is not sent it forever.
+      if (row.attempts >= this.options.maxAttempts) {
+        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification');
+        return;
+      }
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
       return;
     }
@@ -283,16 +289,17 @@ export class Worker {
       return;
     }
     if (from === 'submitted' && row.attempts >= this.options.maxAttempts) {
-      await this.giveUp(row, from, `gave up after ${row.attempts} attempts: ${summary}`, summary);
+      await this.giveUp(row, from, row.attempts, summary);
       return;
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
     await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
   }
 
-  private async giveUp(row: CheckRow, from: CheckState, lastError: string, detail: string): Promise<void> {
-    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError });
-    if (dead) this.deps.emit('failed', { key: row.key, state: 'dead', detail });
+  /** Retries used up: the check is dead, in the list a person looks at. */
+  private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string): Promise<void> {
+    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts} attempts: ${summary}` });
+    if (dead) this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
   }
 
   /**
@@ -334,6 +341,7 @@ export class Worker {
           round,
           externalId: externalIdFor(row.key, row.fingerprint, round),
           correlationId: undefined,
+          submittedAt: undefined,
           dueAt: this.later(this.backoff(row.attempts)),
           lastError: `${outcome.failure.kind}: retrying later`,
         },
@@ -375,7 +383,7 @@ export class Worker {
       const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       await this.outcomeArrived({ ...row, attempts: row.attempts + 1 }, outcome);
     } catch (err) {
-      await this.serviceFailed({ ...row, attempts: row.attempts + 1 }, 'awaiting-result', err);
+      await this.serviceFailed(row, 'awaiting-result', err);
     }
   }
 
@@ -418,6 +426,7 @@ export class Worker {
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
       correlationId: undefined,
+      submittedAt: undefined,
       reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),

@@ -1,5 +1,6 @@
+import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
-import { posts, resultBody, sleep, startWorkerRig, type WorkerRig } from './worker-rig';
+import { gets, posts, resultBody, sleep, startWorkerRig, type WorkerRig } from './worker-rig';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
@@ -26,6 +27,37 @@ describe('the worker when the service misbehaves', () => {
     const written = await rig.reach('slow', 'written', 10_000);
     expect(written.state).toBe('written');
     expect(posts(rig.requests).map((r) => r.url)).toEqual(['/v2/insurance-verifications']);
+  });
+});
+
+describe('the worker waiting for an asynchronous result', () => {
+  let rig: WorkerRig;
+  afterEach(async () => {
+    await rig.close();
+  });
+
+  const accepted = (res: ServerResponse) => json(res, 202, { correlationId: 'ver-lost', status: 'Pending' });
+
+  it('sends a verification the service keeps forgetting (404 on poll) maxAttempts times, then gives it up, measuring the wait from the first send', async () => {
+    const sentAt: number[] = [];
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 3, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res) => {
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        sentAt.push(Date.now());
+        accepted(res);
+      },
+    });
+    await rig.addCheck('forgotten');
+    rig.worker.start();
+    const dead = await rig.reach('forgotten', 'dead', 5000);
+    await sleep(300);
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(gets(rig.requests)).toHaveLength(3);
+    expect(dead.attempts).toBe(3);
+    expect(dead.lastError).toMatch(/^gave up after 3 attempts: 404/);
+    expect(Date.parse(dead.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
   });
 });
 
