@@ -408,7 +408,8 @@ export class Worker {
       this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'chart write failed; will retry');
       return;
     }
-    const needsPerson = outcome.kind === 'failed' && outcome.failure.action !== 'retry-later';
+    // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
+    const needsPerson = outcome.kind === 'failed';
     const ids = { requestId: written.requestId, responseId: written.responseId };
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
@@ -486,7 +487,9 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
 }
 
 function adviceOf(outcome: VerificationOutcome): string {
-  return outcome.kind === 'failed' ? `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}` : outcome.kind;
+  if (outcome.kind !== 'failed') return outcome.kind;
+  const advice = `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}`;
+  return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
 }
 
 function failureKindOf(outcome: VerificationOutcome): string | undefined {

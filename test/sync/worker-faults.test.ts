@@ -7,12 +7,12 @@ import { gets, posts, resultBody, sleep, startWorkerRig, type WorkerRig } from '
  * scripted service, the chart on a FHIR server): whatever the service does, a check is sent once
  * per attempt, never in a tight loop, and ends somewhere a person can see it.
  */
-describe('the worker when the service misbehaves', () => {
-  let rig: WorkerRig;
-  afterEach(async () => {
-    await rig.close();
-  });
+let rig: WorkerRig;
+afterEach(async () => {
+  await rig.close();
+});
 
+describe('the worker when the service misbehaves', () => {
   it('keeps its lease while a verification takes longer than leaseMs: one POST, not one per lease', async () => {
     rig = await startWorkerRig({
       worker: { leaseMs: 1000 },
@@ -30,12 +30,25 @@ describe('the worker when the service misbehaves', () => {
   });
 });
 
-describe('the worker waiting for an asynchronous result', () => {
-  let rig: WorkerRig;
-  afterEach(async () => {
-    await rig.close();
+describe('the worker when the service says to try again later', () => {
+  it('writes a retry-later failure that outlasts maxAttempts to the chart and puts the check where a person sees it', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3 },
+      answer: (_req, res) => json(res, 200, { ...(resultBody('failed-site-maintenance') as object), correlationId: `ver-maint-${rig.requests.length}` }),
+    });
+    await rig.addCheck('maintenance');
+    rig.worker.start();
+    const row = await rig.reach('maintenance', 'needs-attention', 5000);
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(row.written).toBeDefined();
+    expect(row.dueAt).toBeUndefined();
+    expect(row.lastError).toBe('SiteMaintenance: The payer portal is down for maintenance. (retries used up)');
+    expect(await rig.store.listChecks({ states: ['needs-attention'] })).toHaveLength(1);
+    expect(rig.events.filter((e) => e.name === 'needs-attention').map((e) => e.event.failureKind)).toEqual(['SiteMaintenance']);
   });
+});
 
+describe('the worker waiting for an asynchronous result', () => {
   const accepted = (res: ServerResponse) => json(res, 202, { correlationId: 'ver-lost', status: 'Pending' });
 
   it('sends a verification the service keeps forgetting (404 on poll) maxAttempts times, then gives it up, measuring the wait from the first send', async () => {
@@ -62,11 +75,6 @@ describe('the worker waiting for an asynchronous result', () => {
 });
 
 describe('the worker when a step fails for a reason of its own', () => {
-  let rig: WorkerRig;
-  afterEach(async () => {
-    await rig.close();
-  });
-
   it('answers a check whose request cannot be built (a catalog payer with no name) in the chart, naming the field, without a loop', async () => {
     rig = await startWorkerRig({ payerName: '', answer: (_req, res) => json(res, 500, { title: 'not to be called' }) });
     await rig.addCheck('nameless');
