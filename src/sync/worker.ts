@@ -288,12 +288,26 @@ export class Worker {
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
     }
-    if (from === 'submitted' && row.attempts >= this.options.maxAttempts) {
-      await this.giveUp(row, from, row.attempts, summary);
-      return;
+    // A service that says how long to leave it alone is asked again no sooner. Such a send is not
+    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
+    const retryAfter = err.retryAfterMs;
+    if (from === 'submitted') {
+      const usedUp =
+        retryAfter === undefined
+          ? row.attempts >= this.options.maxAttempts
+          : this.deps.now().getTime() + retryAfter - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
+      if (usedUp) {
+        await this.giveUp(row, from, row.attempts, summary);
+        return;
+      }
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
-    await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
+    await this.step(row, from, {
+      state: next,
+      ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }),
+      dueAt: this.later(Math.max(this.backoff(row.attempts), retryAfter ?? 0)),
+      lastError: summary,
+    });
   }
 
   /** Retries used up: the check is dead, in the list a person looks at. */

@@ -26,7 +26,7 @@ describe('the worker when the service misbehaves', () => {
     rig.worker.start();
     const written = await rig.reach('slow', 'written', 10_000);
     expect(written.state).toBe('written');
-    expect(posts(rig.requests).map((r) => r.url)).toEqual(['/v2/insurance-verifications']);
+    expect(posts(rig.requests)).toEqual(['/v2/insurance-verifications']);
   });
 });
 
@@ -45,6 +45,38 @@ describe('the worker when the service says to try again later', () => {
     expect(row.lastError).toBe('SiteMaintenance: The payer portal is down for maintenance. (retries used up)');
     expect(await rig.store.listChecks({ states: ['needs-attention'] })).toHaveLength(1);
     expect(rig.events.filter((e) => e.name === 'needs-attention').map((e) => e.event.failureKind)).toEqual(['SiteMaintenance']);
+  });
+});
+
+describe('the worker when the service asks it to wait (Retry-After)', () => {
+  const throttle = (res: ServerResponse) => json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '1' });
+
+  it('waits as long as Retry-After says, and a throttled send does not use up an attempt', async () => {
+    const sentAt: number[] = [];
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, backoff: { baseMs: 20, maxMs: 50 } },
+      answer: (_req, res, index) => {
+        sentAt.push(Date.now());
+        if (index < 2) return throttle(res);
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-after-wait' });
+      },
+    });
+    await rig.addCheck('throttled');
+    rig.worker.start();
+    const row = await rig.reach('throttled', 'written', 8000);
+    expect(row.correlationId).toBe('ver-after-wait');
+    expect(sentAt).toHaveLength(3);
+    expect((sentAt[1] ?? 0) - (sentAt[0] ?? 0)).toBeGreaterThanOrEqual(950);
+    expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
+  });
+
+  it('gives a check the service throttles for longer than pendingGiveUpMs up', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
+    await rig.addCheck('throttled-for-ever');
+    rig.worker.start();
+    const row = await rig.reach('throttled-for-ever', 'dead', 8000);
+    expect(posts(rig.requests)).toHaveLength(2);
+    expect(row.lastError).toMatch(/^gave up after .*: 429: Too many requests$/);
   });
 });
 
@@ -82,7 +114,7 @@ describe('the worker when a step fails for a reason of its own', () => {
     const done = await rig.reach('nameless', 'needs-attention', 5000);
     expect(JSON.stringify(done.result)).toContain('payer.name');
     expect(done.written).toBeDefined();
-    expect(rig.requests).toEqual([]);
+    expect(rig.requests).toHaveLength(0);
     expect(rig.errors).toEqual([]);
   });
 

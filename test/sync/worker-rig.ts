@@ -115,8 +115,9 @@ export async function startWorkerRig(options: {
   };
 }
 
-/** The requests that sent a verification (sync or async), as opposed to polls. */
-export const posts = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'POST');
-export const gets = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'GET');
+/** The paths of the requests that sent a verification (sync or async); bodies, with patient data, stay out of test output. */
+export const posts = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'POST').map((r) => r.url);
+/** The paths of the polls. */
+export const gets = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'GET').map((r) => r.url);
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
