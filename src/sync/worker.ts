@@ -305,7 +305,7 @@ export class Worker {
     await this.step(row, from, {
       state: next,
       ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }),
-      dueAt: this.later(Math.max(this.backoff(row.attempts), retryAfter ?? 0)),
+      dueAt: this.later(Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0)),
       lastError: summary,
     });
   }
@@ -337,7 +337,7 @@ export class Worker {
   transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
     if (outcome.kind === 'pending' || outcome.kind === 'unknown') {
-      const wait = row.state === 'awaiting-result' ? this.backoff(row.attempts, this.options.pollAfterMs) : this.options.pollAfterMs;
+      const wait = row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs;
       return {
         change: {
           state: 'awaiting-result',
@@ -395,7 +395,7 @@ export class Worker {
     await this.limiter.take(row.portalId);
     try {
       const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
-      await this.outcomeArrived({ ...row, attempts: row.attempts + 1 }, outcome);
+      await this.outcomeArrived(row, outcome);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
     }
@@ -466,10 +466,23 @@ export class Worker {
     });
   }
 
-  private backoff(attempts: number, base = this.options.backoff.baseMs): number {
-    const exp = Math.min(this.options.backoff.maxMs, base * 2 ** Math.max(0, attempts - 1));
-    // Full jitter on half the delay: retries of many checks do not arrive together.
-    return Math.round(exp / 2 + (this.deps.random ?? Math.random)() * (exp / 2));
+  private backoff(attempts: number): number {
+    return this.jitter(Math.min(this.options.backoff.maxMs, this.options.backoff.baseMs * 2 ** Math.max(0, attempts - 1)));
+  }
+
+  /**
+   * The wait before polling a verification again: about as long as it has been pending since the
+   * round's first send (from pollAfterMs up to backoff.maxMs), so polls thin out as it stays
+   * Pending, with nothing to count in the store.
+   */
+  private pollWait(row: CheckRow): number {
+    const pending = this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt);
+    return this.jitter(Math.max(this.options.pollAfterMs, Math.min(this.options.backoff.maxMs, pending)));
+  }
+
+  /** Full jitter on half the delay: retries of many checks do not arrive together. */
+  private jitter(ms: number): number {
+    return Math.round(ms / 2 + (this.deps.random ?? Math.random)() * (ms / 2));
   }
 
   private now(): string {

@@ -104,6 +104,28 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(Date.parse(dead.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
     expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
   });
+  it('polls a verification that stays Pending less and less often, about as often as it has been pending', async () => {
+    const polledAt: number[] = [];
+    rig = await startWorkerRig({
+      random: () => 1,
+      worker: { asyncEnabled: true, webhookDeadlineMs: 100, pollAfterMs: 100, backoff: { baseMs: 50, maxMs: 60_000 } },
+      answer: (req, res) => {
+        if (req.method === 'POST') return accepted(res);
+        polledAt.push(Date.now());
+        json(res, 200, { correlationId: 'ver-lost', status: 'Pending' });
+      },
+    });
+    await rig.addCheck('slow-payer');
+    rig.worker.start();
+    await sleep(3000);
+    const gaps = polledAt.slice(1).map((t, i) => t - (polledAt[i] ?? 0));
+    // Pending since the send: waits of about 0.1, 0.2, 0.4, 0.8, 1.6 s, not 0.1 s each time.
+    expect(polledAt.length).toBeGreaterThanOrEqual(4);
+    expect(polledAt.length).toBeLessThanOrEqual(7);
+    for (let i = 1; i < gaps.length; i++) expect(gaps[i]).toBeGreaterThan((gaps[i - 1] ?? 0) * 1.2);
+    expect(gaps.at(-1)).toBeGreaterThanOrEqual(700);
+    expect((await rig.check('slow-payer')).state).toBe('awaiting-result');
+  });
 });
 
 describe('the worker when a step fails for a reason of its own', () => {

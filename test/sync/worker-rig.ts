@@ -62,6 +62,8 @@ export async function startWorkerRig(options: {
   resolver?: PayerResolver;
   /** The payer's name as the catalog gives it (an empty one makes a request the client refuses). */
   payerName?: string;
+  /** The worker's jitter (1: every wait its longest). */
+  random?: () => number;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
   const store = SqliteJobStore.open(dir);
@@ -81,6 +83,7 @@ export async function startWorkerRig(options: {
       resolver: () => resolver,
       writer: () => writer,
       now: () => new Date(),
+      ...(options.random && { random: options.random }),
       log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => events.push({ name, event }),
     },
