@@ -38,7 +38,7 @@ export const SyncSettings = z.strictObject({
   backoffBaseMs: z.number().int().min(1).default(2000),
   backoffMaxMs: z.number().int().min(1).default(5 * 60_000),
   webhookDeadlineMs: z.number().int().min(0).default(2 * 60_000),
-  pollAfterMs: z.number().int().min(0).default(5000),
+  pollAfterMs: z.number().int().min(1, { error: 'must be at least 1 (0 would poll a Pending verification in a tight loop)' }).default(5000),
   pendingGiveUpMs: z.number().int().min(1).default(24 * 3600_000),
   leaseMs: z.number().int().min(1000).default(2 * 60_000),
   idleMs: z.number().int().min(10).default(500),
@@ -47,6 +47,9 @@ export const SyncSettings = z.strictObject({
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: z.number().int().min(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
+}).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {
+  path: ['backoffBaseMs'],
+  error: (issue) => `must not exceed backoffMaxMs (${(issue.input as { backoffMaxMs: number }).backoffMaxMs})`,
 });
 export type SyncSettings = z.input<typeof SyncSettings>;
 

@@ -44,7 +44,7 @@ export const CheckRow = z.strictObject({
   portalId: z.string().optional(),
   correlationId: z.string().optional(),
   attempts: z.number().int().min(0),
-  /** When this round was last sent to the service. */
+  /** When this round was first sent to the service (pendingGiveUpMs counts from it). */
   submittedAt: z.string().optional(),
   /** When a worker should next look at it; absent when nothing is scheduled. */
   dueAt: z.string().optional(),
@@ -194,6 +194,11 @@ export interface JobStore {
   /** Whether the store answers (for /healthz). */
   ping(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Moves the end of a lease this owner holds to `leaseMs` after `now`, while a step is still in
+   * flight; false when the lease is no longer the owner's (it ran out and another worker took it).
+   */
+  extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean>;
 }
 
 /** Whether a stored verification body is a completed one (a result that may serve another appointment). */

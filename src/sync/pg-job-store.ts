@@ -152,6 +152,12 @@ export class PgJobStore implements JobStore {
     this.closed = true;
     await this.pool.end();
   }
+
+  async extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {
+    const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
+    const { rowCount } = await this.pool.query('UPDATE checks SET lease_until = $3 WHERE key = $1 AND lease_owner = $2', [options.key, options.owner, until]);
+    return (rowCount ?? 0) > 0;
+  }
 }
 
 /** One transaction's view of the store, on the connection that holds it. */

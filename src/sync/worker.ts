@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import * as z from 'zod';
 import type { PayerResolver } from '../domain';
+import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError } from '../verification/errors';
 import { toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
-import type { InlineCredentials } from '../verification/wire';
+import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
-import type { CheckRow, CheckState, JobStore } from './job-store';
+import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
 import type { EligibilityWriter } from './write-back';
@@ -78,6 +80,8 @@ export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
   private inflight = new Set<Promise<void>>();
+  /** Keys of the checks in hand: one this worker is still working on is never started again. */
+  private readonly inHand = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
@@ -142,14 +146,55 @@ export class Worker {
     if (free <= 0) return;
     const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {
+      // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
+      if (this.inHand.has(row.key)) continue;
+      this.inHand.add(row.key);
+      // A service call may take longer than the lease (retries, rate-limit waits): the lease is kept
+      // while the step runs, so no worker claims the check and sends it a second time meanwhile.
+      const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
+      heartbeat.unref();
       const job: Promise<void> = this.run(row)
-        .catch((err: unknown) => this.deps.log.error({ key: row.key, state: row.state, err: errorText(err) }, 'check step failed'))
+        .catch((err: unknown) => this.stepFailed(row, err))
         .finally(() => {
+          clearInterval(heartbeat);
+          this.inHand.delete(row.key);
           this.inflight.delete(job);
           void this.deps.store.release(row.key, this.owner).catch(() => undefined);
           this.kick();
         });
       this.inflight.add(job);
+    }
+  }
+
+  private async extendLease(key: string): Promise<void> {
+    try {
+      const held = await this.deps.store.extendLease({ key, owner: this.owner, now: this.now(), leaseMs: this.options.leaseMs });
+      if (!held) this.deps.log.warn({ key }, 'the lease on a check in hand was lost; another worker may send it too');
+    } catch (err) {
+      this.deps.log.warn({ key, err: errorText(err) }, 'could not extend the lease on a check in hand');
+    }
+  }
+
+  /**
+   * A step threw something no step handles (a fault of this program or of a part it uses). The
+   * check is not claimed again at once, which would repeat the fault in a hot loop: it waits a
+   * backoff, and after maxAttempts such failures it is dead, for a person to look at.
+   */
+  private async stepFailed(row: CheckRow, err: unknown): Promise<void> {
+    const detail = errorText(err);
+    this.deps.log.error({ key: row.key, state: row.state, err: detail }, 'check step failed');
+    try {
+      const current = await this.deps.store.transaction((tx) => tx.getCheck(row.key));
+      if (!current || current.round !== row.round || !WORKABLE_STATES.includes(current.state)) return;
+      // A send the step already counted is not counted twice.
+      const attempts = Math.max(current.attempts, row.attempts + 1);
+      if (attempts >= this.options.maxAttempts) {
+        await this.giveUp(current, current.state, attempts, detail);
+        return;
+      }
+      await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
+    } catch (stored) {
+      this.deps.log.error({ key: row.key, err: errorText(stored) }, 'could not record a failed step; the check is tried again when its lease ends');
     }
   }
 
@@ -181,18 +226,27 @@ export class Worker {
     const portalId = (mode === 'async' ? resolution.asyncPortals : resolution.syncPortals)[0] ?? resolution.asyncPortals[0];
     if (!portalId) return this.storeLocalFailure(row, 'NoPortal', 'No portal', `no portal verifies ${resolution.name}`);
 
+    // Built before the check is marked sent: a request that cannot be built is answered, not retried.
+    let body: VerificationRequest;
+    try {
+      body = requestFromCheck(
+        { ...row.check, coverage: { ...row.check.coverage, resolution } },
+        {
+          mode,
+          portalId,
+          externalId: row.externalId,
+          ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
+        },
+      );
+    } catch (err) {
+      if (!(err instanceof z.ZodError)) throw err;
+      return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
+    }
+
     const attempts = row.attempts + 1;
-    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: this.now() });
+    // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
+    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() });
     if (!sent) return;
-    const body = requestFromCheck(
-      { ...row.check, coverage: { ...row.check.coverage, resolution } },
-      {
-        mode,
-        portalId,
-        externalId: row.externalId,
-        ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
-      },
-    );
     await this.limiter.take(portalId);
     try {
       if (mode === 'sync') {
@@ -216,7 +270,12 @@ export class Worker {
       return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
     }
     if (status === 404 && from === 'awaiting-result') {
-      // The service does not know the verification: send it again under the same externalId.
+      // The service does not know the verification: send it again under the same externalId, as
+      // one more attempt, so a service that keeps forgetting it is not sent it forever.
+      if (row.attempts >= this.options.maxAttempts) {
+        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification');
+        return;
+      }
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
       return;
     }
@@ -229,13 +288,32 @@ export class Worker {
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
     }
-    if (from === 'submitted' && row.attempts >= this.options.maxAttempts) {
-      await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${row.attempts} attempts: ${summary}` });
-      this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
-      return;
+    // A service that says how long to leave it alone is asked again no sooner. Such a send is not
+    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
+    const retryAfter = err.retryAfterMs;
+    if (from === 'submitted') {
+      const usedUp =
+        retryAfter === undefined
+          ? row.attempts >= this.options.maxAttempts
+          : this.deps.now().getTime() + retryAfter - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
+      if (usedUp) {
+        await this.giveUp(row, from, row.attempts, summary);
+        return;
+      }
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
-    await this.step(row, from, { state: next, dueAt: this.later(this.backoff(row.attempts)), lastError: summary });
+    await this.step(row, from, {
+      state: next,
+      ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }),
+      dueAt: this.later(Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0)),
+      lastError: summary,
+    });
+  }
+
+  /** Retries used up: the check is dead, in the list a person looks at. */
+  private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string): Promise<void> {
+    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts} attempts: ${summary}` });
+    if (dead) this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
   }
 
   /**
@@ -259,7 +337,7 @@ export class Worker {
   transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
     if (outcome.kind === 'pending' || outcome.kind === 'unknown') {
-      const wait = row.state === 'awaiting-result' ? this.backoff(row.attempts, this.options.pollAfterMs) : this.options.pollAfterMs;
+      const wait = row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs;
       return {
         change: {
           state: 'awaiting-result',
@@ -277,6 +355,7 @@ export class Worker {
           round,
           externalId: externalIdFor(row.key, row.fingerprint, round),
           correlationId: undefined,
+          submittedAt: undefined,
           dueAt: this.later(this.backoff(row.attempts)),
           lastError: `${outcome.failure.kind}: retrying later`,
         },
@@ -316,9 +395,9 @@ export class Worker {
     await this.limiter.take(row.portalId);
     try {
       const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
-      await this.outcomeArrived({ ...row, attempts: row.attempts + 1 }, outcome);
+      await this.outcomeArrived(row, outcome);
     } catch (err) {
-      await this.serviceFailed({ ...row, attempts: row.attempts + 1 }, 'awaiting-result', err);
+      await this.serviceFailed(row, 'awaiting-result', err);
     }
   }
 
@@ -343,7 +422,8 @@ export class Worker {
       this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'chart write failed; will retry');
       return;
     }
-    const needsPerson = outcome.kind === 'failed' && outcome.failure.action !== 'retry-later';
+    // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
+    const needsPerson = outcome.kind === 'failed';
     const ids = { requestId: written.requestId, responseId: written.responseId };
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
@@ -361,6 +441,7 @@ export class Worker {
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
       correlationId: undefined,
+      submittedAt: undefined,
       reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
@@ -385,10 +466,23 @@ export class Worker {
     });
   }
 
-  private backoff(attempts: number, base = this.options.backoff.baseMs): number {
-    const exp = Math.min(this.options.backoff.maxMs, base * 2 ** Math.max(0, attempts - 1));
-    // Full jitter on half the delay: retries of many checks do not arrive together.
-    return Math.round(exp / 2 + (this.deps.random ?? Math.random)() * (exp / 2));
+  private backoff(attempts: number): number {
+    return this.jitter(Math.min(this.options.backoff.maxMs, this.options.backoff.baseMs * 2 ** Math.max(0, attempts - 1)));
+  }
+
+  /**
+   * The wait before polling a verification again: about as long as it has been pending since the
+   * round's first send (from pollAfterMs up to backoff.maxMs), so polls thin out as it stays
+   * Pending, with nothing to count in the store.
+   */
+  private pollWait(row: CheckRow): number {
+    const pending = this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt);
+    return this.jitter(Math.max(this.options.pollAfterMs, Math.min(this.options.backoff.maxMs, pending)));
+  }
+
+  /** Full jitter on half the delay: retries of many checks do not arrive together. */
+  private jitter(ms: number): number {
+    return Math.round(ms / 2 + (this.deps.random ?? Math.random)() * (ms / 2));
   }
 
   private now(): string {
@@ -420,7 +514,9 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
 }
 
 function adviceOf(outcome: VerificationOutcome): string {
-  return outcome.kind === 'failed' ? `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}` : outcome.kind;
+  if (outcome.kind !== 'failed') return outcome.kind;
+  const advice = `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}`;
+  return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
 }
 
 function failureKindOf(outcome: VerificationOutcome): string | undefined {

@@ -122,6 +122,19 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_due']);
     });
 
+    it('extends a lease its owner holds, so the check is not claimed while its step is in flight', async () => {
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_slow')));
+      await store.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 });
+      // At 50 s, 'a' is still sending it: its lease now ends at 1 min 50 s, not 1 min.
+      expect(await store.extendLease({ key: 'elig_slow', owner: 'a', now: '2026-11-23T10:00:50.000Z', leaseMs: 60_000 })).toBe(true);
+      expect(await store.claimDue({ now: '2026-11-23T10:01:30.000Z', limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
+      expect(await store.extendLease({ key: 'elig_slow', owner: 'b', now: '2026-11-23T10:01:30.000Z', leaseMs: 60_000 })).toBe(false);
+      const after = await store.claimDue({ now: '2026-11-23T10:01:50.001Z', limit: 10, owner: 'b', leaseMs: 60_000 });
+      expect(after.map((c) => c.key)).toEqual(['elig_slow']);
+      // Taken by another after it ran out: the first owner's heartbeat no longer holds it.
+      expect(await store.extendLease({ key: 'elig_slow', owner: 'a', now: '2026-11-23T10:01:51.000Z', leaseMs: 60_000 })).toBe(false);
+    });
+
     it('hands out the most overdue checks first, up to the limit', async () => {
       await store.transaction(async (tx) => {
         for (const [key, dueAt] of [['k3', '2026-11-23T09:30:00.000Z'], ['k1', '2026-11-23T08:00:00.000Z'], ['k2', '2026-11-23T09:00:00.000Z']] as const) {

@@ -1,0 +1,160 @@
+import type { ServerResponse } from 'node:http';
+import { json } from '../support/http-server';
+import { gets, posts, resultBody, sleep, startWorkerRig, type WorkerRig } from './worker-rig';
+
+/**
+ * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
+ * scripted service, the chart on a FHIR server): whatever the service does, a check is sent once
+ * per attempt, never in a tight loop, and ends somewhere a person can see it.
+ */
+let rig: WorkerRig;
+afterEach(async () => {
+  await rig.close();
+});
+
+describe('the worker when the service misbehaves', () => {
+  it('keeps its lease while a verification takes longer than leaseMs: one POST, not one per lease', async () => {
+    rig = await startWorkerRig({
+      worker: { leaseMs: 1000 },
+      service: { timeoutMs: 10_000 },
+      answer: async (req, res) => {
+        await sleep(2500);
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` });
+      },
+    });
+    await rig.addCheck('slow');
+    rig.worker.start();
+    const written = await rig.reach('slow', 'written', 10_000);
+    expect(written.state).toBe('written');
+    expect(posts(rig.requests)).toEqual(['/v2/insurance-verifications']);
+  });
+});
+
+describe('the worker when the service says to try again later', () => {
+  it('writes a retry-later failure that outlasts maxAttempts to the chart and puts the check where a person sees it', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3 },
+      answer: (_req, res) => json(res, 200, { ...(resultBody('failed-site-maintenance') as object), correlationId: `ver-maint-${rig.requests.length}` }),
+    });
+    await rig.addCheck('maintenance');
+    rig.worker.start();
+    const row = await rig.reach('maintenance', 'needs-attention', 5000);
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(row.written).toBeDefined();
+    expect(row.dueAt).toBeUndefined();
+    expect(row.lastError).toBe('SiteMaintenance: The payer portal is down for maintenance. (retries used up)');
+    expect(await rig.store.listChecks({ states: ['needs-attention'] })).toHaveLength(1);
+    expect(rig.events.filter((e) => e.name === 'needs-attention').map((e) => e.event.failureKind)).toEqual(['SiteMaintenance']);
+  });
+});
+
+describe('the worker when the service asks it to wait (Retry-After)', () => {
+  const throttle = (res: ServerResponse) => json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '1' });
+
+  it('waits as long as Retry-After says, and a throttled send does not use up an attempt', async () => {
+    const sentAt: number[] = [];
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, backoff: { baseMs: 20, maxMs: 50 } },
+      answer: (_req, res, index) => {
+        sentAt.push(Date.now());
+        if (index < 2) return throttle(res);
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-after-wait' });
+      },
+    });
+    await rig.addCheck('throttled');
+    rig.worker.start();
+    const row = await rig.reach('throttled', 'written', 8000);
+    expect(row.correlationId).toBe('ver-after-wait');
+    expect(sentAt).toHaveLength(3);
+    expect((sentAt[1] ?? 0) - (sentAt[0] ?? 0)).toBeGreaterThanOrEqual(950);
+    expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
+  });
+
+  it('gives a check the service throttles for longer than pendingGiveUpMs up', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
+    await rig.addCheck('throttled-for-ever');
+    rig.worker.start();
+    const row = await rig.reach('throttled-for-ever', 'dead', 8000);
+    expect(posts(rig.requests)).toHaveLength(2);
+    expect(row.lastError).toMatch(/^gave up after .*: 429: Too many requests$/);
+  });
+});
+
+describe('the worker waiting for an asynchronous result', () => {
+  const accepted = (res: ServerResponse) => json(res, 202, { correlationId: 'ver-lost', status: 'Pending' });
+
+  it('sends a verification the service keeps forgetting (404 on poll) maxAttempts times, then gives it up, measuring the wait from the first send', async () => {
+    const sentAt: number[] = [];
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 3, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res) => {
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        sentAt.push(Date.now());
+        accepted(res);
+      },
+    });
+    await rig.addCheck('forgotten');
+    rig.worker.start();
+    const dead = await rig.reach('forgotten', 'dead', 5000);
+    await sleep(300);
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(gets(rig.requests)).toHaveLength(3);
+    expect(dead.attempts).toBe(3);
+    expect(dead.lastError).toMatch(/^gave up after 3 attempts: 404/);
+    expect(Date.parse(dead.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
+  });
+  it('polls a verification that stays Pending less and less often, about as often as it has been pending', async () => {
+    const polledAt: number[] = [];
+    rig = await startWorkerRig({
+      random: () => 1,
+      worker: { asyncEnabled: true, webhookDeadlineMs: 100, pollAfterMs: 100, backoff: { baseMs: 50, maxMs: 60_000 } },
+      answer: (req, res) => {
+        if (req.method === 'POST') return accepted(res);
+        polledAt.push(Date.now());
+        json(res, 200, { correlationId: 'ver-lost', status: 'Pending' });
+      },
+    });
+    await rig.addCheck('slow-payer');
+    rig.worker.start();
+    await sleep(3000);
+    const gaps = polledAt.slice(1).map((t, i) => t - (polledAt[i] ?? 0));
+    // Pending since the send: waits of about 0.1, 0.2, 0.4, 0.8, 1.6 s, not 0.1 s each time.
+    expect(polledAt.length).toBeGreaterThanOrEqual(4);
+    expect(polledAt.length).toBeLessThanOrEqual(7);
+    for (let i = 1; i < gaps.length; i++) expect(gaps[i]).toBeGreaterThan((gaps[i - 1] ?? 0) * 1.2);
+    expect(gaps.at(-1)).toBeGreaterThanOrEqual(700);
+    expect((await rig.check('slow-payer')).state).toBe('awaiting-result');
+  });
+});
+
+describe('the worker when a step fails for a reason of its own', () => {
+  it('answers a check whose request cannot be built (a catalog payer with no name) in the chart, naming the field, without a loop', async () => {
+    rig = await startWorkerRig({ payerName: '', answer: (_req, res) => json(res, 500, { title: 'not to be called' }) });
+    await rig.addCheck('nameless');
+    rig.worker.start();
+    const done = await rig.reach('nameless', 'needs-attention', 5000);
+    expect(JSON.stringify(done.result)).toContain('payer.name');
+    expect(done.written).toBeDefined();
+    expect(rig.requests).toHaveLength(0);
+    expect(rig.errors).toEqual([]);
+  });
+
+  it('backs off after an unexpected error and gives the check up after maxAttempts, instead of claiming it again at once', async () => {
+    let calls = 0;
+    const resolver = {
+      resolve: () => {
+        calls++;
+        throw new Error('catalog index corrupted');
+      },
+    } as never;
+    rig = await startWorkerRig({ resolver, worker: { maxAttempts: 3, backoff: { baseMs: 100, maxMs: 400 } }, answer: (_req, res) => json(res, 500, {}) });
+    await rig.addCheck('buggy');
+    rig.worker.start();
+    const dead = await rig.reach('buggy', 'dead', 5000);
+    await sleep(300);
+    expect(calls).toBe(3);
+    expect(dead.lastError).toBe('gave up after 3 attempts: catalog index corrupted');
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
+  });
+});

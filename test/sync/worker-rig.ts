@@ -1,0 +1,126 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import type { ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import type { PayerResolver } from '../../src/domain';
+import { projectRoot } from '../../src/mapping-files';
+import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
+import type { CheckRow, CheckState } from '../../src/sync/job-store';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../../src/sync/worker';
+import { fhirWriter } from '../../src/sync/write-back';
+import { VerificationClient } from '../../src/verification/client';
+import type { ClientConfigInput } from '../../src/verification/config';
+import { startScriptedServer, type RecordedRequest } from '../support/http-server';
+import { chartOf, until } from './harness';
+import { checkRow } from './job-store-contract';
+
+/**
+ * One Worker over its real parts, without the service around it: a SQLite file in a temporary
+ * folder, the verification client talking HTTP to a scripted server, the chart a FHIR server on
+ * loopback. The service's answers are the test's to script, so faults the sandbox does not make
+ * (a verification that takes longer than the lease, Retry-After, a 404 on poll) can be.
+ */
+export interface WorkerRig {
+  worker: Worker;
+  store: SqliteJobStore;
+  requests: RecordedRequest[];
+  events: { name: SyncEventName; event: SyncEvent }[];
+  errors: string[];
+  /** Stores a check of the `self` fixture chart under `key`, due now (the contract's checkRow). */
+  addCheck(key: string, change?: Partial<CheckRow>): Promise<void>;
+  check(key: string): Promise<CheckRow>;
+  /** Waits until the check is in `state`, and gives it as stored then. */
+  reach(key: string, state: CheckState, timeoutMs?: number): Promise<CheckRow>;
+  close(): Promise<void>;
+}
+
+export const RIG_OPTIONS: WorkerOptions = {
+  concurrency: 4,
+  rateLimits: {},
+  maxAttempts: 3,
+  backoff: { baseMs: 50, maxMs: 400 },
+  webhookDeadlineMs: 100,
+  pollAfterMs: 100,
+  pendingGiveUpMs: 60_000,
+  leaseMs: 1000,
+  idleMs: 20,
+  policy: { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000 },
+  asyncEnabled: false,
+};
+
+export const resultBody = (name: string): unknown => JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', 'results', `${name}.json`), 'utf8'));
+
+const resolved = (name = 'Guardian'): PayerResolver => ({
+  resolve: () => ({ status: 'resolved', name, commonPayerId: '64246', supportsAsync: true, asyncPortals: ['portal-a'], syncPortals: ['portal-a'] }),
+}) as unknown as PayerResolver;
+
+export async function startWorkerRig(options: {
+  answer: (req: RecordedRequest, res: ServerResponse, index: number) => void | Promise<void>;
+  worker?: Partial<WorkerOptions>;
+  service?: Partial<ClientConfigInput>;
+  resolver?: PayerResolver;
+  /** The payer's name as the catalog gives it (an empty one makes a request the client refuses). */
+  payerName?: string;
+  /** The worker's jitter (1: every wait its longest). */
+  random?: () => number;
+}): Promise<WorkerRig> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
+  const store = SqliteJobStore.open(dir);
+  const service = await startScriptedServer(options.answer);
+  const fhir: FhirServer = await startFhirServer({ validate: true });
+  await fhir.seed(chartOf('self'));
+  const client = new VerificationClient({ baseUrl: service.url, apiKey: 'rig-key', retryMinDelayMs: 10, retryMaxDelayMs: 50, maxRetries: 0, ...options.service });
+  const writer = fhirWriter(fhir.url);
+  const events: WorkerRig['events'] = [];
+  const errors: string[] = [];
+  const resolver = options.resolver ?? resolved(options.payerName);
+  const worker = new Worker(
+    { ...RIG_OPTIONS, ...options.worker },
+    {
+      store,
+      client,
+      resolver: () => resolver,
+      writer: () => writer,
+      now: () => new Date(),
+      ...(options.random && { random: options.random }),
+      log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
+      emit: (name, event) => events.push({ name, event }),
+    },
+  );
+  return {
+    worker,
+    store,
+    requests: service.requests,
+    events,
+    errors,
+    async addCheck(key, change = {}) {
+      await store.transaction((tx) => tx.putCheck(checkRow(key, { dueAt: new Date().toISOString(), ...change })));
+    },
+    async check(key) {
+      const row = await store.transaction((tx) => tx.getCheck(key));
+      if (!row) throw new Error(`no check ${key}`);
+      return row;
+    },
+    async reach(key, state, timeoutMs = 5000) {
+      return until(`check ${key} ${state}`, async () => {
+        const row = await store.transaction((tx) => tx.getCheck(key));
+        return row?.state === state && row;
+      }, timeoutMs);
+    },
+    async close() {
+      await worker.stop();
+      await service.close();
+      await fhir.close();
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The paths of the requests that sent a verification (sync or async); bodies, with patient data, stay out of test output. */
+export const posts = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'POST').map((r) => r.url);
+/** The paths of the polls. */
+export const gets = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'GET').map((r) => r.url);
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
