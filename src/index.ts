@@ -16,7 +16,7 @@ export { FhirInputError, operationOutcome, type FhirIssue } from './adapters/fhi
 export * from './adapters/fhir/in';
 export * from './adapters/fhir/out';
 export { validateR4, assertValidR4 } from './adapters/fhir/validate';
-export { fhirWriter, type EligibilityWriter, type ChartRefs, type FhirWriterOptions, type WrittenEligibility } from './sync/write-back';
+export { fhirWriter, type EligibilityWriter, type ChartRefs, type FhirWriterOptions, type WriteOptions, type WrittenEligibility } from './sync/write-back';
 export { ChartWriteError, type ChartIssue } from './sync/chart-errors';
 export type { SmartBackendAuth } from './sync/fhir-auth';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';

@@ -90,7 +90,8 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   const fresh = await tx.freshResult(coverageFingerprint, since);
   if (fresh?.result !== undefined) {
     // A recent completed verification of this very coverage serves this appointment too. It keeps
-    // no correlation id of its own: the verification, and so its chart response, is the other's.
+    // no correlation id of its own (the verification is the other's) but gets a chart pair of its
+    // own, found by its key: the other appointment's pair stays as it was.
     await tx.putCheck({
       ...base,
       state: 'result-stored',

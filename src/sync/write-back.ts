@@ -34,8 +34,16 @@ export interface WrittenEligibility {
   response: CoverageEligibilityResponse;
 }
 
+export interface WriteOptions {
+  /**
+   * The correlationId of the verification whose result the check reuses (CheckRow.reusedFrom):
+   * the check still gets a pair of its own, whose response says where the result came from.
+   */
+  reusedFrom?: string | undefined;
+}
+
 export interface EligibilityWriter {
-  write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs): Promise<WrittenEligibility>;
+  write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs, options?: WriteOptions): Promise<WrittenEligibility>;
 }
 
 const FhirWriterOptions = z
@@ -54,8 +62,10 @@ type Written = { kind: 'request' | 'response' | ChartPart['kind']; ref: string }
 
 /**
  * Writes a verification's CoverageEligibilityRequest and Response into the chart, one pair per
- * verification (its correlation id), through fhir-kit-client:
- *  - what the chart already holds is searched first (one batch): the pair by correlation id and,
+ * check and verification (the check's key and the correlation id: a fresh result reused for
+ * another appointment is written as that appointment's own pair, never over the first's), through
+ * fhir-kit-client:
+ *  - what the chart already holds is searched first (one batch): the pair by those identifiers and,
  *    for an HL7-sourced check, the insurer Organization, Patient and Coverage by identifier;
  *  - a later result for the same verification updates the pair in place (PUT with If-Match on
  *    the version read), the same result again sends nothing;
@@ -72,7 +82,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
   const tokens = smart ? smartBackendTokens(base, smart, timeoutMs) : staticToken(bearerToken);
   const client = await chartClient(base, tokens, timeoutMs);
 
-  async function write(check: EligibilityCheck, outcome: VerificationOutcome, refs: ChartRefs): Promise<WrittenEligibility> {
+  async function write(check: EligibilityCheck, outcome: VerificationOutcome, refs: ChartRefs, options: WriteOptions): Promise<WrittenEligibility> {
     const source = check.source.kind === 'fhir' ? check.source : undefined;
     const given: Partial<Record<ChartPart['kind'], string>> = {
       patient: refs.patient ?? source?.patient,
@@ -80,11 +90,13 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       insurer: refs.insurer,
     };
     const parts = check.source.kind === 'hl7' ? chartParts(check).filter((p) => !given[p.kind]) : [];
-    const byCorrelation = identifierCondition(systemUrl('correlationId'), outcome.verification.correlationId);
+    const { correlationId } = outcome.verification;
+    // Both identifiers, ANDed: the verification's correlation id alone is shared by every check its result serves.
+    const pairCondition = `${identifierCondition(systemUrl('eligibilityCheck'), check.idempotencyKey)}&${identifierCondition(systemUrl('correlationId'), correlationId)}`;
     const found = await client.findEach([
       ...parts.map((p) => `${p.resourceType}?${p.condition}`),
-      `CoverageEligibilityRequest?${byCorrelation}`,
-      `CoverageEligibilityResponse?${byCorrelation}`,
+      `CoverageEligibilityRequest?${pairCondition}`,
+      `CoverageEligibilityResponse?${pairCondition}`,
     ]);
     const storedRequest = found[parts.length] as CoverageEligibilityRequest | undefined;
     const storedResponse = found[parts.length + 1] as CoverageEligibilityResponse | undefined;
@@ -111,14 +123,14 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       toCoverageEligibilityRequest(
         check,
         { patient, coverage, ...(chart.insurer ? { insurer: chart.insurer } : {}) },
-        { correlationId: outcome.verification.correlationId, created: storedRequest?.created },
+        { correlationId, created: storedRequest?.created },
       ),
       check,
     );
     const response = toCoverageEligibilityResponse(
       outcome,
       { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
-      { created: storedResponse?.created },
+      { created: storedResponse?.created, checkKey: check.idempotencyKey, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
     // Everything is built and validated before anything is sent: the chart gets all of it or nothing.
@@ -133,8 +145,8 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
           resource,
           request: { method: 'POST' as const, url: part.resourceType, ifNoneExist: part.condition },
         })),
-        entryFor(request, requestRef, storedRequest, byCorrelation),
-        entryFor(response, responseRef, storedResponse, byCorrelation),
+        entryFor(request, requestRef, storedRequest, pairCondition),
+        entryFor(response, responseRef, storedResponse, pairCondition),
       ];
       const answer = await client.transaction(entries);
       entries.forEach((entry, i) => {
@@ -168,9 +180,9 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
   }
 
   return {
-    async write(check, outcome, refs = {}) {
+    async write(check, outcome, refs = {}, options = {}) {
       try {
-        return await write(check, outcome, refs);
+        return await write(check, outcome, refs, options);
       } catch (err) {
         throw toChartWriteError(err, 'write');
       }
@@ -195,7 +207,7 @@ function withAppointment(request: CoverageEligibilityRequest, check: Eligibility
   return appointment ? { ...request, supportingInfo: [{ sequence: 1, information: appointment, appliesToAll: true }] } : request;
 }
 
-/** Created once per correlation id; once stored, updated in place, on the version read (If-Match), so a concurrent update fails rather than being lost. */
+/** Created once per check and verification; once stored, updated in place, on the version read (If-Match), so a concurrent update fails rather than being lost. */
 function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
   if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
   const version = stored.meta?.versionId;

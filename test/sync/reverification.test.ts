@@ -1,15 +1,21 @@
-import type { Appointment } from 'fhir/r4';
+import type { Appointment, CoverageEligibilityRequest, CoverageEligibilityResponse } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { segment } from '../adapters/hl7/segment';
+import { createLogger } from '../../src/service/logger';
 import { client } from '../service/mllp-client';
-import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
+import { startScriptedServer } from '../support/http-server';
+import { chartOf, searchFhir, startHarness, startSyncInstance, until, type Harness } from './harness';
 
 /** Freshness and re-verification on an injected clock: the days pass in milliseconds. */
 describe('fresh results and re-verification before the visit', () => {
   let h: Harness;
   let clock: Date;
-  afterEach(async () => h.close());
+  const closing: Array<() => Promise<void>> = [];
+  afterEach(async () => {
+    for (const close of closing.splice(0)) await close();
+    await h.close();
+  });
 
   const checkOf = async (key: string) => (await h.store.listChecks()).find((r) => r.key === key);
   const verificationPosts = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
@@ -65,9 +71,30 @@ describe('fresh results and re-verification before the visit', () => {
     expect(verificationPosts()).toBe(1);
   });
 
-  it('reuses a completed result younger than the window for another appointment of the same coverage', async () => {
+  it('reuses a completed result younger than the window for another appointment of the same coverage, as a chart pair of its own', async () => {
     clock = new Date('2026-11-23T12:00:00Z');
-    h = await startHarness({ now: () => clock });
+    // In front of the FHIR server: once told, it sends the next transaction on and loses the
+    // answer, then refuses everything, as a crash between the chart write and the store step would.
+    let fhirUrl = '';
+    const proxy = { loseNext: false, down: false };
+    const transactions: string[] = [];
+    const chartHop = await startScriptedServer(async (req, res) => {
+      if (proxy.down) return void res.socket?.destroy();
+      const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, {
+        method: req.method,
+        headers: { accept: 'application/fhir+json', ...(req.body && { 'content-type': 'application/fhir+json' }), ...(req.headers.prefer && { prefer: String(req.headers.prefer) }) },
+        ...(req.body && { body: req.body }),
+      });
+      const answer = await upstream.text();
+      if (req.body.includes('"type":"transaction"')) transactions.push(req.body);
+      if (proxy.loseNext && req.body.includes('"type":"transaction"')) {
+        Object.assign(proxy, { loseNext: false, down: true });
+        return void res.socket?.destroy();
+      }
+      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(answer);
+    });
+    closing.push(() => chartHop.close());
+    h = await startHarness({ now: () => clock, fhirVia: async (url) => ((fhirUrl = url), `${chartHop.url}/fhir`) });
     const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
     const { port } = await listener.start();
     const booking = (id: string, appointment: string, start: string) =>
@@ -81,16 +108,54 @@ describe('fresh results and re-verification before the visit', () => {
     c.socket.write(frame(booking('F1', 'APT-F1', '20261210093000')));
     await c.waitFor(1);
     await until('first written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    const [firstRequest] = (await searchFhir(h.fhir, 'CoverageEligibilityRequest')) as CoverageEligibilityRequest[];
+
+    proxy.loseNext = true;
     c.socket.write(frame(booking('F2', 'APT-F2', '20261214093000')));
     await c.waitFor(2);
-    await until('second written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     c.socket.end();
     await listener.stop();
+    await until('the second written to the chart, its answer lost', async () => {
+      const row = (await h.store.listChecks({ states: ['result-stored'] }))[0];
+      return proxy.down && /chart write failed/.test(row?.lastError ?? '') && row;
+    });
+    await h.sync.stop();
+    const sent = transactions.length;
+
+    // Restarted a minute later: the check is written again, and finds its pair in the chart.
+    proxy.down = false;
+    clock = new Date('2026-11-23T12:01:00Z');
+    const logger = createLogger({ level: 'silent' });
+    const restarted = await startSyncInstance({ ...h, logger, now: () => clock, fhirVia: async () => `${chartHop.url}/fhir` });
+    closing.unshift(() => restarted.close());
+    await until('second written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(transactions).toHaveLength(sent);
     expect(verificationPosts()).toBe(1);
+
     const rows = await h.store.listChecks();
     const first = rows.find((r) => r.check.dateOfService === '2026-12-10');
     const reused = rows.find((r) => r.check.dateOfService === '2026-12-14');
     expect(reused?.reusedFrom).toBe(first?.correlationId);
     expect(reused?.correlationId).toBeUndefined();
+    const requests = (await searchFhir(h.fhir, 'CoverageEligibilityRequest')) as CoverageEligibilityRequest[];
+    const appointmentOf = (r: CoverageEligibilityRequest | undefined) => r?.supportingInfo?.[0]?.information.identifier?.value;
+    expect(requests.map((r) => [r.id, r.servicedDate, appointmentOf(r)]).sort()).toEqual(
+      [
+        [first?.written?.requestId, '2026-12-10', 'APT-F1'],
+        [reused?.written?.requestId, '2026-12-14', 'APT-F2'],
+      ].sort(),
+    );
+    // The first appointment's request is as it was before the second was booked.
+    expect(requests.find((r) => r.id === firstRequest?.id)).toEqual(firstRequest);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => [r.id, r.request.reference]).sort()).toEqual(
+      [
+        [first?.written?.responseId, `CoverageEligibilityRequest/${first?.written?.requestId}`],
+        [reused?.written?.responseId, `CoverageEligibilityRequest/${reused?.written?.requestId}`],
+      ].sort(),
+    );
+    // Both answer the one verification.
+    const correlationIds = responses.map((r) => r.identifier?.find((i) => i.system?.endsWith('/verification-correlation-id'))?.value);
+    expect(correlationIds).toEqual([first?.correlationId, first?.correlationId]);
   });
 });

@@ -90,6 +90,44 @@ describe('write-back of a FHIR-sourced check', () => {
     expect(stored.request.reference).toBe(`CoverageEligibilityRequest/${second.requestId}`);
   });
 
+  it('writes a result reused for another appointment as that appointment\'s own pair, leaving the first as it was', async () => {
+    const outcome = withId(fixture('results', 'completed-minimal.json') as object, 'ver_reused');
+    const first = await writer.write(required(check), outcome);
+    const firstVersions = await Promise.all([read<Resource>('CoverageEligibilityRequest', first.requestId), read<Resource>('CoverageEligibilityResponse', first.responseId)]);
+    const later = { ...required(check), idempotencyKey: 'elig_later_visit', dateOfService: '2026-12-05', source: { ...required(check).source, appointment: 'Appointment/appt-1002' } };
+    const reused = await writer.write(later, outcome, {}, { reusedFrom: 'ver_reused' });
+    expect([reused.changed, reused.requestId === first.requestId, reused.responseId === first.responseId]).toEqual([true, false, false]);
+
+    const requests = await search<CoverageEligibilityRequest>('CoverageEligibilityRequest', byCorrelation('ver_reused'));
+    const pairs = requests.map((r) => [r.id, r.servicedDate, r.supportingInfo?.[0]?.information.reference]);
+    expect(pairs.sort()).toEqual(
+      [
+        [first.requestId, '2026-12-01', 'Appointment/appt-1001'],
+        [reused.requestId, '2026-12-05', 'Appointment/appt-1002'],
+      ].sort(),
+    );
+    const responses = await search<CoverageEligibilityResponse>('CoverageEligibilityResponse', byCorrelation('ver_reused'));
+    expect(responses.map((r) => [r.id, r.request.reference]).sort()).toEqual(
+      [
+        [first.responseId, `CoverageEligibilityRequest/${first.requestId}`],
+        [reused.responseId, `CoverageEligibilityRequest/${reused.requestId}`],
+      ].sort(),
+    );
+    const reusedResponse = responses.find((r) => r.id === reused.responseId);
+    expect(reusedResponse?.disposition).toMatch(/ Reused: the result of verification ver_reused, made for another appointment of the same coverage\.$/);
+    expect(reusedResponse?.identifier).toContainEqual({ system: 'https://dental-elig.dev/fhir/sid/eligibility-check', value: 'elig_later_visit' });
+    // The first pair is untouched: same versions as before the reuse was written.
+    const firstNow = await Promise.all([read<Resource>('CoverageEligibilityRequest', first.requestId), read<Resource>('CoverageEligibilityResponse', first.responseId)]);
+    expect(firstNow.map((r) => r.meta?.versionId)).toEqual(firstVersions.map((r) => r.meta?.versionId));
+
+    // Either written again sends nothing.
+    const before = await counts();
+    const again = await writer.write(later, outcome, {}, { reusedFrom: 'ver_reused' });
+    const firstAgain = await writer.write(required(check), outcome);
+    expect([again.requestId, again.responseId, again.changed, firstAgain.responseId, firstAgain.changed]).toEqual([reused.requestId, reused.responseId, false, first.responseId, false]);
+    expect(await counts()).toEqual(before);
+  });
+
   it('refuses an outcome it cannot map, before anything reaches the server, as a write that will not succeed later', async () => {
     const unknown = toOutcome({ correlationId: 'c-unknown', status: 'Escalated', result: {} });
     const before = await counts();

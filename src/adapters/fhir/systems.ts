@@ -14,6 +14,7 @@ const LocalSystems = z.strictObject({
   verificationIssue: Url,
   correlationId: Url,
   eligibilityCheck: Url,
+  verificationExternalId: Url,
   clinicId: Url,
   hl7PatientId: Url,
   hl7AppointmentId: Url,

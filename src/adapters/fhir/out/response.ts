@@ -31,6 +31,13 @@ export interface ResponseRefs {
 export interface ResponseOptions {
   /** CoverageEligibilityResponse.created; defaults to now. */
   created?: string | undefined;
+  /**
+   * The idempotency key of the check this response is written for, as an identifier: with the
+   * correlationId it names the response, since one verification's result may serve several checks.
+   */
+  checkKey?: string | undefined;
+  /** The correlationId of the verification whose result this check reuses, made for another appointment; said in the disposition. */
+  reusedFrom?: string | undefined;
 }
 
 const OUTCOME = { completed: 'complete', partial: 'partial', failed: 'error', pending: 'queued' } as const;
@@ -38,8 +45,8 @@ const OUTCOME = { completed: 'complete', partial: 'partial', failed: 'error', pe
 /**
  * InsuranceVerificationV3 as a CoverageEligibilityResponse. Every element of the result lands in
  * a standard element or a documented extension (mappings/fhir/extensions.json); elements this
- * version does not know are kept in unmapped-element. The response carries the correlationId as
- * an identifier, so writing it can be a conditional create.
+ * version does not know are kept in unmapped-element. The response carries the correlationId
+ * (and the check's key, when given) as identifiers, so writing it can be a conditional create.
  */
 export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs: ResponseRefs, options: ResponseOptions = {}): CoverageEligibilityResponse {
   if (outcome.kind === 'unknown') {
@@ -73,7 +80,8 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     ]),
     identifier: defined([
       { system: systemUrl('correlationId'), value: verification.correlationId },
-      verification.externalId ? { system: systemUrl('eligibilityCheck'), value: verification.externalId } : undefined,
+      options.checkKey ? { system: systemUrl('eligibilityCheck'), value: options.checkKey } : undefined,
+      verification.externalId ? { system: systemUrl('verificationExternalId'), value: verification.externalId } : undefined,
     ]),
     status: 'active',
     purpose: ['validation', 'benefits'],
@@ -81,7 +89,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     created: fhirDateTime(options.created, 'created') ?? new Date().toISOString(),
     request: refs.request ? requestReference(refs.request) : requestByCorrelation(verification.correlationId),
     outcome: OUTCOME[outcome.kind],
-    disposition: disposition(outcome),
+    disposition: options.reusedFrom ? `${disposition(outcome)} ${reusedNote(options.reusedFrom)}` : disposition(outcome),
     insurer: insurerReference(refs.insurer, {
       name: payer?.name ?? refs.payer?.name,
       id: payer?.payerId ?? refs.payer?.id,
@@ -106,6 +114,10 @@ function items(result: VerificationResult, parts: ResponseParts): Item[] {
     ...(data.history ?? []).map((h, i) => historyItem(h, at('history')(i))),
     ...(result.verificationProvider ? [providerItem(result.verificationProvider, parts)] : []),
   ];
+}
+
+function reusedNote(correlationId: string): string {
+  return `Reused: the result of verification ${correlationId}, made for another appointment of the same coverage.`;
 }
 
 /** Until the request is written, it is found by the correlationId it will carry. */

@@ -142,9 +142,23 @@ describe('toCoverageEligibilityResponse', () => {
     const response = outputOf('completed-full');
     expect(response.identifier).toEqual([
       { system: 'https://dental-elig.dev/fhir/sid/verification-correlation-id', value: 'ver_01JDX4T9Q2M7K8N3P5R6S7T8V9' },
-      { system: 'https://dental-elig.dev/fhir/sid/eligibility-check', value: 'elig_9f3d27f0fb1d9414eabcc13f8ac00bf1' },
+      { system: 'https://dental-elig.dev/fhir/sid/verification-external-id', value: 'elig_9f3d27f0fb1d9414eabcc13f8ac00bf1' },
     ]);
     expect(response.request).toEqual({ type: 'CoverageEligibilityRequest', identifier: response.identifier?.[0] });
+  });
+
+  it('names the check it is written for, and says so when the result was made for another appointment', () => {
+    const options = { created: CREATED, checkKey: 'elig_check_f2', reusedFrom: 'ver_01JDX4T9Q2M7K8N3P5R6S7T8V9' };
+    const response = toCoverageEligibilityResponse(toOutcome(readResult('completed-full')), RESULT_REFS, options);
+    expect(response.identifier?.map((i) => `${i.system?.split('/').pop()}|${i.value}`)).toEqual([
+      'verification-correlation-id|ver_01JDX4T9Q2M7K8N3P5R6S7T8V9',
+      'eligibility-check|elig_check_f2',
+      'verification-external-id|elig_9f3d27f0fb1d9414eabcc13f8ac00bf1',
+    ]);
+    expect(response.disposition).toBe(
+      `${outputOf('completed-full').disposition} Reused: the result of verification ver_01JDX4T9Q2M7K8N3P5R6S7T8V9, made for another appointment of the same coverage.`,
+    );
+    expect(validateR4(response)).toEqual([]);
   });
 
   it('uses the chart references when given, keeping the payer id, name and phone on the insurer', () => {
