@@ -101,6 +101,8 @@ export class SqliteJobStore implements JobStore {
   private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
   private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
+  /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
+  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback', Database.Statement>;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
 
@@ -127,6 +129,14 @@ export class SqliteJobStore implements JobStore {
       if (db.open) db.pragma('wal_autocheckpoint = 1000');
     });
     this.tx = this.statements();
+    this.control = {
+      begin: db.prepare('BEGIN IMMEDIATE'),
+      savepoint: db.prepare('SAVEPOINT tx'),
+      release: db.prepare('RELEASE tx'),
+      rollbackTo: db.prepare('ROLLBACK TO tx'),
+      commit: db.prepare('COMMIT'),
+      rollback: db.prepare('ROLLBACK'),
+    };
     this.leases = {
       due: db.prepare(
         `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
@@ -196,25 +206,35 @@ export class SqliteJobStore implements JobStore {
   private async commitBatch(): Promise<void> {
     const batch = this.waiting.splice(0);
     if (batch.length === 0) return;
+    // A batch of one needs no SAVEPOINT: rolling back the whole transaction rolls back that one alone.
+    const alone = batch.length === 1;
+    const sql = this.control;
     const outcomes: { ok: boolean; value: unknown }[] = [];
     try {
       this.wal.check();
-      this.db.exec('BEGIN IMMEDIATE');
+      sql.begin.run();
       for (const { work } of batch) {
-        this.db.exec('SAVEPOINT tx');
+        if (!alone) sql.savepoint.run();
         try {
           outcomes.push({ ok: true, value: await work() });
-          this.db.exec('RELEASE tx');
+          if (!alone) sql.release.run();
         } catch (err) {
-          this.db.exec('ROLLBACK TO tx');
-          this.db.exec('RELEASE tx');
+          if (!alone) (sql.rollbackTo.run(), sql.release.run());
+          // SQLite may have rolled the transaction back itself (a full disk): the work's error is the one to give.
+          else if (this.db.inTransaction) sql.rollback.run();
           outcomes.push({ ok: false, value: err });
         }
       }
-      this.db.exec('COMMIT');
+      const [only] = outcomes;
+      if (alone && only && !only.ok) {
+        // Rolled back: nothing to commit or sync, and nothing answered before it depends on it.
+        batch[0]?.reject(only.value);
+        return;
+      }
+      sql.commit.run();
       this.checkpointer.committed();
     } catch (err) {
-      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      if (this.db.inTransaction) sql.rollback.run();
       for (const { reject } of batch) reject(err);
       return;
     }
