@@ -82,6 +82,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE TABLE rate_buckets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL, at_ms REAL NOT NULL);`,
   // putAppointment unlinks by appointment: without this it scanned every link, a cost growing with the store.
   `CREATE INDEX IF NOT EXISTS appointment_checks_appointment ON appointment_checks (appointment_key);`,
+  // The verification body (10 to 30 KB) out of the row's JSON: a step that keeps it writes back the text it read (see resultText).
+  `ALTER TABLE checks ADD COLUMN result TEXT;
+   UPDATE checks SET result = row -> '$.result', row = json_remove(row, '$.result') WHERE row -> '$.result' IS NOT NULL;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -139,7 +142,7 @@ export class SqliteJobStore implements JobStore {
     };
     this.leases = {
       due: db.prepare(
-        `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+        `SELECT row, result FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
@@ -179,9 +182,9 @@ export class SqliteJobStore implements JobStore {
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     return this.batched(async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
+      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as CheckRecord[];
       return rows.map((r) => {
-        const row = CheckRow.parse(JSON.parse(r.row));
+        const row = checkFrom(r);
         this.leases.take.run(options.owner, until, row.key);
         return row;
       });
@@ -260,8 +263,8 @@ export class SqliteJobStore implements JobStore {
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
     const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
-    const rows = this.db.prepare(`SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as { row: string }[];
-    return rows.map((r) => CheckRow.parse(JSON.parse(r.row)));
+    const rows = this.db.prepare(`SELECT row, result FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
+    return rows.map(checkFrom);
   }
 
   async listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]> {
@@ -360,23 +363,22 @@ export class SqliteJobStore implements JobStore {
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
-    const getCheck = db.prepare('SELECT row FROM checks WHERE key = ?');
+    const getCheck = db.prepare('SELECT row, result FROM checks WHERE key = ?');
     const putCheck = db.prepare(
-      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
-       VALUES (@key, @state, @row, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
-       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
+      `INSERT INTO checks (key, state, row, result, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
+       VALUES (@key, @state, @row, @result, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, result = excluded.result, correlation_id = excluded.correlation_id,
          coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
          updated_at = excluded.updated_at`,
     );
-    const byCorrelation = db.prepare('SELECT row FROM checks WHERE correlation_id = ?');
+    const byCorrelation = db.prepare('SELECT row, result FROM checks WHERE correlation_id = ?');
     const fresh = db.prepare(
-      `SELECT row FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      `SELECT row, result FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
     // One statement per combination of the columns changed (at most seven), prepared once.
     const updates = new Map<string, Database.Statement>();
-    const parseCheck = (r: { row: string } | undefined) => (r ? CheckRow.parse(JSON.parse(r.row)) : undefined);
 
     return {
       async addMessage(message: NewMessage) {
@@ -417,13 +419,16 @@ export class SqliteJobStore implements JobStore {
         return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
       },
       async getCheck(key) {
-        return parseCheck(getCheck.get(key) as { row: string } | undefined);
+        const r = getCheck.get(key) as CheckRecord | undefined;
+        return r && checkFrom(r);
       },
       async putCheck(row) {
+        const { result, ...rest } = row;
         putCheck.run({
           key: row.key,
           state: row.state,
-          row: JSON.stringify(row),
+          row: JSON.stringify(rest),
+          result: resultText(result),
           correlationId: row.correlationId ?? null,
           coverageFingerprint: row.coverageFingerprint,
           resultAt: row.resultAt ?? null,
@@ -432,11 +437,12 @@ export class SqliteJobStore implements JobStore {
         });
       },
       async checkByCorrelationId(correlationId) {
-        return parseCheck(byCorrelation.get(correlationId) as { row: string } | undefined);
+        const r = byCorrelation.get(correlationId) as CheckRecord | undefined;
+        return r && checkFrom(r);
       },
       async freshResult(coverageFingerprint, since) {
-        for (const r of fresh.all(coverageFingerprint, since) as { row: string }[]) {
-          const row = CheckRow.parse(JSON.parse(r.row));
+        for (const r of fresh.all(coverageFingerprint, since) as CheckRecord[]) {
+          const row = checkFrom(r);
           if (hasCompletedResult(row)) return row;
         }
         return undefined;
@@ -449,6 +455,32 @@ export class SqliteJobStore implements JobStore {
       },
     };
   }
+}
+
+/** A check as the checks table keeps it: the row's JSON, and its verification body's apart. */
+interface CheckRecord {
+  row: string;
+  result: string | null;
+}
+
+/** The JSON text each verification body was read from or written as (bodies are never changed in place). */
+const resultTexts = new WeakMap<object, string>();
+
+function checkFrom(r: CheckRecord): CheckRow {
+  const fields = JSON.parse(r.row) as Record<string, unknown>;
+  if (r.result !== null) fields.result = JSON.parse(r.result);
+  const row = CheckRow.parse(fields);
+  if (r.result !== null && typeof row.result === 'object' && row.result !== null) resultTexts.set(row.result, r.result);
+  return row;
+}
+
+/** A body already read or written is not stringified again: a step that keeps it writes the same text back. */
+function resultText(result: unknown): string | null {
+  if (result === undefined) return null;
+  if (typeof result !== 'object' || result === null) return JSON.stringify(result);
+  let text = resultTexts.get(result);
+  if (text === undefined) resultTexts.set(result, (text = JSON.stringify(result)));
+  return text;
 }
 
 interface AppointmentRecord {
