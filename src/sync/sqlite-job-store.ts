@@ -98,14 +98,18 @@ export const SQLITE_FILE = 'dental-elig.sqlite';
  */
 const WAL_BACKSTOP_PAGES = 4000;
 
+/** See batched. */
+const LASTING = true;
+const LEASE = false;
+
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
+  private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
   private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
-  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback', Database.Statement>;
+  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes', Database.Statement>;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
 
@@ -139,6 +143,7 @@ export class SqliteJobStore implements JobStore {
       rollbackTo: db.prepare('ROLLBACK TO tx'),
       commit: db.prepare('COMMIT'),
       rollback: db.prepare('ROLLBACK'),
+      changes: db.prepare('SELECT total_changes()').pluck(),
     };
     this.leases = {
       due: db.prepare(
@@ -176,11 +181,11 @@ export class SqliteJobStore implements JobStore {
    * own transactions.
    */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
-    return this.batched(() => work(this.tx));
+    return this.batched(LASTING, () => work(this.tx));
   }
 
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
-    return this.batched(async () => {
+    return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
       const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as CheckRecord[];
       return rows.map((r) => {
@@ -192,14 +197,19 @@ export class SqliteJobStore implements JobStore {
   }
 
   release(key: string, owner: string): Promise<void> {
-    return this.batched(async () => {
+    return this.batched(LEASE, async () => {
       this.leases.release.run(key, owner);
     });
   }
 
-  private batched<T>(work: () => Promise<T>): Promise<T> {
+  /**
+   * `lasting`: what the work writes must be on disk before it is answered. A lease (a claim, its
+   * release) need not be: it means nothing once the process that holds it is gone, so a batch of
+   * leases alone commits without a sync of its own (the next sync, or a checkpoint, writes it out).
+   */
+  private batched<T>(lasting: boolean, work: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      this.waiting.push({ work, lasting, resolve: resolve as (value: unknown) => void, reject });
       if (this.waiting.length > 1) return;
       // setImmediate, not a microtask: every socket read in this turn of the event loop joins the batch.
       setImmediate(() => void this.serial(() => this.commitBatch()));
@@ -213,14 +223,18 @@ export class SqliteJobStore implements JobStore {
     const alone = batch.length === 1;
     const sql = this.control;
     const outcomes: { ok: boolean; value: unknown }[] = [];
+    // Whether the batch wrote something that must be on disk before it is answered.
+    let mustSync = false;
     try {
       this.wal.check();
       sql.begin.run();
-      for (const { work } of batch) {
+      for (const { work, lasting } of batch) {
         if (!alone) sql.savepoint.run();
+        const before = lasting ? (sql.changes.get() as number) : 0;
         try {
           outcomes.push({ ok: true, value: await work() });
           if (!alone) sql.release.run();
+          if (lasting && sql.changes.get() !== before) mustSync = true;
         } catch (err) {
           if (!alone) (sql.rollbackTo.run(), sql.release.run());
           // SQLite may have rolled the transaction back itself (a full disk): the work's error is the one to give.
@@ -228,21 +242,19 @@ export class SqliteJobStore implements JobStore {
           outcomes.push({ ok: false, value: err });
         }
       }
-      const [only] = outcomes;
-      if (alone && only && !only.ok) {
-        // Rolled back: nothing to commit or sync, and nothing answered before it depends on it.
-        batch[0]?.reject(only.value);
-        return;
+      // A batch of one that failed was rolled back whole: nothing to commit.
+      if (!alone || outcomes[0]?.ok) {
+        sql.commit.run();
+        this.checkpointer.committed();
       }
-      sql.commit.run();
-      this.checkpointer.committed();
     } catch (err) {
       if (this.db.inTransaction) sql.rollback.run();
       for (const { reject } of batch) reject(err);
       return;
     }
-    // Not awaited: the next batch need not wait for this one's sync, only its answers do.
-    this.wal.sync().then(
+    // Not awaited: the next batch need not wait for this one's sync, only its answers do. Answers
+    // that need no sync of their own still wait for those under way: they may have read what those cover.
+    (mustSync ? this.wal.sync() : this.wal.synced()).then(
       () =>
         batch.forEach(({ resolve, reject }, i) => {
           const outcome = outcomes[i] as { ok: boolean; value: unknown };
@@ -308,7 +320,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
-    return this.batched(async () => {
+    return this.batched(LASTING, async () => {
       const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
       const next = takeToken(last, perSecond, now);
       this.db

@@ -143,6 +143,28 @@ describe('SqliteJobStore', () => {
       await store.close();
     });
 
+    it('answers a transaction that wrote nothing, a claim and a release without a sync of their own, but not before the syncs under way', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const held = heldSyncs();
+      expect(await store.transaction((tx) => tx.getMeta('k'))).toBeUndefined();
+      expect((await store.claimDue({ now: NOW, limit: 5, owner: 'w1', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
+      await store.release('elig_1', 'w1');
+      expect(held).toHaveLength(0);
+      // A write asks for a sync; a read made after it is answered only once that sync has returned.
+      const write = store.transaction((tx) => tx.setMeta('k', 'v'));
+      await until('the sync of the write asked for', async () => held.length === 1);
+      let answered = false;
+      const read = store.transaction((tx) => tx.getMeta('k')).then((value) => ((answered = true), value));
+      await new Promise((r) => setTimeout(r, 50));
+      expect([answered, held.length]).toEqual([false, 1]);
+      held.shift()?.();
+      expect(await read).toBe('v');
+      await write;
+      jest.restoreAllMocks();
+      await store.close();
+    });
+
     it('answers commits in the order they were made, whichever sync returns first', async () => {
       const store = SqliteJobStore.open(dir);
       const held = heldSyncs();
