@@ -82,6 +82,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE TABLE rate_buckets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL, at_ms REAL NOT NULL);`,
   // putAppointment unlinks by appointment: without this it scanned every link, a cost growing with the store.
   `CREATE INDEX IF NOT EXISTS appointment_checks_appointment ON appointment_checks (appointment_key);`,
+  // The verification body (10 to 30 KB) out of the row's JSON: a step that keeps it writes back the text it read (see resultText).
+  `ALTER TABLE checks ADD COLUMN result TEXT;
+   UPDATE checks SET result = row -> '$.result', row = json_remove(row, '$.result') WHERE row -> '$.result' IS NOT NULL;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -95,12 +98,18 @@ export const SQLITE_FILE = 'dental-elig.sqlite';
  */
 const WAL_BACKSTOP_PAGES = 4000;
 
+/** See batched. */
+const LASTING = true;
+const LEASE = false;
+
 export class SqliteJobStore implements JobStore {
   private readonly db: Database.Database;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly waiting: { work: () => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
+  private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
   private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
+  /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
+  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes', Database.Statement>;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
 
@@ -127,9 +136,18 @@ export class SqliteJobStore implements JobStore {
       if (db.open) db.pragma('wal_autocheckpoint = 1000');
     });
     this.tx = this.statements();
+    this.control = {
+      begin: db.prepare('BEGIN IMMEDIATE'),
+      savepoint: db.prepare('SAVEPOINT tx'),
+      release: db.prepare('RELEASE tx'),
+      rollbackTo: db.prepare('ROLLBACK TO tx'),
+      commit: db.prepare('COMMIT'),
+      rollback: db.prepare('ROLLBACK'),
+      changes: db.prepare('SELECT total_changes()').pluck(),
+    };
     this.leases = {
       due: db.prepare(
-        `SELECT row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+        `SELECT row, result FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
@@ -163,15 +181,15 @@ export class SqliteJobStore implements JobStore {
    * own transactions.
    */
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T> {
-    return this.batched(() => work(this.tx));
+    return this.batched(LASTING, () => work(this.tx));
   }
 
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
-    return this.batched(async () => {
+    return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as { row: string }[];
+      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as CheckRecord[];
       return rows.map((r) => {
-        const row = CheckRow.parse(JSON.parse(r.row));
+        const row = checkFrom(r);
         this.leases.take.run(options.owner, until, row.key);
         return row;
       });
@@ -179,14 +197,19 @@ export class SqliteJobStore implements JobStore {
   }
 
   release(key: string, owner: string): Promise<void> {
-    return this.batched(async () => {
+    return this.batched(LEASE, async () => {
       this.leases.release.run(key, owner);
     });
   }
 
-  private batched<T>(work: () => Promise<T>): Promise<T> {
+  /**
+   * `lasting`: what the work writes must be on disk before it is answered. A lease (a claim, its
+   * release) need not be: it means nothing once the process that holds it is gone, so a batch of
+   * leases alone commits without a sync of its own (the next sync, or a checkpoint, writes it out).
+   */
+  private batched<T>(lasting: boolean, work: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      this.waiting.push({ work, lasting, resolve: resolve as (value: unknown) => void, reject });
       if (this.waiting.length > 1) return;
       // setImmediate, not a microtask: every socket read in this turn of the event loop joins the batch.
       setImmediate(() => void this.serial(() => this.commitBatch()));
@@ -196,30 +219,42 @@ export class SqliteJobStore implements JobStore {
   private async commitBatch(): Promise<void> {
     const batch = this.waiting.splice(0);
     if (batch.length === 0) return;
+    // A batch of one needs no SAVEPOINT: rolling back the whole transaction rolls back that one alone.
+    const alone = batch.length === 1;
+    const sql = this.control;
     const outcomes: { ok: boolean; value: unknown }[] = [];
+    // Whether the batch wrote something that must be on disk before it is answered.
+    let mustSync = false;
     try {
       this.wal.check();
-      this.db.exec('BEGIN IMMEDIATE');
-      for (const { work } of batch) {
-        this.db.exec('SAVEPOINT tx');
+      sql.begin.run();
+      for (const { work, lasting } of batch) {
+        if (!alone) sql.savepoint.run();
+        const before = lasting ? (sql.changes.get() as number) : 0;
         try {
           outcomes.push({ ok: true, value: await work() });
-          this.db.exec('RELEASE tx');
+          if (!alone) sql.release.run();
+          if (lasting && sql.changes.get() !== before) mustSync = true;
         } catch (err) {
-          this.db.exec('ROLLBACK TO tx');
-          this.db.exec('RELEASE tx');
+          if (!alone) (sql.rollbackTo.run(), sql.release.run());
+          // SQLite may have rolled the transaction back itself (a full disk): the work's error is the one to give.
+          else if (this.db.inTransaction) sql.rollback.run();
           outcomes.push({ ok: false, value: err });
         }
       }
-      this.db.exec('COMMIT');
-      this.checkpointer.committed();
+      // A batch of one that failed was rolled back whole: nothing to commit.
+      if (!alone || outcomes[0]?.ok) {
+        sql.commit.run();
+        this.checkpointer.committed();
+      }
     } catch (err) {
-      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      if (this.db.inTransaction) sql.rollback.run();
       for (const { reject } of batch) reject(err);
       return;
     }
-    // Not awaited: the next batch need not wait for this one's sync, only its answers do.
-    this.wal.sync().then(
+    // Not awaited: the next batch need not wait for this one's sync, only its answers do. Answers
+    // that need no sync of their own still wait for those under way: they may have read what those cover.
+    (mustSync ? this.wal.sync() : this.wal.synced()).then(
       () =>
         batch.forEach(({ resolve, reject }, i) => {
           const outcome = outcomes[i] as { ok: boolean; value: unknown };
@@ -240,8 +275,8 @@ export class SqliteJobStore implements JobStore {
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
     const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
-    const rows = this.db.prepare(`SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as { row: string }[];
-    return rows.map((r) => CheckRow.parse(JSON.parse(r.row)));
+    const rows = this.db.prepare(`SELECT row, result FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
+    return rows.map(checkFrom);
   }
 
   async listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]> {
@@ -285,7 +320,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
-    return this.batched(async () => {
+    return this.batched(LASTING, async () => {
       const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
       const next = takeToken(last, perSecond, now);
       this.db
@@ -340,23 +375,22 @@ export class SqliteJobStore implements JobStore {
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
-    const getCheck = db.prepare('SELECT row FROM checks WHERE key = ?');
+    const getCheck = db.prepare('SELECT row, result FROM checks WHERE key = ?');
     const putCheck = db.prepare(
-      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
-       VALUES (@key, @state, @row, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
-       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
+      `INSERT INTO checks (key, state, row, result, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
+       VALUES (@key, @state, @row, @result, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, result = excluded.result, correlation_id = excluded.correlation_id,
          coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
          updated_at = excluded.updated_at`,
     );
-    const byCorrelation = db.prepare('SELECT row FROM checks WHERE correlation_id = ?');
+    const byCorrelation = db.prepare('SELECT row, result FROM checks WHERE correlation_id = ?');
     const fresh = db.prepare(
-      `SELECT row FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      `SELECT row, result FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
     // One statement per combination of the columns changed (at most seven), prepared once.
     const updates = new Map<string, Database.Statement>();
-    const parseCheck = (r: { row: string } | undefined) => (r ? CheckRow.parse(JSON.parse(r.row)) : undefined);
 
     return {
       async addMessage(message: NewMessage) {
@@ -397,13 +431,16 @@ export class SqliteJobStore implements JobStore {
         return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
       },
       async getCheck(key) {
-        return parseCheck(getCheck.get(key) as { row: string } | undefined);
+        const r = getCheck.get(key) as CheckRecord | undefined;
+        return r && checkFrom(r);
       },
       async putCheck(row) {
+        const { result, ...rest } = row;
         putCheck.run({
           key: row.key,
           state: row.state,
-          row: JSON.stringify(row),
+          row: JSON.stringify(rest),
+          result: resultText(result),
           correlationId: row.correlationId ?? null,
           coverageFingerprint: row.coverageFingerprint,
           resultAt: row.resultAt ?? null,
@@ -412,11 +449,12 @@ export class SqliteJobStore implements JobStore {
         });
       },
       async checkByCorrelationId(correlationId) {
-        return parseCheck(byCorrelation.get(correlationId) as { row: string } | undefined);
+        const r = byCorrelation.get(correlationId) as CheckRecord | undefined;
+        return r && checkFrom(r);
       },
       async freshResult(coverageFingerprint, since) {
-        for (const r of fresh.all(coverageFingerprint, since) as { row: string }[]) {
-          const row = CheckRow.parse(JSON.parse(r.row));
+        for (const r of fresh.all(coverageFingerprint, since) as CheckRecord[]) {
+          const row = checkFrom(r);
           if (hasCompletedResult(row)) return row;
         }
         return undefined;
@@ -438,6 +476,32 @@ export class SqliteJobStore implements JobStore {
       return extended.changes > 0;
     });
   }
+}
+
+/** A check as the checks table keeps it: the row's JSON, and its verification body's apart. */
+interface CheckRecord {
+  row: string;
+  result: string | null;
+}
+
+/** The JSON text each verification body was read from or written as (bodies are never changed in place). */
+const resultTexts = new WeakMap<object, string>();
+
+function checkFrom(r: CheckRecord): CheckRow {
+  const fields = JSON.parse(r.row) as Record<string, unknown>;
+  if (r.result !== null) fields.result = JSON.parse(r.result);
+  const row = CheckRow.parse(fields);
+  if (r.result !== null && typeof row.result === 'object' && row.result !== null) resultTexts.set(row.result, r.result);
+  return row;
+}
+
+/** A body already read or written is not stringified again: a step that keeps it writes the same text back. */
+function resultText(result: unknown): string | null {
+  if (result === undefined) return null;
+  if (typeof result !== 'object' || result === null) return JSON.stringify(result);
+  let text = resultTexts.get(result);
+  if (text === undefined) resultTexts.set(result, (text = JSON.stringify(result)));
+  return text;
 }
 
 interface AppointmentRecord {

@@ -73,6 +73,17 @@ export class WalSync {
     return answered;
   }
 
+  /**
+   * Resolves when every sync asked for so far has returned, in the order of the calls as sync()
+   * does, without a sync of its own: for a commit that wrote nothing that must last, whose
+   * answer may rest on what earlier commits wrote.
+   */
+  synced(): Promise<void> {
+    const answered = this.earlier.then(() => this.check());
+    this.earlier = answered.catch(() => undefined);
+    return answered;
+  }
+
   /** Syncs so far, the commits they covered and the time they took: what bounds a store's commit rate. */
   stats(): { syncs: number; commits: number; syncMs: number } {
     return { ...this.counters };

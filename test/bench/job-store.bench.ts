@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { startPostgres } from '../support/postgres';
+import { measureInWorker, print } from './measure';
 import { checkRow, NOW } from '../sync/job-store-contract';
 
 /**
@@ -65,4 +66,10 @@ test('job store claim throughput', async () => {
     rmSync(dir, { recursive: true, force: true });
     await postgres.stop();
   }
+});
+
+test("SQLite store: a check's life, CPU per check", async () => {
+  const measured = await measureInWorker(path.join(__dirname, 'sqlite-store.measure.ts'));
+  print(measured);
+  expect(measured.counts.written).toBeGreaterThan(0);
 });

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import Database from 'better-sqlite3';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
-import { jobStoreContract } from './job-store-contract';
+import { checkRow, jobStoreContract, NOW } from './job-store-contract';
 import { until } from './harness';
 
 /** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
@@ -29,7 +29,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(3);
+    expect(store.schemaVersion).toBe(4);
     await store.close();
   });
 
@@ -38,14 +38,66 @@ describe('SqliteJobStore', () => {
     await store.transaction((tx) => tx.setMeta('poll-cursor', 'kept'));
     await store.close();
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
-    db.exec('DROP TABLE rate_buckets');
+    db.exec('DROP TABLE rate_buckets; ALTER TABLE checks DROP COLUMN result');
     db.pragma('user_version = 1');
     db.close();
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(3);
+    expect(reopened.schemaVersion).toBe(4);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();
+  });
+
+  it('migrates a file of schema version 3, whose rows hold their verification body, to one that keeps the body in a column of its own', async () => {
+    const body = { correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO', maximums: [1500, 0.5] } } };
+    const store = SqliteJobStore.open(dir);
+    await store.transaction(async (tx) => {
+      await tx.putCheck(checkRow('elig_written', { state: 'written', correlationId: 'corr-1', result: body, resultAt: NOW }));
+      await tx.putCheck(checkRow('elig_null', { state: 'result-stored', result: null, resultAt: NOW }));
+      await tx.putCheck(checkRow('elig_waiting', { state: 'awaiting-result', correlationId: 'corr-2' }));
+    });
+    const before = await store.listChecks();
+    await store.close();
+    // Version 3 as it was: the body inside the row's JSON, no result column.
+    const db = new Database(path.join(dir, 'dental-elig.sqlite'));
+    db.exec(`UPDATE checks SET row = json_set(row, '$.result', json(result)) WHERE result IS NOT NULL; ALTER TABLE checks DROP COLUMN result;`);
+    db.pragma('user_version = 3');
+    expect((db.prepare("SELECT row FROM checks WHERE key = 'elig_written'").get() as { row: string }).row).toContain('"maximums":[1500,0.5]');
+    db.close();
+
+    const reopened = SqliteJobStore.open(dir);
+    expect(reopened.schemaVersion).toBe(4);
+    expect(await reopened.listChecks()).toEqual(before);
+    expect((await reopened.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.result).toEqual(body);
+    await reopened.close();
+    const migrated = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
+    const rows = migrated.prepare('SELECT key, row, result FROM checks ORDER BY key').all() as { key: string; row: string; result: string | null }[];
+    migrated.close();
+    expect(rows.map((r) => [r.key, 'result' in JSON.parse(r.row), r.result === null ? null : JSON.parse(r.result)])).toEqual([
+      ['elig_null', false, null],
+      ['elig_waiting', false, null],
+      ['elig_written', false, body],
+    ]);
+  });
+
+  it('writes back the verification body of a check it read, and one changed since, as stored', async () => {
+    const store = SqliteJobStore.open(dir);
+    const first = { correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } };
+    await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'result-stored', result: first, resultAt: NOW })));
+    // A step keeps the body it read...
+    await store.transaction(async (tx) => {
+      const current = await tx.getCheck('elig_1');
+      if (current) await tx.putCheck({ ...current, state: 'written', written: { requestId: 'req-1', responseId: 'res-1' } });
+    });
+    expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toEqual(expect.objectContaining({ state: 'written', result: first }));
+    // ...and a re-verification replaces it with another.
+    const second = { correlationId: 'corr-2', status: 'Failed', result: { title: 'portal down' } };
+    await store.transaction(async (tx) => {
+      const current = await tx.getCheck('elig_1');
+      if (current) await tx.putCheck({ ...current, state: 'result-stored', result: second });
+    });
+    expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(second);
+    await store.close();
   });
 
   describe('durability: each commit synced to disk off the event loop before its transaction is answered', () => {
@@ -87,6 +139,28 @@ describe('SqliteJobStore', () => {
       expect(answered[4]).toBeUndefined();
       while (held.length > 0) held.shift()?.();
       await Promise.all(commits);
+      jest.restoreAllMocks();
+      await store.close();
+    });
+
+    it('answers a transaction that wrote nothing, a claim and a release without a sync of their own, but not before the syncs under way', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const held = heldSyncs();
+      expect(await store.transaction((tx) => tx.getMeta('k'))).toBeUndefined();
+      expect((await store.claimDue({ now: NOW, limit: 5, owner: 'w1', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
+      await store.release('elig_1', 'w1');
+      expect(held).toHaveLength(0);
+      // A write asks for a sync; a read made after it is answered only once that sync has returned.
+      const write = store.transaction((tx) => tx.setMeta('k', 'v'));
+      await until('the sync of the write asked for', async () => held.length === 1);
+      let answered = false;
+      const read = store.transaction((tx) => tx.getMeta('k')).then((value) => ((answered = true), value));
+      await new Promise((r) => setTimeout(r, 50));
+      expect([answered, held.length]).toEqual([false, 1]);
+      held.shift()?.();
+      expect(await read).toBe('v');
+      await write;
       jest.restoreAllMocks();
       await store.close();
     });
