@@ -107,7 +107,7 @@ export class SqliteJobStore implements JobStore {
   private queue: Promise<unknown> = Promise.resolve();
   private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
-  private readonly leases: Record<'due' | 'take' | 'release', Database.Statement>;
+  private readonly leases: Record<'due' | 'take' | 'extend' | 'release', Database.Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
   private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes', Database.Statement>;
   private readonly wal: WalSync;
@@ -151,6 +151,7 @@ export class SqliteJobStore implements JobStore {
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
+      extend: db.prepare('UPDATE checks SET lease_until = ? WHERE key = ? AND lease_owner = ?'),
       release: db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?'),
     };
   }
@@ -199,6 +200,13 @@ export class SqliteJobStore implements JobStore {
   release(key: string, owner: string): Promise<void> {
     return this.batched(LEASE, async () => {
       this.leases.release.run(key, owner);
+    });
+  }
+
+  extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {
+    return this.batched(LEASE, async () => {
+      const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
+      return this.leases.extend.run(until, options.key, options.owner).changes > 0;
     });
   }
 
@@ -468,14 +476,6 @@ export class SqliteJobStore implements JobStore {
     };
   }
 
-  extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {
-    return this.batched(async () => {
-      const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      // Prepared here, not with the other statements: a heartbeat comes every leaseMs / 3 per check in hand.
-      const extended = this.db.prepare('UPDATE checks SET lease_until = ? WHERE key = ? AND lease_owner = ?').run(until, options.key, options.owner);
-      return extended.changes > 0;
-    });
-  }
 }
 
 /** A check as the checks table keeps it: the row's JSON, and its verification body's apart. */
