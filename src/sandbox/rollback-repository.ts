@@ -28,8 +28,9 @@ interface Undo {
  * before: a cost that grew with the chart, quadratic over a morning's writes.)
  *
  * Its search evaluates the search parameter's FHIRPath on every resource of the type. A search by
- * `identifier` (what a sync does before each write) looks in an index by identifier value first;
- * the candidates are then matched as before, so the answer is the same. The index only ever gains
+ * `identifier` (what a sync does before each write, often two identifiers ANDed) looks in an index
+ * by identifier value first; the candidates are then matched against every filter as before, so
+ * the answer is the same. The index only ever gains
  * ids: one whose resource changed or went is a candidate that does not match.
  *
  * The store is shared: the caller runs one request at a time, or a rollback would also undo a
@@ -142,9 +143,10 @@ export class RollbackRepository extends MemoryRepository {
  * may hold more candidates than match, never fewer.
  */
 function identifierValue(searchRequest: SearchRequest): string | undefined {
-  const [filter, ...others] = searchRequest.filters ?? [];
-  if (!filter || others.length > 0 || searchRequest.sortRules?.length) return undefined;
-  if (filter.code !== 'identifier' || filter.operator !== Operator.EQUALS || filter.value.includes(',')) return undefined;
+  if (searchRequest.sortRules?.length) return undefined;
+  // Any one identifier the search asks for gives the candidates: the others, and every other filter, are matched on them.
+  const filter = searchRequest.filters?.find((f) => f.code === 'identifier' && f.operator === Operator.EQUALS && !f.value.includes(','));
+  if (!filter) return undefined;
   const bar = filter.value.indexOf('|');
   const value = bar < 0 ? filter.value : filter.value.slice(bar + 1);
   return value.length > 0 ? value.toLowerCase() : undefined;

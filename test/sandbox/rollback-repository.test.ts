@@ -3,6 +3,8 @@ import { MemoryRepository } from '@medplum/fhir-router';
 import { createFhirHandler } from '../../src/sandbox/fhir-server';
 import type { RollbackRepository } from '../../src/sandbox/rollback-repository';
 
+type Filter = NonNullable<SearchRequest['filters']>[number];
+
 const MRN = 'urn:example:mrn';
 const OTHER = 'urn:example:other';
 const byIdentifier = (value: string): SearchRequest => ({ resourceType: 'Patient', filters: [{ code: 'identifier', operator: Operator.EQUALS, value }] });
@@ -39,6 +41,20 @@ describe('RollbackRepository identifier search', () => {
     expect(await found(repo, `${MRN}|P-9`)).toEqual([a.id]);
     await repo.deleteResource('Patient', a.id);
     expect(await found(repo, `${MRN}|P-9`)).toEqual([]);
+  });
+
+  it('answers two identifiers ANDed (and any other filter) from its index: only what matches them all', async () => {
+    const repo = newRepo();
+    const both = await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-1' }, { system: OTHER, value: 'X-1' }], gender: 'female' });
+    await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-1' }, { system: OTHER, value: 'X-2' }], gender: 'female' });
+    await repo.createResource({ resourceType: 'Patient', identifier: [{ system: OTHER, value: 'X-1' }], gender: 'female' });
+    const scan = jest.spyOn(MemoryRepository.prototype, 'search');
+    const ids = async (...filters: Filter[]) => ((await repo.search({ resourceType: 'Patient', filters })).entry ?? []).map((e) => e.resource?.id);
+    const identifier = (value: string): Filter => ({ code: 'identifier', operator: Operator.EQUALS, value });
+    expect(await ids(identifier(`${MRN}|P-1`), identifier(`${OTHER}|X-1`))).toEqual([both.id]);
+    expect(await ids(identifier(`${OTHER}|X-1`), identifier(`${MRN}|P-1`))).toEqual([both.id]);
+    expect(await ids(identifier(`${MRN}|P-1`), { code: 'gender', operator: Operator.EQUALS, value: 'male' })).toEqual([]);
+    expect(scan).not.toHaveBeenCalled();
   });
 
   it('forgets what a failed transaction wrote, and restores what it replaced with its history', async () => {
