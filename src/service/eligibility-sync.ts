@@ -32,6 +32,8 @@ import { subscriptionNotificationIds } from './notifications';
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({
   concurrency: z.number().int().min(1).max(1000).default(8),
+  /** Past this share of its time busy, the event loop answers what arrives before the worker takes more checks (1: never). */
+  loopBusyLimit: z.number().gt(0).max(1).default(0.85),
   requestsPerSecond: z.number().positive().optional(),
   requestsPerSecondPerPortal: z.number().positive().optional(),
   maxAttempts: z.number().int().min(1).default(8),
@@ -153,6 +155,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   const workerOptions: WorkerOptions = {
     concurrency: settings.concurrency,
+    loopBusyLimit: settings.loopBusyLimit,
     rateLimits: { perSecond: settings.requestsPerSecond, perPortalPerSecond: settings.requestsPerSecondPerPortal },
     maxAttempts: settings.maxAttempts,
     backoff: { baseMs: settings.backoffBaseMs, maxMs: settings.backoffMaxMs },

@@ -10,6 +10,7 @@ import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
+import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
 import type { EligibilityWriter } from './write-back';
@@ -41,6 +42,11 @@ export interface SyncEvent {
 
 export interface WorkerOptions {
   concurrency: number;
+  /**
+   * Above this share of the event loop's time spent busy, the worker takes no new checks beyond
+   * an eighth of `concurrency`: what arrives meanwhile is answered first (1: never held back).
+   */
+  loopBusyLimit: number;
   rateLimits: RateLimits;
   /** Attempts at sending one verification (and at a retry-later failure) before it is dead. */
   maxAttempts: number;
@@ -72,6 +78,8 @@ export interface WorkerDeps {
   emit: (name: SyncEventName, event: SyncEvent) => void;
   /** Service and chart call durations, for metrics. */
   observe?: (what: 'service' | 'fhir', operation: string, seconds: number, ok: boolean) => void;
+  /** How busy the event loop has been lately, 0 to 1 (default: this process's, LoopHeadroom). */
+  loopBusy?: () => number;
 }
 
 export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
@@ -79,6 +87,7 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { st
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
+  private readonly loopBusy: () => number;
   private inflight = new Set<Promise<void>>();
   /** Keys of the checks in hand: one this worker is still working on is never started again. */
   private readonly inHand = new Set<string>();
@@ -93,6 +102,8 @@ export class Worker {
     private readonly deps: WorkerDeps,
   ) {
     const store = deps.store;
+    const headroom = new LoopHeadroom();
+    this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
     this.limiter = new RateLimiter(
       options.rateLimits,
       store.takeRateToken ? (bucket, perSecond) => store.takeRateToken?.(bucket, perSecond, deps.now().toISOString()) ?? Promise.resolve(0) : undefined,
@@ -141,8 +152,19 @@ export class Worker {
     this.timer = setTimeout(() => void this.tick(), this.kicked ? 0 : this.options.idleMs);
   }
 
+  /**
+   * How many more checks to take now. While the loop is busy past loopBusyLimit, only up to a
+   * floor (an eighth of concurrency) is kept in hand, so the batch goes on but leaves room for
+   * what arrives; each check that ends looks again.
+   */
+  private room(): number {
+    const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
+    const limit = this.options.loopBusyLimit < 1 && this.loopBusy() > this.options.loopBusyLimit ? floor : this.options.concurrency;
+    return limit - this.inflight.size;
+  }
+
   private async claimAndRun(): Promise<void> {
-    const free = this.options.concurrency - this.inflight.size;
+    const free = this.room();
     if (free <= 0) return;
     const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {

@@ -37,6 +37,8 @@ export interface WorkerRig {
 
 export const RIG_OPTIONS: WorkerOptions = {
   concurrency: 4,
+  // The test process's loop is Jest's: a rig is held back only when its test says how busy the loop is.
+  loopBusyLimit: 1,
   rateLimits: {},
   maxAttempts: 3,
   backoff: { baseMs: 50, maxMs: 400 },
@@ -64,6 +66,8 @@ export async function startWorkerRig(options: {
   payerName?: string;
   /** The worker's jitter (1: every wait its longest). */
   random?: () => number;
+  /** How busy the event loop is, as the worker reads it. */
+  loopBusy?: () => number;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
   const store = SqliteJobStore.open(dir);
@@ -84,6 +88,7 @@ export async function startWorkerRig(options: {
       writer: () => writer,
       now: () => new Date(),
       ...(options.random && { random: options.random }),
+      ...(options.loopBusy && { loopBusy: options.loopBusy }),
       log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => events.push({ name, event }),
     },
