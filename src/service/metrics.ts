@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { JobStore } from '../sync/job-store';
 
 /** The service's Prometheus metrics, on a registry of its own so several instances in one process do not mix. */
@@ -20,6 +20,8 @@ export class SyncMetrics {
   inHand: () => number = () => 0;
 
   constructor(store: JobStore, now: () => Date) {
+    // The process's memory, CPU, heap and event-loop delay, as operators of any Node service read them.
+    collectDefaultMetrics({ register: this.registry });
     const inHand = () => this.inHand();
     new Gauge({
       name: 'dental_elig_checks_in_hand',

@@ -24,6 +24,9 @@ describe('observability', () => {
     expect(metrics).toMatch(/^dental_elig_checks_in_hand 0$/m);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="service",operation="(verify|request verification)",ok="true"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="fhir",operation="write eligibility",ok="true"\} 1$/m);
+    // The process's own, as any Node service gives them.
+    expect(Number(/^process_resident_memory_bytes (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(10 * 2 ** 20);
+    expect(metrics).toMatch(/^nodejs_heap_size_used_bytes \d+$/m);
   });
 
   it('says the chart is unreachable when the FHIR server is down', async () => {
