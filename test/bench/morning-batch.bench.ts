@@ -1,12 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, generateWebhookSecret } from '../../src/sandbox';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { generateWebhookSecret } from '../../src/sandbox';
 import { figure } from './measure';
 import { msa, sendAll, siuS12 } from './mllp-driver';
-import { freePort, sampleUsage, startCli, tail, type Running } from './processes';
+import { sampleUsage, startStack, tail } from './processes';
 
 /**
  * A practice's morning: N appointments booked over MLLP into `dental-elig serve`, each verified
@@ -48,35 +47,9 @@ interface Morning {
 }
 
 async function morning(n: number, dir: string): Promise<Morning> {
-  const secret = generateWebhookSecret();
-  const httpPort = await freePort();
-  const env = { PATH: process.env.PATH, HOME: process.env.HOME };
-  const running: Running[] = [];
+  const stack = await startStack({ dir, secret: generateWebhookSecret(), concurrency: CONCURRENCY, latencyMs: LATENCY_MS, jitterMs: JITTER_MS, asyncDelayMs: ASYNC_COMPLETION_MS });
+  const { serve, sandbox, fhir, mllpPort, httpPort } = stack;
   try {
-    const fhir = await startCli(['fhir-server', '--port', '0'], { env, logFile: path.join(dir, 'fhir.log'), waitFor: ['fhir'] });
-    running.push(fhir);
-    const sandbox = await startCli(
-      ['sandbox', '--port', '0', '--webhook-url', `http://127.0.0.1:${httpPort}${WEBHOOK_PATH}`, '--latency-ms', `${LATENCY_MS}`, '--latency-jitter-ms', `${JITTER_MS}`, '--async-delay-ms', `${ASYNC_COMPLETION_MS}`],
-      { env: { ...env, DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET: secret }, logFile: path.join(dir, 'sandbox.log'), waitFor: ['sandbox'] },
-    );
-    running.push(sandbox);
-    const configFile = path.join(dir, 'serve.json');
-    writeFileSync(configFile, JSON.stringify({ settings: { concurrency: CONCURRENCY } }));
-    const serve = await startCli(['serve', '--config', configFile, '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', `${httpPort}`], {
-      env: {
-        ...env,
-        DENTAL_ELIG_BASE_URL: sandbox.listening.sandbox,
-        DENTAL_ELIG_API_KEY: DEFAULT_API_KEY,
-        DENTAL_ELIG_CUSTOMER_ID: DEFAULT_CUSTOMER_ID,
-        DENTAL_ELIG_WEBHOOK_SECRET: secret,
-        DENTAL_ELIG_FHIR_URL: fhir.listening.fhir,
-      },
-      logFile: path.join(dir, 'serve.log'),
-      waitFor: ['mllp', 'http'],
-    });
-    running.push(serve);
-
-    const mllpPort = Number(serve.listening.mllp?.split(':').pop());
     const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10).replace(/-/g, '');
     const messages = Array.from({ length: n }, (_, i) => siuS12(i, tomorrow));
     const samplers = [serve, sandbox, fhir].map((r) => sampleUsage(r.pid));
@@ -114,7 +87,7 @@ async function morning(n: number, dir: string): Promise<Morning> {
       fhirCpuMsPerCheck: (chart?.cpuMs ?? NaN) / n,
     };
   } finally {
-    for (const r of running.reverse()) await r.stop();
+    await stack.stop();
   }
 }
 

@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
+import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID } from '../../src/sandbox';
+import { WEBHOOK_PATH } from '../../src/service/http-server';
 
 /** A `dental-elig` command running as a child process, as an operator starts it. */
 export interface Running {
@@ -111,4 +113,82 @@ export function sampleUsage(pid: number, everyMs = 50): { stop(): { peakRssBytes
       return { peakRssBytes: Math.max(peak, end.rssBytes), cpuMs: end.cpuMs - start.cpuMs };
     },
   };
+}
+
+/** `dental-elig serve` with the sandbox and the FHIR server it talks to, each a process of its own. */
+export interface Stack {
+  fhir: Running;
+  sandbox: Running;
+  serve: Running;
+  mllpPort: number;
+  httpPort: number;
+  /** Stops serve first, then what it talks to. */
+  stop(): Promise<void>;
+}
+
+export interface StackOptions {
+  /** Where the processes' logs, serve's config and its data dir go. */
+  dir: string;
+  /** The webhook secret the sandbox signs with and serve checks. */
+  secret: string;
+  concurrency: number;
+  /** The sandbox's latency for every request, ± jitter, and its time to an asynchronous result. */
+  latencyMs: number;
+  jitterMs: number;
+  asyncDelayMs: number;
+}
+
+/**
+ * The three processes an operator runs against a verification service and a chart, from the
+ * compiled CLI (`npm run build` first): serve knows the sandbox and the FHIR server only by URL,
+ * and the sandbox delivers webhooks to serve's HTTP port.
+ */
+export async function startStack(options: StackOptions): Promise<Stack> {
+  const { dir, secret } = options;
+  const httpPort = await freePort();
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME };
+  const running: Running[] = [];
+  const stop = async () => {
+    for (const r of running.reverse()) await r.stop();
+  };
+  try {
+    const fhir = await startCli(['fhir-server', '--port', '0'], { env, logFile: path.join(dir, 'fhir.log'), waitFor: ['fhir'] });
+    running.push(fhir);
+    const sandbox = await startCli(
+      [
+        'sandbox',
+        '--port',
+        '0',
+        '--webhook-url',
+        `http://127.0.0.1:${httpPort}${WEBHOOK_PATH}`,
+        '--latency-ms',
+        `${options.latencyMs}`,
+        '--latency-jitter-ms',
+        `${options.jitterMs}`,
+        '--async-delay-ms',
+        `${options.asyncDelayMs}`,
+      ],
+      { env: { ...env, DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET: secret }, logFile: path.join(dir, 'sandbox.log'), waitFor: ['sandbox'] },
+    );
+    running.push(sandbox);
+    const configFile = path.join(dir, 'serve.json');
+    writeFileSync(configFile, JSON.stringify({ settings: { concurrency: options.concurrency } }));
+    const serve = await startCli(['serve', '--config', configFile, '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', `${httpPort}`], {
+      env: {
+        ...env,
+        DENTAL_ELIG_BASE_URL: sandbox.listening.sandbox,
+        DENTAL_ELIG_API_KEY: DEFAULT_API_KEY,
+        DENTAL_ELIG_CUSTOMER_ID: DEFAULT_CUSTOMER_ID,
+        DENTAL_ELIG_WEBHOOK_SECRET: secret,
+        DENTAL_ELIG_FHIR_URL: fhir.listening.fhir,
+      },
+      logFile: path.join(dir, 'serve.log'),
+      waitFor: ['mllp', 'http'],
+    });
+    running.push(serve);
+    return { fhir, sandbox, serve, mllpPort: Number(serve.listening.mllp?.split(':').pop()), httpPort, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
 }
