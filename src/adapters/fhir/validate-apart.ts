@@ -8,10 +8,11 @@ import type { FhirIssue } from './operation-outcome';
  * byte, most on choice types such as an extension's value[x]. And they repeat: patients on one
  * plan get the same ones. Neither validator relates such a part to anything outside it (R4 has
  * no invariant from elsewhere into insurance.item or an extension, and the two that relate parts,
- * ref-1 and dom-3, neither validator checks: a test pins that). So a response whose parts were
- * all seen before is validated without them, and each part's issues are the ones found when it
- * was first validated in place, in a whole response. Parts are known by their JSON text: what
- * the chart is sent.
+ * ref-1 and dom-3, neither validator checks: a test pins that). So a response is validated
+ * without the parts seen before, and each of those has the issues found when it was first
+ * validated in place. In a morning's batch most parts repeat and a few are the patient's own (the
+ * payer-patient and payer-subscriber extensions): those few are validated, in the response,
+ * among the rest of it. Parts are known by their JSON text: what the chart is sent.
  */
 
 /** Issues from each validator, kept apart so validateR4 lists them in the order a whole validation does. */
@@ -20,12 +21,17 @@ export interface ValidatorIssues {
   schema: FhirIssue[];
 }
 
+/** The arrays whose elements are parts, each named as the response names it. */
 type Kind = 'item' | 'extension' | 'contained';
 
 interface Part {
   kind: Kind;
   value: object;
-  /** Where the part sits in the response validated. */
+  /** The insurance entry whose array holds the part; undefined when the response's own array does. */
+  entry: number | undefined;
+  /** The path of the array holding the part. */
+  array: string;
+  /** Where the part sits in the response. */
   path: string;
 }
 
@@ -39,69 +45,100 @@ export function forgetValidatedParts(): void {
 }
 
 /**
- * A response's issues: the rest of it validated, and its parts' issues as they were found, when
- * every part was seen before; otherwise the whole response validated, and its parts learnt.
+ * A response's issues: the response validated without the parts seen before, their issues as
+ * they were found, and the parts not seen before learnt. A part kept has its place in what is
+ * validated shifted by the parts removed before it, so its issues are named back where it sits.
  */
 export function validateApart(resource: Resource, validate: (resource: Resource) => ValidatorIssues): ValidatorIssues {
-  const split = splitResponse(resource);
-  if (!split) return validate(resource);
-  const keys = split.parts.map((part) => `${part.kind}\n${JSON.stringify(part.value)}`);
+  const parts = partsOf(resource);
+  if (!parts) return validate(resource);
+  const keys = parts.map((part) => `${part.kind}\n${JSON.stringify(part.value)}`);
   const known = keys.map((key) => cache.get(key));
-  if (known.every((issues) => issues !== undefined)) {
-    // The least recently used goes first when the cache is full.
-    keys.forEach((key, i) => (cache.delete(key), cache.set(key, known[i] as FhirIssue[])));
-    const shell = validate(split.shell);
-    const parts = split.parts.flatMap((part, i) => (known[i] as FhirIssue[]).map((issue) => ({ ...issue, expression: part.path + issue.expression })));
-    return { medplum: [...shell.medplum, ...parts], schema: shell.schema };
-  }
-  const whole = validate(resource);
-  learn(split.parts, keys, whole);
-  return whole;
+  // The least recently used goes first when the cache is full.
+  keys.forEach((key, i) => {
+    const issues = known[i];
+    if (issues) cache.delete(key), cache.set(key, issues);
+  });
+  const { shell, at } = known.every((issues) => issues === undefined) ? { shell: resource, at: parts.map((part) => part.path) } : keeping(resource, parts, known);
+  const found = validate(shell);
+  // Medplum stops at an element it cannot validate (a contained resource of no known type) and
+  // reports that alone, at the resource, so the issues of the parts seen before must not join it.
+  // An issue at the resource is rare: the whole response is validated then.
+  if (shell !== resource && found.medplum.some((issue) => issue.expression === resource.resourceType)) return validate(resource);
+  const kept = parts.flatMap((part, i) => (known[i] ? [] : [{ key: keys[i] as string, at: at[i] as string, path: part.path }]));
+  learn(kept, found);
+  const back = (issue: FhirIssue): FhirIssue => {
+    const part = kept.find((k) => within(issue.expression, k.at));
+    return part && part.at !== part.path ? { ...issue, expression: part.path + issue.expression.slice(part.at.length) } : issue;
+  };
+  const cached = parts.flatMap((part, i) => (known[i] ?? []).map((issue) => ({ ...issue, expression: part.path + issue.expression })));
+  return { medplum: [...found.medplum.map(back), ...cached], schema: found.schema.map(back) };
 }
 
 /**
- * Keeps each part's Medplum issues, from a response where nothing else could have been caused by
- * a part: the schema validator names only the first error it meets, so it must find none, and
- * every Medplum issue must lie inside a part.
+ * Keeps each part's Medplum issues, from a validation where nothing else could have been caused
+ * by a part: the schema validator names only the first error it meets, so it must find none, and
+ * every Medplum issue must lie inside a part. `at` is where the part sat in what was validated.
  */
-function learn(parts: Part[], keys: string[], whole: ValidatorIssues): void {
-  if (whole.schema.length > 0) return;
-  const own = parts.map((part) => whole.medplum.filter((issue) => issue.expression.startsWith(part.path) && /^($|[.[])/.test(issue.expression.slice(part.path.length))));
-  if (own.reduce((n, issues) => n + issues.length, 0) !== whole.medplum.length) return;
+function learn(parts: Array<{ key: string; at: string }>, found: ValidatorIssues): void {
+  if (parts.length === 0 || found.schema.length > 0) return;
+  const own = parts.map((part) => found.medplum.filter((issue) => within(issue.expression, part.at)));
+  if (own.reduce((n, issues) => n + issues.length, 0) !== found.medplum.length) return;
   parts.forEach((part, i) => {
     if (cache.size >= CACHE_SIZE) cache.delete(cache.keys().next().value as string);
-    cache.set(keys[i] as string, (own[i] as FhirIssue[]).map((issue) => ({ ...issue, expression: issue.expression.slice(part.path.length) })));
+    cache.set(part.key, (own[i] as FhirIssue[]).map((issue) => ({ ...issue, expression: issue.expression.slice(part.at.length) })));
   });
 }
 
-function splitResponse(resource: Resource): { shell: Resource; parts: Part[] } | undefined {
+/** Whether an expression names the element at a path or something inside it. */
+function within(expression: string, path: string): boolean {
+  return expression.startsWith(path) && /^($|[.[])/.test(expression.slice(path.length));
+}
+
+/**
+ * The response with only the parts not known in their arrays, in their order, and where each
+ * sits in it. Everything else stays as it was, its properties in their order; an array left with
+ * no part goes, as it would when every part was known.
+ */
+function keeping(resource: Resource, parts: Part[], known: Array<FhirIssue[] | undefined>): { shell: Resource; at: Array<string | undefined> } {
+  const shell: Record<string, unknown> = { ...resource };
+  const entries = Array.isArray(shell.insurance) ? (shell.insurance as object[]).map((entry) => ({ ...entry }) as Record<string, unknown>) : [];
+  if (entries.length > 0) shell.insurance = entries;
+  const owner = (part: Part) => (part.entry === undefined ? shell : (entries[part.entry] as Record<string, unknown>));
+  for (const part of parts) owner(part)[part.kind] = [];
+  const at = parts.map((part, i) => {
+    if (known[i]) return undefined;
+    const array = owner(part)[part.kind] as object[];
+    return `${part.array}[${array.push(part.value) - 1}]`;
+  });
+  for (const part of parts) if ((owner(part)[part.kind] as object[] | undefined)?.length === 0) delete owner(part)[part.kind];
+  return { shell: shell as unknown as Resource, at };
+}
+
+/** A response's parts; undefined when it has none, or any of a shape that validates differently once removed. */
+function partsOf(resource: Resource): Part[] | undefined {
   if (resource.resourceType !== 'CoverageEligibilityResponse') return undefined;
-  const { contained, extension, insurance, ...rest } = resource as CoverageEligibilityResponse;
+  const { contained, extension, insurance } = resource as CoverageEligibilityResponse;
   const parts: Part[] = [];
-  if (!take(contained, 'contained', 'CoverageEligibilityResponse.contained', parts)) return undefined;
-  if (!take(extension, 'extension', 'CoverageEligibilityResponse.extension', parts)) return undefined;
-  let entries: unknown[] | undefined;
+  if (!take(contained, 'contained', undefined, parts) || !take(extension, 'extension', undefined, parts)) return undefined;
   if (insurance !== undefined) {
     if (!Array.isArray(insurance)) return undefined;
-    entries = [];
     for (const [i, entry] of (insurance as unknown[]).entries()) {
       if (!isObject(entry)) return undefined;
       const { item, extension: own, ...kept } = entry;
-      const at = `CoverageEligibilityResponse.insurance[${i}]`;
       // An entry left with nothing would be reported as empty, which the whole one is not.
-      if (!take(item, 'item', `${at}.item`, parts) || !take(own, 'extension', `${at}.extension`, parts) || Object.keys(kept).length === 0) return undefined;
-      entries.push(kept);
+      if (!take(item, 'item', i, parts) || !take(own, 'extension', i, parts) || Object.keys(kept).length === 0) return undefined;
     }
   }
-  if (parts.length === 0) return undefined;
-  return { shell: { ...rest, ...(entries ? { insurance: entries } : {}) } as Resource, parts };
+  return parts.length > 0 ? parts : undefined;
 }
 
 /** Adds an array's elements as parts; false when the array is of a shape that validates differently once removed. */
-function take(value: unknown, kind: Kind, path: string, parts: Part[]): boolean {
+function take(value: unknown, kind: Kind, entry: number | undefined, parts: Part[]): boolean {
   if (value === undefined) return true;
   if (!Array.isArray(value) || value.length === 0 || !value.every(isObject)) return false;
-  value.forEach((element, i) => parts.push({ kind, value: element, path: `${path}[${i}]` }));
+  const array = entry === undefined ? `CoverageEligibilityResponse.${kind}` : `CoverageEligibilityResponse.insurance[${entry}].${kind}`;
+  value.forEach((element, i) => parts.push({ kind, value: element, entry, array, path: `${array}[${i}]` }));
   return true;
 }
 
