@@ -15,7 +15,7 @@ import type { FhirIssue } from './operation-outcome';
  * among the rest of it. Parts are known by their JSON text: what the chart is sent.
  */
 
-/** Issues from each validator, kept apart so validateR4 lists them in the order a whole validation does. */
+/** Issues from each validator, kept apart so validateR4 lists Medplum's before the schema's, as a whole validation does. */
 export interface ValidatorIssues {
   medplum: FhirIssue[];
   schema: FhirIssue[];
