@@ -73,6 +73,22 @@ function wanted(condition: AckCondition, success: boolean): boolean {
 /** Versions before 2.5 read errors from ERR-1 (ELD); 2.3 has no message structure in MSH-9. */
 const OLD_ERR = /^2\.(3|4)(\.|$)/;
 
+/**
+ * The most of a sender's header value an ACK echoes: an HD is at most 227 characters in v2.5, a
+ * control id 199. A longer one is not a header a sender means, and its ACK must stay small.
+ */
+const ECHO_MAX = 227;
+const VERSION_ID = /^\d+\.\d+(\.\d+)?$/;
+
+/** A header value as the ACK echoes it: at most ECHO_MAX characters, never ending inside an escape sequence. */
+function echoed(value: string | undefined, d: Delimiters): string {
+  if (value === undefined || value.length <= ECHO_MAX) return value ?? '';
+  const cut = value.slice(0, ECHO_MAX);
+  if (d.escape === '') return cut;
+  const escapes = cut.split(d.escape).length - 1;
+  return escapes % 2 === 0 ? cut : cut.slice(0, cut.lastIndexOf(d.escape));
+}
+
 /** One ACK with exactly the code given. */
 export function buildAck(
   header: MessageHeader | undefined,
@@ -80,8 +96,9 @@ export function buildAck(
   options: AckOptions = {},
 ): Ack {
   const d = header?.delimiters ?? DEFAULT_DELIMITERS;
-  const version = header?.version || '2.5.1';
-  const event = header?.triggerEvent ?? '';
+  // A version that is not one (a sender's garbage, or a megabyte of it) is answered in the one this plugin speaks.
+  const version = header?.version && VERSION_ID.test(header.version) ? header.version : '2.5.1';
+  const event = echoed(header?.triggerEvent, d);
   const { code } = answer;
   const controlId = newControlId();
   const problems = answer.problems ?? [];
@@ -89,24 +106,24 @@ export function buildAck(
   const msh = [
     'MSH',
     d.encodingCharacters,
-    header?.receivingApplication ?? '',
-    header?.receivingFacility ?? '',
-    header?.sendingApplication ?? '',
-    header?.sendingFacility ?? '',
+    echoed(header?.receivingApplication, d),
+    echoed(header?.receivingFacility, d),
+    echoed(header?.sendingApplication, d),
+    echoed(header?.sendingFacility, d),
     hl7Timestamp(options.now ?? new Date()),
     '',
     messageType.join(d.component),
     controlId,
-    header?.processingId || 'P',
+    echoed(header?.processingId, d) || 'P',
     version,
   ];
   const first = problems[0];
-  const msa = ['MSA', code, header?.controlId ?? '', first ? escapeText(describeProblem(first), d) : ''];
+  const msa = ['MSA', code, echoed(header?.controlId, d), first ? escapeText(describeProblem(first), d) : ''];
   const segments = [msh, trimEmpty(msa), ...problems.map((p) => errSegment(p, d, OLD_ERR.test(version)))];
   return {
     code,
     controlId,
-    acknowledges: header?.controlId ?? '',
+    acknowledges: echoed(header?.controlId, d),
     text: segments.map((fields) => fields.join(d.field)).join('\r'),
   };
 }

@@ -19,6 +19,20 @@ describe('buildAck', () => {
     expect(ack).toMatchObject({ code: 'AA', acknowledges: 'MSG-77' });
   });
 
+  it('echoes at most 227 characters of a header value, never half an escape sequence, and answers a version that is none in 2.5.1', () => {
+    const huge = 'X'.repeat(1 << 20);
+    const header = readMessageHeader(`MSH|^~\\&|${huge}|${'F'.repeat(225)}\\T\\B|ELIG|BSD|20240501||SIU^S12^SIU_S12|${huge}|P|${huge}\rPID|1`);
+    const ack = buildAck(header, { code: 'AR' });
+    expect(ack.text.length).toBeLessThan(2000);
+    const msh = parseHl7Message(ack.text).header;
+    expect(msh.rawField(5)).toBe('X'.repeat(227));
+    // Cut before the escape sequence that would have been split.
+    expect(msh.rawField(6)).toBe('F'.repeat(225));
+    expect(msh.rawField(12)).toBe('2.5.1');
+    expect(ack.acknowledges).toBe('X'.repeat(227));
+    expect(buildAck(readMessageHeader(inbound('2.3.1')), { code: 'AA' }).text).toContain('|T|2.3.1');
+  });
+
   it('gives every ACK its own control id of at most 20 characters', () => {
     const header = readMessageHeader(inbound('2.5.1'));
     const ids = Array.from({ length: 200 }, () => buildAck(header, { code: 'AA' }).controlId);
