@@ -78,16 +78,27 @@ export function validateApart(resource: Resource, validate: (resource: Resource)
 /**
  * Keeps each part's Medplum issues, from a validation where nothing else could have been caused
  * by a part: the schema validator names only the first error it meets, so it must find none, and
- * every Medplum issue must lie inside a part. `at` is where the part sat in what was validated.
+ * every Medplum issue must lie inside a part or away from every part, never at an element holding
+ * one (the resource, an insurance entry, a part's array), where a rule may read the part. Medplum
+ * names some elements without their indices, so "away" is judged without them too. A warning on
+ * the patient reference (a urn:uuid in a transaction) tells nothing of the parts.
+ * `at` is where the part sat in what was validated.
  */
 function learn(parts: Array<{ key: string; at: string }>, found: ValidatorIssues): void {
   if (parts.length === 0 || found.schema.length > 0) return;
   const own = parts.map((part) => found.medplum.filter((issue) => within(issue.expression, part.at)));
-  if (own.reduce((n, issues) => n + issues.length, 0) !== found.medplum.length) return;
+  const elsewhere = found.medplum.filter((issue) => !parts.some((part) => within(issue.expression, part.at)));
+  if (elsewhere.some((issue) => parts.some((part) => related(issue.expression, part.at)))) return;
   parts.forEach((part, i) => {
     if (cache.size >= CACHE_SIZE) cache.delete(cache.keys().next().value as string);
     cache.set(part.key, (own[i] as FhirIssue[]).map((issue) => ({ ...issue, expression: issue.expression.slice(part.at.length) })));
   });
+}
+
+/** Whether one of two elements holds the other, read without indices. */
+function related(a: string, b: string): boolean {
+  const bare = (path: string) => path.replace(/\[\d+\]/g, '');
+  return within(bare(a), bare(b)) || within(bare(b), bare(a));
 }
 
 /** Whether an expression names the element at a path or something inside it. */

@@ -166,6 +166,32 @@ describe('validating a response without the parts seen before', () => {
     }
   });
 
+  it('learns the parts of a response written in a transaction, whose urn:uuid references Medplum warns about, and of none with an issue at an element holding a part', () => {
+    forgetValidatedParts();
+    const inTransaction = (response: CoverageEligibilityResponse): CoverageEligibilityResponse => ({
+      ...response,
+      patient: { reference: `urn:uuid:${crypto.randomUUID()}` },
+      request: { reference: `urn:uuid:${crypto.randomUUID()}` },
+    });
+    const first = inTransaction(full());
+    expect(listed(validateR4(first)).some((issue) => issue.startsWith('CoverageEligibilityResponse.patient [structure/warning]'))).toBe(true);
+    const calls: Resource[] = [];
+    const recording = (resource: Resource) => (calls.push(resource), validatorIssues(resource));
+    const second = inTransaction(full());
+    const apart = validateApart(second, recording);
+    expect(listed([...apart.medplum, ...apart.schema])).toEqual(listed(validateWhole(second)));
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).not.toHaveProperty('contained');
+
+    // An issue Medplum names without indices, at the items of an entry: the parts are not learnt.
+    forgetValidatedParts();
+    const medplumIssue = { expression: 'CoverageEligibilityResponse.insurance.item.provider', diagnostics: 'Expected single value for property', code: 'structure', severity: 'error' } as const;
+    validateApart(full(), () => ({ medplum: [medplumIssue], schema: [] }));
+    calls.length = 0;
+    validateApart(full(), recording);
+    expect(calls).toEqual([full()]);
+  });
+
   it('validates a response whole when no part was seen, without the parts seen when some were, and only what is not a part when all were', () => {
     forgetValidatedParts();
     const calls: Resource[] = [];
