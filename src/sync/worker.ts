@@ -429,7 +429,7 @@ export class Worker {
     let written;
     try {
       const writer = await this.deps.writer();
-      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome));
+      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom }));
     } catch (err) {
       // Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is.
       const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);

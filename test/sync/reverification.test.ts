@@ -157,5 +157,9 @@ describe('fresh results and re-verification before the visit', () => {
     // Both answer the one verification.
     const correlationIds = responses.map((r) => r.identifier?.find((i) => i.system?.endsWith('/verification-correlation-id'))?.value);
     expect(correlationIds).toEqual([first?.correlationId, first?.correlationId]);
+    // The reused one says where its result came from; the first says nothing of reuse.
+    const reusedNote = `Reused: the result of verification ${first?.correlationId}, made for another appointment of the same coverage.`;
+    expect(responses.find((r) => r.id === reused?.written?.responseId)?.disposition).toContain(reusedNote);
+    expect(responses.find((r) => r.id === first?.written?.responseId)?.disposition).not.toContain('Reused');
   });
 });
