@@ -1,8 +1,8 @@
 import * as path from 'node:path';
-import { measureInWorker, print } from './measure';
+import { measureInProcess, print } from './measure';
 
 test('hl7 adapter against a naive split', async () => {
-  const measured = await measureInWorker(path.join(__dirname, 'hl7-adapter.measure.ts'));
+  const measured = await measureInProcess(path.join(__dirname, 'hl7-adapter.measure.ts'));
   print(measured);
   expect(measured.counts.pieces).toBeGreaterThan(0);
   expect(measured.counts.checks).toBeGreaterThan(0);

@@ -5,7 +5,7 @@ import { performance } from 'node:perf_hooks';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { startPostgres } from '../support/postgres';
-import { measureInWorker, print } from './measure';
+import { measureInProcess, print } from './measure';
 import { checkRow, NOW } from '../sync/job-store-contract';
 
 /**
@@ -69,7 +69,7 @@ test('job store claim throughput', async () => {
 });
 
 test("SQLite store: a check's life, CPU per check", async () => {
-  const measured = await measureInWorker(path.join(__dirname, 'sqlite-store.measure.ts'));
+  const measured = await measureInProcess(path.join(__dirname, 'sqlite-store.measure.ts'));
   print(measured);
   expect(measured.counts.written).toBeGreaterThan(0);
 });
