@@ -266,7 +266,8 @@ function sameTypeOddity(value: Json, random: Random): Json {
       value.slice(0, random.int(value.length + 1)),
       `${value}\u0000`,
       ` ${value} `,
-      value.repeat(1000),
+      // A thousand times, up to a megabyte: a value repeated once already would pass the longest string V8 holds.
+      value.repeat(Math.max(1, Math.min(1000, Math.floor(2 ** 20 / Math.max(1, value.length))))),
     ]);
   }
   if (typeof value === 'number') return random.pick([0, -value, value * 1e12, value + 0.5, Number.MAX_SAFE_INTEGER + 2, -0]);
