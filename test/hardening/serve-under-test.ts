@@ -34,7 +34,10 @@ export async function startServe(env: NodeJS.ProcessEnv = {}): Promise<ServeUnde
 
 /** What one connection got: every ACK frame, and how it ended. */
 export interface Sent {
+  /** Each ACK read as UTF-8. */
   acks: string[];
+  /** Each ACK's bytes, for a test that reads them in the character set they were written in. */
+  raw: Buffer[];
   /** The connection was reset or failed instead of being closed after the last answer. */
   error: Error | undefined;
 }
@@ -60,7 +63,7 @@ export async function sendAll(port: number, messages: readonly (string | Buffer)
     c.socket.destroy();
     throw new Error(`connection not closed within ${timeoutMs} ms: ${c.acks.length} ACKs for ${messages.length} messages`);
   }
-  return { acks: c.acks, error };
+  return { acks: c.acks, raw: c.raw, error };
 }
 
 /** The resident set size in MiB, for the figures the load tests print. */
