@@ -188,6 +188,15 @@ export class Worker {
     }
   }
 
+  /** Tells the listeners; one that throws is logged and changes nothing of the check (its step is done). */
+  private emit(name: SyncEventName, event: SyncEvent): void {
+    try {
+      this.deps.emit(name, event);
+    } catch (err) {
+      this.deps.log.error({ key: event.key, event: name, err: errorText(err) }, 'a listener of the sync events failed');
+    }
+  }
+
   private async extendLease(key: string): Promise<void> {
     try {
       const held = await this.deps.store.extendLease({ key, owner: this.owner, now: this.now(), leaseMs: this.options.leaseMs });
@@ -208,6 +217,8 @@ export class Worker {
     try {
       const current = await this.deps.store.transaction((tx) => tx.getCheck(row.key));
       if (!current || current.round !== row.round || !WORKABLE_STATES.includes(current.state)) return;
+      // A step that stored its outcome before the fault scheduled what comes next (a re-verification, a poll): that stands.
+      if (current.dueAt === undefined || Date.parse(current.dueAt) > this.deps.now().getTime()) return;
       // A send the step already counted is not counted twice.
       const attempts = Math.max(current.attempts, row.attempts + 1);
       if (attempts >= this.options.maxAttempts) {
@@ -306,7 +317,7 @@ export class Worker {
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
       await this.step(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary });
-      this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
+      this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
     }
@@ -314,14 +325,16 @@ export class Worker {
     // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
     const retryAfter = err.retryAfterMs;
     if (from === 'submitted') {
-      const usedUp =
-        retryAfter === undefined
-          ? row.attempts >= this.options.maxAttempts
-          : this.deps.now().getTime() + retryAfter - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
+      const usedUp = retryAfter === undefined ? row.attempts >= this.options.maxAttempts : this.pendingPast(row, retryAfter);
       if (usedUp) {
         await this.giveUp(row, from, row.attempts, summary);
         return;
       }
+    }
+    // A poll the service puts off beyond the time a verification may stay pending is for a person now, not after the wait.
+    if (from === 'awaiting-result' && retryAfter !== undefined && this.pendingPast(row, retryAfter)) {
+      await this.pendingTooLong(row);
+      return;
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
     await this.step(row, from, {
@@ -332,10 +345,20 @@ export class Worker {
     });
   }
 
+  /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
+  private pendingPast(row: CheckRow, laterMs: number): boolean {
+    return this.deps.now().getTime() + laterMs - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
+  }
+
+  private async pendingTooLong(row: CheckRow): Promise<void> {
+    const moved = await this.step(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
+    if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
+  }
+
   /** Retries used up: the check is dead, in the list a person looks at. */
   private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string): Promise<void> {
     const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts} attempts: ${summary}` });
-    if (dead) this.deps.emit('failed', { key: row.key, state: 'dead', detail: summary });
+    if (dead) this.emit('failed', { key: row.key, state: 'dead', detail: summary });
   }
 
   /**
@@ -346,7 +369,7 @@ export class Worker {
   private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.step(row, row.state, change);
-    if (moved && event) this.deps.emit(event.name, event.event);
+    if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
   }
 
@@ -408,10 +431,8 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    const waited = this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt);
-    if (waited > this.options.pendingGiveUpMs) {
-      await this.step(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
-      this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
+    if (this.pendingPast(row, 0)) {
+      await this.pendingTooLong(row);
       return;
     }
     await this.limiter.take(row.portalId);
@@ -436,7 +457,7 @@ export class Worker {
       const detail = errorText(err);
       if (!retryable) {
         await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` });
-        this.deps.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+        this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
         return;
       }
       // The FHIR server is down or busy: the result waits in the store and is written when it returns.
@@ -452,8 +473,8 @@ export class Worker {
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
     const done = await this.step(row, 'result-stored', { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined });
     if (!done) return;
-    this.deps.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (needsPerson) this.deps.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
+    this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
+    if (needsPerson) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
   }
 
   private async reverify(row: CheckRow): Promise<void> {

@@ -158,3 +158,41 @@ describe('the worker when a step fails for a reason of its own', () => {
     expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
   });
 });
+
+describe('the worker when something around it fails after a step is done', () => {
+  it('leaves a written check as written when a listener of its event throws: no second verification, no dead check', async () => {
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1 },
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-listener-${++n}` }),
+      onEvent: (name) => {
+        if (name === 'written') throw new Error('a listener of the embedding service failed');
+      },
+    });
+    await rig.addCheck('listened');
+    rig.worker.start();
+    const written = await rig.reach('listened', 'written');
+    await sleep(600);
+    const after = await rig.check('listened');
+    expect({ state: after.state, round: after.round, dueAt: after.dueAt }).toEqual({ state: 'written', round: written.round, dueAt: written.dueAt });
+    expect(posts(rig.requests)).toHaveLength(1);
+    expect(rig.errors).toContain('a listener of the sync events failed');
+  });
+
+  it('puts a pending verification in needs-attention when the service puts its poll off past pendingGiveUpMs', async () => {
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res) => {
+        if (req.method === 'POST') return json(res, 202, { correlationId: 'ver-put-off', status: 'Pending' });
+        json(res, 503, { title: 'Unavailable', status: 503 }, { 'retry-after': String(30 * 86400) });
+      },
+    });
+    await rig.addCheck('put-off');
+    rig.worker.start();
+    const row = await rig.reach('put-off', 'needs-attention');
+    expect(row).toMatchObject({ state: 'needs-attention', lastError: 'still pending at the service; check it there' });
+    expect(row.dueAt).toBeUndefined();
+    expect(gets(rig.requests)).toHaveLength(1);
+    expect(rig.events.map((e) => [e.name, e.event.detail])).toContainEqual(['needs-attention', 'pending too long']);
+  });
+});

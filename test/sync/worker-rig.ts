@@ -68,6 +68,8 @@ export async function startWorkerRig(options: {
   random?: () => number;
   /** How busy the event loop is, as the worker reads it. */
   loopBusy?: () => number;
+  /** Called with each event after it is recorded, as a listener of the embedding service would be (it may throw). */
+  onEvent?: (name: SyncEventName) => void;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
   const store = SqliteJobStore.open(dir);
@@ -90,7 +92,10 @@ export async function startWorkerRig(options: {
       ...(options.random && { random: options.random }),
       ...(options.loopBusy && { loopBusy: options.loopBusy }),
       log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
-      emit: (name, event) => events.push({ name, event }),
+      emit: (name, event) => {
+        events.push({ name, event });
+        options.onEvent?.(name);
+      },
     },
   );
   return {
