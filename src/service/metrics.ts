@@ -1,6 +1,20 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { JobStore } from '../sync/job-store';
 
+/**
+ * The process's own metrics (memory, CPU, heap, event-loop delay), once per process: prom-client
+ * keeps an observer and a timer per collection that nothing stops, and the figures are the
+ * process's whichever instance is scraped.
+ */
+let processRegistry: Registry | undefined;
+function processMetrics(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
 /** The service's Prometheus metrics, on a registry of its own so several instances in one process do not mix. */
 export class SyncMetrics {
   readonly registry = new Registry();
@@ -20,8 +34,6 @@ export class SyncMetrics {
   inHand: () => number = () => 0;
 
   constructor(store: JobStore, now: () => Date) {
-    // The process's memory, CPU, heap and event-loop delay, as operators of any Node service read them.
-    collectDefaultMetrics({ register: this.registry });
     const inHand = () => this.inHand();
     new Gauge({
       name: 'dental_elig_checks_in_hand',
@@ -52,6 +64,6 @@ export class SyncMetrics {
 
   async text(): Promise<string> {
     await this.collect();
-    return this.registry.metrics();
+    return `${await this.registry.metrics()}\n${await processMetrics().metrics()}`;
   }
 }
