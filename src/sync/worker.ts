@@ -88,9 +88,8 @@ export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
   private readonly loopBusy: () => number;
-  private inflight = new Set<Promise<void>>();
-  /** Keys of the checks in hand: one this worker is still working on is never started again. */
-  private readonly inHand = new Set<string>();
+  /** The checks in hand, by key, with the step under way: one this worker is still working on is never started again. */
+  private readonly inHand = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
@@ -121,7 +120,7 @@ export class Worker {
     this.running = false;
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
-    await Promise.allSettled([...this.inflight]);
+    await Promise.allSettled([...this.inHand.values()]);
   }
 
   /** Look for due work now (new checks were stored, a webhook arrived). */
@@ -137,7 +136,7 @@ export class Worker {
 
   /** Checks in hand right now. */
   get busy(): number {
-    return this.inflight.size;
+    return this.inHand.size;
   }
 
   private async tick(): Promise<void> {
@@ -160,7 +159,7 @@ export class Worker {
   private room(): number {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
     const limit = this.options.loopBusyLimit < 1 && this.loopBusy() > this.options.loopBusyLimit ? floor : this.options.concurrency;
-    return limit - this.inflight.size;
+    return limit - this.inHand.size;
   }
 
   private async claimAndRun(): Promise<void> {
@@ -170,7 +169,6 @@ export class Worker {
     for (const row of rows) {
       // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
       if (this.inHand.has(row.key)) continue;
-      this.inHand.add(row.key);
       // A service call may take longer than the lease (retries, rate-limit waits): the lease is kept
       // while the step runs, so no worker claims the check and sends it a second time meanwhile.
       const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
@@ -180,11 +178,10 @@ export class Worker {
         .finally(() => {
           clearInterval(heartbeat);
           this.inHand.delete(row.key);
-          this.inflight.delete(job);
           void this.deps.store.release(row.key, this.owner).catch(() => undefined);
           this.kick();
         });
-      this.inflight.add(job);
+      this.inHand.set(row.key, job);
     }
   }
 
