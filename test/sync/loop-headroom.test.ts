@@ -1,7 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import { LoopHeadroom } from '../../src/sync/loop-headroom';
 import { json } from '../support/http-server';
-import { resultBody, sleep, startWorkerRig, type WorkerRig } from './worker-rig';
+import { sleep } from '../support/bookings';
+import { resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 
 describe('LoopHeadroom', () => {
   it('reads a loop kept busy as busy, and an idle one as idle, over windows of windowMs', async () => {

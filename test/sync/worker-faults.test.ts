@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
-import { gets, posts, resultBody, sleep, startWorkerRig, type WorkerRig } from './worker-rig';
+import { sleep } from '../support/bookings';
+import { gets, posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a

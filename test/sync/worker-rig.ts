@@ -133,4 +133,3 @@ export const posts = (requests: RecordedRequest[]) => requests.filter((r) => r.m
 /** The paths of the polls. */
 export const gets = (requests: RecordedRequest[]) => requests.filter((r) => r.method === 'GET').map((r) => r.url);
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
