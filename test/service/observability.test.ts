@@ -64,4 +64,17 @@ describe('observability', () => {
     expect(lines.join('')).not.toMatch(/Ellen|Whitaker|1984-03-02|DD1234567|sk_live_x|Bearer abc/);
     expect(lines.join('')).toContain('[redacted]');
   });
+
+  it('censors at any depth and in arrays, and leaves errors and what is not censored as they were', () => {
+    const lines: string[] = [];
+    const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
+    const deep = { a: { b: { c: { d: { e: [{ memberId: 'DD7654321' }, { note: 'kept' }] } } } }, secret: undefined };
+    log.warn(deep, 'deep');
+    log.error({ err: new Error('the store is full'), key: 'k1' }, 'failed');
+    const [first, second] = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(first?.a).toEqual({ b: { c: { d: { e: [{ memberId: '[redacted]' }, { note: 'kept' }] } } } });
+    // The caller's object is not changed by censoring its copy.
+    expect(deep.a.b.c.d.e[0]?.memberId).toBe('DD7654321');
+    expect(second).toMatchObject({ key: 'k1', err: { message: 'the store is full' } });
+  });
 });
