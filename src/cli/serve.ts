@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { ConfigError, withoutUndefined } from '../service/config-file';
+import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
 import { CliError, whole, type CliIo } from './io';
@@ -40,6 +41,8 @@ export function registerServe(program: Command, io: CliIo): void {
         if (err instanceof ConfigError) throw new CliError(err.message, 2);
         throw err;
       }
+      // A process-wide setting: the sidecar owns its process, an application that embeds the library does not.
+      keepHeapNearLive();
       let serving;
       try {
         serving = await serve(config, { line: (text) => io.stdout.write(`${text}\n`) });

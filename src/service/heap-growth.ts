@@ -1,0 +1,19 @@
+import { setFlagsFromString } from 'node:v8';
+
+/** How far past what is live V8 lets the old generation grow before it collects it, in percent. */
+export const SERVE_HEAP_GROWING_PERCENT = 25;
+
+/**
+ * Keeps this process's heap near what is live. By default V8 lets the old generation grow to up
+ * to four times what survived its last full collection. In serve what is promoted is mostly the
+ * checks in flight, dead a second later: a 1,000-check morning batch grew the old generation from
+ * 57 to 185 MB with about 70 MB live (RSS 357 MB; 476 MB over 10,000 checks). Growing by a quarter
+ * costs a few more full collections, most of their marking on V8's own threads, and kept RSS near
+ * 250 MB. V8 reads the factor each time it sets the next limit, so it can be set
+ * while running. An operator's own `node --heap-growing-percent=…` wins (Node refuses it in NODE_OPTIONS).
+ */
+export function keepHeapNearLive(percent = SERVE_HEAP_GROWING_PERCENT): boolean {
+  if (process.execArgv.some((arg) => /^--heap[-_]growing[-_]percent\b/.test(arg))) return false;
+  setFlagsFromString(`--heap-growing-percent=${percent}`);
+  return true;
+}
