@@ -23,7 +23,7 @@ export interface Running {
  * reads, which would stall it.
  */
 export async function startCli(args: string[], options: { env: NodeJS.ProcessEnv; logFile: string; waitFor: string[] }): Promise<Running> {
-  const child = spawn(process.execPath, [...profiling(), path.join(projectRoot, 'bin', 'dental-elig.js'), ...args], {
+  const child = spawn(process.execPath, [...nodeFlags(), path.join(projectRoot, 'bin', 'dental-elig.js'), ...args], {
     env: options.env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -57,10 +57,13 @@ export async function startCli(args: string[], options: { env: NodeJS.ProcessEnv
   };
 }
 
-/** BENCH_CPU_PROF=<dir>: each child writes a V8 CPU profile there when it stops (open it in Chrome DevTools). */
-function profiling(): string[] {
+/**
+ * Node flags for each child: BENCH_CPU_PROF=<dir> makes each write a V8 CPU profile there when it
+ * stops (open it in Chrome DevTools); BENCH_NODE_FLAGS adds flags of one's own (e.g. --trace-gc).
+ */
+function nodeFlags(): string[] {
   const dir = process.env.BENCH_CPU_PROF;
-  return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : [];
+  return [...(dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : []), ...(process.env.BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? [])];
 }
 
 /** The last lines of a log, to say why a child failed. */
