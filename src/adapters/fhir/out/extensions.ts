@@ -57,8 +57,14 @@ export function extensionBase(): string {
   return base.endsWith('/') ? base : `${base}/`;
 }
 
+/** Each URL made once per base: a response names some thirty, and each made anew is a new string to write out. */
+let urls: { base: string; byKey: Map<ExtensionKey, string> } | undefined;
 export function extensionUrl(key: ExtensionKey): string {
-  return extensionBase() + key;
+  const base = extensionBase();
+  if (urls?.base !== base) urls = { base, byKey: new Map() };
+  let url = urls.byKey.get(key);
+  if (url === undefined) urls.byKey.set(key, (url = base + key));
+  return url;
 }
 
 type ExtensionValue = Omit<Extension, 'url' | 'extension'>;
