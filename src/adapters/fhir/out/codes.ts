@@ -59,10 +59,16 @@ export const errorCodes = () => (errorCodesFile ??= readMappingFile('fhir/error-
 
 /** The service's enumerations arrive as InNetwork, in-network or IN_NETWORK alike. */
 const normalise = (value: string) => value.replace(/[\s_-]/g, '').toLowerCase();
+/** Each table by its keys normalised, the first key of each normal form winning; made once per table, since the tables are read once. */
+const normalised = new WeakMap<object, Map<string, unknown>>();
 function lookup<T>(table: Record<string, T>, value: string): T | undefined {
-  const wanted = normalise(value);
-  const key = Object.keys(table).find((k) => normalise(k) === wanted);
-  return key === undefined ? undefined : table[key];
+  let byNormal = normalised.get(table) as Map<string, T> | undefined;
+  if (byNormal === undefined) {
+    byNormal = new Map();
+    for (const [key, entry] of Object.entries(table)) if (!byNormal.has(normalise(key))) byNormal.set(normalise(key), entry);
+    normalised.set(table, byNormal);
+  }
+  return byNormal.get(normalise(value));
 }
 
 const coding = (m: z.infer<typeof MappedCoding>): Coding => ({ system: systemUrl(m.system), code: m.code, display: m.display });

@@ -57,8 +57,32 @@ export function extensionBase(): string {
   return base.endsWith('/') ? base : `${base}/`;
 }
 
+/** The base read once for the resource being built; undefined outside one. */
+let baseInBuild: string | undefined;
+
+/**
+ * Builds a resource with every extension URL hanging off the base as it is when the build starts:
+ * a response names some thirty extensions, and reading the environment for each was among the
+ * costliest steps of building one.
+ */
+export function withExtensionBase<T>(build: () => T): T {
+  const outer = baseInBuild;
+  baseInBuild = extensionBase();
+  try {
+    return build();
+  } finally {
+    baseInBuild = outer;
+  }
+}
+
+/** Each URL made once per base: a response names some thirty, and each made anew is a new string to write out. */
+let urls: { base: string; byKey: Map<ExtensionKey, string> } | undefined;
 export function extensionUrl(key: ExtensionKey): string {
-  return extensionBase() + key;
+  const base = baseInBuild ?? extensionBase();
+  if (urls?.base !== base) urls = { base, byKey: new Map() };
+  let url = urls.byKey.get(key);
+  if (url === undefined) urls.byKey.set(key, (url = base + key));
+  return url;
 }
 
 type ExtensionValue = Omit<Extension, 'url' | 'extension'>;

@@ -10,10 +10,17 @@ import { defined } from './values';
  */
 export function relativeReference(type: string, value: string, field: string): Reference {
   if (URN_UUID.test(value)) return { reference: value };
-  if (!new RegExp(`^${type}/[A-Za-z0-9\\-.]{1,64}$`).test(value)) {
+  if (!referencePattern(type).test(value)) {
     throw new FhirInputError([{ expression: field, diagnostics: `must be a reference ${type}/<id>`, code: 'value' }]);
   }
   return { reference: value };
+}
+
+const patterns = new Map<string, RegExp>();
+function referencePattern(type: string): RegExp {
+  let pattern = patterns.get(type);
+  if (!pattern) patterns.set(type, (pattern = new RegExp(`^${type}/[A-Za-z0-9\\-.]{1,64}$`)));
+  return pattern;
 }
 
 const URN_UUID = /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

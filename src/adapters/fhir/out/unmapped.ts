@@ -6,19 +6,49 @@ import * as z from 'zod';
  * writer can carry it in an unmapped-element extension instead of dropping it.
  */
 export function unmappedElements(value: unknown, schema: z.ZodType, path: string): Array<{ path: string; value: unknown }> {
-  const inner = unwrap(schema);
-  if (inner instanceof z.ZodObject && isRecord(value)) {
-    const shape = inner.shape as Record<string, z.ZodType>;
-    return Object.entries(value).flatMap(([key, v]) => {
-      if (v === undefined || v === null) return [];
-      const known = shape[key];
-      return known ? unmappedElements(v, known, `${path}.${key}`) : [{ path: `${path}.${key}`, value: v }];
-    });
+  const found: Array<{ path: string; value: unknown }> = [];
+  collect(value, shapeOf(schema), path, found);
+  return found;
+}
+
+/** What a schema can hold below it, once its optional and nullable wrappers are taken off. */
+type Shape = { kind: 'object'; fields: Record<string, z.ZodType> } | { kind: 'array'; element: z.ZodType } | { kind: 'value' };
+
+// Every result walks the same few schemas: each is unwrapped once.
+const shapes = new WeakMap<z.ZodType, Shape>();
+
+function shapeOf(schema: z.ZodType): Shape {
+  let shape = shapes.get(schema);
+  if (shape === undefined) {
+    const inner = unwrap(schema);
+    shape =
+      inner instanceof z.ZodObject
+        ? { kind: 'object', fields: inner.shape as Record<string, z.ZodType> }
+        : inner instanceof z.ZodArray
+          ? { kind: 'array', element: inner.element as z.ZodType }
+          : { kind: 'value' };
+    shapes.set(schema, shape);
   }
-  if (inner instanceof z.ZodArray && Array.isArray(value)) {
-    return value.flatMap((v, i) => unmappedElements(v, inner.element as z.ZodType, `${path}[${i}]`));
+  return shape;
+}
+
+/** Walks only where something unnamed can be: a value the schema names as a plain value holds nothing to find. */
+function collect(value: unknown, shape: Shape, path: string, found: Array<{ path: string; value: unknown }>): void {
+  if (shape.kind === 'object' && isRecord(value)) {
+    for (const key in value) {
+      const v = value[key];
+      if (v === undefined || v === null) continue;
+      const known = shape.fields[key];
+      if (!known) found.push({ path: `${path}.${key}`, value: v });
+      else {
+        const inner = shapeOf(known);
+        if (inner.kind !== 'value') collect(v, inner, `${path}.${key}`, found);
+      }
+    }
+  } else if (shape.kind === 'array' && Array.isArray(value)) {
+    const inner = shapeOf(shape.element);
+    if (inner.kind !== 'value') value.forEach((v, i) => collect(v, inner, `${path}[${i}]`, found));
   }
-  return [];
 }
 
 function unwrap(schema: z.ZodType): z.ZodType {

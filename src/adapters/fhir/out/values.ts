@@ -71,15 +71,46 @@ export function defined<T>(list: Array<T | undefined>): T[] {
 /**
  * Drops undefined properties, undefined array members and empty arrays at every depth: builders
  * write every element the result might fill, and FHIR allows neither nulls nor empty arrays.
+ * Builders make every object afresh, so an object with nothing to drop is kept as it is, and only
+ * those with something to drop are copied: most of a response (codings, references, quantities)
+ * has nothing to drop, and this runs on every response written.
  */
 export function prune<T>(value: T): T {
-  if (Array.isArray(value)) return value.filter((v) => v !== undefined).map((v) => prune(v)) as T;
+  return pruned(value) as T;
+}
+
+function pruned(value: unknown): unknown {
   if (typeof value !== 'object' || value === null) return value;
-  const out: Record<string, unknown> = {};
-  for (const [key, v] of Object.entries(value)) {
-    const pruned = prune(v);
-    if (pruned === undefined || (Array.isArray(pruned) && pruned.length === 0)) continue;
-    out[key] = pruned;
+  if (Array.isArray(value)) return prunedArray(value);
+  const object = value as Record<string, unknown>;
+  let out: Record<string, unknown> | undefined;
+  for (const key in object) {
+    const v = object[key];
+    const p = pruned(v);
+    const drop = p === undefined || (Array.isArray(p) && p.length === 0);
+    if (out === undefined) {
+      if (!drop && p === v) continue;
+      out = {};
+      for (const before in object) {
+        if (before === key) break;
+        out[before] = object[before];
+      }
+    }
+    if (!drop) out[key] = p;
   }
-  return out as T;
+  return out ?? object;
+}
+
+function prunedArray(array: unknown[]): unknown[] {
+  let out: unknown[] | undefined;
+  for (let i = 0; i < array.length; i++) {
+    const v = array[i];
+    const p = v === undefined ? undefined : pruned(v);
+    if (out === undefined) {
+      if (v !== undefined && p === v) continue;
+      out = array.slice(0, i);
+    }
+    if (v !== undefined) out.push(p);
+  }
+  return out ?? array;
 }
