@@ -103,6 +103,7 @@ async function loadSubset(): Promise<void> {
     indexStructureDefinitionBundle(subset.resources as Definitions);
     fmStatusCodes ??= new Set(subset.fmStatus);
   }
+  fmStatusCodes ??= codesOf(FM_STATUS);
   jsonSchema();
 }
 
