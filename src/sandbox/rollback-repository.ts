@@ -1,4 +1,4 @@
-import { matchesSearchRequest, Operator, type SearchRequest, type WithId } from '@medplum/core';
+import { generateId, matchesSearchRequest, Operator, stringify, type SearchRequest, type WithId } from '@medplum/core';
 import { MemoryRepository } from '@medplum/fhir-router';
 // Medplum's own R4 types (a dependency of @medplum/core), which its repository's signatures use.
 import type { Bundle, Resource } from '@medplum/fhirtypes';
@@ -52,11 +52,30 @@ export class RollbackRepository extends MemoryRepository {
     this.stores = stores as Stores;
   }
 
-  // Every write of MemoryRepository (create, update, patch) ends here.
+  /**
+   * MemoryRepository's create, which every write of it (create, update, patch) ends in, but the
+   * version stored is frozen and handed back: MemoryRepository handed back a deep copy of it, a
+   * millisecond for a full response, which the server mostly leaves out of its answer
+   * (`Prefer: return=minimal`). Frozen, no caller can change what the chart holds through it.
+   */
   override async createResource<T extends Resource>(resource: T): Promise<WithId<T>> {
     const before = resource.id ? this.remember(resource.resourceType, resource.id) : undefined;
-    const created = await super.createResource(resource);
-    if (this.depth > 0) this.journal.push(before ?? { resourceType: created.resourceType, id: created.id, current: undefined, versions: 0 });
+    // Medplum's stringify leaves out empty values, as MemoryRepository's copy does.
+    const created = JSON.parse(stringify(resource)) as WithId<T>;
+    if (!created.id) created.id = this.generateId();
+    const meta = (created.meta ??= {});
+    if (!meta.versionId) meta.versionId = generateId();
+    if (!meta.lastUpdated) meta.lastUpdated = new Date().toISOString();
+    deepFreeze(created);
+    const { resourceType, id } = created;
+    const resources = this.stores.resources.get(resourceType) ?? new Map<string, Resource>();
+    this.stores.resources.set(resourceType, resources.set(id, created));
+    const history = this.stores.history.get(resourceType) ?? new Map<string, Resource[]>();
+    this.stores.history.set(resourceType, history);
+    const versions = history.get(id);
+    if (versions) versions.push(created);
+    else history.set(id, [created]);
+    if (this.depth > 0) this.journal.push(before ?? { resourceType, id, current: undefined, versions: 0 });
     this.index(created);
     return created;
   }
@@ -135,6 +154,13 @@ export class RollbackRepository extends MemoryRepository {
       ids.add(resource.id);
     }
   }
+}
+
+/** Freezes an object parsed from JSON and everything in it. */
+function deepFreeze(value: unknown): void {
+  if (typeof value !== 'object' || value === null) return;
+  Object.freeze(value);
+  for (const child of Object.values(value)) deepFreeze(child);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { Operator, type SearchRequest } from '@medplum/core';
 import { MemoryRepository } from '@medplum/fhir-router';
+import type { Patient } from '@medplum/fhirtypes';
 import { createFhirHandler } from '../../src/sandbox/fhir-server';
 import type { RollbackRepository } from '../../src/sandbox/rollback-repository';
 
@@ -79,5 +80,28 @@ describe('RollbackRepository identifier search', () => {
       await repo.createResource({ resourceType: 'Patient', identifier: [{ system: MRN, value: 'P-3' }] });
     });
     expect(await found(repo, `${MRN}|P-3`)).toHaveLength(1);
+  });
+});
+
+describe('RollbackRepository writes', () => {
+  it('hands back the version it stored, frozen, as MemoryRepository stores it (empty values left out, id and meta set)', async () => {
+    const repo = newRepo();
+    const input = { resourceType: 'Patient' as const, identifier: [{ system: MRN, value: 'P-1' }], name: [], gender: 'female' as const };
+    const created = await repo.createResource(input);
+    expect(created).toEqual({ resourceType: 'Patient', id: expect.any(String), meta: { versionId: expect.any(String), lastUpdated: expect.any(String) }, identifier: [{ system: MRN, value: 'P-1' }], gender: 'female' });
+    expect(input).not.toHaveProperty('id');
+    expect(() => ((created.identifier?.[0] as { value?: string }).value = 'P-9')).toThrow(TypeError);
+    expect(() => Object.assign(created, { gender: 'male' })).toThrow(TypeError);
+    expect(await repo.readResource('Patient', created.id)).toEqual(created);
+    expect(await found(repo, `${MRN}|P-1`)).toEqual([created.id]);
+  });
+
+  it('keeps every version in the history, the latest current', async () => {
+    const repo = newRepo();
+    const first = await repo.createResource<Patient>({ resourceType: 'Patient', gender: 'female' });
+    const second = await repo.updateResource<Patient>({ ...first, gender: 'male' });
+    expect(second.meta?.versionId).not.toBe(first.meta?.versionId);
+    expect((await repo.readResource<Patient>('Patient', first.id)).gender).toBe('male');
+    expect((await repo.readHistory('Patient', first.id)).entry?.map((e) => e.resource?.meta?.versionId).sort()).toEqual([first.meta?.versionId, second.meta?.versionId].sort());
   });
 });
