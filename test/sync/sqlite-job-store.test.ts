@@ -100,6 +100,54 @@ describe('SqliteJobStore', () => {
     await store.close();
   });
 
+  describe('checks read again without parsing them again, never out of date', () => {
+    const body = { correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } };
+
+    it('reads what another connection committed since, body and all', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'result-stored', result: body, resultAt: NOW })));
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(body);
+      // The CLI, say: the same row's JSON, another body.
+      const other = new Database(path.join(dir, 'dental-elig.sqlite'));
+      other.prepare("UPDATE checks SET result = json_set(result, '$.status', 'Failed') WHERE key = 'elig_1'").run();
+      other.close();
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual({ ...body, status: 'Failed' });
+      await store.close();
+    });
+
+    it('forgets what a work that failed wrote, though its row reads the same', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'result-stored', result: body, resultAt: NOW })));
+      const failing = store.transaction(async (tx) => {
+        const current = await tx.getCheck('elig_1');
+        if (current) await tx.putCheck({ ...current, result: { ...body, status: 'Failed' } });
+        throw new Error('the step failed after writing');
+      });
+      // In the same batch: it commits, the failed one is rolled back to its savepoint.
+      const reading = store.transaction((tx) => tx.getCheck('elig_1'));
+      await expect(failing).rejects.toThrow('the step failed after writing');
+      expect((await reading)?.result).toEqual(body);
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(body);
+      await store.close();
+    });
+
+    it('hands out a copy: a caller replacing a field changes nothing stored', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const read = await store.transaction((tx) => tx.getCheck('elig_1'));
+      if (read) read.state = 'dead';
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.state).toBe('received');
+      await store.close();
+    });
+
+    it('refuses to write a row that is not a check row, naming the field', async () => {
+      const store = SqliteJobStore.open(dir);
+      await expect(store.transaction((tx) => tx.putCheck({ ...checkRow('elig_1'), attempts: -1 }))).rejects.toThrow(/attempts/);
+      expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toBeUndefined();
+      await store.close();
+    });
+  });
+
   describe('durability: each commit synced to disk off the event loop before its transaction is answered', () => {
     afterEach(() => jest.restoreAllMocks());
 
