@@ -85,6 +85,10 @@ const MIGRATIONS: readonly string[] = [
   // The verification body (10 to 30 KB) out of the row's JSON: a step that keeps it writes back the text it read (see resultText).
   `ALTER TABLE checks ADD COLUMN result TEXT;
    UPDATE checks SET result = row -> '$.result', row = json_remove(row, '$.result') WHERE row -> '$.result' IS NOT NULL;`,
+  // The body out of the checks table: SQLite writes a row whole, so each lease taken or given back, each step, wrote the body's pages again.
+  `CREATE TABLE check_results (key TEXT PRIMARY KEY, result TEXT NOT NULL);
+   INSERT INTO check_results (key, result) SELECT key, result FROM checks WHERE result IS NOT NULL;
+   ALTER TABLE checks DROP COLUMN result;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -139,7 +143,7 @@ export class SqliteJobStore implements JobStore {
     this.checkpointer = new WalCheckpointer(file, () => {
       if (db.open) db.pragma('wal_autocheckpoint = 1000');
     });
-    this.resultOf = db.prepare('SELECT result FROM checks WHERE key = ?').pluck();
+    this.resultOf = db.prepare('SELECT result FROM check_results WHERE key = ?').pluck();
     this.tx = this.statements();
     this.control = {
       begin: db.prepare('BEGIN IMMEDIATE'),
@@ -294,7 +298,7 @@ export class SqliteJobStore implements JobStore {
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
     const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
-    const rows = this.db.prepare(`SELECT row, result FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
+    const rows = this.db.prepare(`SELECT row, result FROM checks LEFT JOIN check_results USING (key) ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
     return rows.map(checkFrom);
   }
 
@@ -381,7 +385,7 @@ export class SqliteJobStore implements JobStore {
   private checkOf(r: KeyedRow): CheckRow {
     const known = this.checks.get(r.key, r.row);
     if (known) return known;
-    const row = checkFrom({ row: r.row, result: this.resultOf.get(r.key) as string | null });
+    const row = checkFrom({ row: r.row, result: (this.resultOf.get(r.key) as string | undefined) ?? null });
     this.checks.put(row, r.row);
     return row;
   }
@@ -411,15 +415,20 @@ export class SqliteJobStore implements JobStore {
     );
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
-      `INSERT INTO checks (key, state, row, result, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
-       VALUES (@key, @state, @row, @result, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
-       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, result = excluded.result, correlation_id = excluded.correlation_id,
+      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
+       VALUES (@key, @state, @row, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
          coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
          updated_at = excluded.updated_at`,
     );
+    // A body the step kept is not written again: no page of it changes.
+    const putResult = db.prepare(
+      'INSERT INTO check_results (key, result) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET result = excluded.result WHERE result IS NOT excluded.result',
+    );
+    const dropResult = db.prepare('DELETE FROM check_results WHERE key = ?');
     const byCorrelation = db.prepare('SELECT key, row FROM checks WHERE correlation_id = ?');
     const fresh = db.prepare(
-      `SELECT row, result FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      `SELECT row, result FROM checks LEFT JOIN check_results USING (key) WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
@@ -478,13 +487,14 @@ export class SqliteJobStore implements JobStore {
           key: row.key,
           state: row.state,
           row: text,
-          result: body,
           correlationId: row.correlationId ?? null,
           coverageFingerprint: row.coverageFingerprint,
           resultAt: row.resultAt ?? null,
           dueAt: row.dueAt ?? null,
           updatedAt: row.updatedAt,
         });
+        if (body === null) dropResult.run(row.key);
+        else putResult.run(row.key, body);
         checks.put(row, text);
       },
       async checkByCorrelationId(correlationId) {
