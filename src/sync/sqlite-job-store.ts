@@ -89,6 +89,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE TABLE check_results (key TEXT PRIMARY KEY, result TEXT NOT NULL);
    INSERT INTO check_results (key, result) SELECT key, result FROM checks WHERE result IS NOT NULL;
    ALTER TABLE checks DROP COLUMN result;`,
+  // A claim skips the due checks under lease (those in hand) by the index alone: it read each one's row to see its lease.
+  `DROP INDEX checks_due;
+   CREATE INDEX checks_due ON checks (due_at, lease_until, state) WHERE due_at IS NOT NULL;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
