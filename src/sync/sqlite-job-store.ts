@@ -482,7 +482,7 @@ export class SqliteJobStore implements JobStore {
       },
       async putCheck(given) {
         // Validated here, as the PostgreSQL store does: a row read back from the cache is then one that passed.
-        const row = CheckRow.parse(given);
+        const row = validCheckRow(given);
         const { result, ...rest } = row;
         const text = JSON.stringify(rest);
         const body = resultText(result);
@@ -568,6 +568,25 @@ class CheckCache {
   }
 }
 
+/**
+ * The requests (a check row's `check`, the largest part of its schema) that passed CheckRow:
+ * a step builds its row from one read with a spread, and keeps the request it read. Objects in a
+ * row are replaced, never changed in place (see CheckCache).
+ */
+const validChecks = new WeakSet<object>();
+const CheckRowAround = CheckRow.omit({ check: true });
+
+/** CheckRow.parse, without walking again a request that has passed it. */
+function validCheckRow(given: CheckRow): CheckRow {
+  if (!validChecks.has(given.check)) {
+    const row = CheckRow.parse(given);
+    validChecks.add(row.check);
+    return row;
+  }
+  const { check, ...around } = given;
+  return { ...CheckRowAround.parse(around), check };
+}
+
 /** The JSON text each verification body was read from or written as (bodies are never changed in place). */
 const resultTexts = new WeakMap<object, string>();
 
@@ -575,6 +594,7 @@ function checkFrom(r: CheckRecord): CheckRow {
   const fields = JSON.parse(r.row) as Record<string, unknown>;
   if (r.result !== null) fields.result = JSON.parse(r.result);
   const row = CheckRow.parse(fields);
+  validChecks.add(row.check);
   if (r.result !== null && typeof row.result === 'object' && row.result !== null) resultTexts.set(row.result, r.result);
   return row;
 }

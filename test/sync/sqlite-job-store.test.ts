@@ -154,6 +154,13 @@ describe('SqliteJobStore', () => {
       const store = SqliteJobStore.open(dir);
       await expect(store.transaction((tx) => tx.putCheck({ ...checkRow('elig_1'), attempts: -1 }))).rejects.toThrow(/attempts/);
       expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toBeUndefined();
+      // A row built from one read, as a step builds it: its fields and a request replaced in it are checked too.
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const read = await store.transaction((tx) => tx.getCheck('elig_1'));
+      if (!read) throw new Error('the check was not stored');
+      await expect(store.transaction((tx) => tx.putCheck({ ...read, round: 0.5 }))).rejects.toThrow(/round/);
+      await expect(store.transaction((tx) => tx.putCheck({ ...read, check: { ...read.check, dateOfService: 'soon' } }))).rejects.toThrow(/dateOfService/);
+      expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toEqual(read);
       await store.close();
     });
   });
