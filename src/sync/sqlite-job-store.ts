@@ -85,6 +85,13 @@ const MIGRATIONS: readonly string[] = [
   // The verification body (10 to 30 KB) out of the row's JSON: a step that keeps it writes back the text it read (see resultText).
   `ALTER TABLE checks ADD COLUMN result TEXT;
    UPDATE checks SET result = row -> '$.result', row = json_remove(row, '$.result') WHERE row -> '$.result' IS NOT NULL;`,
+  // The body out of the checks table: SQLite writes a row whole, so each lease taken or given back, each step, wrote the body's pages again.
+  `CREATE TABLE check_results (key TEXT PRIMARY KEY, result TEXT NOT NULL);
+   INSERT INTO check_results (key, result) SELECT key, result FROM checks WHERE result IS NOT NULL;
+   ALTER TABLE checks DROP COLUMN result;`,
+  // A claim skips the due checks under lease (those in hand) by the index alone: it read each one's row to see its lease.
+  `DROP INDEX checks_due;
+   CREATE INDEX checks_due ON checks (due_at, lease_until, state) WHERE due_at IS NOT NULL;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -109,7 +116,11 @@ export class SqliteJobStore implements JobStore {
   private readonly tx: StoreTx;
   private readonly leases: Record<'due' | 'take' | 'extend' | 'release', Database.Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
-  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes', Database.Statement>;
+  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes' | 'dataVersion', Database.Statement>;
+  private readonly checks = new CheckCache();
+  private readonly resultOf: Database.Statement;
+  /** PRAGMA data_version when the last batch began: it moves when another connection commits. */
+  private dataVersion = -1;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
 
@@ -135,6 +146,7 @@ export class SqliteJobStore implements JobStore {
     this.checkpointer = new WalCheckpointer(file, () => {
       if (db.open) db.pragma('wal_autocheckpoint = 1000');
     });
+    this.resultOf = db.prepare('SELECT result FROM check_results WHERE key = ?').pluck();
     this.tx = this.statements();
     this.control = {
       begin: db.prepare('BEGIN IMMEDIATE'),
@@ -144,10 +156,11 @@ export class SqliteJobStore implements JobStore {
       commit: db.prepare('COMMIT'),
       rollback: db.prepare('ROLLBACK'),
       changes: db.prepare('SELECT total_changes()').pluck(),
+      dataVersion: db.prepare('PRAGMA data_version').pluck(),
     };
     this.leases = {
       due: db.prepare(
-        `SELECT row, result FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
+        `SELECT key, row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
@@ -188,11 +201,10 @@ export class SqliteJobStore implements JobStore {
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as CheckRecord[];
+      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as KeyedRow[];
       return rows.map((r) => {
-        const row = checkFrom(r);
-        this.leases.take.run(options.owner, until, row.key);
-        return row;
+        this.leases.take.run(options.owner, until, r.key);
+        return this.checkOf(r);
       });
     });
   }
@@ -236,6 +248,9 @@ export class SqliteJobStore implements JobStore {
     try {
       this.wal.check();
       sql.begin.run();
+      // Another connection (the CLI, say) changed the file: what this one remembers of its checks may be out of date.
+      const version = sql.dataVersion.get() as number;
+      if (version !== this.dataVersion) (this.checks.clear(), (this.dataVersion = version));
       for (const { work, lasting } of batch) {
         if (!alone) sql.savepoint.run();
         const before = lasting ? (sql.changes.get() as number) : 0;
@@ -244,6 +259,8 @@ export class SqliteJobStore implements JobStore {
           if (!alone) sql.release.run();
           if (lasting && sql.changes.get() !== before) mustSync = true;
         } catch (err) {
+          // What the work wrote is undone: so is what it put in the cache.
+          this.checks.clear();
           if (!alone) (sql.rollbackTo.run(), sql.release.run());
           // SQLite may have rolled the transaction back itself (a full disk): the work's error is the one to give.
           else if (this.db.inTransaction) sql.rollback.run();
@@ -256,6 +273,7 @@ export class SqliteJobStore implements JobStore {
         this.checkpointer.committed();
       }
     } catch (err) {
+      this.checks.clear();
       if (this.db.inTransaction) sql.rollback.run();
       for (const { reject } of batch) reject(err);
       return;
@@ -283,7 +301,7 @@ export class SqliteJobStore implements JobStore {
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
     const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
-    const rows = this.db.prepare(`SELECT row, result FROM checks ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
+    const rows = this.db.prepare(`SELECT row, result FROM checks LEFT JOIN check_results USING (key) ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
     return rows.map(checkFrom);
   }
 
@@ -362,8 +380,23 @@ export class SqliteJobStore implements JobStore {
     return run;
   }
 
+
+  /**
+   * A check row read inside a batch: the one this connection last wrote or read, if its JSON is
+   * still the same, else parsed from the file (its body read only then).
+   */
+  private checkOf(r: KeyedRow): CheckRow {
+    const known = this.checks.get(r.key, r.row);
+    if (known) return known;
+    const row = checkFrom({ row: r.row, result: (this.resultOf.get(r.key) as string | undefined) ?? null });
+    this.checks.put(row, r.row);
+    return row;
+  }
+
   private statements(): StoreTx {
     const db = this.db;
+    const checks = this.checks;
+    const checkOf = (r: KeyedRow) => this.checkOf(r);
     const insertMessage = db.prepare(
       'INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES (@kind, @dedupeKey, @receivedAt, @raw, @status, @detail, @answer) ON CONFLICT (kind, dedupe_key) DO NOTHING',
     );
@@ -383,17 +416,22 @@ export class SqliteJobStore implements JobStore {
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
-    const getCheck = db.prepare('SELECT row, result FROM checks WHERE key = ?');
+    const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
-      `INSERT INTO checks (key, state, row, result, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
-       VALUES (@key, @state, @row, @result, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
-       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, result = excluded.result, correlation_id = excluded.correlation_id,
+      `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
+       VALUES (@key, @state, @row, @correlationId, @coverageFingerprint, @resultAt, @dueAt, @updatedAt)
+       ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
          coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
          updated_at = excluded.updated_at`,
     );
-    const byCorrelation = db.prepare('SELECT row, result FROM checks WHERE correlation_id = ?');
+    // A body the step kept is not written again: no page of it changes.
+    const putResult = db.prepare(
+      'INSERT INTO check_results (key, result) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET result = excluded.result WHERE result IS NOT excluded.result',
+    );
+    const dropResult = db.prepare('DELETE FROM check_results WHERE key = ?');
+    const byCorrelation = db.prepare('SELECT key, row FROM checks WHERE correlation_id = ?');
     const fresh = db.prepare(
-      `SELECT row, result FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      `SELECT row, result FROM checks LEFT JOIN check_results USING (key) WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
@@ -439,26 +477,32 @@ export class SqliteJobStore implements JobStore {
         return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
       },
       async getCheck(key) {
-        const r = getCheck.get(key) as CheckRecord | undefined;
-        return r && checkFrom(r);
+        const r = getCheck.get(key) as KeyedRow | undefined;
+        return r && checkOf(r);
       },
-      async putCheck(row) {
+      async putCheck(given) {
+        // Validated here, as the PostgreSQL store does: a row read back from the cache is then one that passed.
+        const row = validCheckRow(given);
         const { result, ...rest } = row;
+        const text = JSON.stringify(rest);
+        const body = resultText(result);
         putCheck.run({
           key: row.key,
           state: row.state,
-          row: JSON.stringify(rest),
-          result: resultText(result),
+          row: text,
           correlationId: row.correlationId ?? null,
           coverageFingerprint: row.coverageFingerprint,
           resultAt: row.resultAt ?? null,
           dueAt: row.dueAt ?? null,
           updatedAt: row.updatedAt,
         });
+        if (body === null) dropResult.run(row.key);
+        else putResult.run(row.key, body);
+        checks.put(row, text);
       },
       async checkByCorrelationId(correlationId) {
-        const r = byCorrelation.get(correlationId) as CheckRecord | undefined;
-        return r && checkFrom(r);
+        const r = byCorrelation.get(correlationId) as KeyedRow | undefined;
+        return r && checkOf(r);
       },
       async freshResult(coverageFingerprint, since) {
         for (const r of fresh.all(coverageFingerprint, since) as CheckRecord[]) {
@@ -484,6 +528,65 @@ interface CheckRecord {
   result: string | null;
 }
 
+/** A check row's key and JSON, without its verification body (read only when the row is not in the cache). */
+interface KeyedRow {
+  key: string;
+  row: string;
+}
+
+/** Checks the worker is likely to read again soon: those it has yet to move on. */
+const CACHED_STATES: ReadonlySet<string> = new Set(['received', 'submitted', 'awaiting-result', 'result-stored']);
+const CACHED_CHECKS = 1024;
+
+/**
+ * The checks under way as this connection last wrote or read them, parsed, with the JSON of the
+ * row (body apart) as stored. A worker reads a check several times in its life (claimed, stepped,
+ * found by a webhook): parsing it each time, body and all, was most of the store's CPU. A row is
+ * taken from here only while its stored JSON is the same text; the store clears it on every
+ * rollback and whenever another connection has committed (PRAGMA data_version), so the body,
+ * not compared, is the one stored too. Callers get a copy of the row: its fields may be replaced,
+ * never changed in place (rows are built with spreads, see applyStep).
+ */
+class CheckCache {
+  private readonly rows = new Map<string, { text: string; row: CheckRow }>();
+
+  get(key: string, text: string): CheckRow | undefined {
+    const known = this.rows.get(key);
+    return known && known.text === text ? { ...known.row } : undefined;
+  }
+
+  put(row: CheckRow, text: string): void {
+    this.rows.delete(row.key);
+    if (!CACHED_STATES.has(row.state)) return;
+    this.rows.set(row.key, { text, row: { ...row } });
+    // The oldest first out: a Map iterates in insertion order.
+    if (this.rows.size > CACHED_CHECKS) this.rows.delete(this.rows.keys().next().value as string);
+  }
+
+  clear(): void {
+    this.rows.clear();
+  }
+}
+
+/**
+ * The requests (a check row's `check`, the largest part of its schema) that passed CheckRow:
+ * a step builds its row from one read with a spread, and keeps the request it read. Objects in a
+ * row are replaced, never changed in place (see CheckCache).
+ */
+const validChecks = new WeakSet<object>();
+const CheckRowAround = CheckRow.omit({ check: true });
+
+/** CheckRow.parse, without walking again a request that has passed it. */
+function validCheckRow(given: CheckRow): CheckRow {
+  if (!validChecks.has(given.check)) {
+    const row = CheckRow.parse(given);
+    validChecks.add(row.check);
+    return row;
+  }
+  const { check, ...around } = given;
+  return { ...CheckRowAround.parse(around), check };
+}
+
 /** The JSON text each verification body was read from or written as (bodies are never changed in place). */
 const resultTexts = new WeakMap<object, string>();
 
@@ -491,6 +594,7 @@ function checkFrom(r: CheckRecord): CheckRow {
   const fields = JSON.parse(r.row) as Record<string, unknown>;
   if (r.result !== null) fields.result = JSON.parse(r.result);
   const row = CheckRow.parse(fields);
+  validChecks.add(row.check);
   if (r.result !== null && typeof row.result === 'object' && row.result !== null) resultTexts.set(row.result, r.result);
   return row;
 }

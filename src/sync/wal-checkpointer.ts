@@ -11,8 +11,13 @@ import { Worker } from 'node:worker_threads';
  * The store bumps a shared counter as it commits; the thread looks at it every CHECK_MS and
  * checkpoints when it moved, so an idle store costs nothing but a timer. Should the thread fail,
  * the store's connection goes back to checkpointing itself (see onFailure).
+ *
+ * Each checkpoint copies every page changed since the last one once, however often it changed,
+ * and syncs two files: at 50 ms the store measure spent 0.1 to 0.2 ms of CPU per check more than
+ * at 250 ms. Not much longer: when the store's connection checkpoints past its backstop, it copies
+ * on the event loop what the thread has not copied yet, up to CHECK_MS of commits.
  */
-const CHECK_MS = 50;
+const CHECK_MS = 250;
 
 const SOURCE = `
   const { parentPort, workerData } = require('node:worker_threads');

@@ -72,7 +72,7 @@ export async function measure(): Promise<Measured> {
       lines: [
         figure(`sqlite-store: ${CHECKS} checks' lives, ${LANES} at a time`, `${(CHECKS / seconds).toFixed(0)} checks/s`),
         figure('sqlite-store: verification body', `${JSON.stringify(body).length} bytes`),
-        `bench sqlite-store: cpu ${cpuMsPerCheck.toFixed(3)} ms/check (user ${(used.user / 1000 / CHECKS).toFixed(3)}, system ${(used.system / 1000 / CHECKS).toFixed(3)}), ${store.syncStats().syncs} syncs`,
+        `bench sqlite-store: cpu ${cpuMsPerCheck.toFixed(3)} ms/check (user ${(used.user / 1000 / CHECKS).toFixed(3)}, system ${(used.system / 1000 / CHECKS).toFixed(3)}), ${store.syncStats().syncs} syncs, ${store.syncStats().commits} commits, ${(store.syncStats().syncMs / store.syncStats().syncs).toFixed(2)} ms each, ${seconds.toFixed(1)} s`,
       ],
       counts: { written },
     };

@@ -29,7 +29,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(4);
+    expect(store.schemaVersion).toBe(6);
     await store.close();
   });
 
@@ -38,17 +38,17 @@ describe('SqliteJobStore', () => {
     await store.transaction((tx) => tx.setMeta('poll-cursor', 'kept'));
     await store.close();
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
-    db.exec('DROP TABLE rate_buckets; ALTER TABLE checks DROP COLUMN result');
+    db.exec('DROP TABLE rate_buckets; DROP TABLE check_results');
     db.pragma('user_version = 1');
     db.close();
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(4);
+    expect(reopened.schemaVersion).toBe(6);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();
   });
 
-  it('migrates a file of schema version 3, whose rows hold their verification body, to one that keeps the body in a column of its own', async () => {
+  it('migrates a file of schema version 3, whose rows hold their verification body, to one that keeps the body in a table of its own', async () => {
     const body = { correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO', maximums: [1500, 0.5] } } };
     const store = SqliteJobStore.open(dir);
     await store.transaction(async (tx) => {
@@ -60,18 +60,20 @@ describe('SqliteJobStore', () => {
     await store.close();
     // Version 3 as it was: the body inside the row's JSON, no result column.
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
-    db.exec(`UPDATE checks SET row = json_set(row, '$.result', json(result)) WHERE result IS NOT NULL; ALTER TABLE checks DROP COLUMN result;`);
+    db.exec(`UPDATE checks SET row = json_set(row, '$.result', json((SELECT result FROM check_results r WHERE r.key = checks.key)))
+               WHERE key IN (SELECT key FROM check_results);
+             DROP TABLE check_results;`);
     db.pragma('user_version = 3');
     expect((db.prepare("SELECT row FROM checks WHERE key = 'elig_written'").get() as { row: string }).row).toContain('"maximums":[1500,0.5]');
     db.close();
 
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(4);
+    expect(reopened.schemaVersion).toBe(6);
     expect(await reopened.listChecks()).toEqual(before);
     expect((await reopened.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.result).toEqual(body);
     await reopened.close();
     const migrated = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
-    const rows = migrated.prepare('SELECT key, row, result FROM checks ORDER BY key').all() as { key: string; row: string; result: string | null }[];
+    const rows = migrated.prepare('SELECT key, row, result FROM checks LEFT JOIN check_results USING (key) ORDER BY key').all() as { key: string; row: string; result: string | null }[];
     migrated.close();
     expect(rows.map((r) => [r.key, 'result' in JSON.parse(r.row), r.result === null ? null : JSON.parse(r.result)])).toEqual([
       ['elig_null', false, null],
@@ -97,7 +99,70 @@ describe('SqliteJobStore', () => {
       if (current) await tx.putCheck({ ...current, state: 'result-stored', result: second });
     });
     expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(second);
+    // ...and a row put without one has none.
+    await store.transaction(async (tx) => {
+      const current = await tx.getCheck('elig_1');
+      if (current) await tx.putCheck({ ...checkRow('elig_1'), updatedAt: current.updatedAt });
+    });
     await store.close();
+    const reopened = SqliteJobStore.open(dir);
+    expect(await reopened.transaction((tx) => tx.getCheck('elig_1'))).not.toHaveProperty('result');
+    await reopened.close();
+  });
+
+  describe('checks read again without parsing them again, never out of date', () => {
+    const body = { correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } };
+
+    it('reads what another connection committed since, body and all', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'result-stored', result: body, resultAt: NOW })));
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(body);
+      // The CLI, say: the same row's JSON, another body.
+      const other = new Database(path.join(dir, 'dental-elig.sqlite'));
+      other.prepare("UPDATE check_results SET result = json_set(result, '$.status', 'Failed') WHERE key = 'elig_1'").run();
+      other.close();
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual({ ...body, status: 'Failed' });
+      await store.close();
+    });
+
+    it('forgets what a work that failed wrote, though its row reads the same', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'result-stored', result: body, resultAt: NOW })));
+      const failing = store.transaction(async (tx) => {
+        const current = await tx.getCheck('elig_1');
+        if (current) await tx.putCheck({ ...current, result: { ...body, status: 'Failed' } });
+        throw new Error('the step failed after writing');
+      });
+      // In the same batch: it commits, the failed one is rolled back to its savepoint.
+      const reading = store.transaction((tx) => tx.getCheck('elig_1'));
+      await expect(failing).rejects.toThrow('the step failed after writing');
+      expect((await reading)?.result).toEqual(body);
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.result).toEqual(body);
+      await store.close();
+    });
+
+    it('hands out a copy: a caller replacing a field changes nothing stored', async () => {
+      const store = SqliteJobStore.open(dir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const read = await store.transaction((tx) => tx.getCheck('elig_1'));
+      if (read) read.state = 'dead';
+      expect((await store.transaction((tx) => tx.getCheck('elig_1')))?.state).toBe('received');
+      await store.close();
+    });
+
+    it('refuses to write a row that is not a check row, naming the field', async () => {
+      const store = SqliteJobStore.open(dir);
+      await expect(store.transaction((tx) => tx.putCheck({ ...checkRow('elig_1'), attempts: -1 }))).rejects.toThrow(/attempts/);
+      expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toBeUndefined();
+      // A row built from one read, as a step builds it: its fields and a request replaced in it are checked too.
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      const read = await store.transaction((tx) => tx.getCheck('elig_1'));
+      if (!read) throw new Error('the check was not stored');
+      await expect(store.transaction((tx) => tx.putCheck({ ...read, round: 0.5 }))).rejects.toThrow(/round/);
+      await expect(store.transaction((tx) => tx.putCheck({ ...read, check: { ...read.check, dateOfService: 'soon' } }))).rejects.toThrow(/dateOfService/);
+      expect(await store.transaction((tx) => tx.getCheck('elig_1'))).toEqual(read);
+      await store.close();
+    });
   });
 
   describe('durability: each commit synced to disk off the event loop before its transaction is answered', () => {
