@@ -179,6 +179,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     now,
     log: logger,
     emit,
+    arriving: () => arriving,
     observe: (target, operation, seconds, ok) => {
       metrics.latency.observe({ target, operation, ok: String(ok) }, seconds);
       if (target === 'service') lastServiceCall = { ok, at: now().toISOString() };
@@ -187,10 +188,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
 
+  // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
+  let arriving = 0;
+  const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
+    arriving++;
+    res.once('close', () => arriving--);
+    handler(req, res);
+  };
+
   const fhirOptions = { routing, now, policy };
 
   const webhookHandler = config.webhook
-    ? createWebhookHandler({
+    ? counted(createWebhookHandler({
         auth: config.webhook,
         log: logger,
         isKnownCorrelationId: async (id) => (await store.transaction((tx) => tx.checkByCorrelationId(id))) !== undefined,
@@ -208,7 +217,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
-      })
+      }))
     : (_req: IncomingMessage, res: ServerResponse) => {
         res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
       };
@@ -220,7 +229,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     return done;
   }
 
-  const notificationHandler = (req: IncomingMessage, res: ServerResponse) => {
+  const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
     void (async () => {
       const raw = await readText(req, 1024 * 1024);
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
@@ -250,7 +259,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
     });
-  };
+  });
 
   async function pollAppointments(): Promise<number> {
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
@@ -296,7 +305,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     notifyAppointment: (id: string) => notifyAppointment(id),
     pollAppointments,
     async receiveHl7(text: string): Promise<Ack[]> {
-      const done = await ingestHl7(store, text, { mappings, routing, now, policy });
+      arriving++;
+      const done = await ingestHl7(store, text, { mappings, routing, now, policy }).finally(() => arriving--);
       const type = done.result?.header ? `${done.result.header.messageCode}^${done.result.header.triggerEvent}` : 'unknown';
       metrics.messages.inc({ type, ack: done.result ? done.result.ackCode : 'duplicate' });
       if (done.created.length > 0) worker.kick();

@@ -43,8 +43,9 @@ export interface SyncEvent {
 export interface WorkerOptions {
   concurrency: number;
   /**
-   * Above this share of the event loop's time spent busy, the worker takes no new checks beyond
-   * an eighth of `concurrency`: what arrives meanwhile is answered first (1: never held back).
+   * Above this share of the event loop's time spent busy, while something that arrived is being
+   * handled, the worker takes no new checks beyond an eighth of `concurrency`: what arrives is
+   * answered first (1: never held back).
    */
   loopBusyLimit: number;
   rateLimits: RateLimits;
@@ -80,6 +81,12 @@ export interface WorkerDeps {
   observe?: (what: 'service' | 'fhir', operation: string, seconds: number, ok: boolean) => void;
   /** How busy the event loop has been lately, 0 to 1 (default: this process's, LoopHeadroom). */
   loopBusy?: () => number;
+  /**
+   * How many arrivals (HL7 messages, webhook deliveries, notifications) are being handled now.
+   * A busy loop holds checks back only while one is: with nothing waiting to be answered, holding
+   * back only slows the batch. Default: as if one always were.
+   */
+  arriving?: () => number;
 }
 
 export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
@@ -152,13 +159,14 @@ export class Worker {
   }
 
   /**
-   * How many more checks to take now. While the loop is busy past loopBusyLimit, only up to a
-   * floor (an eighth of concurrency) is kept in hand, so the batch goes on but leaves room for
-   * what arrives; each check that ends looks again.
+   * How many more checks to take now. While the loop is busy past loopBusyLimit and something
+   * that arrived waits for its answer, only up to a floor (an eighth of concurrency) is kept in
+   * hand, so the batch goes on but leaves room for what arrives; each check that ends looks again.
    */
   private room(): number {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
-    const limit = this.options.loopBusyLimit < 1 && this.loopBusy() > this.options.loopBusyLimit ? floor : this.options.concurrency;
+    const held = this.options.loopBusyLimit < 1 && (this.deps.arriving?.() ?? 1) > 0 && this.loopBusy() > this.options.loopBusyLimit;
+    const limit = held ? floor : this.options.concurrency;
     return limit - this.inHand.size;
   }
 

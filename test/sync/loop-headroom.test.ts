@@ -21,13 +21,14 @@ describe('the worker when the event loop is busy', () => {
   let rig: WorkerRig;
   afterEach(async () => rig.close());
 
-  it('keeps only an eighth of its concurrency in hand while the loop is past loopBusyLimit, and all of it once there is room', async () => {
-    let busy = 0.95;
+  /** A rig with `checks` due, whose service holds each verification 200 ms, recording how many are in flight as each arrives. */
+  async function heldRig(checks: number, loopBusy: () => number, arriving?: () => number): Promise<number[]> {
     let inFlight = 0;
     const peaks: number[] = [];
     rig = await startWorkerRig({
       worker: { concurrency: 16, loopBusyLimit: 0.85 },
-      loopBusy: () => busy,
+      loopBusy,
+      ...(arriving && { arriving }),
       answer: async (_req, res: ServerResponse, index) => {
         peaks.push(++inFlight);
         await sleep(200);
@@ -35,7 +36,13 @@ describe('the worker when the event loop is busy', () => {
         json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-busy-${index}` });
       },
     });
-    for (let i = 0; i < 40; i++) await rig.addCheck(`busy-${i}`);
+    for (let i = 0; i < checks; i++) await rig.addCheck(`busy-${i}`);
+    return peaks;
+  }
+
+  it('keeps only an eighth of its concurrency in hand while the loop is past loopBusyLimit, and all of it once there is room', async () => {
+    let busy = 0.95;
+    const peaks = await heldRig(40, () => busy);
     rig.worker.start();
     await sleep(1000);
     const whileBusy = peaks.splice(0);
@@ -45,5 +52,23 @@ describe('the worker when the event loop is busy', () => {
     busy = 0.2;
     await sleep(600);
     expect(Math.max(...peaks)).toBeGreaterThan(8);
+  });
+
+  it('holds back for a busy loop only while something that arrived is being handled', async () => {
+    let arriving = 0;
+    // More checks than the worker can finish before the end: each phase has some to take.
+    const peaks = await heldRig(120, () => 0.95, () => arriving);
+    rig.worker.start();
+    await sleep(400);
+    // Nothing waits to be answered: a busy loop is the batch's own work, and all of concurrency is used.
+    expect(Math.max(...peaks.splice(0))).toBeGreaterThan(8);
+
+    arriving = 1;
+    // The checks taken before are answered within 200 ms; what is taken after keeps to the floor.
+    await sleep(300);
+    peaks.splice(0);
+    await sleep(500);
+    expect(peaks.length).toBeGreaterThan(0);
+    expect(Math.max(...peaks)).toBeLessThanOrEqual(2);
   });
 });

@@ -68,6 +68,8 @@ export async function startWorkerRig(options: {
   random?: () => number;
   /** How busy the event loop is, as the worker reads it. */
   loopBusy?: () => number;
+  /** How many arrivals are being handled, as the worker reads it. */
+  arriving?: () => number;
   /** Called with each event after it is recorded, as a listener of the embedding service would be (it may throw). */
   onEvent?: (name: SyncEventName) => void;
 }): Promise<WorkerRig> {
@@ -91,6 +93,7 @@ export async function startWorkerRig(options: {
       now: () => new Date(),
       ...(options.random && { random: options.random }),
       ...(options.loopBusy && { loopBusy: options.loopBusy }),
+      ...(options.arriving && { arriving: options.arriving }),
       log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => {
         events.push({ name, event });
