@@ -22,16 +22,29 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const fields = new Set([...SECRET_FIELDS, ...(options.includePatientData ? [] : PATIENT_FIELDS)]);
   // Not pino's `redact`: its wildcard paths (`*.*.*.name`) cost 70 µs and 190 KB of garbage a
   // line, more than everything else a morning-batch check logs, and reach only as deep as written.
-  return pino(
-    { level: options.level ?? 'info', base: { service: 'dental-elig' }, formatters: { log: (object) => censored(object, fields, new WeakSet()) as Record<string, unknown> } },
+  const censor = <T>(object: T): T => censored(object, fields, new WeakSet()) as T;
+  const logger = pino(
+    { level: options.level ?? 'info', base: { service: 'dental-elig' }, formatters: { log: censor } },
     (options.destination ?? process.stderr) as pino.DestinationStream,
   );
+  // pino writes a child's bindings out once, as they are, past formatters.log: they are censored on
+  // the way in. Children are made from the root by prototype, so theirs are these two as well.
+  const { child, setBindings } = logger;
+  logger.child = function (this: Logger, ...[bindings, childOptions]: Parameters<Logger['child']>) {
+    return Reflect.apply(child, this, [censor(bindings), childOptions]) as ReturnType<Logger['child']>;
+  } as Logger['child'];
+  logger.setBindings = function (this: Logger, bindings: pino.Bindings) {
+    setBindings.call(this, censor(bindings));
+  };
+  return logger;
 }
 
 /**
- * The logged object with the value of every field named in `fields` censored, in plain objects
- * and arrays at any depth; the object itself when nothing is censored, as for almost every line.
- * Anything else (an Error, a Date) is left to pino's serializers.
+ * The logged object with the value of every field named in `fields` censored, in plain objects,
+ * arrays and errors at any depth; the object itself when nothing is censored, as for almost every
+ * line. An error censored is a copy with its prototype, so pino's serializer still writes out its
+ * type, message and stack (and the fields it carries, which it runs after this). Anything else (a
+ * Date, a Buffer) is left as it is.
  */
 function censored(value: unknown, fields: ReadonlySet<string>, seen: WeakSet<object>): unknown {
   if (typeof value !== 'object' || value === null || seen.has(value)) return value;
@@ -41,11 +54,15 @@ function censored(value: unknown, fields: ReadonlySet<string>, seen: WeakSet<obj
     return items.some((item, i) => item !== value[i]) ? items : value;
   }
   const prototype: unknown = Object.getPrototypeOf(value);
-  if (prototype !== Object.prototype && prototype !== null) return value;
-  let copy: Record<string, unknown> | undefined;
+  const error = value instanceof Error;
+  if (!error && prototype !== Object.prototype && prototype !== null) return value;
+  let copy: object | undefined;
   for (const [key, item] of Object.entries(value)) {
     const next = fields.has(key) && item !== undefined ? CENSOR : censored(item, fields, seen);
-    if (next !== item) (copy ??= { ...value })[key] = next;
+    if (next === item) continue;
+    copy ??= error ? Object.create(prototype as object, Object.getOwnPropertyDescriptors(value)) : { ...value };
+    // Defined, not assigned: a key `__proto__` (JSON.parse makes one) or an error's getter stays a field.
+    Object.defineProperty(copy, key, { value: next, enumerable: true, writable: true, configurable: true });
   }
   return copy ?? value;
 }

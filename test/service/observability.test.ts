@@ -77,4 +77,27 @@ describe('observability', () => {
     expect(deep.a.b.c.d.e[0]?.memberId).toBe('DD7654321');
     expect(second).toMatchObject({ key: 'k1', err: { message: 'the store is full' } });
   });
+
+  it('censors the fields an error carries, the errors inside it, and what a child logger is bound to', () => {
+    const lines: string[] = [];
+    const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
+    const inner = Object.assign(new Error('the payer refused'), { subscriber: { memberId: 'DD1234567' } });
+    const err = Object.assign(new Error('the check failed'), { patient: { lastName: 'Whitaker' }, apiKey: 'sk_live_x', inner });
+    log.error({ err }, 'failed');
+    log.error(err);
+    log.child({ patient: { firstName: 'Ellen' }, token: 'tok_1' }).child({ birthDate: '1984-03-02' }).info('bound');
+    expect(lines).toHaveLength(3);
+    expect(lines.join('')).not.toMatch(/Ellen|Whitaker|1984-03-02|DD1234567|sk_live_x|tok_1/);
+    const [first, second, third] = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    // What is not censored is kept: the error as pino writes it out, and the child's bindings.
+    for (const line of [first, second]) {
+      expect(line?.err).toMatchObject({ type: 'Error', message: 'the check failed', patient: { lastName: '[redacted]' }, apiKey: '[redacted]' });
+      expect((line?.err as { inner?: unknown }).inner).toMatchObject({ type: 'Error', message: 'the payer refused', subscriber: { memberId: '[redacted]' } });
+      expect((line?.err as { stack?: string }).stack).toContain('the check failed');
+    }
+    expect(third).toMatchObject({ patient: { firstName: '[redacted]' }, token: '[redacted]', birthDate: '[redacted]', msg: 'bound' });
+    // The caller's error is not changed by censoring it.
+    expect(err.apiKey).toBe('sk_live_x');
+    expect(inner.subscriber.memberId).toBe('DD1234567');
+  });
 });
