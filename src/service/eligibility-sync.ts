@@ -147,6 +147,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const emit = (name: SyncEventName, event: SyncEvent) => {
     if (name === 'verified' || name === 'failed') metrics.outcomes.inc({ outcome: event.outcome ?? event.state });
     if (event.failureKind) metrics.failures.inc({ kind: event.failureKind });
+    if (name === 'written') metrics.lastWritten.set(now().getTime() / 1000);
     // One line per check at info (written, failed, needs attention); a result on its way to the chart is debug.
     const level = name === 'verified' ? 'debug' : 'info';
     logger[level]({ event: name, key: event.key, state: event.state, correlationId: event.correlationId, outcome: event.outcome, failureKind: event.failureKind }, `check ${name}`);

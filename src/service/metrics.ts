@@ -30,6 +30,9 @@ export class SyncMetrics {
     registers: [this.registry],
   });
 
+  /** When this process last wrote a check's eligibility to the chart: a batch's end, and an alarm for a pipeline that stalled. */
+  readonly lastWritten = new Gauge({ name: 'dental_elig_last_written_timestamp_seconds', help: 'When this process last wrote eligibility to the chart (Unix time)', registers: [this.registry] });
+
   /** How many checks this process's worker holds: at the concurrency when the pipeline is saturated. */
   inHand: () => number = () => 0;
 

@@ -9,6 +9,8 @@ describe('observability', () => {
   it('answers /healthz with the store and the downstreams, and /metrics with the pipeline counters', async () => {
     h = await startHarness();
     await h.fhir.seed(chartOf('self'));
+    const before = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    const sent = Date.now() / 1000;
     await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-1001`, { method: 'POST' });
     await until('written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
 
@@ -22,6 +24,11 @@ describe('observability', () => {
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="stored"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_queue_depth 0$/m);
     expect(metrics).toMatch(/^dental_elig_checks_in_hand 0$/m);
+    // Nothing written yet, then the time the check was written.
+    expect(before).toMatch(/^dental_elig_last_written_timestamp_seconds 0$/m);
+    const written = Number(/^dental_elig_last_written_timestamp_seconds (\S+)$/m.exec(metrics)?.[1]);
+    expect(written).toBeGreaterThanOrEqual(sent);
+    expect(written).toBeLessThanOrEqual(Date.now() / 1000);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="service",operation="(verify|request verification)",ok="true"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_request_duration_seconds_count\{target="fhir",operation="write eligibility",ok="true"\} 1$/m);
     // The process's own, as any Node service gives them.
