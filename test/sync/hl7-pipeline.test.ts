@@ -9,7 +9,9 @@ import { searchFhir, startHarness, until, type Harness } from './harness';
  * HL7 v2 over a real MLLP socket into the sync, through the sandbox service, into the chart on a
  * real FHIR server: the seams issue 7 names, each reproduced as a user meets it.
  */
-const VISIT = '20261210093000';
+/** A visit `days` from today at 09:30 (an HL7 timestamp): an ADT updates future bookings only, so the dates move with the day the test runs. */
+const visitIn = (days: number) => `${new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10).replace(/-/g, '')}093000`;
+const VISIT = visitIn(17);
 
 function msh(type: string, id: string): string {
   return `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||${type}|${id}|P|2.5.1`;
@@ -119,7 +121,7 @@ describe('HL7 v2 into the chart', () => {
     // Insurance from one connection, bookings from the other, interleaved.
     for (let i = 0; i < 10; i++) {
       a.socket.write(frame(adt(`A${i}`, 'P-5', in1('64246', 'Guardian', `MEMBER-${i}`))));
-      b.socket.write(frame([msh('SIU^S12^SIU_S12', `B${i}`), sch(`APT-5-${i}`, `202612${String(10 + i)}093000`), pid('P-5')].join('\r')));
+      b.socket.write(frame([msh('SIU^S12^SIU_S12', `B${i}`), sch(`APT-5-${i}`, visitIn(17 + i)), pid('P-5')].join('\r')));
     }
     await Promise.all([a.waitFor(10, 10_000), b.waitFor(10, 10_000)]);
     a.socket.end();
