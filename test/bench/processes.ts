@@ -5,6 +5,7 @@ import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
 import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID } from '../../src/sandbox';
 import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { benchNodeFlags } from './measure';
 
 /** A `dental-elig` command running as a child process, as an operator starts it. */
 export interface Running {
@@ -23,7 +24,7 @@ export interface Running {
  * reads, which would stall it.
  */
 export async function startCli(args: string[], options: { env: NodeJS.ProcessEnv; logFile: string; waitFor: string[] }): Promise<Running> {
-  const child = spawn(process.execPath, [...nodeFlags(), path.join(projectRoot, 'bin', 'dental-elig.js'), ...args], {
+  const child = spawn(process.execPath, [...benchNodeFlags(), path.join(projectRoot, 'bin', 'dental-elig.js'), ...args], {
     env: options.env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -55,15 +56,6 @@ export async function startCli(args: string[], options: { env: NodeJS.ProcessEnv
         child.kill('SIGTERM');
       }),
   };
-}
-
-/**
- * Node flags for each child: BENCH_CPU_PROF=<dir> makes each write a V8 CPU profile there when it
- * stops (open it in Chrome DevTools); BENCH_NODE_FLAGS adds flags of one's own (e.g. --trace-gc).
- */
-function nodeFlags(): string[] {
-  const dir = process.env.BENCH_CPU_PROF;
-  return [...(dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : []), ...(process.env.BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? [])];
 }
 
 /** The last lines of a log, to say why a child failed. */
