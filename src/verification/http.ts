@@ -198,13 +198,15 @@ export function retryDelay(
   return after === undefined ? Math.round(jittered) : Math.min(Math.max(after, jittered), Math.max(limits.retryMaxDelayMs, after));
 }
 
-/** Retry-After in milliseconds: seconds, or an HTTP date. */
+/** The longest wait a Retry-After is read as: a longer one (1e300 seconds) would put the next attempt past the last date there is. */
+const RETRY_AFTER_MAX_MS = 366 * 86_400_000;
+
+/** Retry-After in milliseconds: seconds, or an HTTP date; at most a year. */
 export function retryAfterMs(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const seconds = Number(value);
-  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(value) - Date.now();
+  return Number.isNaN(ms) ? undefined : Math.min(RETRY_AFTER_MAX_MS, Math.max(0, ms));
 }
 
 /** The configured base without a version suffix; a /v1 base is refused after v1's retirement. */

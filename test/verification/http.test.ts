@@ -277,6 +277,15 @@ describe('retryDelay', () => {
     const inThree = new Date(Date.now() + 3000).toUTCString();
     expect(retryDelay(1, retryAfterMs(inThree), limits, () => 0)).toBeGreaterThan(1500);
   });
+  it('reads a Retry-After past a year as a year, so the next attempt still has a date', () => {
+    const year = 366 * 86_400_000;
+    expect(retryAfterMs('1e300')).toBe(year);
+    expect(retryAfterMs('99999999999999999999')).toBe(year);
+    expect(retryAfterMs('Fri, 31 Dec 9999 23:59:59 GMT')).toBe(year);
+    expect(() => new Date(Date.now() + (retryAfterMs('1e300') ?? 0)).toISOString()).not.toThrow();
+    expect(retryAfterMs('-5')).toBe(0);
+    expect(retryAfterMs('soon')).toBeUndefined();
+  });
 });
 
 describe('versionlessRoot', () => {
