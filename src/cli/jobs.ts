@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { loadHl7Mappings } from '../adapters/hl7';
 import { schedulePolicy, SyncSettings } from '../service/eligibility-sync';
+import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
 import { OperationError, replayMessage, retryCheck } from '../sync/operations';
@@ -23,7 +24,7 @@ interface JobsOpts {
  * Rows carry ids and states, not patient names (`--json` on `show` gives the whole check).
  */
 export function registerJobs(program: Command, io: CliIo): void {
-  const jobs = program.command('jobs').description('Inspect and act on the job store of `serve` (reads DENTAL_ELIG_DATA_DIR)');
+  const jobs = program.command('jobs').description('Inspect and act on the job store of `serve` (reads DENTAL_ELIG_DATA_DIR, DENTAL_ELIG_STORE and the config file serve reads)');
   const common = (c: Command) =>
     c
       .option('--data-dir <dir>', 'the data dir serve runs on (default .dental-elig/data)')
@@ -32,8 +33,8 @@ export function registerJobs(program: Command, io: CliIo): void {
 
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'))
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')})`)
-    .action(async (opts: JobsOpts & { state?: string }) =>
-      withStore(io, opts, async (store) => {
+    .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
+      withStore(io, opts, command, async (store) => {
         const states = opts.state === undefined ? undefined : [parseState(opts.state)];
         const checks = await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments('awaiting-insurance') : [];
@@ -55,8 +56,8 @@ export function registerJobs(program: Command, io: CliIo): void {
     );
 
   common(jobs.command('show').argument('<job>', 'a check key (elig_…) from jobs list').description('One check: state, attempts, verification, chart resources'))
-    .action(async (key: string, opts: JobsOpts) =>
-      withStore(io, opts, async (store) => {
+    .action(async (key: string, opts: JobsOpts, command: Command) =>
+      withStore(io, opts, command, async (store) => {
         const row = await store.transaction((tx) => tx.getCheck(key));
         if (!row) throw new CliError(`jobs show: no check with key ${key}`);
         if (opts.json) return printRecord(io, row as unknown as Record<string, unknown>, true);
@@ -86,8 +87,8 @@ export function registerJobs(program: Command, io: CliIo): void {
     );
 
   common(jobs.command('retry').argument('<job>', 'a check key from jobs list').description('Verify a check again now (needs-attention, dead, cancelled or written)'))
-    .action(async (key: string, opts: JobsOpts) =>
-      withStore(io, opts, async (store) => {
+    .action(async (key: string, opts: JobsOpts, command: Command) =>
+      withStore(io, opts, command, async (store) => {
         const row = await retryCheck(store, key, new Date());
         if (opts.json) return printRecord(io, { job: row.key, state: row.state, externalId: row.externalId }, true);
         io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
@@ -95,9 +96,11 @@ export function registerJobs(program: Command, io: CliIo): void {
     );
 
   common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored HL7 message again, e.g. a dead letter after a mapping fix'))
-    .action(async (id: number, opts: JobsOpts) =>
-      withStore(io, opts, async (store) => {
-        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(), policy: schedulePolicy(SyncSettings.parse({})) });
+    .action(async (id: number, opts: JobsOpts, command: Command) =>
+      withStore(io, opts, command, async (store, fromFile) => {
+        // Scheduled as serve schedules it: its freshness and re-verification settings, from the same config file.
+        const policy = schedulePolicy(fromFile.settings ?? SyncSettings.parse({}));
+        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(), policy });
         if (opts.json) return printRecord(io, { message: id, acks: done.ackCodes }, true);
         io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
       }),
@@ -105,8 +108,8 @@ export function registerJobs(program: Command, io: CliIo): void {
 
   common(jobs.command('messages').description('Messages as received (HL7, webhooks, FHIR notifications); dead letters first'))
     .option('--dead', 'only dead letters')
-    .action(async (opts: JobsOpts & { dead?: boolean }) =>
-      withStore(io, opts, async (store) => {
+    .action(async (opts: JobsOpts & { dead?: boolean }, command: Command) =>
+      withStore(io, opts, command, async (store) => {
         const messages = await store.listMessages(opts.dead ? { status: 'dead' } : {});
         const rows = messages.map(({ raw: _raw, answer: _answer, ...m }) => m);
         printRows(io, rows, [
@@ -120,17 +123,24 @@ export function registerJobs(program: Command, io: CliIo): void {
     );
 }
 
-async function withStore(io: CliIo, opts: JobsOpts, run: (store: JobStore) => Promise<void>): Promise<void> {
-  const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? DEFAULT_DATA_DIR);
+/**
+ * Opens the job store serve runs on: the data dir and store from the options, the environment,
+ * or the config file serve reads (`--config`, DENTAL_ELIG_CONFIG, ./dental-elig.config.json), in
+ * that order, as serve takes them.
+ */
+async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (store: JobStore, fromFile: ConfigFile) => Promise<void>): Promise<void> {
+  let fromFile: ConfigFile;
   let store: JobStore;
   try {
-    store = await openJobStore(storeLocation(io.env, opts.store, undefined), dir);
+    fromFile = readConfigFile(io.env, command.optsWithGlobals<{ config?: string }>().config);
+    const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR);
+    store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir);
   } catch (err) {
     if (err instanceof ConfigError) throw new CliError(err.message, 2);
     throw new CliError(`jobs: cannot open the job store (${(err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable')})`);
   }
   try {
-    await run(store);
+    await run(store, fromFile);
   } catch (err) {
     if (err instanceof OperationError) throw new CliError(`jobs: ${err.message}`);
     throw err;

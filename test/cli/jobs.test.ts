@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
@@ -56,5 +56,20 @@ describe('dental-elig jobs', () => {
     expect(replayed.stdout).toMatch(new RegExp(`^message ${dead[0]?.id}: handled again, ACK A[ER]\\n$`));
     const after = JSON.parse((await cli(['jobs', 'messages', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; status: string; detail: string }>;
     expect(after.find((m) => m.id === dead[0]?.id)?.detail).toMatch(/^replayed as message \d+$/);
+  });
+
+  it("finds serve's store where serve's config file puts it, and names a config file it cannot use", async () => {
+    const config = path.join(dir, 'serve.json');
+    writeFileSync(config, JSON.stringify({ dataDir: dir, settings: { freshnessDays: 3 } }));
+    const run = await cli(['jobs', 'list', '--json', '--config', config]);
+    expect(run.code).toBe(0);
+    expect((JSON.parse(run.stdout) as unknown[]).length).toBe(2);
+    // The environment names it too, as for serve.
+    expect(JSON.parse((await cli(['jobs', 'list', '--json'], { DENTAL_ELIG_CONFIG: config })).stdout)).toHaveLength(2);
+
+    writeFileSync(config, JSON.stringify({ dataDir: dir, settings: { freshnessDays: 'a week' } }));
+    const refused = await cli(['jobs', 'list', '--config', config]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/^dental-elig: .*serve\.json: settings\.freshnessDays: .+\n$/);
   });
 });
