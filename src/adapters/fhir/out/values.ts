@@ -69,8 +69,10 @@ export function defined<T>(list: Array<T | undefined>): T[] {
 }
 
 /**
- * Drops undefined properties, undefined array members and empty arrays at every depth: builders
- * write every element the result might fill, and FHIR allows neither nulls nor empty arrays.
+ * Drops what FHIR does not allow to be there empty, at every depth: undefined properties and
+ * array members, empty arrays, strings with nothing but whitespace (a portal's "" or " " for a
+ * name it does not know), objects left with nothing, and extensions left with neither a value nor
+ * extensions. Builders write every element the result might fill.
  * Builders make every object afresh, so an object with nothing to drop is kept as it is, and only
  * those with something to drop are copied: most of a response (codings, references, quantities)
  * has nothing to drop, and this runs on every response written.
@@ -80,14 +82,18 @@ export function prune<T>(value: T): T {
 }
 
 function pruned(value: unknown): unknown {
+  if (typeof value === 'string') return value.trim() === '' ? undefined : value;
   if (typeof value !== 'object' || value === null) return value;
   if (Array.isArray(value)) return prunedArray(value);
   const object = value as Record<string, unknown>;
   let out: Record<string, unknown> | undefined;
+  let kept = 0;
   for (const key in object) {
     const v = object[key];
-    const p = pruned(v);
+    let p = pruned(v);
+    if ((key === 'extension' || key === 'modifierExtension') && Array.isArray(p)) p = withoutEmptyExtensions(p);
     const drop = p === undefined || (Array.isArray(p) && p.length === 0);
+    if (!drop) kept++;
     if (out === undefined) {
       if (!drop && p === v) continue;
       out = {};
@@ -98,19 +104,25 @@ function pruned(value: unknown): unknown {
     }
     if (!drop) out[key] = p;
   }
-  return out ?? object;
+  return kept === 0 ? undefined : (out ?? object);
+}
+
+/** An extension with no value[x] and no extensions says nothing, and FHIR refuses it (ext-1). */
+function withoutEmptyExtensions(extensions: unknown[]): unknown[] {
+  const empty = (e: unknown) => typeof e === 'object' && e !== null && Object.keys(e).every((k) => k === 'url' || k === 'id');
+  return extensions.some(empty) ? extensions.filter((e) => !empty(e)) : extensions;
 }
 
 function prunedArray(array: unknown[]): unknown[] {
   let out: unknown[] | undefined;
   for (let i = 0; i < array.length; i++) {
     const v = array[i];
-    const p = v === undefined ? undefined : pruned(v);
+    const p = pruned(v);
     if (out === undefined) {
-      if (v !== undefined && p === v) continue;
+      if (p !== undefined && p === v) continue;
       out = array.slice(0, i);
     }
-    if (v !== undefined) out.push(p);
+    if (p !== undefined) out.push(p);
   }
   return out ?? array;
 }
