@@ -380,7 +380,6 @@ export class SqliteJobStore implements JobStore {
     return run;
   }
 
-
   /**
    * A check row read inside a batch: the one this connection last wrote or read, if its JSON is
    * still the same, else parsed from the file (its body read only then).
