@@ -7,6 +7,7 @@ import type { CodeableConcept, Coding } from 'fhir/r4';
 import * as z from 'zod';
 import { readMappingFile } from '../../../mapping-files';
 import { SystemKeySchema, systemUrl } from '../systems';
+import { present } from './values';
 
 const Text = z.string().min(1);
 const CdtRange = z.string().regex(/^D\d{4}(-D\d{4})?$/, { error: 'must be a CDT code or range, e.g. D0100-D0999' });
@@ -81,8 +82,9 @@ export function serviceTypeConcept(serviceType: string, text?: string): Codeable
   return { coding: codings, ...(text ? { text } : {}) };
 }
 
-/** A benefit category by the service's name; absent means general dental care, unknown keeps the name alone. */
-export function categoryConcept(name: string | null | undefined): CodeableConcept {
+/** A benefit category by the service's name; absent (or blank) means general dental care, unknown keeps the name alone. */
+export function categoryConcept(given: string | null | undefined): CodeableConcept {
+  const name = present(given);
   if (!name) return serviceTypeConcept(categoryTable().general);
   const category = lookup(categoryTable().categories, name);
   return category ? serviceTypeConcept(category.serviceType, name) : { text: name };

@@ -1,7 +1,7 @@
 import type { CoverageEligibilityResponseInsuranceItem } from 'fhir/r4';
 import { categoryConcept, categoryTable, procedureConcept, serviceTypeConcept, serviceTypeForCodes } from './codes';
 import { extension } from './extensions';
-import { defined } from './values';
+import { defined, present } from './values';
 
 type Maybe<T> = T | null | undefined;
 
@@ -14,9 +14,11 @@ export function itemSubject(
   category: Maybe<string>,
   procedureCodes: Maybe<string[]>,
 ): Pick<CoverageEligibilityResponseInsuranceItem, 'category' | 'productOrService' | 'extension'> {
-  const codes = procedureCodes ?? [];
-  if (!category && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
+  // A blank category or code names nothing: left empty, it would leave the item with neither.
+  const codes = (procedureCodes ?? []).filter((code) => present(code) !== undefined);
+  const named = present(category);
+  if (!named && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
   const concept =
-    category || codes.length === 0 ? categoryConcept(category) : serviceTypeConcept(serviceTypeForCodes(codes) ?? categoryTable().general);
+    named || codes.length === 0 ? categoryConcept(named) : serviceTypeConcept(serviceTypeForCodes(codes) ?? categoryTable().general);
   return { category: concept, extension: defined(codes.map((code) => extension('procedure-code', { valueCodeableConcept: procedureConcept(code) }))) };
 }

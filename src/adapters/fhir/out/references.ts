@@ -2,7 +2,7 @@ import type { ContactPoint, Reference } from 'fhir/r4';
 import { FhirInputError } from '../operation-outcome';
 import { payerIdSystem } from '../in/payer';
 import { extension } from './extensions';
-import { defined } from './values';
+import { defined, present } from './values';
 
 /**
  * A relative reference `Type/id` given by the caller, or the `urn:uuid:` of a resource created in
@@ -41,7 +41,7 @@ export interface PayerNames {
  * name. Either way it carries the payer id, name and phone the result states.
  */
 export function insurerReference(insurer: string | undefined, payer: PayerNames): Reference {
-  if (!insurer && !payer.name && !payer.id) {
+  if (!insurer && !present(payer.name) && !present(payer.id)) {
     throw new FhirInputError([{ expression: 'insurer', diagnostics: 'the result names no payer: give an Organization reference', code: 'required' }]);
   }
   return {

@@ -13,7 +13,7 @@ import { insuranceFor } from './plan';
 import { providerItem } from './provider';
 import { insurerReference, relativeReference, requestReference } from './references';
 import { unmappedElements } from './unmapped';
-import { defined, fhirDateTime, prune, stringValue } from './values';
+import { defined, fhirDateTime, present, prune, stringValue } from './values';
 
 export interface ResponseRefs {
   /** Patient/<id> in the chart. */
@@ -95,8 +95,8 @@ function responseFor(outcome: VerificationOutcome, refs: ResponseRefs, options: 
     outcome: OUTCOME[outcome.kind],
     disposition: options.reusedFrom ? `${disposition(outcome)} ${reusedNote(options.reusedFrom)}` : disposition(outcome),
     insurer: insurerReference(refs.insurer, {
-      name: payer?.name ?? refs.payer?.name,
-      id: payer?.payerId ?? refs.payer?.id,
+      name: present(payer?.name) ?? refs.payer?.name,
+      id: present(payer?.payerId) ?? refs.payer?.id,
       phone: payer?.phone,
     }),
     insurance: [insurance],

@@ -42,6 +42,9 @@ export function usedCount(value: number | null | undefined): Pick<CoverageEligib
 
 const isUnsignedInt = (n: number) => Number.isInteger(n) && n >= 0 && n <= 2147483647;
 
+/** The value when it says something: a portal's "" or " " is a value it does not know, the same as none. */
+export const present = (value: string | null | undefined): string | undefined => (value && value.trim() !== '' ? value : undefined);
+
 export const stringValue = (value: string | null | undefined) => (value ? { valueString: value } : undefined);
 
 export function percent(value: number): Quantity {

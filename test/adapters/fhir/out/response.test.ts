@@ -182,6 +182,26 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(readResult('failed-site-maintenance'), bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it("reads a portal's blank category, procedure code or payer name as none given: the item is general dental care, the insurer the check's payer", () => {
+    const body = readResult('completed-full') as { result: { plan: { payer: Record<string, unknown> }; data: Record<string, Array<Record<string, unknown>>> } };
+    const data = body.result.data;
+    (data.maximums?.[0] as Record<string, unknown>).category = ' ';
+    (data.coinsurance?.[10] as Record<string, unknown>).procedureCodes = [' '];
+    (data.deductibles?.[0] as Record<string, unknown>).waivedCategories = ['', 'Preventive'];
+    (data.history?.[0] as Record<string, unknown>).procedureCode = '';
+    body.result.plan.payer = { name: ' ' };
+    const response = convert(body, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
+    expect(validateR4(response)).toEqual([]);
+    const general = codes(outputOf('completed-full').insurance?.[0]?.item?.find((i) => i.name === 'Deductible')?.category);
+    const [maximum] = items(response).filter((i) => i.name === 'Maximum');
+    expect(codes(maximum?.category)).toEqual(general);
+    const waived = items(response).find((i) => i.name === 'Deductible')?.benefit?.[0]?.extension?.filter((e) => e.url.endsWith('/waived-category'));
+    expect(waived?.map((e) => e.valueCodeableConcept?.text)).toEqual(['Preventive']);
+    expect(response.insurer?.display).toBe('Delta Dental of California');
+    const { payer: _payer, ...bare } = RESULT_REFS;
+    expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
+  });
+
   it('refuses references that are not Type/id, naming the option', () => {
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, patient: 'pat-ellen' })).toThrow('patient: must be a reference Patient/<id>');
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, coverage: 'Patient/x' })).toThrow('coverage: must be a reference Coverage/<id>');
