@@ -12,6 +12,8 @@ import * as z from 'zod';
 import { IsoDate, isValidNpi } from '../domain/primitives';
 
 const Str = z.string();
+/** An id the service gives and we key on (in URLs, in the chart's identifiers): a blank one names nothing. */
+const Id = Str.regex(/\S/, { error: 'must not be blank' });
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
@@ -163,7 +165,7 @@ export const CreateRegistrationRequest = z.strictObject({
 export type CreateRegistrationRequest = z.infer<typeof CreateRegistrationRequest>;
 
 export const Registration = z.looseObject({
-  correlationId: Str,
+  correlationId: Id,
   portalId: Opt(Str),
   clinicId: Opt(Str),
   registeredEmail: Str,
@@ -247,7 +249,7 @@ export type CredentialsValidationRequest = z.infer<typeof CredentialsValidationR
 
 /** Known statuses: Pending, Valid, Invalid; result is problem details when Invalid. */
 export const CredentialsValidation = z.looseObject({
-  correlationId: Str,
+  correlationId: Id,
   status: Str,
   result: Opt(ProblemDetails),
 });
@@ -319,7 +321,7 @@ export const ClaimRetrievalRequest = z.strictObject({
 export type ClaimRetrievalRequest = z.infer<typeof ClaimRetrievalRequest>;
 
 /** Answer to an asynchronous request (verification, credentials validation, claims retrieval). */
-export const Accepted = z.looseObject({ correlationId: Str, status: Opt(Str) });
+export const Accepted = z.looseObject({ correlationId: Id, status: Opt(Str) });
 export type Accepted = z.infer<typeof Accepted>;
 
 // ---------------------------------------------------------------- InsuranceVerificationV3
@@ -472,7 +474,7 @@ export type VerificationResult = z.infer<typeof VerificationResult>;
  * `result` depends on status (a VerificationResult, or problem details when Failed); see outcome.ts.
  */
 export const Verification = z.looseObject({
-  correlationId: Str,
+  correlationId: Id,
   externalId: Opt(Str),
   status: Str,
   createdAt: Opt(Str),

@@ -15,6 +15,11 @@ describe('outcomeKindOf', () => {
 });
 
 describe('toOutcome', () => {
+  it('refuses a verification whose correlationId is blank, naming it: the chart finds a response by it', () => {
+    expect(() => toOutcome({ correlationId: ' ', status: 'Completed', result: {} })).toThrow(/correlationId[\s\S]*must not be blank/);
+    expect(() => toOutcome({ correlationId: '', status: 'Completed', result: {} })).toThrow(/must not be blank/);
+  });
+
   it('keeps a status it does not know, with a warning', () => {
     const o = toOutcome({ correlationId: 'c', status: 'Escalated', result: {} });
     expect(o.kind).toBe('unknown');
