@@ -30,7 +30,8 @@ export interface Measured {
 /**
  * Node flags for each process a benchmark starts: BENCH_CPU_PROF=<dir> makes each write a V8 CPU
  * profile there when it stops (open it in Chrome DevTools); BENCH_NODE_FLAGS adds flags of one's
- * own (e.g. --trace-gc).
+ * own (e.g. --trace-gc). V8 traces go to standard output, which the `dental-elig` children's
+ * is otherwise not kept: BENCH_STDOUT_DIR=<dir> keeps each in <dir>/<command>-<pid>.out.
  */
 export function benchNodeFlags(): string[] {
   const dir = process.env.BENCH_CPU_PROF;

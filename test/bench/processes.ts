@@ -43,7 +43,9 @@ export async function startCli(args: string[], options: { env: NodeJS.ProcessEnv
       }
     });
   });
-  child.stdout?.resume();
+  const kept = process.env.BENCH_STDOUT_DIR;
+  if (kept) child.stdout?.pipe(createWriteStream(path.join(kept, `${args[0]}-${child.pid}.out`)));
+  else child.stdout?.resume();
   return {
     child,
     pid: child.pid as number,
