@@ -89,7 +89,7 @@ export function normaliseProblem(body: unknown, warnings: string[]): ProblemDeta
   const details = isRecord(obj.details) ? obj.details : undefined;
   if (details && obj.type === undefined) {
     warnings.push('v1 error shape (details.code/details.message) normalised to problem details');
-    const code = typeof details.code === 'string' ? details.code : 'Unknown';
+    const code = (typeof details.code === 'string' && details.code.trim()) || 'Unknown';
     const rest = Object.fromEntries(Object.entries(obj).filter(([k]) => k !== 'details'));
     return readableProblem({
       ...rest,
@@ -107,7 +107,7 @@ function readableProblem(body: Record<string, unknown>, warnings: string[]): Pro
   if (parsed.success) return parsed.data;
   warnings.push(`problem details not in the expected shape (${describeIssue(parsed.error)}); kept what could be read`);
   const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
-  return { type: text(body.type), title: text(body.title) ?? 'Unreadable problem details', detail: text(body.detail) };
+  return { type: text(body.type)?.trim(), title: text(body.title) ?? 'Unreadable problem details', detail: text(body.detail) };
 }
 
 /**

@@ -13,7 +13,9 @@ import { IsoDate, isValidNpi } from '../domain/primitives';
 
 const Str = z.string();
 /** An id the service gives and we key on (in URLs, in the chart's identifiers): a blank one names nothing. */
-const Id = Str.regex(/\S/, { error: 'must not be blank' });
+const Id = Str.regex(/\S/, { error: 'must not be blank' }).regex(/^[^\u0000-\u001f\u007f]*$/, { error: 'must not hold control characters' });
+/** A URI or code the service gives, which it may pad with whitespace that is not part of it. */
+const Token = Str.trim();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
@@ -56,11 +58,12 @@ export const UpstreamError = z.looseObject({ detail: Opt(Str), portalId: Opt(Str
 export type UpstreamError = z.infer<typeof UpstreamError>;
 
 export const ProblemDetails = z.looseObject({
-  type: Opt(Str),
+  type: Opt(Token),
   title: Opt(Str),
-  status: Opt(Num),
+  // The HTTP status code (RFC 9457): written to the chart as an integer.
+  status: Opt(Num.pipe(z.number().int().min(100).max(599))),
   detail: Opt(Str),
-  instance: Opt(Str),
+  instance: Opt(Token),
   upstreamErrors: Opt(z.array(UpstreamError)),
   errors: Opt(z.array(FieldError)),
 });
@@ -68,7 +71,7 @@ export type ProblemDetails = z.infer<typeof ProblemDetails>;
 
 /** v1 error bodies still met in the wild: `{ details: { code, message } }` instead of type/detail. */
 export const LegacyErrorBody = z.looseObject({
-  details: z.looseObject({ code: Opt(Str), message: Opt(Str) }),
+  details: z.looseObject({ code: Opt(Token), message: Opt(Str) }),
 });
 
 // ---------------------------------------------------------------- organizations and clinics

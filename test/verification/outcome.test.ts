@@ -20,6 +20,24 @@ describe('toOutcome', () => {
     expect(() => toOutcome({ correlationId: '', status: 'Completed', result: {} })).toThrow(/must not be blank/);
   });
 
+  it('refuses a correlationId holding a control character, naming it: the chart could not be searched by it', () => {
+    expect(() => toOutcome({ correlationId: 'ver_1\u0000', status: 'Completed', result: {} })).toThrow(/correlationId[\s\S]*must not hold control characters/);
+  });
+
+  it('reads a problem type, instance or v1 error code padded with whitespace as the one without it', () => {
+    const padded = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: ' https://errors.example/SiteMaintenance ', instance: ' urn:x:1 ' } });
+    expect(padded.kind === 'failed' && padded.failure.kind).toBe('SiteMaintenance');
+    expect(padded.kind === 'failed' && padded.problem).toMatchObject({ type: 'https://errors.example/SiteMaintenance', instance: 'urn:x:1' });
+    const legacy = toOutcome({ correlationId: 'c', status: 'Failed', result: { details: { code: ' PORTAL_LOCKED ', message: 'locked' } } });
+    expect(legacy.kind === 'failed' && legacy.problem.type).toBe('urn:v1-error:PORTAL_LOCKED');
+  });
+
+  it('keeps what it can read of problem details whose status is no HTTP status code, with a warning', () => {
+    const o = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: 'https://errors.example/Upstream ', title: 'Payer error', status: 503.5 } });
+    expect(o.kind === 'failed' && o.problem).toEqual({ type: 'https://errors.example/Upstream', title: 'Payer error', detail: undefined });
+    expect(o.warnings.join()).toMatch(/problem details not in the expected shape \(status: /);
+  });
+
   it('keeps a status it does not know, with a warning', () => {
     const o = toOutcome({ correlationId: 'c', status: 'Escalated', result: {} });
     expect(o.kind).toBe('unknown');

@@ -42,8 +42,8 @@ export function usedCount(value: number | null | undefined): Pick<CoverageEligib
 
 const isUnsignedInt = (n: number) => Number.isInteger(n) && n >= 0 && n <= 2147483647;
 
-/** The value when it says something: a portal's "" or " " is a value it does not know, the same as none. */
-export const present = (value: string | null | undefined): string | undefined => (value && value.trim() !== '' ? value : undefined);
+/** The value when it says something, as prune leaves it: a portal's "" or " " is a value it does not know, the same as none. */
+export const present = (value: string | null | undefined): string | undefined => (value == null ? undefined : prunedText(value));
 
 export const stringValue = (value: string | null | undefined) => (value ? { valueString: value } : undefined);
 
@@ -75,7 +75,9 @@ export function defined<T>(list: Array<T | undefined>): T[] {
  * Drops what FHIR does not allow to be there empty, at every depth: undefined properties and
  * array members, empty arrays, strings with nothing but whitespace (a portal's "" or " " for a
  * name it does not know), objects left with nothing, and extensions left with neither a value nor
- * extensions. Builders write every element the result might fill.
+ * extensions; and the control characters FHIR strings may not hold, wherever they are (the
+ * identifiers the chart is searched by are refused with them at the wire, so only text loses them).
+ * Builders write every element the result might fill.
  * Builders make every object afresh, so an object with nothing to drop is kept as it is, and only
  * those with something to drop are copied: most of a response (codings, references, quantities)
  * has nothing to drop, and this runs on every response written.
@@ -84,8 +86,12 @@ export function prune<T>(value: T): T {
   return pruned(value) as T;
 }
 
+/** Control characters FHIR strings may not hold (all but tab, line feed and carriage return): a portal's stray NUL or escape. */
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+const CONTROLS = new RegExp(CONTROL.source, 'g');
+
 function pruned(value: unknown): unknown {
-  if (typeof value === 'string') return value.trim() === '' ? undefined : value;
+  if (typeof value === 'string') return prunedText(value);
   if (typeof value !== 'object' || value === null) return value;
   if (Array.isArray(value)) return prunedArray(value);
   const object = value as Record<string, unknown>;
@@ -108,6 +114,11 @@ function pruned(value: unknown): unknown {
     if (!drop) out[key] = p;
   }
   return kept === 0 ? undefined : (out ?? object);
+}
+
+function prunedText(value: string): string | undefined {
+  const text = CONTROL.test(value) ? value.replace(CONTROLS, '') : value;
+  return text.trim() === '' ? undefined : text;
 }
 
 /** An extension with no value[x] and no extensions says nothing, and FHIR refuses it (ext-1). */

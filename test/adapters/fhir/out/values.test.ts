@@ -1,4 +1,4 @@
-import { prune } from '../../../../src/adapters/fhir/out/values';
+import { present, prune } from '../../../../src/adapters/fhir/out/values';
 
 describe('prune (what FHIR does not allow empty is dropped from what is built)', () => {
   it('drops undefined, blank strings, empty arrays and objects left with nothing, at every depth', () => {
@@ -9,6 +9,13 @@ describe('prune (what FHIR does not allow empty is dropped from what is built)',
       note: ['', 'kept', undefined],
     };
     expect(prune(built)).toEqual({ resourceType: 'CoverageEligibilityResponse', insurance: [{ item: [{ name: 'Basic' }] }], note: ['kept'] });
+  });
+
+  it('removes the control characters FHIR strings may not hold, keeping tab, line feed and carriage return, and drops a string left blank', () => {
+    const built = { disposition: 'Active\u0000 plan\u001b', note: ['line one\r\nline\ttwo', '\u0000\u0007'], name: { text: ' \u0000 ' } };
+    expect(prune(built)).toEqual({ disposition: 'Active plan', note: ['line one\r\nline\ttwo'] });
+    // The fallbacks a mapping chooses by present() see what prune will leave.
+    expect([present('\u0000'), present(' \u0007 '), present('Basic\u0000'), present(null)]).toEqual([undefined, undefined, 'Basic', undefined]);
   });
 
   it('drops an extension left with neither a value nor extensions, and a complex one left with no parts', () => {
