@@ -6,7 +6,7 @@
  */
 import { classifyFailure, type FailureClassification } from './failure-kinds';
 import { describeIssue } from '../domain/issues';
-import { ProblemDetails, Verification, VerificationResult } from './wire';
+import { HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
 
 export type OutcomeKind = 'completed' | 'partial' | 'failed' | 'pending' | 'unknown';
 
@@ -103,11 +103,14 @@ export function normaliseProblem(body: unknown, warnings: string[]): ProblemDeta
 
 /** Problem details as far as they can be read: a malformed one still says what went wrong. */
 function readableProblem(body: Record<string, unknown>, warnings: string[]): ProblemDetails {
-  const parsed = ProblemDetails.safeParse(body);
+  const parsed = HttpProblemDetails.safeParse(body);
   if (parsed.success) return parsed.data;
   warnings.push(`problem details not in the expected shape (${describeIssue(parsed.error)}); kept what could be read`);
-  const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
-  return { type: text(body.type)?.trim(), title: text(body.title) ?? 'Unreadable problem details', detail: text(body.detail) };
+  // Only the fields in error are left out: errors[], upstream errors and what the service added still say what failed.
+  const unreadable = new Set(parsed.error.issues.map((issue) => issue.path[0]));
+  const rest = HttpProblemDetails.safeParse(Object.fromEntries(Object.entries(body).filter(([key]) => !unreadable.has(key))));
+  if (rest.success) return { ...rest.data, title: rest.data.title ?? 'Unreadable problem details' };
+  return { title: 'Unreadable problem details' };
 }
 
 /**

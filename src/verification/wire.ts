@@ -60,14 +60,20 @@ export type UpstreamError = z.infer<typeof UpstreamError>;
 export const ProblemDetails = z.looseObject({
   type: Opt(Token),
   title: Opt(Str),
-  // The HTTP status code (RFC 9457): written to the chart as an integer.
-  status: Opt(Num.pipe(z.number().int().min(100).max(599))),
+  status: Opt(Num),
   detail: Opt(Str),
   instance: Opt(Token),
   upstreamErrors: Opt(z.array(UpstreamError)),
   errors: Opt(z.array(FieldError)),
 });
 export type ProblemDetails = z.infer<typeof ProblemDetails>;
+
+/**
+ * Problem details as a failed verification or a ServiceError carries them on (outcome.ts): the
+ * status is the HTTP status code (RFC 9457), written to the chart as an integer. Only there: a
+ * credentials validation's result with any other status is still read.
+ */
+export const HttpProblemDetails = ProblemDetails.extend({ status: Opt(Num.pipe(z.number().int().min(100).max(599))) });
 
 /** v1 error bodies still met in the wild: `{ details: { code, message } }` instead of type/detail. */
 export const LegacyErrorBody = z.looseObject({

@@ -393,6 +393,20 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('reads a credentials validation whose problem status is no HTTP status code: the validation is what was asked for', async () => {
+    const server = await startScriptedServer((_r, res) =>
+      json(res, 200, { correlationId: 'v1', status: 'Invalid', result: { title: 'Invalid credentials', status: 0, detail: 'the portal refused the login' } }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const validation = await client.getCredentialsValidation('v1');
+      expect(validationKindOf(validation.status)).toBe('invalid');
+      expect(validation.result?.detail).toBe('the portal refused the login');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
     const statuses = ['Queued', 'InProgress', 'Success'];
     const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));

@@ -106,6 +106,22 @@ describe('toOutcome is permissive with what portals really send', () => {
     expect(o.warnings).toEqual(['v1 coinsurance percentage.final strings normalised to {start, end}']);
   });
 
+  it('keeps the rest of problem details whose status is no HTTP status code: their errors, upstream errors and instance still say what failed', () => {
+    const result = {
+      type: 'https://errors.example/Upstream',
+      title: 'Payer error',
+      status: 0,
+      instance: 'urn:x:1',
+      upstreamErrors: [{ portalId: 'p1', detail: 'portal down' }],
+      errors: [{ field: 'subscriber.memberId', message: 'unknown member' }],
+      traceId: 't-1',
+    };
+    const o = toOutcome({ correlationId: 'c', status: 'Failed', result });
+    const { status: _dropped, ...kept } = result;
+    expect(o.kind === 'failed' && o.problem).toEqual(kept);
+    expect(o.warnings).toEqual([expect.stringMatching(/^problem details not in the expected shape \(status: .*\); kept what could be read$/)]);
+  });
+
   it('reads what it can of malformed problem details, with a warning', () => {
     const o = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: 'https://e/Internal', title: 'Boom', errors: 'not a list' } });
     expect(o.kind === 'failed' && o.problem).toEqual({ type: 'https://e/Internal', title: 'Boom', detail: undefined });
