@@ -75,11 +75,6 @@ export type ProblemDetails = z.infer<typeof ProblemDetails>;
  */
 export const HttpProblemDetails = ProblemDetails.extend({ status: Opt(Num.pipe(z.number().int().min(100).max(599))) });
 
-/** v1 error bodies still met in the wild: `{ details: { code, message } }` instead of type/detail. */
-export const LegacyErrorBody = z.looseObject({
-  details: z.looseObject({ code: Opt(Token), message: Opt(Str) }),
-});
-
 // ---------------------------------------------------------------- organizations and clinics
 
 export const CreateOrganizationRequest = z.strictObject({

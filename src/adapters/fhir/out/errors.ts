@@ -8,7 +8,7 @@ import type { VerificationOutcome } from '../../../verification/outcome';
 import type { Context, Disclaimer } from '../../../verification/wire';
 import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
 import { extension } from './extensions';
-import { defined } from './values';
+import { defined, uriOf } from './values';
 
 type Failed = Extract<VerificationOutcome, { kind: 'failed' }>;
 
@@ -27,9 +27,9 @@ export function failureErrors({ problem, failure }: Failed): ResponseError[] {
     code: failureKindConcept(failure.kind, problem.title ?? undefined),
     extension: defined([
       problem.detail ? extension('error-detail', { valueString: problem.detail }) : undefined,
-      problem.type ? extension('problem-type', { valueUri: problem.type }) : undefined,
+      problem.type ? extension('problem-type', { valueUri: uriOf(problem.type) }) : undefined,
       problem.status != null ? extension('problem-status', { valueInteger: problem.status }) : undefined,
-      problem.instance ? extension('problem-instance', { valueUri: problem.instance }) : undefined,
+      problem.instance ? extension('problem-instance', { valueUri: uriOf(problem.instance) }) : undefined,
       extension('failure-action', { valueCoding: failureActionCoding(failure.action) }),
     ]),
   };

@@ -66,6 +66,9 @@ export function address(a: Maybe<{ line1?: Maybe<string>; line2?: Maybe<string>;
   return { line, city: a.city ?? undefined, state: a.state ?? undefined, postalCode: a.postalCode ?? undefined };
 }
 
+/** A URI as FHIR takes it, without whitespace: a service's "https://e.example/Site Maintenance" with its spaces percent-encoded, as a browser sends it. */
+export const uriOf = (value: string): string => value.replace(/\s/g, encodeURIComponent);
+
 /** The members of a list of optional values that are there. */
 export function defined<T>(list: Array<T | undefined>): T[] {
   return list.filter((v): v is T => v !== undefined);

@@ -182,6 +182,18 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(readResult('failed-site-maintenance'), bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it('writes a problem type or instance with whitespace inside, or a v1 error code with a space, as a URI with it percent-encoded', () => {
+    const failed = (result: object) => convert({ correlationId: 'ver-1', status: 'Failed', result }, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
+    const uris = (response: CoverageEligibilityResponse) =>
+      (response.error?.[0]?.extension ?? []).filter((e) => e.url.endsWith('/problem-type') || e.url.endsWith('/problem-instance')).map((e) => e.valueUri);
+    const modern = failed({ type: 'https://errors.example/Site Maintenance', instance: 'urn:x:portal\tdown', title: 'Maintenance' });
+    expect(validateR4(modern)).toEqual([]);
+    expect(uris(modern)).toEqual(['https://errors.example/Site%20Maintenance', 'urn:x:portal%09down']);
+    const legacy = failed({ details: { code: 'PORTAL LOCKED', message: 'The portal account is locked' } });
+    expect(validateR4(legacy)).toEqual([]);
+    expect(uris(legacy)).toEqual(['urn:v1-error:PORTAL%20LOCKED']);
+  });
+
   it("reads a portal's blank category, procedure code or payer name as none given: the item is general dental care, the insurer the check's payer", () => {
     const body = readResult('completed-full') as { result: { plan: { payer: Record<string, unknown> }; data: Record<string, Array<Record<string, unknown>>> } };
     const data = body.result.data;
