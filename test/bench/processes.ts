@@ -173,6 +173,8 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     const serve = await startCli(['serve', '--config', configFile, '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', `${httpPort}`], {
       env: {
         ...env,
+        // As the README says to run it: glibc's arenas for its threads otherwise keep what was freed in them.
+        MALLOC_ARENA_MAX: '2',
         DENTAL_ELIG_BASE_URL: sandbox.listening.sandbox,
         DENTAL_ELIG_API_KEY: DEFAULT_API_KEY,
         DENTAL_ELIG_CUSTOMER_ID: DEFAULT_CUSTOMER_ID,
