@@ -21,13 +21,6 @@ export interface Measured {
 }
 
 /**
- * Runs a measurement module's `measure()` on the main thread of a Node process of its own, as
- * serve runs. Not in Jest's test context: code there reaches every global (Object, Array,
- * Promise, ...) through the context's interceptors, and zod parses ran 15 times slower than in a
- * plain Node context. Not in a worker thread either: R4 validation ran 1.7 times slower in one
- * than on a main thread. The child compiles the TypeScript sources with swc, as Jest does (.swcrc).
- */
-/**
  * Node flags for each process a benchmark starts: BENCH_CPU_PROF=<dir> makes each write a V8 CPU
  * profile there when it stops (open it in Chrome DevTools); BENCH_NODE_FLAGS adds flags of one's
  * own (e.g. --trace-gc). V8 traces go to standard output, which the `dental-elig` children's
@@ -38,6 +31,13 @@ export function benchNodeFlags(): string[] {
   return [...(dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : []), ...(process.env.BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? [])];
 }
 
+/**
+ * Runs a measurement module's `measure()` on the main thread of a Node process of its own, as
+ * serve runs. Not in Jest's test context: code there reaches every global (Object, Array,
+ * Promise, ...) through the context's interceptors, and zod parses ran 15 times slower than in a
+ * plain Node context. Not in a worker thread either: R4 validation ran 1.7 times slower in one
+ * than on a main thread. The child compiles the TypeScript sources with swc, as Jest does (.swcrc).
+ */
 export function measureInProcess(modulePath: string): Promise<Measured> {
   const source = `
     ${COMPILE_TS}
