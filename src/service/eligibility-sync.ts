@@ -330,6 +330,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // The validator's definitions are read in a thread of their own while the catalog loads.
       const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
       catalog ??= loaded;
+      const orphaned = await store.beginWork();
+      if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
       worker.start();
       schedulePoll();
       logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');

@@ -177,6 +177,15 @@ export interface JobStore {
    * runs out, so a worker that dies lets another pick its checks up.
    */
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]>;
+  /**
+   * Called once before a worker takes its first check; returns how many checks a worker that is
+   * gone still held, given back now. One process works a SQLite store: the first worker takes a
+   * lock that the OS drops with the process (a kill -9 too), so whatever is still leased in the
+   * file was a dead process's and goes on at once rather than when its lease runs out; a worker
+   * in another process is refused while one works the file. Several instances share PostgreSQL:
+   * there a dead instance's checks wait out their leases.
+   */
+  beginWork(): Promise<number>;
   /** Ends a lease early (the worker is done with the check, or gives it back). */
   release(key: string, owner: string): Promise<void>;
   /** When the next check falls due, for a worker deciding how long to sleep. */

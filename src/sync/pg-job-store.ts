@@ -74,6 +74,10 @@ export class PgJobStore implements JobStore {
     return rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? ''));
   }
 
+  async beginWork(): Promise<number> {
+    return 0;
+  }
+
   async release(key: string, owner: string): Promise<void> {
     await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
   }

@@ -123,6 +123,8 @@ export class SqliteJobStore implements JobStore {
   private dataVersion = -1;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
+  /** Held while this store's worker works the file: see beginWork. */
+  private workLock: Database.Database | undefined;
 
   /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
   static open(location: string): SqliteJobStore {
@@ -131,7 +133,10 @@ export class SqliteJobStore implements JobStore {
     return new SqliteJobStore(new Database(file), file);
   }
 
-  private constructor(db: Database.Database, file: string) {
+  private constructor(
+    db: Database.Database,
+    private readonly file: string,
+  ) {
     this.db = db;
     db.pragma('journal_mode = WAL');
     // Migrations commit with SQLite's own sync; the batches after them with WalSync's.
@@ -207,6 +212,26 @@ export class SqliteJobStore implements JobStore {
         return this.checkOf(r);
       });
     });
+  }
+
+  /**
+   * The lock is an exclusive transaction on a file of its own beside the store (one on the store
+   * itself would hold off the CLI and the checkpointing thread), never committed: SQLite's locks
+   * are the OS's, gone with the process however it ends. A second call in the process that holds
+   * it gives back nothing: a worker here may hold those leases.
+   */
+  async beginWork(): Promise<number> {
+    if (this.workLock) return 0;
+    const lock = new Database(`${this.file}-worker`, { timeout: 1000 });
+    try {
+      lock.exec('BEGIN EXCLUSIVE');
+    } catch (err) {
+      lock.close();
+      if ((err as { code?: unknown }).code !== 'SQLITE_BUSY') throw err;
+      throw new Error(`job store ${this.file}: another process is working it (one process works a SQLite store; several instances share PostgreSQL)`);
+    }
+    this.workLock = lock;
+    return this.batched(LEASE, async () => this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL').run().changes);
   }
 
   release(key: string, owner: string): Promise<void> {
@@ -372,6 +397,9 @@ export class SqliteJobStore implements JobStore {
     await this.wal.close();
     await this.checkpointer.close();
     if (this.db.open) this.db.close();
+    // Last: another process may work the file once what this one committed is all in it.
+    this.workLock?.close();
+    this.workLock = undefined;
   }
 
   private serial<T>(step: () => Promise<T>): Promise<T> {

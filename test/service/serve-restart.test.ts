@@ -16,7 +16,9 @@ import { searchFhir, until } from '../sync/harness';
 /**
  * The sidecar as it runs in production: the built `dental-elig serve` as its own process, the
  * service and the chart as remote servers, a batch over MLLP, SIGKILL in the middle, a restart on
- * the same data dir. Every appointment ends with exactly one CoverageEligibilityResponse.
+ * the same data dir. Every appointment ends with exactly one CoverageEligibilityResponse, and
+ * the checks the killed process had in hand go on at once: their leases are the default two
+ * minutes, longer than the test waits.
  */
 describe('dental-elig serve, killed and restarted', () => {
   let sandbox: Sandbox;
@@ -30,7 +32,7 @@ describe('dental-elig serve, killed and restarted', () => {
     dataDir = mkdtempSync(path.join(tmpdir(), 'elig-serve-'));
     writeFileSync(
       path.join(dataDir, 'config.json'),
-      JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, leaseMs: 2000, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 4 } }),
+      JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 4 } }),
     );
   });
   afterAll(async () => {
@@ -47,6 +49,12 @@ describe('dental-elig serve, killed and restarted', () => {
 
     running = await startServe(dataDir, env);
     sandbox.configureWebhook({ url: `http://127.0.0.1:${running.httpPort}/webhooks/insurance-verification`, secret });
+    // One process works a SQLite store: a second serve on the same data dir says so and exits.
+    const second = await startServe(dataDir, env).then(
+      () => 'started',
+      (err: Error) => err.message,
+    );
+    expect(second).toMatch(/serve exited with 1: .*another process is working it/);
     const sender = await client(running.mllpPort);
     for (let i = 0; i < count; i++) sender.socket.write(frame(booking('K', i)));
     const acks = await sender.waitFor(count, 15_000);

@@ -33,7 +33,10 @@ export function startServe(dataDir: string, env: NodeJS.ProcessEnv, extra: strin
         resolve({ child, mllpPort: Number(mllp[1]), httpPort: Number(http[1]), exited, stderr });
       }
     });
-    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${stderr.join('').slice(0, 500)}`)));
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited with ${code}: ${stderr.join('').slice(0, 500)}`));
+    });
   });
 }
 

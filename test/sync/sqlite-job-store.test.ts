@@ -290,6 +290,31 @@ describe('SqliteJobStore', () => {
     });
   });
 
+  it('gives back at once the checks a process that is gone held, and lets no second worker work the file while one does', async () => {
+    const gone = SqliteJobStore.open(dir);
+    await gone.transaction(async (tx) => {
+      await tx.putCheck(checkRow('elig_held'));
+      await tx.putCheck(checkRow('elig_free'));
+    });
+    expect(await gone.beginWork()).toBe(0);
+    expect((await gone.claimDue({ now: NOW, limit: 1, owner: 'gone', leaseMs: 3_600_000 })).map((c) => c.key)).toEqual(['elig_held']);
+    // A second store on the file while the first works it: refused, the lease kept.
+    const second = SqliteJobStore.open(dir);
+    await expect(second.beginWork()).rejects.toThrow(/dental-elig\.sqlite: another process is working it \(one process works a SQLite store; several instances share PostgreSQL\)$/);
+    expect((await second.claimDue({ now: NOW, limit: 10, owner: 'second', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_free']);
+    await second.close();
+    await gone.close();
+
+    // Both closed with a check leased, as a process killed would leave them.
+    const next = SqliteJobStore.open(dir);
+    expect(await next.beginWork()).toBe(2);
+    expect((await next.claimDue({ now: NOW, limit: 10, owner: 'next', leaseMs: 60_000 })).map((c) => c.key).sort()).toEqual(['elig_free', 'elig_held']);
+    // Called again in the process that works the file, it takes nothing from the worker there.
+    expect(await next.beginWork()).toBe(0);
+    expect(await next.claimDue({ now: NOW, limit: 10, owner: 'other', leaseMs: 60_000 })).toEqual([]);
+    await next.close();
+  });
+
   it('refuses a file from a newer version of the program', async () => {
     await SqliteJobStore.open(dir).close();
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
