@@ -214,6 +214,23 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it("reads a portal's blank date as none given, never as a malformed one that keeps the whole result out of the chart", () => {
+    const body = readResult('completed-full') as { createdAt: string; result: { patient: Record<string, unknown>; plan: Record<string, unknown>; data: Record<string, Array<Record<string, unknown>>> } };
+    body.createdAt = ' ';
+    body.result.plan.terminationDate = '';
+    body.result.plan.benefitPeriod = { start: '2026-01-01', end: ' ' };
+    body.result.patient.dateOfBirth = '';
+    (body.result.data.frequencies?.[0] as Record<string, unknown>).lastServiceDate = '';
+    (body.result.data.waitingPeriods?.[0] as Record<string, unknown>).endsOn = ' ';
+    (body.result.data.history?.[0] as Record<string, unknown>).date = '';
+    const response = convert(body);
+    expect(validateR4(response)).toEqual([]);
+    expect(response.insurance?.[0]?.benefitPeriod).toEqual({ start: '2026-01-01' });
+    const plan = response.insurance?.[0]?.extension?.find((e) => e.url.endsWith('/plan'));
+    expect(plan?.extension?.map((e) => e.url)).not.toContain('terminationDate');
+    expect(response.extension?.map((e) => e.url.split('/').pop())).not.toContain('verification-created');
+  });
+
   it('refuses references that are not Type/id, naming the option', () => {
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, patient: 'pat-ellen' })).toThrow('patient: must be a reference Patient/<id>');
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, coverage: 'Patient/x' })).toThrow('coverage: must be a reference Coverage/<id>');
