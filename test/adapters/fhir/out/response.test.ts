@@ -201,6 +201,7 @@ describe('toCoverageEligibilityResponse', () => {
     (data.coinsurance?.[10] as Record<string, unknown>).procedureCodes = [' '];
     (data.deductibles?.[0] as Record<string, unknown>).waivedCategories = ['', 'Preventive'];
     (data.history?.[0] as Record<string, unknown>).procedureCode = '';
+    (data.history?.[1] as Record<string, unknown>).procedureCode = ' ';
     body.result.plan.payer = { name: ' ' };
     const response = convert(body, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
     expect(validateR4(response)).toEqual([]);
@@ -209,6 +210,8 @@ describe('toCoverageEligibilityResponse', () => {
     expect(codes(maximum?.category)).toEqual(general);
     const waived = items(response).find((i) => i.name === 'Deductible')?.benefit?.[0]?.extension?.filter((e) => e.url.endsWith('/waived-category'));
     expect(waived?.map((e) => e.valueCodeableConcept?.text)).toEqual(['Preventive']);
+    const history = items(response).filter((i) => i.name === 'Service history');
+    expect(history.slice(0, 2).map((i) => codes(i.category))).toEqual([general, general]);
     expect(response.insurer?.display).toBe('Delta Dental of California');
     const { payer: _payer, ...bare } = RESULT_REFS;
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
