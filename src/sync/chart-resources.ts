@@ -43,8 +43,15 @@ export function chartParts(check: EligibilityCheck): ChartPart[] {
 }
 
 export function identifierCondition(system: string, value: string): string {
-  return `identifier=${encodeURIComponent(system)}|${encodeURIComponent(value)}`;
+  return `identifier=${encodeURIComponent(searchEscaped(system))}|${encodeURIComponent(searchEscaped(value))}`;
 }
+
+/**
+ * A token as FHIR search reads it literally: a comma would make an identifier `MP,10045` a search
+ * for either part (finding another patient's `10045`), and `|` or `$` would split it, so each is
+ * escaped with a backslash, as is the backslash itself.
+ */
+const searchEscaped = (token: string) => token.replace(/[\\,$|]/g, (c) => `\\${c}`);
 
 const systemAndValue = (i: FhirIdentifier): [string, string] => [i.system ?? '', i.value ?? ''];
 

@@ -221,6 +221,20 @@ describe('write-back of an HL7-sourced check', () => {
     expect(written.patientId).toBe('pat-known');
     expect((await read<Patient>('Patient', 'pat-known')).name?.[0]?.family).toBe('Known');
   });
+
+  it('finds the Patient by an identifier holding a comma as that one identifier, not as either part (another patient\'s 10045)', async () => {
+    await server.seed([{ resourceType: 'Patient', id: 'pat-part', identifier: [{ system: 'urn:oid:1.2.3', value: '10045' }], name: [{ family: 'Other' }] }]);
+    const base = p();
+    const commaCheck = { ...base, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: 'MP,10045' }] } };
+    const outcome = withId(fixture('results', 'completed-minimal.json') as object, 'ver_hl7_comma');
+    const written = await writer.write(commaCheck, outcome);
+    expect(written.patientId).not.toBe('pat-part');
+    expect((await read<Patient>('Patient', written.patientId)).identifier?.[0]?.value).toBe('MP,10045');
+    const before = await counts();
+    const again = await writer.write(commaCheck, outcome);
+    expect([again.patientId, again.changed]).toEqual([written.patientId, false]);
+    expect(await counts()).toEqual(before);
+  });
 });
 
 describe('failures', () => {

@@ -10,7 +10,7 @@ import { complexExtension, extension } from './extensions';
 import { itemSubject } from './item-subject';
 import type { ResponseParts } from './parts';
 import { systemUrl } from '../systems';
-import { allowedCount, defined, fhirDate, usedCount } from './values';
+import { allowedCount, defined, fhirDate, present, usedCount } from './values';
 
 export function frequencyItem(f: Frequency, path: string, parts: ResponseParts): Item {
   const subject = itemSubject(f.category, f.procedureCodes);
@@ -67,8 +67,10 @@ export function waitingPeriodItem(w: WaitingPeriod, path: string): Item {
 /** A past service: the procedure as productOrService, when and where in the mouth in service-history. */
 export function historyItem(h: HistoryEntry, path: string): Item {
   const date = fhirDate(h.date, `${path}.date`);
+  // A blank code names nothing: as productOrService it would be pruned, leaving the item with neither (ces-1).
+  const code = present(h.procedureCode);
   return {
-    ...(h.procedureCode ? { productOrService: procedureConcept(h.procedureCode) } : { category: categoryConcept(undefined) }),
+    ...(code ? { productOrService: procedureConcept(code) } : { category: categoryConcept(undefined) }),
     name: 'Service history',
     extension: defined([
       complexExtension('service-history', {

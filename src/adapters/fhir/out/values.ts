@@ -9,15 +9,16 @@ import { systemUrl } from '../systems';
 const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
 const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
 
+/** A blank date is one the portal does not know, as present() reads any blank value: none, not a malformed one. */
 export function fhirDate(value: string | null | undefined, path: string): string | undefined {
-  if (value === null || value === undefined) return undefined;
+  if (value == null || present(value) === undefined) return undefined;
   if (!FHIR_DATE.test(value)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
   return value;
 }
 
 /** A time needs its offset in FHIR; the service's timestamps carry one. */
 export function fhirDateTime(value: string | null | undefined, path: string): string | undefined {
-  if (value === null || value === undefined) return undefined;
+  if (value == null || present(value) === undefined) return undefined;
   if (!FHIR_DATE_TIME.test(value)) {
     throw new FhirInputError([{ expression: path, diagnostics: 'must be an ISO 8601 date-time with offset', code: 'value' }]);
   }

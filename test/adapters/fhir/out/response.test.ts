@@ -201,6 +201,7 @@ describe('toCoverageEligibilityResponse', () => {
     (data.coinsurance?.[10] as Record<string, unknown>).procedureCodes = [' '];
     (data.deductibles?.[0] as Record<string, unknown>).waivedCategories = ['', 'Preventive'];
     (data.history?.[0] as Record<string, unknown>).procedureCode = '';
+    (data.history?.[1] as Record<string, unknown>).procedureCode = ' ';
     body.result.plan.payer = { name: ' ' };
     const response = convert(body, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
     expect(validateR4(response)).toEqual([]);
@@ -209,9 +210,28 @@ describe('toCoverageEligibilityResponse', () => {
     expect(codes(maximum?.category)).toEqual(general);
     const waived = items(response).find((i) => i.name === 'Deductible')?.benefit?.[0]?.extension?.filter((e) => e.url.endsWith('/waived-category'));
     expect(waived?.map((e) => e.valueCodeableConcept?.text)).toEqual(['Preventive']);
+    const history = items(response).filter((i) => i.name === 'Service history');
+    expect(history.slice(0, 2).map((i) => codes(i.category))).toEqual([general, general]);
     expect(response.insurer?.display).toBe('Delta Dental of California');
     const { payer: _payer, ...bare } = RESULT_REFS;
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
+  });
+
+  it("reads a portal's blank date as none given, never as a malformed one that keeps the whole result out of the chart", () => {
+    const body = readResult('completed-full') as { createdAt: string; result: { patient: Record<string, unknown>; plan: Record<string, unknown>; data: Record<string, Array<Record<string, unknown>>> } };
+    body.createdAt = ' ';
+    body.result.plan.terminationDate = '';
+    body.result.plan.benefitPeriod = { start: '2026-01-01', end: ' ' };
+    body.result.patient.dateOfBirth = '';
+    (body.result.data.frequencies?.[0] as Record<string, unknown>).lastServiceDate = '';
+    (body.result.data.waitingPeriods?.[0] as Record<string, unknown>).endsOn = ' ';
+    (body.result.data.history?.[0] as Record<string, unknown>).date = '';
+    const response = convert(body);
+    expect(validateR4(response)).toEqual([]);
+    expect(response.insurance?.[0]?.benefitPeriod).toEqual({ start: '2026-01-01' });
+    const plan = response.insurance?.[0]?.extension?.find((e) => e.url.endsWith('/plan'));
+    expect(plan?.extension?.map((e) => e.url)).not.toContain('terminationDate');
+    expect(response.extension?.map((e) => e.url.split('/').pop())).not.toContain('verification-created');
   });
 
   it('refuses references that are not Type/id, naming the option', () => {
