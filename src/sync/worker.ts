@@ -4,7 +4,7 @@ import type { PayerResolver } from '../domain';
 import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
-import { ServiceError } from '../verification/errors';
+import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 import { toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
@@ -306,6 +306,13 @@ export class Worker {
       // The data is wrong: the front desk sees it in the chart and corrects it at the source.
       const fields = err.fieldErrors.join('; ');
       return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
+    }
+    if (err.code === UNREADABLE_ANSWER) {
+      // Sent again, it would be answered the same: a person reads what the service sent, kept as the check's result.
+      const summary = `${err.problem.title ?? 'unreadable answer'}: ${err.problem.detail ?? 'the service answered with a body this plugin cannot read'}`;
+      const moved = await this.step(row, from, { state: 'needs-attention', dueAt: undefined, result: err.received, lastError: summary });
+      if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'answer unreadable' });
+      return;
     }
     if (status === 404 && from === 'awaiting-result') {
       // The service does not know the verification: send it again under the same externalId, as

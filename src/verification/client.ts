@@ -1,7 +1,7 @@
 import { ZodError, type z } from 'zod';
 import { describeIssue, fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
-import { ServiceError } from './errors';
+import { ServiceError, UNREADABLE_ANSWER } from './errors';
 import { ServiceHttp, type Log } from './http';
 import { toOutcome, validationKindOf, type VerificationOutcome } from './outcome';
 import {
@@ -285,7 +285,9 @@ function readOutcome(verification: Verification, operation: string): Verificatio
     if (!(err instanceof ZodError)) throw err;
     throw new ServiceError({
       operation,
+      code: UNREADABLE_ANSWER,
       problem: { title: 'Unexpected response body', detail: `result.${describeIssue(err)}`, errors: fieldErrors(err.issues, verification.result) },
+      received: verification,
     });
   }
 }

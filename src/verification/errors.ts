@@ -10,6 +10,12 @@ const describeFieldError = (e: FieldError) => `${e.field ?? '(field)'}: ${e.mess
  * are ServiceErrors too, with `status` undefined and `code` the transport error code.
  * Messages carry the operation, status and problem text, never request bodies.
  */
+/**
+ * The code of a ServiceError for a 2xx answer that cannot be read. Asking again gets the same
+ * answer, so it is not retried: the caller keeps what arrived for a person to read.
+ */
+export const UNREADABLE_ANSWER = 'unreadable_answer';
+
 export class ServiceError extends Error {
   readonly status: number | undefined;
   readonly problem: ProblemDetails;
@@ -19,8 +25,19 @@ export class ServiceError extends Error {
   readonly requestId: string | undefined;
   /** How long the service asked to be left alone (its Retry-After), when it said. */
   readonly retryAfterMs: number | undefined;
+  /** With code UNREADABLE_ANSWER: the 2xx body as it arrived (its JSON, or its text when it was none). */
+  readonly received: unknown;
 
-  constructor(args: { operation: string; status?: number; problem: ProblemDetails; code?: string; requestId?: string; retryAfterMs?: number; cause?: unknown }) {
+  constructor(args: {
+    operation: string;
+    status?: number;
+    problem: ProblemDetails;
+    code?: string;
+    requestId?: string;
+    retryAfterMs?: number;
+    received?: unknown;
+    cause?: unknown;
+  }) {
     super(describe(args.operation, args.status, args.problem, args.code), { cause: args.cause });
     this.name = 'ServiceError';
     this.operation = args.operation;
@@ -29,6 +46,7 @@ export class ServiceError extends Error {
     this.code = args.code;
     this.requestId = args.requestId;
     this.retryAfterMs = args.retryAfterMs;
+    this.received = args.received;
   }
 
   /** Field-level failures of a 422, as `field: message` lines. */

@@ -2,7 +2,7 @@ import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import type * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
-import { ServiceError } from './errors';
+import { ServiceError, UNREADABLE_ANSWER } from './errors';
 import { normaliseProblem } from './outcome';
 import { ProblemDetails } from './wire';
 
@@ -148,8 +148,10 @@ export class ServiceHttp {
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
+        code: UNREADABLE_ANSWER,
         problem: { title: 'Unexpected response body', detail: describeIssue(parsed.error, '(body)') },
         requestId,
+        received: json === undefined ? text : json,
       });
     }
     return { status: res.statusCode, body: parsed.data };

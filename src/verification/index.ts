@@ -1,6 +1,6 @@
 export { VerificationClient, type ClientOptions, type WaitOptions } from './client';
 export { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
-export { ServiceError } from './errors';
+export { ServiceError, UNREADABLE_ANSWER } from './errors';
 export { classifyFailure, failureKindOf, type FailureAction, type FailureClassification } from './failure-kinds';
 export type { Log } from './http';
 export { toOutcome, outcomeKindOf, type OutcomeKind, type VerificationOutcome } from './outcome';

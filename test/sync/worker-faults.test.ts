@@ -31,6 +31,39 @@ describe('the worker when the service misbehaves', () => {
   });
 });
 
+describe('the worker when the service answers with a verification it cannot read', () => {
+  // A portal's figure as text the wire does not read as a number: the whole result is unreadable.
+  const unreadable = { correlationId: 'ver-odd', status: 'Completed', result: { plan: { status: 'Active' }, data: { maximums: [{ amount: '$1,500.00' }] } } };
+
+  it('keeps a synchronous answer it cannot read for a person, naming the element, and does not send it again', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 3 }, answer: (_req, res) => json(res, 200, unreadable) });
+    await rig.addCheck('odd');
+    rig.worker.start();
+    const row = await rig.reach('odd', 'needs-attention', 5000);
+    await sleep(300);
+    expect(posts(rig.requests)).toEqual(['/v2/insurance-verifications']);
+    expect(row.result).toEqual(unreadable);
+    expect(row.dueAt).toBeUndefined();
+    expect(row.lastError).toMatch(/^Unexpected response body: result\.data\.maximums\.0\.amount: /);
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['needs-attention', 'needs-attention']]);
+  });
+
+  it('keeps an asynchronous one it polled for a person too, rather than polling it until it has been pending too long', async () => {
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res) => (req.method === 'POST' ? json(res, 202, { correlationId: 'ver-odd', status: 'Pending' }) : json(res, 200, unreadable)),
+    });
+    await rig.addCheck('odd-async');
+    rig.worker.start();
+    const row = await rig.reach('odd-async', 'needs-attention', 5000);
+    await sleep(300);
+    expect(gets(rig.requests)).toEqual(['/v2/insurance-verifications/ver-odd']);
+    expect(row.result).toEqual(unreadable);
+    expect(row.correlationId).toBe('ver-odd');
+    expect(row.lastError).toMatch(/^Unexpected response body: result\.data\.maximums\.0\.amount: /);
+  });
+});
+
 describe('the worker when the service says to try again later', () => {
   it('writes a retry-later failure that outlasts maxAttempts to the chart and puts the check where a person sees it', async () => {
     rig = await startWorkerRig({

@@ -1,7 +1,7 @@
 import { inspect } from 'node:util';
 import { VerificationClient } from '../../src/verification/client';
 import { isLoopbackHost } from '../../src/verification/config';
-import { ServiceError } from '../../src/verification/errors';
+import { ServiceError, UNREADABLE_ANSWER } from '../../src/verification/errors';
 import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { validationKindOf } from '../../src/verification/outcome';
 import { Organization, Verification } from '../../src/verification/wire';
@@ -176,6 +176,7 @@ describe('ServiceHttp', () => {
       expect((await call()).body).toEqual({ organizationId: 'o1', region: 'west' });
       const err = (await call().catch((e: unknown) => e)) as ServiceError;
       expect(err.message).toMatch(/^get organization failed with 200 - Unexpected response body: organizationId: /);
+      expect([err.code, err.received]).toEqual([UNREADABLE_ANSWER, { name: 'no id' }]);
     } finally {
       await Promise.all([http.close(), server.close()]);
     }
@@ -256,8 +257,11 @@ describe('VerificationClient on a result it cannot read', () => {
     try {
       const err = (await client.getVerification('c1').catch((e: unknown) => e)) as ServiceError;
       expect(err).toBeInstanceOf(ServiceError);
-      expect(err.message).toMatch(/^get insurance verification failed - Unexpected response body: result\.data\.maximums: /);
+      expect(err.message).toMatch(/^get insurance verification failed \(unreadable_answer\) - Unexpected response body: result\.data\.maximums: /);
       expect(err.problem.errors?.[0]).toMatchObject({ field: 'data.maximums', code: 'invalid_value' });
+      // What arrived is kept for the caller: asked again, the service would answer the same.
+      expect(err.code).toBe(UNREADABLE_ANSWER);
+      expect(err.received).toEqual({ correlationId: 'c1', status: 'Completed', result: { data: { maximums: 'lots' } } });
     } finally {
       await Promise.all([client.close(), server.close()]);
     }
