@@ -3,6 +3,7 @@ import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
 import { InlineCredentials } from '../verification/wire';
+import { isWebhookSecret } from '../verification/webhook';
 import { ConfigError, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -39,7 +40,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (baseUrl && !apiKey) throw new ConfigError('DENTAL_ELIG_API_KEY: not set; a service base URL needs its API key (or DENTAL_ELIG_API_KEY_FILE)');
   const scheme = fromFile.webhookScheme ?? 'standard-webhooks';
   const webhookSecret = env.DENTAL_ELIG_WEBHOOK_SECRET;
-  if (scheme === 'standard-webhooks' && webhookSecret !== undefined && !/^whsec_[A-Za-z0-9+/=]+$/.test(webhookSecret)) {
+  if (scheme === 'standard-webhooks' && webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
     throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret, whsec_ followed by base64');
   }
   if (scheme === 'bearer' && !env.DENTAL_ELIG_WEBHOOK_TOKEN) throw new ConfigError('DENTAL_ELIG_WEBHOOK_TOKEN: not set; webhookScheme bearer needs it');

@@ -101,32 +101,45 @@ export class ServiceHttp {
 
     let res: Dispatcher.ResponseData<unknown>;
     let text: string;
-    let retries = 0;
-    try {
-      res = await request(url, {
-        method: opts.method,
-        headers,
-        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-        dispatcher: this.#dispatcher,
-        // Per-request retry switch: only safe requests get the methods list the interceptor checks.
-        retryOptions: {
-          methods: opts.idempotent ? [opts.method] : [],
-          retry: this.#retry(opts.operation, target, () => ++retries),
-        },
-      } as Parameters<typeof request>[1]);
-      text = await res.body.text();
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      const what = describeTransportError(code);
-      throw new ServiceError({
-        operation: opts.operation,
-        code,
-        problem: {
-          title: what.charAt(0).toUpperCase() + what.slice(1),
-          detail: `${target}${retries ? ` (after ${retries} ${retries === 1 ? 'retry' : 'retries'})` : ''}`,
-        },
-        cause: err,
-      });
+    const tally = { retries: 0, responded: false };
+    for (;;) {
+      tally.responded = false;
+      try {
+        res = await request(url, {
+          method: opts.method,
+          headers,
+          body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+          dispatcher: this.#dispatcher,
+          // Per-request retry switch: only safe requests get the methods list the interceptor checks.
+          retryOptions: {
+            methods: opts.idempotent ? [opts.method] : [],
+            retry: this.#retry(opts.operation, target, tally),
+          },
+        } as Parameters<typeof request>[1]);
+        tally.responded = true;
+        text = await res.body.text();
+        break;
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        // A body cut off or stalled after the headers: undici would resume it with a Range request, which
+        // the service does not serve (it answers in full and the resume fails), so the whole request goes again.
+        if (tally.responded && opts.idempotent && RETRY_ERROR_CODES.includes(code ?? '') && tally.retries < this.#config.maxRetries) {
+          const delay = this.#nextRetry(opts.operation, target, tally, { code }, undefined);
+          await new Promise((resolve) => setTimeout(resolve, delay));
+          continue;
+        }
+        const what = describeTransportError(code);
+        const { retries } = tally;
+        throw new ServiceError({
+          operation: opts.operation,
+          code,
+          problem: {
+            title: what.charAt(0).toUpperCase() + what.slice(1),
+            detail: `${target}${retries ? ` (after ${retries} ${retries === 1 ? 'retry' : 'retries'})` : ''}`,
+          },
+          cause: err,
+        });
+      }
     }
 
     const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
@@ -161,28 +174,37 @@ export class ServiceHttp {
     await this.#dispatcher.close();
   }
 
-  /** The interceptor's retry decision for one call; every retry is a warning, so a wait is never silent. */
-  #retry(operation: string, target: string, counted: () => number): RetryCallback {
-    const { maxRetries, retryMinDelayMs, retryMaxDelayMs } = this.#config;
-    return (err, { state, opts }, cb) => {
+  /** The interceptor's retry decision for one request, before its answer's headers; every retry is a warning, so a wait is never silent. */
+  #retry(operation: string, target: string, tally: { retries: number; responded: boolean }): RetryCallback {
+    const { maxRetries, retryMaxDelayMs } = this.#config;
+    return (err, { opts }, cb) => {
       const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
       const allowed =
+        !tally.responded &&
         (opts.retryOptions?.methods ?? []).includes(opts.method) &&
         (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
-        state.counter <= maxRetries;
+        tally.retries < maxRetries;
       if (!allowed) return cb(err);
       // A service that asks for a longer pause than we would ever wait gets its answer back now.
       const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
       if (after !== undefined && after > retryMaxDelayMs) return cb(err);
-      const delay = retryDelay(state.counter, after, { retryMinDelayMs, retryMaxDelayMs }, this.#random);
-      const why = e.statusCode !== undefined ? `answered ${e.statusCode}` : `${describeTransportError(e.code)} (${e.code ?? 'no code'})`;
-      this.#log.warn(
-        { attempt: state.counter, delayMs: delay, status: e.statusCode, code: e.code },
-        `${operation}: ${target} ${why}; retry ${counted()} of ${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
-      );
+      const delay = this.#nextRetry(operation, target, tally, { status: e.statusCode, code: e.code }, after);
       // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
       setTimeout(() => cb(null), delay);
     };
+  }
+
+  /** Counts one more retry of a call and says so; returns how long to wait before it. */
+  #nextRetry(operation: string, target: string, tally: { retries: number }, cause: { status?: number | undefined; code?: string | undefined }, after: number | undefined): number {
+    const { maxRetries, retryMinDelayMs, retryMaxDelayMs } = this.#config;
+    tally.retries += 1;
+    const delay = retryDelay(tally.retries, after, { retryMinDelayMs, retryMaxDelayMs }, this.#random);
+    const why = cause.status !== undefined ? `answered ${cause.status}` : `${describeTransportError(cause.code)} (${cause.code ?? 'no code'})`;
+    this.#log.warn(
+      { attempt: tally.retries, delayMs: delay, status: cause.status, code: cause.code },
+      `${operation}: ${target} ${why}; retry ${tally.retries} of ${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
+    );
+    return delay;
   }
 }
 

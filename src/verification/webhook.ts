@@ -40,6 +40,17 @@ export interface WebhookReceiverOptions {
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
 
+/** Whether the library takes this as a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a cut-off paste through). */
+export function isWebhookSecret(secret: string): boolean {
+  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) return false;
+  try {
+    new Webhook(secret);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 class Rejection extends Error {
   constructor(
     readonly status: number,

@@ -55,6 +55,9 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_BASE_URL: 'https://api.example.test' }, {})).toThrow(/^DENTAL_ELIG_API_KEY: not set/);
     expect(() => loadServeConfig({ DENTAL_ELIG_BASE_URL: 'https://api.example.test', DENTAL_ELIG_API_KEY: 'k' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: not set/);
     expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'plain' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
+    // Base64 characters that do not decode (a cut-off paste) are refused here, naming the variable, not at start by the library.
+    expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_abc' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_a=b=' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
   });
 
   it('runs on embedded defaults with nothing set', () => {

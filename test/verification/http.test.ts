@@ -230,6 +230,33 @@ describe('ServiceHttp, what real networks and services send', () => {
     }
   });
 
+  it('asks again in full when an answer stalls or is cut off in the middle of its body: the service serves no byte ranges', async () => {
+    for (const cut of ['stall', 'reset'] as const) {
+      const server = await startScriptedServer((_r, res, i) => {
+        const body = JSON.stringify({ organizationId: 'org_7', name: 'Lakeside Dental' });
+        res.writeHead(i === 0 ? 200 : 201, { 'content-type': 'application/json', 'content-length': String(body.length) });
+        if (i > 0) return void res.end(body);
+        res.write(body.slice(0, 20));
+        if (cut === 'reset') setTimeout(() => res.socket?.destroy(), 20);
+      });
+      const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', timeoutMs: 200, ...fast });
+      try {
+        for (const method of ['GET', 'POST'] as const) {
+          const r = await http.call({ operation: 'o', method, path: '/v2/organizations', ...(method === 'POST' && { body: { externalId: 'x' } }), response: Organization, idempotent: true });
+          expect(r.body?.organizationId).toBe('org_7');
+        }
+        // The first answer of all was cut off; the repeat is a whole request, not a resume from byte 20.
+        expect(server.requests.map((q) => [q.method, q.headers.range])).toEqual([
+          ['GET', undefined],
+          ['GET', undefined],
+          ['POST', undefined],
+        ]);
+      } finally {
+        await Promise.all([http.close(), server.close()]);
+      }
+    }
+  });
+
   it('types a connection lost in the middle of the body', async () => {
     const server = await startScriptedServer((_r, res) => {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': '200' });
