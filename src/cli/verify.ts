@@ -113,7 +113,11 @@ export function registerVerify(program: Command, io: CliIo): void {
         if (problem) problems.push(problem);
       }
       if (opts.json) printRecord(io, (shown.length === 1 ? shown[0] : shown) as Record<string, unknown>, true);
-      else if (opts.async && !opts.wait) io.stdout.write('next: `dental-elig verify get CORRELATION_ID` fetches a result (or --wait polls for it)\n');
+      else if (opts.async && !opts.wait) {
+        // One verification names its own id; several, each printed above.
+        const id = requests.length === 1 ? (shown[0] as { correlationId: string }).correlationId : 'CORRELATION_ID';
+        io.stdout.write(`next: \`dental-elig verify get ${id}\` fetches a result (or --wait polls for it)\n`);
+      }
       fail(io, problems, requests.length);
     });
   });

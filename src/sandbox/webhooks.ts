@@ -43,7 +43,6 @@ export interface DeliveryTiming {
   timeoutMs: number;
 }
 
-/** A fresh Standard Webhooks secret. */
 /**
  * Checks a webhook configuration when it is given, so a secret that is not `whsec_<base64>` fails
  * there, naming the field, instead of silently stopping every delivery later.
@@ -52,6 +51,7 @@ export function checkWebhookConfig(config: WebhookConfig | undefined): void {
   if (config?.secret && !isWebhookSecret(config.secret)) throw new Error('webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64');
 }
 
+/** A fresh Standard Webhooks secret. */
 export function generateWebhookSecret(): string {
   return `whsec_${randomBytes(24).toString('base64')}`;
 }

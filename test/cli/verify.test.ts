@@ -97,7 +97,7 @@ describe('verify', () => {
     expect(queued.code).toBe(0);
     const [correlationId] = field(queued.stdout, 'correlationId');
     expect(field(queued.stdout, 'status')).toEqual(['Pending']);
-    expect(queued.stdout).toContain('next: `dental-elig verify get CORRELATION_ID`');
+    expect(queued.stdout).toContain(`next: \`dental-elig verify get ${correlationId}\` fetches a result`);
     const waited = await cli(['verify', 'get', correlationId ?? '', '--wait', '--first-delay-ms', '60'], env);
     expect(waited.code).toBe(0);
     expect(field(waited.stdout, 'status')).toEqual(['Completed']);
