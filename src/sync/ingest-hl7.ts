@@ -45,13 +45,13 @@ export interface Hl7Ingested {
 export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptions): Promise<Hl7Ingested> {
   const receivedAt = options.now();
   return store.transaction(async (tx) => {
-    const { message, duplicate } = await tx.addMessage({
-      kind: 'hl7',
-      dedupeKey: options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`,
-      receivedAt: receivedAt.toISOString(),
-      raw: text,
-      status: 'received',
-    });
+    const received = (dedupeKey: string) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
+    let { message, duplicate } = await received(options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`);
+    if (duplicate && message.raw !== text) {
+      // The sender reused a control id for a different message: it is kept under a key of its own,
+      // by which a resend of it is known too.
+      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(text).slice(0, 16)}`));
+    }
     if (duplicate && message.raw === text && message.answer !== undefined) {
       return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
     }
@@ -66,13 +66,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
     const detail = describe(result.outcome);
-    if (duplicate) {
-      // The sender reused a control id for a different message: keep both, under distinct keys.
-      const again = await tx.addMessage({ kind: 'hl7', dedupeKey: `${message.dedupeKey}#${digest(text).slice(0, 16)}`, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
-      await tx.updateMessage(again.message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
-    } else {
-      await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
-    }
+    await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { acks, result, created, withdrawn };
   });
