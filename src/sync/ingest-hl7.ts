@@ -7,6 +7,7 @@ import {
   describeProblems,
   messageControlId,
   readMessageHeader,
+  segmentLines,
   type Ack,
   type AppointmentBasis,
   type Hl7Mappings,
@@ -46,13 +47,15 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
   const receivedAt = options.now();
   return store.transaction(async (tx) => {
     const received = (dedupeKey: string) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
+    // A resend may differ in line endings, blank lines or framing bytes: it is the same message.
+    const segments = segmentLines(text).join('\r');
     let { message, duplicate } = await received(options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`);
-    if (duplicate && message.raw !== text) {
+    if (duplicate && segmentLines(message.raw).join('\r') !== segments) {
       // The sender reused a control id for a different message: it is kept under a key of its own,
       // by which a resend of it is known too.
-      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(text).slice(0, 16)}`));
+      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(segments).slice(0, 16)}`));
     }
-    if (duplicate && message.raw === text && message.answer !== undefined) {
+    if (duplicate && message.answer !== undefined) {
       return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
     }
     const result = await handleHl7Message(text, {
