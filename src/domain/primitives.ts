@@ -12,6 +12,15 @@ export type IsoInstant = z.infer<typeof IsoInstant>;
 
 export const NonEmpty = z.string().trim().min(1, { error: 'must not be empty' });
 
+/** Control characters FHIR strings may not hold (all but tab, line feed and carriage return): a stray NUL or escape. */
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+const CONTROLS = new RegExp(CONTROL.source, 'g');
+
+/** The text without the control characters FHIR strings may not hold. */
+export function withoutControlCharacters(text: string): string {
+  return CONTROL.test(text) ? text.replace(CONTROLS, '') : text;
+}
+
 /** National Provider Identifier: ten digits, the last a Luhn check digit over the 80840 prefix. */
 export const Npi = z
   .string()

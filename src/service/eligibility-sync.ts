@@ -7,7 +7,7 @@ import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
-import { loadHl7Mappings, type Ack, type Hl7Mappings } from '../adapters/hl7';
+import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -308,8 +308,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     async receiveHl7(text: string): Promise<Ack[]> {
       arriving++;
       const done = await ingestHl7(store, text, { mappings, routing, now, policy }).finally(() => arriving--);
-      const type = done.result?.header ? `${done.result.header.messageCode}^${done.result.header.triggerEvent}` : 'unknown';
-      metrics.messages.inc({ type, ack: done.result ? done.result.ackCode : 'duplicate' });
+      metrics.messages.inc({ type: messageType(done.result), ack: done.result ? done.result.ackCode : 'duplicate' });
       if (done.created.length > 0) worker.kick();
       return done.acks;
     },
@@ -373,6 +372,21 @@ async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> 
   } catch {
     return 'unreachable';
   }
+}
+
+/** An HL7 message type as HL7 writes it: three letters or digits, then the event's three. */
+const HL7_TYPE = /^[A-Z0-9]{3}\^[A-Z0-9]{3}$/;
+
+/**
+ * A message's type as the metrics count it. Each value is a series kept for the process's life, so
+ * a type the profile does not know, or one no sender writes (MSH-9 may hold anything, a megabyte
+ * of it), is counted as unsupported, not as a label of its own.
+ */
+function messageType(result: Hl7Result | undefined): string {
+  if (!result?.header) return 'unknown';
+  const type = `${result.header.messageCode}^${result.header.triggerEvent}`;
+  const unsupported = result.outcome.kind === 'reject' && result.outcome.problems.some((p) => p.code === 200 || p.code === 201);
+  return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
 }
 
 /** The reader's credentials: the static token, or SMART tokens of its own, for the read scopes unless a scope is configured. */

@@ -7,6 +7,7 @@ import {
   describeProblems,
   messageControlId,
   readMessageHeader,
+  segmentLines,
   type Ack,
   type AppointmentBasis,
   type Hl7Mappings,
@@ -45,14 +46,16 @@ export interface Hl7Ingested {
 export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptions): Promise<Hl7Ingested> {
   const receivedAt = options.now();
   return store.transaction(async (tx) => {
-    const { message, duplicate } = await tx.addMessage({
-      kind: 'hl7',
-      dedupeKey: options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`,
-      receivedAt: receivedAt.toISOString(),
-      raw: text,
-      status: 'received',
-    });
-    if (duplicate && message.raw === text && message.answer !== undefined) {
+    const received = (dedupeKey: string) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
+    // A resend may differ in line endings, blank lines or framing bytes: it is the same message.
+    const segments = segmentLines(text).join('\r');
+    let { message, duplicate } = await received(options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`);
+    if (duplicate && segmentLines(message.raw).join('\r') !== segments) {
+      // The sender reused a control id for a different message: it is kept under a key of its own,
+      // by which a resend of it is known too.
+      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(segments).slice(0, 16)}`));
+    }
+    if (duplicate && message.answer !== undefined) {
       return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
     }
     const result = await handleHl7Message(text, {
@@ -66,13 +69,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
     const detail = describe(result.outcome);
-    if (duplicate) {
-      // The sender reused a control id for a different message: keep both, under distinct keys.
-      const again = await tx.addMessage({ kind: 'hl7', dedupeKey: `${message.dedupeKey}#${digest(text).slice(0, 16)}`, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
-      await tx.updateMessage(again.message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
-    } else {
-      await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
-    }
+    await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { acks, result, created, withdrawn };
   });

@@ -39,6 +39,19 @@ describe('observability', () => {
     expect(metrics).toMatch(/^nodejs_heap_size_used_bytes \d+$/m);
   });
 
+  it('counts HL7 messages by the types a sender may send, not by whatever MSH-9 holds', async () => {
+    h = await startHarness();
+    const msh = (type: string, id: string) => `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|2026||${type}|${id}|P|2.5.1\rPID|1`;
+    for (let i = 0; i < 5; i++) await h.sync.receiveHl7(msh(`Z${i}${'Q'.repeat(2000)}^E${i}`, `U${i}`));
+    await h.sync.receiveHl7(msh(`SIU^S${'9'.repeat(2000)}`, 'U5'));
+    await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).not.toContain('Q'.repeat(50));
+    expect(metrics).not.toContain('9'.repeat(50));
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 5$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 1$/m);
+  });
+
   it('says the chart is unreachable when the FHIR server is down', async () => {
     h = await startHarness();
     await h.fhir.close();

@@ -113,6 +113,36 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
   });
 
+  it('changes nothing on a resend of a message whose control id the sender had already used for another', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    // A sender whose counter restarted: R1 names two messages, each kept and applied once.
+    await send(siu('R1', 'P-6', 'APT-6', in1('64246', 'Guardian', 'SBX-COMPLETE')));
+    const second = siu('R1', 'P-7', 'APT-7', in1('62308', 'Cigna Dental', 'SBX-COMPLETE'));
+    expect(await send(second)).toEqual(['AA']);
+    expect(await send([msh('SIU^S15^SIU_S12', 'R2'), sch('APT-7'), pid('P-7')].join('\r'))).toEqual(['AA']);
+    const before = await h.store.listChecks();
+    // The second one resent (its ACK was lost): the same answer, the cancelled booking stays cancelled.
+    expect(await send(second)).toEqual(['AA']);
+    expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-7'))?.status).toBe('cancelled');
+    expect(await h.store.listChecks()).toEqual(before);
+    expect((await h.store.listMessages()).filter((m) => m.kind === 'hl7')).toHaveLength(3);
+  });
+
+  it('answers a resend with other line endings as before, with or without a control id, and applies it no more', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const booking = (id: string) => siu(id, 'P-8', 'APT-8', in1('64246', 'Guardian', 'SBX-COMPLETE'));
+    const cancel = (id: string) => [msh('SIU^S15^SIU_S12', id), sch('APT-8'), pid('P-8')].join('\r');
+    for (const [id, cancelId] of [['Q1', 'Q2'], ['', 'Q3']] as const) {
+      const first = await h.sync.receiveHl7(booking(id));
+      await h.sync.receiveHl7(cancel(cancelId));
+      const again = await h.sync.receiveHl7(`${booking(id).replace(/\r/g, '\r\n')}\r\n`);
+      expect(again).toEqual(first);
+      expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-8'))?.status).toBe('cancelled');
+    }
+  });
+
   it('loses no update when two connections race with messages for one patient', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();

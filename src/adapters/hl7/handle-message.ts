@@ -18,7 +18,7 @@ import { headerOf, messageControlId, type MessageHeader } from './message-header
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
 import { firstValue, whereMissing } from './read-fields';
-import { readInsurance } from './read-insurance';
+import { coveragesOfPatient, readInsurance } from './read-insurance';
 import { patientKey, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
@@ -198,7 +198,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   if (!patient || !appointment || !insurance || !clinicId || !key) throw new Error('readers returned nothing without a problem');
 
   const known = await options.store.get(key);
-  const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
+  const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = insurance.present || insuranceKnownIn(known);
   const basis: AppointmentBasis = {
     clinicId,
@@ -252,7 +252,7 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');
   const known = await options.store.get(key);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
-  const coverages = insurance.present ? insurance.coverages : (known?.coverages ?? []);
+  const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], insurance.present || insuranceKnownIn(known));
   await options.store.put(key, updated);
   return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, record: updated };

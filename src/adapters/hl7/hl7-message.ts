@@ -1,4 +1,5 @@
 import { Message } from 'node-hl7-client';
+import { withoutControlCharacters } from '../../domain';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { Hl7InputError, rejection, type Hl7Problem } from './hl7-errors';
 import { segmentLines } from './split-messages';
@@ -52,7 +53,9 @@ export class Hl7Segment {
     const comp = rep && piece(rep, this.delimiters.component, component - 1);
     const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
     if (!escaped) return '';
-    const text = unescape(this.decoder, escaped, this.delimiters.escape);
+    const decoded = unescape(this.decoder, escaped, this.delimiters.escape);
+    // A stray control character, raw or hex-escaped, is no part of a name or an id, and the chart's FHIR strings refuse it.
+    const text = withoutControlCharacters(decoded);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
   }

@@ -131,6 +131,20 @@ function readOne(
   };
 }
 
+/**
+ * Coverages known from an earlier message, for the patient as this one describes them: a subscriber
+ * who is the patient (self) takes the patient's name and birth date when those no longer match, so
+ * a corrected name or birth date reaches the check whole instead of contradicting its subscriber.
+ */
+export function coveragesOfPatient(coverages: readonly KnownCoverage[], patient: PatientDemographics): KnownCoverage[] {
+  return coverages.map((known) => {
+    const { subscriber } = known;
+    if (subscriber.relationship !== 'self' || isPatient(patient, subscriber, subscriber.birthDate)) return known;
+    const { firstName, middleName, lastName, birthDate } = patient;
+    return { ...known, subscriber: { firstName, ...(middleName && { middleName }), lastName, birthDate, memberId: subscriber.memberId, relationship: 'self' } };
+  });
+}
+
 /** Whatever of a subscriber's name (family and given) and birth date is stated is the patient's. */
 function isPatient(patient: PatientDemographics, name: PersonName | undefined, birthDate: string | undefined): boolean {
   const sameName = name === undefined || (sameText(name.lastName, patient.lastName) && sameText(name.firstName, patient.firstName));

@@ -276,6 +276,27 @@ describe('the patient insurance store', () => {
     expect(later.map((c) => c.subscriber.memberId)).toEqual(['ML-1']);
   });
 
+  it('gives a subscriber who is the patient the name and birth date an ADT without IN1 corrects', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(adt('A04', 'A1', delta), store);
+    const corrected = 'PID|1||P-1^^^SC^MR||DOE-SMITH^JANE||19800103|F';
+    const updated = await run([msh('ADT^A08^ADT_A01', 'A2'), corrected], store);
+    const self = { firstName: 'JANE', lastName: 'DOE-SMITH', birthDate: '1980-01-03', memberId: 'D-1', relationship: 'self' };
+    // The record the pipeline builds the patient's booked checks again from.
+    expect(updated.outcome.kind === 'record' && updated.outcome.record.coverages.map((c) => c.subscriber)).toEqual([self]);
+    const [check] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, corrected], store));
+    expect(check?.patient).toMatchObject({ lastName: 'DOE-SMITH', birthDate: '1980-01-03' });
+    expect(check?.subscriber).toEqual(self);
+  });
+
+  it('keeps another person as the subscriber when the patient’s name is corrected', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const spouse = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 16: 'DOE^JOHN', 17: 'SPO', 18: '19790304', 36: 'D-1' });
+    await run(adt('A04', 'A1', spouse), store);
+    const [check] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, 'PID|1||P-1^^^SC^MR||DOE-SMITH^JANE||19800102|F'], store));
+    expect(check?.subscriber).toEqual({ firstName: 'JOHN', lastName: 'DOE', birthDate: '1979-03-04', memberId: 'D-1', relationship: 'spouse' });
+  });
+
   it('forgets insurance when an ADT says self pay, so the next appointment makes no check', async () => {
     const store = new InMemoryPatientInsuranceStore();
     await run(adt('A04', 'A1', delta), store);

@@ -49,6 +49,11 @@ describe('parseHl7Message', () => {
     expect(in1?.value(2, 2)).toBe('Caf Plan A');
   });
 
+  it('drops control characters from values, raw or hex-escaped, which no name or id holds and the chart refuses', () => {
+    const pid = parseHl7Message([MSH, 'PID|1||P\u00011^^^SC||DO\\X01\\E^JA\tNE^\\X1B\\Q'].join('\r')).first('PID');
+    expect([pid?.value(3), pid?.value(5), pid?.value(5, 2), pid?.value(5, 3)]).toEqual(['P1', 'DOE', 'JA\tNE', 'Q']);
+  });
+
   it('keeps the v2.7 truncation character as an encoding character and reads it as text in data', () => {
     const message = parseHl7Message(['MSH|^~\\&#|PMS|BSD|E|B|2024||SIU^S12|C3|P|2.7', 'IN1|1||X|Suite #4'].join('\r'));
     expect(message.delimiters.encodingCharacters).toBe('^~\\&#');

@@ -3,6 +3,7 @@
  * error naming the source element, never a silently dropped or an invalid FHIR value.
  */
 import type { Address, CoverageEligibilityResponseInsuranceItemBenefit, HumanName, Money, Quantity } from 'fhir/r4';
+import { withoutControlCharacters } from '../../../domain';
 import { FhirInputError } from '../operation-outcome';
 import { systemUrl } from '../systems';
 
@@ -90,10 +91,6 @@ export function prune<T>(value: T): T {
   return pruned(value) as T;
 }
 
-/** Control characters FHIR strings may not hold (all but tab, line feed and carriage return): a portal's stray NUL or escape. */
-const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
-const CONTROLS = new RegExp(CONTROL.source, 'g');
-
 function pruned(value: unknown): unknown {
   if (typeof value === 'string') return prunedText(value);
   if (typeof value !== 'object' || value === null) return value;
@@ -121,7 +118,7 @@ function pruned(value: unknown): unknown {
 }
 
 function prunedText(value: string): string | undefined {
-  const text = CONTROL.test(value) ? value.replace(CONTROLS, '') : value;
+  const text = withoutControlCharacters(value);
   return text.trim() === '' ? undefined : text;
 }
 
