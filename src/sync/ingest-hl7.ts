@@ -7,7 +7,7 @@ import {
   describeProblems,
   messageControlId,
   readMessageHeader,
-  segmentLines,
+  resendIdentity,
   type Ack,
   type AppointmentBasis,
   type Hl7Mappings,
@@ -47,13 +47,12 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
   const receivedAt = options.now();
   return store.transaction(async (tx) => {
     const received = (dedupeKey: string) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
-    // A resend may differ in line endings, blank lines or framing bytes: it is the same message.
-    const segments = segmentLines(text).join('\r');
+    const identity = resendIdentity(text);
     let { message, duplicate } = await received(options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`);
-    if (duplicate && segmentLines(message.raw).join('\r') !== segments) {
+    if (duplicate && resendIdentity(message.raw) !== identity) {
       // The sender reused a control id for a different message: it is kept under a key of its own,
       // by which a resend of it is known too.
-      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(segments).slice(0, 16)}`));
+      ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(identity).slice(0, 16)}`));
     }
     if (duplicate && message.answer !== undefined) {
       return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };

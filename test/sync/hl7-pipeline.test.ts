@@ -129,7 +129,7 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listMessages()).filter((m) => m.kind === 'hl7')).toHaveLength(3);
   });
 
-  it('answers a resend with other line endings as before, with or without a control id, and applies it no more', async () => {
+  it('answers a resend with other line endings or a new MSH-7 as before, with or without a control id, and applies it no more', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();
     const booking = (id: string) => siu(id, 'P-8', 'APT-8', in1('64246', 'Guardian', 'SBX-COMPLETE'));
@@ -139,6 +139,9 @@ describe('HL7 v2 into the chart', () => {
       await h.sync.receiveHl7(cancel(cancelId));
       const again = await h.sync.receiveHl7(`${booking(id).replace(/\r/g, '\r\n')}\r\n`);
       expect(again).toEqual(first);
+      // The sender's engine stamped the resend with the time it went again.
+      const restamped = await h.sync.receiveHl7(booking(id).replace('|20261123090000|', '|20261123091500|'));
+      expect(restamped).toEqual(first);
       expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-8'))?.status).toBe('cancelled');
     }
   });

@@ -1,7 +1,7 @@
 export { handleHl7Message, ackFor, type AppointmentBasis, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result } from './handle-message';
 export { buildChecks, type CheckSourceFields } from './build-checks';
 export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, type Answer, type ApplicationAckCode, type CommitAckCode } from './ack';
-export { readMessageHeader, messageControlId, DERIVED_CONTROL_ID_PREFIX, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';
+export { readMessageHeader, messageControlId, resendIdentity, DERIVED_CONTROL_ID_PREFIX, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';
 export { parseHl7Message, Hl7Message, Hl7Segment } from './hl7-message';
 export { splitMessages, segmentLines } from './split-messages';
 export { loadHl7Mappings, profileFor, type Hl7Mappings, type Hl7Profile, type EventAction } from './profile';

@@ -65,12 +65,25 @@ export const DERIVED_CONTROL_ID_PREFIX = 'sha256:';
 /**
  * The id a message is known by (duplicate detection, the store, each check's
  * source.messageControlId): MSH-10, or, when the sender left it empty, `sha256:` and the hex
- * digest of the message's segments joined by CR, so a copy resent with other line endings, blank
- * lines or framing bytes gets the same id. The ACK still echoes MSH-10 as received: empty.
+ * digest of its resendIdentity. The ACK still echoes MSH-10 as received: empty.
  */
 export function messageControlId(header: MessageHeader | undefined, text: string): string {
   if (header?.controlId) return header.controlId;
-  return `${DERIVED_CONTROL_ID_PREFIX}${hash('sha256', segmentLines(text).join('\r'), 'hex')}`;
+  return `${DERIVED_CONTROL_ID_PREFIX}${hash('sha256', resendIdentity(text), 'hex')}`;
+}
+
+/**
+ * A message as its resends are compared: its segments joined by CR, MSH-7 left empty. A copy
+ * resent may differ in line endings, blank lines or framing bytes, and a sender's engine may stamp
+ * it with the time it was sent again; it is the same message.
+ */
+export function resendIdentity(text: string): string {
+  const [msh = '', ...rest] = segmentLines(text);
+  if (!msh.startsWith('MSH') || msh.length < 4) return [msh, ...rest].join('\r');
+  const separator = msh.charAt(3);
+  const fields = msh.split(separator);
+  if (fields.length > 6) fields[6] = '';
+  return [fields.join(separator), ...rest].join('\r');
 }
 
 export function isEnhancedMode(header: MessageHeader): boolean {
