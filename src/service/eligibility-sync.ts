@@ -203,7 +203,6 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     ? counted(createWebhookHandler({
         auth: config.webhook,
         log: logger,
-        isKnownCorrelationId: async (id) => (await store.transaction((tx) => tx.checkByCorrelationId(id))) !== undefined,
         onDelivery: async (delivery) => {
           const applied = await ingestWebhook(store, worker, delivery, now());
           metrics.webhooks.inc({ result: applied.status });

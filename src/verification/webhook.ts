@@ -25,8 +25,13 @@ export interface WebhookDelivery {
 
 export interface WebhookReceiverOptions {
   auth: WebhookAuth;
-  /** Results for verifications this plugin did not request are refused. */
-  isKnownCorrelationId(correlationId: string): boolean | Promise<boolean>;
+  /**
+   * When given, results for verifications it does not know are refused (404). The service also
+   * sends results of verifications started in its own application, and delivers a refused one
+   * again, so a receiver that keeps a record of deliveries (serve does) leaves this out and lets
+   * onDelivery keep such a result without applying it.
+   */
+  isKnownCorrelationId?(correlationId: string): boolean | Promise<boolean>;
   /** Commits the result. The 2xx is sent only after it resolves; it must be idempotent. */
   onDelivery(delivery: WebhookDelivery): Promise<void>;
   /**
@@ -75,7 +80,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
       const webhookId = authenticate(req, rawBody, options.auth, verifier);
       unreadable = rawBody;
       const verification = parseVerification(rawBody);
-      if (!(await options.isKnownCorrelationId(verification.correlationId))) {
+      if (options.isKnownCorrelationId && !(await options.isKnownCorrelationId(verification.correlationId))) {
         throw new Rejection(404, 'Unknown verification', 'correlationId is not one this plugin requested');
       }
       const outcome = readable(verification);

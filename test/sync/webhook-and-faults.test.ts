@@ -43,6 +43,13 @@ describe('webhooks and service faults', () => {
     expect(applied).toHaveLength(1);
     await until('the delivered check written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.correlationId === correlationId));
 
+    // A result of a verification started in the service's own application: kept, not applied, and
+    // answered 2xx, so the service does not deliver it again.
+    const foreign = result.replace(correlationId, 'ver_started_in_the_app');
+    expect((await post(foreign, signed(foreign, 'msg_foreign'))).status).toBe(204);
+    const kept = (await h.store.listMessages({ kind: 'webhook' })).filter((m) => m.dedupeKey === 'msg_foreign');
+    expect(kept.map((m) => [m.status, m.detail, m.raw])).toEqual([['handled', 'no check has this correlation id', foreign]]);
+
     const unreadable = '{"correlationId": 42, "status": []}';
     expect((await post(unreadable, signed(unreadable, 'msg_bad'))).status).toBe(422);
     const dead = await h.store.listMessages({ status: 'dead', kind: 'webhook' });
