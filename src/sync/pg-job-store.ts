@@ -37,6 +37,11 @@ export class PgJobStore implements JobStore {
     const pool = new Pool({ connectionString: url, max: options.poolSize ?? 10, connectionTimeoutMillis: 10_000, application_name: 'dental-elig' });
     // A pooled connection the server drops while idle is reported here; the next query reconnects.
     pool.on('error', () => undefined);
+    // The server ending a connection (PostgreSQL stopping, a failover) is also emitted on the
+    // client, and the pool listens only while it is idle: a client handed to a transaction, even
+    // in the moment before the transaction resumes, would end the process with it. The query
+    // under way or the next fails instead, and the pool does not take the connection back.
+    pool.on('connect', (client) => client.on('error', () => undefined));
     try {
       await migrate(pool);
     } catch (err) {

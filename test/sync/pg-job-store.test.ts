@@ -200,6 +200,26 @@ describe('PgJobStore with two instances on one database', () => {
     expect(await a.transaction(async (tx) => [await tx.getMeta('a'), await tx.getMeta('b')])).toEqual(['elig_x then elig_y', 'elig_y then elig_x']);
   });
 
+  it('fails only the transaction whose connection the server ends (PostgreSQL stopping), and goes on after it', async () => {
+    const admin = new Client({ connectionString: url });
+    await admin.connect();
+    try {
+      const cut = a.transaction(async (tx) => {
+        await tx.setMeta('cut', 'before');
+        const ended = await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`);
+        expect(ended.rowCount).toBe(1);
+        // The server's goodbye reaches the connection while no query of the transaction runs.
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await tx.setMeta('cut', 'after');
+      });
+      await expect(cut).rejects.toThrow();
+    } finally {
+      await admin.end();
+    }
+    await a.transaction((tx) => tx.setMeta('cut', 'again'));
+    expect(await b.transaction((tx) => tx.getMeta('cut'))).toBe('again');
+  });
+
   it('shares a rate bucket between the instances', async () => {
     const waits = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? a : b).takeRateToken('portal:DELTA', 5, NOW)));
     expect(waits.sort((x, y) => x - y)).toEqual([0, 0, 0, 0, 0, 200, 400, 600, 800, 1000]);
