@@ -50,10 +50,14 @@ export class SyncMetrics {
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });
     const awaiting = new Gauge({ name: 'dental_elig_awaiting_insurance', help: 'Booked appointments waiting for the patient\'s insurance', registers: [this.registry] });
-    // Read from the store when scraped: the store, not this process, knows the queue.
+    const storeUp = new Gauge({ name: 'dental_elig_store_up', help: 'Whether the job store answered this scrape (0: the store\'s gauges hold what it last said)', registers: [this.registry] });
+    // Read from the store when scraped: the store, not this process, knows the queue. A store that
+    // does not answer leaves the rest to be read: a scrape failing whole would look like a dead process.
     const collect = async () => {
       const at = now();
-      const counts = await store.counts(at.toISOString());
+      const counts = await store.counts(at.toISOString()).catch(() => undefined);
+      storeUp.set(counts ? 1 : 0);
+      if (!counts) return;
       checks.reset();
       for (const [state, n] of Object.entries(counts.checks)) checks.set({ state }, n);
       depth.set(counts.due);

@@ -29,4 +29,19 @@ describe('SyncMetrics', () => {
     expect(first).toMatch(/^dental_elig_webhooks_total\{result="applied"\} 1$/m);
     expect(second).not.toMatch(/^dental_elig_webhooks_total\{result="applied"\}/m);
   });
+
+  it('answers with everything but the store figures while the store does not, saying so', async () => {
+    let down = false;
+    const flaky = { counts: async () => (down ? Promise.reject(new Error('connect ECONNREFUSED')) : { checks: { written: 3 }, due: 1, awaitingInsurance: 0 }) } as unknown as JobStore;
+    const metrics = new SyncMetrics(flaky, () => new Date());
+    expect(await metrics.text()).toMatch(/^dental_elig_store_up 1$/m);
+    down = true;
+    metrics.messages.inc({ type: 'SIU^S12', ack: 'AA' });
+    const text = await metrics.text();
+    expect(text).toMatch(/^dental_elig_store_up 0$/m);
+    // What the store said last, and the process's own figures.
+    expect(text).toMatch(/^dental_elig_checks\{state="written"\} 3$/m);
+    expect(text).toMatch(/^dental_elig_messages_total\{type="SIU\^S12",ack="AA"\} 1$/m);
+    expect(text).toMatch(/^process_resident_memory_bytes \d+$/m);
+  });
 });
