@@ -91,6 +91,9 @@ export interface WorkerDeps {
 
 export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
 
+/** The longest a worker waits before it looks at a job store that has not answered again. */
+const STORE_RETRY_MAX_MS = 30_000;
+
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
@@ -102,6 +105,8 @@ export class Worker {
   private ticking: Promise<void> | undefined;
   /** A kick that came while a claim was running: look again as soon as it is done, not after idleMs. */
   private kicked = false;
+  /** Claims in a row the store failed: the worker waits longer after each, up to STORE_RETRY_MAX_MS. */
+  private storeFailures = 0;
 
   constructor(
     private readonly options: WorkerOptions,
@@ -150,12 +155,23 @@ export class Worker {
     this.timer = undefined;
     if (!this.running || this.ticking) return;
     this.kicked = false;
-    const ticking = this.claimAndRun().catch((err: unknown) => this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store'));
+    const ticking = this.claimAndRun().then(
+      (read) => {
+        if (!read) return;
+        if (this.storeFailures > 0) this.deps.log.info({ failures: this.storeFailures }, 'the job store answers again');
+        this.storeFailures = 0;
+      },
+      (err: unknown) => {
+        // Said once an outage, not at every look: the store being down is what healthz and metrics say meanwhile.
+        if (++this.storeFailures === 1) this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store; trying again, less and less often');
+      },
+    );
     this.ticking = ticking;
     await ticking;
     this.ticking = undefined;
     if (!this.running || this.timer) return;
-    this.timer = setTimeout(() => void this.tick(), this.kicked ? 0 : this.options.idleMs);
+    const wait = this.storeFailures > 0 ? Math.min(this.options.idleMs * 2 ** this.storeFailures, STORE_RETRY_MAX_MS) : this.kicked ? 0 : this.options.idleMs;
+    this.timer = setTimeout(() => void this.tick(), wait);
   }
 
   /**
@@ -170,9 +186,10 @@ export class Worker {
     return limit - this.inHand.size;
   }
 
-  private async claimAndRun(): Promise<void> {
+  /** Takes due checks in hand; false when there was no room to take any, so the store was not read. */
+  private async claimAndRun(): Promise<boolean> {
     const free = this.room();
-    if (free <= 0) return;
+    if (free <= 0) return false;
     const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {
       // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
@@ -191,6 +208,7 @@ export class Worker {
         });
       this.inHand.set(row.key, job);
     }
+    return true;
   }
 
   /** Tells the listeners; one that throws is logged and changes nothing of the check (its step is done). */

@@ -193,6 +193,25 @@ describe('the worker when a step fails for a reason of its own', () => {
   });
 });
 
+describe('the worker when the job store does not answer', () => {
+  it('says so once and looks again less and less often, then takes up the checks when it answers', async () => {
+    rig = await startWorkerRig({ worker: { idleMs: 20 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-back' }) });
+    await rig.addCheck('after-outage');
+    const claim = rig.store.claimDue.bind(rig.store);
+    let down = true;
+    let looks = 0;
+    rig.store.claimDue = (options) => (looks++, down ? Promise.reject(new Error('connect ECONNREFUSED')) : claim(options));
+    rig.worker.start();
+    await sleep(1500);
+    // At 20 ms a look that would be 75; waiting twice as long after each failure, 6.
+    expect(looks).toBeLessThanOrEqual(7);
+    expect(rig.errors).toEqual(['worker could not read the job store; trying again, less and less often']);
+    down = false;
+    expect((await rig.reach('after-outage', 'written', 5000)).state).toBe('written');
+    expect(rig.errors).toHaveLength(1);
+  });
+});
+
 describe('the worker when something around it fails after a step is done', () => {
   it('leaves a written check as written when a listener of its event throws: no second verification, no dead check', async () => {
     let n = 0;
