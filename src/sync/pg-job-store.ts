@@ -33,8 +33,19 @@ export class PgJobStore implements JobStore {
   private closed = false;
 
   /** Connects to a postgres:// URL and creates or migrates the schema. */
-  static async open(url: string, options: { poolSize?: number } = {}): Promise<PgJobStore> {
-    const pool = new Pool({ connectionString: url, max: options.poolSize ?? 10, connectionTimeoutMillis: 10_000, application_name: 'dental-elig' });
+  static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number } = {}): Promise<PgJobStore> {
+    const pool = new Pool({
+      connectionString: url,
+      max: options.poolSize ?? 10,
+      connectionTimeoutMillis: 10_000,
+      // A database gone without a word (a failover, a network that drops packets) would hold a
+      // query, and the worker's claim with it, until TCP gave up: hours. Its query fails instead,
+      // its connection is dropped, and keepalive finds the dead ones sooner.
+      query_timeout: options.queryTimeoutMs ?? 60_000,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+      application_name: 'dental-elig',
+    });
     // A pooled connection the server drops while idle is reported here; the next query reconnects.
     pool.on('error', () => undefined);
     // The server ending a connection (PostgreSQL stopping, a failover) is also emitted on the

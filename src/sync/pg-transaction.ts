@@ -26,10 +26,14 @@ export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Pro
       await db.query('COMMIT');
       return result;
     } catch (err) {
-      await db.query('ROLLBACK').catch((rollback: unknown) => {
-        // A connection that cannot roll back is not given back to the pool.
-        broken = rollback instanceof Error ? rollback : new Error('rollback failed');
-      });
+      // A query that timed out has no answer yet: the connection would give it to the next one.
+      if (err instanceof Error && err.message === 'Query read timeout') broken = err;
+      else {
+        await db.query('ROLLBACK').catch((rollback: unknown) => {
+          // A connection that cannot roll back is not given back to the pool.
+          broken = rollback instanceof Error ? rollback : new Error('rollback failed');
+        });
+      }
       if (attempt >= ATTEMPTS || !RETRYABLE.has(sqlStateOf(err))) throw err;
     } finally {
       db.release(broken);

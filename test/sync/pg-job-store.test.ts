@@ -4,6 +4,7 @@ import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
 import { startPostgres, type TestPostgres } from '../support/postgres';
+import { switchableProxy } from '../support/switchable-proxy';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
 /**
@@ -218,6 +219,29 @@ describe('PgJobStore with two instances on one database', () => {
     }
     await a.transaction((tx) => tx.setMeta('cut', 'again'));
     expect(await b.transaction((tx) => tx.getMeta('cut'))).toBe('again');
+  });
+
+  it('fails a transaction whose database stops answering without a word, and goes on once it answers again', async () => {
+    const target = new URL(url);
+    const hop = await switchableProxy(Number(target.port));
+    const through = new URL(url);
+    through.port = String(hop.port);
+    const c = await PgJobStore.open(through.toString(), { queryTimeoutMs: 500 });
+    try {
+      await c.transaction((tx) => tx.setMeta('silent', 'before'));
+      hop.frozen = true;
+      const started = Date.now();
+      await expect(c.transaction((tx) => tx.setMeta('silent', 'lost'))).rejects.toThrow('Query read timeout');
+      expect(Date.now() - started).toBeLessThan(3000);
+      hop.frozen = false;
+      // The connection that held the unanswered query is gone: the next one reads answers in order.
+      await c.transaction((tx) => tx.setMeta('silent', 'after'));
+      expect(await c.transaction((tx) => tx.getMeta('silent'))).toBe('after');
+      expect(await b.transaction((tx) => tx.getMeta('silent'))).toBe('after');
+    } finally {
+      await c.close();
+      await hop.close();
+    }
   });
 
   it('shares a rate bucket between the instances', async () => {
