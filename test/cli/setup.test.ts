@@ -154,6 +154,11 @@ describe('secrets and bad input', () => {
     expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file\n' });
   });
 
+  it('names the base URL when it is not a URL at all, not an internal error', async () => {
+    const run = await cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: 'verify.example.com', DENTAL_ELIG_API_KEY: 'k' });
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
+  });
+
   it('names the field of a request file that is not a verification request', async () => {
     const run = await cli(['verify', '-'], env, JSON.stringify({ clinicId: 'c' }));
     expect(run.code).toBe(1);

@@ -363,6 +363,7 @@ describe('the API key and the transport', () => {
       expect(() => new ServiceHttp({ baseUrl, apiKey: key })).not.toThrow();
     }
     expect(() => new ServiceHttp({ baseUrl: 'http://verify.example.com', apiKey: key, allowInsecureHttp: true })).not.toThrow();
+    expect(() => new ServiceHttp({ baseUrl: 'verify.example.com', apiKey: key })).toThrow(/baseUrl.*must be an http\(s\) URL/s);
     expect(isLoopbackHost('127.8.9.10')).toBe(true);
     expect(isLoopbackHost('127.example.com')).toBe(false);
   });
