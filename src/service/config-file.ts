@@ -5,6 +5,8 @@ import { describeJsonSyntax } from '../verification/json-syntax';
 import type { ClientConfigInput } from '../verification/config';
 import { SyncSettings } from './eligibility-sync';
 
+export const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
 /**
  * The one settings file every command reads (`--config FILE`, DENTAL_ELIG_CONFIG, or
  * ./dental-elig.config.json): non-secret settings only, overlaid by the environment, where the
@@ -35,7 +37,7 @@ export const ConfigFile = z.strictObject({
   fhirKeyId: z.string().optional(),
   /** How the service's webhooks authenticate: a Standard Webhooks signature (default) or a static bearer token. */
   webhookScheme: z.enum(['standard-webhooks', 'bearer']).optional(),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
+  logLevel: LogLevel.optional(),
   settings: SyncSettings.optional(),
   apiKey: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile' }).optional(),
   webhookSecret: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET' }).optional(),

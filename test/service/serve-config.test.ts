@@ -60,6 +60,11 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_a=b=' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
   });
 
+  it('names DENTAL_ELIG_LOG_LEVEL when it is not a level, as the config file names logLevel', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'verbose' }, {})).toThrow(/^DENTAL_ELIG_LOG_LEVEL: must be one of fatal, error, warn, info, debug, trace, silent$/);
+    expect(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'debug' }, {}).logLevel).toBe('debug');
+  });
+
   it('runs on embedded defaults with nothing set', () => {
     const serve = loadServeConfig({}, {});
     expect(serve.service).toBeUndefined();
