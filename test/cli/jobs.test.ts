@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
@@ -71,5 +71,12 @@ describe('dental-elig jobs', () => {
     const refused = await cli(['jobs', 'list', '--config', config]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/^dental-elig: .*serve\.json: settings\.freshnessDays: .+\n$/);
+  });
+
+  it('says there is no job store where a data dir names none, and creates nothing there', async () => {
+    const typo = path.join(dir, 'dat');
+    const run = await cli(['jobs', 'list', '--data-dir', typo]);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: cannot open the job store (no job store at ${path.join(typo, 'dental-elig.sqlite')}; serve creates it)\n` });
+    expect(existsSync(typo)).toBe(false);
   });
 });
