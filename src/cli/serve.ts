@@ -3,7 +3,7 @@ import { ConfigError, withoutUndefined } from '../service/config-file';
 import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
-import { CliError, whole, type CliIo } from './io';
+import { CliError, port, type CliIo } from './io';
 import { stopped } from './stopped';
 
 interface ServeOpts {
@@ -29,8 +29,8 @@ export function registerServe(program: Command, io: CliIo): void {
     )
     .option('--data-dir <dir>', 'where the job store and the payer catalog live (default .dental-elig/data)')
     .option('--store <location>', 'the job store: a SQLite file (default: in the data dir) or postgres://user@host/db shared by several instances (password from PGPASSWORD or DENTAL_ELIG_STORE)')
-    .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', whole('--mllp-port'))
-    .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', whole('--http-port'))
+    .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', port('--mllp-port'))
+    .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', port('--http-port'))
     .action(async (opts: ServeOpts, command: Command) => {
       let config;
       try {
