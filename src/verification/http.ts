@@ -71,7 +71,9 @@ export class ServiceHttp {
   readonly #random: () => number;
 
   constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number } = {}) {
-    this.#config = ClientConfig.parse(config);
+    const parsed = ClientConfig.safeParse(config);
+    if (!parsed.success) throw new Error(describeIssue(parsed.error, 'config'));
+    this.#config = parsed.data;
     this.#log = options.log ?? silent;
     this.#root = versionlessRoot(this.#config.baseUrl, (options.now ?? (() => new Date()))(), this.#log);
     this.#random = options.random ?? Math.random;

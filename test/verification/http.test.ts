@@ -363,7 +363,9 @@ describe('the API key and the transport', () => {
       expect(() => new ServiceHttp({ baseUrl, apiKey: key })).not.toThrow();
     }
     expect(() => new ServiceHttp({ baseUrl: 'http://verify.example.com', apiKey: key, allowInsecureHttp: true })).not.toThrow();
-    expect(() => new ServiceHttp({ baseUrl: 'verify.example.com', apiKey: key })).toThrow(/baseUrl.*must be an http\(s\) URL/s);
+    // One line naming the setting, as an embedder's log shows it, not zod's JSON dump of its issues.
+    expect(() => new ServiceHttp({ baseUrl: 'verify.example.com', apiKey: key })).toThrow(/^baseUrl: must be an http\(s\) URL$/);
+    expect(() => new ServiceHttp({ baseUrl: 'https://verify.example.com', apiKey: '' })).toThrow(/^apiKey: is required/);
     expect(isLoopbackHost('127.8.9.10')).toBe(true);
     expect(isLoopbackHost('127.example.com')).toBe(false);
   });
