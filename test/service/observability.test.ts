@@ -1,6 +1,6 @@
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
-import { segment } from '../adapters/hl7/segment';
+import { bookingFor } from '../support/bookings';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
 
 describe('observability', () => {
@@ -55,14 +55,7 @@ describe('observability', () => {
 
   it('counts a failed verification once under its kind, though the check that got it also needs a person', async () => {
     h = await startHarness();
-    await h.sync.receiveHl7(
-      [
-        'MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|F1|P|2.5.1',
-        'SCH|APT-F1^SC||||||||||^^^20261210093000',
-        'PID|1||P-F1^^^SC^MR||DOE^JANE||19800102|F',
-        segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-FAIL-PatientNotFound' }),
-      ].join('\r'),
-    );
+    await h.sync.receiveHl7(bookingFor('F1', 'SBX-FAIL-PatientNotFound'));
     await until('the check to need a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 1);
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 1$/m);

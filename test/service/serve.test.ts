@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
 import { loadServeConfig } from '../../src/service/serve-config';
-import { segment } from '../adapters/hl7/segment';
+import { bookingFor } from '../support/bookings';
 import { until } from '../sync/harness';
 
 /** serve on its in-process sandbox, as README's "The sync service" runs it with nothing but a data dir. */
@@ -19,14 +19,7 @@ describe('serve on the in-process sandbox', () => {
     const config = loadServeConfig({ DENTAL_ELIG_WEBHOOK_TOKEN: 'a-static-token', DENTAL_ELIG_LOG_LEVEL: 'silent' }, { configFile, dataDir: dir, mllpPort: 0, httpPort: 0 });
     const serving = await serve(config, { line: () => {} });
     try {
-      await serving.sync.receiveHl7(
-        [
-          'MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|B1|P|2.5.1',
-          'SCH|APT-B1^SC||||||||||^^^20261210093000',
-          'PID|1||P-B1^^^SC^MR||DOE^JANE||19800102|F',
-          segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-COMPLETE' }),
-        ].join('\r'),
-      );
+      await serving.sync.receiveHl7(bookingFor('B1', 'SBX-COMPLETE'));
       const [check] = await until('the asynchronous check to be written', async () => {
         const written = await serving.sync.store.listChecks({ states: ['written'] });
         return written.length === 1 && written;
