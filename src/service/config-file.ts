@@ -21,7 +21,7 @@ export const ConfigFile = z.strictObject({
   apiKeyScheme: z.string().optional(),
   customerId: z.string().optional(),
   timeoutMs: z.number().int().positive().optional(),
-  maxRetries: z.number().int().min(0).optional(),
+  maxRetries: z.number().int().min(0).max(10).optional(),
   allowInsecureHttp: z.boolean().optional(),
   catalogFile: z.string().optional(),
   // serve

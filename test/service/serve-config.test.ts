@@ -46,6 +46,11 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({}, { configFile: config })).not.toThrow(/whsec_dont/);
   });
 
+  it('names the file and the key of a client setting out of range, as for every other setting', () => {
+    const config = file({ maxRetries: 50 });
+    expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: maxRetries: Too big: expected number to be <=10`);
+  });
+
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);
