@@ -4,7 +4,7 @@ import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret } from '../verification/webhook';
-import { ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { carriesCredentials, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
 export { ConfigError } from './config-file';
@@ -50,6 +50,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
   for (const [name, url] of [['DENTAL_ELIG_BASE_URL', baseUrl], ['DENTAL_ELIG_FHIR_URL', fhirUrl]] as const) {
     if (url !== undefined && !/^https?:\/\/[^\s]+$/.test(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
+    if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
   const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;

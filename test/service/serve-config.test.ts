@@ -51,6 +51,11 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: maxRetries: Too big: expected number to be <=10`);
   });
 
+  it('refuses credentials in a service or FHIR URL, naming the variable and not the password', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).toThrow(/^DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).not.toThrow(/s3cret/);
+  });
+
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);
