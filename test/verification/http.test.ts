@@ -181,6 +181,18 @@ describe('ServiceHttp', () => {
       await Promise.all([http.close(), server.close()]);
     }
   });
+
+  it('says a 2xx body is not JSON, with its content type, rather than "received undefined"', async () => {
+    const server = await startScriptedServer((_r, res) => void res.writeHead(200, { 'content-type': 'text/html' }).end('<html>proxy login</html>'));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const err = (await http.call({ operation: 'get organization', method: 'GET', path: '/v2/organizations/o1', response: Organization, idempotent: true }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe('get organization failed with 200 - Unexpected response body: (body): not JSON (text/html)');
+      expect([err.code, err.received]).toEqual([UNREADABLE_ANSWER, '<html>proxy login</html>']);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
 });
 
 describe('ServiceHttp, what real networks and services send', () => {
