@@ -34,6 +34,14 @@ describe('dental-elig jobs', () => {
     expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
   });
 
+  it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
+    const run = await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-insurance', '--json']);
+    expect(run.code).toBe(0);
+    expect((JSON.parse(run.stdout) as Array<{ state: string }>).map((r) => r.state)).toEqual(['awaiting-insurance']);
+    const received = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ state: string }>;
+    expect(received.map((r) => r.state)).toEqual(['received']);
+  });
+
   it('shows one check, and retries only what a person may send back', async () => {
     const [row] = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ job: string }>;
     const shown = await cli(['jobs', 'show', row?.job ?? '', '--data-dir', dir]);
