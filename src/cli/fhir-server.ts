@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { Bundle, FhirResource } from 'fhir/r4';
 import { FHIR_BASE_PATH, startFhirServer } from '../sandbox/fhir-server';
-import { CliError, parseJsonInput, readInput, whole, type CliIo } from './io';
+import { CliError, parseJsonInput, port, readInput, type CliIo } from './io';
 import { stopped } from './stopped';
 
 interface FhirServerOpts {
@@ -19,7 +19,7 @@ export function registerFhirServer(program: Command, io: CliIo): void {
   program
     .command('fhir-server')
     .description(`Run the embedded FHIR R4 server (in memory, base ${FHIR_BASE_PATH}, validating writes; loopback only unless --host says otherwise)`)
-    .option('--port <n>', 'port to listen on (0: any free port)', whole('--port'), 0)
+    .option('--port <n>', 'port to listen on (0: any free port)', port('--port'), 0)
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option('--seed <bundle>', "a FHIR Bundle whose resources the chart starts with, under their own ids (e.g. fixtures/fhir/primary-secondary.bundle.json)")
     .action(async (opts: FhirServerOpts) => {

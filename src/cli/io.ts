@@ -70,6 +70,13 @@ export const whole = (name: string) => (value: string): number => {
   return Number(value);
 };
 
+/** An option parser for a port to listen on (0: any free port); anything else is a usage error naming the option. */
+export const port = (name: string) => (value: string): number => {
+  const n = whole(name)(value);
+  if (n > 65535) throw new CliError(`${name}: must be a port, 0 to 65535`, 2);
+  return n;
+};
+
 /** An option parser for an ISO 8601 instant with offset, e.g. --received-at. */
 export const instant = (name: string) => (value: string): string => {
   if (!IsoInstant.safeParse(value).success) throw new CliError(`${name}: must be an ISO 8601 date-time with offset`, 2);

@@ -12,6 +12,9 @@ import { outcomeKindOf } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { printRecord, printRows } from './table';
 
+/** A booking's state, not a check's: the rows jobs list shows for bookings without insurance yet. */
+const AWAITING_INSURANCE = 'awaiting-insurance';
+
 interface JobsOpts {
   dataDir?: string;
   store?: string;
@@ -32,15 +35,16 @@ export function registerJobs(program: Command, io: CliIo): void {
       .option('--json', 'print JSON');
 
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'))
-    .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')})`)
+    .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
     .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
       withStore(io, opts, command, async (store) => {
-        const states = opts.state === undefined ? undefined : [parseState(opts.state)];
-        const checks = await store.listChecks(states ? { states } : {});
-        const waiting = states === undefined ? await store.listAppointments('awaiting-insurance') : [];
+        const onlyWaiting = opts.state === AWAITING_INSURANCE;
+        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state)];
+        const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
+        const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
           ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: 'awaiting-insurance', payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, lastError: 'no insurance received for the patient yet' })),
+          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, lastError: 'no insurance received for the patient yet' })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
@@ -134,7 +138,7 @@ async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (stor
   try {
     fromFile = readConfigFile(io.env, command.optsWithGlobals<{ config?: string }>().config);
     const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR);
-    store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir);
+    store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir, { create: false });
   } catch (err) {
     if (err instanceof ConfigError) throw new CliError(err.message, 2);
     throw new CliError(`jobs: cannot open the job store (${(err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable')})`);

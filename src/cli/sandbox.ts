@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { checkWebhookConfig, DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
-import { CliError, whole, type CliIo } from './io';
+import { CliError, port, whole, type CliIo } from './io';
 import { stopped } from './stopped';
 
 interface SandboxOpts {
@@ -24,7 +24,7 @@ export function registerSandbox(program: Command, io: CliIo): void {
   program
     .command('sandbox')
     .description('Run the embedded sandbox of the verification service (in memory, loopback only unless --host says otherwise)')
-    .option('--port <n>', 'port to listen on (0: any free port)', whole('--port'), 0)
+    .option('--port <n>', 'port to listen on (0: any free port)', port('--port'), 0)
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option('--api-key <key>', `the sandbox's API key (or DENTAL_ELIG_SANDBOX_API_KEY; default ${DEFAULT_API_KEY})`)
     .option('--customer-id <id>', 'the customer the key belongs to', DEFAULT_CUSTOMER_ID)

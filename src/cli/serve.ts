@@ -3,7 +3,8 @@ import { ConfigError, withoutUndefined } from '../service/config-file';
 import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
-import { CliError, whole, type CliIo } from './io';
+import { CliError, port, type CliIo } from './io';
+import { ENV, readsEnvironment, type EnvVar } from './service-context';
 import { stopped } from './stopped';
 
 interface ServeOpts {
@@ -19,18 +20,13 @@ interface ServeOpts {
  * SIGTERM, and on the same data dir resumes where it stopped.
  */
 export function registerServe(program: Command, io: CliIo): void {
-  program
+  const command = program
     .command('serve')
-    .description(
-      'Run the sync service: HL7 v2 over MLLP, the verification webhook, FHIR notifications, /healthz and /metrics.\n' +
-        'Reads DENTAL_ELIG_BASE_URL, DENTAL_ELIG_API_KEY, DENTAL_ELIG_CUSTOMER_ID (the service; without a base URL the sandbox runs in-process),\n' +
-        'DENTAL_ELIG_FHIR_URL and DENTAL_ELIG_FHIR_TOKEN (the chart; without a URL the embedded FHIR server answers at /fhir),\n' +
-        'DENTAL_ELIG_WEBHOOK_SECRET (or DENTAL_ELIG_WEBHOOK_TOKEN with webhookScheme bearer), DENTAL_ELIG_DATA_DIR, DENTAL_ELIG_STORE, DENTAL_ELIG_LOG_LEVEL',
-    )
+    .description('Run the sync service: HL7 v2 over MLLP, the verification webhook, FHIR notifications, /healthz and /metrics')
     .option('--data-dir <dir>', 'where the job store and the payer catalog live (default .dental-elig/data)')
     .option('--store <location>', 'the job store: a SQLite file (default: in the data dir) or postgres://user@host/db shared by several instances (password from PGPASSWORD or DENTAL_ELIG_STORE)')
-    .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', whole('--mllp-port'))
-    .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', whole('--http-port'))
+    .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', port('--mllp-port'))
+    .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', port('--http-port'))
     .action(async (opts: ServeOpts, command: Command) => {
       let config;
       try {
@@ -55,4 +51,24 @@ export function registerServe(program: Command, io: CliIo): void {
       await serving.close();
       io.stdout.write('stopped\n');
     });
+  readsEnvironment(command, SERVE_ENV);
 }
+
+/** What serve reads (README, "The sync service"): secrets only from here, never the config file or argv. */
+const SERVE_ENV: readonly EnvVar[] = [
+  [ENV.baseUrl[0], 'the service root (without it, the sandbox runs in-process)'],
+  ENV.apiKey,
+  ENV.insecure,
+  [ENV.customerId[0], 'the customer id issued at onboarding (or customerId in the config file)'],
+  ['DENTAL_ELIG_FHIR_URL', "the chart's FHIR base (without it, the embedded FHIR server answers at /fhir)"],
+  ['DENTAL_ELIG_FHIR_TOKEN', 'a static bearer token for the FHIR server'],
+  ['DENTAL_ELIG_FHIR_CLIENT_ID', 'SMART Backend Services client id, with DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE'],
+  ['DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', 'the SMART client\'s private key, PEM'],
+  ['DENTAL_ELIG_WEBHOOK_SECRET', 'the Standard Webhooks secret, whsec_…'],
+  ['DENTAL_ELIG_WEBHOOK_TOKEN', 'the webhooks\' bearer token, with "webhookScheme": "bearer"'],
+  ['DENTAL_ELIG_PORTAL_CREDENTIALS_FILE', 'portal credentials sent inline: { "portalId": { "username", "password" } }'],
+  ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],
+  ['DENTAL_ELIG_STORE', 'the job store, e.g. postgres://user:password@host/db (or --store, without the password)'],
+  ['DENTAL_ELIG_LOG_LEVEL', 'fatal, error, warn, info (default), debug, trace or silent'],
+  ENV.config,
+];

@@ -5,6 +5,8 @@ import { describeJsonSyntax } from '../verification/json-syntax';
 import type { ClientConfigInput } from '../verification/config';
 import { SyncSettings } from './eligibility-sync';
 
+export const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
 /**
  * The one settings file every command reads (`--config FILE`, DENTAL_ELIG_CONFIG, or
  * ./dental-elig.config.json): non-secret settings only, overlaid by the environment, where the
@@ -19,7 +21,7 @@ export const ConfigFile = z.strictObject({
   apiKeyScheme: z.string().optional(),
   customerId: z.string().optional(),
   timeoutMs: z.number().int().positive().optional(),
-  maxRetries: z.number().int().min(0).optional(),
+  maxRetries: z.number().int().min(0).max(10).optional(),
   allowInsecureHttp: z.boolean().optional(),
   catalogFile: z.string().optional(),
   // serve
@@ -35,7 +37,7 @@ export const ConfigFile = z.strictObject({
   fhirKeyId: z.string().optional(),
   /** How the service's webhooks authenticate: a Standard Webhooks signature (default) or a static bearer token. */
   webhookScheme: z.enum(['standard-webhooks', 'bearer']).optional(),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
+  logLevel: LogLevel.optional(),
   settings: SyncSettings.optional(),
   apiKey: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile' }).optional(),
   webhookSecret: z.never({ error: 'secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET' }).optional(),
@@ -81,6 +83,13 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
     maxRetries: fromFile.maxRetries,
     allowInsecureHttp: env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === undefined ? fromFile.allowInsecureHttp : env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === '1',
   });
+}
+
+/** Whether a URL carries a user or password: fetch refuses such URLs and repeats them whole in its error. */
+export function carriesCredentials(url: string): boolean {
+  if (!URL.canParse(url)) return false;
+  const { username, password } = new URL(url);
+  return username !== '' || password !== '';
 }
 
 export function readSecretFile(name: string, file: string): string {

@@ -146,7 +146,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   const emit = (name: SyncEventName, event: SyncEvent) => {
     if (name === 'verified' || name === 'failed') metrics.outcomes.inc({ outcome: event.outcome ?? event.state });
-    if (event.failureKind) metrics.failures.inc({ kind: event.failureKind });
+    // A failed result is counted when it arrives; the needs-attention event after its write names the same kind again.
+    if (name === 'failed' && event.failureKind) metrics.failures.inc({ kind: event.failureKind });
     if (name === 'written') metrics.lastWritten.set(now().getTime() / 1000);
     // One line per check at info (written, failed, needs attention); a result on its way to the chart is debug.
     const level = name === 'verified' ? 'debug' : 'info';

@@ -4,7 +4,7 @@ import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret } from '../verification/webhook';
-import { ConfigError, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { carriesCredentials, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
 export { ConfigError } from './config-file';
@@ -50,6 +50,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
   for (const [name, url] of [['DENTAL_ELIG_BASE_URL', baseUrl], ['DENTAL_ELIG_FHIR_URL', fhirUrl]] as const) {
     if (url !== undefined && !/^https?:\/\/[^\s]+$/.test(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
+    if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
   const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;
@@ -59,6 +60,8 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
   const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...withoutUndefined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
   const store = storeLocation(env, overrides.store, fromFile.store);
+  const logLevel = LogLevel.safeParse(env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info');
+  if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
   const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
   const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
   return {
@@ -72,7 +75,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }) } }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }) },
-    logLevel: env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info',
+    logLevel: logLevel.data,
     settings: fromFile.settings ?? {},
   };
 }

@@ -62,7 +62,8 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       ...(config.inlineCredentials && { inlineCredentials: config.inlineCredentials }),
       logger,
     });
-    if (sandbox) sandbox.configureWebhook({ url: `http://${http.host}:${http.port}${WEBHOOK_PATH}`, ...(secret && { secret }) });
+    const webhookAuth = config.webhook.scheme === 'bearer' ? { bearerToken: config.webhook.token } : { secret };
+    if (sandbox) sandbox.configureWebhook({ url: `http://${http.host}:${http.port}${WEBHOOK_PATH}`, ...webhookAuth });
 
     const started = sync;
     await started.start();

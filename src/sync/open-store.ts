@@ -7,13 +7,14 @@ import { SqliteJobStore } from './sqlite-job-store';
  * The job store a location names: nothing, a folder or a file → the SQLite store (a relative path
  * is under the data dir); a postgres:// or postgresql:// URL → PostgreSQL, shared by every
  * instance given the same URL. The URL may carry a password, so no message here repeats it.
+ * `create: false` (the jobs commands) opens only a SQLite store that is already there.
  */
-export async function openJobStore(location: string | undefined, dataDir: string): Promise<JobStore> {
+export async function openJobStore(location: string | undefined, dataDir: string, options: { create?: boolean } = {}): Promise<JobStore> {
   const where = location?.trim() ?? '';
   if (/^postgres(ql)?:\/\//i.test(where)) {
     if (!URL.canParse(where)) throw new Error('job store: the postgres:// URL is not a valid URL');
     return PgJobStore.open(where);
   }
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(where)) throw new Error('job store: only postgres:// and postgresql:// URLs or a file path are understood');
-  return SqliteJobStore.open(path.resolve(dataDir, where));
+  return SqliteJobStore.open(path.resolve(dataDir, where), options);
 }

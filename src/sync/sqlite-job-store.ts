@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import * as path from 'node:path';
 import Database from 'better-sqlite3';
 import { PatientInsuranceRecord } from '../domain';
@@ -126,9 +126,13 @@ export class SqliteJobStore implements JobStore {
   /** Held while this store's worker works the file: see beginWork. */
   private workLock: Database.Database | undefined;
 
-  /** Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite. */
-  static open(location: string): SqliteJobStore {
+  /**
+   * Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite.
+   * With create false, a store that is not there is an error: a reader given a mistyped folder would see an empty one.
+   */
+  static open(location: string, options: { create?: boolean } = {}): SqliteJobStore {
     const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
+    if (options.create === false && !existsSync(file)) throw new Error(`no job store at ${file}; serve creates it`);
     mkdirSync(path.dirname(file), { recursive: true });
     return new SqliteJobStore(new Database(file), file);
   }

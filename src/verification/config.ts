@@ -27,6 +27,8 @@ export const ClientConfig = z
   allowInsecureHttp: z.boolean().default(false),
 })
   .superRefine((config, ctx) => {
+    // Refinements run on a baseUrl the url check refused too: that issue names it already.
+    if (!URL.canParse(config.baseUrl)) return;
     const url = new URL(config.baseUrl);
     if (url.protocol === 'http:' && !isLoopbackHost(url.hostname) && !config.allowInsecureHttp) {
       ctx.addIssue({

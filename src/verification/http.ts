@@ -71,7 +71,9 @@ export class ServiceHttp {
   readonly #random: () => number;
 
   constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number } = {}) {
-    this.#config = ClientConfig.parse(config);
+    const parsed = ClientConfig.safeParse(config);
+    if (!parsed.success) throw new Error(describeIssue(parsed.error, 'config'));
+    this.#config = parsed.data;
     this.#log = options.log ?? silent;
     this.#root = versionlessRoot(this.#config.baseUrl, (options.now ?? (() => new Date()))(), this.#log);
     this.#random = options.random ?? Math.random;
@@ -157,12 +159,13 @@ export class ServiceHttp {
     if (text.trim() === '') return { status: res.statusCode, body: undefined };
     const json = parseJson(text);
     const parsed = opts.response.safeParse(json);
+    const contentType = headerValue(res.headers['content-type'])?.split(';')[0]?.trim().slice(0, 60);
     if (!parsed.success) {
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
         code: UNREADABLE_ANSWER,
-        problem: { title: 'Unexpected response body', detail: describeIssue(parsed.error, '(body)') },
+        problem: { title: 'Unexpected response body', detail: json === undefined ? `(body): not JSON${contentType ? ` (${contentType})` : ''}` : describeIssue(parsed.error, '(body)') },
         requestId,
         received: json === undefined ? text : json,
       });

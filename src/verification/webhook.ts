@@ -45,11 +45,20 @@ export interface WebhookReceiverOptions {
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
 
+/** The library's verifier, or an error naming the setting: its own messages ("Base64Coder: incorrect characters…") name nothing. */
+function webhookVerifier(secret: string): Webhook {
+  try {
+    return new Webhook(secret);
+  } catch {
+    throw new Error('webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64');
+  }
+}
+
 /** Whether the library takes this as a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a cut-off paste through). */
 export function isWebhookSecret(secret: string): boolean {
   if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) return false;
   try {
-    new Webhook(secret);
+    webhookVerifier(secret);
     return true;
   } catch {
     return false;
@@ -70,7 +79,8 @@ class Rejection extends Error {
 /** A node:http listener for the verification webhook. */
 export function createWebhookHandler(options: WebhookReceiverOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
-  const verifier = options.auth.scheme === 'standard-webhooks' ? new Webhook(options.auth.secret) : undefined;
+  const verifier = options.auth.scheme === 'standard-webhooks' ? webhookVerifier(options.auth.secret) : undefined;
+  if (options.auth.scheme === 'bearer' && !options.auth.token) throw new Error('webhook.token: is required');
 
   return (req, res) => {
     let unreadable: string | undefined;

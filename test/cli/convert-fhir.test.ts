@@ -77,6 +77,10 @@ describe('dental-elig convert fhir', () => {
       expectOneLine(await cli(['convert', 'fhir', '--server', server.url]), '--server needs --appointment');
       expectOneLine(await cli(['convert', 'fhir', '--server', server.url, '--appointment', 'nope']), 'Appointment: the server has no Appointment with id nope');
       expectOneLine(await cli(['convert', 'fhir', '--server', 'ftp://x', '--appointment', 'a']), '--server: must be an http(s) URL');
+      // Credentials in the URL never reach the server (fetch refuses them) and must not be echoed.
+      const withPassword = await cli(['convert', 'fhir', '--server', server.url.replace('//', '//clinic:s3cret-pw@'), '--appointment', 'appt-1001']);
+      expectOneLine(withPassword, '--server: credentials do not belong in the URL; the bearer token comes from DENTAL_ELIG_FHIR_TOKEN');
+      expect(withPassword.stderr).not.toContain('s3cret-pw');
       const closed = await startFhirServer();
       await closed.close();
       expectOneLine(await cli(['convert', 'fhir', '--server', closed.url, '--appointment', 'appt-1001']), /^dental-elig: --server: /);

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
@@ -32,6 +32,14 @@ describe('dental-elig jobs', () => {
     expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
     const table = await cli(['jobs', 'list', '--data-dir', dir]);
     expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+  });
+
+  it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
+    const run = await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-insurance', '--json']);
+    expect(run.code).toBe(0);
+    expect((JSON.parse(run.stdout) as Array<{ state: string }>).map((r) => r.state)).toEqual(['awaiting-insurance']);
+    const received = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ state: string }>;
+    expect(received.map((r) => r.state)).toEqual(['received']);
   });
 
   it('shows one check, and retries only what a person may send back', async () => {
@@ -71,5 +79,12 @@ describe('dental-elig jobs', () => {
     const refused = await cli(['jobs', 'list', '--config', config]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/^dental-elig: .*serve\.json: settings\.freshnessDays: .+\n$/);
+  });
+
+  it('says there is no job store where a data dir names none, and creates nothing there', async () => {
+    const typo = path.join(dir, 'dat');
+    const run = await cli(['jobs', 'list', '--data-dir', typo]);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: cannot open the job store (no job store at ${path.join(typo, 'dental-elig.sqlite')}; serve creates it)\n` });
+    expect(existsSync(typo)).toBe(false);
   });
 });

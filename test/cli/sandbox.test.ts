@@ -98,4 +98,10 @@ test('bad options are one line on stderr', async () => {
   errs.length = 0;
   expect(await runCli(['sandbox', '--webhook-url', 'ftp://x'], io)).toBe(2);
   expect(errs.join('')).toBe('dental-elig: --webhook-url: must be an http or https URL\n');
+  // A port past 65535 is a usage error naming the option, for every command that listens.
+  for (const argv of [['sandbox', '--port', '70000'], ['fhir-server', '--port', '65536'], ['serve', '--http-port', '70000'], ['serve', '--mllp-port', '99999']]) {
+    errs.length = 0;
+    expect(await runCli(argv, io)).toBe(2);
+    expect(errs.join('')).toBe(`dental-elig: ${argv[1]}: must be a port, 0 to 65535\n`);
+  }
 });

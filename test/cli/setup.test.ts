@@ -154,6 +154,11 @@ describe('secrets and bad input', () => {
     expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file\n' });
   });
 
+  it('names the base URL when it is not a URL at all, not an internal error', async () => {
+    const run = await cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: 'verify.example.com', DENTAL_ELIG_API_KEY: 'k' });
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
+  });
+
   it('names the field of a request file that is not a verification request', async () => {
     const run = await cli(['verify', '-'], env, JSON.stringify({ clinicId: 'c' }));
     expect(run.code).toBe(1);
@@ -208,6 +213,12 @@ describe('secrets and bad input', () => {
     expect(await help('setup', 'credentials', 'set')).toMatch(/^ {2}DENTAL_ELIG_PORTAL_PASSWORD +/m);
     expect(await help('setup', 'payers', 'sync')).toMatch(/^ {2}DENTAL_ELIG_CATALOG +/m);
     expect(await help('setup', 'portals', 'list')).not.toContain('DENTAL_ELIG_PORTAL_PASSWORD');
+    // serve reads every variable README's sync service section names, and its --help says so.
+    const serve = await help('serve');
+    for (const name of ['BASE_URL', 'API_KEY', 'ALLOW_INSECURE_HTTP', 'CUSTOMER_ID', 'FHIR_URL', 'FHIR_TOKEN', 'FHIR_CLIENT_ID', 'FHIR_PRIVATE_KEY_FILE', 'WEBHOOK_SECRET', 'WEBHOOK_TOKEN', 'PORTAL_CREDENTIALS_FILE', 'DATA_DIR', 'STORE', 'LOG_LEVEL', 'CONFIG']) {
+      expect(serve).toMatch(new RegExp(`^ {2}DENTAL_ELIG_${name} +\\S`, 'm'));
+    }
+    expect(serve).toContain('DENTAL_ELIG_API_KEY_FILE');
   });
 
   it('refuses a plain http base URL for another host unless DENTAL_ELIG_ALLOW_INSECURE_HTTP=1', async () => {

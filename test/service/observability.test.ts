@@ -1,5 +1,6 @@
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
+import { bookingFor } from '../support/bookings';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
 
 describe('observability', () => {
@@ -50,6 +51,15 @@ describe('observability', () => {
     expect(metrics).not.toContain('9'.repeat(50));
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 5$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 1$/m);
+  });
+
+  it('counts a failed verification once under its kind, though the check that got it also needs a person', async () => {
+    h = await startHarness();
+    await h.sync.receiveHl7(bookingFor('F1', 'SBX-FAIL-PatientNotFound'));
+    await until('the check to need a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 1);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_failures_total\{kind="PatientNotFound"\} 1$/m);
   });
 
   it('says the chart is unreachable when the FHIR server is down', async () => {

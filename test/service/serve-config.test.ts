@@ -46,6 +46,16 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({}, { configFile: config })).not.toThrow(/whsec_dont/);
   });
 
+  it('names the file and the key of a client setting out of range, as for every other setting', () => {
+    const config = file({ maxRetries: 50 });
+    expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: maxRetries: Too big: expected number to be <=10`);
+  });
+
+  it('refuses credentials in a service or FHIR URL, naming the variable and not the password', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).toThrow(/^DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).not.toThrow(/s3cret/);
+  });
+
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);
@@ -58,6 +68,11 @@ describe('the settings file and the environment', () => {
     // Base64 characters that do not decode (a cut-off paste) are refused here, naming the variable, not at start by the library.
     expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_abc' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
     expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_a=b=' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret/);
+  });
+
+  it('names DENTAL_ELIG_LOG_LEVEL when it is not a level, as the config file names logLevel', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'verbose' }, {})).toThrow(/^DENTAL_ELIG_LOG_LEVEL: must be one of fatal, error, warn, info, debug, trace, silent$/);
+    expect(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'debug' }, {}).logLevel).toBe('debug');
   });
 
   it('runs on embedded defaults with nothing set', () => {

@@ -18,4 +18,14 @@ export function booking(run: string, i: number): string {
   ].join('\r');
 }
 
+/** An SIU^S12 booking of one patient with Cigna Dental (asynchronous at the sandbox) and the given member id: a sandbox scenario. */
+export function bookingFor(id: string, memberId: string): string {
+  return [
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|${id}|P|2.5.1`,
+    `SCH|APT-${id}^SC||||||||||^^^20261210093000`,
+    `PID|1||P-${id}^^^SC^MR||DOE^JANE||19800102|F`,
+    segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: memberId }),
+  ].join('\r');
+}
+
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

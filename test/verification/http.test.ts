@@ -181,6 +181,18 @@ describe('ServiceHttp', () => {
       await Promise.all([http.close(), server.close()]);
     }
   });
+
+  it('says a 2xx body is not JSON, with its content type, rather than "received undefined"', async () => {
+    const server = await startScriptedServer((_r, res) => void res.writeHead(200, { 'content-type': 'text/html' }).end('<html>proxy login</html>'));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const err = (await http.call({ operation: 'get organization', method: 'GET', path: '/v2/organizations/o1', response: Organization, idempotent: true }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe('get organization failed with 200 - Unexpected response body: (body): not JSON (text/html)');
+      expect([err.code, err.received]).toEqual([UNREADABLE_ANSWER, '<html>proxy login</html>']);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
 });
 
 describe('ServiceHttp, what real networks and services send', () => {
@@ -363,6 +375,9 @@ describe('the API key and the transport', () => {
       expect(() => new ServiceHttp({ baseUrl, apiKey: key })).not.toThrow();
     }
     expect(() => new ServiceHttp({ baseUrl: 'http://verify.example.com', apiKey: key, allowInsecureHttp: true })).not.toThrow();
+    // One line naming the setting, as an embedder's log shows it, not zod's JSON dump of its issues.
+    expect(() => new ServiceHttp({ baseUrl: 'verify.example.com', apiKey: key })).toThrow(/^baseUrl: must be an http\(s\) URL$/);
+    expect(() => new ServiceHttp({ baseUrl: 'https://verify.example.com', apiKey: '' })).toThrow(/^apiKey: is required/);
     expect(isLoopbackHost('127.8.9.10')).toBe(true);
     expect(isLoopbackHost('127.example.com')).toBe(false);
   });

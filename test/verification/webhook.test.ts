@@ -1,6 +1,6 @@
 import { request } from 'undici';
 import { Webhook } from 'standardwebhooks';
-import { startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
+import { createWebhookHandler, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
 
 const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
 const body = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } });
@@ -145,5 +145,13 @@ describe('verification webhook receiver', () => {
       expect((await post(url, body, { authorization: 'Bearer tok-abc' })).status).toBe(204);
       expect(deliveries[0]?.webhookId).toBe('corr-1:Completed');
     });
+  });
+
+  it('names the secret or token an embedder left empty or mistyped, when the receiver is made', () => {
+    const receiver = (auth: WebhookReceiverOptions['auth']) => () => createWebhookHandler({ auth, isKnownCorrelationId: () => true, onDelivery: async () => undefined });
+    expect(receiver({ scheme: 'standard-webhooks', secret: '' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
+    expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_not base64!' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret/);
+    expect(receiver({ scheme: 'bearer', token: '' })).toThrow(/^webhook\.token: is required$/);
+    expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).not.toThrow();
   });
 });
