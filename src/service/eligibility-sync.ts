@@ -245,6 +245,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         return sendOutcome(res, 200, 'informational', `looked at ${polled} appointments`);
       }
       const results: string[] = [];
+      const refused: string[] = [];
+      // One appointment that cannot be read is no reason to leave the others of the notification unread.
       for (const id of ids.appointments) {
         try {
           const done = await notifyAppointment(id, raw);
@@ -252,9 +254,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         } catch (err) {
           if (!(err instanceof FhirInputError)) throw err;
           await deadLetter(store, { kind: 'fhir-notification', raw, reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
-          return sendOutcome(res, 422, 'processing', `Appointment/${id}: ${err.message}`);
+          refused.push(`Appointment/${id}: ${err.message}`);
         }
       }
+      if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '));
       sendOutcome(res, 200, 'informational', results.join('; ') || 'no appointment in the notification');
     })().catch((err: unknown) => {
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');

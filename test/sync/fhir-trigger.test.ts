@@ -35,6 +35,21 @@ describe('FHIR-triggered eligibility', () => {
     expect((await h.store.listChecks()).every((c) => c.round === 0)).toBe(true);
   });
 
+  it('handles every appointment of a notification though one of them cannot be read, and keeps that one as a dead letter', async () => {
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/gone` }, { fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] }),
+    });
+    expect(res.status).toBe(422);
+    const outcome = (await res.json()) as { issue: { diagnostics: string }[] };
+    expect(outcome.issue[0]?.diagnostics).toMatch(/Appointment\/gone: .*no Appointment with id gone/);
+    expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+    expect(await h.store.listChecks()).toHaveLength(2);
+    const dead = await h.store.listMessages({ status: 'dead' });
+    expect(dead.map((m) => m.detail)).toEqual([expect.stringMatching(/^Appointment\/gone: /)]);
+  });
+
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
     expect(res.status).toBe(400);
