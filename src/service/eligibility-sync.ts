@@ -392,10 +392,11 @@ function messageType(result: Hl7Result | undefined): string {
   return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
 }
 
-/** The reader's credentials: the static token, or SMART tokens of its own, for the read scopes unless a scope is configured. */
+/** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
-  if (fhir.smart) return { tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, fhir.timeoutMs ?? 30_000) };
-  return fhir.bearerToken ? { bearerToken: fhir.bearerToken } : {};
+  const timeoutMs = fhir.timeoutMs ?? 30_000;
+  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs) };
+  return { timeoutMs, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
 }
 
 function bearerHeader(fhir: { bearerToken?: string }): Record<string, string> {
