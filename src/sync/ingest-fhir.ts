@@ -4,7 +4,7 @@ import type { ClinicRouting } from '../adapters/clinic-routing';
 import { checksFromServer, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore } from './job-store';
-import { scheduleAppointment, type SchedulePolicy } from './schedule';
+import { fingerprints, scheduleAppointment, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -53,8 +53,9 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
   const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16);
-  // Checks depend on the coverages too: an unchanged appointment whose patient's insurance arrived is new work.
-  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => c.idempotencyKey).join(',')}`;
+  // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
+  // arrived, or whose birth date or member id was corrected, is new work.
+  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
 
   return store.transaction(async (tx) => {
     const { message, duplicate } = await tx.addMessage({

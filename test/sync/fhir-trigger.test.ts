@@ -35,6 +35,20 @@ describe('FHIR-triggered eligibility', () => {
     expect((await h.store.listChecks()).every((c) => c.round === 0)).toBe(true);
   });
 
+  it('verifies again when the appointment is notified after its patient\'s birth date was corrected in the chart', async () => {
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const corrected = chartOf('primary-secondary').map((r) => (r.resourceType === 'Patient' && r.id === 'pat-marco' ? { ...r, birthDate: '1985-11-03' } : r));
+    await h.fhir.seed(corrected.filter((r) => r.resourceType === 'Patient'));
+
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    await until('both verified again with the corrected birth date', async () => {
+      const checks = await h.store.listChecks();
+      return checks.length === 2 && checks.every((c) => c.round === 1 && c.state === 'written' && c.check.patient.birthDate === '1985-11-03') && checks;
+    });
+  });
+
   it('handles every appointment of a notification though one of them cannot be read, and keeps that one as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
       method: 'POST',
