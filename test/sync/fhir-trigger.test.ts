@@ -49,6 +49,29 @@ describe('FHIR-triggered eligibility', () => {
     });
   });
 
+  it('reads the appointment an R4 backport id-only notification names in its SubscriptionStatus focus: a cancellation', async () => {
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    const cancelled = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : []));
+    await h.fhir.seed(cancelled);
+    // Subscriptions R5 Backport 1.1 (R4): the focus is named only in the Parameters' notification-event.
+    const status = {
+      resourceType: 'Parameters',
+      parameter: [
+        { name: 'subscription', valueReference: { reference: `${h.fhir.url}/Subscription/appointments` } },
+        { name: 'status', valueCode: 'active' },
+        { name: 'type', valueCode: 'event-notification' },
+        { name: 'notification-event', part: [{ name: 'event-number', valueString: '2' }, { name: 'focus', valueReference: { reference: `${h.fhir.url}/Appointment/appt-4004` } }] },
+      ],
+    };
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: 'urn:uuid:292d3c72-edc1-4d8a-afaa-d85e19c7f563', resource: status, request: { method: 'GET', url: `${h.fhir.url}/Subscription/appointments/$status` } }] }),
+    });
+    expect(res.status).toBe(200);
+    expect((await h.store.listAppointments('cancelled')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+  });
+
   it('handles every appointment of a notification though one of them cannot be read, and keeps that one as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
       method: 'POST',
