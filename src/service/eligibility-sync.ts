@@ -231,8 +231,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
+    let raw: string | undefined;
     void (async () => {
-      const raw = await readText(req, 1024 * 1024);
+      raw = await readText(req, 1024 * 1024);
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid') {
@@ -259,8 +260,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       }
       if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '));
       sendOutcome(res, 200, 'informational', results.join('; ') || 'no appointment in the notification');
-    })().catch((err: unknown) => {
+    })().catch(async (err: unknown) => {
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');
+      // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
+      if (raw !== undefined) {
+        const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
+        await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now() }).catch(() => undefined);
+      }
       sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
     });
   });
