@@ -96,7 +96,7 @@ function readCursor(text: string | undefined): PollCursor {
 }
 
 /**
- * Booked appointments in the next `days` days that changed since the last poll, those the window
+ * Appointments in the next `days` days booked, cancelled or missed since the last poll, those the window
  * reached since then (booked long ahead, they changed before they were in it), and those still
  * waiting for insurance, whose coverages may have arrived since. The cursor holds the newest
  * meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides what changed.
@@ -112,7 +112,9 @@ export async function appointmentsToPoll(
   const window = { status: 'booked', date: [`ge${from}`, `le${until}`], _count: '100' };
   const ids = new Set<string>();
   let lastUpdated = previous.lastUpdated;
-  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...window, _lastUpdated: `gt${previous.lastUpdated}` } : window);
+  // What changed includes what will not happen any more, so its checks are withdrawn.
+  const changedWindow = { ...window, status: ['booked', ...NOT_HAPPENING].join(',') };
+  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `gt${previous.lastUpdated}` } : changedWindow);
   for (const found of changed) {
     const head = AppointmentHead.safeParse(found);
     if (!head.success || !head.data.id) continue;

@@ -95,6 +95,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
   });
 
+  it('sees by polling an appointment cancelled since the last poll, and verifies it no more', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    await h.fhir.seed(chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : [])));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    expect((await h.store.listAppointments('cancelled')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+    // Their results stay in the chart; no visit is left to verify them again for.
+    expect((await h.store.listChecks()).map((c) => c.dueAt)).toEqual([undefined, undefined]);
+  });
+
   it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {
     let fhirUrl = '';
     // In front of the FHIR server: each Appointment search takes 300 ms.
