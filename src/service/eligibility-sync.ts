@@ -88,7 +88,7 @@ export interface EligibilitySync {
   notificationHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** An Appointment on the chart's FHIR server was booked or changed. */
   notifyAppointment(appointmentId: string): Promise<FhirIngested>;
-  /** Reads booked appointments changed since the last poll; returns how many were looked at. */
+  /** Reads appointments booked, cancelled or missed since the last poll; returns how many were looked at. */
   pollAppointments(): Promise<number>;
   on(event: SyncEventName, listener: (event: SyncEvent) => void): this;
   off(event: SyncEventName, listener: (event: SyncEvent) => void): this;
@@ -231,8 +231,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
+    let raw: string | undefined;
     void (async () => {
-      const raw = await readText(req, 1024 * 1024);
+      raw = await readText(req, 1024 * 1024);
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid') {
@@ -245,6 +246,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         return sendOutcome(res, 200, 'informational', `looked at ${polled} appointments`);
       }
       const results: string[] = [];
+      const refused: string[] = [];
+      // One appointment that cannot be read is no reason to leave the others of the notification unread.
       for (const id of ids.appointments) {
         try {
           const done = await notifyAppointment(id, raw);
@@ -252,12 +255,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         } catch (err) {
           if (!(err instanceof FhirInputError)) throw err;
           await deadLetter(store, { kind: 'fhir-notification', raw, reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
-          return sendOutcome(res, 422, 'processing', `Appointment/${id}: ${err.message}`);
+          refused.push(`Appointment/${id}: ${err.message}`);
         }
       }
+      if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '));
       sendOutcome(res, 200, 'informational', results.join('; ') || 'no appointment in the notification');
-    })().catch((err: unknown) => {
+    })().catch(async (err: unknown) => {
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');
+      // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
+      if (raw !== undefined) {
+        const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
+        await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now() }).catch(() => undefined);
+      }
       sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
     });
   });
@@ -389,10 +398,11 @@ function messageType(result: Hl7Result | undefined): string {
   return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
 }
 
-/** The reader's credentials: the static token, or SMART tokens of its own, for the read scopes unless a scope is configured. */
+/** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
-  if (fhir.smart) return { tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, fhir.timeoutMs ?? 30_000) };
-  return fhir.bearerToken ? { bearerToken: fhir.bearerToken } : {};
+  const timeoutMs = fhir.timeoutMs ?? 30_000;
+  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs) };
+  return { timeoutMs, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
 }
 
 function bearerHeader(fhir: { bearerToken?: string }): Record<string, string> {

@@ -9,6 +9,8 @@ export interface FhirKitReaderOptions {
   headers?: Record<string, string>;
   /** Stop following next links after this many pages. */
   maxPages?: number;
+  /** Each request gives up after this long, as the write-back's do. Default 30 s. */
+  timeoutMs?: number;
 }
 
 /** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
@@ -17,13 +19,18 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 20;
   const tokens = options.tokens;
+  const timeoutMs = options.timeoutMs ?? 30_000;
 
-  /** One request with the current token; a token the server refuses is renewed and the request made once more. */
-  async function authorized<T>(request: (requestOptions: { headers?: Record<string, string> }) => Promise<T>): Promise<T> {
-    if (!tokens) return request({});
+  /**
+   * One request with the current token and a deadline (a FHIR server that never answers would
+   * hold a notification, and every poll after it, for minutes); a token the server refuses is
+   * renewed and the request made once more.
+   */
+  async function authorized<T>(request: (requestOptions: { headers?: Record<string, string>; signal: AbortSignal }) => Promise<T>): Promise<T> {
+    if (!tokens) return request({ signal: AbortSignal.timeout(timeoutMs) });
     const once = async () => {
       const authorization = await tokens.authorization();
-      return request(authorization ? { headers: { authorization } } : {});
+      return request({ ...(authorization && { headers: { authorization } }), signal: AbortSignal.timeout(timeoutMs) });
     };
     try {
       return await once();

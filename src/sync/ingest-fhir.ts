@@ -4,7 +4,7 @@ import type { ClinicRouting } from '../adapters/clinic-routing';
 import { checksFromServer, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore } from './job-store';
-import { scheduleAppointment, type SchedulePolicy } from './schedule';
+import { fingerprints, scheduleAppointment, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -53,8 +53,9 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
   const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16);
-  // Checks depend on the coverages too: an unchanged appointment whose patient's insurance arrived is new work.
-  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => c.idempotencyKey).join(',')}`;
+  // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
+  // arrived, or whose birth date or member id was corrected, is new work.
+  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
 
   return store.transaction(async (tx) => {
     const { message, duplicate } = await tx.addMessage({
@@ -95,7 +96,7 @@ function readCursor(text: string | undefined): PollCursor {
 }
 
 /**
- * Booked appointments in the next `days` days that changed since the last poll, those the window
+ * Appointments in the next `days` days booked, cancelled or missed since the last poll, those the window
  * reached since then (booked long ahead, they changed before they were in it), and those still
  * waiting for insurance, whose coverages may have arrived since. The cursor holds the newest
  * meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides what changed.
@@ -111,7 +112,9 @@ export async function appointmentsToPoll(
   const window = { status: 'booked', date: [`ge${from}`, `le${until}`], _count: '100' };
   const ids = new Set<string>();
   let lastUpdated = previous.lastUpdated;
-  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...window, _lastUpdated: `gt${previous.lastUpdated}` } : window);
+  // What changed includes what will not happen any more, so its checks are withdrawn.
+  const changedWindow = { ...window, status: ['booked', ...NOT_HAPPENING].join(',') };
+  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `gt${previous.lastUpdated}` } : changedWindow);
   for (const found of changed) {
     const head = AppointmentHead.safeParse(found);
     if (!head.success || !head.data.id) continue;

@@ -19,8 +19,8 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
   let h: Harness;
   afterEach(async () => h.close());
 
-  it('keeps results in the store while the FHIR server is down and writes each once when it is back', async () => {
-    // The FHIR server stays up; the sync reaches it only through the proxy.
+  /** Starts h with the sync reaching the FHIR server only through a proxy that can be taken down. */
+  async function behindProxy(): Promise<Awaited<ReturnType<typeof switchableProxy>>> {
     let proxy: Awaited<ReturnType<typeof switchableProxy>> | undefined;
     h = await startHarness({
       fhirVia: async (url) => {
@@ -29,6 +29,12 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       },
     });
     if (!proxy) throw new Error('no proxy');
+    return proxy;
+  }
+
+  it('keeps results in the store while the FHIR server is down and writes each once when it is back', async () => {
+    // The FHIR server stays up; the sync reaches it only through the proxy.
+    const proxy = await behindProxy();
     const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
     const { port } = await listener.start();
     proxy.down = true;
@@ -47,6 +53,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await until('both written once the chart is back', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
     await listener.stop();
+    await proxy.close();
+  });
+
+  it('keeps a notification it cannot handle while the FHIR server is unreachable, answering 500 so the sender tries again', async () => {
+    const proxy = await behindProxy();
+    proxy.down = true;
+    const body = JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] });
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body });
+    expect(res.status).toBe(500);
+    const kept = await h.store.listMessages({ kind: 'fhir-notification' });
+    expect(kept.map((m) => m.raw)).toEqual([body]);
+    expect(kept[0]?.detail).toMatch(/send it again/);
     await proxy.close();
   });
 
@@ -75,6 +93,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     // The next poll sees nothing changed since the last.
     expect(await h.sync.pollAppointments()).toBe(0);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+
+  it('sees by polling an appointment cancelled since the last poll, and verifies it no more', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    await h.fhir.seed(chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : [])));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    expect((await h.store.listAppointments('cancelled')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+    // Their results stay in the chart; no visit is left to verify them again for.
+    expect((await h.store.listChecks()).map((c) => c.dueAt)).toEqual([undefined, undefined]);
   });
 
   it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {

@@ -35,6 +35,58 @@ describe('FHIR-triggered eligibility', () => {
     expect((await h.store.listChecks()).every((c) => c.round === 0)).toBe(true);
   });
 
+  it('verifies again when the appointment is notified after its patient\'s birth date was corrected in the chart', async () => {
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const corrected = chartOf('primary-secondary').map((r) => (r.resourceType === 'Patient' && r.id === 'pat-marco' ? { ...r, birthDate: '1985-11-03' } : r));
+    await h.fhir.seed(corrected.filter((r) => r.resourceType === 'Patient'));
+
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    await until('both verified again with the corrected birth date', async () => {
+      const checks = await h.store.listChecks();
+      return checks.length === 2 && checks.every((c) => c.round === 1 && c.state === 'written' && c.check.patient.birthDate === '1985-11-03') && checks;
+    });
+  });
+
+  it('reads the appointment an R4 backport id-only notification names in its SubscriptionStatus focus: a cancellation', async () => {
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    const cancelled = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : []));
+    await h.fhir.seed(cancelled);
+    // Subscriptions R5 Backport 1.1 (R4): the focus is named only in the Parameters' notification-event.
+    const status = {
+      resourceType: 'Parameters',
+      parameter: [
+        { name: 'subscription', valueReference: { reference: `${h.fhir.url}/Subscription/appointments` } },
+        { name: 'status', valueCode: 'active' },
+        { name: 'type', valueCode: 'event-notification' },
+        { name: 'notification-event', part: [{ name: 'event-number', valueString: '2' }, { name: 'focus', valueReference: { reference: `${h.fhir.url}/Appointment/appt-4004` } }] },
+      ],
+    };
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: 'urn:uuid:292d3c72-edc1-4d8a-afaa-d85e19c7f563', resource: status, request: { method: 'GET', url: `${h.fhir.url}/Subscription/appointments/$status` } }] }),
+    });
+    expect(res.status).toBe(200);
+    expect((await h.store.listAppointments('cancelled')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+  });
+
+  it('handles every appointment of a notification though one of them cannot be read, and keeps that one as a dead letter', async () => {
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/gone` }, { fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] }),
+    });
+    expect(res.status).toBe(422);
+    const outcome = (await res.json()) as { issue: { diagnostics: string }[] };
+    expect(outcome.issue[0]?.diagnostics).toMatch(/Appointment\/gone: .*no Appointment with id gone/);
+    expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+    expect(await h.store.listChecks()).toHaveLength(2);
+    const dead = await h.store.listMessages({ status: 'dead' });
+    expect(dead.map((m) => m.detail)).toEqual([expect.stringMatching(/^Appointment\/gone: /)]);
+  });
+
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
     expect(res.status).toBe(400);

@@ -6,6 +6,7 @@ import { checksFromServer, convertFromServer, type FhirReader } from '../../../.
 import { fhirKitReader } from '../../../../src/sync/fhir-reader';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
 import { startFhirServer, type FhirServer } from '../../../../src/sandbox/fhir-server';
+import { startScriptedServer } from '../../../support/http-server';
 import { BUNDLE_DIR, readBundle, RECEIVED_AT } from '../corpus';
 
 /**
@@ -88,5 +89,15 @@ describe('checksFromServer over fhir-kit-client', () => {
     const url = closed.url;
     await closed.close();
     await expect(checksFromServer(await fhirKitReader(url), 'appt-1001', options)).rejects.toThrow();
+  });
+
+  it('gives up on a FHIR server that never answers after timeoutMs, reading or searching', async () => {
+    const silent = await startScriptedServer(() => undefined);
+    const reader = await fhirKitReader(silent.url, { timeoutMs: 300 });
+    const started = Date.now();
+    await expect(reader.read('Appointment', 'appt-1001')).rejects.toThrow(/abort|timeout/i);
+    await expect(reader.search('Coverage', { beneficiary: 'Patient/pat-ellen' })).rejects.toThrow(/abort|timeout/i);
+    expect(Date.now() - started).toBeLessThan(3000);
+    await silent.close();
   });
 });
