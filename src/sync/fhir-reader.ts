@@ -7,7 +7,7 @@ export interface FhirKitReaderOptions {
   /** Where each request's Authorization comes from (SMART Backend Services); a refused token is renewed once. */
   tokens?: AccessTokens;
   headers?: Record<string, string>;
-  /** Stop following next links after this many pages. */
+  /** A search with more pages than this fails rather than give part of what matched. Default 1,000. */
   maxPages?: number;
   /** Each request gives up after this long, as the write-back's do. Default 30 s. */
   timeoutMs?: number;
@@ -17,7 +17,7 @@ export interface FhirKitReaderOptions {
 export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {
   const { Client } = await import('fhir-kit-client');
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
-  const maxPages = options.maxPages ?? 20;
+  const maxPages = options.maxPages ?? 1000;
   const tokens = options.tokens;
   const timeoutMs = options.timeoutMs ?? 30_000;
 
@@ -51,13 +51,22 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
         throw err;
       }
     },
+    /**
+     * Every page: the poll moves its cursor past what a search gave, so a search cut short would
+     * lose what was on the pages not read. Too many pages, or a next link given before (a server
+     * paging in a circle), fail it instead.
+     */
     async search(resourceType, params) {
       const found: unknown[] = [];
+      const followed = new Set<string>();
       let page: unknown = await authorized((requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
-      for (let n = 0; n < maxPages && isBundle(page); n++) {
+      while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
         const next = page.link?.find((l) => l.relation === 'next');
         if (!next) break;
+        if (followed.has(next.url)) throw new Error(`FHIR search ${resourceType}: the server gave a next link it had given before, after ${followed.size + 1} pages`);
+        if (followed.size + 1 >= maxPages) throw new Error(`FHIR search ${resourceType}: more than ${maxPages} pages; refused rather than read in part`);
+        followed.add(next.url);
         const bundle = { ...page, link: page.link ?? [] };
         page = await authorized(async (requestOptions) => client.nextPage({ bundle, options: requestOptions }));
       }

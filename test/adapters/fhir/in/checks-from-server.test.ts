@@ -84,6 +84,25 @@ describe('checksFromServer over fhir-kit-client', () => {
     expect(coverages.map((c) => (c as Resource).id).sort()).toEqual(['cov-marco-aetna', 'cov-marco-delta', 'cov-marco-delta-old', 'cov-other-patient']);
   });
 
+  it('reads a search to its last page, however many, and refuses one it cannot read whole', async () => {
+    const reader = await fhirKitReader(serverOf('primary-secondary').url, { maxPages: 3 });
+    // Four coverages a page at a time: four pages, past the old cut at a page count, read whole or refused.
+    await expect(reader.search('Coverage', { _count: '1' })).rejects.toThrow('FHIR search Coverage: more than 3 pages; refused rather than read in part');
+    const whole = await fhirKitReader(serverOf('primary-secondary').url, { maxPages: 4 });
+    expect(await whole.search('Coverage', { _count: '1' })).toHaveLength(4);
+    // A server whose next link leads back to a page it gave.
+    const circle = await startScriptedServer((req, res) => {
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: `c${req.url.length}` } }], link: [{ relation: 'next', url: `${circleUrl}/Coverage?page=2` }] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    const circleUrl = circle.url;
+    try {
+      await expect((await fhirKitReader(circle.url)).search('Coverage', {})).rejects.toThrow('FHIR search Coverage: the server gave a next link it had given before, after 2 pages');
+    } finally {
+      await circle.close();
+    }
+  });
+
   it('passes network failures through to the caller', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
