@@ -83,8 +83,11 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   });
 }
 
-/** What the poll keeps between polls: the newest meta.lastUpdated the server gave, and the last day the window reached. */
-const PollCursor = z.object({ lastUpdated: z.string().optional(), horizon: z.string().optional() });
+/**
+ * What the poll keeps between polls: the newest meta.lastUpdated the server gave, the versions it
+ * gave at that instant (id/versionId), and the last day the window reached.
+ */
+const PollCursor = z.object({ lastUpdated: z.string().optional(), seen: z.array(z.string()).optional(), horizon: z.string().optional() });
 type PollCursor = z.infer<typeof PollCursor>;
 
 /** A cursor as stored; a bare timestamp is one from before the window was kept. */
@@ -114,13 +117,26 @@ export async function appointmentsToPoll(
   let lastUpdated = previous.lastUpdated;
   // What changed includes what will not happen any more, so its checks are withdrawn.
   const changedWindow = { ...window, status: ['booked', ...NOT_HAPPENING].join(',') };
-  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `gt${previous.lastUpdated}` } : changedWindow);
+  // From the cursor's instant on, not after it: a server that keeps whole seconds, or makes a change
+  // visible after a later one, can give a change that instant once the cursor holds it. The versions
+  // seen at that instant are known, and only they are passed over.
+  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `ge${previous.lastUpdated}` } : changedWindow);
+  // The versions seen at the cursor's instant, as lastUpdated moves on.
+  let seen = new Set(previous.seen);
+  const since = previous.lastUpdated === undefined ? Number.NaN : Date.parse(previous.lastUpdated);
   for (const found of changed) {
     const head = AppointmentHead.safeParse(found);
     if (!head.success || !head.data.id) continue;
     const updated = head.data.meta?.lastUpdated;
-    if (updated && (!lastUpdated || Date.parse(updated) > Date.parse(lastUpdated))) lastUpdated = updated;
+    const at = updated === undefined ? Number.NaN : Date.parse(updated);
+    const version = `${head.data.id}/${head.data.meta?.versionId ?? ''}`;
+    // What the last poll took at its instant.
+    if (at === since && previous.seen?.includes(version)) continue;
     ids.add(head.data.id);
+    const newest = lastUpdated === undefined ? Number.NaN : Date.parse(lastUpdated);
+    if (Number.isNaN(at)) continue;
+    if (Number.isNaN(newest) || at > newest) (lastUpdated = updated), (seen = new Set([version]));
+    else if (at === newest) seen.add(version);
   }
   if (previous.horizon && previous.horizon < until) {
     const reached = await reader.search('Appointment', { ...window, date: [`gt${previous.horizon}`, `le${until}`] });
@@ -132,5 +148,5 @@ export async function appointmentsToPoll(
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
     if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
   }
-  return { ids: [...ids], cursor: JSON.stringify({ lastUpdated, horizon: until } satisfies PollCursor) };
+  return { ids: [...ids], cursor: JSON.stringify({ lastUpdated, seen: [...seen], horizon: until } satisfies PollCursor) };
 }

@@ -1,0 +1,64 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import type { FhirReader } from '../../src/adapters/fhir/in';
+import { appointmentsToPoll } from '../../src/sync/ingest-fhir';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+
+/**
+ * The poll's cursor against a FHIR server that keeps meta.lastUpdated to the whole second, as many
+ * do: a change made, or made visible, in the second the cursor already holds is still seen, and
+ * what was seen is not handed out again.
+ */
+interface Version {
+  id: string;
+  versionId: string;
+  lastUpdated: string;
+}
+
+/** A server's Appointment search as the poll uses it: only `_lastUpdated` (ge/gt) narrows it here. */
+function serverOf(appointments: Version[]): FhirReader {
+  return {
+    read: async () => undefined,
+    search: async (_type, params) => {
+      const bound = typeof params._lastUpdated === 'string' ? params._lastUpdated : undefined;
+      return appointments
+        .filter((a) => !bound || (bound.startsWith('ge') ? a.lastUpdated >= bound.slice(2) : a.lastUpdated > bound.slice(2)))
+        .map((a) => ({ resourceType: 'Appointment', id: a.id, status: 'booked', meta: { versionId: a.versionId, lastUpdated: a.lastUpdated } }));
+    },
+  };
+}
+
+describe('the FHIR poll cursor', () => {
+  let dir: string;
+  let store: SqliteJobStore;
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'elig-poll-'));
+    store = SqliteJobStore.open(dir);
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('sees a change in the second it already holds, and hands out nothing twice', async () => {
+    const server: Version[] = [{ id: 'a', versionId: '1', lastUpdated: '2026-11-24T10:00:05Z' }];
+    let cursor: string | undefined;
+    const poll = async () => {
+      const next = await appointmentsToPoll(store, serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: cursor });
+      cursor = next.cursor;
+      return next.ids.sort();
+    };
+    expect(await poll()).toEqual(['a']);
+    // Made visible after the poll, in the same second.
+    server.push({ id: 'b', versionId: '1', lastUpdated: '2026-11-24T10:00:05Z' });
+    expect(await poll()).toEqual(['b']);
+    expect(await poll()).toEqual([]);
+    // Changed again in that second: a new version.
+    server[0] = { id: 'a', versionId: '2', lastUpdated: '2026-11-24T10:00:05Z' };
+    expect(await poll()).toEqual(['a']);
+    server.push({ id: 'c', versionId: '1', lastUpdated: '2026-11-24T10:00:06Z' });
+    expect(await poll()).toEqual(['c']);
+    expect(await poll()).toEqual([]);
+  });
+});
