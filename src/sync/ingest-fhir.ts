@@ -85,7 +85,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
 
 /**
  * What the poll keeps between polls: the newest meta.lastUpdated the server gave, the versions it
- * gave at that instant (id/versionId), and the last day the window reached.
+ * gave at that instant (id/versionId, or id/digest without one), and the last day the window reached.
  */
 const PollCursor = z.object({ lastUpdated: z.string().optional(), seen: z.array(z.string()).optional(), horizon: z.string().optional() });
 type PollCursor = z.infer<typeof PollCursor>;
@@ -129,7 +129,8 @@ export async function appointmentsToPoll(
     if (!head.success || !head.data.id) continue;
     const updated = head.data.meta?.lastUpdated;
     const at = updated === undefined ? Number.NaN : Date.parse(updated);
-    const version = `${head.data.id}/${head.data.meta?.versionId ?? ''}`;
+    // A server that gives no versionId: the appointment as it reads now stands for its version.
+    const version = `${head.data.id}/${head.data.meta?.versionId ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16)}`;
     // What the last poll took at its instant.
     if (at === since && previous.seen?.includes(version)) continue;
     ids.add(head.data.id);

@@ -170,7 +170,8 @@ export class Worker {
     await ticking;
     this.ticking = undefined;
     if (!this.running || this.timer) return;
-    const wait = this.storeFailures > 0 ? Math.min(this.options.idleMs * 2 ** this.storeFailures, STORE_RETRY_MAX_MS) : this.kicked ? 0 : this.options.idleMs;
+    // A kick during a failing claim may be the store answering again (a message just stored): look at once.
+    const wait = this.kicked ? 0 : this.storeFailures > 0 ? Math.min(this.options.idleMs * 2 ** this.storeFailures, STORE_RETRY_MAX_MS) : this.options.idleMs;
     this.timer = setTimeout(() => void this.tick(), wait);
   }
 

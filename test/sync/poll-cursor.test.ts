@@ -12,8 +12,9 @@ import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
  */
 interface Version {
   id: string;
-  versionId: string;
+  versionId?: string;
   lastUpdated: string;
+  start?: string;
 }
 
 /** A server's Appointment search as the poll uses it: only `_lastUpdated` (ge/gt) narrows it here. */
@@ -24,7 +25,7 @@ function serverOf(appointments: Version[]): FhirReader {
       const bound = typeof params._lastUpdated === 'string' ? params._lastUpdated : undefined;
       return appointments
         .filter((a) => !bound || (bound.startsWith('ge') ? a.lastUpdated >= bound.slice(2) : a.lastUpdated > bound.slice(2)))
-        .map((a) => ({ resourceType: 'Appointment', id: a.id, status: 'booked', meta: { versionId: a.versionId, lastUpdated: a.lastUpdated } }));
+        .map((a) => ({ resourceType: 'Appointment', id: a.id, status: 'booked', start: a.start, meta: { ...(a.versionId && { versionId: a.versionId }), lastUpdated: a.lastUpdated } }));
     },
   };
 }
@@ -60,5 +61,17 @@ describe('the FHIR poll cursor', () => {
     server.push({ id: 'c', versionId: '1', lastUpdated: '2026-11-24T10:00:06Z' });
     expect(await poll()).toEqual(['c']);
     expect(await poll()).toEqual([]);
+  });
+
+  it('tells a version by what the appointment holds when the server gives no versionId', async () => {
+    const server: Version[] = [{ id: 'a', lastUpdated: '2026-11-24T10:00:05Z', start: '2026-12-01T09:00:00-08:00' }];
+    const first = await appointmentsToPoll(store, serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: undefined });
+    expect(first.ids).toEqual(['a']);
+    const same = await appointmentsToPoll(store, serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: first.cursor });
+    expect(same.ids).toEqual([]);
+    // Moved in the same second.
+    server[0] = { id: 'a', lastUpdated: '2026-11-24T10:00:05Z', start: '2026-12-02T09:00:00-08:00' };
+    const moved = await appointmentsToPoll(store, serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: same.cursor });
+    expect(moved.ids).toEqual(['a']);
   });
 });
