@@ -105,8 +105,11 @@ export function registerJobs(program: Command, io: CliIo): void {
         // Scheduled as serve schedules it: its freshness and re-verification settings, from the same config file.
         const policy = schedulePolicy(fromFile.settings ?? SyncSettings.parse({}));
         const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(), policy });
-        if (opts.json) return printRecord(io, { message: id, acks: done.ackCodes }, true);
-        io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
+        if (opts.json) printRecord(io, { message: id, acks: done.ackCodes }, true);
+        else io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
+        // Refused again: a script replaying dead letters after a mapping fix must see that this one is not fixed.
+        const refused = done.ackCodes.filter((code) => code !== 'AA' && code !== 'CA');
+        if (refused.length > 0) throw new CliError(`jobs replay: message ${id} was answered ${refused.join('+')} again; its replay is kept as a dead letter (jobs messages --dead)`);
       }),
     );
 
