@@ -15,7 +15,8 @@ export async function retryCheck(store: JobStore, key: string, now: Date): Promi
     if (!row) throw new OperationError(`no check with key ${key}`);
     if (!RETRYABLE.has(row.state)) throw new OperationError(`check ${key} is ${row.state}; only needs-attention, dead, cancelled or written checks are retried`);
     const round = row.round + 1;
-    const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, ...rest } = row;
+    // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
+    const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, ...rest } = row;
     const next: CheckRow = { ...rest, state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
     await tx.putCheck(next);
     return next;

@@ -56,12 +56,33 @@ describe('dental-elig jobs', () => {
     expect((await cli(['jobs', 'list', '--state', 'lost', '--data-dir', dir])).code).toBe(2);
   });
 
+  it('retries a written check as a new round that shows no outcome until its own result comes', async () => {
+    const [row] = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ job: string }>;
+    const key = row?.job ?? '';
+    const store = SqliteJobStore.open(dir);
+    await store.transaction(async (tx) => {
+      const check = await tx.getCheck(key);
+      if (!check) throw new Error('no check');
+      const result = { correlationId: 'ver-old', status: 'Completed', result: { plan: { status: 'Active' } } };
+      await tx.putCheck({ ...check, state: 'written', correlationId: 'ver-old', result, resultAt: '2026-11-23T10:00:05.000Z', written: { requestId: 'req-1', responseId: 'resp-1' } });
+    });
+    await store.close();
+    const before = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'written', '--json'])).stdout) as Array<{ outcome?: string }>;
+    expect(before.map((r) => r.outcome)).toEqual(['completed']);
+    expect((await cli(['jobs', 'retry', key, '--data-dir', dir])).code).toBe(0);
+    const after = JSON.parse((await cli(['jobs', 'show', key, '--data-dir', dir, '--json'])).stdout) as Record<string, unknown>;
+    expect([after.state, after.round, after.correlationId, after.result, after.resultAt]).toEqual(['received', 1, undefined, undefined, undefined]);
+  });
+
   it('lists dead letters with what was wrong, and replays one', async () => {
     const dead = JSON.parse((await cli(['jobs', 'messages', '--dead', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; detail: string }>;
     expect(dead).toHaveLength(1);
     expect(dead[0]?.detail).toMatch(/^rejected: /);
     const replayed = await cli(['jobs', 'replay', String(dead[0]?.id), '--data-dir', dir]);
     expect(replayed.stdout).toMatch(new RegExp(`^message ${dead[0]?.id}: handled again, ACK A[ER]\\n$`));
+    // Still refused: the exit code says so, for a script replaying dead letters after a fix.
+    expect(replayed.code).toBe(1);
+    expect(replayed.stderr).toMatch(new RegExp(`^dental-elig: jobs replay: message ${dead[0]?.id} was answered A[ER] again; its replay is kept as a dead letter \\(jobs messages --dead\\)\\n$`));
     const after = JSON.parse((await cli(['jobs', 'messages', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; status: string; detail: string }>;
     expect(after.find((m) => m.id === dead[0]?.id)?.detail).toMatch(/^replayed as message \d+$/);
   });
