@@ -42,11 +42,9 @@ export interface FhirIngested {
 export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
   const receivedAt = options.now();
   const found = await reader.read('Appointment', appointmentId);
-  if (found === undefined) {
-    throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
-  }
-  const head = AppointmentHead.parse(found);
   const reference = `Appointment/${appointmentId}`;
+  if (found === undefined) return withdrawGone(store, appointmentId, receivedAt, options);
+  const head = AppointmentHead.parse(found);
   const patient = head.participant?.map((p) => p.actor?.reference).find((r) => r?.startsWith('Patient/') || r?.includes('/Patient/'));
   if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
   const cancelled = head.status !== undefined && NOT_HAPPENING.has(head.status);
@@ -80,6 +78,36 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
     );
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks` });
     return { appointment: reference, status, ...done, duplicate: false };
+  });
+}
+
+/**
+ * An appointment the server no longer has (404, 410: deleted) is one that will not happen: when
+ * the store holds it, it is cancelled and its checks withdrawn, as a cancellation would be. One
+ * the store never knew names nothing to do, and is refused.
+ */
+async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
+  const reference = `Appointment/${appointmentId}`;
+  const key = `fhir|${reference}`;
+  const known = await store.transaction((tx) => tx.getAppointment(key));
+  if (!known) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
+  return store.transaction(async (tx) => {
+    const earlier = await tx.getAppointment(key);
+    const { message, duplicate } = await tx.addMessage({
+      kind: 'fhir-notification',
+      dedupeKey: `${reference}|gone|${earlier?.updatedAt ?? ''}`,
+      receivedAt: receivedAt.toISOString(),
+      raw: options.raw ?? JSON.stringify({ reference }),
+      status: 'received',
+    });
+    if (duplicate || !earlier) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    const done = await scheduleAppointment(
+      tx,
+      { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: earlier.basis },
+      { now: receivedAt, policy: options.policy },
+    );
+    await tx.updateMessage(message.id, { status: 'handled', detail: 'cancelled: the server no longer has it' });
+    return { appointment: reference, status: 'cancelled', ...done, duplicate: false };
   });
 }
 

@@ -87,6 +87,21 @@ describe('FHIR-triggered eligibility', () => {
     expect(dead.map((m) => m.detail)).toEqual([expect.stringMatching(/^Appointment\/gone: /)]);
   });
 
+  it('cancels an appointment the server no longer has (deleted), withdrawing its checks, as a cancellation would', async () => {
+    // Held back: the checks wait to be sent when the appointment goes.
+    await h.sync.stop();
+    expect((await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' })).status).toBe(200);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['received', 'received']);
+    expect((await fetch(`${h.fhir.url}/Appointment/appt-4004`, { method: 'DELETE' })).ok).toBe(true);
+
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('Appointment/appt-4004: cancelled');
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.status])).toEqual([['fhir|Appointment/appt-4004', 'cancelled']]);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled', 'cancelled']);
+    expect(await h.store.listMessages({ status: 'dead' })).toEqual([]);
+  });
+
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
     expect(res.status).toBe(400);
