@@ -39,6 +39,8 @@ export class Hl7Segment {
     readonly raw: string,
     private readonly decoder: Message,
     private readonly delimiters: Delimiters,
+    /** Whether a hex escape's bytes are UTF-8 (MSH-18 UNICODE UTF-8), not one character each. */
+    private readonly utf8Hex = false,
   ) {
     this.shift = name === 'MSH' ? 1 : 0;
   }
@@ -53,7 +55,7 @@ export class Hl7Segment {
     const comp = rep && piece(rep, this.delimiters.component, component - 1);
     const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
     if (!escaped) return '';
-    const decoded = unescape(this.decoder, escaped, this.delimiters.escape);
+    const decoded = unescape(this.decoder, this.utf8Hex ? utf8HexDecoded(escaped, this.delimiters.escape) : escaped, this.delimiters.escape);
     // A stray control character, raw or hex-escaped, is no part of a name or an id, and the chart's FHIR strings refuse it.
     const text = withoutControlCharacters(decoded);
     // "" is HL7's explicit null: the sender says there is no value.
@@ -125,10 +127,29 @@ function unescape(decoder: Message, text: string, escape: string): string {
   try {
     return decoder.unescape(text);
   } catch {
-    const e = escape.replace(/[-/\\^$*+?.()|[\]{}]/g, '\\$&');
+    const e = forRegExp(escape);
     const hex = new RegExp(`${e}X([^${e}]*)${e}`, 'g');
     return decoder.unescape(text.replace(hex, (whole, digits: string) => (digits.length % 2 === 0 ? whole : '')));
   }
+}
+
+/**
+ * Hex escapes read as UTF-8 bytes (\XC3BC\ is ü), as a message in UNICODE UTF-8 means them; the
+ * library gives each byte a character of its own. One whose bytes are no UTF-8, or whose text
+ * holds the escape character, is left for the library.
+ */
+function utf8HexDecoded(text: string, escape: string): string {
+  if (!text.includes(`${escape}X`)) return text;
+  const e = forRegExp(escape);
+  return text.replace(new RegExp(`${e}X((?:[0-9A-Fa-f]{2})+)${e}`, 'g'), (whole, hex: string) => {
+    const decoded = new TextDecoder('utf-8', { fatal: false }).decode(Buffer.from(hex, 'hex'));
+    return decoded.includes('\uFFFD') || decoded.includes(escape) ? whole : decoded;
+  });
+}
+
+/** A delimiter as a regular expression matches it literally. */
+function forRegExp(delimiter: string): string {
+  return delimiter.replace(/[-/\\^$*+?.()|[\]{}]/g, '\\$&');
 }
 
 /** The index-th (0-based) piece of a text cut at a delimiter, as text.split(delimiter)[index] without the array. */
@@ -211,6 +232,8 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   }
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
+  // MSH-18, the field after MSH-17 (MSH-1 is the separator itself).
+  const utf8Hex = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.trim().toUpperCase() === 'UNICODE UTF-8';
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;
     const name = line.slice(0, 3);
@@ -226,7 +249,7 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
     }
     const sequence = (counts.get(name) ?? 0) + 1;
     counts.set(name, sequence);
-    segments.push(new Hl7Segment(name, sequence, line, decoder, delimiters));
+    segments.push(new Hl7Segment(name, sequence, line, decoder, delimiters, utf8Hex));
   }
   const [header] = segments;
   if (header?.name !== 'MSH') return rejection({ segment: 'MSH' }, 100, 'message cannot be parsed');
