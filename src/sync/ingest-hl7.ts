@@ -47,9 +47,10 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
   const receivedAt = options.now();
   return store.transaction(async (tx) => {
     const received = (dedupeKey: string) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: receivedAt.toISOString(), raw: text, status: 'received' });
-    const identity = resendIdentity(text);
     let { message, duplicate } = await received(options.replayOf === undefined ? dedupeKeyOf(text) : `replay:${options.replayOf}:${receivedAt.toISOString()}`);
-    if (duplicate && resendIdentity(message.raw) !== identity) {
+    // Compared only for a control id seen before: most messages are new, and this runs on each.
+    const identity = duplicate ? resendIdentity(text) : undefined;
+    if (identity !== undefined && resendIdentity(message.raw) !== identity) {
       // The sender reused a control id for a different message: it is kept under a key of its own,
       // by which a resend of it is known too.
       ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(identity).slice(0, 16)}`));
