@@ -50,7 +50,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const cancelled = head.status !== undefined && NOT_HAPPENING.has(head.status);
   const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
-  const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16);
+  const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
   // arrived, or whose birth date or member id was corrected, is new work.
   const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
@@ -81,6 +81,11 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   });
 }
 
+/** A resource as it reads now, for a server that gives it no versionId. */
+function digestOf(resource: unknown): string {
+  return createHash('sha256').update(JSON.stringify(resource)).digest('hex').slice(0, 16);
+}
+
 /**
  * An appointment the server no longer has (404, 410: deleted) is one that will not happen: when
  * the store holds it, it is cancelled and its checks withdrawn, as a cancellation would be. One
@@ -89,18 +94,18 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
 async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
   const reference = `Appointment/${appointmentId}`;
   const key = `fhir|${reference}`;
-  const known = await store.transaction((tx) => tx.getAppointment(key));
-  if (!known) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
   return store.transaction(async (tx) => {
+    // Refused before anything is written: the transaction leaves no trace.
     const earlier = await tx.getAppointment(key);
+    if (!earlier) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
     const { message, duplicate } = await tx.addMessage({
       kind: 'fhir-notification',
-      dedupeKey: `${reference}|gone|${earlier?.updatedAt ?? ''}`,
+      dedupeKey: `${reference}|gone|${earlier.updatedAt}`,
       receivedAt: receivedAt.toISOString(),
       raw: options.raw ?? JSON.stringify({ reference }),
       status: 'received',
     });
-    if (duplicate || !earlier) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    if (duplicate) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
     const done = await scheduleAppointment(
       tx,
       { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: earlier.basis },
@@ -158,7 +163,7 @@ export async function appointmentsToPoll(
     const updated = head.data.meta?.lastUpdated;
     const at = updated === undefined ? Number.NaN : Date.parse(updated);
     // A server that gives no versionId: the appointment as it reads now stands for its version.
-    const version = `${head.data.id}/${head.data.meta?.versionId ?? createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16)}`;
+    const version = `${head.data.id}/${head.data.meta?.versionId ?? digestOf(found)}`;
     // What the last poll took at its instant.
     if (at === since && previous.seen?.includes(version)) continue;
     ids.add(head.data.id);
