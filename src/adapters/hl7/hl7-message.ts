@@ -138,11 +138,13 @@ function unescape(decoder: Message, text: string, escape: string): string {
  * library gives each byte a character of its own. One whose bytes are no UTF-8, or whose text
  * holds the escape character, is left for the library.
  */
+const UTF8 = new TextDecoder('utf-8', { fatal: false });
+
 function utf8HexDecoded(text: string, escape: string): string {
   if (!text.includes(`${escape}X`)) return text;
   const e = forRegExp(escape);
   return text.replace(new RegExp(`${e}X((?:[0-9A-Fa-f]{2})+)${e}`, 'g'), (whole, hex: string) => {
-    const decoded = new TextDecoder('utf-8', { fatal: false }).decode(Buffer.from(hex, 'hex'));
+    const decoded = UTF8.decode(Buffer.from(hex, 'hex'));
     return decoded.includes('\uFFFD') || decoded.includes(escape) ? whole : decoded;
   });
 }

@@ -1,7 +1,7 @@
 import type { CoverageEligibilityResponseInsuranceItem } from 'fhir/r4';
 import { categoryConcept, categoryTable, procedureConcept, serviceTypeConcept, serviceTypeForCodes } from './codes';
 import { extension } from './extensions';
-import { defined, present } from './values';
+import { defined, present, said } from './values';
 
 type Maybe<T> = T | null | undefined;
 
@@ -15,7 +15,7 @@ export function itemSubject(
   procedureCodes: Maybe<string[]>,
 ): Pick<CoverageEligibilityResponseInsuranceItem, 'category' | 'productOrService' | 'extension'> {
   // A blank category or code names nothing: left empty, it would leave the item with neither.
-  const codes = (procedureCodes ?? []).filter((code) => present(code) !== undefined);
+  const codes = said(procedureCodes);
   const named = present(category);
   if (!named && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
   const concept =

@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
 import type { Deductible, Maximum } from '../../../verification/wire';
 import { benefitTypeConcept, categoryConcept, mappedConcept } from './codes';
 import { extension, type ExtensionKey } from './extensions';
-import { defined, money, present } from './values';
+import { defined, money, said } from './values';
 
 /**
  * Maximums: benefit-type `benefit` with the maximum as allowedMoney and what is used as
@@ -45,7 +45,7 @@ export function deductibleItem(d: Deductible): Item {
         usedMoney: money(d.usedAmount),
         extension: defined([
           moneyExtension('remaining-amount', d.remainingAmount),
-          ...(d.waivedCategories ?? []).filter((c) => present(c) !== undefined).map((c) => extension('waived-category', { valueCodeableConcept: categoryConcept(c) })),
+          ...said(d.waivedCategories).map((c) => extension('waived-category', { valueCodeableConcept: categoryConcept(c) })),
         ]),
       },
     ],

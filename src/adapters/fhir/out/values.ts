@@ -47,6 +47,9 @@ const isUnsignedInt = (n: number) => Number.isInteger(n) && n >= 0 && n <= 21474
 /** The value when it says something, as prune leaves it: a portal's "" or " " is a value it does not know, the same as none. */
 export const present = (value: string | null | undefined): string | undefined => (value == null ? undefined : prunedText(value));
 
+/** The members of a list that say something (see present), each as given: a blank one names nothing. */
+export const said = (list: readonly string[] | null | undefined): string[] => (list ?? []).filter((value) => present(value) !== undefined);
+
 export const stringValue = (value: string | null | undefined) => (value ? { valueString: value } : undefined);
 
 export function percent(value: number): Quantity {
