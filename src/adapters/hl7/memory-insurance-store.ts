@@ -23,8 +23,9 @@ export class InMemoryPatientInsuranceStore implements PatientInsuranceStore {
   }
 }
 
+/** The facility as written, as serve's job store keys it: `convert hl7` and serve must tell patients apart alike. */
 function keyText(key: PatientKey): string {
-  return JSON.stringify([key.facility.trim().toUpperCase(), key.identifier.system ?? '', key.identifier.value]);
+  return JSON.stringify([key.facility.trim(), key.identifier.system ?? '', key.identifier.value]);
 }
 
 /**

@@ -16,10 +16,11 @@ const record: PatientInsuranceRecord = {
 const key = { facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } };
 
 describe('InMemoryPatientInsuranceStore', () => {
-  it('returns what was put under the same facility and identifier, facility in any case', async () => {
+  it('returns what was put under the same facility and identifier, the facility as written (as the job store keys it)', async () => {
     const store = new InMemoryPatientInsuranceStore();
     await store.put(key, record);
-    expect(await store.get({ ...key, facility: 'bsd-main' })).toEqual(record);
+    expect(await store.get({ ...key, facility: ' BSD-MAIN ' })).toEqual(record);
+    expect(await store.get({ ...key, facility: 'bsd-main' })).toBeUndefined();
     expect(await store.get({ ...key, identifier: { value: 'P-1' } })).toBeUndefined();
     expect(await store.get({ ...key, facility: 'BSD-NORTH' })).toBeUndefined();
   });
