@@ -1,6 +1,10 @@
 import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
+import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { frame } from '../../src/service/mllp-framing';
+import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
 import { MllpListener } from '../../src/service/mllp-listener';
+import { replayMessage } from '../../src/sync/operations';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
 import { searchFhir, startHarness, until, type Harness } from './harness';
@@ -111,6 +115,20 @@ describe('HL7 v2 into the chart', () => {
     // A resent reschedule of a cancelled appointment withdraws nothing more and changes nothing.
     expect(await send([msh('SIU^S15^SIU_S12', 'X2'), sch('APT-4'), pid('P-4')].join('\r'))).toEqual(['AA']);
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
+  });
+
+  it('refuses a training message with AR and keeps it; replayed once the mappings take training messages, it is verified', async () => {
+    await start();
+    const training = siu('T1', 'P-5', 'APT-5', in1('64246', 'Guardian', 'SBX-COMPLETE')).replace('|T1|P|', '|T1|T|');
+    expect(await send(training)).toEqual(['AR']);
+    const [kept] = (await h.store.listMessages()).filter((m) => m.kind === 'hl7');
+    expect(kept).toMatchObject({ status: 'dead', raw: training, detail: expect.stringContaining('MSH-11: processing id T is not accepted here') });
+    expect(await h.store.listChecks()).toEqual([]);
+
+    const mappings = loadHl7Mappings();
+    const takesTraining = { ...mappings, defaultProfile: { ...mappings.defaultProfile, processingIds: ['P', 'T'] } };
+    expect(await replayMessage(h.store, kept?.id ?? -1, { mappings: takesTraining, routing: loadClinicRouting(), now: () => new Date(), policy: schedulePolicy(SyncSettings.parse({})) })).toEqual({ ackCodes: ['AA'] });
+    await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
   });
 
   it('changes nothing on a resend of a message whose control id the sender had already used for another', async () => {

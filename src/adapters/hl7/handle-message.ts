@@ -171,6 +171,12 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
         : rejection({ segment: 'MSH', field: 9 }, 200, `message type ${header.messageCode.slice(0, 8)} is not supported`),
     ]);
   }
+  const processingId = message.header.value(11).trim().toUpperCase();
+  if (processingId === '') {
+    warnings.push(warningAt({ segment: 'MSH', sequence: 1, field: 11 }, 101, `processing id missing: taken as ${profile.processingIds[0]}`));
+  } else if (!profile.processingIds.includes(processingId)) {
+    return rejected([rejection({ segment: 'MSH', field: 11 }, 202, `processing id ${processingId.slice(0, 3)} is not accepted here (${profile.processingIds.join(', ')})`)]);
+  }
   const ctx: Context = { message, header, controlId, warnings, profile, options, sendingApplication, facility: message.header.value(4).trim() };
   switch (action) {
     case 'ignore':

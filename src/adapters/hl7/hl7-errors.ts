@@ -13,6 +13,7 @@ export const ERROR_CODES = {
   103: 'Table value not found',
   200: 'Unsupported message type',
   201: 'Unsupported event code',
+  202: 'Unsupported processing id',
   203: 'Unsupported version id',
   207: 'Application internal error',
 } as const;

@@ -28,6 +28,11 @@ const Sections = {
   events: z.record(EventKey, EventAction),
   /** Message types whose other events are acknowledged and ignored (e.g. SIU^S26). */
   acknowledgeOnly: z.array(z.string().regex(/^[A-Z0-9]{3}$/, { error: 'must be a message type like SIU' })),
+  /**
+   * MSH-11.1 values (table 0103) whose messages are used: P (production) in a live deployment, so
+   * a training or debugging feed pointed here by mistake verifies no one against live payers.
+   */
+  processingIds: z.array(z.string().regex(/^[PTD]$/, { error: 'must be P, T or D (HL7 table 0103)' })).min(1, { error: 'name at least one processing id' }),
   patient: z.strictObject({
     identifiers: WholeFields,
     name: WholeFields,
@@ -86,6 +91,7 @@ const DialectFile = z.strictObject({
   sendingApplications: z.array(z.string().min(1)).min(1, { error: 'name at least one sending application' }),
   events: Sections.events.optional(),
   acknowledgeOnly: Sections.acknowledgeOnly.optional(),
+  processingIds: Sections.processingIds.optional(),
   patient: Sections.patient.partial().optional(),
   insurance: Sections.insurance.partial().optional(),
   appointment: Sections.appointment.partial().optional(),
@@ -115,6 +121,7 @@ export function loadHl7Mappings(dir = mappingsDir()): Hl7Mappings {
       sendingApplications: d.sendingApplications,
       events: d.events ?? base.events,
       acknowledgeOnly: d.acknowledgeOnly ?? base.acknowledgeOnly,
+      processingIds: d.processingIds ?? base.processingIds,
       patient: { ...base.patient, ...d.patient },
       insurance: { ...base.insurance, ...d.insurance },
       appointment: { ...base.appointment, ...d.appointment },

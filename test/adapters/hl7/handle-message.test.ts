@@ -387,6 +387,30 @@ describe('message types and headers', () => {
     expect(problem?.code).toBe(code);
   });
 
+  it('rejects a training or debugging message with AR 202 at MSH-11, unless the profile takes its processing id', async () => {
+    const withProcessingId = (id: string) => msh('SIU^S12').replace('|P|2.5.1', `|${id}|2.5.1`);
+    for (const id of ['T', 'D^A', 't']) {
+      const result = await run([withProcessingId(id), SCH, PID]);
+      expect(result.ackCode).toBe('AR');
+      expect(result.outcome).toEqual({
+        kind: 'reject',
+        problems: [expect.objectContaining({ segment: 'MSH', field: 11, code: 202, reason: `processing id ${id.charAt(0).toUpperCase()} is not accepted here (P)` })],
+      });
+      // The ACK echoes what was sent, so the sender's training system sees its own id back.
+      expect(ackFor(result)[0]?.text.split('\r')[0]?.split('|')[10]).toBe(id);
+    }
+    const training = { ...mappings, defaultProfile: { ...mappings.defaultProfile, processingIds: ['T'] } };
+    const taken = await handleHl7Message([withProcessingId('T'), SCH, PID].join('\r'), { mappings: training, routing, resolver: fixturePayers, receivedAt, store: new InMemoryPatientInsuranceStore() });
+    expect(taken.ackCode).toBe('AA');
+    expect((await handleHl7Message([withProcessingId('P'), SCH, PID].join('\r'), { mappings: training, routing, receivedAt, store: new InMemoryPatientInsuranceStore() })).ackCode).toBe('AR');
+  });
+
+  it("uses a message with no processing id as the profile's first, with a warning at MSH-11", async () => {
+    const result = await run([msh('SIU^S12').replace('|P|2.5.1', '||2.5.1'), SCH, PID]);
+    expect(result.ackCode).toBe('AA');
+    expect(result.warnings).toContainEqual(expect.objectContaining({ segment: 'MSH', field: 11, code: 101, ackCode: 'AA', reason: 'processing id missing: taken as P' }));
+  });
+
   it('accepts every version from 2.3 to 2.8', async () => {
     for (const version of ['2.3', '2.3.1', '2.4', '2.5', '2.5.1', '2.6', '2.7', '2.7.1', '2.8', '2.8.1', '2.8.2']) {
       expect((await run([msh('SIU^S26', 'C1', 'BSD-MAIN', version), SCH, PID])).ackCode).toBe('AA');

@@ -90,6 +90,15 @@ describe('a bad mapping edit fails at load, naming the file and the entry', () =
     expect(() => loadHl7Mappings(dir)).toThrow(/dialects\/molarpms\.json: insurance/);
   });
 
+  it('a processing id not in table 0103, or none', async () => {
+    await edit('dialects/molarpms.json', (j) => (j.processingIds = ['X']));
+    expect(() => loadHl7Mappings(dir)).toThrow(/dialects\/molarpms\.json: processingIds\.0: must be P, T or D \(HL7 table 0103\)/);
+    await edit('dialects/molarpms.json', (j) => (j.processingIds = ['T']));
+    expect(loadHl7Mappings(dir).dialects.find((d) => d.name === 'molarpms')?.processingIds).toEqual(['T']);
+    await edit('default.json', (j) => (j.processingIds = []));
+    expect(() => loadHl7Mappings(dir)).toThrow(/default\.json: processingIds: name at least one processing id/);
+  });
+
   it('a relationship table that does not exist', async () => {
     await edit('dialects/molarpms.json', (j) => ((j.insurance as Record<string, unknown>).subscriberRelationship = [{ path: 'IN1-17', tables: ['0099'] }]));
     expect(() => loadHl7Mappings(dir)).toThrow(/molarpms: relationship table 0099 is not in mappings\/hl7\/relationship\.json/);
