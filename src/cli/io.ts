@@ -1,7 +1,9 @@
 import type { Readable } from 'node:stream';
 import { IsoInstant } from '../domain/primitives';
 import { describeJsonSyntax } from '../verification/json-syntax';
+import type { VerificationClient } from '../verification/client';
 import { PayerCatalog } from '../verification/payer-catalog';
+import type { Page, PageQuery } from '../verification/wire';
 
 /** Where a command reads and writes; the real process in production, buffers in tests. */
 export interface CliIo {
@@ -83,10 +85,20 @@ export const instant = (name: string) => (value: string): string => {
   return value;
 };
 
-export async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
+/** Every item of a listing; items the service gave that could not be read are left out, and said so on stderr. */
+export async function listAll<T>(io: CliIo, client: VerificationClient, list: (page: PageQuery) => Promise<Page<T>>): Promise<T[]> {
+  const unreadable: string[] = [];
   const out: T[] = [];
-  for await (const item of items) out.push(item);
+  for await (const item of client.all(list, { unreadable: (found) => unreadable.push(...found) })) out.push(item);
+  warnUnreadable(io, unreadable);
   return out;
+}
+
+/** One stderr line for the items of a listing that could not be read: how many, and where the first one failed. */
+export function warnUnreadable(io: CliIo, unreadable: readonly string[]): void {
+  if (unreadable.length === 0) return;
+  const more = unreadable.length > 1 ? ` (+${unreadable.length - 1} more)` : '';
+  io.stderr.write(`dental-elig: warning: ${unreadable.length} of the items the service listed could not be read and are left out: ${unreadable[0]}${more}\n`);
 }
 
 export function writeJson(io: CliIo, value: unknown): void {

@@ -1,9 +1,12 @@
 import type * as z from 'zod';
 
-/** A zod failure as one line, `path: message`, naming `root` when the whole value is wrong. */
-export function describeIssue(error: z.ZodError, root = '(root)'): string {
+/**
+ * A zod failure as one line, `path: message`, naming `root` when the whole value is wrong; `within`
+ * is where the value sits in a larger one (`items.3` of a page).
+ */
+export function describeIssue(error: z.ZodError, root = '(root)', within: readonly PropertyKey[] = []): string {
   const issue = error.issues[0];
-  return `${issue?.path.map(String).join('.') || root}: ${issue?.message ?? 'invalid'}`;
+  return `${[...within, ...(issue?.path ?? [])].map(String).join('.') || root}: ${issue?.message ?? 'invalid'}`;
 }
 
 /** A field-level failure as problem details carry it on a 422. */

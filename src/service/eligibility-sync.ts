@@ -362,7 +362,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 async function loadCatalog(client: VerificationClient, file: string, logger: Logger): Promise<PayerCatalog> {
   const previous = await PayerCatalog.load(file).catch(() => undefined);
   try {
-    const catalog = await PayerCatalog.sync(client, previous);
+    const catalog = await PayerCatalog.sync(client, previous, {
+      unreadable: (described) => logger.warn({ items: described.length, first: described[0] }, 'payer catalog: entries the service listed could not be read and are left out'),
+    });
     await catalog.save(file);
     return catalog;
   } catch (err) {

@@ -230,13 +230,15 @@ export class VerificationClient {
 
   /**
    * Every item of a paged listing, following nextCursor. A cursor the service already gave would
-   * list the same pages forever: that is a ServiceError, not a silent stop with half a list.
+   * list the same pages forever: that is a ServiceError, not a silent stop with half a list. Items
+   * a page could not read are left out and handed to `unreadable`, described (pageOf).
    */
-  async *all<T>(list: (page: PageQuery) => Promise<Page<T>>, limit = 100): AsyncGenerator<T> {
+  async *all<T>(list: (page: PageQuery) => Promise<Page<T>>, options: { limit?: number; unreadable?: (described: string[]) => void } = {}): AsyncGenerator<T> {
     const followed = new Set<string>();
     let cursor: string | undefined;
     do {
-      const page = await list({ limit, ...(cursor ? { cursor } : {}) });
+      const page = await list({ limit: options.limit ?? 100, ...(cursor ? { cursor } : {}) });
+      if (page.unreadable) options.unreadable?.(page.unreadable);
       yield* page.items;
       cursor = page.nextCursor ?? undefined;
       if (cursor !== undefined) {

@@ -93,12 +93,13 @@ export class PayerCatalog implements PayerResolver {
    * Fetches the networks: everything when there is no previous copy or `full` asks for it,
    * otherwise only what changed since it was taken, merged over it by primaryPayerId / portalId.
    * An incremental listing cannot tell that a payer left the network; a full one replaces the
-   * copy, so a payer it no longer lists leaves the catalog.
+   * copy, so a payer it no longer lists leaves the catalog. A payer or portal the service lists and
+   * the client cannot read is left out and handed to `unreadable`; the rest still refresh.
    */
   static async sync(
     client: VerificationClient,
     previous?: PayerCatalog,
-    options: { now?: () => Date; aliases?: PayerAliases; full?: boolean } = {},
+    options: { now?: () => Date; aliases?: PayerAliases; full?: boolean; unreadable?: (described: string[]) => void } = {},
   ): Promise<PayerCatalog> {
     const startedAt = (options.now ?? (() => new Date()))().toISOString();
     const base = options.full ? undefined : previous;
@@ -106,8 +107,9 @@ export class PayerCatalog implements PayerResolver {
     const query = updatedSince ? { updatedSince } : {};
     const payers = new Map((base?.snapshot.payers ?? []).map((p) => [p.primaryPayerId, p]));
     const portals = new Map((base?.snapshot.portals ?? []).map((p) => [p.portalId, p]));
-    for await (const p of client.all((page) => client.listPayers({ ...page, ...query }))) payers.set(p.primaryPayerId, p);
-    for await (const p of client.all((page) => client.listPortals({ ...page, ...query }))) portals.set(p.portalId, p);
+    const listing = { ...(options.unreadable && { unreadable: options.unreadable }) };
+    for await (const p of client.all((page) => client.listPayers({ ...page, ...query }), listing)) payers.set(p.primaryPayerId, p);
+    for await (const p of client.all((page) => client.listPortals({ ...page, ...query }), listing)) portals.set(p.portalId, p);
     return new PayerCatalog({ syncedAt: startedAt, payers: [...payers.values()], portals: [...portals.values()] }, options.aliases);
   }
 

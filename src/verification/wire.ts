@@ -9,6 +9,7 @@
  * value from the service is carried through and surfaced, never rejected.
  */
 import * as z from 'zod';
+import { describeIssue } from '../domain/issues';
 import { IsoDate, isValidNpi } from '../domain/primitives';
 
 const Str = z.string();
@@ -39,9 +40,23 @@ const AddressOut = z.looseObject({
   postalCode: Opt(Str),
 });
 
+/**
+ * A page of a listing. An item that cannot be read is left out and named in `unreadable` (where
+ * and what, never its value), so one odd payer or registration does not hide the rest of the list
+ * or stop the payer catalog from refreshing.
+ */
 export const pageOf = <T extends z.ZodType>(item: T) =>
-  z.looseObject({ items: z.array(item), nextCursor: Opt(Str) });
-export type Page<T> = { items: T[]; nextCursor?: string | null | undefined };
+  z.looseObject({ items: z.array(z.unknown()), nextCursor: Opt(Str) }).transform(({ items, ...page }) => {
+    const read: z.output<T>[] = [];
+    const unreadable: string[] = [];
+    items.forEach((raw, index) => {
+      const parsed = item.safeParse(raw);
+      if (parsed.success) read.push(parsed.data);
+      else unreadable.push(describeIssue(parsed.error, 'items', ['items', index]));
+    });
+    return { ...page, items: read, ...(unreadable.length > 0 && { unreadable }) };
+  });
+export type Page<T> = { items: T[]; nextCursor?: string | null | undefined; unreadable?: string[] | undefined };
 
 export const PageQuery = z.strictObject({
   limit: z.number().int().positive().max(500).optional(),
@@ -129,8 +144,8 @@ export const PayerFeature = z.looseObject({
 export type PayerFeature = z.infer<typeof PayerFeature>;
 
 export const Payer = z.looseObject({
-  /** Six alphanumerics, stable; for syncing lists only, never accepted in a request. */
-  primaryPayerId: Str,
+  /** Six alphanumerics, stable; for syncing lists only, never accepted in a request. The catalog keys on it. */
+  primaryPayerId: Id,
   /** Industry-wide and NOT unique: one common id can cover several plans. */
   commonPayerId: Opt(Str),
   alternatePayerIds: Opt(z.array(Str)),

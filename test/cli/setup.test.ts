@@ -243,6 +243,22 @@ describe('secrets and bad input', () => {
     expect(lines[2]).toBe(`dental-elig: list organizations failed (ECONNREFUSED) - Connection refused: GET ${gone.url}/v2/customers/cus_sandbox/organizations (after 2 retries)`);
   });
 
+  it('lists the registrations it can read when the service lists one it cannot, with one warning naming where that one failed', async () => {
+    const registration = (correlationId: string, registeredEmail: string) => ({ correlationId, portalId: 'deltadentalins', clinicId: 'cl_1', registeredEmail });
+    const server = await startScriptedServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ items: [registration('reg_1', 'a@example.test'), registration(' ', 'b@example.test'), registration('reg_3', 'c@example.test')], nextCursor: null }));
+    });
+    try {
+      const run = await cli(['setup', 'registration', 'list', '--json'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(run.code).toBe(0);
+      expect((JSON.parse(run.stdout) as Array<{ correlationId: string }>).map((r) => r.correlationId)).toEqual(['reg_1', 'reg_3']);
+      expect(run.stderr).toBe('dental-elig: warning: 1 of the items the service listed could not be read and are left out: items.1.correlationId: must not be blank\n');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);

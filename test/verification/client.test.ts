@@ -47,7 +47,7 @@ describe('organizations and clinics', () => {
     expect(firstPage.items).toHaveLength(2);
     expect(firstPage.nextCursor).toBeTruthy();
     const all = [];
-    for await (const c of client.all((page) => client.listClinics(org.organizationId, page), 2)) all.push(c.name);
+    for await (const c of client.all((page) => client.listClinics(org.organizationId, page), { limit: 2 })) all.push(c.name);
     expect(all.sort()).toEqual(['Office A', 'Office B', 'Office C']);
     const orgs = [];
     for await (const o of client.all((page) => client.listOrganizations(sandbox.customerId, page))) orgs.push(o.organizationId);
@@ -67,7 +67,7 @@ describe('organizations and clinics', () => {
 describe('payer and portal network', () => {
   it('pages the payer network and filters by updatedSince', async () => {
     const payers = [];
-    for await (const p of client.all((page) => client.listPayers(page), 5)) payers.push(p);
+    for await (const p of client.all((page) => client.listPayers(page), { limit: 5 })) payers.push(p);
     expect(payers.length).toBeGreaterThan(10);
     expect(payers.some((p) => p.features?.insuranceVerificationAsynchronous?.supported)).toBe(true);
     const since = new Date(Date.now() + 1000).toISOString();

@@ -133,6 +133,24 @@ describe('PayerCatalog files and sync', () => {
     }
   });
 
+  it('refreshes the payers and portals it can read when the service lists one it cannot, and names where that one failed', async () => {
+    const server = await startScriptedServer((req, res) => {
+      const url = new URL(req.url, 'http://x');
+      if (url.pathname === '/v2/network/portals') return json(res, 200, { items: [{ portalId: 'p1' }, { portalId: 42 }], nextCursor: null });
+      json(res, 200, { items: [payers[0], { ...payers[1], primaryPayerId: ' ' }, payers[2]], nextCursor: null });
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const unreadable: string[] = [];
+      const catalog = await PayerCatalog.sync(client, undefined, { aliases, unreadable: (found) => unreadable.push(...found) });
+      expect(catalog.payers.map((p) => p.primaryPayerId)).toEqual(['DDCA01', 'MET001']);
+      expect(catalog.portals.map((p) => p.portalId)).toEqual(['p1']);
+      expect(unreadable).toEqual(['items.1.primaryPayerId: must not be blank', 'items.1.portalId: Invalid input: expected string, received number']);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('fetches every page the first time, then only what changed since, merged by id', async () => {
     const server = await startScriptedServer((req, res) => {
       const url = new URL(req.url, 'http://x');

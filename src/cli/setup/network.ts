@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { PayerCatalog } from '../../verification/payer-catalog';
 import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
-import { collect, type CliIo } from '../io';
+import { listAll, warnUnreadable, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -34,7 +34,7 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (opts: { async?: boolean; search?: string; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
-        const all = await collect(client.all((page) => client.listPayers(page)));
+        const all = await listAll(io, client, (page) => client.listPayers(page));
         const catalog = new PayerCatalog({ syncedAt: new Date().toISOString(), payers: all, portals: [] });
         const rows = (opts.search ? catalog.search(opts.search) : all).filter((p) => !opts.async || portalsOf(p, FEATURE_ASYNC).length > 0);
         printRows(io, rows, payerColumns, Boolean(opts.json));
@@ -51,7 +51,9 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     .action(async (opts: { full?: boolean; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client, settings) => {
         const previous = await PayerCatalog.load(settings.catalogFile).catch(() => undefined);
-        const catalog = await PayerCatalog.sync(client, previous, { full: Boolean(opts.full) });
+        const unreadable: string[] = [];
+        const catalog = await PayerCatalog.sync(client, previous, { full: Boolean(opts.full), unreadable: (found) => unreadable.push(...found) });
+        warnUnreadable(io, unreadable);
         await catalog.save(settings.catalogFile);
         const kept = new Set(catalog.payers.map((p) => p.primaryPayerId));
         const summary = {
@@ -78,7 +80,7 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
-        printRows(io, await collect(client.all((page) => client.listPortals(page))), portalColumns, Boolean(opts.json));
+        printRows(io, await listAll(io, client, (page) => client.listPortals(page)), portalColumns, Boolean(opts.json));
       }),
     );
 }

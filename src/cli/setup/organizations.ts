@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Clinic, Organization } from '../../verification/wire';
-import { CliError, collect, type CliIo } from '../io';
+import { CliError, listAll, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -49,7 +49,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
       withService(io, cmd, async (client, settings) => {
         const customerId = opts.customer ?? settings.customerId;
         if (!customerId) throw new CliError('--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)');
-        const rows = await collect(client.all((page) => client.listOrganizations(customerId, page)));
+        const rows = await listAll(io, client, (page) => client.listOrganizations(customerId, page));
         printRows(io, rows, orgColumns, Boolean(opts.json));
       }),
     );
@@ -88,7 +88,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (opts: { organization: string; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
-        const rows = await collect(client.all((page) => client.listClinics(opts.organization, page)));
+        const rows = await listAll(io, client, (page) => client.listClinics(opts.organization, page));
         printRows(io, rows, clinicColumns, Boolean(opts.json));
       }),
     );

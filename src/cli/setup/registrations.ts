@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Email, Registration, SmsMessage } from '../../verification/wire';
-import { collect, type CliIo } from '../io';
+import { listAll, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -59,7 +59,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) =>
-        printRows(io, await collect(client.all((page) => client.listRegistrations(page))), registrationColumns, Boolean(opts.json)),
+        printRows(io, await listAll(io, client, (page) => client.listRegistrations(page)), registrationColumns, Boolean(opts.json)),
       ),
     );
   reg
@@ -78,7 +78,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
     .action(async (correlationId: string | undefined, opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
         const list = correlationId ? (page: object) => client.registrationEmails(correlationId, page) : (page: object) => client.listEmails(page);
-        printRows(io, await collect(client.all(list)), emailColumns, Boolean(opts.json));
+        printRows(io, await listAll(io, client, list), emailColumns, Boolean(opts.json));
       }),
     );
   reg
@@ -90,7 +90,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
         const list = correlationId
           ? (page: object) => client.registrationSmsMessages(correlationId, page)
           : (page: object) => client.listSmsMessages(page);
-        printRows(io, await collect(client.all(list)), smsColumns, Boolean(opts.json));
+        printRows(io, await listAll(io, client, list), smsColumns, Boolean(opts.json));
       }),
     );
 }
