@@ -107,6 +107,17 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect((await h.store.listChecks()).map((c) => c.dueAt)).toEqual([undefined, undefined]);
   });
 
+  it('finds by polling a pending appointment as a booked one, and passes over a waitlisted one', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    const withStatus = (status: 'pending' | 'waitlist') => chartOf('primary-secondary').map((r) => (r.resourceType === 'Appointment' ? { ...r, status } : r));
+    await h.fhir.seed(withStatus('waitlist'));
+    expect(await h.sync.pollAppointments()).toBe(0);
+    await h.fhir.seed(withStatus('pending'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.status])).toEqual([['fhir|Appointment/appt-4004', 'booked']]);
+  });
+
   it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {
     let fhirUrl = '';
     // In front of the FHIR server: each Appointment search takes 300 ms.

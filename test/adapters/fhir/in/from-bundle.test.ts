@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
-import type { Bundle, BundleEntry, FhirResource } from 'fhir/r4';
+import type { Appointment, Bundle, BundleEntry, FhirResource } from 'fhir/r4';
 import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
 import { checksFromBundle, convertBundle } from '../../../../src/adapters/fhir/in';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
@@ -117,6 +117,20 @@ describe('checksFromBundle', () => {
       resource(bundle, 'Appointment').status = status;
       expect(convert(bundle)).toEqual([]);
     }
+  });
+
+  it('verifies booked, pending, arrived and checked-in appointments, and one with no status; proposed, waitlisted and fulfilled ones give no checks', () => {
+    const withStatus = (status: Appointment['status'] | undefined) => {
+      const bundle = bundleOf('self');
+      const appointment = resource(bundle, 'Appointment');
+      if (status === undefined) delete (appointment as Partial<Appointment>).status;
+      else appointment.status = status;
+      return convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+    };
+    for (const status of ['booked', 'pending', 'arrived', 'checked-in', undefined] as const) {
+      expect({ status, checks: withStatus(status).checks.length }).toEqual({ status, checks: 1 });
+    }
+    for (const status of ['proposed', 'waitlist', 'fulfilled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [] });
   });
 
   it('verifies only active coverages: a cancelled one is left out', () => {
