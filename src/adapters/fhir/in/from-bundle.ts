@@ -66,16 +66,16 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
   if (coverages.length === 0 && issues.length === 0) return { checks: [], notes };
-  const name = personName(patientResource.name, 'Patient', issues);
+  const name = personName(patientResource.name, 'Patient', issues, dateOfService);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
   const warnings: FhirIssue[] = [];
-  const provider = practitionerOf(index, appointmentRaw, appointment, issues, warnings);
+  const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, issues, warnings);
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
   const orders = coverageOrders(coverages, issues);
-  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, issues));
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, dateOfService, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
   const checks = coverages.map((c, i) => {
@@ -153,11 +153,11 @@ function claimsType(ref: Reference, type: string): boolean {
   return ref.type === type || new RegExp(`(^|/)${type}/[^/]+$`).test(ref.reference ?? '');
 }
 
-function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
+function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, dateOfService: string | undefined, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
   const found = participant(index, raw, appointment, 'Practitioner', issues);
   if (!found) return undefined;
   const practitioner = parseResource(Practitioner, found, 'Practitioner', issues);
-  return practitioner ? providerOf(practitioner, 'Practitioner', warnings) : undefined;
+  return practitioner ? providerOf(practitioner, 'Practitioner', dateOfService, warnings) : undefined;
 }
 
 /** The clinic from the appointment's Location (by reference, else by identifier), else the default. */
