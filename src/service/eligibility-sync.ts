@@ -241,9 +241,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         return sendOutcome(res, 400, 'invalid', ids.reason);
       }
       if (ids.kind === 'heartbeat') {
-        // An id-only R4 notification names nothing: look for what changed.
-        const polled = await pollAppointments();
-        return sendOutcome(res, 200, 'informational', `looked at ${polled} appointments`);
+        // An id-only R4 notification names nothing: look for what changed, after answering, as a
+        // FHIR server gives its endpoint seconds and a poll may read many pages.
+        return sendOutcome(res, 200, 'informational', `heartbeat: ${pollInBackground()}`);
       }
       const results: string[] = [];
       const refused: string[] = [];
@@ -287,22 +287,29 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
 
   let pollTimer: NodeJS.Timeout | undefined;
-  /** The timed poll under way, which stop() waits for. */
+  /** The poll under way, timed or a heartbeat's, which stop() waits for. */
   let polling: Promise<void> | undefined;
   let stopping = false;
   let stopped = false;
+  /** Starts a poll unless one is under way or the sync is stopping; says which. */
+  const pollInBackground = (): string => {
+    if (stopping) return 'the sync is stopping: no poll';
+    if (polling) return 'a poll is already under way';
+    polling = pollAppointments()
+      .then(
+        () => undefined,
+        (err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat'),
+      )
+      .finally(() => {
+        polling = undefined;
+      });
+    return 'polling the FHIR server for what changed';
+  };
   const schedulePoll = () => {
     if (settings.fhirPollIntervalMs <= 0 || stopping) return;
     pollTimer = setTimeout(() => {
-      polling = pollAppointments()
-        .then(
-          () => undefined,
-          (err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again next interval'),
-        )
-        .finally(() => {
-          polling = undefined;
-          schedulePoll();
-        });
+      pollInBackground();
+      void polling?.finally(schedulePoll);
     }, settings.fhirPollIntervalMs);
   };
 

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import { checksFromServer, type FhirReader } from '../adapters/fhir/in';
+import { appointmentStatusRule, checksFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore } from './job-store';
 import { fingerprints, scheduleAppointment, type SchedulePolicy } from './schedule';
@@ -21,12 +21,10 @@ const AppointmentHead = z.looseObject({
   participant: z.array(z.looseObject({ actor: z.looseObject({ reference: z.string().optional() }).optional() })).optional(),
 });
 
-/** Appointment statuses that need no eligibility: the visit will not happen. */
-const NOT_HAPPENING = new Set(['cancelled', 'noshow', 'entered-in-error']);
-
 export interface FhirIngested {
   appointment: string;
-  status: AppointmentStatus;
+  /** not-verified: a status that neither verifies nor withdraws; the store's appointments are as they were. */
+  status: AppointmentStatus | 'not-verified';
   created: string[];
   withdrawn: string[];
   duplicate: boolean;
@@ -36,8 +34,9 @@ export interface FhirIngested {
  * An Appointment on the chart's FHIR server into the store: read it, its patient and their
  * coverages (network first, outside any transaction), then store the notification and schedule
  * its checks in one transaction. An appointment whose patient has no active coverage yet waits as
- * awaiting-insurance and is read again on the next poll or notification. A notification for a
- * version already handled changes nothing.
+ * awaiting-insurance and is read again on the next poll or notification. One in a status
+ * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A
+ * notification for a version already handled changes nothing.
  */
 export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
   const receivedAt = options.now();
@@ -45,12 +44,14 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const reference = `Appointment/${appointmentId}`;
   if (found === undefined) return withdrawGone(store, appointmentId, receivedAt, options);
   const head = AppointmentHead.parse(found);
+  const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
+  const rule = appointmentStatusRule(head.status);
+  if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options.raw);
   const patient = head.participant?.map((p) => p.actor?.reference).find((r) => r?.startsWith('Patient/') || r?.includes('/Patient/'));
   if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
-  const cancelled = head.status !== undefined && NOT_HAPPENING.has(head.status);
+  const cancelled = rule === 'withdraw';
   const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
-  const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
   // arrived, or whose birth date or member id was corrected, is new work.
   const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
@@ -78,6 +79,26 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
     );
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks` });
     return { appointment: reference, status, ...done, duplicate: false };
+  });
+}
+
+/**
+ * A proposed, waitlisted or fulfilled appointment: no visit to verify for yet (or any more), and
+ * none called off. The notification is kept as handled, saying why nothing was done; the
+ * appointment is not stored, since awaiting-insurance would have the poll read it every time and
+ * `jobs` list it as waiting for insurance, and what the store holds for it stays as it was.
+ */
+async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, raw: string | undefined): Promise<FhirIngested> {
+  return store.transaction(async (tx) => {
+    const { message, duplicate } = await tx.addMessage({
+      kind: 'fhir-notification',
+      dedupeKey: `${reference}|${version}|not-verified`,
+      receivedAt: receivedAt.toISOString(),
+      raw: raw ?? JSON.stringify({ reference }),
+      status: 'received',
+    });
+    if (!duplicate) await tx.updateMessage(message.id, { status: 'handled', detail: `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)` });
+    return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
   });
 }
 
@@ -132,7 +153,8 @@ function readCursor(text: string | undefined): PollCursor {
 }
 
 /**
- * Appointments in the next `days` days booked, cancelled or missed since the last poll, those the window
+ * Appointments in the next `days` days in a status verified or one that will not happen
+ * (mappings/fhir/appointment-status.json) since the last poll, those verified the window
  * reached since then (booked long ahead, they changed before they were in it), and those still
  * waiting for insurance, whose coverages may have arrived since. The cursor holds the newest
  * meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides what changed.
@@ -145,11 +167,11 @@ export async function appointmentsToPoll(
   const from = options.now.toISOString().slice(0, 10);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
   const previous = readCursor(options.since);
-  const window = { status: 'booked', date: [`ge${from}`, `le${until}`], _count: '100' };
+  const window = { status: verifiedStatuses().join(','), date: [`ge${from}`, `le${until}`], _count: '100' };
   const ids = new Set<string>();
   let lastUpdated = previous.lastUpdated;
   // What changed includes what will not happen any more, so its checks are withdrawn.
-  const changedWindow = { ...window, status: ['booked', ...NOT_HAPPENING].join(',') };
+  const changedWindow = { ...window, status: [...verifiedStatuses(), ...willNotHappenStatuses()].join(',') };
   // From the cursor's instant on, not after it: a server that keeps whole seconds, or makes a change
   // visible after a later one, can give a change that instant once the cursor holds it. The versions
   // seen at that instant are known, and only they are passed over.

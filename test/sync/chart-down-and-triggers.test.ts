@@ -1,4 +1,4 @@
-import { startScriptedServer } from '../support/http-server';
+import { startScriptedServer, type RecordedRequest } from '../support/http-server';
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
@@ -30,6 +30,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     });
     if (!proxy) throw new Error('no proxy');
     return proxy;
+  }
+
+  /** A server in front of the FHIR server that passes each request on (bodies too: the write-back goes this way) once `hold` lets it. */
+  async function inFrontOfFhir(hold: (req: RecordedRequest) => Promise<void>) {
+    let fhirUrl = '';
+    const server = await startScriptedServer(async (req, res) => {
+      await hold(req);
+      const headers = { accept: 'application/fhir+json', 'content-type': req.headers['content-type'] ?? 'application/fhir+json' };
+      const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : req.body });
+      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
+    });
+    return { ...server, via: async (url: string) => ((fhirUrl = url), `${server.url}/fhir`) };
   }
 
   it('keeps results in the store while the FHIR server is down and writes each once when it is back', async () => {
@@ -107,18 +119,23 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect((await h.store.listChecks()).map((c) => c.dueAt)).toEqual([undefined, undefined]);
   });
 
+  it('finds by polling a pending appointment as a booked one, and passes over a waitlisted one', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    const withStatus = (status: 'pending' | 'waitlist') => chartOf('primary-secondary').map((r) => (r.resourceType === 'Appointment' ? { ...r, status } : r));
+    await h.fhir.seed(withStatus('waitlist'));
+    expect(await h.sync.pollAppointments()).toBe(0);
+    await h.fhir.seed(withStatus('pending'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.status])).toEqual([['fhir|Appointment/appt-4004', 'booked']]);
+  });
+
   it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {
-    let fhirUrl = '';
-    // In front of the FHIR server: each Appointment search takes 300 ms.
-    const slow = await startScriptedServer(async (req, res) => {
+    // Each Appointment search takes 300 ms.
+    const slow = await inFrontOfFhir(async (req) => {
       if (req.url.includes('/Appointment')) await new Promise((r) => setTimeout(r, 300));
-      const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers: { accept: 'application/fhir+json' } });
-      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
     });
-    h = await startHarness({
-      settings: { fhirPollIntervalMs: 20 },
-      fhirVia: async (url) => ((fhirUrl = url), `${slow.url}/fhir`),
-    });
+    h = await startHarness({ settings: { fhirPollIntervalMs: 20 }, fhirVia: slow.via });
     const searches = () => slow.requests.filter((r) => r.url.includes('/Appointment')).length;
     await until('a poll under way', async () => searches() > 0);
     await h.sync.stop();
@@ -127,6 +144,46 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(searches()).toBe(after);
     expect(h.logs.join('\n')).not.toMatch(/FHIR poll failed/);
     await slow.close();
+  });
+
+  it('answers a heartbeat at once and polls after, one poll at a time, however long the FHIR server takes', async () => {
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    // Appointment searches wait until the test opens the gate.
+    const slow = await inFrontOfFhir(async (req) => {
+      if (req.url.includes('/Appointment?')) await gate;
+    });
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: slow.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      const searches = () => slow.requests.filter((r) => r.url.includes('/Appointment?')).length;
+      const heartbeat = async () => {
+        const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', signal: AbortSignal.timeout(5000) });
+        return [res.status, ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics];
+      };
+      expect(await heartbeat()).toEqual([200, 'heartbeat: polling the FHIR server for what changed']);
+      await until('the poll reading', async () => searches() === 1);
+      // Another heartbeat while that poll is still reading: answered, and no second poll.
+      expect(await heartbeat()).toEqual([200, 'heartbeat: a poll is already under way']);
+      expect(await h.store.listAppointments()).toEqual([]);
+      open();
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(searches()).toBe(1);
+    } finally {
+      open();
+      await slow.close();
+    }
+  });
+
+  it('answers a heartbeat though the poll it starts fails, and logs the failure without patient data', async () => {
+    const proxy = await behindProxy();
+    await h.fhir.seed(chartOf('primary-secondary'));
+    proxy.down = true;
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    const failed = await until('the failure logged', async () => h.logs.find((line) => line.includes('FHIR poll failed')));
+    expect(failed).not.toMatch(/Alvarez|Marco|1985-11-30/);
+    await proxy.close();
   });
 
   it('finds an appointment booked beyond the poll window once the window reaches it, though it never changed', async () => {

@@ -49,6 +49,42 @@ describe('FHIR-triggered eligibility', () => {
     });
   });
 
+  it('verifies a pending, arrived or checked-in appointment as a booked one', async () => {
+    const pending = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'pending' as const }] : []));
+    await h.fhir.seed(pending);
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('Appointment/appt-4004: booked');
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+  });
+
+  it('verifies nothing and withdraws nothing for a proposed, waitlisted or fulfilled appointment, and does not keep it waiting for insurance', async () => {
+    const inStatus = (status: 'proposed' | 'waitlist' | 'fulfilled' | 'booked') =>
+      h.fhir.seed(chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status }] : [])));
+    const notify = async () => {
+      const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics;
+    };
+    await inStatus('proposed');
+    expect(await notify()).toBe('Appointment/appt-4004: not-verified');
+    expect(await h.store.listAppointments()).toEqual([]);
+    expect(await h.store.listChecks()).toEqual([]);
+    const [handled] = await h.store.listMessages({ kind: 'fhir-notification' });
+    expect(handled).toMatchObject({ status: 'handled', detail: expect.stringMatching(/^not-verified: status proposed is neither verified nor withdrawn/) });
+    // The same version again is the same notification.
+    await notify();
+    expect(await h.store.listMessages({ kind: 'fhir-notification' })).toHaveLength(1);
+
+    await inStatus('booked');
+    expect(await notify()).toBe('Appointment/appt-4004: booked');
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    // The visit happened: what was verified for it stays as it is.
+    await inStatus('fulfilled');
+    expect(await notify()).toBe('Appointment/appt-4004: not-verified');
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.status, a.checkKeys.length])).toEqual([['fhir|Appointment/appt-4004', 'booked', 2]]);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['written', 'written']);
+  });
+
   it('reads the appointment an R4 backport id-only notification names in its SubscriptionStatus focus: a cancellation', async () => {
     await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
     const cancelled = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : []));

@@ -87,6 +87,14 @@ describe('mappings/fhir', () => {
     expect(Object.keys(file.systems[url] ?? {}).sort()).toEqual([...r4CodeSystem(url).keys()].sort());
   });
 
+  it('sorts only appointment statuses of FHIR R4, none both verified and not happening', () => {
+    const r4 = r4CodeSystem('http://hl7.org/fhir/appointmentstatus');
+    expect(r4.size).toBe(10);
+    const file = JSON.parse(readFileSync(path.join(mappingsDir(), 'fhir', 'appointment-status.json'), 'utf8')) as { verified: string[]; willNotHappen: string[] };
+    for (const status of [...file.verified, ...file.willNotHappen]) expect({ status, inR4: r4.has(status) }).toEqual({ status, inR4: true });
+    expect(file.verified.filter((s) => file.willNotHappen.includes(s))).toEqual([]);
+  });
+
   it('fails on a bad edit, naming the file and the field', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'mappings-'));
     const saved = process.env.DENTAL_ELIG_MAPPINGS;

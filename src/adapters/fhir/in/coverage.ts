@@ -89,6 +89,7 @@ export function coverageFacts(
   { raw, coverage }: ActiveCoverage,
   path: string,
   patient: { raw: AnyResource; resource: Patient },
+  dateOfService: string | undefined,
   issues: FhirIssue[],
 ): CoverageFacts | undefined {
   const before = issues.length;
@@ -105,7 +106,7 @@ export function coverageFacts(
     issues.push({ expression: `${path}.relationship`, diagnostics: 'is self, but Coverage.subscriber is another person', code: 'business-rule' });
   }
   const subscriberPath = subscriberPerson?.resource === patient.resource ? 'Patient' : `${path}.subscriber.resolve()`;
-  const name = subscriberPerson ? personName(subscriberPerson.resource.name, subscriberPath, issues) : undefined;
+  const name = subscriberPerson ? personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService) : undefined;
   const dob = subscriberPerson ? birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false) : undefined;
   const payer = payerOf(index, raw, coverage, path, issues);
 

@@ -2,6 +2,7 @@ import { EligibilityCheck, idempotencyKey, IsoInstant, type PayerResolver, type 
 import { resolveClinic, type ClinicRouting } from '../../clinic-routing';
 import { describeFhirIssue, FhirInputError, type FhirIssue } from '../operation-outcome';
 import { BundleIndex, relativeTail, type AnyResource } from './bundle-index';
+import { appointmentStatusRule } from './appointment-status';
 import { activeCoverages, coverageFacts, coverageOrders } from './coverage';
 import { inForceOn } from './coverage-period';
 import { birthDate, gender, identifiers, personName } from './person';
@@ -30,9 +31,6 @@ export interface FhirConversion {
   notes: FhirIssue[];
 }
 
-/** Appointments in these states need no verification. */
-const NOT_TO_VERIFY = new Set(['cancelled', 'noshow', 'entered-in-error']);
-
 /** The checks of convertBundle alone, for callers with no use for its notes. */
 export function checksFromBundle(bundle: unknown, options: FhirInputOptions): EligibilityCheck[] {
   return convertBundle(bundle, options).checks;
@@ -41,8 +39,9 @@ export function checksFromBundle(bundle: unknown, options: FhirInputOptions): El
 /**
  * One EligibilityCheck per active coverage of the appointment's patient in force on the date of
  * service, primary first, with notes on what was left out. Missing or invalid data throws
- * FhirInputError naming every element at fault; a patient with no active coverage (self-pay)
- * gives no checks.
+ * FhirInputError naming every element at fault; a patient with no active coverage (self-pay),
+ * or an appointment whose status mappings/fhir/appointment-status.json does not verify, gives no
+ * checks.
  */
 export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirConversion {
   const receivedAt = IsoInstant.safeParse(options.receivedAt);
@@ -53,7 +52,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const appointmentRaw = findAppointment(index, options.appointmentId);
   const appointment = parseResource(Appointment, appointmentRaw, 'Appointment', issues);
   if (!appointment) throw new FhirInputError(issues);
-  if (appointment.status && NOT_TO_VERIFY.has(appointment.status)) return { checks: [], notes: [] };
+  if (appointmentStatusRule(appointment.status) !== 'verify') return { checks: [], notes: [] };
   const dateOfService = /^(\d{4}-\d{2}-\d{2})(T|$)/.exec(appointment.start ?? '')?.[1];
   if (!dateOfService) {
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
@@ -67,16 +66,16 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
   if (coverages.length === 0 && issues.length === 0) return { checks: [], notes };
-  const name = personName(patientResource.name, 'Patient', issues);
+  const name = personName(patientResource.name, 'Patient', issues, dateOfService);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
   const warnings: FhirIssue[] = [];
-  const provider = practitionerOf(index, appointmentRaw, appointment, issues, warnings);
+  const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, issues, warnings);
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
   const orders = coverageOrders(coverages, issues);
-  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, issues));
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, dateOfService, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
   const checks = coverages.map((c, i) => {
@@ -154,11 +153,11 @@ function claimsType(ref: Reference, type: string): boolean {
   return ref.type === type || new RegExp(`(^|/)${type}/[^/]+$`).test(ref.reference ?? '');
 }
 
-function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
+function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, dateOfService: string | undefined, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
   const found = participant(index, raw, appointment, 'Practitioner', issues);
   if (!found) return undefined;
   const practitioner = parseResource(Practitioner, found, 'Practitioner', issues);
-  return practitioner ? providerOf(practitioner, 'Practitioner', warnings) : undefined;
+  return practitioner ? providerOf(practitioner, 'Practitioner', dateOfService, warnings) : undefined;
 }
 
 /** The clinic from the appointment's Location (by reference, else by identifier), else the default. */

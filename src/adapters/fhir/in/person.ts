@@ -1,6 +1,7 @@
 import { Gender, IsoDate, type Identifier } from '../../../domain';
 import type { FhirIssue } from '../operation-outcome';
 import { systemUrl } from '../systems';
+import { dayInPeriod } from './period';
 import type { HumanName, Identifier as FhirIdentifier } from './shapes';
 
 export interface PersonName {
@@ -12,11 +13,15 @@ export interface PersonName {
 const NAME_PREFERENCE = ['official', 'usual', undefined, 'nickname', 'anonymous', 'temp', 'maiden'];
 
 /**
- * The name to verify with: official, else usual, else one with no use; never an `old` name.
- * The first given name is the first name, the rest the middle name.
+ * The name to verify with, among those in force on the date of service (never an `old` name, nor
+ * one whose period ended before that day or starts after it; with no date, every period counts):
+ * official, else usual, else one with no use, else the first. The first given name is the first
+ * name, the rest the middle name.
  */
-export function personName(names: HumanName[] | undefined, path: string, issues: FhirIssue[]): PersonName | undefined {
-  const current = (names ?? []).filter((n) => n.use !== 'old');
+export function personName(names: HumanName[] | undefined, path: string, issues: FhirIssue[], dateOfService: string | undefined): PersonName | undefined {
+  const current = (names ?? []).filter(
+    (n, i) => n.use !== 'old' && (dateOfService === undefined || dayInPeriod(n.period, dateOfService, `${path}.name[${i}].period`, issues) === 'within'),
+  );
   const name = NAME_PREFERENCE.map((use) => current.find((n) => n.use === use)).find(Boolean) ?? current[0];
   if (!name) {
     issues.push({ expression: `${path}.name`, diagnostics: 'required: a current name with family and given', code: 'required' });

@@ -28,11 +28,15 @@ export const Reference = z.looseObject({
 });
 export type Reference = z.infer<typeof Reference>;
 
+export const Period = z.looseObject({ start: Str.optional(), end: Str.optional() });
+export type Period = z.infer<typeof Period>;
+
 export const HumanName = z.looseObject({
   use: Str.optional(),
   family: Str.optional(),
   given: z.array(Str).optional(),
   text: Str.optional(),
+  period: Period.optional(),
 });
 export type HumanName = z.infer<typeof HumanName>;
 
@@ -68,7 +72,7 @@ export const Coverage = resource('Coverage').extend({
   payor: z.array(Reference).optional(),
   class: z.array(z.looseObject({ type: CodeableConcept.optional(), value: Str.optional(), name: Str.optional() })).optional(),
   order: z.number().optional(),
-  period: z.looseObject({ start: Str.optional(), end: Str.optional() }).optional(),
+  period: Period.optional(),
 });
 export type Coverage = z.infer<typeof Coverage>;
 

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
-import type { Bundle, BundleEntry, FhirResource } from 'fhir/r4';
+import type { Appointment, Bundle, BundleEntry, FhirResource, HumanName } from 'fhir/r4';
 import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
 import { checksFromBundle, convertBundle } from '../../../../src/adapters/fhir/in';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
@@ -117,6 +117,71 @@ describe('checksFromBundle', () => {
       resource(bundle, 'Appointment').status = status;
       expect(convert(bundle)).toEqual([]);
     }
+  });
+
+  it('verifies booked, pending, arrived and checked-in appointments, and one with no status; proposed, waitlisted and fulfilled ones give no checks', () => {
+    const withStatus = (status: Appointment['status'] | undefined) => {
+      const bundle = bundleOf('self');
+      const appointment = resource(bundle, 'Appointment');
+      if (status === undefined) delete (appointment as Partial<Appointment>).status;
+      else appointment.status = status;
+      return convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+    };
+    for (const status of ['booked', 'pending', 'arrived', 'checked-in', undefined] as const) {
+      expect({ status, checks: withStatus(status).checks.length }).toEqual({ status, checks: 1 });
+    }
+    for (const status of ['proposed', 'waitlist', 'fulfilled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [] });
+  });
+
+  describe('the name in force on the date of service (2026-12-01)', () => {
+    const namesOf = (names: HumanName[], fixture = 'self') => {
+      const bundle = bundleOf(fixture);
+      resource(bundle, 'Patient').name = names;
+      return bundle;
+    };
+    const nameOf = (names: HumanName[]) => {
+      const [check] = convert(namesOf(names));
+      return [check?.patient.firstName, check?.patient.lastName, check?.subscriber.lastName];
+    };
+
+    it('passes over a name whose period ended before the visit or starts after it, whatever its use', () => {
+      const maiden = { use: 'official', family: 'Morgan', given: ['Ellen'], period: { start: '1978-03-14', end: '2019-06' } } satisfies HumanName;
+      const married = { use: 'official', family: 'Whitaker', given: ['Ellen'], period: { start: '2019-07-01' } } satisfies HumanName;
+      expect(nameOf([maiden, married])).toEqual(['Ellen', 'Whitaker', 'Whitaker']);
+      const next = { use: 'official', family: 'Brooks', given: ['Ellen'], period: { start: '2026-12-02' } } satisfies HumanName;
+      expect(nameOf([next, { family: 'Whitaker', given: ['Ellen'] }])).toEqual(['Ellen', 'Whitaker', 'Whitaker']);
+      // A period takes in the whole day, month or year it names.
+      expect(nameOf([{ ...maiden, period: { end: '2026-12' } }, married])).toEqual(['Ellen', 'Morgan', 'Morgan']);
+      expect(nameOf([{ ...maiden, period: { end: '2026-12-01T08:00:00-08:00' } }, married])).toEqual(['Ellen', 'Morgan', 'Morgan']);
+    });
+
+    it('prefers official, then usual, then a name with no use, and never an old one', () => {
+      const named = (family: string, use?: HumanName['use']) => ({ ...(use && { use }), family, given: ['Ellen'] });
+      expect(nameOf([named('Nick', 'nickname'), named('Plain'), named('Usual', 'usual'), named('Official', 'official')])).toEqual(['Ellen', 'Official', 'Official']);
+      expect(nameOf([named('Nick', 'nickname'), named('Plain'), named('Usual', 'usual')])).toEqual(['Ellen', 'Usual', 'Usual']);
+      expect(nameOf([named('Nick', 'nickname'), named('Plain')])).toEqual(['Ellen', 'Plain', 'Plain']);
+      expect(nameOf([named('Old', 'old'), named('Nick', 'nickname')])).toEqual(['Ellen', 'Nick', 'Nick']);
+    });
+
+    it('names the patient\'s name as missing when none is in force, and a period bound that is no date', () => {
+      // The spouse's patient is not the subscriber, so the patient's name is read once.
+      const ended = { use: 'official', family: 'Whitaker', given: ['James'], period: { end: '2026-12-02' } } satisfies HumanName;
+      expect(issuesOf(() => convert(namesOf([ended, { use: 'old', family: 'Whitaker', given: ['James'] }], 'spouse')))).toEqual([
+        { expression: 'Patient.name', diagnostics: 'required: a current name with family and given' },
+      ]);
+      expect(issuesOf(() => convert(namesOf([{ ...ended, period: { end: 'last June' } }], 'spouse')))).toEqual([
+        { expression: 'Patient.name[0].period.end', diagnostics: 'must be a FHIR dateTime (YYYY, YYYY-MM, YYYY-MM-DD or with a time and offset)' },
+      ]);
+    });
+
+    it('takes the subscriber\'s name in force too', () => {
+      const bundle = bundleOf('spouse');
+      resource(bundle, 'RelatedPerson').name = [
+        { use: 'official', family: 'Morgan', given: ['Ellen'], period: { end: '2019-06-30' } },
+        { use: 'official', family: 'Whitaker', given: ['Ellen'], period: { start: '2019-07-01' } },
+      ];
+      expect(convert(bundle)[0]?.subscriber).toMatchObject({ firstName: 'Ellen', lastName: 'Whitaker' });
+    });
   });
 
   it('verifies only active coverages: a cancelled one is left out', () => {
