@@ -88,7 +88,7 @@ export interface EligibilitySync {
   notificationHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** An Appointment on the chart's FHIR server was booked or changed. */
   notifyAppointment(appointmentId: string): Promise<FhirIngested>;
-  /** Reads appointments booked, cancelled or missed since the last poll; returns how many were looked at. */
+  /** Reads the appointments whose status is verified or will not happen (mappings/fhir/appointment-status.json) changed since the last poll; returns how many were looked at. */
   pollAppointments(): Promise<number>;
   on(event: SyncEventName, listener: (event: SyncEvent) => void): this;
   off(event: SyncEventName, listener: (event: SyncEvent) => void): this;
