@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { describeJsonSyntax } from '../verification/json-syntax';
-import type { ClientConfigInput } from '../verification/config';
+import { ClientConfig, type ClientConfigInput } from '../verification/config';
 import { SyncSettings } from './eligibility-sync';
 
 export const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
@@ -83,6 +83,13 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
     maxRetries: fromFile.maxRetries,
     allowInsecureHttp: env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === undefined ? fromFile.allowInsecureHttp : env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === '1',
   });
+}
+
+/** The verification service's settings, checked as the client checks them; a problem is a ConfigError naming the setting. */
+export function clientConfig(settings: ClientConfigInput): ClientConfig {
+  const parsed = ClientConfig.safeParse(settings);
+  if (!parsed.success) throw new ConfigError(describeIssue(parsed.error, 'config'));
+  return parsed.data;
 }
 
 /** Whether a URL carries a user or password: fetch refuses such URLs and repeats them whole in its error. */
