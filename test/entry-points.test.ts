@@ -22,6 +22,8 @@ beforeAll(() => {
 test('the library (dist/index.js) loads neither @medplum/fhir-router nor the sandbox', () => {
   const { exports, modules } = loaded('./dist/index.js');
   expect(exports).toEqual(expect.arrayContaining(['fhirWriter', 'toCoverageEligibilityResponse', 'VerificationClient']));
+  // What an embedder needs to open the store serve opens (SQLite file or postgres:// URL) and hand it to createEligibilitySync.
+  expect(exports).toEqual(expect.arrayContaining(['createEligibilitySync', 'openJobStore', 'PgJobStore', 'SqliteJobStore']));
   expect(exports).not.toContain('startSandbox');
   expect(modules.filter((m) => m.includes(`${path.sep}@medplum${path.sep}fhir-router${path.sep}`))).toEqual([]);
   expect(modules.filter((m) => m.startsWith(path.join('dist', 'sandbox')))).toEqual([]);
