@@ -3,7 +3,7 @@ import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
 import { InlineCredentials } from '../verification/wire';
-import { isWebhookSecret } from '../verification/webhook';
+import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { carriesCredentials, clientConfig, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -41,7 +41,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   const scheme = fromFile.webhookScheme ?? 'standard-webhooks';
   const webhookSecret = env.DENTAL_ELIG_WEBHOOK_SECRET;
   if (scheme === 'standard-webhooks' && webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
-    throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret, whsec_ followed by base64');
+    throw new ConfigError(notAWebhookSecret('DENTAL_ELIG_WEBHOOK_SECRET'));
   }
   if (scheme === 'bearer' && !env.DENTAL_ELIG_WEBHOOK_TOKEN) throw new ConfigError('DENTAL_ELIG_WEBHOOK_TOKEN: not set; webhookScheme bearer needs it');
   if (baseUrl && scheme === 'standard-webhooks' && !webhookSecret) {
