@@ -4,7 +4,8 @@
  *   - verification: the v2 service client, outcomes, payer catalog, webhook receiver
  *   - adapters: HL7 v2 and FHIR R4 in, CoverageEligibilityResponse out
  *   - the sync service: createEligibilitySync (the durable pipeline: job store, worker, webhook,
- *     FHIR notifications, write-back into the chart), its job store, the MLLP listener
+ *     FHIR notifications, write-back into the chart), its job stores (openJobStore: SQLite, or
+ *     PostgreSQL for several instances), the MLLP listener
  * The embedded service simulator and FHIR server are a separate entry point,
  * `dental-eligibility-sync/sandbox` (src/sandbox-entry.ts).
  */
@@ -26,6 +27,8 @@ export { createEligibilitySync, SyncSettings, type EligibilitySync, type Eligibi
 export { startHttpServer, WEBHOOK_PATH, NOTIFICATION_PATH } from './service/http-server';
 export { createLogger, type Logger } from './service/logger';
 export { SqliteJobStore } from './sync/sqlite-job-store';
+export { PgJobStore } from './sync/pg-job-store';
+export { openJobStore } from './sync/open-store';
 export { CheckState, type CheckRow, type AppointmentRow, type MessageRow, type JobStore, type StoreTx } from './sync/job-store';
 export { retryCheck, replayMessage } from './sync/operations';
 export type { SyncEvent, SyncEventName } from './sync/worker';

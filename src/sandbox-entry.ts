@@ -9,9 +9,9 @@ export {
   createFhirHandler,
   FHIR_BASE_PATH,
   startFhirServer,
+  type ChartStore,
   type FhirHandler,
   type FhirHandlerOptions,
   type FhirServer,
   type FhirServerOptions,
 } from './sandbox/fhir-server';
-export { RollbackRepository } from './sandbox/rollback-repository';

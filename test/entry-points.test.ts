@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { projectRoot } from '../src/mapping-files';
 
@@ -22,6 +23,8 @@ beforeAll(() => {
 test('the library (dist/index.js) loads neither @medplum/fhir-router nor the sandbox', () => {
   const { exports, modules } = loaded('./dist/index.js');
   expect(exports).toEqual(expect.arrayContaining(['fhirWriter', 'toCoverageEligibilityResponse', 'VerificationClient']));
+  // What an embedder needs to open the store serve opens (SQLite file or postgres:// URL) and hand it to createEligibilitySync.
+  expect(exports).toEqual(expect.arrayContaining(['createEligibilitySync', 'openJobStore', 'PgJobStore', 'SqliteJobStore']));
   expect(exports).not.toContain('startSandbox');
   expect(modules.filter((m) => m.includes(`${path.sep}@medplum${path.sep}fhir-router${path.sep}`))).toEqual([]);
   expect(modules.filter((m) => m.startsWith(path.join('dist', 'sandbox')))).toEqual([]);
@@ -35,4 +38,56 @@ test('the package name resolves both entry points through package.json exports',
   const sandbox = loaded('dental-eligibility-sync/sandbox');
   expect(sandbox.exports).toEqual(expect.arrayContaining(['startSandbox', 'startFhirServer', 'createFhirHandler', 'DEMO_PRACTICE']));
   expect(sandbox.modules.some((m) => m.includes(`${path.sep}@medplum${path.sep}fhir-router${path.sep}`))).toBe(true);
+});
+
+/**
+ * A consumer's own tsc, strict and with skipLibCheck off, against the declarations as npm installs
+ * them: the package's files in its node_modules beside its production dependencies only (devDependencies
+ * such as this repository's @types are not there), and the consumer's own @types/node.
+ */
+test("a consumer's tsc with skipLibCheck off compiles against both entry points' declarations", () => {
+  const consumer = mkdtempSync(path.join(tmpdir(), 'elig-consumer-'));
+  try {
+    const modules = path.join(consumer, 'node_modules');
+    cpSync(path.join(projectRoot, 'dist'), path.join(modules, 'dental-eligibility-sync', 'dist'), { recursive: true, filter: (src) => !/\.js(\.map)?$/.test(src) });
+    cpSync(path.join(projectRoot, 'package.json'), path.join(modules, 'dental-eligibility-sync', 'package.json'));
+    const lock = JSON.parse(readFileSync(path.join(projectRoot, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
+    const installed = Object.entries(lock.packages)
+      .filter(([where, entry]) => /^node_modules\/(@[^/]+\/)?[^/]+$/.test(where) && !entry.dev)
+      .map(([where]) => where);
+    for (const where of [...installed, 'node_modules/@types/node', 'node_modules/undici-types']) {
+      mkdirSync(path.dirname(path.join(consumer, where)), { recursive: true });
+      symlinkSync(path.join(projectRoot, where), path.join(consumer, where), 'junction');
+    }
+    writeFileSync(path.join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
+    writeFileSync(
+      path.join(consumer, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'node16', moduleResolution: 'node16', strict: true, skipLibCheck: false, noEmit: true, types: ['node'], preserveSymlinks: true }, include: ['*.ts'] }),
+    );
+    writeFileSync(
+      path.join(consumer, 'index.ts'),
+      `import { createEligibilitySync, openJobStore, toCoverageEligibilityResponse } from 'dental-eligibility-sync';
+import { startFhirServer, startSandbox, type ChartStore } from 'dental-eligibility-sync/sandbox';
+export async function run(): Promise<string | undefined> {
+  const fhir = await startFhirServer();
+  const chart: ChartStore = fhir.repo;
+  const patient = await chart.readResource('Patient', 'p1');
+  const sandbox = await startSandbox({ seed: true });
+  const store = await openJobStore(undefined, '.data');
+  createEligibilitySync({ store, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: fhir.url } });
+  return typeof toCoverageEligibilityResponse === 'function' ? patient.id : undefined;
+}
+`,
+    );
+    const tsc = path.join(projectRoot, 'node_modules', 'typescript', 'bin', 'tsc');
+    let output = '';
+    try {
+      execFileSync(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: consumer, encoding: 'utf8' });
+    } catch (err) {
+      output = (err as { stdout: string }).stdout;
+    }
+    expect(output).toBe('');
+  } finally {
+    rmSync(consumer, { recursive: true, force: true });
+  }
 });

@@ -1,8 +1,6 @@
 import * as path from 'node:path';
-import { describeIssue } from '../domain/issues';
-import { ConfigError, readConfigFile, serviceSettings } from '../service/config-file';
-import { ClientConfig } from '../verification/config';
-import { CliError } from './io';
+import { clientConfig, ConfigError, readConfigFile, serviceSettings } from '../service/config-file';
+import type { ClientConfig } from '../verification/config';
 
 export const DEFAULT_CATALOG_FILE = path.join('.dental-elig', 'catalog.json');
 
@@ -18,19 +16,13 @@ export interface CliSettings {
  * file, so it stays out of shell history, process listings and repositories.
  */
 export function loadSettings(env: NodeJS.ProcessEnv, configFile?: string): CliSettings {
-  try {
-    const fromFile = readConfigFile(env, configFile);
-    const { baseUrl, apiKey, ...rest } = serviceSettings(env, fromFile);
-    if (!baseUrl) throw new CliError('baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file');
-    if (!apiKey) throw new CliError('apiKey: not configured; set DENTAL_ELIG_API_KEY or DENTAL_ELIG_API_KEY_FILE');
-    const parsed = ClientConfig.safeParse({ ...rest, baseUrl, apiKey });
-    if (!parsed.success) throw new CliError(describeIssue(parsed.error, 'config'));
-    return {
-      client: parsed.data,
-      customerId: env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId,
-      catalogFile: env.DENTAL_ELIG_CATALOG ?? fromFile.catalogFile ?? DEFAULT_CATALOG_FILE,
-    };
-  } catch (err) {
-    throw err instanceof ConfigError ? new CliError(err.message) : err;
-  }
+  const fromFile = readConfigFile(env, configFile);
+  const { baseUrl, apiKey, ...rest } = serviceSettings(env, fromFile);
+  if (!baseUrl) throw new ConfigError('baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file');
+  if (!apiKey) throw new ConfigError('apiKey: not configured; set DENTAL_ELIG_API_KEY or DENTAL_ELIG_API_KEY_FILE');
+  return {
+    client: clientConfig({ ...rest, baseUrl, apiKey }),
+    customerId: env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId,
+    catalogFile: env.DENTAL_ELIG_CATALOG ?? fromFile.catalogFile ?? DEFAULT_CATALOG_FILE,
+  };
 }

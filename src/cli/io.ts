@@ -17,7 +17,7 @@ export interface CliIo {
 
 /**
  * The CLI's one error type: a single line for stderr, no stack trace, never patient data or a
- * secret. `exitCode` 1 is bad input or a failed operation, 2 a usage error.
+ * secret. `exitCode` 1 is bad input or a failed operation, 2 a usage error (as is a ConfigError: see runCli).
  */
 export class CliError extends Error {
   constructor(

@@ -143,7 +143,7 @@ async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (stor
     const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR);
     store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir, { create: false });
   } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message, 2);
+    if (err instanceof ConfigError) throw err;
     throw new CliError(`jobs: cannot open the job store (${(err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable')})`);
   }
   try {

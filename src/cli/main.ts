@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { projectRoot } from '../mapping-files';
+import { ConfigError } from '../service/config-file';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
@@ -47,6 +48,11 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     return 0;
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    // A setting that cannot be used (config file, environment) is a usage error, whichever command read it.
+    if (err instanceof ConfigError) {
+      io.stderr.write(`dental-elig: ${err.message}\n`);
+      return 2;
+    }
     if (err instanceof CliError) {
       io.stderr.write(`dental-elig: ${err.message}\n`);
       return err.exitCode;

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { checkWebhookConfig, DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID, DEMO_PRACTICE, SCENARIOS, startSandbox, type WebhookConfig } from '../sandbox';
+import { notAWebhookSecret } from '../verification/webhook';
 import { CliError, port, whole, type CliIo } from './io';
 import { stopped } from './stopped';
 
@@ -47,7 +48,7 @@ export function registerSandbox(program: Command, io: CliIo): void {
       try {
         checkWebhookConfig(webhook);
       } catch {
-        throw new CliError('DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET: must be a Standard Webhooks secret, whsec_ followed by base64', 2);
+        throw new CliError(notAWebhookSecret('DENTAL_ELIG_SANDBOX_WEBHOOK_SECRET'), 2);
       }
       let sandbox;
       try {

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { ConfigError, withoutUndefined } from '../service/config-file';
+import { withoutUndefined } from '../service/config-file';
 import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
@@ -28,15 +28,9 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--mllp-port <n>', 'MLLP port (0: any free port; default 2575)', port('--mllp-port'))
     .option('--http-port <n>', 'HTTP port (0: any free port; default 8090)', port('--http-port'))
     .action(async (opts: ServeOpts, command: Command) => {
-      let config;
-      try {
-        config = loadServeConfig(io.env, {
-          ...withoutUndefined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, store: opts.store, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
-        });
-      } catch (err) {
-        if (err instanceof ConfigError) throw new CliError(err.message, 2);
-        throw err;
-      }
+      const config = loadServeConfig(io.env, {
+        ...withoutUndefined({ configFile: command.optsWithGlobals<{ config?: string }>().config, dataDir: opts.dataDir, store: opts.store, mllpPort: opts.mllpPort, httpPort: opts.httpPort }),
+      });
       // A process-wide setting: the sidecar owns its process, an application that embeds the library does not.
       keepHeapNearLive();
       let serving;

@@ -10,7 +10,7 @@ export type EnvVar = readonly [name: string, what: string];
 export const ENV = {
   baseUrl: ['DENTAL_ELIG_BASE_URL', 'the service root, e.g. https://… (or baseUrl in the config file)'],
   apiKey: ['DENTAL_ELIG_API_KEY', 'the API key (or DENTAL_ELIG_API_KEY_FILE naming a file that holds it)'],
-  insecure: ['DENTAL_ELIG_ALLOW_INSECURE_HTTP', '1 allows a plain http:// base URL for a host other than this machine'],
+  insecure: ['DENTAL_ELIG_ALLOW_INSECURE_HTTP', '1, true or yes allows a plain http:// base URL for a host other than this machine'],
   customerId: ['DENTAL_ELIG_CUSTOMER_ID', 'the customer id issued at onboarding (or --customer)'],
   password: ['DENTAL_ELIG_PORTAL_PASSWORD', 'the portal password (or --password-stdin)'],
   catalog: ['DENTAL_ELIG_CATALOG', 'the payer catalog file (default .dental-elig/catalog.json)'],

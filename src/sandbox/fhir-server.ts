@@ -34,8 +34,20 @@ export interface FhirHandler {
   /** Puts resources in the chart under their own ids (a chart an EHR already holds); not validated. */
   seed(resources: readonly FhirResource[]): Promise<void>;
   /** The store itself, for inspection. */
-  repo: RollbackRepository;
+  repo: ChartStore;
   basePath: string;
+}
+
+/**
+ * The chart the server holds, for inspection and set-up, in @types/fhir's R4 types. Medplum's
+ * repository stays out of the sandbox entry's declarations: @medplum/core's need pdfmake's types,
+ * which a consumer does not have.
+ */
+export interface ChartStore {
+  readResource<T extends FhirResource>(resourceType: T['resourceType'], id: string): Promise<T>;
+  createResource<T extends FhirResource>(resource: T): Promise<T>;
+  updateResource<T extends FhirResource>(resource: T): Promise<T>;
+  deleteResource(resourceType: FhirResource['resourceType'], id: string): Promise<void>;
 }
 
 export interface FhirServer {
@@ -43,7 +55,7 @@ export interface FhirServer {
   url: string;
   close(): Promise<void>;
   seed: FhirHandler['seed'];
-  repo: RollbackRepository;
+  repo: ChartStore;
 }
 
 export const FHIR_BASE_PATH = '/fhir/R4';
@@ -129,18 +141,29 @@ export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler
     send(res, status, resource?.resourceType === 'Bundle' ? answerBundle(resource as Bundle, `${base}${request.url}`, minimal) : (resource ?? result), headers);
   }
 
+  const chart = chartStore(repo);
   return {
     basePath,
-    repo,
+    repo: chart,
     handle: (req, res) =>
       answer(req, res).catch((err: unknown) => {
         send(res, 500, outcome('exception', `internal error: ${err instanceof Error ? err.message.split('\n')[0] : 'unknown'}`));
       }),
     seed: (resources) =>
       exclusive(async () => {
-        // Medplum's own R4 types differ from @types/fhir's in detail, not in shape.
-        for (const r of resources) await repo.updateResource(r as Parameters<MemoryRepository['updateResource']>[0]);
+        for (const r of resources) await chart.updateResource(r);
       }),
+  };
+}
+
+/** Medplum's own R4 types differ from @types/fhir's in detail, not in shape. */
+function chartStore(repo: RollbackRepository): ChartStore {
+  type Written = Parameters<MemoryRepository['updateResource']>[0];
+  return {
+    readResource: async <T extends FhirResource>(resourceType: T['resourceType'], id: string) => (await repo.readResource(resourceType, id)) as unknown as T,
+    createResource: async <T extends FhirResource>(resource: T) => (await repo.createResource(resource as Written)) as unknown as T,
+    updateResource: async <T extends FhirResource>(resource: T) => (await repo.updateResource(resource as Written)) as unknown as T,
+    deleteResource: (resourceType, id) => repo.deleteResource(resourceType, id),
   };
 }
 

@@ -7,7 +7,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { request } from 'undici';
-import { isWebhookSecret } from '../verification/webhook';
+import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import type { Scheduler } from './scheduler';
 
 export interface WebhookConfig {
@@ -48,7 +48,7 @@ export interface DeliveryTiming {
  * there, naming the field, instead of silently stopping every delivery later.
  */
 export function checkWebhookConfig(config: WebhookConfig | undefined): void {
-  if (config?.secret && !isWebhookSecret(config.secret)) throw new Error('webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64');
+  if (config?.secret && !isWebhookSecret(config.secret)) throw new Error(notAWebhookSecret());
 }
 
 /** A fresh Standard Webhooks secret. */

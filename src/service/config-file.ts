@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { describeJsonSyntax } from '../verification/json-syntax';
-import type { ClientConfigInput } from '../verification/config';
+import { ClientConfig, type ClientConfigInput } from '../verification/config';
 import { SyncSettings } from './eligibility-sync';
 
 export const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
@@ -81,8 +81,27 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
     apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
     timeoutMs: fromFile.timeoutMs,
     maxRetries: fromFile.maxRetries,
-    allowInsecureHttp: env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === undefined ? fromFile.allowInsecureHttp : env.DENTAL_ELIG_ALLOW_INSECURE_HTTP === '1',
+    allowInsecureHttp: envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp,
   });
+}
+
+/**
+ * A yes/no environment variable: 1, true or yes; 0, false or no (any case); unset or empty is
+ * undefined. Anything else is refused: a typo must not quietly mean no.
+ */
+export function envFlag(env: NodeJS.ProcessEnv, name: string): boolean | undefined {
+  const value = env[name]?.trim().toLowerCase();
+  if (value === undefined || value === '') return undefined;
+  if (['1', 'true', 'yes'].includes(value)) return true;
+  if (['0', 'false', 'no'].includes(value)) return false;
+  throw new ConfigError(`${name}: must be 1, true or yes, or 0, false or no`);
+}
+
+/** The verification service's settings, checked as the client checks them; a problem is a ConfigError naming the setting. */
+export function clientConfig(settings: ClientConfigInput): ClientConfig {
+  const parsed = ClientConfig.safeParse(settings);
+  if (!parsed.success) throw new ConfigError(describeIssue(parsed.error, 'config'));
+  return parsed.data;
 }
 
 /** Whether a URL carries a user or password: fetch refuses such URLs and repeats them whole in its error. */

@@ -97,7 +97,7 @@ export interface EligibilitySync {
   readonly store: JobStore;
   readonly metrics: SyncMetrics;
   readonly logger: Logger;
-  /** Loads the payer catalog and starts the worker (and the FHIR poll, when set). */
+  /** Loads the payer catalog and starts the worker (and the FHIR poll, when set); one that fails closes what the sync opened: create another to try again. */
   start(): Promise<void>;
   /** Stops taking work, waits for the checks in hand, closes what it opened. */
   stop(): Promise<void>;
@@ -116,12 +116,49 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const now = config.now ?? (() => new Date());
   const logger = config.logger ?? createLogger();
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
-  const ownsStore = !config.store;
-  const store = config.store ?? SqliteJobStore.open(dataDir);
-  const ownsClient = !(config.service instanceof VerificationClient);
-  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger });
+  // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   const routing = config.routing ?? loadClinicRouting();
   const mappings = config.mappings ?? loadHl7Mappings();
+  // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
+  let arriving = 0;
+  const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
+    arriving++;
+    res.once('close', () => arriving--);
+    handler(req, res);
+  };
+  // Its handler refuses a webhook secret that is not one.
+  const webhookHandler = config.webhook
+    ? counted(createWebhookHandler({
+        auth: config.webhook,
+        log: logger,
+        onDelivery: async (delivery) => {
+          const applied = await ingestWebhook(store, worker, delivery, now());
+          metrics.webhooks.inc({ result: applied.status });
+          if (applied.status === 'applied') {
+            if (applied.event) emit(applied.event.name, applied.event.event);
+            worker.kick();
+          } else {
+            logger.info({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
+          }
+        },
+        onUnreadable: async (raw, reason) => {
+          metrics.webhooks.inc({ result: 'dead' });
+          await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
+        },
+      }))
+    : (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
+      };
+  const ownsClient = !(config.service instanceof VerificationClient);
+  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger });
+  const ownsStore = !config.store;
+  let store: JobStore;
+  try {
+    store = config.store ?? SqliteJobStore.open(dataDir);
+  } catch (err) {
+    if (ownsClient) void client.close();
+    throw err;
+  }
   const policy = schedulePolicy(settings);
   const metrics = new SyncMetrics(store, now);
   const events = new EventEmitter();
@@ -190,38 +227,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
 
-  // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
-  let arriving = 0;
-  const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
-    arriving++;
-    res.once('close', () => arriving--);
-    handler(req, res);
-  };
-
   const fhirOptions = { routing, now, policy };
-
-  const webhookHandler = config.webhook
-    ? counted(createWebhookHandler({
-        auth: config.webhook,
-        log: logger,
-        onDelivery: async (delivery) => {
-          const applied = await ingestWebhook(store, worker, delivery, now());
-          metrics.webhooks.inc({ result: applied.status });
-          if (applied.status === 'applied') {
-            if (applied.event) emit(applied.event.name, applied.event.event);
-            worker.kick();
-          } else {
-            logger.info({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
-          }
-        },
-        onUnreadable: async (raw, reason) => {
-          metrics.webhooks.inc({ result: 'dead' });
-          await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
-        },
-      }))
-    : (_req: IncomingMessage, res: ServerResponse) => {
-        res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
-      };
 
   async function notifyAppointment(appointmentId: string, raw?: string): Promise<FhirIngested> {
     const done = await ingestFhirAppointment(store, await getReader(), appointmentId, { ...fhirOptions, ...(raw !== undefined && { raw }) });
@@ -286,6 +292,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     return ids.length;
   }
 
+  /** Closes what this sync opened, once. */
+  const closeOwned = async () => {
+    if (stopped) return;
+    stopped = true;
+    if (ownsClient) await client.close();
+    if (ownsStore) await store.close();
+  };
+
   let pollTimer: NodeJS.Timeout | undefined;
   /** The poll under way, timed or a heartbeat's, which stop() waits for. */
   let polling: Promise<void> | undefined;
@@ -342,11 +356,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     async start(): Promise<void> {
-      // The validator's definitions are read in a thread of their own while the catalog loads.
-      const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
-      catalog ??= loaded;
-      const orphaned = await store.beginWork();
-      if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+      if (stopped) throw new Error('this eligibility sync is stopped (or failed to start); create another');
+      try {
+        // The validator's definitions are read in a thread of their own while the catalog loads.
+        const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
+        catalog ??= loaded;
+        const orphaned = await store.beginWork();
+        if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+      } catch (err) {
+        // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
+        await closeOwned();
+        throw err;
+      }
       worker.start();
       schedulePoll();
       logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
@@ -356,10 +377,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (pollTimer) clearTimeout(pollTimer);
       await polling;
       await worker.stop();
-      if (stopped) return;
-      stopped = true;
-      if (ownsClient) await client.close();
-      if (ownsStore) await store.close();
+      await closeOwned();
     },
   });
   return sync as unknown as EligibilitySync;

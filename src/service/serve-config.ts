@@ -3,8 +3,8 @@ import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
 import { InlineCredentials } from '../verification/wire';
-import { isWebhookSecret } from '../verification/webhook';
-import { carriesCredentials, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
+import { carriesCredentials, clientConfig, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
 export { ConfigError } from './config-file';
@@ -41,7 +41,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   const scheme = fromFile.webhookScheme ?? 'standard-webhooks';
   const webhookSecret = env.DENTAL_ELIG_WEBHOOK_SECRET;
   if (scheme === 'standard-webhooks' && webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
-    throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: must be a Standard Webhooks secret, whsec_ followed by base64');
+    throw new ConfigError(notAWebhookSecret('DENTAL_ELIG_WEBHOOK_SECRET'));
   }
   if (scheme === 'bearer' && !env.DENTAL_ELIG_WEBHOOK_TOKEN) throw new ConfigError('DENTAL_ELIG_WEBHOOK_TOKEN: not set; webhookScheme bearer needs it');
   if (baseUrl && scheme === 'standard-webhooks' && !webhookSecret) {
@@ -52,6 +52,9 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     if (url !== undefined && !/^https?:\/\/[^\s]+$/.test(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
     if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
+  const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
+  // Refused here, as setup and verify refuse it, rather than when serve builds its client.
+  if (service) clientConfig(service);
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
   const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;
   const smartClient = env.DENTAL_ELIG_FHIR_CLIENT_ID;
@@ -70,7 +73,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     host: fromFile.host ?? '127.0.0.1',
     mllpPort: overrides.mllpPort ?? fromFile.mllpPort ?? 2575,
     httpPort: overrides.httpPort ?? fromFile.httpPort ?? 8090,
-    ...(baseUrl && apiKey && { service: { ...client, baseUrl, apiKey } }),
+    ...(service && { service }),
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }) } }),

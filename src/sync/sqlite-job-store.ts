@@ -134,7 +134,14 @@ export class SqliteJobStore implements JobStore {
     const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
     if (options.create === false && !existsSync(file)) throw new Error(`no job store at ${file}; serve creates it`);
     mkdirSync(path.dirname(file), { recursive: true });
-    return new SqliteJobStore(new Database(file), file);
+    const db = new Database(file);
+    try {
+      return new SqliteJobStore(db, file);
+    } catch (err) {
+      // A file this program refuses (a newer schema) is left to whoever opens it next.
+      db.close();
+      throw err;
+    }
   }
 
   private constructor(

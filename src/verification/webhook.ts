@@ -45,12 +45,17 @@ export interface WebhookReceiverOptions {
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
 
+/** What is said of a setting that holds no Standard Webhooks secret, wherever it is set; the value is never repeated. */
+export function notAWebhookSecret(setting = 'webhook.secret'): string {
+  return `${setting}: must be a Standard Webhooks secret, whsec_ followed by base64`;
+}
+
 /** The library's verifier, or an error naming the setting: its own messages ("Base64Coder: incorrect characters…") name nothing. */
 function webhookVerifier(secret: string): Webhook {
   try {
     return new Webhook(secret);
   } catch {
-    throw new Error('webhook.secret: must be a Standard Webhooks secret, whsec_ followed by base64');
+    throw new Error(notAWebhookSecret());
   }
 }
 

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { projectRoot } from '../../src/mapping-files';
@@ -49,6 +50,30 @@ describe('the dental-elig executable', () => {
       expect(result.stdout).toContain('metdental');
     } finally {
       await server.close();
+    }
+  });
+
+  it('exits 2 with the same line for a config file it cannot use, whichever command reads it', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-config-'));
+    try {
+      const config = path.join(dir, 'dental-elig.config.json');
+      writeFileSync(config, JSON.stringify({ baseUrl: 'http://127.0.0.1:1', timeoutMs: 'soon' }));
+      const env = { DENTAL_ELIG_CONFIG: config, DENTAL_ELIG_API_KEY: 'k' };
+      const line = `dental-elig: ${config}: timeoutMs: `;
+      for (const command of [['setup', 'portals', 'list'], ['verify', 'get', 'vrf_1'], ['serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0'], ['jobs', 'list', '--data-dir', dir]]) {
+        const result = await runWith(env, ...command);
+        expect({ command: command[0], code: result.code, stdout: result.stdout, stderr: result.stderr.startsWith(line) && result.stderr.split('\n').length === 2 }).toEqual({ command: command[0], code: 2, stdout: '', stderr: true });
+      }
+      // A setting only the environment holds is a configuration error too.
+      const unset = await runWith({ DENTAL_ELIG_BASE_URL: 'http://127.0.0.1:1' }, 'setup', 'portals', 'list');
+      expect(unset).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: apiKey: not configured; set DENTAL_ELIG_API_KEY or DENTAL_ELIG_API_KEY_FILE\n' });
+      const insecure = { DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid', DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+      for (const command of [['setup', 'portals', 'list'], ['serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0']]) {
+        const result = await runWith(insecure, ...command);
+        expect({ command: command[0], code: result.code, stderr: result.stderr }).toEqual({ command: command[0], code: 2, stderr: expect.stringMatching(/^dental-elig: baseUrl: plain http to a host other than this machine /) });
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

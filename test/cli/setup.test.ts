@@ -135,7 +135,7 @@ describe('secrets and bad input', () => {
     const file = path.join(dir, 'bad-config.json');
     await writeFile(file, JSON.stringify({ baseUrl: sandbox.url, apiKey: 'sk_in_file' }));
     const run = await cli(['--config', file, 'setup', 'portals', 'list'], { DENTAL_ELIG_API_KEY: 'x' });
-    expect(run.code).toBe(1);
+    expect(run.code).toBe(2);
     expect(run.stderr).toBe(`dental-elig: ${file}: apiKey: secrets do not belong in the config file; set DENTAL_ELIG_API_KEY or apiKeyFile\n`);
   });
 
@@ -151,12 +151,12 @@ describe('secrets and bad input', () => {
 
   it('says what is missing when nothing is configured', async () => {
     const run = await cli(['setup', 'portals', 'list'], {});
-    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file\n' });
+    expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file\n' });
   });
 
   it('names the base URL when it is not a URL at all, not an internal error', async () => {
     const run = await cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: 'verify.example.com', DENTAL_ELIG_API_KEY: 'k' });
-    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
+    expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
   });
 
   it('names the field of a request file that is not a verification request', async () => {
@@ -224,7 +224,7 @@ describe('secrets and bad input', () => {
   it('refuses a plain http base URL for another host unless DENTAL_ELIG_ALLOW_INSECURE_HTTP=1', async () => {
     const insecure = { ...env, DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid' };
     const run = await cli(['setup', 'portals', 'list'], insecure);
-    expect(run.code).toBe(1);
+    expect(run.code).toBe(2);
     expect(run.stderr).toMatch(/^dental-elig: baseUrl: plain http to a host other than this machine would send the API key and patient data unencrypted; use https, or allow it explicitly/);
     const allowed = await cli(['setup', 'portals', 'list'], { ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, '');
     expect(allowed.stderr).not.toContain('unencrypted');

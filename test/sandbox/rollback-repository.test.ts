@@ -2,7 +2,7 @@ import { Operator, type SearchRequest } from '@medplum/core';
 import { MemoryRepository } from '@medplum/fhir-router';
 import type { Patient } from '@medplum/fhirtypes';
 import { createFhirHandler } from '../../src/sandbox/fhir-server';
-import type { RollbackRepository } from '../../src/sandbox/rollback-repository';
+import { RollbackRepository } from '../../src/sandbox/rollback-repository';
 
 type Filter = NonNullable<SearchRequest['filters']>[number];
 
@@ -11,8 +11,11 @@ const OTHER = 'urn:example:other';
 const byIdentifier = (value: string): SearchRequest => ({ resourceType: 'Patient', filters: [{ code: 'identifier', operator: Operator.EQUALS, value }] });
 const found = async (repo: RollbackRepository, value: string) => ((await repo.search(byIdentifier(value))).entry ?? []).map((e) => e.resource?.id).sort();
 
-/** A fresh repository as the FHIR server has it (search parameters indexed). */
-const newRepo = () => createFhirHandler().repo;
+/** A fresh repository as the FHIR server has it (search parameters indexed, as creating a handler does). */
+const newRepo = () => {
+  createFhirHandler();
+  return new RollbackRepository();
+};
 
 describe('RollbackRepository identifier search', () => {
   afterEach(() => jest.restoreAllMocks());

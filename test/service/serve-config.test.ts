@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { loadSettings } from '../../src/cli/config';
+import { envFlag } from '../../src/service/config-file';
 import { loadServeConfig } from '../../src/service/serve-config';
 
 /** One settings file for every command; secrets only from the environment or a file they name. */
@@ -73,6 +74,25 @@ describe('the settings file and the environment', () => {
   it('names DENTAL_ELIG_LOG_LEVEL when it is not a level, as the config file names logLevel', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'verbose' }, {})).toThrow(/^DENTAL_ELIG_LOG_LEVEL: must be one of fatal, error, warn, info, debug, trace, silent$/);
     expect(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'debug' }, {}).logLevel).toBe('debug');
+  });
+
+  it('reads DENTAL_ELIG_ALLOW_INSECURE_HTTP as yes or no in any common spelling, over the file, and refuses anything else', () => {
+    const insecure = { DENTAL_ELIG_BASE_URL: 'http://verify.example.test', DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    for (const yes of ['1', 'true', 'TRUE', 'Yes', ' yes ']) {
+      expect(loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: yes }, {}).service).toMatchObject({ allowInsecureHttp: true });
+    }
+    for (const no of ['0', 'false', 'No']) {
+      expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: no }, {})).toThrow(/^baseUrl: plain http to a host other than this machine/);
+    }
+    // The environment's no overrides the file's yes; unset or empty leaves the file's word.
+    const config = file({ allowInsecureHttp: true });
+    expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: 'false' }, { configFile: config })).toThrow(/^baseUrl: plain http/);
+    expect(loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '' }, { configFile: config }).service).toMatchObject({ allowInsecureHttp: true });
+    expect(loadSettings({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: 'true' }).client.allowInsecureHttp).toBe(true);
+    for (const bad of ['ture', 'on', '2']) {
+      expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: bad }, {})).toThrow(/^DENTAL_ELIG_ALLOW_INSECURE_HTTP: must be 1, true or yes, or 0, false or no$/);
+    }
+    expect(envFlag({}, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP')).toBeUndefined();
   });
 
   it('runs on embedded defaults with nothing set', () => {

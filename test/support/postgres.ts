@@ -85,6 +85,23 @@ export async function startPostgres(): Promise<TestPostgres> {
   };
 }
 
+/** A cluster for the test file (or describe block) this is called in: started before its tests, stopped after them. */
+export function postgresForTests(): Pick<TestPostgres, 'createDatabase'> {
+  let postgres: TestPostgres | undefined;
+  beforeAll(async () => {
+    postgres = await startPostgres();
+  }, 60_000);
+  afterAll(async () => {
+    await postgres?.stop();
+  });
+  return {
+    createDatabase: () => {
+      if (!postgres) throw new Error('the test cluster is not started: call postgresForTests() at the top of a file or describe block');
+      return postgres.createDatabase();
+    },
+  };
+}
+
 /** A port nothing listens on now: the OS picks it for a moment's listener. */
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

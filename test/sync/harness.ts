@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import Database from 'better-sqlite3';
 import type { Bundle, FhirResource } from 'fhir/r4';
 import { generateWebhookSecret, startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
@@ -135,4 +136,19 @@ export async function searchFhir(fhir: FhirServer, query: string): Promise<FhirR
   const res = await fetch(`${fhir.url}/${query}`);
   const bundle = (await res.json()) as Bundle;
   return (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+}
+
+/** Whether another connection could take the SQLite file for itself: no connection of this process (or another) is left on it. */
+export function nobodyHolds(file: string): boolean {
+  const db = new Database(file, { timeout: 0 });
+  try {
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT');
+    return true;
+  } catch (err) {
+    if ((err as { code?: unknown }).code === 'SQLITE_BUSY') return false;
+    throw err;
+  } finally {
+    db.close();
+  }
 }

@@ -1,8 +1,11 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import * as entry from '../../src/index';
+import { projectRoot } from '../../src/mapping-files';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { postgresForTests } from '../support/postgres';
 
 /** Which store a location names; a PostgreSQL URL's own store is tested in pg-job-store.test.ts. */
 let dataDir: string;
@@ -39,4 +42,25 @@ it('fails to open a PostgreSQL store nobody serves, without the password in the 
   );
   expect(error).toMatch(/ECONNREFUSED/);
   expect(error).not.toContain('hunter2');
+});
+
+/** An embedder running several instances opens the PostgreSQL store as serve does, from the package's entry, and hands it over. */
+describe('the package entry, on PostgreSQL', () => {
+  const postgres = postgresForTests();
+
+  it('opens a postgres:// store that createEligibilitySync takes, and leaves it to its opener', async () => {
+    const store = await entry.openJobStore(await postgres.createDatabase(), dataDir);
+    expect(store).toBeInstanceOf(entry.PgJobStore);
+    const sync = entry.createEligibilitySync({ store, dataDir, service: { baseUrl: 'http://127.0.0.1:1', apiKey: 'k' }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: entry.createLogger({ level: 'silent' }) });
+    try {
+      const acks = await sync.receiveHl7(readFileSync(path.join(projectRoot, 'fixtures', 'hl7', 'molarpms-siu-s12-two-insurances.hl7'), 'utf8'));
+      expect(acks.map((a) => a.code)).toEqual(['AA']);
+      expect((await store.listChecks({})).map((c) => c.check.coverage.order).sort()).toEqual(['primary', 'secondary']);
+      await sync.stop();
+      // The sync closes only what it opened: the store handed to it still answers.
+      await expect(store.ping()).resolves.toBeUndefined();
+    } finally {
+      await store.close();
+    }
+  });
 });

@@ -3,7 +3,7 @@ import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
-import { startPostgres, type TestPostgres } from '../support/postgres';
+import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
@@ -11,13 +11,7 @@ import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-stor
  * The PostgreSQL store on a throwaway cluster, a fresh database per test. Two stores on one
  * database are two instances of the service: each its own pool, sharing only the database.
  */
-let postgres: TestPostgres;
-beforeAll(async () => {
-  postgres = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await postgres?.stop();
-});
+const postgres = postgresForTests();
 
 jobStoreContract('PgJobStore', async () => {
   const url = await postgres.createDatabase();

@@ -9,7 +9,7 @@ import { WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
-import { startPostgres, type TestPostgres } from '../support/postgres';
+import { postgresForTests } from '../support/postgres';
 import { chartOf, searchFhir, startSyncInstance, until } from './harness';
 
 /**
@@ -24,7 +24,7 @@ interface Instance {
   close(): Promise<void>;
 }
 
-let postgres: TestPostgres;
+const postgres = postgresForTests();
 let sandbox: Sandbox;
 let fhir: FhirServer;
 let dataDir: string;
@@ -44,12 +44,6 @@ async function startInstance(storeUrl: string, secret: string): Promise<Instance
   };
 }
 
-beforeAll(async () => {
-  postgres = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await postgres?.stop();
-});
 beforeEach(async () => {
   dataDir = mkdtempSync(path.join(tmpdir(), 'elig-sync-'));
   sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 300, webhookBackoffMs: 200 } });

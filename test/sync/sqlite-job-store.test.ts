@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { checkRow, jobStoreContract, NOW } from './job-store-contract';
-import { until } from './harness';
+import { nobodyHolds, until } from './harness';
 
 /** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
 jobStoreContract('SqliteJobStore', async () => {
@@ -321,5 +321,7 @@ describe('SqliteJobStore', () => {
     db.pragma('user_version = 99');
     db.close();
     expect(() => SqliteJobStore.open(dir)).toThrow(/schema version 99 is newer/);
+    // Refused, and let go: the file is left to the program that knows it.
+    expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
   });
 });

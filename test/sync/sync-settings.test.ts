@@ -1,7 +1,11 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { createEligibilitySync, SyncSettings } from '../../src/service/eligibility-sync';
+import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
+import { createLogger } from '../../src/service/logger';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { PayerCatalog } from '../../src/verification/payer-catalog';
+import { nobodyHolds } from './harness';
 
 /** Settings that would make the worker spin or wait backwards are refused up front, naming the setting. */
 describe('SyncSettings', () => {
@@ -27,5 +31,53 @@ describe('SyncSettings', () => {
   it('keeps the defaults and takes a base equal to the ceiling', () => {
     expect(SyncSettings.parse({})).toMatchObject({ backoffBaseMs: 2000, backoffMaxMs: 300_000, pollAfterMs: 5000 });
     expect(SyncSettings.parse({ backoffBaseMs: 400, backoffMaxMs: 400 })).toMatchObject({ backoffBaseMs: 400, backoffMaxMs: 400 });
+  });
+});
+
+/** An embedder that catches a failed creation or start and tries again in the same process finds nothing of the first left open. */
+describe('a sync that fails to be created or started', () => {
+  let dataDir: string;
+  beforeEach(() => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'elig-failed-'));
+  });
+  afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  const config = (over: Partial<EligibilitySyncConfig> = {}): EligibilitySyncConfig => ({
+    dataDir,
+    service: { baseUrl: 'http://127.0.0.1:1', apiKey: 'k', maxRetries: 0 },
+    fhir: { baseUrl: 'http://127.0.0.1:1/fhir' },
+    logger: createLogger({ level: 'silent' }),
+    ...over,
+  });
+  const storeFile = () => path.join(dataDir, 'dental-elig.sqlite');
+
+  it('refuses a webhook secret that is not one before it opens the store', () => {
+    expect(() => createEligibilitySync(config({ webhook: { scheme: 'standard-webhooks', secret: 'not-a-secret' } }))).toThrow(/^webhook\.secret: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('closes its store when start() cannot load the payer catalog', async () => {
+    const sync = createEligibilitySync(config());
+    await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
+    expect(nobodyHolds(storeFile())).toBe(true);
+    await expect(sync.start()).rejects.toThrow(/stopped \(or failed to start\); create another/);
+    await sync.stop();
+  });
+
+  it('closes its store when another process works it, and a second sync starts once that one is gone', async () => {
+    const catalog = new PayerCatalog({ syncedAt: '2026-11-24T00:00:00Z', payers: [], portals: [] });
+    const other = SqliteJobStore.open(dataDir);
+    await other.beginWork();
+    const first = createEligibilitySync(config({ catalog }));
+    await expect(first.start()).rejects.toThrow(/another process is working it/);
+    await other.close();
+    expect(nobodyHolds(storeFile())).toBe(true);
+    expect(nobodyHolds(`${storeFile()}-worker`)).toBe(true);
+
+    const second = createEligibilitySync(config({ catalog }));
+    await second.start();
+    expect(nobodyHolds(`${storeFile()}-worker`)).toBe(false);
+    await second.stop();
+    expect(nobodyHolds(storeFile())).toBe(true);
   });
 });

@@ -1,5 +1,7 @@
 import { request } from 'undici';
 import { Webhook } from 'standardwebhooks';
+import { checkWebhookConfig } from '../../src/sandbox/webhooks';
+import { loadServeConfig } from '../../src/service/serve-config';
 import { createWebhookHandler, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
 
 const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
@@ -153,5 +155,20 @@ describe('verification webhook receiver', () => {
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_not base64!' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret/);
     expect(receiver({ scheme: 'bearer', token: '' })).toThrow(/^webhook\.token: is required$/);
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).not.toThrow();
+  });
+
+  it('says of a bad secret what the sandbox and serve say of theirs, each naming its own setting', () => {
+    const refusal = (run: () => unknown) => {
+      try {
+        run();
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return 'not refused';
+    };
+    const library = refusal(() => createWebhookHandler({ auth: { scheme: 'standard-webhooks', secret: 'whsec_not base64!' }, onDelivery: async () => undefined }));
+    expect(refusal(() => checkWebhookConfig({ url: 'http://127.0.0.1:9/x', secret: 'whsec_not base64!' }))).toBe(library);
+    expect(refusal(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_not base64!' }, {}))).toBe(library.replace(/^webhook\.secret:/, 'DENTAL_ELIG_WEBHOOK_SECRET:'));
+    expect(library).not.toContain('not base64!');
   });
 });
