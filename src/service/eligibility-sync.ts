@@ -385,11 +385,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
 /** The saved catalog, refreshed from the service (only what changed); the saved one alone when the service is down. */
 async function loadCatalog(client: VerificationClient, file: string, logger: Logger): Promise<PayerCatalog> {
-  const previous = await PayerCatalog.load(file).catch(() => undefined);
+  const unreadable = (described: string[]) => logger.warn({ items: described.length, first: described[0] }, 'payer catalog: entries that could not be read are left out');
+  const previous = await PayerCatalog.load(file, undefined, { unreadable }).catch(() => undefined);
   try {
-    const catalog = await PayerCatalog.sync(client, previous, {
-      unreadable: (described) => logger.warn({ items: described.length, first: described[0] }, 'payer catalog: entries the service listed could not be read and are left out'),
-    });
+    const catalog = await PayerCatalog.sync(client, previous, { unreadable });
     await catalog.save(file);
     return catalog;
   } catch (err) {

@@ -5,7 +5,7 @@ import { describeIssue, type PayerCandidate, type PayerMatch, type PayerResoluti
 import { readMappingFile } from '../mapping-files';
 import { describeJsonSyntax } from './json-syntax';
 import type { VerificationClient } from './client';
-import { FEATURE_ASYNC, FEATURE_SYNC, Payer, Portal } from './wire';
+import { eachReadable, FEATURE_ASYNC, FEATURE_SYNC, Payer, Portal } from './wire';
 
 export const CatalogSnapshot = z.strictObject({
   /** When the service was last asked; the next refresh asks for updatedSince this. */
@@ -14,6 +14,17 @@ export const CatalogSnapshot = z.strictObject({
   portals: z.array(Portal),
 });
 export type CatalogSnapshot = z.infer<typeof CatalogSnapshot>;
+
+/**
+ * A snapshot as read back from its file: a payer or portal this version cannot read (a blank
+ * primaryPayerId, saved before the listing refused one) is left out and named, as a listing
+ * leaves it out, rather than the whole saved catalog being unusable after an upgrade.
+ */
+const SavedSnapshot = z.strictObject({
+  syncedAt: CatalogSnapshot.shape.syncedAt,
+  payers: eachReadable(Payer, 'payers'),
+  portals: eachReadable(Portal, 'portals'),
+});
 
 const PayerAliases = z.looseObject({
   names: z.record(z.string(), z.string()).default({}),
@@ -61,7 +72,7 @@ export class PayerCatalog implements PayerResolver {
     this.aliasIds = new Map(Object.entries(aliases.ids).map(([k, v]) => [normaliseId(k), v]));
   }
 
-  static async load(file: string, aliases?: PayerAliases): Promise<PayerCatalog> {
+  static async load(file: string, aliases?: PayerAliases, options: { unreadable?: (described: string[]) => void } = {}): Promise<PayerCatalog> {
     let text: string;
     try {
       text = await readFile(file, 'utf8');
@@ -74,11 +85,14 @@ export class PayerCatalog implements PayerResolver {
     } catch {
       throw new Error(`payer catalog ${path.basename(file)}: ${describeJsonSyntax(text)}`);
     }
-    const parsed = CatalogSnapshot.safeParse(raw);
+    const parsed = SavedSnapshot.safeParse(raw);
     if (!parsed.success) {
       throw new Error(`payer catalog ${path.basename(file)}: ${describeIssue(parsed.error)}`);
     }
-    return new PayerCatalog(parsed.data, aliases);
+    const { syncedAt, payers, portals } = parsed.data;
+    const unreadable = [...payers.unreadable, ...portals.unreadable];
+    if (unreadable.length > 0) options.unreadable?.(unreadable);
+    return new PayerCatalog({ syncedAt, payers: payers.read, portals: portals.read }, aliases);
   }
 
   /** Writes the snapshot atomically, so a crash mid-write never leaves half a catalog. */

@@ -41,21 +41,29 @@ const AddressOut = z.looseObject({
 });
 
 /**
- * A page of a listing. An item that cannot be read is left out and named in `unreadable` (where
- * and what, never its value), so one odd payer or registration does not hide the rest of the list
- * or stop the payer catalog from refreshing.
+ * An array read item by item: an item that cannot be read is left out and named in `unreadable`
+ * (`at`.index, where and what, never its value), so one odd payer or registration does not hide
+ * the rest of a list or stop the payer catalog from refreshing or loading.
  */
-export const pageOf = <T extends z.ZodType>(item: T) =>
-  z.looseObject({ items: z.array(z.unknown()), nextCursor: Opt(Str) }).transform(({ items, ...page }) => {
+export const eachReadable = <T extends z.ZodType>(item: T, at: string) =>
+  z.array(z.unknown()).transform((items) => {
     const read: z.output<T>[] = [];
     const unreadable: string[] = [];
     items.forEach((raw, index) => {
       const parsed = item.safeParse(raw);
       if (parsed.success) read.push(parsed.data);
-      else unreadable.push(describeIssue(parsed.error, 'items', ['items', index]));
+      else unreadable.push(describeIssue(parsed.error, at, [at, index]));
     });
-    return { ...page, items: read, ...(unreadable.length > 0 && { unreadable }) };
+    return { read, unreadable };
   });
+
+/** A page of a listing; items that cannot be read are left out and named (eachReadable). */
+export const pageOf = <T extends z.ZodType>(item: T) =>
+  z.looseObject({ items: eachReadable(item, 'items'), nextCursor: Opt(Str) }).transform(({ items, ...page }) => ({
+    ...page,
+    items: items.read,
+    ...(items.unreadable.length > 0 && { unreadable: items.unreadable }),
+  }));
 export type Page<T> = { items: T[]; nextCursor?: string | null | undefined; unreadable?: string[] | undefined };
 
 export const PageQuery = z.strictObject({

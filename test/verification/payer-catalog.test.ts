@@ -100,12 +100,28 @@ describe('PayerCatalog files and sync', () => {
       const loaded = await PayerCatalog.load(file, aliases);
       expect(loaded.payers).toHaveLength(3);
       const raw = JSON.parse(await readFile(file, 'utf8')) as CatalogSnapshot;
-      await writeFile(file, JSON.stringify({ ...raw, payers: [{ name: 'no id' }] }));
-      await expect(PayerCatalog.load(file, aliases)).rejects.toThrow('payer catalog catalog.json: payers.0.primaryPayerId: ');
+      await writeFile(file, JSON.stringify({ ...raw, syncedAt: 'yesterday' }));
+      await expect(PayerCatalog.load(file, aliases)).rejects.toThrow('payer catalog catalog.json: syncedAt: ');
       await writeFile(file, '{\n  "syncedAt": Delta\n}');
       await expect(PayerCatalog.load(file, aliases)).rejects.toThrow(
         new Error('payer catalog catalog.json: not valid JSON at line 2, column 15: unexpected character where a value was expected'),
       );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('loads a saved catalog holding a payer this version cannot read (a blank primaryPayerId saved before it was refused), leaving that payer out and naming it', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'catalog-'));
+    try {
+      const file = path.join(dir, 'catalog.json');
+      await writeFile(file, JSON.stringify({ ...snapshot, payers: [payers[0], { ...payers[1], primaryPayerId: '' }, payers[2]], portals: [{ portalId: 'metdental' }, { name: 'no id' }] }));
+      const unreadable: string[] = [];
+      const loaded = await PayerCatalog.load(file, aliases, { unreadable: (found) => unreadable.push(...found) });
+      expect(loaded.payers.map((p) => p.primaryPayerId)).toEqual(['DDCA01', 'MET001']);
+      expect(loaded.portals.map((p) => p.portalId)).toEqual(['metdental']);
+      expect(loaded.resolve({ name: 'MetLife' })).toMatchObject({ status: 'resolved', primaryPayerId: 'MET001' });
+      expect(unreadable).toEqual(['payers.1.primaryPayerId: must not be blank', 'portals.1.portalId: Invalid input: expected string, received undefined']);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
