@@ -24,7 +24,11 @@ export function personName(names: HumanName[] | undefined, path: string, issues:
   );
   const name = NAME_PREFERENCE.map((use) => current.find((n) => n.use === use)).find(Boolean) ?? current[0];
   if (!name) {
-    issues.push({ expression: `${path}.name`, diagnostics: 'required: a current name with family and given', code: 'required' });
+    // A name that is there but not in force is another fix for the sender than a name left out.
+    const diagnostics = names?.length
+      ? 'required: a name in force on the date of service (each given is old, ended or not yet started)'
+      : 'required: a current name with family and given';
+    issues.push({ expression: `${path}.name`, diagnostics, code: 'required' });
     return undefined;
   }
   const given = (name.given ?? []).map((g) => g.trim()).filter(Boolean);

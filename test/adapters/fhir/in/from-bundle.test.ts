@@ -167,8 +167,12 @@ describe('checksFromBundle', () => {
       // The spouse's patient is not the subscriber, so the patient's name is read once.
       const ended = { use: 'official', family: 'Whitaker', given: ['James'], period: { end: '2026-12-02' } } satisfies HumanName;
       expect(issuesOf(() => convert(namesOf([ended, { use: 'old', family: 'Whitaker', given: ['James'] }], 'spouse')))).toEqual([
-        { expression: 'Patient.name', diagnostics: 'required: a current name with family and given' },
+        { expression: 'Patient.name', diagnostics: 'required: a name in force on the date of service (each given is old, ended or not yet started)' },
       ]);
+      expect(issuesOf(() => convert(namesOf([{ ...ended, period: { start: '2027-01-01' } }], 'spouse')))).toEqual([
+        { expression: 'Patient.name', diagnostics: 'required: a name in force on the date of service (each given is old, ended or not yet started)' },
+      ]);
+      expect(issuesOf(() => convert(namesOf([], 'spouse')))).toEqual([{ expression: 'Patient.name', diagnostics: 'required: a current name with family and given' }]);
       expect(issuesOf(() => convert(namesOf([{ ...ended, period: { end: 'last June' } }], 'spouse')))).toEqual([
         { expression: 'Patient.name[0].period.end', diagnostics: 'must be a FHIR dateTime (YYYY, YYYY-MM, YYYY-MM-DD or with a time and offset)' },
       ]);
