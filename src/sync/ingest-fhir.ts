@@ -3,7 +3,7 @@ import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import { appointmentStatusRule, checksFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
-import type { AppointmentStatus, JobStore } from './job-store';
+import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
 import { fingerprints, scheduleAppointment, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
@@ -57,13 +57,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
 
   return store.transaction(async (tx) => {
-    const { message, duplicate } = await tx.addMessage({
-      kind: 'fhir-notification',
-      dedupeKey,
-      receivedAt: receivedAt.toISOString(),
-      raw: options.raw ?? JSON.stringify({ reference }),
-      status: 'received',
-    });
+    const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
     if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
     const done = await scheduleAppointment(
       tx,
@@ -90,16 +84,15 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
  */
 async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, raw: string | undefined): Promise<FhirIngested> {
   return store.transaction(async (tx) => {
-    const { message, duplicate } = await tx.addMessage({
-      kind: 'fhir-notification',
-      dedupeKey: `${reference}|${version}|not-verified`,
-      receivedAt: receivedAt.toISOString(),
-      raw: raw ?? JSON.stringify({ reference }),
-      status: 'received',
-    });
+    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, raw);
     if (!duplicate) await tx.updateMessage(message.id, { status: 'handled', detail: `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)` });
     return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
   });
+}
+
+/** The notification as received (the reference alone for a poll's read), or the one already kept under its key. */
+function keepNotification(tx: StoreTx, reference: string, dedupeKey: string, receivedAt: Date, raw: string | undefined) {
+  return tx.addMessage({ kind: 'fhir-notification', dedupeKey, receivedAt: receivedAt.toISOString(), raw: raw ?? JSON.stringify({ reference }), status: 'received' });
 }
 
 /** A resource as it reads now, for a server that gives it no versionId. */
@@ -119,13 +112,7 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
     // Refused before anything is written: the transaction leaves no trace.
     const earlier = await tx.getAppointment(key);
     if (!earlier) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
-    const { message, duplicate } = await tx.addMessage({
-      kind: 'fhir-notification',
-      dedupeKey: `${reference}|gone|${earlier.updatedAt}`,
-      receivedAt: receivedAt.toISOString(),
-      raw: options.raw ?? JSON.stringify({ reference }),
-      status: 'received',
-    });
+    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|gone|${earlier.updatedAt}`, receivedAt, options.raw);
     if (duplicate) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
     const done = await scheduleAppointment(
       tx,
