@@ -1,9 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { Coverage, Identifier as FhirIdentifier, Organization, Patient, Reference } from 'fhir/r4';
+import type { Coverage, CoverageClass, Extension, Identifier as FhirIdentifier, Organization, Patient, Reference } from 'fhir/r4';
 import type { EligibilityCheck, Identifier } from '../domain';
 import { payerIdSystem } from '../adapters/fhir/in/payer';
+import { extensionUrl } from '../adapters/fhir/out/extensions';
+import { prune } from '../adapters/fhir/out/values';
 import { systemUrl } from '../adapters/fhir/systems';
 import { ChartWriteError } from './chart-errors';
+import { sameContent } from './same-content';
 
 /**
  * The chart resources an HL7-sourced check is written against, which an HL7 feed does not give
@@ -85,7 +88,8 @@ export function patientResource(check: EligibilityCheck): Patient {
  */
 export function coverageResource(check: EligibilityCheck, refs: { patient: string; insurer: Reference }): Coverage {
   const { subscriber, coverage } = check;
-  return {
+  // Pruned as the pair is: the insurer's reference comes with an empty extension list when the payer has no phone.
+  return prune({
     resourceType: 'Coverage',
     meta: { profile: [US_CORE_COVERAGE] },
     identifier: [
@@ -102,7 +106,53 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
       ? { class: [{ type: { coding: [{ system: systemUrl('coverageClass'), code: 'group' }] }, value: coverage.groupNumber, ...(coverage.groupName ? { name: coverage.groupName } : {}) }] }
       : {}),
     order: ORDER[coverage.order],
+    extension: [{ url: extensionUrl('coverage-stated-at'), valueInstant: check.source.receivedAt }],
+  });
+}
+
+/**
+ * The Coverage the chart holds, with what the check states of it brought up to date: a change of
+ * coordination of benefits (primary turned secondary), group, relationship or member number sent
+ * by the PMS since the Coverage was written. Undefined when the check states nothing new, or
+ * when the Coverage holds what a message received later stated (a check's result can arrive
+ * hours after a newer message's, and must not turn the order back). What the check does not state
+ * (a period, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
+ * the EHR named for a dependant; the patient as subscriber is not, once no longer the subscriber.
+ */
+export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | undefined {
+  const statedAt = (c: Coverage) => c.extension?.find(isStatedAt)?.valueInstant;
+  const storedAt = statedAt(stored);
+  const freshAt = statedAt(fresh);
+  if (storedAt && freshAt && Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
+  const { subscriber: storedSubscriber, ...kept } = stored;
+  const subscriber = fresh.subscriber ?? (storedSubscriber?.reference === fresh.beneficiary.reference ? undefined : storedSubscriber);
+  const identifier = replaced(stored.identifier, fresh.identifier, isMemberNumber);
+  const classes = replaced(stored.class, fresh.class, isGroup);
+  const updated: Coverage = {
+    ...kept,
+    ...(identifier ? { identifier } : {}),
+    status: fresh.status,
+    ...(subscriber ? { subscriber } : {}),
+    subscriberId: fresh.subscriberId,
+    relationship: fresh.relationship,
+    payor: fresh.payor,
+    ...(classes ? { class: classes } : {}),
+    order: fresh.order,
   };
+  // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.
+  if (sameContent(updated, stored)) return undefined;
+  const extension = replaced(stored.extension, fresh.extension, isStatedAt);
+  return { ...updated, ...(extension ? { extension } : {}) };
+}
+
+const isStatedAt = (e: Extension) => e.url === extensionUrl('coverage-stated-at');
+const isMemberNumber = (i: FhirIdentifier) => !i.system && i.type?.coding?.some((c) => c.code === 'MB') === true;
+const isGroup = (c: CoverageClass) => c.type.coding?.some((t) => t.system === systemUrl('coverageClass') && t.code === 'group') === true;
+
+/** `stored` with the entries `which` picks replaced by those `fresh` has; unchanged when `fresh` has none. */
+function replaced<T>(stored: T[] | undefined, fresh: T[] | undefined, which: (item: T) => boolean): T[] | undefined {
+  const ours = (fresh ?? []).filter(which);
+  return ours.length === 0 ? stored : [...ours, ...(stored ?? []).filter((item) => !which(item))];
 }
 
 /**

@@ -6,12 +6,13 @@ import { describeIssue } from '../domain/issues';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
-import { assertValidR4 } from '../adapters/fhir/validate';
+import { assertValidR4, validateR4 } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { chartClient, idFrom } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, type ChartPart } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, updatedCoverage, type ChartPart } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
+import { sameContent } from './same-content';
 
 /** The chart resources a check's results belong to; a FHIR-sourced check names its own, an HL7 one has them found or created. */
 export interface ChartRefs {
@@ -133,11 +134,12 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       { created: storedResponse?.created, checkKey: check.idempotencyKey, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
+    const coverageUpdate = updateOfFoundCoverage(parts, found, check, chart);
     // Everything is built and validated before anything is sent: the chart gets all of it or nothing.
     for (const resource of [...created.map((c) => c.resource), request, response]) assertValidR4(resource);
 
     const resolved = new Map<string, string>();
-    const changed = urns.size > 0 || !sameContent(request, storedRequest) || !sameContent(response, storedResponse);
+    const changed = urns.size > 0 || coverageUpdate !== undefined || !sameContent(request, storedRequest) || !sameContent(response, storedResponse);
     if (changed) {
       const entries: BundleEntry[] = [
         ...created.map(({ part, resource }) => ({
@@ -145,6 +147,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
           resource,
           request: { method: 'POST' as const, url: part.resourceType, ifNoneExist: part.condition },
         })),
+        ...(coverageUpdate ? [updateEntry(coverageUpdate.resource, coverageUpdate.id, coverageUpdate.stored)] : []),
         entryFor(request, requestRef, storedRequest, pairCondition),
         entryFor(response, responseRef, storedResponse, pairCondition),
       ];
@@ -197,9 +200,12 @@ function partResource(part: ChartPart, check: EligibilityCheck, chart: Partial<R
     case 'patient':
       return patientResource(check);
     case 'coverage':
-      return coverageResource(check, { patient: chart.patient ?? '', insurer: insurerReference(chart.insurer, payerOf(check)) });
+      return chartCoverage(check, chart);
   }
 }
+
+const chartCoverage = (check: EligibilityCheck, chart: Partial<Record<ChartPart['kind'], string>>) =>
+  coverageResource(check, { patient: chart.patient ?? '', insurer: insurerReference(chart.insurer, payerOf(check)) });
 
 /** The appointment the check was for, as the request's supporting information. */
 function withAppointment(request: CoverageEligibilityRequest, check: EligibilityCheck): CoverageEligibilityRequest {
@@ -207,45 +213,38 @@ function withAppointment(request: CoverageEligibilityRequest, check: Eligibility
   return appointment ? { ...request, supportingInfo: [{ sequence: 1, information: appointment, appliesToAll: true }] } : request;
 }
 
-/** Created once per check and verification; once stored, updated in place, on the version read (If-Match), so a concurrent update fails rather than being lost. */
+/** Created once per check and verification; once stored, updated in place. */
 function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
   if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
+  return updateEntry(resource, stored.id, stored);
+}
+
+/** An update on the version read (If-Match), so a concurrent update fails, and is tried again on what it made, rather than lost. */
+function updateEntry<T extends CoverageEligibilityRequest | CoverageEligibilityResponse | Coverage>(resource: T, id: string, stored: T): BundleEntry {
   const version = stored.meta?.versionId;
-  return { resource: { ...resource, id: stored.id }, request: { method: 'PUT', url: `${resource.resourceType}/${stored.id}`, ...(version ? { ifMatch: `W/"${version}"` } : {}) } };
+  return { resource: { ...resource, id }, request: { method: 'PUT', url: `${resource.resourceType}/${id}`, ...(version ? { ifMatch: `W/"${version}"` } : {}) } };
 }
-
-/** Whether the chart already holds this content; the server's id, meta and narrative aside, key order aside. */
-function sameContent(built: Resource, stored: Resource | undefined): boolean {
-  if (!stored) return false;
-  return sameJson(built, stored, SERVERS_OWN);
-}
-
-const SERVERS_OWN = new Set(['id', 'meta', 'text']);
 
 /**
- * Whether two values are the same JSON, key order aside: walked side by side, where writing both
- * out with sorted keys made a copy of each object and a text of each resource on every write.
- * `ignored` names properties of the second's top level left out of the comparison.
+ * The Coverage an HL7 check found in the chart, brought up to what the check says of it, when
+ * that differs. Not when the result would not be valid R4 (the EHR's own additions the validators
+ * refuse): the eligibility is still written, against the Coverage as it stands.
  */
-function sameJson(a: unknown, b: unknown, ignored?: ReadonlySet<string>): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) || Array.isArray(b)) {
-    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
-    return a.every((v, i) => sameJson(v ?? null, b[i] ?? null));
-  }
-  const left = a as Record<string, unknown>;
-  const right = b as Record<string, unknown>;
-  let keys = 0;
-  for (const key in left) {
-    const v = left[key];
-    if (v === undefined) continue;
-    if (ignored?.has(key) || !Object.hasOwn(right, key) || !sameJson(v, right[key])) return false;
-    keys++;
-  }
-  for (const key in right) if (right[key] !== undefined && !ignored?.has(key)) keys--;
-  return keys === 0;
+function updateOfFoundCoverage(
+  parts: ChartPart[],
+  found: Array<Resource | undefined>,
+  check: EligibilityCheck,
+  chart: Partial<Record<ChartPart['kind'], string>>,
+): { resource: Coverage; id: string; stored: Coverage } | undefined {
+  const index = parts.findIndex((p) => p.kind === 'coverage');
+  const stored = index < 0 ? undefined : (found[index] as Coverage | undefined);
+  if (!stored?.id) return undefined;
+  const resource = updatedCoverage(stored, chartCoverage(check, chart));
+  if (!resource || !isValidR4(resource)) return undefined;
+  return { resource, id: stored.id, stored };
 }
+
+const isValidR4 = (resource: Resource) => !validateR4(resource).some((i) => i.severity === 'error' || i.severity === 'fatal');
 
 function once<T>(make: () => T): () => T {
   let made: T | undefined;

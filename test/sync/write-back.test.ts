@@ -237,6 +237,88 @@ describe('write-back of an HL7-sourced check', () => {
   });
 });
 
+describe('the Coverage an HL7 check finds, kept up to date', () => {
+  const outcome = (id: string) => withId(fixture('results', 'completed-minimal.json') as object, id);
+  // A patient of their own, so what the other tests write is not in the way; received at a given time.
+  const cob = (id: string, receivedAt: string, change: (c: EligibilityCheck) => EligibilityCheck = (c) => c): EligibilityCheck => {
+    const base = required(primary);
+    const source = base.source.kind === 'hl7' ? { ...base.source, receivedAt } : base.source;
+    return change({ ...base, source, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: id }] } });
+  };
+  const turnedSecondary = (c: EligibilityCheck): EligibilityCheck => ({
+    ...c,
+    subscriber: { ...c.subscriber, relationship: 'spouse' },
+    coverage: { ...c.coverage, order: 'secondary', groupNumber: 'GRP-9000', groupName: 'NEW EMPLOYER' },
+  });
+  const statedAt = (c: Coverage) => c.extension?.filter((e) => e.url === 'https://dental-elig.dev/fhir/StructureDefinition/coverage-stated-at').map((e) => e.valueInstant);
+
+  it('a change of order, relationship and group updates the Coverage in place, keeping what the EHR added, and is then nothing new', async () => {
+    const first = await writer.write(cob('MP-COB', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_1'));
+    const created = await read<Coverage>('Coverage', first.coverageId);
+    expect([created.order, created.subscriber?.reference, statedAt(created)]).toEqual([1, `Patient/${first.patientId}`, ['2026-11-02T09:00:00.000Z']]);
+    // What an EHR may add to a Coverage it holds: a period, its own identifier, a plan class.
+    await request(`${server.url}/Coverage/${first.coverageId}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({
+        ...created,
+        period: { start: '2026-01-01' },
+        identifier: [...(created.identifier ?? []), { system: 'urn:oid:2.16.840.1.113883.3.9999', value: 'EHR-77' }],
+        class: [...(created.class ?? []), { type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/coverage-class', code: 'plan' }] }, value: 'PLAN-A' }],
+      }),
+    });
+    const before = await counts();
+    const versionBefore = (await read<Coverage>('Coverage', first.coverageId)).meta?.versionId;
+
+    const later = await writer.write(cob('MP-COB', '2026-11-20T09:00:00.000Z', turnedSecondary), outcome('ver_cob_2'));
+    expect([later.coverageId, later.patientId, later.changed]).toEqual([first.coverageId, first.patientId, true]);
+    const updated = await read<Coverage>('Coverage', first.coverageId);
+    expect(updated.meta?.versionId).not.toBe(versionBefore);
+    expect(updated.order).toBe(2);
+    expect(updated.relationship?.coding?.[0]?.code).toBe('spouse');
+    expect(updated.subscriber).toBeUndefined();
+    expect(updated.class?.map((c) => [c.type.coding?.[0]?.code, c.value])).toEqual([
+      ['group', 'GRP-9000'],
+      ['plan', 'PLAN-A'],
+    ]);
+    expect(updated.period).toEqual({ start: '2026-01-01' });
+    expect(statedAt(updated)).toEqual(['2026-11-20T09:00:00.000Z']);
+    expect(updated.identifier?.map((i) => i.value)).toEqual(['DDC884512301', created.identifier?.[1]?.value, 'EHR-77']);
+    expect(await counts()).toMatchObject({ Coverage: before.Coverage, Patient: before.Patient, CoverageEligibilityResponse: before.CoverageEligibilityResponse + 1 });
+    const response = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', later.responseId);
+    expect(response.insurance?.[0]?.coverage.reference).toBe(`Coverage/${first.coverageId}`);
+
+    const again = await writer.write(cob('MP-COB', '2026-11-20T09:00:00.000Z', turnedSecondary), outcome('ver_cob_2'));
+    expect(again.changed).toBe(false);
+    // Another appointment's message received later stating the same: no new version of the Coverage, only its own pair.
+    await writer.write(cob('MP-COB', '2026-11-21T09:00:00.000Z', turnedSecondary), outcome('ver_cob_3'));
+    expect((await read<Coverage>('Coverage', first.coverageId)).meta?.versionId).toBe(updated.meta?.versionId);
+  });
+
+  it('a result of a message received before the one the Coverage holds does not turn it back', async () => {
+    const first = await writer.write(cob('MP-COB-LATE', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_late_1'));
+    await writer.write(cob('MP-COB-LATE', '2026-11-20T09:00:00.000Z', turnedSecondary), outcome('ver_cob_late_2'));
+    const secondary = await read<Coverage>('Coverage', first.coverageId);
+    // An asynchronous result for an appointment booked in between, while the Coverage still said primary.
+    const late = await writer.write(cob('MP-COB-LATE', '2026-11-10T09:00:00.000Z'), outcome('ver_cob_late_3'));
+    expect([late.coverageId, late.changed]).toEqual([first.coverageId, true]);
+    const after = await read<Coverage>('Coverage', first.coverageId);
+    expect([after.order, after.meta?.versionId, statedAt(after)]).toEqual([2, secondary.meta?.versionId, ['2026-11-20T09:00:00.000Z']]);
+  });
+
+  it('a Coverage that would not be valid R4 once updated is left as it is, and the eligibility is still written against it', async () => {
+    const first = await writer.write(cob('MP-COB-EXT', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_ext_1'));
+    const created = await read<Coverage>('Coverage', first.coverageId);
+    // An extension without its url (ext-1), as a chart that does not validate may hold.
+    await server.seed([{ ...created, extension: [...(created.extension ?? []), { valueString: 'no url' } as never] }]);
+    const later = await writer.write(cob('MP-COB-EXT', '2026-11-20T09:00:00.000Z', turnedSecondary), outcome('ver_cob_ext_2'));
+    expect([later.coverageId, later.changed]).toEqual([first.coverageId, true]);
+    expect((await read<Coverage>('Coverage', first.coverageId)).order).toBe(1);
+    const response = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', later.responseId);
+    expect(response.insurance?.[0]?.coverage.reference).toBe(`Coverage/${first.coverageId}`);
+  });
+});
+
 describe('failures', () => {
   it('a transaction the server refuses part of leaves nothing behind, and is not retryable', async () => {
     // A proxy that breaks the last entry of each transaction, as a server refusing one entry would.

@@ -31,6 +31,7 @@ export const EXTENSION_KEYS = [
   'portal',
   'data-point',
   'error-field',
+  'coverage-stated-at',
 ] as const;
 export type ExtensionKey = (typeof EXTENSION_KEYS)[number];
 
