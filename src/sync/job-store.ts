@@ -183,7 +183,8 @@ export interface JobStore {
    * lock that the OS drops with the process (a kill -9 too), so whatever is still leased in the
    * file was a dead process's and goes on at once rather than when its lease runs out; a worker
    * in another process is refused while one works the file. Several instances share PostgreSQL:
-   * there a dead instance's checks wait out their leases.
+   * there each worker's instance holds a lock on a connection of its own, which PostgreSQL drops
+   * with the process, and the leases taken under a lock that is gone are free at once.
    */
   beginWork(): Promise<number>;
   /** Ends a lease early (the worker is done with the check, or gives it back). */

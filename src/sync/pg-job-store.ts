@@ -18,6 +18,7 @@ import {
   type StoreCounts,
   type StoreTx,
 } from './job-store';
+import { LEASE_ORPHANED, LiveLock } from './pg-live-lock';
 import { migrate, schemaVersion } from './pg-schema';
 import { inTransaction, lockKey, type Queryable } from './pg-transaction';
 
@@ -25,12 +26,15 @@ import { inTransaction, lockKey, type Queryable } from './pg-transaction';
  * The job store on PostgreSQL, for several instances sharing the work. Claims are plain
  * `FOR UPDATE SKIP LOCKED` leases on the checks table: the store is a table of states with due
  * times, not a queue of jobs, so a queue library (pg-boss) would be a second copy of the state to
- * keep in step. A transaction locks each patient, appointment and check it reads until it commits,
+ * keep in step. A worker's leases carry its instance's live lock, so those of an instance that
+ * died go on at once, not when they run out. A transaction locks each patient, appointment and check it reads until it commits,
  * so two instances handling messages for one patient apply them one after the other, and a
  * check's step never overwrites a webhook's.
  */
 export class PgJobStore implements JobStore {
   private closed = false;
+  /** This instance's sign of life, taken when its worker begins: see LiveLock. */
+  private live: LiveLock | undefined;
 
   /** Connects to a postgres:// URL and creates or migrates the schema. */
   static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number } = {}): Promise<PgJobStore> {
@@ -59,10 +63,13 @@ export class PgJobStore implements JobStore {
       await pool.end();
       throw err;
     }
-    return new PgJobStore(pool);
+    return new PgJobStore(pool, url);
   }
 
-  private constructor(private readonly pool: Pool) {}
+  private constructor(
+    private readonly pool: Pool,
+    private readonly url: string,
+  ) {}
 
   /** The schema version the database is at. */
   schemaVersion(): Promise<number> {
@@ -79,28 +86,32 @@ export class PgJobStore implements JobStore {
     const { rows } = await this.pool.query<{ row: unknown }>(
       `WITH due AS (
          SELECT key FROM checks
-         WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) AND state = ANY($2)
+         WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)
          ORDER BY due_at LIMIT $3
          FOR UPDATE SKIP LOCKED
        )
-       UPDATE checks SET lease_owner = $4, lease_until = $5 FROM due WHERE checks.key = due.key
+       UPDATE checks SET lease_owner = $4, lease_until = $5, lease_lock = $6 FROM due WHERE checks.key = due.key
        RETURNING checks.row`,
-      [options.now, WORKABLE_STATES, options.limit, options.owner, until],
+      [options.now, WORKABLE_STATES, options.limit, options.owner, until, this.live?.key ?? null],
     );
     return rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? ''));
   }
 
   async beginWork(): Promise<number> {
-    return 0;
+    if (this.live) return 0;
+    if (this.closed) throw new Error('the job store is closed');
+    this.live = await LiveLock.take(this.url);
+    const { rowCount } = await this.pool.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL WHERE ${LEASE_ORPHANED}`);
+    return rowCount ?? 0;
   }
 
   async release(key: string, owner: string): Promise<void> {
-    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
+    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
   }
 
   async nextDueAt(): Promise<string | undefined> {
     const { rows } = await this.pool.query<{ next: Date | null }>(
-      'SELECT MIN(GREATEST(due_at, lease_until)) AS next FROM checks WHERE due_at IS NOT NULL AND state = ANY($1)',
+      `SELECT MIN(GREATEST(due_at, CASE WHEN ${LEASE_ORPHANED} THEN NULL ELSE lease_until END)) AS next FROM checks WHERE due_at IS NOT NULL AND state = ANY($1)`,
       [WORKABLE_STATES],
     );
     return rows[0]?.next?.toISOString() ?? undefined;
@@ -140,7 +151,7 @@ export class PgJobStore implements JobStore {
     const tally = async (sql: string) => Object.fromEntries((await this.pool.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, r.n]));
     const due = await this.pool.query<{ n: number; oldest: Date | null }>(
       `SELECT COUNT(*)::integer AS n, MIN(due_at) AS oldest FROM checks
-       WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) AND state = ANY($2)`,
+       WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)`,
       [now, WORKABLE_STATES],
     );
     const awaiting = await this.pool.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
@@ -171,6 +182,7 @@ export class PgJobStore implements JobStore {
     if (this.closed) return;
     this.closed = true;
     await this.pool.end();
+    await this.live?.close();
   }
 
   async extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {
@@ -179,6 +191,9 @@ export class PgJobStore implements JobStore {
     return (rowCount ?? 0) > 0;
   }
 }
+
+/** A lease no other worker holds at $1: none, run out, or taken by an instance that is gone. */
+const LEASE_FREE = `(lease_until IS NULL OR lease_until <= $1 OR ${LEASE_ORPHANED})`;
 
 /** One transaction's view of the store, on the connection that holds it. */
 class PgTx implements StoreTx {

@@ -57,6 +57,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX checks_coverage ON checks (coverage_fingerprint, result_at);
    CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
    CREATE TABLE rate_buckets (bucket text PRIMARY KEY, tokens double precision NOT NULL, at_ms double precision NOT NULL);`,
+  // The live lock (src/sync/pg-live-lock.ts) of the instance whose worker holds the lease.
+  `ALTER TABLE checks ADD COLUMN lease_lock integer;`,
 ];
 
 /** The version this program writes. */

@@ -17,7 +17,8 @@ import { client } from './mllp-client';
 /**
  * Two `serve` processes on one PostgreSQL database, as a dental group runs them behind a load
  * balancer: 100 bookings split between them, one killed with SIGKILL mid-batch. The other takes
- * over its leased checks, and every booking ends with exactly one response.
+ * over its leased checks at once, not when their leases (the default two minutes) run out, and
+ * every booking ends with exactly one response.
  */
 describe('two serve instances on PostgreSQL', () => {
   let postgres: TestPostgres;
@@ -43,7 +44,7 @@ describe('two serve instances on PostgreSQL', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'elig-instance-'));
     writeFileSync(
       path.join(dir, 'config.json'),
-      JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, leaseMs: 2000, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 8 } }),
+      JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 8 } }),
     );
     dirs.push(dir);
     return dir;

@@ -2,9 +2,11 @@ import { Client } from 'pg';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
+import { LIVE_NAMESPACE } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
+import { until } from './harness';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
 /**
@@ -75,14 +77,83 @@ describe('PgJobStore with two instances on one database', () => {
     expect([...claimed].sort()).toEqual(keys);
   });
 
-  it('lets the other instance take a check after the lease of an instance that died runs out', async () => {
+  it('gives the checks of an instance that died to the other at once: its live lock went with its connections', async () => {
+    await a.transaction(async (tx) => {
+      for (const key of ['elig_1', 'elig_2']) await tx.putCheck(checkRow(key));
+    });
+    expect([await a.beginWork(), await b.beginWork()]).toEqual([0, 0]);
+    expect((await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1', 'elig_2']);
+    // Alive, its leases hold.
+    expect(await b.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
+    expect(await b.nextDueAt()).toBe('2026-11-23T10:01:00.000Z');
+    await a.close(); // its connections end, as a process killed with SIGKILL leaves them, the leases still in the table
+    expect(await b.nextDueAt()).toBe(NOW);
+    expect((await b.counts(NOW)).due).toBe(2);
+    expect((await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
+    // An instance starting now gives back what the dead one held, as the SQLite store does after a crash.
+    const c = await PgJobStore.open(url);
+    try {
+      expect(await c.beginWork()).toBe(1);
+      expect((await c.claimDue({ now: NOW, limit: 10, owner: 'c', leaseMs: 60_000 })).map((r) => r.key)).toEqual(['elig_2']);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('lets a lease taken without a live lock (a store whose worker has not begun) run out first', async () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
     expect((await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
-    await a.close(); // the instance dies holding the lease
+    await a.close();
     expect(await b.claimDue({ now: '2026-11-23T10:00:59.999Z', limit: 10, owner: 'b', leaseMs: 60_000 })).toEqual([]);
     expect(await b.nextDueAt()).toBe('2026-11-23T10:01:00.000Z');
     const taken = await b.claimDue({ now: '2026-11-23T10:01:00.000Z', limit: 10, owner: 'b', leaseMs: 60_000 });
     expect(taken.map((c) => c.key)).toEqual(['elig_1']);
+  });
+
+  it('takes its live lock again when its connection is ended while the process lives', async () => {
+    const db = new Client({ connectionString: url });
+    await db.connect();
+    const liveLocks = async () =>
+      Number((await db.query(`SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted`, [LIVE_NAMESPACE])).rows[0].n);
+    try {
+      await a.transaction(async (tx) => {
+        for (const key of ['elig_1', 'elig_2']) await tx.putCheck(checkRow(key));
+      });
+      await a.beginWork();
+      await b.beginWork();
+      expect(await liveLocks()).toBe(2);
+      await a.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 });
+      // A's lock connection ended by the server (an administrator, a failover); its pool is untouched.
+      await db.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = (SELECT lease_lock FROM checks WHERE key = 'elig_1'))`, [LIVE_NAMESPACE]);
+      await until('the lock is lost', async () => (await liveLocks()) === 1);
+      // Meanwhile its lease counts as an instance gone: B may take it (the service's idempotency key keeps a second send harmless).
+      expect((await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
+      await until('the lock is taken again', async () => (await liveLocks()) === 2);
+      expect((await a.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_2']);
+      expect(await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).toEqual([]);
+    } finally {
+      await db.end();
+    }
+  });
+
+  it('adds the lease lock to a database the previous schema made, keeping its checks', async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_old')));
+    const db = new Client({ connectionString: url });
+    await db.connect();
+    try {
+      await db.query('ALTER TABLE checks DROP COLUMN lease_lock');
+      await db.query('DELETE FROM schema_migrations WHERE version = 2');
+    } finally {
+      await db.end();
+    }
+    const upgraded = await PgJobStore.open(url);
+    try {
+      expect(await upgraded.schemaVersion()).toBe(2);
+      await upgraded.beginWork();
+      expect((await upgraded.claimDue({ now: NOW, limit: 10, owner: 'u', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_old']);
+    } finally {
+      await upgraded.close();
+    }
   });
 
   it('applies two transactions on one patient in the order they took the patient, the second seeing the first', async () => {
