@@ -63,6 +63,12 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   const { fingerprint, coverageFingerprint } = fingerprints(check);
   const existing = await tx.getCheck(check.idempotencyKey);
   if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
+    if (existing.check.coverage.order !== check.coverage.order) {
+      // Coordination of benefits changed (primary turned secondary): nothing to verify anew, but
+      // the chart's Coverage.order is to follow, so a written check is written again.
+      await tx.putCheck({ ...existing, check, updatedAt: now, ...(existing.state === 'written' && { state: 'result-stored', dueAt: now }) });
+      return false;
+    }
     // The same event again, or another appointment the same day: one verification serves both.
     // A written check whose visit was cancelled and is booked again is verified again before it.
     if (existing.state === 'written' && existing.dueAt === undefined && existing.resultAt !== undefined) {

@@ -1,4 +1,4 @@
-import type { CoverageEligibilityResponse } from 'fhir/r4';
+import type { Coverage, CoverageEligibilityResponse } from 'fhir/r4';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { frame } from '../../src/service/mllp-framing';
@@ -103,6 +103,29 @@ describe('HL7 v2 into the chart', () => {
     expect(posts).toHaveLength(2);
     const [row] = await h.store.listChecks();
     expect(row?.externalId).not.toBe(first?.externalId);
+  });
+
+  it('follows a change of coordination of benefits into the chart\'s Coverages without verifying again', async () => {
+    await start();
+    const insurance = (first: [string, string, string], second: [string, string, string]) =>
+      [first, second].map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
+    const orders = async () =>
+      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    expect(await send(siu('B1', 'P-8', 'APT-8', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
+
+    // The front desk swaps the plans on the booked appointment.
+    expect(await send([msh('SIU^S14^SIU_S12', 'B2'), sch('APT-8'), pid('P-8'), ...insurance(cigna, guardian)].join('\r'))).toEqual(['AA']);
+    await until('the Coverages reordered', async () => {
+      const now = await orders();
+      return now['Guardian'] === 2 && now['Cigna Dental'] === 1 && (await h.store.listChecks({ states: ['written'] })).length === 2;
+    });
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect(await responses()).toHaveLength(2);
+    expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
   });
 
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
