@@ -103,6 +103,21 @@ describe('the dental-elig executable', () => {
     }
   });
 
+  it('exits 2 naming --store for a store URL of a scheme it does not open, without repeating the URL', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-store-'));
+    try {
+      const line = 'dental-elig: --store: only postgres:// and postgresql:// URLs or a file path are understood\n';
+      for (const command of [['serve', '--mllp-port', '0', '--http-port', '0'], ['jobs', 'list']]) {
+        const result = await run(...command, '--data-dir', dir, '--store', 'mysql://elig@db.internal/eligibility');
+        expect({ command: command[0], ...result }).toEqual({ command: command[0], code: 2, stdout: '', stderr: line });
+      }
+      const fromEnv = await runWith({ DENTAL_ELIG_STORE: 'mysql://elig:hunter2@db.internal/eligibility' }, 'jobs', 'list', '--data-dir', dir);
+      expect(fromEnv).toEqual({ code: 2, stdout: '', stderr: line.replace('--store', 'DENTAL_ELIG_STORE') });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('reports an unusable message in one line with a non-zero exit, no stack trace', async () => {
     const result = await run('convert', 'hl7', 'fixtures/hl7/reject-missing-birth-date.hl7');
     expect(result.code).toBe(1);
