@@ -47,7 +47,7 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
       const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
       if ((file === undefined) === (opts.server === undefined)) throw new CliError('give either a Bundle file or --server', 2);
-      const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(opts.catalog) : undefined };
+      const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(io, opts.catalog) : undefined };
       const checks = file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });

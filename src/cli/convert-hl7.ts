@@ -33,7 +33,7 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     .action(async (file: string, opts: ConvertHl7Options) => {
       const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
-      const resolver = opts.catalog ? await loadCatalog(opts.catalog) : undefined;
+      const resolver = opts.catalog ? await loadCatalog(io, opts.catalog) : undefined;
       const checks = await convertHl7(await readInput(io, file), { receivedAt, resolver }, file);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });

@@ -1,3 +1,4 @@
+import * as path from 'node:path';
 import type { Readable } from 'node:stream';
 import { IsoInstant } from '../domain/primitives';
 import { describeJsonSyntax } from '../verification/json-syntax';
@@ -57,10 +58,11 @@ export function parseJsonInput(text: string, file: string): unknown {
   }
 }
 
-/** A saved payer catalog named by --catalog (written by `setup payers sync`). */
-export async function loadCatalog(file: string): Promise<PayerCatalog> {
+/** A saved payer catalog (written by `setup payers sync`); entries it cannot read are left out, and said so on stderr. */
+export async function loadCatalog(io: CliIo, file: string): Promise<PayerCatalog> {
+  const unreadable = (found: string[]) => warnUnreadable(io, found, `the entries of the saved payer catalog ${path.basename(file)}`);
   try {
-    return await PayerCatalog.load(file);
+    return await PayerCatalog.load(file, undefined, { unreadable });
   } catch (err) {
     throw new CliError(`${(err as Error).message}; \`dental-elig setup payers sync\` writes one`);
   }
@@ -94,11 +96,11 @@ export async function listAll<T>(io: CliIo, client: VerificationClient, list: (p
   return out;
 }
 
-/** One stderr line for the items of a listing that could not be read: how many, and where the first one failed. */
-export function warnUnreadable(io: CliIo, unreadable: readonly string[]): void {
+/** One stderr line for the items of a listing (or of a saved copy) that could not be read: how many, and where the first one failed. */
+export function warnUnreadable(io: CliIo, unreadable: readonly string[], of = 'the items the service listed'): void {
   if (unreadable.length === 0) return;
   const more = unreadable.length > 1 ? ` (+${unreadable.length - 1} more)` : '';
-  io.stderr.write(`dental-elig: warning: ${unreadable.length} of the items the service listed could not be read and are left out: ${unreadable[0]}${more}\n`);
+  io.stderr.write(`dental-elig: warning: ${unreadable.length} of ${of} could not be read and are left out: ${unreadable[0]}${more}\n`);
 }
 
 export function writeJson(io: CliIo, value: unknown): void {

@@ -2,6 +2,7 @@ import * as path from 'node:path';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import type { ClientConfigInput } from '../verification/config';
+import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { carriesCredentials, clientConfig, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
@@ -107,5 +108,9 @@ export function storeLocation(env: NodeJS.ProcessEnv, fromArgs: string | undefin
   if (fromArgs !== undefined && /^postgres(ql)?:\/\//i.test(fromArgs) && URL.canParse(fromArgs) && new URL(fromArgs).password) {
     throw new ConfigError('--store: a password does not belong on the command line; set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE');
   }
-  return fromArgs ?? env.DENTAL_ELIG_STORE ?? fromFile;
+  const [name, location] = fromArgs !== undefined ? ['--store', fromArgs] : env.DENTAL_ELIG_STORE !== undefined ? ['DENTAL_ELIG_STORE', env.DENTAL_ELIG_STORE] : ['store (config file)', fromFile];
+  // Refused as a setting, before anything is opened, rather than as a store that failed to open.
+  const problem = location === undefined ? undefined : storeLocationProblem(location);
+  if (problem) throw new ConfigError(`${name}: ${problem}`);
+  return location;
 }

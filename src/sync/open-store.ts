@@ -11,10 +11,18 @@ import { SqliteJobStore } from './sqlite-job-store';
  */
 export async function openJobStore(location: string | undefined, dataDir: string, options: { create?: boolean } = {}): Promise<JobStore> {
   const where = location?.trim() ?? '';
-  if (/^postgres(ql)?:\/\//i.test(where)) {
-    if (!URL.canParse(where)) throw new Error('job store: the postgres:// URL is not a valid URL');
-    return PgJobStore.open(where);
-  }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(where)) throw new Error('job store: only postgres:// and postgresql:// URLs or a file path are understood');
+  const problem = storeLocationProblem(where);
+  if (problem) throw new Error(`job store: ${problem}`);
+  if (isPostgresUrl(where)) return PgJobStore.open(where);
   return SqliteJobStore.open(path.resolve(dataDir, where), options);
 }
+
+/** What is wrong with a store location openJobStore would refuse, without repeating it; undefined when it can be opened. */
+export function storeLocationProblem(location: string): string | undefined {
+  const where = location.trim();
+  if (isPostgresUrl(where)) return URL.canParse(where) ? undefined : 'the postgres:// URL is not a valid URL';
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(where)) return 'only postgres:// and postgresql:// URLs or a file path are understood';
+  return undefined;
+}
+
+const isPostgresUrl = (location: string) => /^postgres(ql)?:\/\//i.test(location);

@@ -50,8 +50,13 @@ export function notAWebhookSecret(setting = 'webhook.secret'): string {
   return `${setting}: must be a Standard Webhooks secret, whsec_ followed by base64`;
 }
 
-/** The library's verifier, or an error naming the setting: its own messages ("Base64Coder: incorrect characters…") name nothing. */
+/**
+ * The library's verifier, or an error naming the setting: its own messages ("Base64Coder: incorrect
+ * characters…") name nothing. The library makes `whsec_` optional; serve and the sandbox do not, so
+ * neither does this: base64 alone is refused here as there.
+ */
 function webhookVerifier(secret: string): Webhook {
+  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) throw new Error(notAWebhookSecret());
   try {
     return new Webhook(secret);
   } catch {
@@ -59,9 +64,8 @@ function webhookVerifier(secret: string): Webhook {
   }
 }
 
-/** Whether the library takes this as a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a cut-off paste through). */
+/** Whether this is a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a cut-off paste through). */
 export function isWebhookSecret(secret: string): boolean {
-  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) return false;
   try {
     webhookVerifier(secret);
     return true;

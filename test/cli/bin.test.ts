@@ -77,6 +77,47 @@ describe('the dental-elig executable', () => {
     }
   });
 
+  it('says which entries of a saved payer catalog it leaves out, as a listing does, and reads the rest', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-catalog-'));
+    const cigna = { primaryPayerId: 'CIGN01', commonPayerId: '62308', name: 'Cigna', features: { insuranceVerificationSynchronous: { supported: true, portals: ['cigna'] } } };
+    // Saved before a blank primaryPayerId was refused; its name must not reach stderr.
+    const blank = { primaryPayerId: ' ', name: 'Hushed Mutual Dental' };
+    const save = (payers: unknown[]) => writeFileSync(catalog, JSON.stringify({ syncedAt: '2024-05-01T00:00:00Z', payers, portals: [{ portalId: 'cigna' }] }));
+    const catalog = path.join(dir, 'catalog.json');
+    const warning = 'dental-elig: warning: 1 of the entries of the saved payer catalog catalog.json could not be read and are left out: payers.1.primaryPayerId: must not be blank\n';
+    const server = await startScriptedServer((req, res) => json(res, 200, { items: req.url.startsWith('/v2/network/payers') ? [cigna] : [{ portalId: 'cigna' }], nextCursor: null }));
+    const env = { DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_CATALOG: catalog };
+    try {
+      const convert = ['convert', 'hl7', 'fixtures/hl7/carepoint-adt-a04-then-siu-s12.hl7', '--as', 'request', '--catalog', catalog, '--received-at', '2026-11-21T10:00:00Z'];
+      save([cigna]);
+      const clean = { convert: await run(...convert), sync: await runWith(env, 'setup', 'payers', 'sync') };
+      expect([clean.convert.code, clean.convert.stderr, clean.sync.code, clean.sync.stderr]).toEqual([0, '', 0, '']);
+      save([cigna, blank]);
+      expect(await run(...convert)).toEqual({ code: 0, stdout: clean.convert.stdout, stderr: warning });
+      save([cigna, blank]);
+      expect(await runWith(env, 'setup', 'payers', 'sync')).toEqual({ code: 0, stdout: clean.sync.stdout, stderr: warning });
+      expect(server.requests.map((r) => r.url)).toEqual(expect.arrayContaining([expect.stringContaining('updatedSince=2024-05-01')]));
+    } finally {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('exits 2 naming --store for a store URL of a scheme it does not open, without repeating the URL', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-store-'));
+    try {
+      const line = 'dental-elig: --store: only postgres:// and postgresql:// URLs or a file path are understood\n';
+      for (const command of [['serve', '--mllp-port', '0', '--http-port', '0'], ['jobs', 'list']]) {
+        const result = await run(...command, '--data-dir', dir, '--store', 'mysql://elig@db.internal/eligibility');
+        expect({ command: command[0], ...result }).toEqual({ command: command[0], code: 2, stdout: '', stderr: line });
+      }
+      const fromEnv = await runWith({ DENTAL_ELIG_STORE: 'mysql://elig:hunter2@db.internal/eligibility' }, 'jobs', 'list', '--data-dir', dir);
+      expect(fromEnv).toEqual({ code: 2, stdout: '', stderr: line.replace('--store', 'DENTAL_ELIG_STORE') });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('reports an unusable message in one line with a non-zero exit, no stack trace', async () => {
     const result = await run('convert', 'hl7', 'fixtures/hl7/reject-missing-birth-date.hl7');
     expect(result.code).toBe(1);

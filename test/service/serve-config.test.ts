@@ -114,4 +114,22 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({}, { store: 'postgres://elig:pw@db/x' })).toThrow(/^--store: a password does not belong on the command line/);
     expect(loadServeConfig({ DENTAL_ELIG_STORE: 'postgres://elig:pw@db/x' }, {}).store).toBe('postgres://elig:pw@db/x');
   });
+
+  it('refuses a store location no store opens as a setting, naming where it came from and not repeating it', () => {
+    const file = path.join(dir, 'dental-elig.config.json');
+    writeFileSync(file, JSON.stringify({ store: 'mysql://elig@db/x' }));
+    const refusal = (env: NodeJS.ProcessEnv, store?: string) => {
+      try {
+        loadServeConfig(env, { configFile: file, ...(store !== undefined && { store }) });
+      } catch (err) {
+        return { type: (err as Error).constructor.name, message: (err as Error).message };
+      }
+    };
+    const understood = 'only postgres:// and postgresql:// URLs or a file path are understood';
+    expect(refusal({}, 'mysql://elig@db/x')).toEqual({ type: 'ConfigError', message: `--store: ${understood}` });
+    expect(refusal({ DENTAL_ELIG_STORE: 'mysql://elig:hunter2@db/x' })).toEqual({ type: 'ConfigError', message: `DENTAL_ELIG_STORE: ${understood}` });
+    expect(refusal({})).toEqual({ type: 'ConfigError', message: `store (config file): ${understood}` });
+    expect(refusal({ DENTAL_ELIG_STORE: 'postgres://elig:hunter2@[db/x' })).toEqual({ type: 'ConfigError', message: 'DENTAL_ELIG_STORE: the postgres:// URL is not a valid URL' });
+    expect(loadServeConfig({}, { configFile: file, store: 'stores/jobs.sqlite' }).store).toBe('stores/jobs.sqlite');
+  });
 });

@@ -53,6 +53,8 @@ describe('a sync that fails to be created or started', () => {
 
   it('refuses a webhook secret that is not one before it opens the store', () => {
     expect(() => createEligibilitySync(config({ webhook: { scheme: 'standard-webhooks', secret: 'not-a-secret' } }))).toThrow(/^webhook\.secret: /);
+    // Base64 without the whsec_ prefix: the standardwebhooks library would take it.
+    expect(() => createEligibilitySync(config({ webhook: { scheme: 'standard-webhooks', secret: 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } }))).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
     expect(readdirSync(dataDir)).toEqual([]);
   });
 

@@ -2,7 +2,7 @@ import { request } from 'undici';
 import { Webhook } from 'standardwebhooks';
 import { checkWebhookConfig } from '../../src/sandbox/webhooks';
 import { loadServeConfig } from '../../src/service/serve-config';
-import { createWebhookHandler, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
+import { createWebhookHandler, notAWebhookSecret, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
 
 const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
 const body = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } });
@@ -153,6 +153,8 @@ describe('verification webhook receiver', () => {
     const receiver = (auth: WebhookReceiverOptions['auth']) => () => createWebhookHandler({ auth, isKnownCorrelationId: () => true, onDelivery: async () => undefined });
     expect(receiver({ scheme: 'standard-webhooks', secret: '' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_not base64!' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret/);
+    // The standardwebhooks library takes the base64 alone too; serve and the sandbox do not, nor does the receiver.
+    expect(receiver({ scheme: 'standard-webhooks', secret: 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
     expect(receiver({ scheme: 'bearer', token: '' })).toThrow(/^webhook\.token: is required$/);
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).not.toThrow();
   });
@@ -166,9 +168,11 @@ describe('verification webhook receiver', () => {
       }
       return 'not refused';
     };
-    const library = refusal(() => createWebhookHandler({ auth: { scheme: 'standard-webhooks', secret: 'whsec_not base64!' }, onDelivery: async () => undefined }));
-    expect(refusal(() => checkWebhookConfig({ url: 'http://127.0.0.1:9/x', secret: 'whsec_not base64!' }))).toBe(library);
-    expect(refusal(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_not base64!' }, {}))).toBe(library.replace(/^webhook\.secret:/, 'DENTAL_ELIG_WEBHOOK_SECRET:'));
-    expect(library).not.toContain('not base64!');
+    for (const secret of ['whsec_not base64!', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw']) {
+      const library = refusal(() => createWebhookHandler({ auth: { scheme: 'standard-webhooks', secret }, onDelivery: async () => undefined }));
+      expect(library).toBe(notAWebhookSecret());
+      expect(refusal(() => checkWebhookConfig({ url: 'http://127.0.0.1:9/x', secret }))).toBe(library);
+      expect(refusal(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: secret }, {}))).toBe(library.replace(/^webhook\.secret:/, 'DENTAL_ELIG_WEBHOOK_SECRET:'));
+    }
   });
 });

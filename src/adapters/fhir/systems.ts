@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { describeIssue } from '../../domain/issues';
 import { readMappingFile } from '../../mapping-files';
 
 /**
@@ -37,8 +38,9 @@ const ExternalSystems = z.strictObject({
   taxId: Url,
   ucum: Url,
 });
+const Base = z.url({ error: 'must be an absolute URL' });
 const SystemsFile = z.looseObject({
-  base: z.url({ error: 'must be an absolute URL' }),
+  base: Base,
   local: LocalSystems,
   external: ExternalSystems,
 });
@@ -48,10 +50,23 @@ export const SYSTEM_KEYS = [...Object.keys(LocalSystems.shape), ...Object.keys(E
 export const SystemKeySchema = z.enum(SYSTEM_KEYS as [SystemKey, ...SystemKey[]]);
 
 let file: z.infer<typeof SystemsFile> | undefined;
-const systems = () => (file ??= readMappingFile('fhir/systems.json', SystemsFile));
+const systems = () => (file ??= readSystems());
+
+/**
+ * The file, with DENTAL_ELIG_FHIR_SYSTEM_BASE over its base: read once, as the file is (systemUrl
+ * runs for every coding written), and checked as the file's base is, naming the variable only.
+ */
+function readSystems(): z.infer<typeof SystemsFile> {
+  const read = readMappingFile('fhir/systems.json', SystemsFile);
+  const override = process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE;
+  if (override === undefined) return read;
+  const base = Base.safeParse(override);
+  if (!base.success) throw new Error(describeIssue(base.error, 'DENTAL_ELIG_FHIR_SYSTEM_BASE'));
+  return { ...read, base: base.data };
+}
 
 export function systemBase(): string {
-  const base = process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE ?? systems().base;
+  const { base } = systems();
   return base.endsWith('/') ? base : `${base}/`;
 }
 

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { PayerCatalog } from '../../verification/payer-catalog';
 import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
-import { listAll, warnUnreadable, type CliIo } from '../io';
+import { listAll, loadCatalog, warnUnreadable, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -50,7 +50,7 @@ export function registerNetwork(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (opts: { full?: boolean; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client, settings) => {
-        const previous = await PayerCatalog.load(settings.catalogFile).catch(() => undefined);
+        const previous = await loadCatalog(io, settings.catalogFile).catch(() => undefined);
         const unreadable: string[] = [];
         const catalog = await PayerCatalog.sync(client, previous, { full: Boolean(opts.full), unreadable: (found) => unreadable.push(...found) });
         warnUnreadable(io, unreadable);

@@ -8,6 +8,7 @@ import { benefitCodes, categoryTable, errorCodes } from '../../../src/adapters/f
 import { extensionsFile } from '../../../src/adapters/fhir/out/extensions';
 import { systemUrl } from '../../../src/adapters/fhir/systems';
 import { mappingsDir } from '../../../src/mapping-files';
+import { freshModules } from '../../support/fresh-modules';
 
 /** mappings/fhir as data: in step with mappings/README.md, with FHIR R4's own code systems and with each other. */
 const readme = readFileSync(path.join(mappingsDir(), 'README.md'), 'utf8');
@@ -97,22 +98,34 @@ describe('mappings/fhir', () => {
 
   it('fails on a bad edit, naming the file and the field', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'mappings-'));
-    const saved = process.env.DENTAL_ELIG_MAPPINGS;
     try {
       cpSync(mappingsDir(), dir, { recursive: true });
       const file = path.join(dir, 'fhir', 'categories.json');
       const categories = JSON.parse(readFileSync(file, 'utf8')) as { categories: { Major: { serviceType: string } } };
       categories.categories.Major.serviceType = '99';
       writeFileSync(file, JSON.stringify(categories));
-      process.env.DENTAL_ELIG_MAPPINGS = dir;
-      jest.isolateModules(() => {
+      freshModules({ DENTAL_ELIG_MAPPINGS: dir }, () => {
         const codes = jest.requireActual<typeof import('../../../src/adapters/fhir/out/codes')>('../../../src/adapters/fhir/out/codes');
         expect(() => codes.categoryTable()).toThrow('mappings/fhir/categories.json: categories.Major.serviceType: is not a key of serviceTypes');
       });
     } finally {
-      if (saved === undefined) delete process.env.DENTAL_ELIG_MAPPINGS;
-      else process.env.DENTAL_ELIG_MAPPINGS = saved;
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('moves local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE, read once with systems.json, and refuses one that is no absolute URL without repeating it', () => {
+    const systems = () => jest.requireActual<typeof import('../../../src/adapters/fhir/systems')>('../../../src/adapters/fhir/systems');
+    freshModules({ DENTAL_ELIG_FHIR_SYSTEM_BASE: 'https://fhir.example-clinic.org' }, () => {
+      const { systemUrl: moved } = systems();
+      expect(moved('correlationId')).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
+      process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE = 'https://elsewhere.example/';
+      expect(moved('correlationId')).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
+    });
+    for (const bad of ['fhir.example-clinic.org/sid', '']) {
+      freshModules({ DENTAL_ELIG_FHIR_SYSTEM_BASE: bad }, () => {
+        expect(() => systems().systemUrl('correlationId')).toThrow(/^DENTAL_ELIG_FHIR_SYSTEM_BASE: must be an absolute URL$/);
+        expect(() => systems().systemUrl('cdt')).toThrow(/^DENTAL_ELIG_FHIR_SYSTEM_BASE: /);
+      });
     }
   });
 });

@@ -6,6 +6,7 @@ import { EXTENSION_KEYS, extensionBase, toCoverageEligibilityResponse } from '..
 import { extensionsFile } from '../../../../src/adapters/fhir/out/extensions';
 import { validateR4 } from '../../../../src/adapters/fhir/validate';
 import { toOutcome, type VerificationOutcome } from '../../../../src/verification/outcome';
+import { freshModules } from '../../../support/fresh-modules';
 import { CREATED, convertResult, leaves, readResult, RESULT_DIR, RESULT_REFS, resultNames } from '../corpus';
 
 /**
@@ -370,18 +371,17 @@ describe('toCoverageEligibilityResponse', () => {
   });
 
   it('moves every extension URL to DENTAL_ELIG_FHIR_EXTENSION_BASE, and local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE', () => {
-    const saved = { ...process.env };
-    try {
-      process.env.DENTAL_ELIG_FHIR_EXTENSION_BASE = 'https://fhir.example-clinic.org/StructureDefinition';
-      process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE = 'https://fhir.example-clinic.org/';
-      const response = convert(readResult('completed-full'));
+    const moved = { DENTAL_ELIG_FHIR_EXTENSION_BASE: 'https://fhir.example-clinic.org/StructureDefinition', DENTAL_ELIG_FHIR_SYSTEM_BASE: 'https://fhir.example-clinic.org/' };
+    // The system base is read once, with mappings/fhir/systems.json: a fresh registry reads it as a process started with it would.
+    freshModules(moved, () => {
+      const out = jest.requireActual<typeof import('../../../../src/adapters/fhir/out')>('../../../../src/adapters/fhir/out');
+      const outcome = jest.requireActual<typeof import('../../../../src/verification/outcome')>('../../../../src/verification/outcome');
+      const response = out.toCoverageEligibilityResponse(outcome.toOutcome(readResult('completed-full')), RESULT_REFS, { created: CREATED });
       const urls = allExtensions(response).map((e) => e.url).filter((u) => u.startsWith('http'));
       expect(urls.length).toBeGreaterThan(20);
       for (const url of urls) expect(url).toMatch(/^https:\/\/fhir\.example-clinic\.org\/StructureDefinition\/[a-z-]+$/);
       expect(response.identifier?.[0]?.system).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
-    } finally {
-      process.env = saved;
-    }
+    });
   });
 
   it('stamps created now unless told', () => {
