@@ -75,7 +75,8 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
   const orders = coverageOrders(coverages, issues);
-  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, dateOfService, issues));
+  const patient = { raw: patientRaw, resource: patientResource, name, birthDate: dob };
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, patient, dateOfService, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
   const checks = coverages.map((c, i) => {

@@ -218,6 +218,25 @@ describe('checksFromBundle', () => {
     expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[0].order', diagnostics: 'must be a positive whole number' }]);
   });
 
+  it('names each problem with a patient who is their own subscriber once, however many coverages name them', () => {
+    const bundle = bundleOf('self');
+    const patient = resource(bundle, 'Patient');
+    patient.name = [{ use: 'official', given: ['Ellen'] }];
+    patient.birthDate = '1980-05';
+    const second = { ...resource(bundle, 'Coverage'), id: 'cov-ellen-second', order: 2 };
+    bundle.entry = [...(bundle.entry ?? []), { fullUrl: 'https://ehr.example.org/fhir/R4/Coverage/cov-ellen-second', resource: second }];
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Patient.name.family', diagnostics: 'required' },
+      { expression: 'Patient.birthDate', diagnostics: 'must be a full date (YYYY-MM-DD)' },
+    ]);
+    // With no Coverage.subscriber the patient is the subscriber too.
+    for (const coverage of (bundle.entry ?? []).map((e) => e.resource).filter((r) => r?.resourceType === 'Coverage')) delete (coverage as { subscriber?: unknown }).subscriber;
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Patient.name.family', diagnostics: 'required' },
+      { expression: 'Patient.birthDate', diagnostics: 'must be a full date (YYYY-MM-DD)' },
+    ]);
+  });
+
   it('refuses a relationship of self when the subscriber is another person', () => {
     const bundle = bundleOf('primary-secondary');
     resource(bundle, 'Coverage', 'cov-marco-aetna').relationship = { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'self' }] };
