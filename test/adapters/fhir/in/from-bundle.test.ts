@@ -130,7 +130,7 @@ describe('checksFromBundle', () => {
     for (const status of ['booked', 'pending', 'arrived', 'checked-in', undefined] as const) {
       expect({ status, checks: withStatus(status).checks.length }).toEqual({ status, checks: 1 });
     }
-    for (const status of ['proposed', 'waitlist', 'fulfilled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [] });
+    for (const status of ['proposed', 'waitlist', 'fulfilled', 'cancelled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [], unverifiedStatus: status });
   });
 
   describe('the name in force on the date of service (2026-12-01)', () => {
