@@ -110,9 +110,16 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   }
 }
 
-/** The checks for stdout; what the conversion left out and why (a coverage not in force, an invalid NPI) to stderr, a line each. */
-function noted(io: CliIo, { checks, notes }: FhirConversion): EligibilityCheck[] {
+/**
+ * The checks for stdout; what the conversion left out and why (a coverage not in force, an invalid
+ * NPI) to stderr, a line each, and the appointment's status when it is one not verified, so that
+ * an empty list says why it is empty.
+ */
+function noted(io: CliIo, { checks, notes, unverifiedStatus }: FhirConversion): EligibilityCheck[] {
   for (const note of notes) io.stderr.write(`dental-elig: ${note.severity ?? 'warning'}: ${describeFhirIssue(note)}\n`);
+  if (unverifiedStatus !== undefined) {
+    io.stderr.write(`dental-elig: note: Appointment.status is ${unverifiedStatus.slice(0, 40)}: appointments in that status are not verified (mappings/fhir/appointment-status.json), so there are no checks\n`);
+  }
   return checks;
 }
 

@@ -46,7 +46,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const head = AppointmentHead.parse(found);
   const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
   const rule = appointmentStatusRule(head.status);
-  if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options.raw);
+  if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options);
   const patient = head.participant?.map((p) => p.actor?.reference).find((r) => r?.startsWith('Patient/') || r?.includes('/Patient/'));
   if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
   const cancelled = rule === 'withdraw';
@@ -80,12 +80,20 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
  * A proposed, waitlisted or fulfilled appointment: no visit to verify for yet (or any more), and
  * none called off. The notification is kept as handled, saying why nothing was done; the
  * appointment is not stored, since awaiting-insurance would have the poll read it every time and
- * `jobs` list it as waiting for insurance, and what the store holds for it stays as it was.
+ * `jobs` list it as waiting for insurance, and what the store holds for it stays as it was, but
+ * for one awaiting insurance: it stops waiting (stored as cancelled, as a cancellation of it is;
+ * it holds no checks to withdraw), else every poll would read it again for nothing. Booked
+ * again, it comes back as a new booking.
  */
-async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, raw: string | undefined): Promise<FhirIngested> {
+async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
   return store.transaction(async (tx) => {
-    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, raw);
-    if (!duplicate) await tx.updateMessage(message.id, { status: 'handled', detail: `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)` });
+    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, options.raw);
+    if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
+    const earlier = await tx.getAppointment(`fhir|${reference}`);
+    const waiting = earlier?.status === 'awaiting-insurance';
+    if (waiting) await scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, { now: receivedAt, policy: options.policy });
+    const detail = `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)${waiting ? '; no longer awaiting insurance' : ''}`;
+    await tx.updateMessage(message.id, { status: 'handled', detail });
     return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
   });
 }

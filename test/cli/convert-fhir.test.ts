@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
-import type { Bundle, CoverageEligibilityResponse } from 'fhir/r4';
+import type { Appointment, Bundle, CoverageEligibilityResponse } from 'fhir/r4';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { BUNDLE_DIR, CREATED, RESULT_DIR, RESULT_REFS } from '../adapters/fhir/corpus';
 import { cli } from '../support/cli';
@@ -41,6 +41,21 @@ describe('dental-elig convert fhir', () => {
     ]);
   });
 
+  it('prints [] for an appointment in a status not verified, and a note naming the status on stderr', async () => {
+    for (const status of ['cancelled', 'proposed', 'waitlist', 'fulfilled']) {
+      const bundle = JSON.parse(readFileSync(bundleFile('self'), 'utf8')) as Bundle;
+      const appointment = bundle.entry?.find((e) => e.resource?.resourceType === 'Appointment')?.resource as { status: string };
+      appointment.status = status;
+      const run = await cli(['convert', 'fhir', '-'], {}, JSON.stringify(bundle));
+      expect({ status, code: run.code, stdout: JSON.parse(run.stdout) as unknown }).toEqual({ status, code: 0, stdout: [] });
+      expect(run.stderr).toBe(
+        `dental-elig: note: Appointment.status is ${status}: appointments in that status are not verified (mappings/fhir/appointment-status.json), so there are no checks\n`,
+      );
+    }
+    // A booking with no coverage is another empty list, and says nothing of status.
+    expect(await cli(['convert', 'fhir', bundleFile('self-pay')])).toMatchObject({ code: 0, stderr: '' });
+  });
+
   it('stamps now as the receipt time unless told', async () => {
     const before = Date.now();
     const [check] = JSON.parse((await cli(['convert', 'fhir', bundleFile('self')])).stdout) as Array<{ source: { receivedAt: string } }>;
@@ -71,6 +86,14 @@ describe('dental-elig convert fhir', () => {
       const run = await cli(['convert', 'fhir', '--server', server.url, '--appointment', 'appt-1001', '--received-at', '2026-11-20T15:00:00Z']);
       expect(run).toMatchObject({ code: 0, stderr: '' });
       expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'self.expected.json')));
+    });
+
+    it('notes the status of an appointment it does not verify, as for a Bundle', async () => {
+      const appointment = (expected(bundleFile('self')) as Bundle).entry?.find((e) => e.resource?.resourceType === 'Appointment')?.resource as Appointment;
+      await server.repo.createResource({ ...appointment, id: 'appt-waitlisted', status: 'waitlist' });
+      const run = await cli(['convert', 'fhir', '--server', server.url, '--appointment', 'appt-waitlisted']);
+      expect({ code: run.code, stdout: JSON.parse(run.stdout) as unknown }).toEqual({ code: 0, stdout: [] });
+      expect(run.stderr).toMatch(/^dental-elig: note: Appointment\.status is waitlist: appointments in that status are not verified/);
     });
 
     it('needs --appointment, and reports an unknown appointment or a server it cannot reach in one line', async () => {

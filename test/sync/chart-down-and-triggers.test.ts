@@ -130,6 +130,30 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect((await h.store.listAppointments()).map((a) => [a.key, a.status])).toEqual([['fhir|Appointment/appt-4004', 'booked']]);
   });
 
+  it('stops waiting for insurance for an appointment that turns proposed or waitlisted, and takes it as new when booked again', async () => {
+    h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z') });
+    const chart = chartOf('primary-secondary');
+    const appointment = (status: 'booked' | 'proposed' | 'waitlist') => chart.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status }] : []));
+    await h.fhir.seed(chart.filter((r) => r.resourceType !== 'Coverage'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['awaiting-insurance']);
+    // Waiting, it is read by every poll.
+    expect(await h.sync.pollAppointments()).toBe(1);
+    for (const status of ['proposed', 'waitlist'] as const) {
+      await h.fhir.seed(appointment(status));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      expect(await h.store.listAppointments('awaiting-insurance')).toEqual([]);
+      expect((await h.store.listMessages({ kind: 'fhir-notification' }))[0]?.detail).toMatch(new RegExp(`^not-verified: status ${status} .*; no longer awaiting insurance$`));
+      expect(await h.sync.pollAppointments()).toBe(0);
+      await h.fhir.seed(appointment('booked'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['awaiting-insurance']);
+    }
+    await h.fhir.seed(chart.filter((r) => r.resourceType === 'Coverage'));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+  });
+
   it('stops polling when stopped, waiting for the poll under way, and starts no other', async () => {
     // Each Appointment search takes 300 ms.
     const slow = await inFrontOfFhir(async (req) => {

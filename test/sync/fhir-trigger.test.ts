@@ -85,6 +85,18 @@ describe('FHIR-triggered eligibility', () => {
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['written', 'written']);
   });
 
+  it('stops waiting for insurance for an appointment notified as waitlisted after it was booked without coverage', async () => {
+    const notify = async () => {
+      const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+      return ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics;
+    };
+    for (const r of chartOf('primary-secondary')) if (r.resourceType === 'Coverage' && r.id) await h.fhir.repo.deleteResource('Coverage', r.id);
+    expect(await notify()).toBe('Appointment/appt-4004: awaiting-insurance');
+    await h.fhir.seed(chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'waitlist' as const }] : [])));
+    expect(await notify()).toBe('Appointment/appt-4004: not-verified');
+    expect((await h.store.listAppointments()).map((a) => [a.status, a.checkKeys])).toEqual([['cancelled', []]]);
+  });
+
   it('reads the appointment an R4 backport id-only notification names in its SubscriptionStatus focus: a cancellation', async () => {
     await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
     const cancelled = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' as const }] : []));

@@ -3,7 +3,7 @@ import type { FhirIssue } from '../operation-outcome';
 import { systemUrl } from '../systems';
 import type { AnyResource, BundleIndex } from './bundle-index';
 import { payerAsNamed } from './payer';
-import { birthDate, identifierType, personName } from './person';
+import { birthDate, identifierType, personName, type PersonName } from './person';
 import { relationshipOf } from './relationship';
 import { Coverage, Organization, parseResource, Patient, Reference, RelatedPerson, type Identifier } from './shapes';
 
@@ -83,12 +83,20 @@ export interface CoverageFacts {
   patientMemberId: string | undefined;
 }
 
+/** The appointment's patient, with the name and birth date already read (and faulted) as the patient's. */
+export interface PatientAsRead {
+  raw: AnyResource;
+  resource: Patient;
+  name: PersonName | undefined;
+  birthDate: string | undefined;
+}
+
 /** What one coverage says about payer, plan and subscriber; issues name `Coverage[i]` elements. */
 export function coverageFacts(
   index: BundleIndex,
   { raw, coverage }: ActiveCoverage,
   path: string,
-  patient: { raw: AnyResource; resource: Patient },
+  patient: PatientAsRead,
   dateOfService: string | undefined,
   issues: FhirIssue[],
 ): CoverageFacts | undefined {
@@ -105,9 +113,11 @@ export function coverageFacts(
   if (relationship === 'self' && subscriberPerson && subscriberPerson.resource !== patient.resource) {
     issues.push({ expression: `${path}.relationship`, diagnostics: 'is self, but Coverage.subscriber is another person', code: 'business-rule' });
   }
-  const subscriberPath = subscriberPerson?.resource === patient.resource ? 'Patient' : `${path}.subscriber.resolve()`;
-  const name = subscriberPerson ? personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService) : undefined;
-  const dob = subscriberPerson ? birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false) : undefined;
+  // The patient as subscriber was read as the patient: reading them again would name each fault twice.
+  const subscriberPath = `${path}.subscriber.resolve()`;
+  const isPatient = subscriberPerson?.resource === patient.resource;
+  const name = isPatient ? patient.name : subscriberPerson && personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService);
+  const dob = isPatient ? patient.birthDate : subscriberPerson && birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false);
   const payer = payerOf(index, raw, coverage, path, issues);
 
   if (issues.length > before || !name || !memberId || !relationship || !payer) return undefined;

@@ -29,6 +29,8 @@ export interface FhirConversion {
    * are not here: they throw FhirInputError.
    */
   notes: FhirIssue[];
+  /** The Appointment.status when mappings/fhir/appointment-status.json does not verify it: why there are no checks. */
+  unverifiedStatus?: string;
 }
 
 /** The checks of convertBundle alone, for callers with no use for its notes. */
@@ -52,7 +54,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const appointmentRaw = findAppointment(index, options.appointmentId);
   const appointment = parseResource(Appointment, appointmentRaw, 'Appointment', issues);
   if (!appointment) throw new FhirInputError(issues);
-  if (appointmentStatusRule(appointment.status) !== 'verify') return { checks: [], notes: [] };
+  if (appointment.status !== undefined && appointmentStatusRule(appointment.status) !== 'verify') return { checks: [], notes: [], unverifiedStatus: appointment.status };
   const dateOfService = /^(\d{4}-\d{2}-\d{2})(T|$)/.exec(appointment.start ?? '')?.[1];
   if (!dateOfService) {
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
@@ -75,7 +77,8 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
   const orders = coverageOrders(coverages, issues);
-  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, { raw: patientRaw, resource: patientResource }, dateOfService, issues));
+  const patient = { raw: patientRaw, resource: patientResource, name, birthDate: dob };
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, patient, dateOfService, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
   const checks = coverages.map((c, i) => {

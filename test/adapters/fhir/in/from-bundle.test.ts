@@ -130,7 +130,7 @@ describe('checksFromBundle', () => {
     for (const status of ['booked', 'pending', 'arrived', 'checked-in', undefined] as const) {
       expect({ status, checks: withStatus(status).checks.length }).toEqual({ status, checks: 1 });
     }
-    for (const status of ['proposed', 'waitlist', 'fulfilled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [] });
+    for (const status of ['proposed', 'waitlist', 'fulfilled', 'cancelled'] as const) expect(withStatus(status)).toEqual({ checks: [], notes: [], unverifiedStatus: status });
   });
 
   describe('the name in force on the date of service (2026-12-01)', () => {
@@ -216,6 +216,25 @@ describe('checksFromBundle', () => {
     expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[1].order', diagnostics: 'another active coverage of this patient has order 1' }]);
     resource(bundle, 'Coverage', 'cov-marco-aetna').order = 0;
     expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Coverage[0].order', diagnostics: 'must be a positive whole number' }]);
+  });
+
+  it('names each problem with a patient who is their own subscriber once, however many coverages name them', () => {
+    const bundle = bundleOf('self');
+    const patient = resource(bundle, 'Patient');
+    patient.name = [{ use: 'official', given: ['Ellen'] }];
+    patient.birthDate = '1980-05';
+    const second = { ...resource(bundle, 'Coverage'), id: 'cov-ellen-second', order: 2 };
+    bundle.entry = [...(bundle.entry ?? []), { fullUrl: 'https://ehr.example.org/fhir/R4/Coverage/cov-ellen-second', resource: second }];
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Patient.name.family', diagnostics: 'required' },
+      { expression: 'Patient.birthDate', diagnostics: 'must be a full date (YYYY-MM-DD)' },
+    ]);
+    // With no Coverage.subscriber the patient is the subscriber too.
+    for (const coverage of (bundle.entry ?? []).map((e) => e.resource).filter((r) => r?.resourceType === 'Coverage')) delete (coverage as { subscriber?: unknown }).subscriber;
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Patient.name.family', diagnostics: 'required' },
+      { expression: 'Patient.birthDate', diagnostics: 'must be a full date (YYYY-MM-DD)' },
+    ]);
   });
 
   it('refuses a relationship of self when the subscriber is another person', () => {
