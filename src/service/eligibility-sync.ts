@@ -7,6 +7,7 @@ import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
+import { loadFhirMappings } from '../adapters/fhir/load-mappings';
 import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
@@ -119,6 +120,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   const routing = config.routing ?? loadClinicRouting();
   const mappings = config.mappings ?? loadHl7Mappings();
+  loadFhirMappings();
   // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
   let arriving = 0;
   const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {

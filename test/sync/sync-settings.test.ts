@@ -5,6 +5,7 @@ import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from 
 import { createLogger } from '../../src/service/logger';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
+import { freshModules } from '../support/fresh-modules';
 import { nobodyHolds } from './harness';
 
 /** Settings that would make the worker spin or wait backwards are refused up front, naming the setting. */
@@ -55,6 +56,14 @@ describe('a sync that fails to be created or started', () => {
     expect(() => createEligibilitySync(config({ webhook: { scheme: 'standard-webhooks', secret: 'not-a-secret' } }))).toThrow(/^webhook\.secret: /);
     // Base64 without the whsec_ prefix: the standardwebhooks library would take it.
     expect(() => createEligibilitySync(config({ webhook: { scheme: 'standard-webhooks', secret: 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } }))).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('refuses a FHIR mapping it cannot use before it opens the store, not at the first check it writes', () => {
+    freshModules({ DENTAL_ELIG_FHIR_EXTENSION_BASE: 'fhir.example-clinic.org' }, () => {
+      const { createEligibilitySync: create } = jest.requireActual<typeof import('../../src/service/eligibility-sync')>('../../src/service/eligibility-sync');
+      expect(() => create(config())).toThrow(/^DENTAL_ELIG_FHIR_EXTENSION_BASE: must be an absolute URL$/);
+    });
     expect(readdirSync(dataDir)).toEqual([]);
   });
 

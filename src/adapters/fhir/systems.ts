@@ -1,6 +1,6 @@
 import * as z from 'zod';
-import { describeIssue } from '../../domain/issues';
 import { readMappingFile } from '../../mapping-files';
+import { baseUrl, BaseUrl } from './base-url';
 
 /**
  * Code and identifier systems, by key (mappings/fhir/systems.json). The other FHIR mapping files
@@ -38,9 +38,8 @@ const ExternalSystems = z.strictObject({
   taxId: Url,
   ucum: Url,
 });
-const Base = z.url({ error: 'must be an absolute URL' });
 const SystemsFile = z.looseObject({
-  base: Base,
+  base: BaseUrl,
   local: LocalSystems,
   external: ExternalSystems,
 });
@@ -49,25 +48,16 @@ export type SystemKey = keyof z.infer<typeof LocalSystems> | keyof z.infer<typeo
 export const SYSTEM_KEYS = [...Object.keys(LocalSystems.shape), ...Object.keys(ExternalSystems.shape)] as SystemKey[];
 export const SystemKeySchema = z.enum(SYSTEM_KEYS as [SystemKey, ...SystemKey[]]);
 
-let file: z.infer<typeof SystemsFile> | undefined;
-const systems = () => (file ??= readSystems());
-
-/**
- * The file, with DENTAL_ELIG_FHIR_SYSTEM_BASE over its base: read once, as the file is (systemUrl
- * runs for every coding written), and checked as the file's base is, naming the variable only.
- */
-function readSystems(): z.infer<typeof SystemsFile> {
+let file: (z.infer<typeof SystemsFile> & { movedBase: string }) | undefined;
+/** The file, and its base with DENTAL_ELIG_FHIR_SYSTEM_BASE over it, read once (systemUrl runs for every coding written). */
+function systems(): z.infer<typeof SystemsFile> & { movedBase: string } {
+  if (file) return file;
   const read = readMappingFile('fhir/systems.json', SystemsFile);
-  const override = process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE;
-  if (override === undefined) return read;
-  const base = Base.safeParse(override);
-  if (!base.success) throw new Error(describeIssue(base.error, 'DENTAL_ELIG_FHIR_SYSTEM_BASE'));
-  return { ...read, base: base.data };
+  return (file = { ...read, movedBase: baseUrl(read.base, 'DENTAL_ELIG_FHIR_SYSTEM_BASE') });
 }
 
 export function systemBase(): string {
-  const { base } = systems();
-  return base.endsWith('/') ? base : `${base}/`;
+  return systems().movedBase;
 }
 
 /** The URL of a system by key; local ones are resolved against the (overridable) base. */

@@ -113,19 +113,20 @@ describe('mappings/fhir', () => {
     }
   });
 
-  it('moves local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE, read once with systems.json, and refuses one that is no absolute URL without repeating it', () => {
-    const systems = () => jest.requireActual<typeof import('../../../src/adapters/fhir/systems')>('../../../src/adapters/fhir/systems');
-    freshModules({ DENTAL_ELIG_FHIR_SYSTEM_BASE: 'https://fhir.example-clinic.org' }, () => {
-      const { systemUrl: moved } = systems();
-      expect(moved('correlationId')).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
-      process.env.DENTAL_ELIG_FHIR_SYSTEM_BASE = 'https://elsewhere.example/';
-      expect(moved('correlationId')).toBe('https://fhir.example-clinic.org/sid/verification-correlation-id');
+  // A URL each base makes, from the module read afresh (the base is read once, with its file).
+  const movedExtension = () => jest.requireActual<typeof import('../../../src/adapters/fhir/out/extensions')>('../../../src/adapters/fhir/out/extensions').extensionUrl('disclaimer');
+  const movedSystem = () => jest.requireActual<typeof import('../../../src/adapters/fhir/systems')>('../../../src/adapters/fhir/systems').systemUrl('correlationId');
+  it.each([
+    ['extensions', 'DENTAL_ELIG_FHIR_EXTENSION_BASE', 'https://fhir.example-clinic.org/StructureDefinition', movedExtension, 'https://fhir.example-clinic.org/StructureDefinition/disclaimer'],
+    ['local systems', 'DENTAL_ELIG_FHIR_SYSTEM_BASE', 'https://fhir.example-clinic.org', movedSystem, 'https://fhir.example-clinic.org/sid/verification-correlation-id'],
+  ])('moves %s to %s, read once with the file, and refuses one that is no absolute URL without repeating it', (_what, variable, base, url, moved) => {
+    freshModules({ [variable]: base }, () => {
+      expect(url()).toBe(moved);
+      process.env[variable] = 'https://elsewhere.example/';
+      expect(url()).toBe(moved);
     });
     for (const bad of ['fhir.example-clinic.org/sid', '']) {
-      freshModules({ DENTAL_ELIG_FHIR_SYSTEM_BASE: bad }, () => {
-        expect(() => systems().systemUrl('correlationId')).toThrow(/^DENTAL_ELIG_FHIR_SYSTEM_BASE: must be an absolute URL$/);
-        expect(() => systems().systemUrl('cdt')).toThrow(/^DENTAL_ELIG_FHIR_SYSTEM_BASE: /);
-      });
+      freshModules({ [variable]: bad }, () => expect(url).toThrow(new RegExp(`^${variable}: must be an absolute URL$`)));
     }
   });
 });

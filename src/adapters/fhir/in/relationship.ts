@@ -8,7 +8,8 @@ const RelationshipFile = z.looseObject({
 });
 
 let table: z.infer<typeof RelationshipFile>['systems'] | undefined;
-const systems = () => (table ??= readMappingFile('fhir/subscriber-relationship.json', RelationshipFile).systems);
+/** The codes by system, read once. */
+export const relationshipSystems = () => (table ??= readMappingFile('fhir/subscriber-relationship.json', RelationshipFile).systems);
 
 /**
  * Coverage.relationship through mappings/fhir/subscriber-relationship.json: the first coding
@@ -17,7 +18,7 @@ const systems = () => (table ??= readMappingFile('fhir/subscriber-relationship.j
 export function relationshipOf(concept: CodeableConcept): { relationship: Relationship } | { unmapped: string } {
   const codings = concept.coding ?? [];
   for (const coding of codings) {
-    const mapped = coding.system && coding.code ? systems()[coding.system]?.[coding.code] : undefined;
+    const mapped = coding.system && coding.code ? relationshipSystems()[coding.system]?.[coding.code] : undefined;
     if (mapped) return { relationship: mapped };
   }
   const first = codings[0];

@@ -1,6 +1,7 @@
 import type { Extension } from 'fhir/r4';
 import * as z from 'zod';
 import { readMappingFile } from '../../../mapping-files';
+import { baseUrl, BaseUrl } from '../base-url';
 
 /** Every extension the writer uses; mappings/fhir/extensions.json must declare exactly these. */
 export const EXTENSION_KEYS = [
@@ -44,7 +45,7 @@ const ExtensionDefinition = z.strictObject({
 });
 
 const ExtensionsFile = z.looseObject({
-  base: z.url({ error: 'must be an absolute URL' }),
+  base: BaseUrl,
   extensions: z.record(z.enum(EXTENSION_KEYS), ExtensionDefinition),
 });
 export type ExtensionsFile = z.infer<typeof ExtensionsFile>;
@@ -52,37 +53,17 @@ export type ExtensionsFile = z.infer<typeof ExtensionsFile>;
 let file: ExtensionsFile | undefined;
 export const extensionsFile = (): ExtensionsFile => (file ??= readMappingFile('fhir/extensions.json', ExtensionsFile));
 
-/** The base all extension URLs hang off; DENTAL_ELIG_FHIR_EXTENSION_BASE moves it to a canonical the operator owns. */
+let base: string | undefined;
+/** The base all extension URLs hang off; DENTAL_ELIG_FHIR_EXTENSION_BASE moves it to a canonical the operator owns. Read once, with the file. */
 export function extensionBase(): string {
-  const base = process.env.DENTAL_ELIG_FHIR_EXTENSION_BASE ?? extensionsFile().base;
-  return base.endsWith('/') ? base : `${base}/`;
+  return (base ??= baseUrl(extensionsFile().base, 'DENTAL_ELIG_FHIR_EXTENSION_BASE'));
 }
 
-/** The base read once for the resource being built; undefined outside one. */
-let baseInBuild: string | undefined;
-
-/**
- * Builds a resource with every extension URL hanging off the base as it is when the build starts:
- * a response names some thirty extensions, and reading the environment for each was among the
- * costliest steps of building one.
- */
-export function withExtensionBase<T>(build: () => T): T {
-  const outer = baseInBuild;
-  baseInBuild = extensionBase();
-  try {
-    return build();
-  } finally {
-    baseInBuild = outer;
-  }
-}
-
-/** Each URL made once per base: a response names some thirty, and each made anew is a new string to write out. */
-let urls: { base: string; byKey: Map<ExtensionKey, string> } | undefined;
+/** Each URL made once: a response names some thirty, and each made anew is a new string to write out. */
+const urls = new Map<ExtensionKey, string>();
 export function extensionUrl(key: ExtensionKey): string {
-  const base = baseInBuild ?? extensionBase();
-  if (urls?.base !== base) urls = { base, byKey: new Map() };
-  let url = urls.byKey.get(key);
-  if (url === undefined) urls.byKey.set(key, (url = base + key));
+  let url = urls.get(key);
+  if (url === undefined) urls.set(key, (url = extensionBase() + key));
   return url;
 }
 

@@ -5,7 +5,7 @@ import { FhirInputError } from '../operation-outcome';
 import { systemUrl } from '../systems';
 import { coinsuranceItem } from './coinsurance';
 import { contextErrors, disposition, failureErrors } from './errors';
-import { complexExtension, extension, withExtensionBase } from './extensions';
+import { complexExtension, extension } from './extensions';
 import { ageLimitItem, frequencyItem, historyItem, waitingPeriodItem } from './limits';
 import { deductibleItem, maximumItem } from './maximums';
 import { ResponseParts } from './parts';
@@ -49,10 +49,6 @@ const OUTCOME = { completed: 'complete', partial: 'partial', failed: 'error', pe
  * (and the check's key, when given) as identifiers, so writing it can be a conditional create.
  */
 export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs: ResponseRefs, options: ResponseOptions = {}): CoverageEligibilityResponse {
-  return withExtensionBase(() => responseFor(outcome, refs, options));
-}
-
-function responseFor(outcome: VerificationOutcome, refs: ResponseRefs, options: ResponseOptions): CoverageEligibilityResponse {
   if (outcome.kind === 'unknown') {
     throw new FhirInputError([{ expression: 'status', diagnostics: 'is not Completed, Partial, Failed or Pending (or a known synonym)', code: 'code-invalid' }]);
   }

@@ -372,7 +372,7 @@ describe('toCoverageEligibilityResponse', () => {
 
   it('moves every extension URL to DENTAL_ELIG_FHIR_EXTENSION_BASE, and local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE', () => {
     const moved = { DENTAL_ELIG_FHIR_EXTENSION_BASE: 'https://fhir.example-clinic.org/StructureDefinition', DENTAL_ELIG_FHIR_SYSTEM_BASE: 'https://fhir.example-clinic.org/' };
-    // The system base is read once, with mappings/fhir/systems.json: a fresh registry reads it as a process started with it would.
+    // Both bases are read once, with their mapping files: a fresh registry reads them as a process started with them would.
     freshModules(moved, () => {
       const out = jest.requireActual<typeof import('../../../../src/adapters/fhir/out')>('../../../../src/adapters/fhir/out');
       const outcome = jest.requireActual<typeof import('../../../../src/verification/outcome')>('../../../../src/verification/outcome');
