@@ -84,6 +84,7 @@ export function registerJobs(program: Command, io: CliIo): void {
           written: row.written ? `CoverageEligibilityRequest/${row.written.requestId}, CoverageEligibilityResponse/${row.written.responseId}` : undefined,
           next: row.dueAt,
           lastError: row.lastError,
+          warnings: row.check.warnings?.join('; '),
           created: row.createdAt,
           updated: row.updatedAt,
         }, false);

@@ -71,7 +71,9 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
       },
       { now: receivedAt, policy: options.policy },
     );
-    await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks` });
+    // What the chart got wrong that the checks go ahead without (an invalid NPI, a second patient): an HL7 sender hears it in its ACK.
+    const warnings = [...new Set(checks.flatMap((c) => c.warnings ?? []))];
+    await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks${warnings.length > 0 ? `; warnings: ${warnings.join('; ')}` : ''}` });
     return { appointment: reference, status, ...done, duplicate: false };
   });
 }

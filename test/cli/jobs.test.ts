@@ -53,6 +53,13 @@ describe('dental-elig jobs', () => {
       stderr: `dental-elig: jobs: check ${row?.job} is received; only needs-attention, dead, cancelled or written checks are retried\n`,
     });
     expect((await cli(['jobs', 'show', 'elig_nope', '--data-dir', dir])).stderr).toBe('dental-elig: jobs show: no check with key elig_nope\n');
+    // What the PMS got wrong that the check went ahead without is shown with it, as its ACK said.
+    const store = SqliteJobStore.open(dir);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J4'), 'SCH|APT-J4^SC||||||||||^^^20261212093000', 'PID|1||PJ-4^^^SC^MR||DOE^JOHN||19800102|M', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD7654321' }), 'AIP|1||1234567890^CHEN^LAURA|D'].join('\r'), options);
+    const [warned] = (await store.listChecks()).filter((c) => c.check.warnings);
+    await store.close();
+    expect((await cli(['jobs', 'show', warned?.key ?? '', '--data-dir', dir])).stdout).toMatch(/^warnings +AIP-3\.1: provider NPI fails the check digit: verified without it$/m);
+    expect(shown.stdout).not.toMatch(/^warnings/m);
     expect((await cli(['jobs', 'list', '--state', 'lost', '--data-dir', dir])).code).toBe(2);
   });
 

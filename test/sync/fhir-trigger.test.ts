@@ -49,6 +49,17 @@ describe('FHIR-triggered eligibility', () => {
     });
   });
 
+  it('keeps what the chart got wrong that the checks go ahead without in the notification\'s record: a second patient in the slot', async () => {
+    const family = chartOf('primary-secondary').flatMap((r) =>
+      r.resourceType === 'Appointment' ? [{ ...r, participant: [...r.participant, { actor: { reference: 'Patient/another-child' }, status: 'accepted' as const }] }] : [],
+    );
+    await h.fhir.seed(family);
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const [notification] = await h.store.listMessages({ kind: 'fhir-notification' });
+    expect(notification?.detail).toBe('booked: 2 checks; warnings: Appointment.participant: names 2 patients: only the first is verified; give each patient an appointment of their own');
+  });
+
   it('verifies a pending, arrived or checked-in appointment as a booked one', async () => {
     const pending = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'pending' as const }] : []));
     await h.fhir.seed(pending);

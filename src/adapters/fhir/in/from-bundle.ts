@@ -73,6 +73,15 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
   const warnings: FhirIssue[] = [];
+  const patients = patientParticipants(index, appointmentRaw, appointment);
+  if (patients > 1) {
+    warnings.push({
+      expression: 'Appointment.participant',
+      diagnostics: `names ${patients} patients: only the first is verified; give each patient an appointment of their own`,
+      code: 'not-supported',
+      severity: 'warning',
+    });
+  }
   const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, issues, warnings);
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
 
@@ -150,6 +159,11 @@ function participant(index: BundleIndex, raw: AnyResource, appointment: Appointm
   }
   if (type === 'Patient') issues.push({ expression: 'Appointment.participant', diagnostics: 'required: a participant whose actor is the Patient', code: 'required' });
   return undefined;
+}
+
+/** How many participants are a Patient, resolved or by what their reference says. */
+function patientParticipants(index: BundleIndex, raw: AnyResource, appointment: Appointment): number {
+  return (appointment.participant ?? []).filter((p) => p.actor && (index.resolve(p.actor, ['Patient'], raw).kind === 'found' || claimsType(p.actor, 'Patient'))).length;
 }
 
 function claimsType(ref: Reference, type: string): boolean {

@@ -364,6 +364,19 @@ describe('checksFromBundle', () => {
     }
   });
 
+  it('verifies the first of two patients booked in one appointment, warning in each check and in the notes that the other is not', () => {
+    const single = convertBundle(bundleOf('self'), { routing, receivedAt: RECEIVED_AT });
+    const bundle = bundleOf('self');
+    const appointment = resource(bundle, 'Appointment');
+    // A family booked in one slot: the second patient by reference alone, as a chart may send it.
+    appointment.participant = [...appointment.participant, { actor: { reference: 'Patient/second-child' }, status: 'accepted' }];
+    const { checks, notes } = convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+    const diagnostics = 'names 2 patients: only the first is verified; give each patient an appointment of their own';
+    expect(checks.map((c) => [c.idempotencyKey, c.source.kind === 'fhir' && c.source.patient])).toEqual(single.checks.map((c) => [c.idempotencyKey, c.source.kind === 'fhir' && c.source.patient]));
+    for (const check of checks) expect(check.warnings).toEqual([`Appointment.participant: ${diagnostics}`]);
+    expect(notes).toEqual([{ expression: 'Appointment.participant', diagnostics, code: 'not-supported', severity: 'warning' }]);
+  });
+
   describe('Coverage.period against the date of service (2026-12-01)', () => {
     const periodOf = (period: { start?: string; end?: string }) => {
       const bundle = bundleOf('self');
