@@ -38,7 +38,8 @@ export class LiveLock {
   }
 
   private async connect(wanted: number): Promise<void> {
-    const client = new Client({ connectionString: this.url, keepAlive: true, keepAliveInitialDelayMillis: 10_000, application_name: 'dental-elig live' });
+    // A database that does not answer fails the attempt, which is tried again later, rather than holding it for good.
+    const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 10_000, query_timeout: 10_000, keepAlive: true, keepAliveInitialDelayMillis: 10_000, application_name: 'dental-elig live' });
     // Ending the connection is how the lock is lost: reported on the client, never thrown at the process.
     client.on('error', () => this.lost(client));
     client.on('end', () => this.lost(client));
@@ -47,6 +48,11 @@ export class LiveLock {
       let key = wanted;
       // Another live instance drew the same key: draw again rather than wait for it.
       while (!(await client.query<{ taken: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS taken', [LIVE_NAMESPACE, key])).rows[0]?.taken) key = randomKey();
+      // Closed while a retake was connecting: the lock is not to outlive the store.
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
       this.client = client;
       this.held = key;
     } catch (err) {
