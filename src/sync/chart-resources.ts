@@ -140,7 +140,8 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
     order: fresh.order,
   };
   // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.
-  if (sameContent(updated, stored)) return undefined;
+  // A Coverage written before it carried one takes it once, or an older message's late result would still turn it back.
+  if (storedAt && sameContent(updated, stored)) return undefined;
   const extension = replaced(stored.extension, fresh.extension, isStatedAt);
   return { ...updated, ...(extension ? { extension } : {}) };
 }
