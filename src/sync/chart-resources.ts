@@ -116,7 +116,7 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
  * by the PMS since the Coverage was written. Undefined when the check states nothing new, or
  * when the Coverage holds what a message received later stated (a check's result can arrive
  * hours after a newer message's, and must not turn the order back). What the check does not state
- * (a period, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
+ * (a period, the status, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
  * the EHR named for a dependant; the patient as subscriber is not, once no longer the subscriber.
  */
 export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | undefined {
@@ -131,7 +131,6 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
   const updated: Coverage = {
     ...kept,
     ...(identifier ? { identifier } : {}),
-    status: fresh.status,
     ...(subscriber ? { subscriber } : {}),
     subscriberId: fresh.subscriberId,
     relationship: fresh.relationship,
@@ -140,7 +139,8 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
     order: fresh.order,
   };
   // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.
-  if (sameContent(updated, stored)) return undefined;
+  // A Coverage written before it carried one takes it once, or an older message's late result would still turn it back.
+  if (storedAt && sameContent(updated, stored)) return undefined;
   const extension = replaced(stored.extension, fresh.extension, isStatedAt);
   return { ...updated, ...(extension ? { extension } : {}) };
 }

@@ -114,7 +114,8 @@ async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: Pati
   for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {
     if (appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
     const basis = appointment.basis as AppointmentBasis;
-    const checks = buildChecks({ ...basis, patient: record.patient, coverages: record.coverages });
+    // Stated when this message was received, not the booking: the chart's Coverage keeps the later statement (coverage-stated-at).
+    const checks = buildChecks({ ...basis, source: { ...basis.source, receivedAt: record.updatedAt }, patient: record.patient, coverages: record.coverages });
     const status = !record.insuranceKnown ? 'awaiting-insurance' : checks.length === 0 ? 'self-pay' : 'booked';
     const done = await scheduleAppointment(tx, { ...appointment, status, checks }, ctx);
     created.push(...done.created);

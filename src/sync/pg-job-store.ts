@@ -100,7 +100,13 @@ export class PgJobStore implements JobStore {
   async beginWork(): Promise<number> {
     if (this.live) return 0;
     if (this.closed) throw new Error('the job store is closed');
-    this.live = await LiveLock.take(this.url);
+    const live = await LiveLock.take(this.url);
+    if (this.closed) {
+      // Closed while the lock was being taken: close() did not see it, and it would hold the process open.
+      await live.close();
+      throw new Error('the job store is closed');
+    }
+    this.live = live;
     const { rowCount } = await this.pool.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL WHERE ${LEASE_ORPHANED}`);
     return rowCount ?? 0;
   }

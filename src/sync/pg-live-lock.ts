@@ -48,7 +48,7 @@ export class LiveLock {
       let key = wanted;
       // Another live instance drew the same key: draw again rather than wait for it.
       while (!(await client.query<{ taken: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS taken', [LIVE_NAMESPACE, key])).rows[0]?.taken) key = randomKey();
-      // Closed while a retake was connecting: the lock is not to outlive the store.
+      // Closed while this connection was being made (a retake): it would hold the lock, and the process open, for good.
       if (this.closed) {
         await client.end().catch(() => undefined);
         return;

@@ -502,8 +502,14 @@ export class Worker {
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
-    const done = await this.step(row, 'result-stored', { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined });
-    if (!done) return;
+    const done = await this.step(row, 'result-stored', (current) =>
+      // An S14 or A08 that swapped the plans meanwhile changed the stored check's order (and no
+      // more, see scheduleAppointment): what was written is stale, so it is written again.
+      current.check.coverage.order === row.check.coverage.order
+        ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
+        : { state: 'result-stored', written: ids, dueAt: this.now() },
+    );
+    if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
     if (needsPerson) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
   }
@@ -529,12 +535,12 @@ export class Worker {
    * Moves the check from `from` to the step's state, if it is still in `from` at the same round.
    * Returns the check as stored, or undefined when it had moved on (cancelled, corrected).
    */
-  private async step(row: CheckRow, from: CheckState, change: Step): Promise<CheckRow | undefined> {
+  private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow) => Step)): Promise<CheckRow | undefined> {
     const now = this.deps.now();
     return this.deps.store.transaction(async (tx) => {
       const current = await tx.getCheck(row.key);
       if (!current || current.state !== from || current.round !== row.round) return undefined;
-      const next = applyStep(current, change, now);
+      const next = applyStep(current, typeof change === 'function' ? change(current) : change, now);
       await tx.putCheck(next);
       return next;
     });

@@ -128,6 +128,25 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
   });
 
+  it('follows a swap of the patient\'s plans sent by an ADT into the Coverages of a booked appointment', async () => {
+    await start();
+    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
+    const orders = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    expect(await send(siu('D1', 'P-10', 'APT-10', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
+
+    // The patient's registration swaps the plans: the booked appointment's checks follow.
+    expect(await send(adt('D2', 'P-10', ...insurance(cigna, guardian)))).toEqual(['AA']);
+    await until('the checks take the new order and are written again', async () => {
+      const rows = await h.store.listChecks({ states: ['written'] });
+      return rows.length === 2 && rows.every((r) => r.check.coverage.order === (r.check.coverage.payer.name === 'Cigna Dental' ? 'primary' : 'secondary'));
+    });
+    expect(await orders()).toEqual({ Guardian: 2, 'Cigna Dental': 1 });
+  });
+
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
     await start({ settings: { idleMs: 60_000 } });
     // The worker is idle for a minute: the cancel lands while the check still waits.

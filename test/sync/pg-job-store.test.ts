@@ -136,6 +136,57 @@ describe('PgJobStore with two instances on one database', () => {
     }
   });
 
+  describe('closed while its live lock is being taken', () => {
+    /** Holds back the connect of each live-lock connection until `held.open()`; `asked` says one is waiting. */
+    const holdLiveConnects = () => {
+      const held = gate();
+      const asked = gate();
+      const connect = Client.prototype.connect as (this: Client) => Promise<Client>;
+      jest.spyOn(Client.prototype, 'connect').mockImplementation(async function (this: Client & { connectionParameters: { application_name?: string } }) {
+        if (this.connectionParameters.application_name === 'dental-elig live') {
+          asked.open();
+          await held.opened;
+        }
+        return connect.call(this);
+      } as unknown as Client['connect']);
+      return { held, asked };
+    };
+    const liveSessions = async (db: Client) =>
+      Number((await db.query(`SELECT COUNT(*) AS n FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND datname = current_database()`)).rows[0].n);
+    let db: Client;
+    beforeEach(async () => {
+      db = new Client({ connectionString: url });
+      await db.connect();
+    });
+    afterEach(async () => {
+      jest.restoreAllMocks();
+      // A connection left open would keep the test process alive: ended here, whatever the test found.
+      await db.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND datname = current_database()`);
+      await db.end();
+    });
+
+    it('leaves no connection holding the lock when it closes while taking it again', async () => {
+      await a.beginWork();
+      const { held, asked } = holdLiveConnects();
+      await db.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND datname = current_database()`);
+      await asked.opened; // the lock is being taken again
+      await a.close();
+      held.open();
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await liveSessions(db)).toBe(0);
+    });
+
+    it('leaves no connection holding the lock when it closes while its worker begins', async () => {
+      const { held, asked } = holdLiveConnects();
+      const begun = a.beginWork();
+      await asked.opened;
+      await a.close();
+      held.open();
+      await expect(begun).rejects.toThrow('the job store is closed');
+      expect(await liveSessions(db)).toBe(0);
+    });
+  });
+
   it('adds the lease lock to a database the previous schema made, keeping its checks', async () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_old')));
     const db = new Client({ connectionString: url });

@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
+import { until } from './harness';
 import { gets, posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 
 /**
@@ -247,5 +248,35 @@ describe('the worker when something around it fails after a step is done', () =>
     expect(row.dueAt).toBeUndefined();
     expect(gets(rig.requests)).toHaveLength(1);
     expect(rig.events.map((e) => [e.name, e.event.detail])).toContainEqual(['needs-attention', 'pending too long']);
+  });
+});
+
+describe('the worker when the appointment changes while it writes', () => {
+  it('writes a check again whose order of benefits changed while its write was in flight, rather than marking the stale write done', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const writtenOrders: string[] = [];
+    rig = await startWorkerRig({
+      answer: (req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` }),
+      writer: (chart) => ({
+        async write(check, outcome, refs, options) {
+          writtenOrders.push(check.coverage.order);
+          if (writtenOrders.length === 1) await held;
+          return chart.write(check, outcome, refs, options);
+        },
+      }),
+    });
+    await rig.addCheck('swapped');
+    rig.worker.start();
+    await until('the first write under way', async () => writtenOrders.length === 1);
+    // What scheduleAppointment does on an S14 that swapped the plans: the stored check takes the new order, its state unchanged.
+    await rig.store.transaction(async (tx) => {
+      const row = await tx.getCheck('swapped');
+      if (!row) throw new Error('no check');
+      await tx.putCheck({ ...row, check: { ...row.check, coverage: { ...row.check.coverage, order: 'secondary' } } });
+    });
+    release();
+    await until('written with the new order', async () => writtenOrders.at(-1) === 'secondary' && (await rig.check('swapped')).state === 'written', 10_000);
+    expect(writtenOrders).toEqual(['primary', 'secondary']);
   });
 });

@@ -8,7 +8,7 @@ import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server'
 import type { CheckRow, CheckState } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../../src/sync/worker';
-import { fhirWriter } from '../../src/sync/write-back';
+import { fhirWriter, type EligibilityWriter } from '../../src/sync/write-back';
 import { VerificationClient } from '../../src/verification/client';
 import type { ClientConfigInput } from '../../src/verification/config';
 import { startScriptedServer, type RecordedRequest } from '../support/http-server';
@@ -72,6 +72,8 @@ export async function startWorkerRig(options: {
   arriving?: () => number;
   /** Called with each event after it is recorded, as a listener of the embedding service would be (it may throw). */
   onEvent?: (name: SyncEventName) => void;
+  /** Wraps the chart writer, e.g. to hold a write back while the test changes the check. */
+  writer?: (chart: EligibilityWriter) => EligibilityWriter;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
   const store = SqliteJobStore.open(dir);
@@ -79,7 +81,7 @@ export async function startWorkerRig(options: {
   const fhir: FhirServer = await startFhirServer({ validate: true });
   await fhir.seed(chartOf('self'));
   const client = new VerificationClient({ baseUrl: service.url, apiKey: 'rig-key', retryMinDelayMs: 10, retryMaxDelayMs: 50, maxRetries: 0, ...options.service });
-  const writer = fhirWriter(fhir.url);
+  const writer = fhirWriter(fhir.url).then((chart) => (options.writer ? options.writer(chart) : chart));
   const events: WorkerRig['events'] = [];
   const errors: string[] = [];
   const resolver = options.resolver ?? resolved(options.payerName);

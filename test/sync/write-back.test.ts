@@ -306,6 +306,31 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
     expect([after.order, after.meta?.versionId, statedAt(after)]).toEqual([2, secondary.meta?.versionId, ['2026-11-20T09:00:00.000Z']]);
   });
 
+  it('a Coverage written before it carried coverage-stated-at takes it from the next message, so an older message\'s late result does not turn it back', async () => {
+    const first = await writer.write(cob('MP-COB-OLD', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_old_1'));
+    const created = await read<Coverage>('Coverage', first.coverageId);
+    // As a version of this plugin before coverage-stated-at wrote it.
+    const { extension: _stamp, ...unstamped } = created;
+    await server.seed([unstamped]);
+    // A message received after the upgrade states the same plan, order and all.
+    await writer.write(cob('MP-COB-OLD', '2026-11-20T09:00:00.000Z'), outcome('ver_cob_old_2'));
+    expect(statedAt(await read<Coverage>('Coverage', first.coverageId))).toEqual(['2026-11-20T09:00:00.000Z']);
+    // The result of a check from a message received in between, which said secondary, arrives late.
+    await writer.write(cob('MP-COB-OLD', '2026-11-10T09:00:00.000Z', turnedSecondary), outcome('ver_cob_old_3'));
+    expect((await read<Coverage>('Coverage', first.coverageId)).order).toBe(1);
+  });
+
+  it('leaves the status the EHR gave the Coverage: a later message stating the same plan makes no new version of it', async () => {
+    const first = await writer.write(cob('MP-COB-STATUS', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_status_1'));
+    const created = await read<Coverage>('Coverage', first.coverageId);
+    // The EHR marked it entered in error (or cancelled it): its own call, which a message saying nothing new must not undo.
+    await server.seed([{ ...created, status: 'entered-in-error' }]);
+    const marked = await read<Coverage>('Coverage', first.coverageId);
+    await writer.write(cob('MP-COB-STATUS', '2026-11-20T09:00:00.000Z'), outcome('ver_cob_status_2'));
+    const after = await read<Coverage>('Coverage', first.coverageId);
+    expect([after.status, after.meta?.versionId]).toEqual(['entered-in-error', marked.meta?.versionId]);
+  });
+
   it('a Coverage that would not be valid R4 once updated is left as it is, and the eligibility is still written against it', async () => {
     const first = await writer.write(cob('MP-COB-EXT', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_ext_1'));
     const created = await read<Coverage>('Coverage', first.coverageId);
