@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type * as z from 'zod';
+import { ConfigError } from './config-error';
 import { describeIssue } from './domain/issues';
 
 /** The repository root, the same from src/ (tests) and dist/ (the built CLI). */
@@ -21,11 +22,11 @@ export function readMappingFile<T extends z.ZodType>(relativePath: string, schem
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new Error(`mappings/${relativePath}: cannot be read as JSON (${(err as Error).message})`);
+    throw new ConfigError(`mappings/${relativePath}: cannot be read as JSON (${(err as Error).message})`);
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
-    throw new Error(`mappings/${relativePath}: ${describeIssue(parsed.error)}`);
+    throw new ConfigError(`mappings/${relativePath}: ${describeIssue(parsed.error)}`);
   }
   return parsed.data;
 }

@@ -1,5 +1,6 @@
 import * as path from 'node:path';
-import { clientConfig, ConfigError, readConfigFile, serviceSettings } from '../service/config-file';
+import { ConfigError } from '../config-error';
+import { clientConfig, readConfigFile, serviceSettings } from '../service/config-file';
 import type { ClientConfig } from '../verification/config';
 
 export const DEFAULT_CATALOG_FILE = path.join('.dental-elig', 'catalog.json');

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { projectRoot } from '../mapping-files';
-import { ConfigError } from '../service/config-file';
+import { ConfigError } from '../config-error';
 import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';

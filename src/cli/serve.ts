@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { ConfigError } from '../config-error';
 import { withoutUndefined } from '../service/config-file';
 import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
@@ -37,6 +38,8 @@ export function registerServe(program: Command, io: CliIo): void {
       try {
         serving = await serve(config, { line: (text) => io.stdout.write(`${text}\n`) });
       } catch (err) {
+        // A mapping or a variable that cannot be used (read as the sync is created) is a configuration error, as the config file's are.
+        if (err instanceof ConfigError) throw err;
         const code = (err as NodeJS.ErrnoException).code;
         if (code === 'EADDRINUSE' || code === 'EACCES') throw new CliError(`serve: cannot listen (${code}); choose other ports with --mllp-port and --http-port`);
         throw new CliError(`serve: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);

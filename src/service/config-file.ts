@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import * as z from 'zod';
+import { ConfigError } from '../config-error';
 import { describeIssue } from '../domain/issues';
 import { describeJsonSyntax } from '../verification/json-syntax';
 import { ClientConfig, type ClientConfigInput } from '../verification/config';
@@ -46,8 +47,6 @@ export type ConfigFile = z.infer<typeof ConfigFile>;
 
 export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
 
-/** A setting that cannot be used; the message names it and never repeats a secret. */
-export class ConfigError extends Error {}
 
 /** The settings file in force, or {} when there is none. */
 export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {

@@ -5,10 +5,10 @@ import type { ClientConfigInput } from '../verification/config';
 import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
-import { carriesCredentials, clientConfig, ConfigError, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { ConfigError } from '../config-error';
+import { carriesCredentials, clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
-export { ConfigError } from './config-file';
 
 /**
  * What `serve` runs with: the settings file (never secrets) overlaid by the environment, where

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
@@ -113,6 +113,25 @@ describe('the dental-elig executable', () => {
       }
       const fromEnv = await runWith({ DENTAL_ELIG_STORE: 'mysql://elig:hunter2@db.internal/eligibility' }, 'jobs', 'list', '--data-dir', dir);
       expect(fromEnv).toEqual({ code: 2, stdout: '', stderr: line.replace('--store', 'DENTAL_ELIG_STORE') });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('exits 2 with one line for a mapping or a mapping variable it cannot use, in serve as in convert', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-mappings-'));
+    try {
+      const base = 'dental-elig: DENTAL_ELIG_FHIR_EXTENSION_BASE: must be an absolute URL\n';
+      const badBase = { DENTAL_ELIG_FHIR_EXTENSION_BASE: 'fhir.example-clinic.org/StructureDefinition' };
+      expect(await runWith(badBase, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0')).toEqual({ code: 2, stdout: '', stderr: base });
+      expect(await runWith(badBase, 'convert', 'result', 'fixtures/results/completed-full.json', '--patient', 'Patient/p', '--coverage', 'Coverage/c')).toEqual({ code: 2, stdout: '', stderr: base });
+      // A copy of mappings/ with one file broken by an edit.
+      const mappings = path.join(dir, 'mappings');
+      cpSync(path.join(projectRoot, 'mappings'), mappings, { recursive: true });
+      writeFileSync(path.join(mappings, 'fhir', 'categories.json'), '{ "categories": ');
+      const broken = await runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0');
+      expect([broken.code, broken.stdout]).toEqual([2, '']);
+      expect(broken.stderr).toMatch(/^dental-elig: mappings\/fhir\/categories\.json: cannot be read as JSON \([^\n]*\)\n$/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

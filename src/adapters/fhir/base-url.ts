@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { ConfigError } from '../../config-error';
 import { describeIssue } from '../../domain/issues';
 
 /** The base a mapping file hangs its local URLs off (systems, extensions). */
@@ -14,7 +15,7 @@ export function baseUrl(fileBase: string, variable: string): string {
   let base = fileBase;
   if (override !== undefined) {
     const parsed = BaseUrl.safeParse(override);
-    if (!parsed.success) throw new Error(describeIssue(parsed.error, variable));
+    if (!parsed.success) throw new ConfigError(describeIssue(parsed.error, variable));
     base = parsed.data;
   }
   return base.endsWith('/') ? base : `${base}/`;

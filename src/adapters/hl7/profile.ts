@@ -1,6 +1,7 @@
 import { readdirSync } from 'node:fs';
 import * as path from 'node:path';
 import * as z from 'zod';
+import { ConfigError } from '../../config-error';
 import { mappingsDir, readMappingFile } from '../../mapping-files';
 import { loadCodeTables, type CodeTables } from './code-tables';
 import { FieldPathText, WholeFieldPathText } from './field-path';
@@ -132,11 +133,11 @@ export function loadHl7Mappings(dir = mappingsDir()): Hl7Mappings {
   for (const profile of [defaultProfile, ...dialects]) {
     for (const { tables } of profile.insurance.subscriberRelationship) {
       const unknown = tables.find((t) => !codeTables.relationshipTables.has(t));
-      if (unknown) throw new Error(`mappings/hl7 profile ${profile.name}: relationship table ${unknown} is not in mappings/hl7/relationship.json`);
+      if (unknown) throw new ConfigError(`mappings/hl7 profile ${profile.name}: relationship table ${unknown} is not in mappings/hl7/relationship.json`);
     }
     for (const app of profile.sendingApplications) {
       const other = claimed.get(app.toUpperCase());
-      if (other) throw new Error(`mappings/${DIALECTS}: sending application ${app} is claimed by both ${other} and ${profile.name}`);
+      if (other) throw new ConfigError(`mappings/${DIALECTS}: sending application ${app} is claimed by both ${other} and ${profile.name}`);
       claimed.set(app.toUpperCase(), profile.name);
     }
   }

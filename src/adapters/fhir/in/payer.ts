@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { ConfigError } from '../../../config-error';
 import type { PayerAsNamed } from '../../../domain';
 import { readMappingFile } from '../../../mapping-files';
 import type { Identifier } from './shapes';
@@ -25,7 +26,7 @@ const rules = () => (file ??= readMappingFile('fhir/payer-identifiers.json', Pay
 /** The identifier system this plugin writes payer ids in (the first rule's). */
 export function payerIdSystem(): string {
   const [first] = rules().rules;
-  if (!first?.system) throw new Error('mappings/fhir/payer-identifiers.json: rules.0.system: required');
+  if (!first?.system) throw new ConfigError('mappings/fhir/payer-identifiers.json: rules.0.system: required');
   return first.system;
 }
 
