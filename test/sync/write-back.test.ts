@@ -331,6 +331,18 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
     expect([after.status, after.meta?.versionId]).toEqual(['entered-in-error', marked.meta?.versionId]);
   });
 
+  it('drops a generated narrative that would describe the old order, and keeps one a person wrote', async () => {
+    for (const [id, status, kept] of [['MP-COB-GEN', 'generated', false], ['MP-COB-ADD', 'additional', true]] as const) {
+      const first = await writer.write(cob(id, '2026-11-02T09:00:00.000Z'), outcome(`ver_${id}_1`));
+      const created = await read<Coverage>('Coverage', first.coverageId);
+      const text = { status, div: '<div xmlns="http://www.w3.org/1999/xhtml">Primary dental plan</div>' };
+      await server.seed([{ ...created, text }]);
+      await writer.write(cob(id, '2026-11-20T09:00:00.000Z', turnedSecondary), outcome(`ver_${id}_2`));
+      const after = await read<Coverage>('Coverage', first.coverageId);
+      expect([after.order, after.text]).toEqual([2, kept ? text : undefined]);
+    }
+  });
+
   it('a Coverage that would not be valid R4 once updated is left as it is, and the eligibility is still written against it', async () => {
     const first = await writer.write(cob('MP-COB-EXT', '2026-11-02T09:00:00.000Z'), outcome('ver_cob_ext_1'));
     const created = await read<Coverage>('Coverage', first.coverageId);
