@@ -126,7 +126,7 @@ describe('PgJobStore with two instances on one database', () => {
       // A's lock connection ended by the server (an administrator, a failover); its pool is untouched.
       await db.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = (SELECT lease_lock FROM checks WHERE key = 'elig_1'))`, [LIVE_NAMESPACE]);
       await until('the lock is lost', async () => (await liveLocks()) === 1);
-      // Meanwhile its lease counts as an instance gone: B may take it (the service's idempotency key keeps a second send harmless).
+      // Meanwhile its lease counts as an instance gone: B may take it (the worker that held it is warned its lease was lost).
       expect((await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
       await until('the lock is taken again', async () => (await liveLocks()) === 2);
       expect((await a.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_2']);
