@@ -18,7 +18,7 @@ import { createWebhookHandler, type WebhookAuth } from '../verification/webhook'
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { deadLetter } from '../sync/dead-letters';
-import { appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
+import { appointmentsOfChanged, appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
 import type { JobStore } from '../sync/job-store';
@@ -255,19 +255,42 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       }
       const results: string[] = [];
       const refused: string[] = [];
-      // One appointment that cannot be read is no reason to leave the others of the notification unread.
-      for (const id of ids.appointments) {
+      const received = raw;
+      // One resource that cannot be read is no reason to leave the others of the notification unread.
+      const each = async (reference: string, handle: () => Promise<string>) => {
         try {
-          const done = await notifyAppointment(id, raw);
-          results.push(`${done.appointment}: ${done.status}`);
+          results.push(await handle());
         } catch (err) {
           if (!(err instanceof FhirInputError)) throw err;
-          await deadLetter(store, { kind: 'fhir-notification', raw, reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
-          refused.push(`Appointment/${id}: ${err.message}`);
+          await deadLetter(store, { kind: 'fhir-notification', raw: received, reason: `${reference}: ${err.message}`, receivedAt: now() });
+          refused.push(`${reference}: ${err.message}`);
+        }
+      };
+      const { changed } = ids;
+      for (const id of changed.Appointment) {
+        await each(`Appointment/${id}`, async () => {
+          const done = await notifyAppointment(id, received);
+          return `${done.appointment}: ${done.status}`;
+        });
+      }
+      // A patient's details or coverages changed: their appointments already held are read again.
+      for (const type of ['Patient', 'Coverage'] as const) {
+        for (const id of changed[type]) {
+          await each(`${type}/${id}`, async () => {
+            const today = now().toISOString().slice(0, 10);
+            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, today);
+            if (!patient) return `${type}/${id}: the server no longer has it`;
+            const read: string[] = [];
+            for (const appointmentId of appointments.filter((a) => !changed.Appointment.includes(a))) {
+              const done = await notifyAppointment(appointmentId, received);
+              read.push(`${done.appointment}: ${done.status}`);
+            }
+            return `${type}/${id}: ${read.length > 0 ? read.join(', ') : `no appointment of ${patient} held from today on`}`;
+          });
         }
       }
       if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '));
-      sendOutcome(res, 200, 'informational', results.join('; ') || 'no appointment in the notification');
+      sendOutcome(res, 200, 'informational', results.join('; '));
     })().catch(async (err: unknown) => {
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.

@@ -2,14 +2,18 @@ import * as z from 'zod';
 import { describeJsonSyntax } from '../verification/json-syntax';
 
 /**
- * Which Appointments an R4 Subscription rest-hook notification is about. R4 servers send either
- * nothing (id-only: "something changed"), the resource itself (full-resource, often PUT to
- * .../Appointment/{id}), or, with the R4 subscriptions backport, a Bundle whose entries carry
- * the resources (full-resource) or only their fullUrl (id-only, STU 1.0), and whose
- * SubscriptionStatus (a Parameters) names each event's focus (id-only from STU 1.1 names it
- * nowhere else). All are read here.
+ * Which Appointments, Patients and Coverages an R4 Subscription rest-hook notification is about:
+ * an appointment booked or changed, or a patient's details or coverages changed under appointments
+ * already booked. R4 servers send either nothing (id-only: "something changed"), the resource
+ * itself (full-resource, often PUT to .../Coverage/{id}), or, with the R4 subscriptions backport, a
+ * Bundle whose entries carry the resources (full-resource) or only their fullUrl (id-only, STU
+ * 1.0), and whose SubscriptionStatus (a Parameters) names each event's focus (id-only from STU 1.1
+ * names it nowhere else). All are read here.
  */
-export type NotificationIds = { kind: 'appointments'; appointments: string[] } | { kind: 'heartbeat' } | { kind: 'invalid'; reason: string };
+export type NotificationIds = { kind: 'changes'; changed: Changed } | { kind: 'heartbeat' } | { kind: 'invalid'; reason: string };
+export type Changed = Record<ChangedType, string[]>;
+export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage'] as const;
+type ChangedType = (typeof CHANGED_TYPES)[number];
 
 const Resource = z.looseObject({ resourceType: z.string(), id: z.string().optional() });
 /** The backport's SubscriptionStatus: parameter notification-event, part focus. */
@@ -22,11 +26,26 @@ const Bundle = z.looseObject({
   entry: z.array(z.looseObject({ fullUrl: z.string().optional(), resource: Resource.optional(), request: z.looseObject({ url: z.string().optional() }).optional() })).optional(),
 });
 
-const APPOINTMENT_REF = /(?:^|\/)Appointment\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+
+/** The type and id a reference or URL names, when it is one of the types a change is read for. */
+function changedRef(ref: string | undefined): [ChangedType, string] | undefined {
+  const match = ref === undefined ? null : CHANGED_REF.exec(ref);
+  return match ? [match[1] as ChangedType, match[2] as string] : undefined;
+}
+
+const isChangedType = (type: string): type is ChangedType => (CHANGED_TYPES as readonly string[]).includes(type);
+
+function changes(refs: Array<[ChangedType, string]>): NotificationIds {
+  if (refs.length === 0) return { kind: 'heartbeat' };
+  const changed: Changed = { Appointment: [], Patient: [], Coverage: [] };
+  for (const [type, id] of refs) if (!changed[type].includes(id)) changed[type].push(id);
+  return { kind: 'changes', changed };
+}
 
 export function subscriptionNotificationIds(body: string, url: string): NotificationIds {
-  const fromPath = APPOINTMENT_REF.exec(new URL(url, 'http://x').pathname)?.[1];
-  if (body.trim() === '') return fromPath ? { kind: 'appointments', appointments: [fromPath] } : { kind: 'heartbeat' };
+  const fromPath = changedRef(new URL(url, 'http://x').pathname);
+  if (body.trim() === '') return changes(fromPath ? [fromPath] : []);
   let json: unknown;
   try {
     json = JSON.parse(body);
@@ -35,21 +54,23 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   }
   const bundle = Bundle.safeParse(json);
   if (bundle.success) {
-    const ids = new Set<string>();
+    const refs: Array<[ChangedType, string]> = [];
     for (const entry of bundle.data.entry ?? []) {
-      if (entry.resource?.resourceType === 'Appointment' && entry.resource.id) ids.add(entry.resource.id);
+      const type = entry.resource?.resourceType;
+      if (type && isChangedType(type) && entry.resource?.id) refs.push([type, entry.resource.id]);
       else for (const ref of [entry.fullUrl, entry.request?.url, ...eventFocuses(entry.resource)]) {
-        const id = ref && APPOINTMENT_REF.exec(ref)?.[1];
-        if (id) ids.add(id);
+        const found = changedRef(ref);
+        if (found) refs.push(found);
       }
     }
-    return ids.size > 0 ? { kind: 'appointments', appointments: [...ids] } : { kind: 'heartbeat' };
+    return changes(refs);
   }
   const resource = Resource.safeParse(json);
   if (!resource.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };
-  if (resource.data.resourceType !== 'Appointment') return { kind: 'invalid', reason: `resourceType ${resource.data.resourceType.slice(0, 40)} is not Appointment` };
-  const id = resource.data.id ?? fromPath;
-  return id ? { kind: 'appointments', appointments: [id] } : { kind: 'invalid', reason: 'Appointment.id missing' };
+  const type = resource.data.resourceType;
+  if (!isChangedType(type)) return { kind: 'invalid', reason: `resourceType ${type.slice(0, 40)} is not Appointment, Patient or Coverage` };
+  const id = resource.data.id ?? (fromPath?.[0] === type ? fromPath[1] : undefined);
+  return id ? changes([[type, id]]) : { kind: 'invalid', reason: `${type}.id missing` };
 }
 
 function eventFocuses(resource: unknown): Array<string | undefined> {

@@ -134,11 +134,59 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
   });
 }
 
+/** The little of a Coverage the pipeline reads to find whose it is. */
+const CoverageHead = z.looseObject({ beneficiary: z.looseObject({ reference: z.string().optional() }).optional() });
+const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})$/;
+
+/** The id of the Patient a Coverage is for, when its beneficiary names one. */
+function beneficiaryOf(coverage: unknown): string | undefined {
+  const reference = CoverageHead.safeParse(coverage).data?.beneficiary?.reference;
+  return reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1];
+}
+
+/** The patient's appointments the store holds from `from` on, not cancelled, by id. */
+async function heldAppointments(store: JobStore, patient: string, from: string): Promise<string[]> {
+  const held = await store.transaction((tx) => tx.appointmentsOfPatient(`fhir|${patient}`));
+  return held.filter((a) => a.status !== 'cancelled' && a.dateOfService >= from && a.key.startsWith('fhir|Appointment/')).map((a) => a.key.slice('fhir|Appointment/'.length));
+}
+
 /**
- * What the poll keeps between polls: the newest meta.lastUpdated the server gave, the versions it
- * gave at that instant (id/versionId, or id/digest without one), and the last day the window reached.
+ * The appointments to read again when a patient's details or coverages changed in the chart under
+ * appointments already booked (a secondary plan added, a member id or birth date corrected): the
+ * patient's appointments the store holds from `today` on, booked or waiting for insurance. Read
+ * again, one whose checks come out the same is a duplicate and changes nothing. A Coverage names
+ * its patient as beneficiary; one the server no longer has names nobody, and a coverage that ended
+ * or was removed is found when its appointments next change or come into the poll's window.
  */
-const PollCursor = z.object({ lastUpdated: z.string().optional(), seen: z.array(z.string()).optional(), horizon: z.string().optional() });
+export async function appointmentsOfChanged(
+  store: JobStore,
+  reader: FhirReader,
+  changed: { type: 'Patient' | 'Coverage'; id: string },
+  today: string,
+): Promise<{ patient: string | undefined; appointments: string[] }> {
+  let patientId: string | undefined = changed.id;
+  if (changed.type === 'Coverage') {
+    const coverage = await reader.read('Coverage', changed.id);
+    if (coverage === undefined) return { patient: undefined, appointments: [] };
+    patientId = beneficiaryOf(coverage);
+    if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
+  }
+  const patient = `Patient/${patientId}`;
+  return { patient, appointments: await heldAppointments(store, patient, today) };
+}
+
+/**
+ * Where a search by meta.lastUpdated got to: the newest instant the server gave, and the versions
+ * it gave at that instant (id/versionId, or id/digest without one).
+ */
+const Mark = z.object({ lastUpdated: z.string().optional(), seen: z.array(z.string()).optional() });
+type Mark = z.infer<typeof Mark>;
+
+/**
+ * What the poll keeps between polls: the appointments' mark, the last day the window reached, and
+ * the marks of the Coverages and Patients read for changes under appointments already booked.
+ */
+const PollCursor = Mark.extend({ horizon: z.string().optional(), coverages: Mark.optional(), patients: Mark.optional() });
 type PollCursor = z.infer<typeof PollCursor>;
 
 /** A cursor as stored; a bare timestamp is one from before the window was kept. */
@@ -149,12 +197,47 @@ function readCursor(text: string | undefined): PollCursor {
   return parsed.success ? parsed.data : {};
 }
 
+const Head = z.looseObject({ id: z.string().optional(), meta: z.looseObject({ versionId: z.string().optional(), lastUpdated: z.string().optional() }).optional() });
+
+/**
+ * What a search from a mark's instant on found that the last poll had not taken, and the mark
+ * after it. From the instant on, not after it: a server that keeps whole seconds, or makes a
+ * change visible after a later one, can give a change that instant once the mark holds it. The
+ * versions seen at that instant are known, and only they are passed over.
+ */
+function sinceMark(found: readonly unknown[], previous: Mark): { fresh: Array<{ id: string; resource: unknown }>; mark: Mark } {
+  const fresh: Array<{ id: string; resource: unknown }> = [];
+  let { lastUpdated } = previous;
+  let seen = new Set(previous.seen);
+  const since = previous.lastUpdated === undefined ? Number.NaN : Date.parse(previous.lastUpdated);
+  for (const resource of found) {
+    const head = Head.safeParse(resource);
+    if (!head.success || !head.data.id) continue;
+    const updated = head.data.meta?.lastUpdated;
+    const at = updated === undefined ? Number.NaN : Date.parse(updated);
+    // A server that gives no versionId: the resource as it reads now stands for its version.
+    const version = `${head.data.id}/${head.data.meta?.versionId ?? digestOf(resource)}`;
+    if (at === since && previous.seen?.includes(version)) continue;
+    fresh.push({ id: head.data.id, resource });
+    const newest = lastUpdated === undefined ? Number.NaN : Date.parse(lastUpdated);
+    if (Number.isNaN(at)) continue;
+    if (Number.isNaN(newest) || at > newest) (lastUpdated = updated), (seen = new Set([version]));
+    else if (at === newest) seen.add(version);
+  }
+  return { fresh, mark: { lastUpdated, seen: [...seen] } };
+}
+
+/** How far back a first poll reads Coverages and Patients for changes: all of them would be the whole chart. */
+const FIRST_CHANGES_MS = 86_400_000;
+
 /**
  * Appointments in the next `days` days in a status verified or one that will not happen
  * (mappings/fhir/appointment-status.json) since the last poll, those verified the window
- * reached since then (booked long ahead, they changed before they were in it), and those still
- * waiting for insurance, whose coverages may have arrived since. The cursor holds the newest
- * meta.lastUpdated the server gave, so the FHIR server's clock, not ours, decides what changed.
+ * reached since then (booked long ahead, they changed before they were in it), those still
+ * waiting for insurance, whose coverages may have arrived since, and those held from today on of
+ * patients whose Coverage or Patient changed since the last poll (a first poll looks back a day).
+ * The cursor holds the newest meta.lastUpdated the server gave, so the FHIR server's clock, not
+ * ours, decides what changed.
  */
 export async function appointmentsToPoll(
   store: JobStore,
@@ -166,31 +249,11 @@ export async function appointmentsToPoll(
   const previous = readCursor(options.since);
   const window = { status: verifiedStatuses().join(','), date: [`ge${from}`, `le${until}`], _count: '100' };
   const ids = new Set<string>();
-  let lastUpdated = previous.lastUpdated;
   // What changed includes what will not happen any more, so its checks are withdrawn.
   const changedWindow = { ...window, status: [...verifiedStatuses(), ...willNotHappenStatuses()].join(',') };
-  // From the cursor's instant on, not after it: a server that keeps whole seconds, or makes a change
-  // visible after a later one, can give a change that instant once the cursor holds it. The versions
-  // seen at that instant are known, and only they are passed over.
   const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `ge${previous.lastUpdated}` } : changedWindow);
-  // The versions seen at the cursor's instant, as lastUpdated moves on.
-  let seen = new Set(previous.seen);
-  const since = previous.lastUpdated === undefined ? Number.NaN : Date.parse(previous.lastUpdated);
-  for (const found of changed) {
-    const head = AppointmentHead.safeParse(found);
-    if (!head.success || !head.data.id) continue;
-    const updated = head.data.meta?.lastUpdated;
-    const at = updated === undefined ? Number.NaN : Date.parse(updated);
-    // A server that gives no versionId: the appointment as it reads now stands for its version.
-    const version = `${head.data.id}/${head.data.meta?.versionId ?? digestOf(found)}`;
-    // What the last poll took at its instant.
-    if (at === since && previous.seen?.includes(version)) continue;
-    ids.add(head.data.id);
-    const newest = lastUpdated === undefined ? Number.NaN : Date.parse(lastUpdated);
-    if (Number.isNaN(at)) continue;
-    if (Number.isNaN(newest) || at > newest) (lastUpdated = updated), (seen = new Set([version]));
-    else if (at === newest) seen.add(version);
-  }
+  const appointments = sinceMark(changed, previous);
+  for (const { id } of appointments.fresh) ids.add(id);
   if (previous.horizon && previous.horizon < until) {
     const reached = await reader.search('Appointment', { ...window, date: [`gt${previous.horizon}`, `le${until}`] });
     for (const found of reached) {
@@ -201,5 +264,17 @@ export async function appointmentsToPoll(
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
     if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
   }
-  return { ids: [...ids], cursor: JSON.stringify({ lastUpdated, seen: [...seen], horizon: until } satisfies PollCursor) };
+  const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
+  const changesOf = async (type: 'Coverage' | 'Patient', mark: Mark | undefined) => {
+    const found = await reader.search(type, { _lastUpdated: `ge${mark?.lastUpdated ?? firstLook}`, _count: '100' });
+    return sinceMark(found, mark ?? {});
+  };
+  const coverages = await changesOf('Coverage', previous.coverages);
+  const patients = await changesOf('Patient', previous.patients);
+  const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
+  for (const patient of changedPatients) {
+    for (const id of await heldAppointments(store, `Patient/${patient}`, from)) ids.add(id);
+  }
+  const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
+  return { ids: [...ids], cursor: JSON.stringify(cursor) };
 }

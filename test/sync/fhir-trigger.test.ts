@@ -60,6 +60,68 @@ describe('FHIR-triggered eligibility', () => {
     expect(notification?.detail).toBe('booked: 2 checks; warnings: Appointment.participant: names 2 patients: only the first is verified; give each patient an appointment of their own');
   });
 
+  describe('a patient\'s details or coverages changed under an appointment already booked', () => {
+    // The visit two weeks from the day the test runs: only appointments from today on are read again.
+    const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);
+    const chart = () => chartOf('primary-secondary').map((r) => (r.resourceType === 'Appointment' ? { ...r, start: `${visit}T11:00:00-06:00`, end: `${visit}T12:00:00-06:00` } : r));
+    const notify = async (path: string, body?: object) => {
+      const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', ...(body && { headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify(body) }) });
+      return { status: res.status, said: ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics };
+    };
+    const rounds = async () => (await h.store.listChecks()).map((c) => [c.check.coverage.order, c.round, c.state, c.check.subscriber.memberId]).sort();
+    beforeEach(async () => {
+      await h.fhir.seed(chart());
+      await notify('/Appointment/appt-4004');
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    });
+
+    it('verifies again the coverage whose member id the chart corrected, told of the Coverage alone', async () => {
+      const corrected = chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-aetna' ? [{ ...r, subscriberId: 'W778899002' }] : []));
+      await h.fhir.seed(corrected);
+      expect(await notify('/Coverage/cov-marco-aetna')).toEqual({ status: 200, said: 'Coverage/cov-marco-aetna: Appointment/appt-4004: booked' });
+      // A member id is part of the check's key: the corrected coverage is a check of its own, verified and written.
+      await until('the corrected coverage written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.check.subscriber.memberId === 'W778899002'));
+      const [appointment] = await h.store.listAppointments('booked');
+      const held = (await h.store.listChecks()).filter((c) => appointment?.checkKeys.includes(c.key));
+      expect(held.map((c) => [c.check.coverage.order, c.state, c.check.subscriber.memberId]).sort()).toEqual([
+        ['primary', 'written', 'DD7654321'],
+        ['secondary', 'written', 'W778899002'],
+      ]);
+      expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(3);
+    });
+
+    it('reads the patient\'s appointments again on a Patient notification, full-resource or in a backport Bundle, and changes nothing when nothing changed', async () => {
+      const patient = chart().find((r) => r.resourceType === 'Patient');
+      expect(await notify('', patient)).toEqual({ status: 200, said: 'Patient/pat-marco: Appointment/appt-4004: booked' });
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Coverage/cov-marco-delta` }] })).toEqual({
+        status: 200,
+        said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked',
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await rounds()).toEqual([
+        ['primary', 0, 'written', 'DD7654321'],
+        ['secondary', 0, 'written', 'W778899001'],
+      ]);
+      // Each read of an unchanged appointment is a duplicate: nothing more is kept than the first notification.
+      expect((await h.store.listMessages({ kind: 'fhir-notification' })).map((m) => m.status)).toEqual(['handled']);
+    });
+
+    it('finds by polling a Coverage the chart changed since the last poll, and reads nothing again after', async () => {
+      expect(await h.sync.pollAppointments()).toBeGreaterThan(0);
+      expect(await h.sync.pollAppointments()).toBe(0);
+      await h.fhir.seed(chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-aetna' ? [{ ...r, subscriberId: 'W778899002' }] : [])));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      await until('the corrected coverage written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.check.subscriber.memberId === 'W778899002'));
+      expect(await h.sync.pollAppointments()).toBe(0);
+    });
+
+    it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
+      expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
+      expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
+      expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient or Coverage' });
+    });
+  });
+
   it('verifies a pending, arrived or checked-in appointment as a booked one', async () => {
     const pending = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'pending' as const }] : []));
     await h.fhir.seed(pending);
