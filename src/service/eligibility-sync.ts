@@ -304,7 +304,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   async function pollAppointments(): Promise<number> {
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
-    const { ids, cursor } = await appointmentsToPoll(store, await getReader(), { now: now(), days: settings.fhirPollDays, since });
+    const { ids, cursor, unread } = await appointmentsToPoll(store, await getReader(), { now: now(), days: settings.fhirPollDays, since });
+    for (const { resourceType, err } of unread) {
+      logger.warn({ resourceType, err: errorText(err) }, 'FHIR poll could not search what changed of this type: appointments were polled, changes under them wait for a notification');
+    }
     for (const id of ids) {
       try {
         await notifyAppointment(id);

@@ -243,7 +243,7 @@ export async function appointmentsToPoll(
   store: JobStore,
   reader: FhirReader,
   options: { now: Date; days: number; since: string | undefined },
-): Promise<{ ids: string[]; cursor: string }> {
+): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> }> {
   const from = options.now.toISOString().slice(0, 10);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
   const previous = readCursor(options.since);
@@ -265,9 +265,17 @@ export async function appointmentsToPoll(
     if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
   }
   const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
+  const unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> = [];
   const changesOf = async (type: 'Coverage' | 'Patient', mark: Mark | undefined) => {
-    const found = await reader.search(type, { _lastUpdated: `ge${mark?.lastUpdated ?? firstLook}`, _count: '100' });
-    return sinceMark(found, mark ?? {});
+    try {
+      const found = await reader.search(type, { _lastUpdated: `ge${mark?.lastUpdated ?? firstLook}`, _count: '100' });
+      return sinceMark(found, mark ?? {});
+    } catch (err) {
+      // A chart that will not search them by _lastUpdated alone (some want a patient) still has its
+      // appointments polled; the mark stays, so what changed is read once the search answers.
+      unread.push({ resourceType: type, err });
+      return { fresh: [], mark };
+    }
   };
   const coverages = await changesOf('Coverage', previous.coverages);
   const patients = await changesOf('Patient', previous.patients);
@@ -276,5 +284,5 @@ export async function appointmentsToPoll(
     for (const id of await heldAppointments(store, `Patient/${patient}`, from)) ids.add(id);
   }
   const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
-  return { ids: [...ids], cursor: JSON.stringify(cursor) };
+  return { ids: [...ids], cursor: JSON.stringify(cursor), unread };
 }

@@ -32,11 +32,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     return proxy;
   }
 
-  /** A server in front of the FHIR server that passes each request on (bodies too: the write-back goes this way) once `hold` lets it. */
-  async function inFrontOfFhir(hold: (req: RecordedRequest) => Promise<void>) {
+  /**
+   * A server in front of the FHIR server that passes each request on (bodies too: the write-back
+   * goes this way) once `hold` lets it, but for those `refuse` answers 400 itself.
+   */
+  async function inFrontOfFhir(hold: (req: RecordedRequest) => Promise<void>, refuse: (req: RecordedRequest) => boolean = () => false) {
     let fhirUrl = '';
     const server = await startScriptedServer(async (req, res) => {
       await hold(req);
+      if (refuse(req)) {
+        const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'a search by patient is required' }] };
+        return void res.writeHead(400, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(outcome));
+      }
       const headers = { accept: 'application/fhir+json', 'content-type': req.headers['content-type'] ?? 'application/fhir+json' };
       const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : req.body });
       res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
@@ -208,6 +215,23 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     const failed = await until('the failure logged', async () => h.logs.find((line) => line.includes('FHIR poll failed')));
     expect(failed).not.toMatch(/Alvarez|Marco|1985-11-30/);
     await proxy.close();
+  });
+
+  it('polls appointments still on a chart that refuses to search Coverages and Patients by _lastUpdated alone, and logs what it could not read', async () => {
+    // As charts whose Coverage search needs a patient answer it.
+    const refusing = await inFrontOfFhir(async () => undefined, (req) => /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/.test(req.url));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: refusing.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await h.sync.pollAppointments()).toBe(0);
+      const unread = h.logs.filter((line) => line.includes('FHIR poll could not search'));
+      expect(unread.map((line) => (JSON.parse(line) as { resourceType: string }).resourceType).sort()).toEqual(['Coverage', 'Coverage', 'Patient', 'Patient']);
+      expect(refusing.requests.filter((r) => /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/.test(r.url))).toHaveLength(4);
+    } finally {
+      await refusing.close();
+    }
   });
 
   it('finds an appointment booked beyond the poll window once the window reaches it, though it never changed', async () => {
