@@ -12,7 +12,8 @@ import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
-import { PayerCatalog } from '../verification/payer-catalog';
+import { failureKinds } from '../verification/failure-kinds';
+import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
 import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
@@ -121,6 +122,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const routing = config.routing ?? loadClinicRouting();
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
+  // Read when the catalog loads and when a verification fails: a bad edit would show as the service unreachable, or fail a result.
+  loadPayerAliases();
+  failureKinds();
   // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
   let arriving = 0;
   const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {

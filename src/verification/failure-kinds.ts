@@ -9,7 +9,8 @@ const FailureKindsFile = z.looseObject({
 });
 
 let table: z.infer<typeof FailureKindsFile>['kinds'] | undefined;
-function kinds() {
+/** The table, read once; the sync reads it as it is created, so a bad edit stops it starting rather than failing a result. */
+export function failureKinds() {
   table ??= readMappingFile('failure-kinds.json', FailureKindsFile).kinds;
   return table;
 }
@@ -30,6 +31,6 @@ export function failureKindOf(problemType: string | null | undefined): string {
 
 export function classifyFailure(problemType: string | null | undefined): FailureClassification {
   const kind = failureKindOf(problemType);
-  const known = kinds()[kind];
+  const known = failureKinds()[kind];
   return known ? { kind, action: known.action, advice: known.advice } : { kind, action: 'unknown' };
 }

@@ -14,7 +14,7 @@ const bin = path.join(projectRoot, 'bin', 'dental-elig.js');
 const run = async (...args: string[]) => runWith({}, ...args);
 const runWith = async (env: NodeJS.ProcessEnv, ...args: string[]) => {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bin, ...args], { cwd: projectRoot, env: { PATH: process.env.PATH, ...env } });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bin, ...args], { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, timeout: 8000 });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -132,6 +132,14 @@ describe('the dental-elig executable', () => {
       const broken = await runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0');
       expect([broken.code, broken.stdout]).toEqual([2, '']);
       expect(broken.stderr).toMatch(/^dental-elig: mappings\/fhir\/categories\.json: cannot be read as JSON \([^\n]*\)\n$/);
+      // Read by the payer catalog and by a failed verification's result: refused at start-up too, not at the first message.
+      cpSync(path.join(projectRoot, 'mappings', 'fhir', 'categories.json'), path.join(mappings, 'fhir', 'categories.json'));
+      for (const file of ['payers.json', 'failure-kinds.json']) {
+        writeFileSync(path.join(mappings, file), '{ "kinds": ');
+        const refused = await runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0');
+        expect([refused.code, refused.stdout, refused.stderr]).toEqual([2, '', expect.stringMatching(new RegExp(`^dental-elig: mappings/${file.replace('.', '\\.')}: cannot be read as JSON \\([^\n]*\\)\n$`))]);
+        cpSync(path.join(projectRoot, 'mappings', file), path.join(mappings, file));
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
