@@ -142,9 +142,9 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
   // A Coverage written before it carried one takes it once, or an older message's late result would still turn it back.
   if (storedAt && sameContent(updated, stored)) return undefined;
   const extension = replaced(stored.extension, fresh.extension, isStatedAt);
-  // A narrative generated from the data would describe the old order: it goes, for the server to make again; one written by a person stays.
+  // A narrative generated from the data (and its extensions) would describe the old order: it goes, for the server to make again; one a person added to stays.
   const { text, ...rest } = { ...updated, ...(extension ? { extension } : {}) };
-  return text?.status === 'generated' ? rest : { ...rest, ...(text ? { text } : {}) };
+  return text?.status === 'generated' || text?.status === 'extensions' ? rest : { ...rest, ...(text ? { text } : {}) };
 }
 
 const isStatedAt = (e: Extension) => e.url === extensionUrl('coverage-stated-at');

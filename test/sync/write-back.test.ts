@@ -332,7 +332,8 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
   });
 
   it('drops a generated narrative that would describe the old order, and keeps one a person wrote', async () => {
-    for (const [id, status, kept] of [['MP-COB-GEN', 'generated', false], ['MP-COB-ADD', 'additional', true]] as const) {
+    // extensions: generated from the data and its extensions (R4 NarrativeStatus), as stale as generated.
+    for (const [id, status, kept] of [['MP-COB-GEN', 'generated', false], ['MP-COB-EXT-GEN', 'extensions', false], ['MP-COB-ADD', 'additional', true]] as const) {
       const first = await writer.write(cob(id, '2026-11-02T09:00:00.000Z'), outcome(`ver_${id}_1`));
       const created = await read<Coverage>('Coverage', first.coverageId);
       const text = { status, div: '<div xmlns="http://www.w3.org/1999/xhtml">Primary dental plan</div>' };
