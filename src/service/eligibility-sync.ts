@@ -284,12 +284,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
             const today = now().toISOString().slice(0, 10);
             const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, today);
             if (!patient) return `${type}/${id}: the server no longer has it`;
+            if (appointments.length === 0) return `${type}/${id}: no appointment of ${patient} held from today on`;
             const read: string[] = [];
-            for (const appointmentId of appointments.filter((a) => !changed.Appointment.includes(a))) {
+            for (const appointmentId of appointments) {
+              // Named by the notification too: read once, above.
+              if (changed.Appointment.includes(appointmentId)) {
+                read.push(`Appointment/${appointmentId}: read above`);
+                continue;
+              }
               const done = await notifyAppointment(appointmentId, received);
               read.push(`${done.appointment}: ${done.status}`);
             }
-            return `${type}/${id}: ${read.length > 0 ? read.join(', ') : `no appointment of ${patient} held from today on`}`;
+            return `${type}/${id}: ${read.join(', ')}`;
           });
         }
       }

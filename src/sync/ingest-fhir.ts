@@ -47,7 +47,8 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
   const rule = appointmentStatusRule(head.status);
   if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options);
-  const patient = head.participant?.map((p) => p.actor?.reference).find((r) => r?.startsWith('Patient/') || r?.includes('/Patient/'));
+  // Keyed by id alone, as a Patient or Coverage changed later names it: a versioned reference is the same patient.
+  const patient = head.participant?.map((p) => patientIdOf(p.actor?.reference)).find((id) => id !== undefined);
   if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
   const cancelled = rule === 'withdraw';
   const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
@@ -63,7 +64,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
       tx,
       {
         key: `fhir|${reference}`,
-        patientKey: `fhir|${patient.slice(patient.lastIndexOf('Patient/'))}`,
+        patientKey: `fhir|Patient/${patient}`,
         dateOfService: checks[0]?.dateOfService ?? head.start?.slice(0, 10) ?? '',
         status,
         checks,
@@ -136,12 +137,13 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
 
 /** The little of a Coverage the pipeline reads to find whose it is. */
 const CoverageHead = z.looseObject({ beneficiary: z.looseObject({ reference: z.string().optional() }).optional() });
-const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})$/;
+/** A Patient reference, relative or absolute, versioned (`/_history/n`) or not. */
+const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+const patientIdOf = (reference: string | undefined) => (reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1]);
 
 /** The id of the Patient a Coverage is for, when its beneficiary names one. */
 function beneficiaryOf(coverage: unknown): string | undefined {
-  const reference = CoverageHead.safeParse(coverage).data?.beneficiary?.reference;
-  return reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1];
+  return patientIdOf(CoverageHead.safeParse(coverage).data?.beneficiary?.reference);
 }
 
 /** The patient's appointments the store holds from `from` on, not cancelled, by id. */

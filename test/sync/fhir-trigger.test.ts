@@ -115,6 +115,15 @@ describe('FHIR-triggered eligibility', () => {
       expect(await h.sync.pollAppointments()).toBe(0);
     });
 
+    it('reads an appointment a notification names with its Patient once, and finds a patient by a versioned reference', async () => {
+      const both = { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt-4004/_history/1` }, { fullUrl: `${h.fhir.url}/Patient/pat-marco` }] };
+      expect(await notify('', both)).toEqual({ status: 200, said: 'Appointment/appt-4004: booked; Patient/pat-marco: Appointment/appt-4004: read above' });
+      // A Coverage whose beneficiary is a versioned reference is the same patient's.
+      const versioned = chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, beneficiary: { reference: 'Patient/pat-marco/_history/1' } }] : []));
+      await h.fhir.seed(versioned);
+      expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked' });
+    });
+
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
       expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });

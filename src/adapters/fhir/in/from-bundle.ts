@@ -161,9 +161,16 @@ function participant(index: BundleIndex, raw: AnyResource, appointment: Appointm
   return undefined;
 }
 
-/** How many participants are a Patient, resolved or by what their reference says. */
+/** How many patients the participants name, resolved or by what their reference says; one named twice is one. */
 function patientParticipants(index: BundleIndex, raw: AnyResource, appointment: Appointment): number {
-  return (appointment.participant ?? []).filter((p) => p.actor && (index.resolve(p.actor, ['Patient'], raw).kind === 'found' || claimsType(p.actor, 'Patient'))).length;
+  const patients = new Set<unknown>();
+  for (const p of appointment.participant ?? []) {
+    if (!p.actor) continue;
+    const resolved = index.resolve(p.actor, ['Patient'], raw);
+    if (resolved.kind === 'found') patients.add(resolved.resource);
+    else if (claimsType(p.actor, 'Patient')) patients.add(p.actor.reference ?? p.actor);
+  }
+  return patients.size;
 }
 
 function claimsType(ref: Reference, type: string): boolean {

@@ -375,6 +375,11 @@ describe('checksFromBundle', () => {
     expect(checks.map((c) => [c.idempotencyKey, c.source.kind === 'fhir' && c.source.patient])).toEqual(single.checks.map((c) => [c.idempotencyKey, c.source.kind === 'fhir' && c.source.patient]));
     for (const check of checks) expect(check.warnings).toEqual([`Appointment.participant: ${diagnostics}`]);
     expect(notes).toEqual([{ expression: 'Appointment.participant', diagnostics, code: 'not-supported', severity: 'warning' }]);
+    // The same patient named twice (as patient and as attendee, say) is one patient: no warning.
+    const twice = bundleOf('self');
+    const booked = resource(twice, 'Appointment');
+    booked.participant = [...booked.participant, { actor: { reference: 'Patient/pat-ellen' }, status: 'accepted' }];
+    expect(convertBundle(twice, { routing, receivedAt: RECEIVED_AT }).notes).toEqual([]);
   });
 
   describe('Coverage.period against the date of service (2026-12-01)', () => {
