@@ -283,8 +283,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           await each(`${type}/${id}`, async () => {
             const today = now().toISOString().slice(0, 10);
             const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, today);
-            if (!patient) return `${type}/${id}: the server no longer has it`;
-            if (appointments.length === 0) return `${type}/${id}: no appointment of ${patient} held from today on`;
+            const gone = patient ? '' : 'the server no longer has it';
+            if (appointments.length === 0) return `${type}/${id}: ${gone || `no appointment of ${patient} held from today on`}`;
             const read: string[] = [];
             for (const appointmentId of appointments) {
               // Named by the notification too: read once, above.
@@ -295,7 +295,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
               const done = await notifyAppointment(appointmentId, received);
               read.push(`${done.appointment}: ${done.status}`);
             }
-            return `${type}/${id}: ${read.join(', ')}`;
+            return `${type}/${id}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
           });
         }
       }

@@ -146,6 +146,28 @@ function beneficiaryOf(coverage: unknown): string | undefined {
   return patientIdOf(CoverageHead.safeParse(coverage).data?.beneficiary?.reference);
 }
 
+/**
+ * The appointments booked from `from` on whose checks verify this Coverage: one the server no
+ * longer has names no patient, so they are found by their checks (the schedule ahead, not the
+ * store's history), and read again its checks are withdrawn.
+ */
+async function appointmentsVerifying(store: JobStore, coverage: string, from: string): Promise<string[]> {
+  const ahead = (await store.listAppointments('booked')).filter((a) => a.key.startsWith('fhir|Appointment/') && a.dateOfService >= from);
+  return store.transaction(async (tx) => {
+    const found: string[] = [];
+    for (const appointment of ahead) {
+      for (const key of appointment.checkKeys) {
+        const source = (await tx.getCheck(key))?.check.source;
+        if (source?.kind === 'fhir' && source.coverage === coverage) {
+          found.push(appointment.key.slice('fhir|Appointment/'.length));
+          break;
+        }
+      }
+    }
+    return found;
+  });
+}
+
 /** The patient's appointments the store holds from `from` on, not cancelled, by id. */
 async function heldAppointments(store: JobStore, patient: string, from: string): Promise<string[]> {
   const held = await store.transaction((tx) => tx.appointmentsOfPatient(`fhir|${patient}`));
@@ -157,8 +179,8 @@ async function heldAppointments(store: JobStore, patient: string, from: string):
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
  * patient's appointments the store holds from `today` on, booked or waiting for insurance. Read
  * again, one whose checks come out the same is a duplicate and changes nothing. A Coverage names
- * its patient as beneficiary; one the server no longer has names nobody, and a coverage that ended
- * or was removed is found when its appointments next change or come into the poll's window.
+ * its patient as beneficiary; for one the server no longer has (deleted), the appointments whose
+ * checks verify it are read again, so those checks are withdrawn (a poll does not see deletions).
  */
 export async function appointmentsOfChanged(
   store: JobStore,
@@ -169,7 +191,7 @@ export async function appointmentsOfChanged(
   let patientId: string | undefined = changed.id;
   if (changed.type === 'Coverage') {
     const coverage = await reader.read('Coverage', changed.id);
-    if (coverage === undefined) return { patient: undefined, appointments: [] };
+    if (coverage === undefined) return { patient: undefined, appointments: await appointmentsVerifying(store, `Coverage/${changed.id}`, today) };
     patientId = beneficiaryOf(coverage);
     if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
   }

@@ -124,6 +124,14 @@ describe('FHIR-triggered eligibility', () => {
       expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked' });
     });
 
+    it('reads again the appointments whose checks verify a Coverage the chart deleted, so they no longer hold it', async () => {
+      await h.fhir.repo.deleteResource('Coverage', 'cov-marco-aetna');
+      expect(await notify('/Coverage/cov-marco-aetna')).toEqual({ status: 200, said: 'Coverage/cov-marco-aetna: the server no longer has it; Appointment/appt-4004: booked' });
+      const [appointment] = await h.store.listAppointments('booked');
+      const held = (await h.store.listChecks()).filter((c) => appointment?.checkKeys.includes(c.key));
+      expect(held.map((c) => (c.check.source.kind === 'fhir' ? c.check.source.coverage : undefined))).toEqual(['Coverage/cov-marco-delta']);
+    });
+
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
       expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
