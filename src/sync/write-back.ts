@@ -6,7 +6,7 @@ import { describeIssue } from '../domain/issues';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
-import { assertValidR4, validateR4 } from '../adapters/fhir/validate';
+import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { chartClient, idFrom } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
@@ -240,11 +240,9 @@ function updateOfFoundCoverage(
   const stored = index < 0 ? undefined : (found[index] as Coverage | undefined);
   if (!stored?.id) return undefined;
   const resource = updatedCoverage(stored, chartCoverage(check, chart));
-  if (!resource || !isValidR4(resource)) return undefined;
+  if (!resource || r4Errors(resource).length > 0) return undefined;
   return { resource, id: stored.id, stored };
 }
-
-const isValidR4 = (resource: Resource) => !validateR4(resource).some((i) => i.severity === 'error' || i.severity === 'fatal');
 
 function once<T>(make: () => T): () => T {
   let made: T | undefined;

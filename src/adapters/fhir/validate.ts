@@ -209,9 +209,14 @@ function codesOf(system: string): Set<string> {
   return new Set(concepts.map((c) => c.code));
 }
 
+/** The issues validateR4 finds that make the resource invalid: errors and fatal ones, not warnings. */
+export function r4Errors(resource: Resource): FhirIssue[] {
+  return validateR4(resource).filter((i) => i.severity === 'error' || i.severity === 'fatal');
+}
+
 /** Throws FhirInputError (with every issue) when a validator reports an error. */
 export function assertValidR4(resource: Resource): void {
-  const errors = validateR4(resource).filter((i) => i.severity === 'error' || i.severity === 'fatal');
+  const errors = r4Errors(resource);
   if (errors.length > 0) throw new FhirInputError(errors);
 }
 
