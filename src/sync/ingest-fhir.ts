@@ -146,32 +146,41 @@ function beneficiaryOf(coverage: unknown): string | undefined {
   return patientIdOf(CoverageHead.safeParse(coverage).data?.beneficiary?.reference);
 }
 
+const FHIR_APPOINTMENT = 'fhir|Appointment/';
+/** The id of a FHIR appointment the store holds under `key`; undefined for one from HL7. */
+const fhirAppointmentId = (key: string) => (key.startsWith(FHIR_APPOINTMENT) ? key.slice(FHIR_APPOINTMENT.length) : undefined);
+
 /**
  * The appointments booked from `from` on whose checks verify this Coverage: one the server no
  * longer has names no patient, so they are found by their checks (the schedule ahead, not the
- * store's history), and read again its checks are withdrawn.
+ * store's history), and read again its checks are withdrawn. One transaction per appointment:
+ * PostgreSQL locks each check read until its transaction ends, and the whole schedule's locks in
+ * one would outgrow its lock table.
  */
 async function appointmentsVerifying(store: JobStore, coverage: string, from: string): Promise<string[]> {
-  const ahead = (await store.listAppointments('booked')).filter((a) => a.key.startsWith('fhir|Appointment/') && a.dateOfService >= from);
-  return store.transaction(async (tx) => {
-    const found: string[] = [];
-    for (const appointment of ahead) {
+  const found: string[] = [];
+  for (const appointment of await store.listAppointments('booked')) {
+    const id = fhirAppointmentId(appointment.key);
+    if (id === undefined || appointment.dateOfService < from) continue;
+    const verifies = await store.transaction(async (tx) => {
       for (const key of appointment.checkKeys) {
         const source = (await tx.getCheck(key))?.check.source;
-        if (source?.kind === 'fhir' && source.coverage === coverage) {
-          found.push(appointment.key.slice('fhir|Appointment/'.length));
-          break;
-        }
+        if (source?.kind === 'fhir' && source.coverage === coverage) return true;
       }
-    }
-    return found;
-  });
+      return false;
+    });
+    if (verifies) found.push(id);
+  }
+  return found;
 }
 
 /** The patient's appointments the store holds from `from` on, not cancelled, by id. */
 async function heldAppointments(store: JobStore, patient: string, from: string): Promise<string[]> {
   const held = await store.transaction((tx) => tx.appointmentsOfPatient(`fhir|${patient}`));
-  return held.filter((a) => a.status !== 'cancelled' && a.dateOfService >= from && a.key.startsWith('fhir|Appointment/')).map((a) => a.key.slice('fhir|Appointment/'.length));
+  return held.flatMap((a) => {
+    const id = fhirAppointmentId(a.key);
+    return id !== undefined && a.status !== 'cancelled' && a.dateOfService >= from ? [id] : [];
+  });
 }
 
 /**
@@ -286,7 +295,8 @@ export async function appointmentsToPoll(
     }
   }
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
-    if (waiting.key.startsWith('fhir|Appointment/') && waiting.dateOfService >= from) ids.add(waiting.key.slice('fhir|Appointment/'.length));
+    const id = fhirAppointmentId(waiting.key);
+    if (id !== undefined && waiting.dateOfService >= from) ids.add(id);
   }
   const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
   const unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> = [];
