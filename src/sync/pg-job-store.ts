@@ -27,9 +27,9 @@ import { inTransaction, lockKey, type Queryable } from './pg-transaction';
  * `FOR UPDATE SKIP LOCKED` leases on the checks table: the store is a table of states with due
  * times, not a queue of jobs, so a queue library (pg-boss) would be a second copy of the state to
  * keep in step. A worker's leases carry its instance's live lock, so those of an instance that
- * died go on at once, not when they run out. A transaction locks each patient, appointment and check it reads until it commits,
- * so two instances handling messages for one patient apply them one after the other, and a
- * check's step never overwrites a webhook's.
+ * died go on at once, not when they run out. A transaction locks each patient, appointment and
+ * check it reads until it commits, so two instances handling messages for one patient apply them
+ * one after the other, and a check's step never overwrites a webhook's.
  */
 export class PgJobStore implements JobStore {
   private closed = false;
