@@ -47,7 +47,6 @@ export type ConfigFile = z.infer<typeof ConfigFile>;
 
 export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
 
-
 /** The settings file in force, or {} when there is none. */
 export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {
   const file = explicit ?? env.DENTAL_ELIG_CONFIG ?? (existsSync(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : undefined);

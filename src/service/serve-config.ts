@@ -9,7 +9,6 @@ import { ConfigError } from '../config-error';
 import { carriesCredentials, clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import type { SyncSettings } from './eligibility-sync';
 
-
 /**
  * What `serve` runs with: the settings file (never secrets) overlaid by the environment, where
  * the secrets live. A problem is one line naming the setting.
