@@ -281,8 +281,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       for (const type of ['Patient', 'Coverage'] as const) {
         for (const id of changed[type]) {
           await each(`${type}/${id}`, async () => {
-            const today = now().toISOString().slice(0, 10);
-            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, today);
+            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, now());
             const gone = patient ? '' : 'the server no longer has it';
             if (appointments.length === 0) return `${type}/${id}: ${gone || `no appointment of ${patient} held from today on`}`;
             const read: string[] = [];

@@ -4,7 +4,7 @@ import type { ClinicRouting } from '../adapters/clinic-routing';
 import { appointmentStatusRule, checksFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
-import { fingerprints, scheduleAppointment, type SchedulePolicy } from './schedule';
+import { fingerprints, firstDateToCome, scheduleAppointment, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -186,7 +186,7 @@ async function heldAppointments(store: JobStore, patient: string, from: string):
 /**
  * The appointments to read again when a patient's details or coverages changed in the chart under
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
- * patient's appointments the store holds from `today` on, booked or waiting for insurance. Read
+ * patient's appointments the store holds from today on (firstDateToCome), booked or waiting for insurance. Read
  * again, one whose checks come out the same is a duplicate and changes nothing. A Coverage names
  * its patient as beneficiary; for one the server no longer has (deleted), the appointments whose
  * checks verify it are read again, so those checks are withdrawn (a poll does not see deletions).
@@ -195,8 +195,9 @@ export async function appointmentsOfChanged(
   store: JobStore,
   reader: FhirReader,
   changed: { type: 'Patient' | 'Coverage'; id: string },
-  today: string,
+  now: Date,
 ): Promise<{ patient: string | undefined; appointments: string[] }> {
+  const today = firstDateToCome(now);
   let patientId: string | undefined = changed.id;
   if (changed.type === 'Coverage') {
     const coverage = await reader.read('Coverage', changed.id);
@@ -277,7 +278,7 @@ export async function appointmentsToPoll(
   reader: FhirReader,
   options: { now: Date; days: number; since: string | undefined },
 ): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> }> {
-  const from = options.now.toISOString().slice(0, 10);
+  const from = firstDateToCome(options.now);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
   const previous = readCursor(options.since);
   const window = { status: verifiedStatuses().join(','), date: [`ge${from}`, `le${until}`], _count: '100' };

@@ -16,7 +16,7 @@ import {
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import type { JobStore, StoreTx } from './job-store';
-import { scheduleAppointment, type AppointmentEvent, type ScheduleContext } from './schedule';
+import { firstDateToCome, scheduleAppointment, type AppointmentEvent, type ScheduleContext } from './schedule';
 
 export interface Hl7IngestOptions {
   mappings: Hl7Mappings;
@@ -108,7 +108,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
  * a booking that waited for insurance gets its checks and a corrected member id a new verification.
  */
 async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext) {
-  const today = ctx.now.toISOString().slice(0, 10);
+  const today = firstDateToCome(ctx.now);
   const created: string[] = [];
   const withdrawn: string[] = [];
   for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {

@@ -128,6 +128,15 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
 }
 
 /**
+ * The first visit date still to come: the earliest date it is anywhere on Earth now (UTC−12).
+ * Dates of service are the practice's local dates and its zone is not known here, so the UTC date
+ * would drop a US evening's visits that day once UTC has passed midnight.
+ */
+export function firstDateToCome(now: Date): string {
+  return new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10);
+}
+
+/**
  * When a written check is to be verified again: once its result is older than the freshness
  * window, but no sooner than the lead time before the visit; never after the visit.
  */
