@@ -4,8 +4,8 @@ import * as path from 'node:path';
 import * as z from 'zod';
 import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
-import type { OperationOutcomeIssue } from 'fhir/r4';
-import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
+import type { OperationOutcome, OperationOutcomeIssue } from 'fhir/r4';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
 import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
@@ -298,8 +298,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           });
         }
       }
-      if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '));
-      sendOutcome(res, 200, 'informational', results.join('; '));
+      const told = (['Appointment', 'Patient', 'Coverage'] as const).filter((type) => changed[type].length > 0);
+      if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '), told);
+      sendOutcome(res, 200, 'informational', results.join('; '), told);
     })().catch(async (err: unknown) => {
       logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
@@ -311,11 +312,20 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     });
   });
 
+  // A chart that refuses a search refuses it on every poll: said once, and again once it answers.
+  const unreadTypes = new Set<string>();
   async function pollAppointments(): Promise<number> {
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
     const { ids, cursor, unread } = await appointmentsToPoll(store, await getReader(), { now: now(), days: settings.fhirPollDays, since });
-    for (const { resourceType, err } of unread) {
-      logger.warn({ resourceType, err: errorText(err) }, 'FHIR poll could not search what changed of this type: appointments were polled, changes under them wait for a notification');
+    for (const resourceType of ['Coverage', 'Patient'] as const) {
+      const failed = unread.find((u) => u.resourceType === resourceType);
+      if (!failed) {
+        if (unreadTypes.delete(resourceType)) logger.info({ resourceType }, 'FHIR poll searches what changed of this type again');
+        continue;
+      }
+      const first = !unreadTypes.has(resourceType);
+      unreadTypes.add(resourceType);
+      logger[first ? 'warn' : 'debug']({ resourceType, err: errorText(failed.err) }, 'FHIR poll could not search what changed of this type: appointments were polled, changes under them wait for a notification');
     }
     for (const id of ids) {
       try {
@@ -483,9 +493,10 @@ async function readText(req: IncomingMessage, limit: number): Promise<string | u
   return Buffer.concat(chunks).toString('utf8');
 }
 
-function sendOutcome(res: ServerResponse, status: number, code: OperationOutcomeIssue['code'], diagnostics: string): void {
+/** The answer to a notification; its expression names the resource types the notification told of, if any. */
+function sendOutcome(res: ServerResponse, status: number, code: OperationOutcomeIssue['code'], diagnostics: string, told: readonly string[] = []): void {
   if (res.headersSent) return;
-  const severity = status < 300 ? 'information' : 'error';
+  const issue: OperationOutcomeIssue = { severity: status < 300 ? 'information' : 'error', code, diagnostics, ...(told.length > 0 && { expression: [...told] }) };
   res.writeHead(status, { 'content-type': 'application/fhir+json' });
-  res.end(JSON.stringify(operationOutcome([{ expression: 'Appointment', diagnostics, code, severity }])));
+  res.end(JSON.stringify({ resourceType: 'OperationOutcome', issue: [issue] } satisfies OperationOutcome));
 }

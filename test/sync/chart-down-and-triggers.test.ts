@@ -217,18 +217,31 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await proxy.close();
   });
 
-  it('polls appointments still on a chart that refuses to search Coverages and Patients by _lastUpdated alone, and logs what it could not read', async () => {
+  it('polls appointments still on a chart that refuses to search Coverages and Patients by _lastUpdated alone, and warns of what it could not read once', async () => {
     // As charts whose Coverage search needs a patient answer it.
-    const refusing = await inFrontOfFhir(async () => undefined, (req) => /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/.test(req.url));
+    const changeSearch = /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/;
+    let refuses = true;
+    const refusing = await inFrontOfFhir(async () => undefined, (req) => refuses && changeSearch.test(req.url));
     try {
       h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: refusing.via });
       await h.fhir.seed(chartOf('primary-secondary'));
       expect(await h.sync.pollAppointments()).toBe(1);
       await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
       expect(await h.sync.pollAppointments()).toBe(0);
-      const unread = h.logs.filter((line) => line.includes('FHIR poll could not search'));
-      expect(unread.map((line) => (JSON.parse(line) as { resourceType: string }).resourceType).sort()).toEqual(['Coverage', 'Coverage', 'Patient', 'Patient']);
-      expect(refusing.requests.filter((r) => /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/.test(r.url))).toHaveLength(4);
+      const said = (message: string, level: number) =>
+        h.logs
+          .map((line) => JSON.parse(line) as { resourceType?: string; level: number; msg: string })
+          .filter((line) => line.msg.startsWith(message) && line.level === level)
+          .map((line) => line.resourceType)
+          .sort();
+      // Warned once per type; the second poll's refusals are debug lines.
+      expect(said('FHIR poll could not search', 40)).toEqual(['Coverage', 'Patient']);
+      expect(said('FHIR poll could not search', 20)).toEqual(['Coverage', 'Patient']);
+      expect(refusing.requests.filter((r) => changeSearch.test(r.url))).toHaveLength(4);
+      refuses = false;
+      // Answered, the searches read what changed since the mark they kept: the seeded patient's appointment.
+      expect(await h.sync.pollAppointments()).toBe(1);
+      expect(said('FHIR poll searches what changed of this type again', 30)).toEqual(['Coverage', 'Patient']);
     } finally {
       await refusing.close();
     }

@@ -137,6 +137,18 @@ describe('FHIR-triggered eligibility', () => {
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
       expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient or Coverage' });
     });
+
+    it('names in its answer\'s expression the resource types the notification told of', async () => {
+      const told = async (path: string, body?: object) => {
+        const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', ...(body && { headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify(body) }) });
+        return ((await res.json()) as { issue: { expression?: string[] }[] }).issue[0]?.expression;
+      };
+      expect(await told('/Coverage/cov-marco-aetna')).toEqual(['Coverage']);
+      expect(await told('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Coverage/cov-marco-delta` }, { fullUrl: `${h.fhir.url}/Patient/pat-marco` }] })).toEqual(['Patient', 'Coverage']);
+      expect(await told('/Appointment/appt-4004')).toEqual(['Appointment']);
+      // Nothing read: an answer about the body itself names no resource.
+      expect(await told('', { resourceType: 'Observation', id: 'obs-1' })).toBeUndefined();
+    });
   });
 
   it('verifies a pending, arrived or checked-in appointment as a booked one', async () => {
