@@ -24,7 +24,12 @@ export type CheckState = z.infer<typeof CheckState>;
 /** The states a worker picks up when they are due. */
 export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written'];
 
-export const WrittenIds = z.looseObject({ requestId: z.string(), responseId: z.string() });
+export const WrittenIds = z.looseObject({
+  requestId: z.string(),
+  responseId: z.string(),
+  /** The verification whose result the pair holds (the result's correlationId): absent in rows written before it was kept. */
+  verification: z.string().optional(),
+});
 export type WrittenIds = z.infer<typeof WrittenIds>;
 
 export const CheckRow = z.strictObject({

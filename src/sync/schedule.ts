@@ -65,8 +65,8 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
     if (existing.check.coverage.order !== check.coverage.order) {
       // Coordination of benefits changed (primary turned secondary): nothing to verify anew, but
-      // the chart's Coverage.order is to follow, so a written check is written again.
-      await tx.putCheck({ ...existing, check, updatedAt: now, ...(existing.state === 'written' && { state: 'result-stored', dueAt: now }) });
+      // the chart's Coverage.order is to follow, so a check whose result is in the chart is written again.
+      await tx.putCheck({ ...existing, check, updatedAt: now, ...(resultWritten(existing) && { state: 'result-stored', dueAt: now }) });
       return false;
     }
     // The same event again, or another appointment the same day: one verification serves both.
@@ -110,6 +110,16 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   }
   await tx.putCheck(base);
   return true;
+}
+
+/**
+ * The check's result is in the chart: written, or written as a failure that waits for a person
+ * (whose pair is of this result, not of an earlier round's, when its verification is the result's).
+ */
+function resultWritten(row: CheckRow): boolean {
+  if (row.state === 'written') return true;
+  const verification = row.written?.verification;
+  return row.state === 'needs-attention' && verification !== undefined && verification === (row.result as { correlationId?: unknown } | undefined)?.correlationId;
 }
 
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {

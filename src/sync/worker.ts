@@ -498,7 +498,9 @@ export class Worker {
     }
     // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
     const needsPerson = outcome.kind === 'failed';
-    const ids = { requestId: written.requestId, responseId: written.responseId };
+    const ids = { requestId: written.requestId, responseId: written.responseId, verification: outcome.verification.correlationId };
+    // The same failure written again (its Coverage's order changed): the person was told of it when it was first written.
+    const told = row.written?.verification === ids.verification && row.written.responseId === ids.responseId;
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
@@ -511,7 +513,7 @@ export class Worker {
     );
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (needsPerson) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
+    if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
   }
 
   private async reverify(row: CheckRow): Promise<void> {

@@ -128,6 +128,33 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
   });
 
+  it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
+    await start();
+    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    // Not active for the date of service: written to the chart as a failure a person acts on.
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-FAIL-InactivePatient'];
+    const told: string[] = [];
+    h.sync.on('needs-attention', (e) => told.push(e.key));
+    const orders = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    expect(await send(siu('F1', 'P-11', 'APT-11', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('one written, one waiting for a person', async () => (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2);
+    expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
+    expect(told).toHaveLength(1);
+
+    expect(await send([msh('SIU^S14^SIU_S12', 'F2'), sch('APT-11'), pid('P-11'), ...insurance(cigna, guardian)].join('\r'))).toEqual(['AA']);
+    await until('the Coverages reordered', async () => {
+      const now = await orders();
+      return now['Guardian'] === 2 && now['Cigna Dental'] === 1 && (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2;
+    });
+    const failed = (await h.store.listChecks({ states: ['needs-attention'] }))[0];
+    expect(failed?.check.coverage.order).toBe('primary');
+    expect(failed?.lastError).toMatch(/Coverage is not active/);
+    expect(told).toEqual([failed?.key]);
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect(await responses()).toHaveLength(2);
+  });
+
   it('follows a swap of the patient\'s plans sent by an ADT into the Coverages of a booked appointment', async () => {
     await start();
     const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
