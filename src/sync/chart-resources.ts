@@ -77,7 +77,33 @@ export function patientResource(check: EligibilityCheck): Patient {
     name: [{ family: patient.lastName, given: [patient.firstName, ...(patient.middleName ? [patient.middleName] : [])] }],
     birthDate: patient.birthDate,
     ...(patient.gender ? { gender: patient.gender } : {}),
+    extension: [{ url: extensionUrl('patient-stated-at'), valueInstant: check.source.receivedAt }],
   };
+}
+
+/**
+ * A Patient this plugin created, with the name, birth date and gender a message received later
+ * states brought up to date (a spelling or birth date the front desk corrected), and any
+ * identifier of the patient it lacks added. Undefined when nothing differs, when it holds a later
+ * message's statement, or when it is not this plugin's: a Patient without `patient-stated-at` is
+ * the EHR's own (or written before the stamp was), and the EHR keeps its demographics. What the
+ * message does not state (a second name, telecom, address) is kept.
+ */
+export function updatedPatient(stored: Patient, fresh: Patient): Patient | undefined {
+  const storedAt = statedAt(stored, 'patient-stated-at');
+  const freshAt = statedAt(fresh, 'patient-stated-at');
+  if (!storedAt || !freshAt || Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
+  const known = new Set((stored.identifier ?? []).map((i) => `${i.system ?? ''}|${i.value ?? ''}`));
+  const added = (fresh.identifier ?? []).filter((i) => !known.has(`${i.system ?? ''}|${i.value ?? ''}`));
+  const updated: Patient = {
+    ...stored,
+    ...(added.length > 0 ? { identifier: [...(stored.identifier ?? []), ...added] } : {}),
+    name: [...(fresh.name ?? []), ...(stored.name ?? []).slice(1)],
+    ...(fresh.birthDate ? { birthDate: fresh.birthDate } : {}),
+    ...(fresh.gender ? { gender: fresh.gender } : {}),
+  };
+  // A later message stating the same is no new version of the Patient.
+  return sameContent(updated, stored) ? undefined : restamped(updated, fresh, 'patient-stated-at');
 }
 
 /**
@@ -120,9 +146,8 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
  * the EHR named for a dependant; the patient as subscriber is not, once no longer the subscriber.
  */
 export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | undefined {
-  const statedAt = (c: Coverage) => c.extension?.find(isStatedAt)?.valueInstant;
-  const storedAt = statedAt(stored);
-  const freshAt = statedAt(fresh);
+  const storedAt = statedAt(stored, 'coverage-stated-at');
+  const freshAt = statedAt(fresh, 'coverage-stated-at');
   if (storedAt && freshAt && Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
   const { subscriber: storedSubscriber, ...kept } = stored;
   const subscriber = fresh.subscriber ?? (storedSubscriber?.reference === fresh.beneficiary.reference ? undefined : storedSubscriber);
@@ -141,13 +166,22 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
   // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.
   // A Coverage written before it carried one takes it once, or an older message's late result would still turn it back.
   if (storedAt && sameContent(updated, stored)) return undefined;
-  const extension = replaced(stored.extension, fresh.extension, isStatedAt);
-  // A narrative generated from the data (and its extensions) would describe the old order: it goes, for the server to make again; one a person added to stays.
-  const { text, ...rest } = { ...updated, ...(extension ? { extension } : {}) };
-  return text?.status === 'generated' || text?.status === 'extensions' ? rest : { ...rest, ...(text ? { text } : {}) };
+  return restamped(updated, fresh, 'coverage-stated-at');
 }
 
-const isStatedAt = (e: Extension) => e.url === extensionUrl('coverage-stated-at');
+type StatedAt = 'coverage-stated-at' | 'patient-stated-at';
+const statedAt = (resource: Coverage | Patient, key: StatedAt) => resource.extension?.find((e) => e.url === extensionUrl(key))?.valueInstant;
+
+/**
+ * The update with the fresh resource's stamp of when its message was received, and without a
+ * narrative generated from the data (or its extensions), which would describe what changed as it
+ * was: the server makes it again. A narrative a person wrote stays.
+ */
+function restamped<T extends Coverage | Patient>(updated: T, fresh: T, key: StatedAt): T {
+  const extension = replaced(updated.extension, fresh.extension, (e: Extension) => e.url === extensionUrl(key));
+  const { text, ...rest } = { ...updated, ...(extension ? { extension } : {}) };
+  return (text?.status === 'generated' || text?.status === 'extensions' ? rest : { ...rest, ...(text ? { text } : {}) }) as T;
+}
 const isMemberNumber = (i: FhirIdentifier) => !i.system && i.type?.coding?.some((c) => c.code === 'MB') === true;
 const isGroup = (c: CoverageClass) => c.type.coding?.some((t) => t.system === systemUrl('coverageClass') && t.code === 'group') === true;
 

@@ -10,7 +10,7 @@ import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { chartClient, idFrom } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, updatedCoverage, type ChartPart } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, updatedCoverage, updatedPatient, type ChartPart } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -134,12 +134,12 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       { created: storedResponse?.created, checkKey: check.idempotencyKey, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
-    const coverageUpdate = updateOfFoundCoverage(parts, found, check, chart);
+    const updates = updatesOfFound(parts, found, check, chart);
     // Everything is built and validated before anything is sent: the chart gets all of it or nothing.
     for (const resource of [...created.map((c) => c.resource), request, response]) assertValidR4(resource);
 
     const resolved = new Map<string, string>();
-    const changed = urns.size > 0 || coverageUpdate !== undefined || !sameContent(request, storedRequest) || !sameContent(response, storedResponse);
+    const changed = urns.size > 0 || updates.length > 0 || !sameContent(request, storedRequest) || !sameContent(response, storedResponse);
     if (changed) {
       const entries: BundleEntry[] = [
         ...created.map(({ part, resource }) => ({
@@ -147,7 +147,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
           resource,
           request: { method: 'POST' as const, url: part.resourceType, ifNoneExist: part.condition },
         })),
-        ...(coverageUpdate ? [updateEntry(coverageUpdate.resource, coverageUpdate.id, coverageUpdate.stored)] : []),
+        ...updates.map((u) => updateEntry(u.resource, u.id, u.version)),
         entryFor(request, requestRef, storedRequest, pairCondition),
         entryFor(response, responseRef, storedResponse, pairCondition),
       ];
@@ -216,32 +216,35 @@ function withAppointment(request: CoverageEligibilityRequest, check: Eligibility
 /** Created once per check and verification; once stored, updated in place. */
 function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
   if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
-  return updateEntry(resource, stored.id, stored);
+  return updateEntry(resource, stored.id, stored.meta?.versionId);
 }
 
 /** An update on the version read (If-Match), so a concurrent update fails, and is tried again on what it made, rather than lost. */
-function updateEntry<T extends CoverageEligibilityRequest | CoverageEligibilityResponse | Coverage>(resource: T, id: string, stored: T): BundleEntry {
-  const version = stored.meta?.versionId;
+function updateEntry<T extends CoverageEligibilityRequest | CoverageEligibilityResponse | Coverage | Patient>(resource: T, id: string, version: string | undefined): BundleEntry {
   return { resource: { ...resource, id }, request: { method: 'PUT', url: `${resource.resourceType}/${id}`, ...(version ? { ifMatch: `W/"${version}"` } : {}) } };
 }
 
 /**
- * The Coverage an HL7 check found in the chart, brought up to what the check says of it, when
- * that differs. Not when the result would not be valid R4 (the EHR's own additions the validators
- * refuse): the eligibility is still written, against the Coverage as it stands.
+ * The Patient and Coverage an HL7 check found in the chart, each brought up to what the check
+ * says of it where that differs (updatedPatient, updatedCoverage). Not one whose update would not
+ * be valid R4 (the EHR's own additions the validators refuse): the eligibility is still written,
+ * against the resource as it stands.
  */
-function updateOfFoundCoverage(
+function updatesOfFound(
   parts: ChartPart[],
   found: Array<Resource | undefined>,
   check: EligibilityCheck,
   chart: Partial<Record<ChartPart['kind'], string>>,
-): { resource: Coverage; id: string; stored: Coverage } | undefined {
-  const index = parts.findIndex((p) => p.kind === 'coverage');
-  const stored = index < 0 ? undefined : (found[index] as Coverage | undefined);
-  if (!stored?.id) return undefined;
-  const resource = updatedCoverage(stored, chartCoverage(check, chart));
-  if (!resource || r4Errors(resource).length > 0) return undefined;
-  return { resource, id: stored.id, stored };
+): Array<{ resource: Patient | Coverage; id: string; version: string | undefined }> {
+  return parts.flatMap((part, i) => {
+    const stored = found[i];
+    if (!stored?.id) return [];
+    const resource =
+      part.kind === 'patient' ? updatedPatient(stored as Patient, patientResource(check))
+      : part.kind === 'coverage' ? updatedCoverage(stored as Coverage, chartCoverage(check, chart))
+      : undefined;
+    return resource && r4Errors(resource).length === 0 ? [{ resource, id: stored.id, version: stored.meta?.versionId }] : [];
+  });
 }
 
 function once<T>(make: () => T): () => T {

@@ -357,6 +357,53 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
   });
 });
 
+describe('the Patient an HL7 check finds, kept up to date when this plugin created it', () => {
+  const outcome = (id: string) => withId(fixture('results', 'completed-minimal.json') as object, id);
+  const stated = (id: string, receivedAt: string, patient: Partial<EligibilityCheck['patient']> = {}): EligibilityCheck => {
+    const base = required(primary);
+    const source = base.source.kind === 'hl7' ? { ...base.source, receivedAt } : base.source;
+    return { ...base, source, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: id }], ...patient } };
+  };
+  const statedAt = (p: Patient) => p.extension?.filter((e) => e.url === 'https://dental-elig.dev/fhir/StructureDefinition/patient-stated-at').map((e) => e.valueInstant);
+
+  it('a corrected name and birth date update it in place, keeping what the EHR added, and an older message\'s late result does not turn them back', async () => {
+    const first = await writer.write(stated('MP-PAT', '2026-11-02T09:00:00.000Z', { lastName: 'RIVERRA' }), outcome('ver_pat_1'));
+    const created = await read<Patient>('Patient', first.patientId);
+    expect([created.name?.[0]?.family, statedAt(created)]).toEqual(['RIVERRA', ['2026-11-02T09:00:00.000Z']]);
+    // What an EHR may add to a Patient: a phone number, a name it goes by, an identifier of its own.
+    await server.seed([
+      {
+        ...created,
+        telecom: [{ system: 'phone', value: '555-0100' }],
+        name: [...(created.name ?? []), { use: 'nickname', given: ['Sofi'] }],
+        identifier: [...(created.identifier ?? []), { system: 'urn:oid:2.16.840.1.113883.3.9999', value: 'EHR-12' }],
+      },
+    ]);
+
+    const corrected = stated('MP-PAT', '2026-11-20T09:00:00.000Z', { birthDate: '1985-04-21' });
+    const later = await writer.write(corrected, outcome('ver_pat_2'));
+    expect([later.patientId, later.changed]).toEqual([first.patientId, true]);
+    const updated = await read<Patient>('Patient', first.patientId);
+    expect(updated.name).toEqual([{ family: 'RIVERA', given: ['SOFIA', 'M'] }, { use: 'nickname', given: ['Sofi'] }]);
+    expect([updated.birthDate, updated.gender, updated.telecom, statedAt(updated)]).toEqual(['1985-04-21', 'female', [{ system: 'phone', value: '555-0100' }], ['2026-11-20T09:00:00.000Z']]);
+    expect(updated.identifier?.map((i) => i.value)).toEqual(['MP-PAT', 'EHR-12']);
+
+    // The same stated again by a later message, and an older message's late result: no new version.
+    await writer.write(stated('MP-PAT', '2026-11-21T09:00:00.000Z', { birthDate: '1985-04-21' }), outcome('ver_pat_3'));
+    await writer.write(stated('MP-PAT', '2026-11-10T09:00:00.000Z', { lastName: 'RIVERRA' }), outcome('ver_pat_4'));
+    const after = await read<Patient>('Patient', first.patientId);
+    expect([after.meta?.versionId, after.name?.[0]?.family, after.birthDate]).toEqual([updated.meta?.versionId, 'RIVERA', '1985-04-21']);
+  });
+
+  it('leaves a Patient this plugin did not create (no patient-stated-at) as the EHR keeps it', async () => {
+    await server.seed([{ resourceType: 'Patient', id: 'pat-ehr', identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-EHR' }], name: [{ family: 'Ehr-Own' }], birthDate: '1985-04-12' }]);
+    const before = await read<Patient>('Patient', 'pat-ehr');
+    const written = await writer.write(stated('MP-EHR', '2026-11-20T09:00:00.000Z'), outcome('ver_pat_ehr'));
+    expect(written.patientId).toBe('pat-ehr');
+    expect(await read<Patient>('Patient', 'pat-ehr')).toEqual(before);
+  });
+});
+
 describe('failures', () => {
   it('a transaction the server refuses part of leaves nothing behind, and is not retryable', async () => {
     // A proxy that breaks the last entry of each transaction, as a server refusing one entry would.
