@@ -504,12 +504,14 @@ export class Worker {
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
+    // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
+    const { verification: _untold, ...pair } = ids;
     const done = await this.step(row, 'result-stored', (current) =>
       // An S14 or A08 that swapped the plans meanwhile changed the stored check's order (and no
       // more, see scheduleAppointment): what was written is stale, so it is written again.
       current.check.coverage.order === row.check.coverage.order
         ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
-        : { state: 'result-stored', written: ids, dueAt: this.now() },
+        : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
     );
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });

@@ -252,12 +252,16 @@ describe('the worker when something around it fails after a step is done', () =>
 });
 
 describe('the worker when the appointment changes while it writes', () => {
-  it('writes a check again whose order of benefits changed while its write was in flight, rather than marking the stale write done', async () => {
+  /**
+   * A check whose first write is held back while the plans swap under it, as scheduleAppointment
+   * does on an S14: the stored check takes the new order, its state unchanged. Gives the orders written.
+   */
+  async function swapDuringFirstWrite(key: string, answer: Parameters<typeof startWorkerRig>[0]['answer']): Promise<string[]> {
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
     const writtenOrders: string[] = [];
     rig = await startWorkerRig({
-      answer: (req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` }),
+      answer,
       writer: (chart) => ({
         async write(check, outcome, refs, options) {
           writtenOrders.push(check.coverage.order);
@@ -266,17 +270,31 @@ describe('the worker when the appointment changes while it writes', () => {
         },
       }),
     });
-    await rig.addCheck('swapped');
+    await rig.addCheck(key);
     rig.worker.start();
     await until('the first write under way', async () => writtenOrders.length === 1);
-    // What scheduleAppointment does on an S14 that swapped the plans: the stored check takes the new order, its state unchanged.
     await rig.store.transaction(async (tx) => {
-      const row = await tx.getCheck('swapped');
+      const row = await tx.getCheck(key);
       if (!row) throw new Error('no check');
       await tx.putCheck({ ...row, check: { ...row.check, coverage: { ...row.check.coverage, order: 'secondary' } } });
     });
     release();
+    return writtenOrders;
+  }
+
+  it('writes a check again whose order of benefits changed while its write was in flight, rather than marking the stale write done', async () => {
+    const writtenOrders = await swapDuringFirstWrite('swapped', (req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` }));
     await until('written with the new order', async () => writtenOrders.at(-1) === 'secondary' && (await rig.check('swapped')).state === 'written', 10_000);
     expect(writtenOrders).toEqual(['primary', 'secondary']);
+  });
+
+  it('tells a person of a failure whose first write a swap of the plans overtook, once', async () => {
+    const writtenOrders = await swapDuringFirstWrite('swapped-failure', (_req, res) =>
+      json(res, 200, { ...(resultBody('failed-patient-not-found') as object), correlationId: 'ver-not-found' }),
+    );
+    await rig.reach('swapped-failure', 'needs-attention', 10_000);
+    await sleep(200);
+    expect(writtenOrders).toEqual(['primary', 'secondary']);
+    expect(rig.events.filter((e) => e.name === 'needs-attention').map((e) => e.event.failureKind)).toEqual(['PatientNotFound']);
   });
 });
