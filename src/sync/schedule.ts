@@ -115,11 +115,18 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
 /**
  * The check's result is in the chart: written, or written as a failure that waits for a person
  * (whose pair is of this result, not of an earlier round's, when its verification is the result's).
+ * The verification is the current round's too: a re-verification the service refused or left
+ * pending waits for a person with the last round's result and pair still kept, not written again.
  */
 function resultWritten(row: CheckRow): boolean {
   if (row.state === 'written') return true;
   const verification = row.written?.verification;
-  return row.state === 'needs-attention' && verification !== undefined && verification === (row.result as { correlationId?: unknown } | undefined)?.correlationId;
+  return (
+    row.state === 'needs-attention' &&
+    verification !== undefined &&
+    verification === row.correlationId &&
+    verification === (row.result as { correlationId?: unknown } | undefined)?.correlationId
+  );
 }
 
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {

@@ -2,7 +2,8 @@ import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
-import { gets, posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
+import { scheduleAppointment } from '../../src/sync/schedule';
+import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
@@ -296,5 +297,30 @@ describe('the worker when the appointment changes while it writes', () => {
     await sleep(200);
     expect(writtenOrders).toEqual(['primary', 'secondary']);
     expect(rig.events.filter((e) => e.name === 'needs-attention').map((e) => e.event.failureKind)).toEqual(['PatientNotFound']);
+  });
+
+  it('leaves a re-verification the service refused waiting for a person when the plans swap, rather than writing the last round\'s result again', async () => {
+    let refuse = false;
+    rig = await startWorkerRig({
+      answer: (_req, res) => (refuse ? json(res, 401, { title: 'Unauthorized', status: 401 }) : json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-first' })),
+    });
+    await rig.addCheck('reverified');
+    rig.worker.start();
+    await rig.reach('reverified', 'written');
+    refuse = true;
+    // Its result gone stale before the visit: verified again, and the service refuses the key.
+    await rig.store.transaction(async (tx) => {
+      const row = await tx.getCheck('reverified');
+      if (!row) throw new Error('no check');
+      await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+    });
+    const refused = await rig.reach('reverified', 'needs-attention');
+    expect(refused.lastError).toMatch(/^401/);
+    const swapped = { ...refused.check, coverage: { ...refused.check.coverage, order: 'secondary' as const } };
+    await rig.store.transaction((tx) =>
+      scheduleAppointment(tx, { key: 'appt-swap', patientKey: refused.patientKey, dateOfService: swapped.dateOfService, status: 'booked', checks: [swapped], basis: {} }, { now: new Date(), policy: RIG_OPTIONS.policy }),
+    );
+    await sleep(300);
+    expect(await rig.check('reverified')).toMatchObject({ state: 'needs-attention', round: 1, lastError: refused.lastError });
   });
 });
