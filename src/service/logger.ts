@@ -60,11 +60,22 @@ function censored(value: unknown, fields: ReadonlySet<string>, seen: WeakSet<obj
   for (const [key, item] of Object.entries(value)) {
     const next = fields.has(key) && item !== undefined ? CENSOR : censored(item, fields, seen);
     if (next === item) continue;
-    copy ??= error ? Object.create(prototype as object, Object.getOwnPropertyDescriptors(value)) : { ...value };
+    copy ??= error ? errorCopy(value, prototype as object) : { ...value };
     // Defined, not assigned: a key `__proto__` (JSON.parse makes one) or an error's getter stays a field.
     Object.defineProperty(copy, key, { value: next, enumerable: true, writable: true, configurable: true });
   }
   return copy ?? value;
+}
+
+/**
+ * An error's copy with its prototype and fields. Its stack is copied as the text it is: from V8 12
+ * (Node 22) `stack` is an accessor that reads the stack kept inside the error it is called on,
+ * which a copy does not have, so the copied accessor would read nothing.
+ */
+function errorCopy(error: Error, prototype: object): Error {
+  const copy = Object.create(prototype, Object.getOwnPropertyDescriptors(error)) as Error;
+  Object.defineProperty(copy, 'stack', { value: error.stack, enumerable: false, writable: true, configurable: true });
+  return copy;
 }
 
 export type { Logger };
