@@ -83,21 +83,19 @@ export function patientResource(check: EligibilityCheck): Patient {
 
 /**
  * A Patient this plugin created, with the name, birth date and gender a message received later
- * states brought up to date (a spelling or birth date the front desk corrected), and any
- * identifier of the patient it lacks added. Undefined when nothing differs, when it holds a later
- * message's statement, or when it is not this plugin's: a Patient without `patient-stated-at` is
- * the EHR's own (or written before the stamp was), and the EHR keeps its demographics. What the
- * message does not state (a second name, telecom, address) is kept.
+ * states brought up to date (a spelling or birth date the front desk corrected). The PMS's name is
+ * the first; the rest (a name the EHR added, telecom, address) is kept, and so are the identifiers
+ * (the Patient is found by the first; adding each one a message names would pile up every number
+ * a PMS ever sent). Undefined when nothing differs, when it holds a later message's statement, or
+ * when it is not this plugin's: a Patient without `patient-stated-at` is the EHR's own (or written
+ * before the stamp was), and the EHR keeps its demographics.
  */
 export function updatedPatient(stored: Patient, fresh: Patient): Patient | undefined {
   const storedAt = statedAt(stored, 'patient-stated-at');
   const freshAt = statedAt(fresh, 'patient-stated-at');
   if (!storedAt || !freshAt || Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
-  const known = new Set((stored.identifier ?? []).map((i) => `${i.system ?? ''}|${i.value ?? ''}`));
-  const added = (fresh.identifier ?? []).filter((i) => !known.has(`${i.system ?? ''}|${i.value ?? ''}`));
   const updated: Patient = {
     ...stored,
-    ...(added.length > 0 ? { identifier: [...(stored.identifier ?? []), ...added] } : {}),
     name: [...(fresh.name ?? []), ...(stored.name ?? []).slice(1)],
     ...(fresh.birthDate ? { birthDate: fresh.birthDate } : {}),
     ...(fresh.gender ? { gender: fresh.gender } : {}),

@@ -380,7 +380,9 @@ describe('the Patient an HL7 check finds, kept up to date when this plugin creat
       },
     ]);
 
-    const corrected = stated('MP-PAT', '2026-11-20T09:00:00.000Z', { birthDate: '1985-04-21' });
+    // The PMS also names a second number now: the Patient is found by the first, and keeps the identifiers it has.
+    const identifiers = [{ system: 'MOLARPMS', type: 'MR', value: 'MP-PAT' }, { system: 'MOLARPMS', type: 'PI', value: 'ALT-7' }];
+    const corrected = stated('MP-PAT', '2026-11-20T09:00:00.000Z', { birthDate: '1985-04-21', identifiers });
     const later = await writer.write(corrected, outcome('ver_pat_2'));
     expect([later.patientId, later.changed]).toEqual([first.patientId, true]);
     const updated = await read<Patient>('Patient', first.patientId);
