@@ -4,8 +4,8 @@ import * as path from 'node:path';
 import * as z from 'zod';
 import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
-import type { OperationOutcome, OperationOutcomeIssue } from 'fhir/r4';
-import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import type { OperationOutcomeIssue } from 'fhir/r4';
+import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
 import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
@@ -496,7 +496,7 @@ async function readText(req: IncomingMessage, limit: number): Promise<string | u
 /** The answer to a notification; its expression names the resource types the notification told of, if any. */
 function sendOutcome(res: ServerResponse, status: number, code: OperationOutcomeIssue['code'], diagnostics: string, told: readonly string[] = []): void {
   if (res.headersSent) return;
-  const issue: OperationOutcomeIssue = { severity: status < 300 ? 'information' : 'error', code, diagnostics, ...(told.length > 0 && { expression: [...told] }) };
+  const severity = status < 300 ? 'information' : 'error';
   res.writeHead(status, { 'content-type': 'application/fhir+json' });
-  res.end(JSON.stringify({ resourceType: 'OperationOutcome', issue: [issue] } satisfies OperationOutcome));
+  res.end(JSON.stringify(operationOutcome([{ severity, code, diagnostics, ...(told.length > 0 && { expression: told }) }])));
 }

@@ -14,14 +14,17 @@ export function describeFhirIssue(issue: Pick<FhirIssue, 'expression' | 'diagnos
   return `${issue.expression}: ${issue.diagnostics}`;
 }
 
-export function operationOutcome(issues: FhirIssue[]): OperationOutcome {
+/** An issue of an answer: about an element (FHIRPath), several (the resource types a notification named), or none (the request as a whole). */
+export type OutcomeIssue = Omit<FhirIssue, 'expression'> & { expression?: string | readonly string[] };
+
+export function operationOutcome(issues: readonly OutcomeIssue[]): OperationOutcome {
   return {
     resourceType: 'OperationOutcome',
     issue: issues.map((i) => ({
       severity: i.severity ?? 'error',
       code: i.code ?? 'invalid',
       diagnostics: i.diagnostics,
-      expression: [i.expression],
+      ...(i.expression !== undefined && { expression: typeof i.expression === 'string' ? [i.expression] : [...i.expression] }),
     })),
   };
 }
