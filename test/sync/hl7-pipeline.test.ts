@@ -140,13 +140,16 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(siu('F1', 'P-11', 'APT-11', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('one written, one waiting for a person', async () => (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2);
     expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
-    expect(told).toHaveLength(1);
+    // Told once the step that wrote it has returned, a moment after the store says so.
+    await until('the person told', async () => told.length === 1);
 
     expect(await send([msh('SIU^S14^SIU_S12', 'F2'), sch('APT-11'), pid('P-11'), ...insurance(cigna, guardian)].join('\r'))).toEqual(['AA']);
     await until('the Coverages reordered', async () => {
       const now = await orders();
       return now['Guardian'] === 2 && now['Cigna Dental'] === 1 && (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2;
     });
+    // Long enough for an event the write again would raise to have been raised.
+    await new Promise((r) => setTimeout(r, 300));
     const failed = (await h.store.listChecks({ states: ['needs-attention'] }))[0];
     expect(failed?.check.coverage.order).toBe('primary');
     expect(failed?.lastError).toMatch(/Coverage is not active/);
