@@ -1,6 +1,5 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import * as path from 'node:path';
-import Database from 'better-sqlite3';
 import { PatientInsuranceRecord } from '../domain';
 import {
   AppointmentRow,
@@ -20,6 +19,7 @@ import {
   type StoreCounts,
   type StoreTx,
 } from './job-store';
+import { Database, type Statement } from './sqlite-driver';
 import { WalCheckpointer } from './wal-checkpointer';
 import { WalSync } from './wal-sync';
 
@@ -110,21 +110,21 @@ const LASTING = true;
 const LEASE = false;
 
 export class SqliteJobStore implements JobStore {
-  private readonly db: Database.Database;
+  private readonly db: Database;
   private queue: Promise<unknown> = Promise.resolve();
   private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
-  private readonly leases: Record<'due' | 'take' | 'extend' | 'release', Database.Statement>;
+  private readonly leases: Record<'due' | 'take' | 'extend' | 'release', Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
-  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes' | 'dataVersion', Database.Statement>;
+  private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes' | 'dataVersion', Statement>;
   private readonly checks = new CheckCache();
-  private readonly resultOf: Database.Statement;
+  private readonly resultOf: Statement;
   /** PRAGMA data_version when the last batch began: it moves when another connection commits. */
   private dataVersion = -1;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
   /** Held while this store's worker works the file: see beginWork. */
-  private workLock: Database.Database | undefined;
+  private workLock: Database | undefined;
 
   /**
    * Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite.
@@ -145,7 +145,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   private constructor(
-    db: Database.Database,
+    db: Database,
     private readonly file: string,
   ) {
     this.db = db;
@@ -474,7 +474,7 @@ export class SqliteJobStore implements JobStore {
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
     // One statement per combination of the columns changed (at most seven), prepared once.
-    const updates = new Map<string, Database.Statement>();
+    const updates = new Map<string, Statement>();
 
     return {
       async addMessage(message: NewMessage) {

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { SQLITE_MODULE } from './sqlite-driver';
 
 /**
  * Checkpoints the store's WAL (copies it into the database file, so the WAL can start over) from a
@@ -52,7 +53,7 @@ export class WalCheckpointer {
   constructor(file: string, onFailure: () => void) {
     this.worker = new Worker(SOURCE, {
       eval: true,
-      workerData: { sqlite: require.resolve('better-sqlite3'), file, commits: this.commits.buffer, checkMs: CHECK_MS },
+      workerData: { sqlite: require.resolve(SQLITE_MODULE), file, commits: this.commits.buffer, checkMs: CHECK_MS },
     });
     // A store left open must not keep the process alive for this thread's sake.
     this.worker.unref();

@@ -1,7 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import Database from 'better-sqlite3';
+import { Database } from '../../src/sync/sqlite-driver';
 import type { Bundle, FhirResource } from 'fhir/r4';
 import { generateWebhookSecret, startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';

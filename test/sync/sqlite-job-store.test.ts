@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import Database from 'better-sqlite3';
+import { Database } from '../../src/sync/sqlite-driver';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { checkRow, jobStoreContract, NOW } from './job-store-contract';
