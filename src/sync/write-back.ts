@@ -61,6 +61,9 @@ export type FhirWriterOptions = z.input<typeof FhirWriterOptions>;
 
 type Written = { kind: 'request' | 'response' | ChartPart['kind']; ref: string };
 
+/** A write whose update the server refuses as based on an older version is read again and redone this often in all. */
+const CONFLICT_ATTEMPTS = 3;
+
 /**
  * Writes a verification's CoverageEligibilityRequest and Response into the chart, one pair per
  * check and verification (the check's key and the correlation id: a fresh result reused for
@@ -69,7 +72,8 @@ type Written = { kind: 'request' | 'response' | ChartPart['kind']; ref: string }
  *  - what the chart already holds is searched first (one batch): the pair by those identifiers and,
  *    for an HL7-sourced check, the insurer Organization, Patient and Coverage by identifier;
  *  - a later result for the same verification updates the pair in place (PUT with If-Match on
- *    the version read), the same result again sends nothing;
+ *    the version read), the same result again sends nothing; an update another write overtook
+ *    (412) is read again and redone at once;
  *  - everything missing is created in the same transaction (conditional creates, urn:uuid
  *    references), so a failure leaves nothing, and a writer racing this one makes no duplicate;
  *  - every resource is validated against R4 before anything is sent.
@@ -184,10 +188,15 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
 
   return {
     async write(check, outcome, refs = {}, options = {}) {
-      try {
-        return await write(check, outcome, refs, options);
-      } catch (err) {
-        throw toChartWriteError(err, 'write');
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await write(check, outcome, refs, options);
+        } catch (err) {
+          const failure = toChartWriteError(err, 'write');
+          // Another write changed what this one read (two checks of one patient updating its
+          // Patient at once): read again and redo it now, rather than wait out a retry backoff.
+          if (failure.status !== 412 || attempt >= CONFLICT_ATTEMPTS) throw failure;
+        }
       }
     },
   };

@@ -397,6 +397,23 @@ describe('the Patient an HL7 check finds, kept up to date when this plugin creat
     expect([after.meta?.versionId, after.name?.[0]?.family, after.birthDate]).toEqual([updated.meta?.versionId, 'RIVERA', '1985-04-21']);
   });
 
+  it('writes two checks of one patient at once, both bringing its Patient up to date: the one whose update conflicts reads again and succeeds', async () => {
+    const first = await writer.write(stated('MP-PAT-BOTH', '2026-11-02T09:00:00.000Z'), outcome('ver_pat_both_1'));
+    // The primary and the secondary of one corrected message, written by two workers at the same moment.
+    const base = required(secondary);
+    const source = base.source.kind === 'hl7' ? { ...base.source, receivedAt: '2026-11-20T09:00:00.000Z' } : base.source;
+    const other: EligibilityCheck = { ...base, source, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: 'MP-PAT-BOTH' }], birthDate: '1985-04-21' } };
+    const written = await Promise.all([
+      writer.write(stated('MP-PAT-BOTH', '2026-11-20T09:00:00.000Z', { birthDate: '1985-04-21' }), outcome('ver_pat_both_2')),
+      writer.write(other, outcome('ver_pat_both_3')),
+    ]);
+    expect(written.map((w) => [w.patientId, w.changed])).toEqual([
+      [first.patientId, true],
+      [first.patientId, true],
+    ]);
+    expect((await read<Patient>('Patient', first.patientId)).birthDate).toBe('1985-04-21');
+  });
+
   it('leaves a Patient this plugin did not create (no patient-stated-at) as the EHR keeps it', async () => {
     await server.seed([{ resourceType: 'Patient', id: 'pat-ehr', identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-EHR' }], name: [{ family: 'Ehr-Own' }], birthDate: '1985-04-12' }]);
     const before = await read<Patient>('Patient', 'pat-ehr');
