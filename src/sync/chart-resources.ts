@@ -180,6 +180,7 @@ function restamped<T extends Coverage | Patient>(updated: T, fresh: T, key: Stat
   const { text, ...rest } = { ...updated, ...(extension ? { extension } : {}) };
   return (text?.status === 'generated' || text?.status === 'extensions' ? rest : { ...rest, ...(text ? { text } : {}) }) as T;
 }
+
 const isMemberNumber = (i: FhirIdentifier) => !i.system && i.type?.coding?.some((c) => c.code === 'MB') === true;
 const isGroup = (c: CoverageClass) => c.type.coding?.some((t) => t.system === systemUrl('coverageClass') && t.code === 'group') === true;
 

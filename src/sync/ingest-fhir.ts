@@ -186,10 +186,11 @@ async function heldAppointments(store: JobStore, patient: string, from: string):
 /**
  * The appointments to read again when a patient's details or coverages changed in the chart under
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
- * patient's appointments the store holds from today on (firstDateToCome), booked or waiting for insurance. Read
- * again, one whose checks come out the same is a duplicate and changes nothing. A Coverage names
- * its patient as beneficiary; for one the server no longer has (deleted), the appointments whose
- * checks verify it are read again, so those checks are withdrawn (a poll does not see deletions).
+ * patient's appointments the store holds from today on (firstDateToCome), booked or waiting for
+ * insurance. Read again, one whose checks come out the same is a duplicate and changes nothing. A
+ * Coverage names its patient as beneficiary; for one the server no longer has (deleted), the
+ * appointments whose checks verify it are read again, so those checks are withdrawn (a poll does
+ * not see deletions).
  */
 export async function appointmentsOfChanged(
   store: JobStore,
