@@ -57,14 +57,23 @@ function censored(value: unknown, fields: ReadonlySet<string>, seen: WeakSet<obj
   const error = value instanceof Error;
   if (!error && prototype !== Object.prototype && prototype !== null) return value;
   let copy: object | undefined;
-  for (const [key, item] of Object.entries(value)) {
+  for (const [key, item] of error ? errorFields(value) : Object.entries(value)) {
     const next = fields.has(key) && item !== undefined ? CENSOR : censored(item, fields, seen);
     if (next === item) continue;
     copy ??= error ? errorCopy(value, prototype as object) : { ...value };
     // Defined, not assigned: a key `__proto__` (JSON.parse makes one) or an error's getter stays a field.
-    Object.defineProperty(copy, key, { value: next, enumerable: true, writable: true, configurable: true });
+    Object.defineProperty(copy, key, { value: next, enumerable: Object.prototype.propertyIsEnumerable.call(value, key), writable: true, configurable: true });
   }
   return copy ?? value;
+}
+
+/**
+ * An error's fields, and an AggregateError's `errors`: not enumerable, but pino writes each of
+ * them out (as aggregateErrors) with the fields it carries.
+ */
+function errorFields(error: Error): Array<[string, unknown]> {
+  const errors = Object.getOwnPropertyDescriptor(error, 'errors');
+  return errors && !errors.enumerable && Array.isArray(errors.value) ? [...Object.entries(error), ['errors', errors.value]] : Object.entries(error);
 }
 
 /**

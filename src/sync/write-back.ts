@@ -63,6 +63,8 @@ type Written = { kind: 'request' | 'response' | ChartPart['kind']; ref: string }
 
 /** A write whose update the server refuses as based on an older version is read again and redone this often in all. */
 const CONFLICT_ATTEMPTS = 3;
+/** A version conflict: 412 for an If-Match on an older version, as R4 says; 409 from servers such as HAPI FHIR. */
+const CONFLICT_STATUSES: ReadonlySet<number | undefined> = new Set([409, 412]);
 
 /**
  * Writes a verification's CoverageEligibilityRequest and Response into the chart, one pair per
@@ -73,7 +75,7 @@ const CONFLICT_ATTEMPTS = 3;
  *    for an HL7-sourced check, the insurer Organization, Patient and Coverage by identifier;
  *  - a later result for the same verification updates the pair in place (PUT with If-Match on
  *    the version read), the same result again sends nothing; an update another write overtook
- *    (412) is read again and redone at once;
+ *    (412, or 409 from some servers) is read again and redone at once;
  *  - everything missing is created in the same transaction (conditional creates, urn:uuid
  *    references), so a failure leaves nothing, and a writer racing this one makes no duplicate;
  *  - every resource is validated against R4 before anything is sent.
@@ -195,7 +197,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
           const failure = toChartWriteError(err, 'write');
           // Another write changed what this one read (two checks of one patient updating its
           // Patient at once): read again and redo it now, rather than wait out a retry backoff.
-          if (failure.status !== 412 || attempt >= CONFLICT_ATTEMPTS) throw failure;
+          if (!CONFLICT_STATUSES.has(failure.status) || attempt >= CONFLICT_ATTEMPTS) throw failure;
         }
       }
     },

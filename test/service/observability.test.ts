@@ -133,4 +133,22 @@ describe('observability', () => {
     expect(err.apiKey).toBe('sk_live_x');
     expect(inner.subscriber.memberId).toBe('DD1234567');
   });
+
+  it('censors the errors an AggregateError holds, which pino writes out as aggregateErrors', () => {
+    const lines: string[] = [];
+    const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
+    const refused = Object.assign(new Error('the payer refused'), { subscriber: { memberId: 'DD1234567' } });
+    const err = new AggregateError([refused, new Error('the chart timed out')], 'every attempt failed');
+    log.error({ err }, 'failed');
+    expect(lines.join('')).not.toContain('DD1234567');
+    const logged = (JSON.parse(lines[0] ?? '{}') as { err?: { aggregateErrors?: unknown; stack?: string } }).err;
+    expect(logged?.aggregateErrors).toMatchObject([
+      { type: 'Error', message: 'the payer refused', subscriber: { memberId: '[redacted]' } },
+      { type: 'Error', message: 'the chart timed out' },
+    ]);
+    expect(logged?.stack).toContain('every attempt failed');
+    // The caller's error is not changed by censoring it.
+    expect(refused.subscriber.memberId).toBe('DD1234567');
+    expect(err.errors[0]).toBe(refused);
+  });
 });

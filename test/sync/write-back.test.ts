@@ -414,6 +414,28 @@ describe('the Patient an HL7 check finds, kept up to date when this plugin creat
     expect((await read<Patient>('Patient', first.patientId)).birthDate).toBe('1985-04-21');
   });
 
+  it('redoes at once an update a server refuses with 409, as HAPI answers an If-Match on an older version', async () => {
+    const first = await writer.write(stated('MP-PAT-409', '2026-11-02T09:00:00.000Z'), outcome('ver_pat_409_1'));
+    // A proxy that answers the first transaction as a server would whose Patient another write had just updated.
+    let transactions = 0;
+    const proxy = await startScriptedServer(async (req, res) => {
+      if (req.method === 'POST' && (JSON.parse(req.body) as Bundle).type === 'transaction' && ++transactions === 1) {
+        json(res, 409, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'conflict', diagnostics: 'not the current version' }] });
+        return;
+      }
+      const answer = await request(`${new URL(server.url).origin}${req.url}`, { method: req.method as 'GET', headers: { 'content-type': 'application/fhir+json' }, ...(req.body ? { body: req.body } : {}) });
+      json(res, answer.statusCode, await answer.body.json());
+    });
+    try {
+      const conflicted = await fhirWriter(`${proxy.url}/fhir/R4`);
+      const later = await conflicted.write(stated('MP-PAT-409', '2026-11-20T09:00:00.000Z', { birthDate: '1985-04-21' }), outcome('ver_pat_409_2'));
+      expect([later.patientId, later.changed, transactions]).toEqual([first.patientId, true, 2]);
+      expect((await read<Patient>('Patient', first.patientId)).birthDate).toBe('1985-04-21');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('leaves a Patient this plugin did not create (no patient-stated-at) as the EHR keeps it', async () => {
     await server.seed([{ resourceType: 'Patient', id: 'pat-ehr', identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-EHR' }], name: [{ family: 'Ehr-Own' }], birthDate: '1985-04-12' }]);
     const before = await read<Patient>('Patient', 'pat-ehr');
