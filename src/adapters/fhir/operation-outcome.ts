@@ -24,7 +24,8 @@ export function operationOutcome(issues: readonly OutcomeIssue[]): OperationOutc
       severity: i.severity ?? 'error',
       code: i.code ?? 'invalid',
       diagnostics: i.diagnostics,
-      ...(i.expression !== undefined && { expression: typeof i.expression === 'string' ? [i.expression] : [...i.expression] }),
+      // R4 has no empty lists: an issue about no element has no expression.
+      ...(i.expression !== undefined && i.expression.length > 0 && { expression: typeof i.expression === 'string' ? [i.expression] : [...i.expression] }),
     })),
   };
 }
