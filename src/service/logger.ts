@@ -77,12 +77,14 @@ function errorFields(error: Error): Array<[string, unknown]> {
 }
 
 /**
- * An error's copy with its prototype and fields. Its stack is copied as the text it is: from V8 12
+ * An error's copy with its prototype and fields, each redefinable: a frozen error's are not, and
+ * censoring one would throw out of the log call. Its stack is copied as the text it is: from V8 12
  * (Node 22) `stack` is an accessor that reads the stack kept inside the error it is called on,
  * which a copy does not have, so the copied accessor would read nothing.
  */
 function errorCopy(error: Error, prototype: object): Error {
-  const copy = Object.create(prototype, Object.getOwnPropertyDescriptors(error)) as Error;
+  const fields = Object.entries(Object.getOwnPropertyDescriptors(error)).map(([key, field]) => [key, { ...field, configurable: true }]);
+  const copy = Object.create(prototype, Object.fromEntries(fields) as PropertyDescriptorMap) as Error;
   Object.defineProperty(copy, 'stack', { value: error.stack, enumerable: false, writable: true, configurable: true });
   return copy;
 }

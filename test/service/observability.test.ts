@@ -151,4 +151,14 @@ describe('observability', () => {
     expect(refused.subscriber.memberId).toBe('DD1234567');
     expect(err.errors[0]).toBe(refused);
   });
+
+  it('censors a frozen error as any other, rather than throwing out of the log call', () => {
+    const lines: string[] = [];
+    const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
+    const err = Object.freeze(Object.assign(new Error('the check failed'), { patient: { lastName: 'Whitaker' } }));
+    expect(() => log.error({ err }, 'failed')).not.toThrow();
+    expect(lines.join('')).not.toContain('Whitaker');
+    const logged = (JSON.parse(lines[0] ?? '{}') as { err?: { patient?: unknown; stack?: string } }).err;
+    expect([logged?.patient, logged?.stack?.split('\n')[0]]).toEqual([{ lastName: '[redacted]' }, 'Error: the check failed']);
+  });
 });
