@@ -20,7 +20,13 @@ export interface ChartPart {
   resourceType: 'Organization' | 'Patient' | 'Coverage';
   /** The search that finds it, e.g. `identifier=<system>|<value>`; also the transaction's ifNoneExist. */
   condition: string;
+  /** A Patient or Coverage this plugin may have written under an identifier it no longer gives: the condition finds it by that one too, and it is given the current one. */
+  rekey?: Rekey;
 }
+
+type SystemAndValue = { system: string; value: string };
+/** An identifier of this plugin's, as it was written and as it is now. */
+export type Rekey = { from: SystemAndValue; to: SystemAndValue };
 
 export const US_CORE_COVERAGE = 'http://hl7.org/fhir/us/core/StructureDefinition/us-core-coverage';
 const ORDER = { primary: 1, secondary: 2, tertiary: 3 } as const;
@@ -38,15 +44,27 @@ export function payerOf(check: EligibilityCheck): { id?: string | undefined; nam
  */
 export function chartParts(check: EligibilityCheck): ChartPart[] {
   const payerId = payerOf(check).id;
+  const patient = patientIdentifier(check);
+  const formerSystem = formerPatientSystem(check);
+  const coverage = { system: systemUrl('chartCoverage'), value: coverageKey(check, patient.system) };
+  const rekeys: Partial<Record<'patient' | 'coverage', Rekey>> = formerSystem
+    ? { patient: { from: { system: formerSystem, value: patient.value }, to: patient }, coverage: { from: { ...coverage, value: coverageKey(check, formerSystem) }, to: coverage } }
+    : {};
+  const found = (kind: 'patient' | 'coverage', resourceType: 'Patient' | 'Coverage', current: SystemAndValue): ChartPart => {
+    const rekey = rekeys[kind];
+    return { kind, resourceType, condition: identifierCondition(current.system, current.value, rekey?.from), ...(rekey ? { rekey } : {}) };
+  };
   return [
     ...(payerId ? [{ kind: 'insurer' as const, resourceType: 'Organization' as const, condition: identifierCondition(payerIdSystem(), payerId) }] : []),
-    { kind: 'patient', resourceType: 'Patient', condition: identifierCondition(...systemAndValue(patientIdentifier(check))) },
-    { kind: 'coverage', resourceType: 'Coverage', condition: identifierCondition(systemUrl('chartCoverage'), coverageKey(check)) },
+    found('patient', 'Patient', patient),
+    found('coverage', 'Coverage', coverage),
   ];
 }
 
-export function identifierCondition(system: string, value: string): string {
-  return `identifier=${encodeURIComponent(searchEscaped(system))}|${encodeURIComponent(searchEscaped(value))}`;
+/** Finds by the identifier, or by either of two (a comma in a token search is an OR). */
+export function identifierCondition(system: string, value: string, or?: SystemAndValue): string {
+  const token = (s: string, v: string) => `${encodeURIComponent(searchEscaped(s))}|${encodeURIComponent(searchEscaped(v))}`;
+  return `identifier=${token(system, value)}${or ? `,${token(or.system, or.value)}` : ''}`;
 }
 
 /**
@@ -56,7 +74,6 @@ export function identifierCondition(system: string, value: string): string {
  */
 const searchEscaped = (token: string) => token.replace(/[\\,$|]/g, (c) => `\\${c}`);
 
-const systemAndValue = (i: FhirIdentifier): [string, string] => [i.system ?? '', i.value ?? ''];
 
 export function insurerResource(check: EligibilityCheck): Organization {
   const payer = payerOf(check);
@@ -118,7 +135,7 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
     meta: { profile: [US_CORE_COVERAGE] },
     identifier: [
       { type: { coding: [{ system: systemUrl('identifierType'), code: 'MB' }] }, value: check.patient.memberId ?? subscriber.memberId },
-      { system: systemUrl('chartCoverage'), value: coverageKey(check) },
+      { system: systemUrl('chartCoverage'), value: coverageKey(check, patientIdentifier(check).system) },
     ],
     status: 'active',
     ...(subscriber.relationship === 'self' ? { subscriber: { reference: refs.patient } } : {}),
@@ -167,6 +184,25 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
   return restamped(updated, fresh, 'coverage-stated-at');
 }
 
+/**
+ * A Patient or Coverage found by the identifier this plugin gave it before (Rekey), with the
+ * current one in its place: once one facility's message has taken it, another facility's
+ * patient with the same number is no longer found by it. Undefined when it has the current one.
+ */
+export function rekeyed<T extends Patient | Coverage>(stored: T, rekey: Rekey): T | undefined {
+  const is = (i: FhirIdentifier, id: SystemAndValue) => i.system === id.system && i.value === id.value;
+  const identifiers = stored.identifier ?? [];
+  if (!identifiers.some((i) => is(i, rekey.from))) return undefined;
+  return { ...stored, identifier: identifiers.filter((i) => !is(i, rekey.to)).map((i) => (is(i, rekey.from) ? { ...i, ...rekey.to } : i)) };
+}
+
+/** A rekeyed Coverage moved to the Patient the check is written against (another facility's patient gets its own): its beneficiary, and a self subscriber with it. */
+export function forBeneficiary(stored: Coverage, beneficiary: Reference): Coverage {
+  if (stored.beneficiary.reference === beneficiary.reference) return stored;
+  const self = stored.subscriber?.reference === stored.beneficiary.reference;
+  return { ...stored, beneficiary, ...(self ? { subscriber: beneficiary } : {}) };
+}
+
 type StatedAt = 'coverage-stated-at' | 'patient-stated-at';
 const statedAt = (resource: Coverage | Patient, key: StatedAt) => resource.extension?.find((e) => e.url === extensionUrl(key))?.valueInstant;
 
@@ -199,46 +235,70 @@ export function appointmentReference(check: EligibilityCheck): Reference | undef
   const { source } = check;
   if (source.kind === 'fhir') return source.appointment ? { reference: source.appointment } : undefined;
   if (!source.appointmentId) return undefined;
-  return { type: 'Appointment', identifier: { system: scoped('hl7AppointmentId', hl7Scope(check, undefined, 'Appointment.identifier')), value: source.appointmentId } };
+  return { type: 'Appointment', identifier: { system: scoped('hl7AppointmentId', ...hl7Scope(check, undefined, 'Appointment.identifier')), value: source.appointmentId } };
 }
 
 /** The identifier the Patient is found by: the check's first, as its idempotency key uses it. */
-function patientIdentifier(check: EligibilityCheck): FhirIdentifier {
+function patientIdentifier(check: EligibilityCheck): SystemAndValue {
+  const { system, value } = fhirIdentifier(check, firstIdentifier(check));
+  return { system: system ?? '', value: value ?? '' };
+}
+
+function firstIdentifier(check: EligibilityCheck): Identifier {
   const first = check.patient.identifiers[0];
   if (!first) throw new ChartWriteError('Patient.identifier: the check carries no patient identifier to find the chart\'s Patient by', { retryable: false });
-  return fhirIdentifier(check, first);
+  return first;
 }
 
 /**
- * An HL7 identifier as FHIR: an assigning authority that is a URI or an OID is the system; any
- * other (a namespace like MOLARPMS) scopes a system of this plugin, as does, without one, the
- * sending facility or application, since an MRN is unique only where it was assigned.
+ * An HL7 identifier as FHIR. The system is the assigning authority's universal id (CX-4.2, an
+ * OID or UUID), or an authority written as a URI or an OID. Any other authority is a namespace
+ * (MOLARPMS) that names a PMS product more often than one installation of it, and two practices
+ * running it number their patients apart: it scopes a system of this plugin under the sending
+ * facility (else application), as the job store keys a patient. Without one, the facility alone.
  */
 function fhirIdentifier(check: EligibilityCheck, identifier: Identifier): FhirIdentifier {
-  const authority = identifier.system?.trim();
-  const system = authority && /^(urn:|https?:\/\/)/i.test(authority)
-    ? authority
-    : authority && /^\d+(\.\d+)+$/.test(authority)
-      ? `urn:oid:${authority}`
-      : scoped('hl7PatientId', hl7Scope(check, authority, 'Patient.identifier'));
   return {
     ...(identifier.type ? { type: { coding: [{ system: systemUrl('identifierType'), code: identifier.type }] } } : {}),
-    system,
+    system: identifier.authorityUri ?? globalSystem(identifier.system) ?? scoped('hl7PatientId', ...hl7Scope(check, identifier.system, 'Patient.identifier')),
     value: identifier.value,
   };
 }
 
-function hl7Scope(check: EligibilityCheck, authority: string | undefined, element: string): string {
+/**
+ * The system the first identifier had before a namespace was scoped by its facility and a
+ * universal id was read (the namespace alone scoped it), where that differs: what this plugin
+ * wrote then is still found, and takes the current identifier.
+ */
+function formerPatientSystem(check: EligibilityCheck): string | undefined {
+  const identifier = firstIdentifier(check);
+  const authority = identifier.system?.trim();
+  const former = globalSystem(authority) ?? (authority ? scoped('hl7PatientId', authority) : scoped('hl7PatientId', ...hl7Scope(check, undefined, 'Patient.identifier')));
+  return former === patientIdentifier(check).system ? undefined : former;
+}
+
+/** An authority written as a URI or an OID names its system everywhere. */
+function globalSystem(authority: string | undefined): string | undefined {
+  const trimmed = authority?.trim();
+  if (!trimmed) return undefined;
+  if (/^(urn:|https?:\/\/)/i.test(trimmed)) return trimmed;
+  return /^\d+(\.\d+)+$/.test(trimmed) ? `urn:oid:${trimmed}` : undefined;
+}
+
+/** Where an HL7 identifier was assigned: the sending facility (else application), then the namespace within it. */
+function hl7Scope(check: EligibilityCheck, namespace: string | undefined, element: string): string[] {
   const source = check.source.kind === 'hl7' ? check.source : undefined;
-  const scope = authority || source?.sendingFacility || source?.sendingApplication;
-  if (!scope) throw new ChartWriteError(`${element}: the HL7 message names no assigning authority, facility or application to scope it by`, { retryable: false });
+  const sender = source?.sendingFacility || source?.sendingApplication;
+  const scope = [sender, namespace?.trim()].filter((part): part is string => Boolean(part));
+  if (scope.length === 0) throw new ChartWriteError(`${element}: the HL7 message names no assigning authority, facility or application to scope it by`, { retryable: false });
   return scope;
 }
 
-const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', scope: string) => `${systemUrl(key)}/${encodeURIComponent(scope)}`;
+const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', ...scope: string[]) => [systemUrl(key), ...scope.map(encodeURIComponent)].join('/');
 
-function coverageKey(check: EligibilityCheck): string {
+/** Hashes the patient's identifier (under the system given), the payer and the member id. */
+function coverageKey(check: EligibilityCheck, patientSystem: string): string {
   const payer = payerOf(check);
-  const parts = [...systemAndValue(patientIdentifier(check)), payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];
+  const parts = [patientSystem, patientIdentifier(check).value, payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];
   return `cov_${createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32)}`;
 }

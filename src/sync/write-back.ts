@@ -10,7 +10,7 @@ import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { chartClient, idFrom } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, identifierCondition, insurerResource, patientResource, payerOf, updatedCoverage, updatedPatient, type ChartPart } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, forBeneficiary, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -251,11 +251,23 @@ function updatesOfFound(
     const stored = found[i];
     if (!stored?.id) return [];
     const resource =
-      part.kind === 'patient' ? updatedPatient(stored as Patient, patientResource(check))
-      : part.kind === 'coverage' ? updatedCoverage(stored as Coverage, chartCoverage(check, chart))
+      part.kind === 'patient' ? patientUpdate(stored as Patient, part.rekey, check)
+      : part.kind === 'coverage' ? coverageUpdate(stored as Coverage, part.rekey, chartCoverage(check, chart))
       : undefined;
     return resource && r4Errors(resource).length === 0 ? [{ resource, id: stored.id, version: stored.meta?.versionId }] : [];
   });
+}
+
+/** A found Patient given this plugin's current identifier (a rekey) and brought up to date, or undefined when neither changes it. */
+function patientUpdate(stored: Patient, rekey: Rekey | undefined, check: EligibilityCheck): Patient | undefined {
+  const base = rekey && rekeyed(stored, rekey);
+  return updatedPatient(base ?? stored, patientResource(check)) ?? base;
+}
+
+function coverageUpdate(stored: Coverage, rekey: Rekey | undefined, fresh: Coverage): Coverage | undefined {
+  const rekeyedCoverage = rekey && rekeyed(stored, rekey);
+  const base = rekeyedCoverage && forBeneficiary(rekeyedCoverage, fresh.beneficiary);
+  return updatedCoverage(base ?? stored, fresh) ?? base;
 }
 
 function once<T>(make: () => T): () => T {

@@ -155,7 +155,7 @@ describe('write-back of an HL7-sourced check', () => {
     });
     const patient = await read<Patient>('Patient', written.patientId);
     expect(patient.identifier).toEqual([
-      { type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'MR' }] }, system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP10045' },
+      { type: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v2-0203', code: 'MR' }] }, system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/BSD-MAIN/MOLARPMS', value: 'MP10045' },
     ]);
     expect([patient.name?.[0]?.family, patient.birthDate, patient.gender]).toEqual(['RIVERA', '1985-04-12', 'female']);
     const coverage = await read<Coverage>('Coverage', written.coverageId);
@@ -211,7 +211,7 @@ describe('write-back of an HL7-sourced check', () => {
     const known: Patient = {
       resourceType: 'Patient',
       id: 'pat-known',
-      identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-KNOWN' }],
+      identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/BSD-MAIN/MOLARPMS', value: 'MP-KNOWN' }],
       name: [{ family: 'Known' }],
     };
     await server.seed([known]);
@@ -234,6 +234,71 @@ describe('write-back of an HL7-sourced check', () => {
     const again = await writer.write(commaCheck, outcome);
     expect([again.patientId, again.changed]).toEqual([written.patientId, false]);
     expect(await counts()).toEqual(before);
+  });
+});
+
+describe('the identifier a Patient is found by: one practice\'s patients apart from another\'s', () => {
+  const SID = 'https://dental-elig.dev/fhir/sid/hl7-patient-id';
+  const outcome = (id: string) => withId(fixture('results', 'completed-minimal.json') as object, id);
+  /** The primary or secondary check, as sent by another facility (undefined: none, as before facilities scoped identifiers) with another MRN and names. */
+  const from = (base: EligibilityCheck, facility: string | undefined, identifier: EligibilityCheck['patient']['identifiers'][number], patient: Partial<EligibilityCheck['patient']> = {}): EligibilityCheck => {
+    if (base.source.kind !== 'hl7') throw new Error('fixture check is not HL7-sourced');
+    // Without a sender, no appointment id either: an appointment's id is scoped by its sender alone.
+    const { sendingFacility: _facility, sendingApplication: _application, appointmentId, ...source } = base.source;
+    const sender = facility ? { sendingFacility: facility, ...(appointmentId ? { appointmentId } : {}) } : {};
+    return { ...base, source: { ...source, ...sender }, patient: { ...base.patient, identifiers: [identifier], ...patient } };
+  };
+  const mrn = (value: string) => ({ system: 'MOLARPMS', type: 'MR', value });
+
+  it('two practices sending the same namespace and MRN get a Patient each, with its own Coverage', async () => {
+    const before = await counts();
+    const north = await writer.write(from(required(primary), 'NORTH-OFFICE', mrn('1042')), outcome('ver_sep_north'));
+    const south = await writer.write(from(required(primary), 'SOUTH-OFFICE', mrn('1042'), { firstName: 'MARCUS', lastName: 'OKORO' }), outcome('ver_sep_south'));
+    expect(south.patientId).not.toBe(north.patientId);
+    expect(south.coverageId).not.toBe(north.coverageId);
+    expect(await counts()).toMatchObject({ Patient: before.Patient + 2, Coverage: before.Coverage + 2 });
+    const [n, s] = [await read<Patient>('Patient', north.patientId), await read<Patient>('Patient', south.patientId)];
+    expect([n.identifier?.[0]?.system, n.name?.[0]?.family]).toEqual([`${SID}/NORTH-OFFICE/MOLARPMS`, 'RIVERA']);
+    expect([s.identifier?.[0]?.system, s.name?.[0]?.family]).toEqual([`${SID}/SOUTH-OFFICE/MOLARPMS`, 'OKORO']);
+    expect((await read<Coverage>('Coverage', south.coverageId)).beneficiary.reference).toBe(`Patient/${south.patientId}`);
+  });
+
+  it('an assigning authority\'s universal id (CX-4.2) is the system, whoever sends it', async () => {
+    const oid = { ...mrn('1043'), authorityUri: 'urn:oid:2.16.840.1.113883.3.7711' };
+    const north = await writer.write(from(required(primary), 'NORTH-OFFICE', oid), outcome('ver_oid_north'));
+    expect((await read<Patient>('Patient', north.patientId)).identifier?.[0]?.system).toBe('urn:oid:2.16.840.1.113883.3.7711');
+    const south = await writer.write(from(required(primary), 'SOUTH-OFFICE', oid), outcome('ver_oid_south'));
+    expect([south.patientId, south.coverageId]).toEqual([north.patientId, north.coverageId]);
+  });
+
+  it('finds what it wrote under the namespace alone, gives it the facility\'s identifier, and then another practice\'s patient with that MRN is not found by it', async () => {
+    // Written as before: the namespace alone scoped the MRN. The patient's two plans, each a Coverage.
+    const formerPrimary = await writer.write(from(required(primary), undefined, mrn('1044')), outcome('ver_former_1'));
+    const formerSecondary = await writer.write(from(required(secondary), undefined, mrn('1044')), outcome('ver_former_2'));
+    expect((await read<Patient>('Patient', formerPrimary.patientId)).identifier?.[0]?.system).toBe(`${SID}/MOLARPMS`);
+    const before = await counts();
+
+    // The north office's patient 1044 takes the Patient and the primary's Coverage over.
+    const north = await writer.write(from(required(primary), 'NORTH-OFFICE', mrn('1044')), outcome('ver_former_north'));
+    expect([north.patientId, north.coverageId]).toEqual([formerPrimary.patientId, formerPrimary.coverageId]);
+    expect(await counts()).toMatchObject({ Patient: before.Patient, Coverage: before.Coverage });
+    const taken = await read<Patient>('Patient', north.patientId);
+    expect(taken.identifier?.map((i) => [i.system, i.value])).toEqual([[`${SID}/NORTH-OFFICE/MOLARPMS`, '1044']]);
+    const again = await writer.write(from(required(primary), 'NORTH-OFFICE', mrn('1044')), outcome('ver_former_north'));
+    expect(again.changed).toBe(false);
+
+    // The south office's patient 1044, a different person on the secondary's plan: a Patient of its own, and that plan's Coverage moves to it.
+    const south = await writer.write(from(required(secondary), 'SOUTH-OFFICE', mrn('1044'), { firstName: 'MARCUS' }), outcome('ver_former_south'));
+    expect(south.patientId).not.toBe(north.patientId);
+    expect(south.coverageId).toBe(formerSecondary.coverageId);
+    expect(await counts()).toMatchObject({ Patient: before.Patient + 1, Coverage: before.Coverage });
+    const moved = await read<Coverage>('Coverage', south.coverageId);
+    expect(moved.beneficiary.reference).toBe(`Patient/${south.patientId}`);
+    expect(moved.identifier?.filter((i) => i.system === 'https://dental-elig.dev/fhir/sid/coverage')).toHaveLength(1);
+    expect((await read<Patient>('Patient', north.patientId)).meta?.versionId).toBe(taken.meta?.versionId);
+    // Each found by its new identifier from now on: nothing left to change.
+    const southAgain = await writer.write(from(required(secondary), 'SOUTH-OFFICE', mrn('1044'), { firstName: 'MARCUS' }), outcome('ver_former_south'));
+    expect([southAgain.patientId, southAgain.coverageId, southAgain.changed]).toEqual([south.patientId, south.coverageId, false]);
   });
 });
 
@@ -437,7 +502,7 @@ describe('the Patient an HL7 check finds, kept up to date when this plugin creat
   });
 
   it('leaves a Patient this plugin did not create (no patient-stated-at) as the EHR keeps it', async () => {
-    await server.seed([{ resourceType: 'Patient', id: 'pat-ehr', identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS', value: 'MP-EHR' }], name: [{ family: 'Ehr-Own' }], birthDate: '1985-04-12' }]);
+    await server.seed([{ resourceType: 'Patient', id: 'pat-ehr', identifier: [{ system: 'https://dental-elig.dev/fhir/sid/hl7-patient-id/BSD-MAIN/MOLARPMS', value: 'MP-EHR' }], name: [{ family: 'Ehr-Own' }], birthDate: '1985-04-12' }]);
     const before = await read<Patient>('Patient', 'pat-ehr');
     const written = await writer.write(stated('MP-EHR', '2026-11-20T09:00:00.000Z'), outcome('ver_pat_ehr'));
     expect(written.patientId).toBe('pat-ehr');
@@ -470,7 +535,7 @@ describe('failures', () => {
       expect([err.retryable, err.status]).toEqual([false, 400]);
       expect(err.message).toMatch(/^write eligibility: the FHIR server answered 400 to the transaction/);
       expect(await counts()).toEqual(before);
-      expect(await search('Patient', 'identifier=https://dental-elig.dev/fhir/sid/hl7-patient-id/MOLARPMS|MP-ATOMIC')).toEqual([]);
+      expect(await search('Patient', 'identifier=https://dental-elig.dev/fhir/sid/hl7-patient-id/BSD-MAIN/MOLARPMS|MP-ATOMIC')).toEqual([]);
     } finally {
       await proxy.close();
     }
