@@ -20,7 +20,7 @@ export interface ChartPart {
   resourceType: 'Organization' | 'Patient' | 'Coverage';
   /** The search that finds it, e.g. `identifier=<system>|<value>`; also the transaction's ifNoneExist. */
   condition: string;
-  /** A Patient or Coverage this plugin may have written under an identifier it no longer gives: the condition finds it by that one too, and it is given the current one. */
+  /** A Patient or Coverage this plugin may have written under an identifier it no longer gives: found by that one when not by the condition, it is given the current one. */
   rekey?: Rekey;
 }
 
@@ -52,7 +52,7 @@ export function chartParts(check: EligibilityCheck): ChartPart[] {
     : {};
   const found = (kind: 'patient' | 'coverage', resourceType: 'Patient' | 'Coverage', current: SystemAndValue): ChartPart => {
     const rekey = rekeys[kind];
-    return { kind, resourceType, condition: identifierCondition(current.system, current.value, rekey?.from), ...(rekey ? { rekey } : {}) };
+    return { kind, resourceType, condition: identifierCondition(current.system, current.value), ...(rekey ? { rekey } : {}) };
   };
   return [
     ...(payerId ? [{ kind: 'insurer' as const, resourceType: 'Organization' as const, condition: identifierCondition(payerIdSystem(), payerId) }] : []),
@@ -61,10 +61,8 @@ export function chartParts(check: EligibilityCheck): ChartPart[] {
   ];
 }
 
-/** Finds by the identifier, or by either of two (a comma in a token search is an OR). */
-export function identifierCondition(system: string, value: string, or?: SystemAndValue): string {
-  const token = (s: string, v: string) => `${encodeURIComponent(searchEscaped(s))}|${encodeURIComponent(searchEscaped(v))}`;
-  return `identifier=${token(system, value)}${or ? `,${token(or.system, or.value)}` : ''}`;
+export function identifierCondition(system: string, value: string): string {
+  return `identifier=${encodeURIComponent(searchEscaped(system))}|${encodeURIComponent(searchEscaped(value))}`;
 }
 
 /**

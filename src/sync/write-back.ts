@@ -100,13 +100,21 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const { correlationId } = outcome.verification;
     // Both identifiers, ANDed: the verification's correlation id alone is shared by every check its result serves.
     const pairCondition = `${identifierCondition(systemUrl('eligibilityCheck'), check.idempotencyKey)}&${identifierCondition(systemUrl('correlationId'), correlationId)}`;
-    const found = await client.findEach([
+    // What this plugin wrote under a former identifier is searched in the same batch, and used only where the current one finds nothing.
+    const formerly = parts.flatMap((p) => (p.rekey ? [`${p.resourceType}?${identifierCondition(p.rekey.from.system, p.rekey.from.value)}`] : []));
+    const answers = await client.findEach([
       ...parts.map((p) => `${p.resourceType}?${p.condition}`),
       `CoverageEligibilityRequest?${pairCondition}`,
       `CoverageEligibilityResponse?${pairCondition}`,
+      ...formerly,
     ]);
-    const storedRequest = found[parts.length] as CoverageEligibilityRequest | undefined;
-    const storedResponse = found[parts.length + 1] as CoverageEligibilityResponse | undefined;
+    let next = parts.length + 2;
+    const found = parts.map((p, i) => {
+      const formerAnswer = p.rekey ? answers[next++] : undefined;
+      return answers[i] ?? formerAnswer;
+    });
+    const storedRequest = answers[parts.length] as CoverageEligibilityRequest | undefined;
+    const storedResponse = answers[parts.length + 1] as CoverageEligibilityResponse | undefined;
 
     // Found: its reference; to be created: a urn:uuid the server rewrites to the new id.
     const urns = new Map<string, string>();

@@ -271,6 +271,14 @@ describe('the identifier a Patient is found by: one practice\'s patients apart f
     expect([south.patientId, south.coverageId]).toEqual([north.patientId, north.coverageId]);
   });
 
+  it('takes the Patient the EHR holds under the universal id over one it wrote under the namespace before it read CX-4.2', async () => {
+    const ours = await writer.write(from(required(primary), undefined, mrn('1045')), outcome('ver_ehr_oid_1'));
+    await server.seed([{ resourceType: 'Patient', id: 'pat-ehr-oid', identifier: [{ system: 'urn:oid:2.16.840.1.113883.3.7711', value: '1045' }], name: [{ family: 'Ehr-Own' }] }]);
+    const written = await writer.write(from(required(primary), 'NORTH-OFFICE', { ...mrn('1045'), authorityUri: 'urn:oid:2.16.840.1.113883.3.7711' }), outcome('ver_ehr_oid_2'));
+    expect(written.patientId).toBe('pat-ehr-oid');
+    expect((await read<Patient>('Patient', ours.patientId)).identifier?.[0]?.system).toBe(`${SID}/MOLARPMS`);
+  });
+
   it('finds what it wrote under the namespace alone, gives it the facility\'s identifier, and then another practice\'s patient with that MRN is not found by it', async () => {
     // Written as before: the namespace alone scoped the MRN. The patient's two plans, each a Coverage.
     const formerPrimary = await writer.write(from(required(primary), undefined, mrn('1044')), outcome('ver_former_1'));
