@@ -111,7 +111,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     let next = parts.length + 2;
     const found = parts.map((p, i) => {
       const formerAnswer = p.rekey ? answers[next++] : undefined;
-      return answers[i] ?? formerAnswer;
+      return answers[i] ?? takenOver(formerAnswer, p.rekey);
     });
     const storedRequest = answers[parts.length] as CoverageEligibilityRequest | undefined;
     const storedResponse = answers[parts.length + 1] as CoverageEligibilityResponse | undefined;
@@ -264,6 +264,16 @@ function updatesOfFound(
       : undefined;
     return resource && r4Errors(resource).length === 0 ? [{ resource, id: stored.id, version: stored.meta?.versionId }] : [];
   });
+}
+
+/**
+ * What was found under a former identifier, when it can be given the current one: one whose
+ * rekey R4 refuses would keep the former identifier, and another practice's patient with that
+ * number would be written against it too. Left alone, a resource of its own is created instead.
+ */
+function takenOver(former: Resource | undefined, rekey: Rekey | undefined): Resource | undefined {
+  const update = former && rekey && rekeyed(former as Patient | Coverage, rekey);
+  return update && r4Errors(update).length === 0 ? former : undefined;
 }
 
 /** A found Patient given this plugin's current identifier (a rekey) and brought up to date, or undefined when neither changes it. */

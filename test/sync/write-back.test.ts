@@ -279,6 +279,14 @@ describe('the identifier a Patient is found by: one practice\'s patients apart f
     expect((await read<Patient>('Patient', ours.patientId)).identifier?.[0]?.system).toBe(`${SID}/MOLARPMS`);
   });
 
+  it('a Patient found under the namespace alone whose rekey would not be valid R4 is not taken by one practice and then found by another', async () => {
+    // An extension without its url (ext-1), as a chart that does not validate may hold.
+    await server.seed([{ resourceType: 'Patient', id: 'pat-former-invalid', identifier: [{ system: `${SID}/MOLARPMS`, value: '1048' }], name: [{ family: 'RIVERA' }], extension: [{ valueString: 'no url' } as never] }]);
+    const north = await writer.write(from(required(primary), 'NORTH-OFFICE', mrn('1048')), outcome('ver_former_invalid_north'));
+    const south = await writer.write(from(required(secondary), 'SOUTH-OFFICE', mrn('1048'), { firstName: 'MARCUS' }), outcome('ver_former_invalid_south'));
+    expect(south.patientId).not.toBe(north.patientId);
+  });
+
   it('finds what it wrote under the namespace alone, gives it the facility\'s identifier, and then another practice\'s patient with that MRN is not found by it', async () => {
     // Written as before: the namespace alone scoped the MRN. The patient's two plans, each a Coverage.
     const formerPrimary = await writer.write(from(required(primary), undefined, mrn('1044')), outcome('ver_former_1'));
