@@ -19,13 +19,8 @@ export const CoverageOrder = z.enum(['primary', 'secondary', 'tertiary']);
 export type CoverageOrder = z.infer<typeof CoverageOrder>;
 
 export const Identifier = z.strictObject({
-  /** Assigning authority (an HL7 namespace such as MOLARPMS) or FHIR identifier system, when the source names one. */
+  /** Assigning authority or FHIR identifier system, when the source names one. */
   system: z.string().optional(),
-  /**
-   * The assigning authority as a URI that names it everywhere (urn:oid:..., urn:uuid:..., a URL),
-   * when an HL7 source gives its universal id (CX-4.2 and 4.3): the system the chart knows it by.
-   */
-  authorityUri: z.string().optional(),
   /** HL7 table 0203 / FHIR identifier type code (MR, MB, SS, ...). */
   type: z.string().optional(),
   value: NonEmpty,

@@ -249,29 +249,29 @@ function firstIdentifier(check: EligibilityCheck): Identifier {
 }
 
 /**
- * An HL7 identifier as FHIR. The system is the assigning authority's universal id (CX-4.2, an
- * OID or UUID), or an authority written as a URI or an OID. Any other authority is a namespace
- * (MOLARPMS) that names a PMS product more often than one installation of it, and two practices
- * running it number their patients apart: it scopes a system of this plugin under the sending
- * facility (else application), as the job store keys a patient. Without one, the facility alone.
+ * An HL7 identifier as FHIR. An assigning authority written as a URI or an OID is the system.
+ * Any other is a namespace (MOLARPMS) that names a PMS product more often than one installation
+ * of it, and two practices running it number their patients apart: it scopes a system of this
+ * plugin under the sending facility (else application), as the job store keys a patient. Without
+ * an authority, the facility alone. Only what every message of the sender states the same way
+ * goes in: an identity that moved with an optional component would split one patient in two.
  */
 function fhirIdentifier(check: EligibilityCheck, identifier: Identifier): FhirIdentifier {
   return {
     ...(identifier.type ? { type: { coding: [{ system: systemUrl('identifierType'), code: identifier.type }] } } : {}),
-    system: identifier.authorityUri ?? globalSystem(identifier.system) ?? scoped('hl7PatientId', ...hl7Scope(check, identifier.system, 'Patient.identifier')),
+    system: globalSystem(identifier.system) ?? scoped('hl7PatientId', ...hl7Scope(check, identifier.system, 'Patient.identifier')),
     value: identifier.value,
   };
 }
 
 /**
- * The system the first identifier had before a namespace was scoped by its facility and a
- * universal id was read (the namespace alone scoped it), where that differs: what this plugin
- * wrote then is still found, and takes the current identifier.
+ * The system a namespace alone scoped before the sending facility did too, where that differs:
+ * what this plugin wrote then is still found, and takes the current identifier.
  */
 function formerPatientSystem(check: EligibilityCheck): string | undefined {
-  const identifier = firstIdentifier(check);
-  const authority = identifier.system?.trim();
-  const former = globalSystem(authority) ?? (authority ? scoped('hl7PatientId', authority) : scoped('hl7PatientId', ...hl7Scope(check, undefined, 'Patient.identifier')));
+  const namespace = firstIdentifier(check).system?.trim();
+  if (!namespace || globalSystem(namespace)) return undefined;
+  const former = scoped('hl7PatientId', namespace);
   return former === patientIdentifier(check).system ? undefined : former;
 }
 

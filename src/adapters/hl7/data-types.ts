@@ -27,43 +27,17 @@ export function readPersonName(segment: Hl7Segment, field: number, repetition = 
   return middleName ? { lastName, firstName, middleName } : { lastName, firstName };
 }
 
-/**
- * CX, every repetition: id^check digit^scheme^assigning authority^identifier type, the authority
- * an HD (namespace&universal id&universal id type).
- */
+/** CX, every repetition: id^check digit^scheme^assigning authority^identifier type. */
 export function readIdentifiers(segment: Hl7Segment, field: number): Identifier[] {
   const ids: Identifier[] = [];
   for (let rep = 0; rep < segment.repetitions(field); rep++) {
     const value = segment.value(field, 1, 1, rep).trim();
     if (!value) continue;
     const system = segment.value(field, 4, 1, rep).trim();
-    const authorityUri = universalIdUri(segment.value(field, 4, 2, rep).trim(), segment.value(field, 4, 3, rep).trim());
     const type = segment.value(field, 5, 1, rep).trim();
-    ids.push({ value, ...(system && { system }), ...(authorityUri && { authorityUri }), ...(type && { type }) });
+    ids.push({ value, ...(system && { system }), ...(type && { type }) });
   }
   return ids;
-}
-
-const OID = /^[0-2](\.(0|[1-9]\d*))+$/;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const URI = /^[a-z][a-z0-9+.-]*:[^\s]+$/i;
-
-/**
- * An HD's universal id as the URI a FHIR identifier system takes, as the v2-to-FHIR mapping
- * reads it (table 0301): ISO is an OID, UUID a UUID, URI itself. Any other kind (DNS, a local
- * code) or a value not of its kind names no system: the namespace then scopes the identifier.
- */
-function universalIdUri(id: string, type: string): string | undefined {
-  switch (type.toUpperCase()) {
-    case 'ISO':
-      return OID.test(id) ? `urn:oid:${id}` : undefined;
-    case 'UUID':
-      return UUID.test(id) ? `urn:uuid:${id.toLowerCase()}` : undefined;
-    case 'URI':
-      return URI.test(id) ? id : undefined;
-    default:
-      return undefined;
-  }
 }
 
 export interface Person {

@@ -87,22 +87,6 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     });
   });
 
-  it('reads an assigning authority\'s universal id (CX-4.2 by its type, CX-4.3) as a URI, and no other kind', async () => {
-    const pid = (cx: string) => `PID|1||${cx}||DOE^JANE||19800102|F`;
-    const identifiersOf = async (cx: string) => checksOf(await run([msh('SIU^S12'), SCH, pid(cx), segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' })]))[0]?.patient.identifiers;
-    expect(await identifiersOf('P-1^^^SC&2.16.840.1.113883.3.7711&ISO^MR~X-9^^^&urn:example:mpi&URI^PI')).toEqual([
-      { value: 'P-1', system: 'SC', authorityUri: 'urn:oid:2.16.840.1.113883.3.7711', type: 'MR' },
-      { value: 'X-9', authorityUri: 'urn:example:mpi', type: 'PI' },
-    ]);
-    expect(await identifiersOf('P-1^^^SC&5C8B1A2E-7D3F-4E6A-9B1C-2D3E4F5A6B7C&UUID^MR')).toEqual([
-      { value: 'P-1', system: 'SC', authorityUri: 'urn:uuid:5c8b1a2e-7d3f-4e6a-9b1c-2d3e4f5a6b7c', type: 'MR' },
-    ]);
-    // A DNS name, a local code, or a value not of its kind (an OID with a letter in it) names no system: the namespace stands.
-    for (const hd of ['SC&molar.example.com&DNS', 'SC&LOCAL-7&L', 'SC&2.16.x.1&ISO', 'SC&not a uri&URI']) {
-      expect(await identifiersOf(`P-1^^^${hd}^MR`)).toEqual([{ value: 'P-1', system: 'SC', type: 'MR' }]);
-    }
-  });
-
   it('takes the subscriber from PID when IN1-17 says self and IN1-16/18 are empty', async () => {
     const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' })]));
     expect(check?.subscriber).toEqual({ firstName: 'JANE', middleName: 'Q', lastName: 'DOE', birthDate: '1980-01-02', memberId: 'M-1', relationship: 'self' });
