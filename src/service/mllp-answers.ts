@@ -74,8 +74,9 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
   try {
     return await context.handler(message);
   } catch (error) {
-    context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP handler failed; message kept as a dead letter');
     const kept = await deadLetter(context, { message, reason: 'the handler failed', error });
+    // Said once it is so: a store that is down keeps nothing either, and deadLetter says that instead.
+    if (kept) context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP handler failed; message kept as a dead letter');
     // Not stored: CE asks the sender to send it again.
     return kept ? failure(message, 'CE', rejection({ segment: 'MSH' }, 207, 'application internal error')) : undefined;
   }

@@ -207,13 +207,14 @@ class PgTx implements StoreTx {
 
   async addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }> {
     // A concurrent insert of the same key waits for the other transaction, then finds its row.
+    const dedupeKey = Buffer.from(message.dedupeKey, 'utf8');
     const inserted = await this.db.query<PgMessageRecord>(
       `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
-      [message.kind, message.dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
+      [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
     );
     if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
-    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, message.dedupeKey]);
+    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
     if (!rows[0]) throw new Error('a message with this dedupe key was neither inserted nor found');
     return { message: pgMessageFrom(rows[0]), duplicate: true };
   }
@@ -321,9 +322,9 @@ async function checkWhere(db: Queryable, where: string, params: unknown[]): Prom
   return rows[0] && CheckRow.parse(rows[0].row);
 }
 
-/** The messages table as PostgreSQL returns it: a bigint id as text, the raw text as bytes. */
-type PgMessageRecord = Omit<MessageRecord, 'id' | 'raw'> & { id: string; raw: Buffer };
+/** The messages table as PostgreSQL returns it: a bigint id as text, the raw text and dedupe key as bytes. */
+type PgMessageRecord = Omit<MessageRecord, 'id' | 'raw' | 'dedupe_key'> & { id: string; raw: Buffer; dedupe_key: Buffer };
 
 function pgMessageFrom(r: PgMessageRecord): MessageRow {
-  return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8') });
+  return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8'), dedupe_key: r.dedupe_key.toString('utf8') });
 }

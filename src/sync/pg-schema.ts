@@ -6,7 +6,7 @@ import { inTransaction } from './pg-transaction';
  * patient is one JSON document (`row`, `record`) as the SQLite store keeps it; the columns beside
  * it are what queries select, lock and order by. Times that are compared are timestamptz;
  * `json` (not jsonb) keeps a document as it was written, \u0000 escapes and all; a message's raw
- * text is bytea because PostgreSQL text cannot hold the NUL a broken sender may put in it.
+ * text and dedupe key are bytea because PostgreSQL text cannot hold the NUL a broken sender may put in them.
  */
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE messages (
@@ -59,6 +59,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE TABLE rate_buckets (bucket text PRIMARY KEY, tokens double precision NOT NULL, at_ms double precision NOT NULL);`,
   // The live lock (src/sync/pg-live-lock.ts) of the instance whose worker holds the lease.
   `ALTER TABLE checks ADD COLUMN lease_lock integer;`,
+  // A dedupe key is read from the sender's MSH, which may carry a NUL as the raw text may.
+  `ALTER TABLE messages ALTER COLUMN dedupe_key TYPE bytea USING convert_to(dedupe_key, 'UTF8');`,
 ];
 
 /** The version this program writes. */

@@ -92,6 +92,15 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(again.message.id).toBe(first.message.id);
     });
 
+    it('keeps a message whose dedupe key holds a NUL (a broken sender\'s MSH-10) and knows its resend', async () => {
+      const dedupeKey = 'PMS|BSD|MSG\u00001';
+      const add = () => store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: NOW, raw: 'MSH|...', status: 'received' }));
+      const first = await add();
+      const again = await add();
+      expect([first.duplicate, again.duplicate, again.message.id]).toEqual([false, true, first.message.id]);
+      expect((await store.listMessages()).map((m) => m.dedupeKey)).toEqual([dedupeKey]);
+    });
+
     it('keeps what was received exactly, NUL and all, and changes only the fields an update names', async () => {
       const raw = 'MSH|^~\\&|PMS|BSD\rPID|1||\u0000x||Ünlü^Zoë 😀\r';
       const { message } = await store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey: 'k1', receivedAt: NOW, raw, status: 'received' }));

@@ -187,21 +187,26 @@ describe('PgJobStore with two instances on one database', () => {
     });
   });
 
-  it('adds the lease lock to a database the previous schema made, keeping its checks', async () => {
+  it('brings a database the first schema made up to date, keeping its checks and knowing its messages again', async () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_old')));
+    const message = { kind: 'hl7' as const, dedupeKey: 'PMS|BSD|MSG-1', receivedAt: NOW, raw: 'MSH|...', status: 'handled' as const };
+    const { message: kept } = await a.transaction((tx) => tx.addMessage(message));
     const db = new Client({ connectionString: url });
     await db.connect();
     try {
       await db.query('ALTER TABLE checks DROP COLUMN lease_lock');
-      await db.query('DELETE FROM schema_migrations WHERE version = 2');
+      await db.query(`ALTER TABLE messages ALTER COLUMN dedupe_key TYPE text USING convert_from(dedupe_key, 'UTF8')`);
+      await db.query('DELETE FROM schema_migrations WHERE version > 1');
     } finally {
       await db.end();
     }
     const upgraded = await PgJobStore.open(url);
     try {
-      expect(await upgraded.schemaVersion()).toBe(2);
+      expect(await upgraded.schemaVersion()).toBe(PG_SCHEMA_VERSION);
       await upgraded.beginWork();
       expect((await upgraded.claimDue({ now: NOW, limit: 10, owner: 'u', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_old']);
+      const again = await upgraded.transaction((tx) => tx.addMessage(message));
+      expect([again.duplicate, again.message.id, again.message.dedupeKey]).toEqual([true, kept.id, message.dedupeKey]);
     } finally {
       await upgraded.close();
     }
