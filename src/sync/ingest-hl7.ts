@@ -87,7 +87,12 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
     case 'reschedule': {
       const basis = outcome.appointment;
       const status = outcome.awaitingInsurance ? 'awaiting-insurance' : outcome.selfPay ? 'self-pay' : 'booked';
-      return scheduleAppointment(tx, { ...appointmentEvent(facility, outcome.patientKey, basis, outcome.appointmentId), status, checks: outcome.checks }, ctx);
+      const event = appointmentEvent(facility, outcome.patientKey, basis, outcome.appointmentId);
+      const own = await scheduleAppointment(tx, { ...event, status, checks: outcome.checks }, ctx);
+      // What a booking says of the patient (a corrected name, a new member id) is the record now, as after an ADT:
+      // their other appointments to come are verified with it, not with what was said when they were booked.
+      const others = await rescheduleForInsurance(tx, outcome.patientKey, outcome.record, ctx, event.key);
+      return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
       const key = appointmentKey(facility, outcome.appointmentId);
@@ -104,15 +109,16 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
 }
 
 /**
- * The patient's insurance changed (or arrived): their future appointments are evaluated again, so
- * a booking that waited for insurance gets its checks and a corrected member id a new verification.
+ * The patient's record changed (an ADT, or a booking that states other details): their future
+ * appointments, but `except`, are evaluated again, so a booking that waited for insurance gets its
+ * checks and a corrected member id or name a new verification.
  */
-async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext) {
+async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
   const today = firstDateToCome(ctx.now);
   const created: string[] = [];
   const withdrawn: string[] = [];
   for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {
-    if (appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
+    if (appointment.key === except || appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
     const basis = appointment.basis as AppointmentBasis;
     // Stated when this message was received, not the booking: the chart's Coverage keeps the later statement (coverage-stated-at).
     const checks = buildChecks({ ...basis, source: { ...basis.source, receivedAt: record.updatedAt }, patient: record.patient, coverages: record.coverages });

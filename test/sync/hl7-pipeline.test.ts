@@ -105,6 +105,36 @@ describe('HL7 v2 into the chart', () => {
     expect(row?.externalId).not.toBe(first?.externalId);
   });
 
+  it('verifies the patient\'s other appointments with what a later booking corrects, as after an ADT', async () => {
+    await start();
+    const booking = (id: string, appointment: string, start: string, name: string, member: string) =>
+      [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-4', name), in1('64246', 'Guardian', member)].join('\r');
+    expect(await send(booking('B1', 'APT-4A', visitIn(10), 'DOE^JANE', 'SBX-COMPLETE'))).toEqual(['AA']);
+    await until('the first visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+
+    // A second visit, booked with the name corrected and a new member id: the first visit's check is verified again with them.
+    expect(await send(booking('B2', 'APT-4B', visitIn(20), 'DOE-SMITH^JANE', 'SBX-COMPLETE-2'))).toEqual(['AA']);
+    await until('both visits written with the corrected details', async () => {
+      const rows = await h.store.listChecks({ states: ['written'] });
+      const current = rows.filter((r) => r.check.patient.lastName === 'DOE-SMITH' && r.check.subscriber.memberId === 'SBX-COMPLETE-2');
+      return current.length === 2 && new Set(current.map((r) => r.check.dateOfService)).size === 2;
+    });
+    // The first visit now holds the corrected check alone; the earlier one stays as the result it was.
+    const first = (await h.store.listAppointments('booked')).find((a) => a.key === 'hl7|BSD-MAIN|APT-4A');
+    const rows = await h.store.listChecks();
+    const held = (first?.checkKeys ?? []).map((k) => rows.find((r) => r.key === k));
+    expect(held.map((r) => [r?.check.patient.lastName, r?.check.subscriber.memberId, r?.state])).toEqual([['DOE-SMITH', 'SBX-COMPLETE-2', 'written']]);
+
+    // A booking that states nothing new leaves the other visits' checks as they are: nothing verified again.
+    const settled = (r: (typeof rows)[number]) => [r.key, r.round, r.externalId, r.state, r.resultAt];
+    const before = held.flatMap((r) => (r ? [settled(r)] : []));
+    expect(await send(booking('B3', 'APT-4C', visitIn(30), 'DOE-SMITH^JANE', 'SBX-COMPLETE-2'))).toEqual(['AA']);
+    await until('the third visit written', async () => (await h.store.listChecks({ states: ['written'] })).length >= 4);
+    await new Promise((r) => setTimeout(r, 300));
+    const after = (await h.store.listChecks()).filter((r) => before.some(([key]) => key === r.key)).map(settled);
+    expect(after).toEqual(before);
+  });
+
   it('follows a change of coordination of benefits into the chart\'s Coverages without verifying again', async () => {
     await start();
     const insurance = (first: [string, string, string], second: [string, string, string]) =>

@@ -50,6 +50,8 @@ export type Hl7Outcome =
       patientKey: PatientKey;
       /** What the appointment's checks are built from, so they can be built again when insurance arrives. */
       appointment: AppointmentBasis;
+      /** The patient's record as this message leaves it: their other appointments are built again from it. */
+      record: PatientInsuranceRecord;
     }
   | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
   | { kind: 'record'; coverageCount: number; insuranceReceived: boolean; patientKey: PatientKey; record: PatientInsuranceRecord }
@@ -218,7 +220,8 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
   const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService: appointment.dateOfService, keys });
-  await options.store.put(key, recordOf(ctx, patient, coverages, appointments, insuranceKnown));
+  const record = recordOf(ctx, patient, coverages, appointments, insuranceKnown);
+  await options.store.put(key, record);
   return {
     kind,
     ...(appointmentId !== undefined && { appointmentId }),
@@ -228,6 +231,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     awaitingInsurance: !insuranceKnown,
     patientKey: key,
     appointment: basis,
+    record,
   };
 }
 
