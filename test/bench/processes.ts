@@ -173,8 +173,10 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     const serve = await startCli(['serve', '--config', configFile, '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', `${httpPort}`], {
       env: {
         ...env,
-        // As the README says to run it: glibc's arenas for its threads otherwise keep what was freed in them.
+        // As the README says to run it: glibc's arenas for its threads otherwise keep what was freed in them,
+        // and V8 from Node 24 on lets the young generation grow to 128 MB.
         MALLOC_ARENA_MAX: '2',
+        NODE_OPTIONS: '--max-semi-space-size=16',
         DENTAL_ELIG_BASE_URL: sandbox.listening.sandbox,
         DENTAL_ELIG_API_KEY: DEFAULT_API_KEY,
         DENTAL_ELIG_CUSTOMER_ID: DEFAULT_CUSTOMER_ID,
