@@ -45,19 +45,22 @@ export function payerOf(check: EligibilityCheck): { id?: string | undefined; nam
 export function chartParts(check: EligibilityCheck): ChartPart[] {
   const payerId = payerOf(check).id;
   const patient = patientIdentifier(check);
-  const formerSystem = formerPatientSystem(check);
   const coverage = { system: systemUrl('chartCoverage'), value: coverageKey(check, patient.system) };
-  const rekeys: Partial<Record<'patient' | 'coverage', Rekey>> = formerSystem
-    ? { patient: { from: { system: formerSystem, value: patient.value }, to: patient }, coverage: { from: { ...coverage, value: coverageKey(check, formerSystem) }, to: coverage } }
-    : {};
-  const found = (kind: 'patient' | 'coverage', resourceType: 'Patient' | 'Coverage', current: SystemAndValue): ChartPart => {
-    const rekey = rekeys[kind];
-    return { kind, resourceType, condition: identifierCondition(current.system, current.value), ...(rekey ? { rekey } : {}) };
-  };
+  const former = formerPatientSystem(check);
   return [
     ...(payerId ? [{ kind: 'insurer' as const, resourceType: 'Organization' as const, condition: identifierCondition(payerIdSystem(), payerId) }] : []),
-    found('patient', 'Patient', patient),
-    found('coverage', 'Coverage', coverage),
+    {
+      kind: 'patient',
+      resourceType: 'Patient',
+      condition: identifierCondition(patient.system, patient.value),
+      ...(former ? { rekey: { from: { system: former, value: patient.value }, to: patient } } : {}),
+    },
+    {
+      kind: 'coverage',
+      resourceType: 'Coverage',
+      condition: identifierCondition(coverage.system, coverage.value),
+      ...(former ? { rekey: { from: { ...coverage, value: coverageKey(check, former) }, to: coverage } } : {}),
+    },
   ];
 }
 
@@ -71,7 +74,6 @@ export function identifierCondition(system: string, value: string): string {
  * escaped with a backslash, as is the backslash itself.
  */
 const searchEscaped = (token: string) => token.replace(/[\\,$|]/g, (c) => `\\${c}`);
-
 
 export function insurerResource(check: EligibilityCheck): Organization {
   const payer = payerOf(check);
