@@ -91,6 +91,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
       const own = await scheduleAppointment(tx, { ...event, status, checks: outcome.checks }, ctx);
       // What a booking says of the patient (a corrected name, a new member id) is the record now, as after an ADT:
       // their other appointments to come are verified with it, not with what was said when they were booked.
+      if (!outcome.record) return own;
       const others = await rescheduleForInsurance(tx, outcome.patientKey, outcome.record, ctx, event.key);
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }

@@ -135,6 +135,24 @@ describe('HL7 v2 into the chart', () => {
     expect(after).toEqual(before);
   });
 
+  it('leaves a check two visits that day share as it is when a later booking states nothing new of the patient', async () => {
+    await start();
+    const booking = (id: string, appointment: string, start: string, npi: string) =>
+      [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-5'), in1('64246', 'Guardian', 'SBX-COMPLETE'), `AIP|1||${npi}^CHEN^LAURA|D`].join('\r');
+    // A hygiene visit and an exam the same day, with two providers: one check serves both.
+    expect(await send(booking('D1', 'APT-5A', visitIn(12), '1234567893'), booking('D2', 'APT-5B', visitIn(12), '1245319599'))).toEqual(['AA', 'AA']);
+    await until('the day\'s check written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    const settled = async () => (await h.store.listChecks()).map((r) => [r.key, r.round, r.externalId, r.state]);
+    const before = await settled();
+
+    // A visit on another day, the patient as they were: the day's shared check is not verified again.
+    expect(await send(booking('D3', 'APT-5C', visitIn(25), '1234567893'))).toEqual(['AA']);
+    await until('the other day\'s check written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    await new Promise((r) => setTimeout(r, 300));
+    const after = await settled();
+    expect(after.filter(([key]) => before.some(([k]) => k === key))).toEqual(before);
+  });
+
   it('follows a change of coordination of benefits into the chart\'s Coverages without verifying again', async () => {
     await start();
     const insurance = (first: [string, string, string], second: [string, string, string]) =>

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import {
   IsoInstant,
   type EligibilityCheck,
@@ -50,8 +51,11 @@ export type Hl7Outcome =
       patientKey: PatientKey;
       /** What the appointment's checks are built from, so they can be built again when insurance arrives. */
       appointment: AppointmentBasis;
-      /** The patient's record as this message leaves it: their other appointments are built again from it. */
-      record: PatientInsuranceRecord;
+      /**
+       * The patient's record as this message leaves it, when it states other details than were on file
+       * (or none were): their other appointments are built again from it. Absent when nothing changed.
+       */
+      record?: PatientInsuranceRecord;
     }
   | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
   | { kind: 'record'; coverageCount: number; insuranceReceived: boolean; patientKey: PatientKey; record: PatientInsuranceRecord }
@@ -231,7 +235,9 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     awaitingInsurance: !insuranceKnown,
     patientKey: key,
     appointment: basis,
-    record,
+    // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
+    // check but not a provider, so each rebuild would swap its provider and verify it again.
+    ...(!sameDetails(known, record) && { record }),
   };
 }
 
@@ -305,6 +311,16 @@ function recordOf(
   insuranceKnown: boolean,
 ): PatientInsuranceRecord {
   return { patient, coverages, appointments, insuranceKnown, updatedAt: ctx.options.receivedAt, messageControlId: ctx.controlId };
+}
+
+/** Whether a record states what the one on file did of the patient and their insurance (appointments aside). */
+function sameDetails(known: PatientInsuranceRecord | undefined, record: PatientInsuranceRecord): boolean {
+  return (
+    known !== undefined &&
+    insuranceKnownIn(known) === record.insuranceKnown &&
+    isDeepStrictEqual(known.patient, record.patient) &&
+    isDeepStrictEqual(known.coverages, record.coverages)
+  );
 }
 
 /** Records written before insuranceKnown existed knew insurance exactly when they held some. */
