@@ -92,7 +92,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
       // What a booking says of the patient (a corrected name, a new member id) is the record now, as after an ADT:
       // their other appointments to come are verified with it, not with what was said when they were booked.
       if (!outcome.record) return own;
-      const others = await rescheduleForInsurance(tx, outcome.patientKey, outcome.record, ctx, event.key);
+      const others = await reevaluateAppointments(tx, outcome.patientKey, outcome.record, ctx, event.key);
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
@@ -102,7 +102,8 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
       return scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, ctx);
     }
     case 'record':
-      return rescheduleForInsurance(tx, outcome.patientKey, outcome.record, ctx);
+      // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks.
+      return outcome.record ? reevaluateAppointments(tx, outcome.patientKey, outcome.record, ctx) : { created: [], withdrawn: [] };
     case 'ignore':
     case 'reject':
       return { created: [], withdrawn: [] };
@@ -114,7 +115,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
  * appointments, but `except`, are evaluated again, so a booking that waited for insurance gets its
  * checks and a corrected member id or name a new verification.
  */
-async function rescheduleForInsurance(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
+async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
   const today = firstDateToCome(ctx.now);
   const created: string[] = [];
   const withdrawn: string[] = [];

@@ -151,6 +151,11 @@ describe('HL7 v2 into the chart', () => {
     await new Promise((r) => setTimeout(r, 300));
     const after = await settled();
     expect(after.filter(([key]) => before.some(([k]) => k === key))).toEqual(before);
+
+    // Nor by an ADT that restates the patient and plan (an A08 sent for a new phone number, say).
+    expect(await send(adt('D4', 'P-5', in1('64246', 'Guardian', 'SBX-COMPLETE')))).toEqual(['AA']);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await settled()).toEqual(after);
   });
 
   it('follows a change of coordination of benefits into the chart\'s Coverages without verifying again', async () => {

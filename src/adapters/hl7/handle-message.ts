@@ -58,7 +58,14 @@ export type Hl7Outcome =
       record?: PatientInsuranceRecord;
     }
   | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
-  | { kind: 'record'; coverageCount: number; insuranceReceived: boolean; patientKey: PatientKey; record: PatientInsuranceRecord }
+  | {
+      kind: 'record';
+      coverageCount: number;
+      insuranceReceived: boolean;
+      patientKey: PatientKey;
+      /** As a booking's: the record this message leaves, when it states other details than were on file. */
+      record?: PatientInsuranceRecord;
+    }
   | { kind: 'ignore'; reason: string }
   | { kind: 'reject'; problems: Hl7Problem[] };
 
@@ -271,7 +278,7 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], insurance.present || insuranceKnownIn(known));
   await options.store.put(key, updated);
-  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, record: updated };
+  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

@@ -283,7 +283,11 @@ describe('the patient insurance store', () => {
     const updated = await run([msh('ADT^A08^ADT_A01', 'A2'), corrected], store);
     const self = { firstName: 'JANE', lastName: 'DOE-SMITH', birthDate: '1980-01-03', memberId: 'D-1', relationship: 'self' };
     // The record the pipeline builds the patient's booked checks again from.
-    expect(updated.outcome.kind === 'record' && updated.outcome.record.coverages.map((c) => c.subscriber)).toEqual([self]);
+    expect(updated.outcome.kind === 'record' && updated.outcome.record?.coverages.map((c) => c.subscriber)).toEqual([self]);
+    // The same stated again: no record to build them again from.
+    const again = await run([msh('ADT^A08^ADT_A01', 'A3'), corrected], store);
+    expect(again.outcome).toMatchObject({ kind: 'record', coverageCount: 1 });
+    expect(again.outcome.kind === 'record' && 'record' in again.outcome).toBe(false);
     const [check] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, corrected], store));
     expect(check?.patient).toMatchObject({ lastName: 'DOE-SMITH', birthDate: '1980-01-03' });
     expect(check?.subscriber).toEqual(self);
