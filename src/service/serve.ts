@@ -3,6 +3,7 @@ import type { FhirResource } from 'fhir/r4';
 import { openJobStore } from '../sync/open-store';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
+import { youngGenerationAdvice } from './heap-growth';
 import { createLogger } from './logger';
 import { MllpListener } from './mllp-listener';
 import type { ServeConfig } from './serve-config';
@@ -80,6 +81,8 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     log.line(`listening: mllp ${mllpAddress.host}:${mllpAddress.port}`);
     log.line(`listening: http ${http.host}:${http.port}`);
     logger.info({ dataDir: path.resolve(config.dataDir), sandbox: Boolean(sandbox), embeddedFhir: Boolean(embeddedFhir) }, 'serving');
+    const advice = youngGenerationAdvice();
+    if (advice) logger.warn(advice);
     return {
       sync: started,
       mllp: mllpAddress,
