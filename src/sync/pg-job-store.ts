@@ -90,7 +90,7 @@ export class PgJobStore implements JobStore {
          ORDER BY due_at LIMIT $3
          FOR UPDATE SKIP LOCKED
        )
-       UPDATE checks SET lease_owner = $4, lease_until = $5, lease_lock = $6 FROM due WHERE checks.key = due.key
+       UPDATE checks SET lease_owner = $4, lease_until = $5, lease_lock = $6, leased_at = now() FROM due WHERE checks.key = due.key
        RETURNING checks.row`,
       [options.now, WORKABLE_STATES, options.limit, options.owner, until, this.live?.key ?? null],
     );
@@ -107,12 +107,12 @@ export class PgJobStore implements JobStore {
       throw new Error('the job store is closed');
     }
     this.live = live;
-    const { rowCount } = await this.pool.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL WHERE ${LEASE_ORPHANED}`);
+    const { rowCount } = await this.pool.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE ${LEASE_ORPHANED}`);
     return rowCount ?? 0;
   }
 
   async release(key: string, owner: string): Promise<void> {
-    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
+    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
   }
 
   async nextDueAt(): Promise<string | undefined> {

@@ -8,7 +8,8 @@ import { Client } from 'pg';
  * once rather than when they run out (a host gone without a word is found by TCP keepalive, and
  * its leases still end when they run out, whichever comes first). Lost while the process lives
  * (the connection dropped, the server restarted), it is taken again; meanwhile `key` is undefined
- * and this instance's new leases are plain ones, and another instance may take those it held.
+ * and this instance's new leases are plain ones. Another instance may take those it held when
+ * only its connection dropped; after a restart of the server, not for RESTART_GRACE_SECONDS.
  */
 export class LiveLock {
   private client: Client | undefined;
@@ -88,10 +89,18 @@ const RETAKE_MAX_MS = 30_000;
 const randomKey = () => randomInt(1, 2 ** 31);
 
 /**
+ * How long after the server starts a lease taken before it is not taken for orphaned: a restart
+ * drops every instance's lock at once, and each takes it again within RETAKE_MAX_MS of the
+ * server's return, while the check it holds is still in its hands.
+ */
+const RESTART_GRACE_SECONDS = 60;
+
+/**
  * Whether a lease was taken under a live lock that is gone (the process that held it died):
  * SQL over `checks`. The locks are read once per statement.
  */
 export const LEASE_ORPHANED = `(lease_lock IS NOT NULL AND NOT lease_lock = ANY(ARRAY(
   SELECT objid::integer FROM pg_locks
   WHERE locktype = 'advisory' AND classid = ${LIVE_NAMESPACE} AND objsubid = 2 AND granted
-    AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))))`;
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())))
+  AND (leased_at IS NULL OR leased_at >= pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - interval '${RESTART_GRACE_SECONDS} seconds'))`;

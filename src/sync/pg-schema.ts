@@ -61,6 +61,8 @@ const MIGRATIONS: readonly string[] = [
   `ALTER TABLE checks ADD COLUMN lease_lock integer;`,
   // A dedupe key is read from the sender's MSH, which may carry a NUL as the raw text may.
   `ALTER TABLE messages ALTER COLUMN dedupe_key TYPE bytea USING convert_to(dedupe_key, 'UTF8');`,
+  // When a lease was taken, by the server's clock: one taken before the server last started may be an instance's still taking its live lock again.
+  `ALTER TABLE checks ADD COLUMN leased_at timestamptz;`,
 ];
 
 /** The version this program writes. */

@@ -30,6 +30,8 @@ export interface TestPostgres {
   url: string;
   /** A new empty database, for one test's store. */
   createDatabase(): Promise<string>;
+  /** Stops the server at once, as a crash or a failover would, and starts it again on the same port. */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -81,12 +83,15 @@ export async function startPostgres(): Promise<TestPostgres> {
       }
       return `postgres://postgres@127.0.0.1:${port}/${name}`;
     },
+    restart: async () => {
+      await pg('pg_ctl', ['-D', data, '-l', path.join(dir, 'server.log'), '-m', 'immediate', '-w', 'restart']);
+    },
     stop,
   };
 }
 
 /** A cluster for the test file (or describe block) this is called in: started before its tests, stopped after them. */
-export function postgresForTests(): Pick<TestPostgres, 'createDatabase'> {
+export function postgresForTests(): Pick<TestPostgres, 'createDatabase' | 'restart'> {
   let postgres: TestPostgres | undefined;
   beforeAll(async () => {
     postgres = await startPostgres();
@@ -94,11 +99,13 @@ export function postgresForTests(): Pick<TestPostgres, 'createDatabase'> {
   afterAll(async () => {
     await postgres?.stop();
   });
+  const started = () => {
+    if (!postgres) throw new Error('the test cluster is not started: call postgresForTests() at the top of a file or describe block');
+    return postgres;
+  };
   return {
-    createDatabase: () => {
-      if (!postgres) throw new Error('the test cluster is not started: call postgresForTests() at the top of a file or describe block');
-      return postgres.createDatabase();
-    },
+    createDatabase: () => started().createDatabase(),
+    restart: () => started().restart(),
   };
 }
 

@@ -136,6 +136,47 @@ describe('PgJobStore with two instances on one database', () => {
     }
   });
 
+  it('leaves the leases of an instance taking its live lock again after PostgreSQL restarted, and takes those of one that died since', async () => {
+    const db = () => new Client({ connectionString: url });
+    const liveLocks = async () => {
+      const client = db();
+      try {
+        await client.connect();
+        return Number((await client.query(`SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted`, [LIVE_NAMESPACE])).rows[0].n);
+      } catch {
+        return -1; // the server not back yet
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    };
+    // The first statement on a pool after a restart may meet a connection the server closed: the next one is a new connection.
+    const claim = async (store: PgJobStore, owner: string) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return (await store.claimDue({ now: NOW, limit: 10, owner, leaseMs: 60_000 })).map((c) => c.key);
+        } catch (err) {
+          if (attempt >= 5) throw err;
+        }
+      }
+    };
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+    await a.beginWork();
+    await b.beginWork();
+    expect(await claim(a, 'a')).toEqual(['elig_1']);
+
+    await postgres.restart();
+    // Every live lock went with the server; A holds elig_1 and is taking its lock again: B leaves it.
+    expect(await claim(b, 'b')).toEqual([]);
+    await until('both locks taken again', async () => (await liveLocks()) === 2);
+    expect(await claim(b, 'b')).toEqual([]);
+
+    // A lease taken since the restart is an instance's that died, once its lock is gone: B takes it at once.
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_2')));
+    expect(await claim(a, 'a')).toEqual(['elig_2']);
+    await a.close();
+    expect(await claim(b, 'b')).toEqual(['elig_2']);
+  });
+
   describe('closed while its live lock is being taken', () => {
     /** Holds back the connect of each live-lock connection until `held.open()`; `asked` says one is waiting. */
     const holdLiveConnects = () => {
@@ -194,7 +235,7 @@ describe('PgJobStore with two instances on one database', () => {
     const db = new Client({ connectionString: url });
     await db.connect();
     try {
-      await db.query('ALTER TABLE checks DROP COLUMN lease_lock');
+      await db.query('ALTER TABLE checks DROP COLUMN lease_lock, DROP COLUMN leased_at');
       await db.query(`ALTER TABLE messages ALTER COLUMN dedupe_key TYPE text USING convert_from(dedupe_key, 'UTF8')`);
       await db.query('DELETE FROM schema_migrations WHERE version > 1');
     } finally {
