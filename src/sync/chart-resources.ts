@@ -45,8 +45,8 @@ export function payerOf(check: EligibilityCheck): { id?: string | undefined; nam
 export function chartParts(check: EligibilityCheck): ChartPart[] {
   const payerId = payerOf(check).id;
   const patient = patientIdentifier(check);
-  const coverage = { system: systemUrl('chartCoverage'), value: coverageKey(check, patient.system) };
-  const former = formerPatientSystem(check);
+  const coverage = { system: systemUrl('chartCoverage'), value: coverageKey(check, patient) };
+  const former = formerPatientSystem(check, patient.system);
   return [
     ...(payerId ? [{ kind: 'insurer' as const, resourceType: 'Organization' as const, condition: identifierCondition(payerIdSystem(), payerId) }] : []),
     {
@@ -59,7 +59,7 @@ export function chartParts(check: EligibilityCheck): ChartPart[] {
       kind: 'coverage',
       resourceType: 'Coverage',
       condition: identifierCondition(coverage.system, coverage.value),
-      ...(former ? { rekey: { from: { ...coverage, value: coverageKey(check, former) }, to: coverage } } : {}),
+      ...(former ? { rekey: { from: { ...coverage, value: coverageKey(check, { ...patient, system: former }) }, to: coverage } } : {}),
     },
   ];
 }
@@ -135,7 +135,7 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
     meta: { profile: [US_CORE_COVERAGE] },
     identifier: [
       { type: { coding: [{ system: systemUrl('identifierType'), code: 'MB' }] }, value: check.patient.memberId ?? subscriber.memberId },
-      { system: systemUrl('chartCoverage'), value: coverageKey(check, patientIdentifier(check).system) },
+      { system: systemUrl('chartCoverage'), value: coverageKey(check, patientIdentifier(check)) },
     ],
     status: 'active',
     ...(subscriber.relationship === 'self' ? { subscriber: { reference: refs.patient } } : {}),
@@ -270,11 +270,11 @@ function fhirIdentifier(check: EligibilityCheck, identifier: Identifier): FhirId
  * The system a namespace alone scoped before the sending facility did too, where that differs:
  * what this plugin wrote then is still found, and takes the current identifier.
  */
-function formerPatientSystem(check: EligibilityCheck): string | undefined {
+function formerPatientSystem(check: EligibilityCheck, current: string): string | undefined {
   const namespace = firstIdentifier(check).system?.trim();
   if (!namespace || globalSystem(namespace)) return undefined;
   const former = scoped('hl7PatientId', namespace);
-  return former === patientIdentifier(check).system ? undefined : former;
+  return former === current ? undefined : former;
 }
 
 /** An authority written as a URI or an OID names its system everywhere. */
@@ -296,9 +296,9 @@ function hl7Scope(check: EligibilityCheck, namespace: string | undefined, elemen
 
 const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', ...scope: string[]) => [systemUrl(key), ...scope.map(encodeURIComponent)].join('/');
 
-/** Hashes the patient's identifier (under the system given), the payer and the member id. */
-function coverageKey(check: EligibilityCheck, patientSystem: string): string {
+/** Hashes the patient's identifier, the payer and the member id. */
+function coverageKey(check: EligibilityCheck, patient: SystemAndValue): string {
   const payer = payerOf(check);
-  const parts = [patientSystem, patientIdentifier(check).value, payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];
+  const parts = [patient.system, patient.value, payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];
   return `cov_${createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32)}`;
 }
