@@ -13,7 +13,7 @@ export const SERVE_HEAP_GROWING_PERCENT = 25;
  * while running. An operator's own `node --heap-growing-percent=…` wins (Node refuses it in NODE_OPTIONS).
  */
 export function keepHeapNearLive(percent = SERVE_HEAP_GROWING_PERCENT): boolean {
-  if (process.execArgv.some((arg) => /^--heap[-_]growing[-_]percent\b/.test(arg))) return false;
+  if (v8FlagGiven('heap-growing-percent', process.execArgv)) return false;
   setFlagsFromString(`--heap-growing-percent=${percent}`);
   return true;
 }
@@ -26,6 +26,11 @@ export function keepHeapNearLive(percent = SERVE_HEAP_GROWING_PERCENT): boolean 
  */
 export function youngGenerationAdvice(version = process.versions.node, execArgv = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string | undefined {
   if (Number(version.split('.')[0]) < 24) return undefined;
-  const limited = [...execArgv, ...nodeOptions.split(/\s+/)].some((arg) => /^--max[-_]semi[-_]space[-_]size\b/.test(arg));
-  return limited ? undefined : 'V8 on this Node grows the young generation to 128 MB: start serve with NODE_OPTIONS=--max-semi-space-size=16 to keep its memory near 250 MB';
+  return v8FlagGiven('max-semi-space-size', [...execArgv, ...nodeOptions.split(/\s+/)]) ? undefined : 'V8 on this Node grows the young generation to 128 MB: start serve with NODE_OPTIONS=--max-semi-space-size=16 to keep its memory near 250 MB';
+}
+
+/** Whether a V8 flag is among the arguments, spelled with dashes or underscores as V8 takes either. */
+function v8FlagGiven(flag: string, args: readonly string[]): boolean {
+  const pattern = new RegExp(`^--${flag.replace(/-/g, '[-_]')}\\b`);
+  return args.some((arg) => pattern.test(arg));
 }
