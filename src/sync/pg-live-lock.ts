@@ -3,17 +3,28 @@ import { Client } from 'pg';
 
 /**
  * An instance's sign of life to the others sharing a PostgreSQL store: a session advisory lock
- * (`LIVE_NAMESPACE`, key) held on a connection of its own. PostgreSQL drops it with the
- * connection when the process dies, a kill -9 too, so the leases taken under its key are free at
+ * (`LIVE_NAMESPACE`, key) held on connections of its own. PostgreSQL drops it with the
+ * connections when the process dies, a kill -9 too, so the leases taken under its key are free at
  * once rather than when they run out (a host gone without a word is found by TCP keepalive, and
- * its leases still end when they run out, whichever comes first). Lost while the process lives
- * (the connection dropped, the server restarted), it is taken again; meanwhile `key` is undefined
- * and this instance's new leases are plain ones. Another instance may take those it held when
- * only its connection dropped; after a restart of the server, not for RESTART_GRACE_SECONDS.
+ * its leases still end when they run out, whichever comes first).
+ *
+ * The lock is held in shared mode on two connections, so that one of them ending while the
+ * process lives (an administrator's pg_terminate_backend, a proxy or firewall closing it) leaves
+ * the lock held, and the checks in this instance's hands with it: were it held on one, another
+ * instance would take them, and send them a second time, in the moment before it was taken again.
+ * A key is drawn with the exclusive lock, which no other instance can take while one connection
+ * holds the shared one, so no two live instances share a key. Lost on both connections while the
+ * process lives (the network, a restart of the server), it is taken again; meanwhile `key` is
+ * undefined and this instance's new leases are plain ones. Another instance may take those it
+ * held when it lost both; after a restart of the server, not for RESTART_GRACE_SECONDS.
  */
 export class LiveLock {
-  private client: Client | undefined;
+  /** The connections holding the lock, LIVE_CONNECTIONS of them while it is fully held. */
+  private readonly holders = new Set<Client>();
   private held: number | undefined;
+  /** The key last held: taken again after every connection was lost, so the leases under it are this instance's again. */
+  private lastKey = randomKey();
+  private filling: Promise<void> | undefined;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
 
@@ -22,7 +33,13 @@ export class LiveLock {
   /** Takes a lock under a key no live instance holds. */
   static async take(url: string): Promise<LiveLock> {
     const lock = new LiveLock(url);
-    await lock.connect(randomKey());
+    try {
+      await lock.fill();
+    } catch (err) {
+      // One connection may hold it already: ended, so the process is not held open by it.
+      await lock.close();
+      throw err;
+    }
     return lock;
   }
 
@@ -35,10 +52,37 @@ export class LiveLock {
     this.closed = true;
     clearTimeout(this.retry);
     this.held = undefined;
-    await this.client?.end().catch(() => undefined);
+    const holders = [...this.holders];
+    this.holders.clear();
+    await Promise.all(holders.map((client) => client.end().catch(() => undefined)));
   }
 
-  private async connect(wanted: number): Promise<void> {
+  /** Holds the lock on every connection it is to be held on; one filling at a time. */
+  private fill(): Promise<void> {
+    this.filling ??= this.fillEach().finally(() => (this.filling = undefined));
+    return this.filling;
+  }
+
+  private async fillEach(): Promise<void> {
+    while (!this.closed && this.holders.size < LIVE_CONNECTIONS) {
+      const client = await this.connect();
+      try {
+        const key = this.held ?? (await draw(client, this.lastKey));
+        // With the key held already, a shared lock refused means another instance drew it after this one lost every connection.
+        if (this.held !== undefined && !(await tryLock(client, 'pg_try_advisory_lock_shared', key))) throw new Error('the live lock was taken by another instance');
+        // Closed while this connection was being made (a retake): it would hold the lock, and the process open, for good.
+        if (this.closed) throw new Error('closed');
+        this.holders.add(client);
+        this.held = this.lastKey = key;
+      } catch (err) {
+        await client.end().catch(() => undefined);
+        if (this.closed) return;
+        throw err;
+      }
+    }
+  }
+
+  private async connect(): Promise<Client> {
     // A database that does not answer fails the attempt, which is tried again later, rather than holding it for good.
     const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 10_000, query_timeout: 10_000, keepAlive: true, keepAliveInitialDelayMillis: 10_000, application_name: 'dental-elig live' });
     // Ending the connection is how the lock is lost: reported on the client, never thrown at the process.
@@ -46,42 +90,60 @@ export class LiveLock {
     client.on('end', () => this.lost(client));
     await client.connect();
     try {
-      let key = wanted;
-      // Another live instance drew the same key: draw again rather than wait for it.
-      while (!(await client.query<{ taken: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS taken', [LIVE_NAMESPACE, key])).rows[0]?.taken) key = randomKey();
-      // Closed while this connection was being made (a retake): it would hold the lock, and the process open, for good.
-      if (this.closed) {
-        await client.end().catch(() => undefined);
-        return;
-      }
-      this.client = client;
-      this.held = key;
+      // These connections do nothing but hold the lock: a database's idle_session_timeout (PostgreSQL 14 on) would end both at once.
+      await client.query(`SELECT set_config('idle_session_timeout', '0', false) WHERE current_setting('server_version_num')::int >= 140000`);
     } catch (err) {
       await client.end().catch(() => undefined);
       throw err;
     }
+    return client;
   }
 
   private lost(client: Client): void {
-    if (this.closed || client !== this.client) return;
-    const key = this.held;
-    this.client = undefined;
-    this.held = undefined;
+    if (this.closed || !this.holders.delete(client)) return;
     client.end().catch(() => undefined);
-    this.retake(key ?? randomKey(), RETAKE_FIRST_MS);
+    if (this.holders.size === 0) this.held = undefined;
+    this.retake(RETAKE_FIRST_MS);
   }
 
-  private retake(key: number, waitMs: number): void {
+  private retake(waitMs: number): void {
+    if (this.closed || this.retry !== undefined) return;
     this.retry = setTimeout(() => {
-      if (this.closed) return;
-      this.connect(key).catch(() => this.retake(key, Math.min(waitMs * 2, RETAKE_MAX_MS)));
+      this.fill().then(
+        () => {
+          this.retry = undefined;
+          // A connection lost while this retake was under way.
+          if (this.holders.size < LIVE_CONNECTIONS) this.retake(RETAKE_FIRST_MS);
+        },
+        () => {
+          this.retry = undefined;
+          this.retake(Math.min(waitMs * 2, RETAKE_MAX_MS));
+        },
+      );
     }, waitMs);
     this.retry.unref();
   }
 }
 
+/** A key no live instance holds, taken shared on `client`: the exclusive lock first, which no other instance has while one holds it shared. */
+async function draw(client: Client, wanted: number): Promise<number> {
+  let key = wanted;
+  // Another live instance drew the same key: draw again rather than wait for it.
+  while (!(await tryLock(client, 'pg_try_advisory_lock', key))) key = randomKey();
+  await client.query('SELECT pg_advisory_lock_shared($1, $2)', [LIVE_NAMESPACE, key]);
+  await client.query('SELECT pg_advisory_unlock($1, $2)', [LIVE_NAMESPACE, key]);
+  return key;
+}
+
+async function tryLock(client: Client, fn: 'pg_try_advisory_lock' | 'pg_try_advisory_lock_shared', key: number): Promise<boolean> {
+  const { rows } = await client.query<{ taken: boolean }>(`SELECT ${fn}($1, $2) AS taken`, [LIVE_NAMESPACE, key]);
+  return rows[0]?.taken === true;
+}
+
 /** The first key of every instance's lock ('elig'); the second is the instance's own. */
 export const LIVE_NAMESPACE = 0x656c6967;
+/** Connections each holding the lock: one may end while the process lives, and the lock stays. */
+const LIVE_CONNECTIONS = 2;
 const RETAKE_FIRST_MS = 500;
 const RETAKE_MAX_MS = 30_000;
 

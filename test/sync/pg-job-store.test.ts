@@ -110,30 +110,63 @@ describe('PgJobStore with two instances on one database', () => {
     expect(taken.map((c) => c.key)).toEqual(['elig_1']);
   });
 
-  it('takes its live lock again when its connection is ended while the process lives', async () => {
-    const db = new Client({ connectionString: url });
-    await db.connect();
-    const liveLocks = async () =>
-      Number((await db.query(`SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted`, [LIVE_NAMESPACE])).rows[0].n);
-    try {
-      await a.transaction(async (tx) => {
-        for (const key of ['elig_1', 'elig_2']) await tx.putCheck(checkRow(key));
-      });
+  describe('its live lock, held on two connections of its own', () => {
+    let db: Client;
+    beforeEach(async () => {
+      db = new Client({ connectionString: url });
+      await db.connect();
+    });
+    afterEach(async () => {
+      await db.end();
+    });
+    /** The backends holding the live lock `key`. */
+    const holders = async (key: number) =>
+      (await db.query<{ pid: number }>(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 2 AND granted ORDER BY pid`, [LIVE_NAMESPACE, key])).rows.map((r) => r.pid);
+    const leaseLock = async (key: string) => Number((await db.query(`SELECT lease_lock FROM checks WHERE key = $1`, [key])).rows[0].lease_lock);
+    const claim = async (store: PgJobStore, owner: string) => (await store.claimDue({ now: NOW, limit: 1, owner, leaseMs: 60_000 })).map((c) => c.key);
+
+    it('keeps the leases of an instance one of whose lock connections ended, and takes the lock again on both', async () => {
+      await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
       await a.beginWork();
       await b.beginWork();
-      expect(await liveLocks()).toBe(2);
-      await a.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 });
-      // A's lock connection ended by the server (an administrator, a failover); its pool is untouched.
-      await db.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = (SELECT lease_lock FROM checks WHERE key = 'elig_1'))`, [LIVE_NAMESPACE]);
-      await until('the lock is lost', async () => (await liveLocks()) === 1);
-      // Meanwhile its lease counts as an instance gone: B may take it (the worker that held it is warned its lease was lost).
-      expect((await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
-      await until('the lock is taken again', async () => (await liveLocks()) === 2);
-      expect((await a.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_2']);
-      expect(await b.claimDue({ now: NOW, limit: 1, owner: 'b', leaseMs: 60_000 })).toEqual([]);
-    } finally {
-      await db.end();
-    }
+      expect(await claim(a, 'a')).toEqual(['elig_1']);
+      const key = await leaseLock('elig_1');
+      const [first, second] = await holders(key);
+      expect(second).toBeDefined();
+      // One of A's lock connections ended by the server (an administrator, a proxy); its process lives on.
+      await db.query('SELECT pg_terminate_backend($1)', [first]);
+      await until('the connection is gone', async () => (await holders(key)).length === 1);
+      // The lock is still held on the other: B leaves the check A is sending.
+      expect(await claim(b, 'b')).toEqual([]);
+      await until('the lock is taken again on a second connection', async () => (await holders(key)).length === 2);
+      expect(await holders(key)).toContain(second);
+      expect(await claim(b, 'b')).toEqual([]);
+
+      // Both ended (the network between A and the database): A looks gone, and B takes the check.
+      await db.query('SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = $1 AND classid = $2 AND objid = $3 AND objsubid = 2', ['advisory', LIVE_NAMESPACE, key]);
+      await until('both are gone', async () => (await holders(key)).length === 0);
+      expect(await claim(b, 'b')).toEqual(['elig_1']);
+      // A takes the same key again, on two connections, and goes on with the next check.
+      await until('the lock is taken again', async () => (await holders(key)).length === 2);
+      await a.transaction((tx) => tx.putCheck(checkRow('elig_2')));
+      expect(await claim(a, 'a')).toEqual(['elig_2']);
+      expect(await leaseLock('elig_2')).toBe(key);
+      expect(await claim(b, 'b')).toEqual([]);
+    });
+
+    it('keeps its lock connections through a database idle_session_timeout', async () => {
+      await db.query(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET idle_session_timeout = '500ms'`);
+      await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      await a.beginWork();
+      expect(await claim(a, 'a')).toEqual(['elig_1']);
+      const key = await leaseLock('elig_1');
+      const before = await holders(key);
+      expect(before).toHaveLength(2);
+      await new Promise((r) => setTimeout(r, 1_500));
+      // The same two backends: neither was ended and taken again meanwhile.
+      expect(await holders(key)).toEqual(before);
+      expect(await claim(b, 'b')).toEqual([]);
+    });
   });
 
   it('leaves the leases of an instance taking its live lock again after PostgreSQL restarted, and takes those of one that died since', async () => {
@@ -142,7 +175,7 @@ describe('PgJobStore with two instances on one database', () => {
       const client = db();
       try {
         await client.connect();
-        return Number((await client.query(`SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted`, [LIVE_NAMESPACE])).rows[0].n);
+        return Number((await client.query(`SELECT COUNT(DISTINCT objid) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted`, [LIVE_NAMESPACE])).rows[0].n);
       } catch {
         return -1; // the server not back yet
       } finally {
