@@ -7,9 +7,9 @@ import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
-import { OperationError, replayMessage, retryCheck } from '../sync/operations';
+import { OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
-import { outcomeKindOf } from '../verification/outcome';
+import { outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { printRecord, printRows } from './table';
 
@@ -44,8 +44,8 @@ export function registerJobs(program: Command, io: CliIo): void {
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
-          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, lastError: 'no insurance received for the patient yet' })),
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOf(c), lastError: c.lastError })),
+          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: 'no insurance received for the patient yet' })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
@@ -53,7 +53,7 @@ export function registerJobs(program: Command, io: CliIo): void {
           ['PAYER', (r) => r.payer],
           ['DATE OF SERVICE', (r) => r.dateOfService],
           ['ATTEMPTS', (r) => r.attempts],
-          ['OUTCOME', (r) => r.outcome],
+          ['OUTCOME', (r) => (r.failureKind ? `${r.outcome} (${r.failureKind})` : r.outcome)],
           ['NEXT', (r) => r.due],
           ['LAST ERROR', (r) => r.lastError],
         ], Boolean(opts.json));
@@ -92,12 +92,29 @@ export function registerJobs(program: Command, io: CliIo): void {
       }),
     );
 
-  common(jobs.command('retry').argument('<job>', 'a check key from jobs list').description('Verify a check again now (needs-attention, dead, cancelled or written)'))
-    .action(async (key: string, opts: JobsOpts, command: Command) =>
+  common(jobs.command('retry').argument('[job...]', 'check keys from jobs list').description(`Verify checks again now (${RETRYABLE_STATES.join(', ')}): the ones named, or every one in a state`))
+    .option('--state <state>', `instead of naming checks: every check in this state (${RETRYABLE_STATES.join(', ')})`)
+    .option('--failure-kind <kind>', 'with --state: only those whose result failed with this kind, e.g. InvalidCredentials after the portal credentials were fixed (mappings/failure-kinds.json)')
+    .option('--portal <portalId>', 'with --state: only those sent to this portal')
+    .action(async (keys: string[], opts: JobsOpts & RetrySelection, command: Command) =>
       withStore(io, opts, command, async (store) => {
-        const row = await retryCheck(store, key, new Date());
-        if (opts.json) return printRecord(io, { job: row.key, state: row.state, externalId: row.externalId }, true);
-        io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
+        if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
+        const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
+        const retried: CheckRow[] = [];
+        const refused: string[] = [];
+        // One transaction each: a check serve moved on meanwhile is refused alone, the others retried.
+        for (const key of selected) {
+          try {
+            retried.push(await retryCheck(store, key, new Date()));
+          } catch (err) {
+            if (!(err instanceof OperationError)) throw err;
+            refused.push(err.message);
+          }
+        }
+        if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
+        else for (const row of retried) io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
+        if (keys.length === 0 && !opts.json) io.stdout.write(`${retried.length} ${retried.length === 1 ? 'check' : 'checks'} received again\n`);
+        if (refused.length > 0) throw new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
       }),
     );
 
@@ -158,6 +175,24 @@ async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (stor
   }
 }
 
+interface RetrySelection {
+  state?: string;
+  failureKind?: string;
+  portal?: string;
+}
+
+/** The checks `jobs retry --state` names: every one in that state, narrowed by failure kind and portal. */
+async function retrySelection(store: JobStore, opts: RetrySelection): Promise<string[]> {
+  if (opts.state === undefined) {
+    const narrowing = opts.failureKind !== undefined ? '--failure-kind' : opts.portal !== undefined ? '--portal' : undefined;
+    throw new CliError(narrowing ? `jobs retry: ${narrowing} narrows --state; give --state too` : 'jobs retry: name the checks to retry, or give --state to retry every check in a state', 2);
+  }
+  const state = parseState(opts.state);
+  if (!RETRYABLE_STATES.includes(state)) throw new CliError(`--state: ${state} checks are not retried (${RETRYABLE_STATES.join(', ')})`, 2);
+  const rows = await store.listChecks({ states: [state] });
+  return rows.filter((row) => (opts.portal === undefined || row.portalId === opts.portal) && (opts.failureKind === undefined || failureKindOf(row) === opts.failureKind)).map((row) => row.key);
+}
+
 function parseState(text: string): CheckState {
   const parsed = CheckState.safeParse(text);
   if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${CheckState.options.join(', ')})`, 2);
@@ -171,4 +206,16 @@ function payerOf(row: CheckRow): string | undefined {
 function outcomeOf(row: CheckRow): string | undefined {
   const status = (row.result as { status?: unknown } | undefined)?.status;
   return typeof status === 'string' ? outcomeKindOf(status) : undefined;
+}
+
+/** The kind of a failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
+function failureKindOf(row: CheckRow): string | undefined {
+  if (outcomeOf(row) !== 'failed') return undefined;
+  try {
+    const outcome = toOutcome(row.result);
+    return outcome.kind === 'failed' ? outcome.failure.kind : undefined;
+  } catch {
+    // A result kept as the service sent it, unreadable: it has no kind to match.
+    return undefined;
+  }
 }

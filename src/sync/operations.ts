@@ -3,7 +3,7 @@ import type { CheckRow, JobStore } from './job-store';
 import { ingestHl7, type Hl7IngestOptions } from './ingest-hl7';
 
 /** States a person may send back to work: what waits for them, what gave up, what was withdrawn. */
-const RETRYABLE = new Set<CheckRow['state']>(['needs-attention', 'dead', 'cancelled', 'written']);
+export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention', 'dead', 'cancelled', 'written'];
 
 /**
  * Sends a check to the service again as a new verification (a new round and externalId: the
@@ -13,7 +13,7 @@ export async function retryCheck(store: JobStore, key: string, now: Date): Promi
   return store.transaction(async (tx) => {
     const row = await tx.getCheck(key);
     if (!row) throw new OperationError(`no check with key ${key}`);
-    if (!RETRYABLE.has(row.state)) throw new OperationError(`check ${key} is ${row.state}; only needs-attention, dead, cancelled or written checks are retried`);
+    if (!RETRYABLE_STATES.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is retried when it is ${RETRYABLE_STATES.join(', ')}`);
     const round = row.round + 1;
     // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
     const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, ...rest } = row;

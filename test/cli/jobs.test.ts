@@ -50,7 +50,7 @@ describe('dental-elig jobs', () => {
     expect(await cli(['jobs', 'retry', row?.job ?? '', '--data-dir', dir])).toEqual({
       code: 1,
       stdout: '',
-      stderr: `dental-elig: jobs: check ${row?.job} is received; only needs-attention, dead, cancelled or written checks are retried\n`,
+      stderr: `dental-elig: jobs: check ${row?.job} is received; a check is retried when it is needs-attention, dead, cancelled, written\n`,
     });
     expect((await cli(['jobs', 'show', 'elig_nope', '--data-dir', dir])).stderr).toBe('dental-elig: jobs show: no check with key elig_nope\n');
     // What the PMS got wrong that the check went ahead without is shown with it, as its ACK said.
@@ -79,6 +79,59 @@ describe('dental-elig jobs', () => {
     expect((await cli(['jobs', 'retry', key, '--data-dir', dir])).code).toBe(0);
     const after = JSON.parse((await cli(['jobs', 'show', key, '--data-dir', dir, '--json'])).stdout) as Record<string, unknown>;
     expect([after.state, after.round, after.correlationId, after.result, after.resultAt]).toEqual(['received', 1, undefined, undefined, undefined]);
+  });
+
+  it('retries every check waiting for a person over one failure kind and portal, once the person has fixed it, and only those', async () => {
+    const store = SqliteJobStore.open(dir);
+    for (const [id, name, member] of [['J5', 'DOE^JOHN', 'DD5'], ['J6', 'ROE^RITA', 'DD6'], ['J7', 'POE^PAUL', 'DD7']] as const) {
+      await ingestHl7(store, [msh('SIU^S12^SIU_S12', id), `SCH|APT-${id}^SC||||||||||^^^20261212093000`, `PID|1||P${id}^^^SC^MR||${name}||19800102|M`, segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: member })].join('\r'), options);
+    }
+    const failed = (kind: string, i: number) => ({ correlationId: `ver-${i}`, status: 'Failed', result: { type: `https://api.example/problems/${kind}`, title: kind, detail: 'refused' } });
+    const rows = await store.listChecks({ states: ['received'] });
+    expect(rows).toHaveLength(4);
+    // Two refused for the portal's credentials, one of another portal, one the payer did not find.
+    const fates: Array<[string, string]> = [['InvalidCredentials', 'portal-a'], ['InvalidCredentials', 'portal-a'], ['InvalidCredentials', 'portal-b'], ['PatientNotFound', 'portal-a']];
+    await store.transaction(async (tx) => {
+      for (const [i, row] of rows.entries()) {
+        const [kind, portalId] = fates[i] as [string, string];
+        const { dueAt: _due, ...rest } = row;
+        await tx.putCheck({ ...rest, state: 'needs-attention', portalId, correlationId: `ver-${i}`, result: failed(kind, i), resultAt: '2026-11-23T10:00:05.000Z', lastError: 'refused' });
+      }
+    });
+    await store.close();
+    const keys = rows.map((r) => r.key);
+
+    const listed = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'needs-attention', '--json'])).stdout) as Array<{ job: string; outcome: string; failureKind: string }>;
+    expect(Object.fromEntries(listed.map((r) => [r.job, `${r.outcome} ${r.failureKind}`]))).toEqual(Object.fromEntries(keys.map((k, i) => [k, `failed ${fates[i]?.[0]}`])));
+    expect((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'needs-attention'])).stdout).toMatch(/ failed \(InvalidCredentials\) /);
+
+    const run = await cli(['jobs', 'retry', '--state', 'needs-attention', '--failure-kind', 'InvalidCredentials', '--portal', 'portal-a', '--data-dir', dir]);
+    expect(run.code).toBe(0);
+    expect(run.stdout.split('\n').filter((l) => l.endsWith('a running serve picks it up')).map((l) => l.split(':')[0]).sort()).toEqual([keys[0], keys[1]].sort());
+    expect(run.stdout).toMatch(/^2 checks received again$/m);
+    const after = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ job: string; state: string }>;
+    expect(keys.map((k) => after.find((r) => r.job === k)?.state)).toEqual(['received', 'received', 'needs-attention', 'needs-attention']);
+    // Nothing left that matches: said, and not an error.
+    const again = await cli(['jobs', 'retry', '--state', 'needs-attention', '--failure-kind', 'InvalidCredentials', '--portal', 'portal-a', '--data-dir', dir, '--json']);
+    expect([again.code, JSON.parse(again.stdout)]).toEqual([0, []]);
+    // Named, each on its own: one serve already has back is refused, and the other retried all the same.
+    const named = await cli(['jobs', 'retry', keys[0] ?? '', keys[2] ?? '', '--data-dir', dir]);
+    expect(named).toEqual({
+      code: 1,
+      stdout: `${keys[2]}: received again (round 1); a running serve picks it up\n`,
+      stderr: `dental-elig: jobs: check ${keys[0]} is received; a check is retried when it is needs-attention, dead, cancelled, written\n`,
+    });
+  });
+
+  it('says how to name the checks to retry, and refuses a state that is not retried', async () => {
+    const refused = async (...args: string[]) => {
+      const run = await cli(['jobs', 'retry', ...args, '--data-dir', dir]);
+      return [run.code, run.stderr];
+    };
+    expect(await refused()).toEqual([2, 'dental-elig: jobs retry: name the checks to retry, or give --state to retry every check in a state\n']);
+    expect(await refused('--failure-kind', 'InvalidCredentials')).toEqual([2, 'dental-elig: jobs retry: --failure-kind narrows --state; give --state too\n']);
+    expect(await refused('--state', 'received')).toEqual([2, 'dental-elig: --state: received checks are not retried (needs-attention, dead, cancelled, written)\n']);
+    expect(await refused('elig_1', '--state', 'dead')).toEqual([2, 'dental-elig: jobs retry: name the checks or select them with --state, not both\n']);
   });
 
   it('lists dead letters with what was wrong, and replays one', async () => {
