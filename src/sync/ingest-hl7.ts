@@ -8,6 +8,7 @@ import {
   messageControlId,
   readMessageHeader,
   resendIdentity,
+  sentEarlier,
   type Ack,
   type AppointmentBasis,
   type Hl7Mappings,
@@ -41,7 +42,7 @@ export interface Hl7Ingested {
  * transaction, before the ACKs are sent. A failed commit changes nothing, so the sender's resend
  * works; a resend of a message already committed gets the same ACKs and changes nothing.
  * Transactions run one at a time, so messages for one patient apply in the order they arrived,
- * whatever connection brought them.
+ * whatever connection brought them; an appointment's own messages in the order they were sent (MSH-7).
  */
 export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptions): Promise<Hl7Ingested> {
   const receivedAt = options.now();
@@ -58,17 +59,22 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     if (duplicate && message.answer !== undefined) {
       return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
     }
+    const patients = patientStore(tx);
     const result = await handleHl7Message(text, {
       mappings: options.mappings,
       routing: options.routing,
-      store: patientStore(tx),
+      store: patients,
       receivedAt: receivedAt.toISOString(),
     });
     const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
-    const { created, withdrawn } = await apply(tx, result.outcome, facility, { now: receivedAt, policy: options.policy });
+    const sent = { facility, sentAt: result.header?.sentAt ?? '' };
+    const superseded = await supersededBy(tx, result.outcome, sent);
+    // A message older than the appointment's last one changes nothing, the patient's record neither.
+    if (!superseded) await patients.commit();
+    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, result.outcome, sent, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
-    const detail = describe(result.outcome);
+    const detail = superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message` : describe(result.outcome);
     await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { acks, result, created, withdrawn };
@@ -81,11 +87,36 @@ function dedupeKeyOf(text: string): string {
   return [header?.sendingApplication ?? '', header?.sendingFacility ?? '', messageControlId(header, text)].join('|');
 }
 
-async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+/** Where a message came from and when its sender says it was made: an appointment's messages are applied in that order. */
+interface Sent {
+  facility: string;
+  sentAt: string;
+}
+
+/** What an appointment's row keeps of the last message applied to it, beside what its checks are built from. */
+interface Stamped {
+  sentAt?: string;
+}
+
+/**
+ * Whether the message was sent (MSH-7) before the last one applied to its appointment: a move or a
+ * booking that arrives after the cancellation or the move that followed it, from an engine that
+ * sends on several connections or resends what it could not deliver.
+ */
+async function supersededBy(tx: StoreTx, outcome: Hl7Outcome, sent: Sent): Promise<boolean> {
+  const appointmentId = outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'cancel' ? outcome.appointmentId : undefined;
+  if (appointmentId === undefined || sent.sentAt === '') return false;
+  const last = (await tx.getAppointment(appointmentKey(sent.facility, appointmentId)))?.basis as Stamped | undefined;
+  return last?.sentAt !== undefined && sentEarlier(sent.sentAt, last.sentAt);
+}
+
+async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+  const { facility } = sent;
+  const stamp: Stamped = sent.sentAt === '' ? {} : { sentAt: sent.sentAt };
   switch (outcome.kind) {
     case 'book':
     case 'reschedule': {
-      const basis = outcome.appointment;
+      const basis: AppointmentBasis & Stamped = { ...outcome.appointment, ...stamp };
       const status = outcome.awaitingInsurance ? 'awaiting-insurance' : outcome.selfPay ? 'self-pay' : 'booked';
       const event = appointmentEvent(facility, outcome.patientKey, basis, outcome.appointmentId);
       const own = await scheduleAppointment(tx, { ...event, status, checks: outcome.checks }, ctx);
@@ -98,8 +129,12 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, facility: string, ctx: Sc
     case 'cancel': {
       const key = appointmentKey(facility, outcome.appointmentId);
       const earlier = await tx.getAppointment(key);
-      if (!earlier) return { created: [], withdrawn: [] };
-      return scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, ctx);
+      if (earlier) return scheduleAppointment(tx, { ...earlier, basis: { ...(earlier.basis as object), ...stamp }, status: 'cancelled', checks: [] }, ctx);
+      // A cancellation that overtook its booking is kept, so the booking, sent before it, books nothing when it comes.
+      if (outcome.patientKey && stamp.sentAt !== undefined) {
+        await tx.putAppointment({ key, patientKey: patientKeyText(outcome.patientKey), dateOfService: '', status: 'cancelled', checkKeys: [], basis: stamp, updatedAt: ctx.now.toISOString() });
+      }
+      return { created: [], withdrawn: [] };
     }
     case 'record':
       // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks.
@@ -149,11 +184,19 @@ export function patientKeyText(key: PatientKey): string {
   return `hl7|${key.facility}|${key.identifier.system ?? ''}|${key.identifier.value}`;
 }
 
-/** The adapter's view of the patient insurance store, inside this message's transaction. */
-function patientStore(tx: StoreTx): PatientInsuranceStore {
+/**
+ * The adapter's view of the patient insurance store, inside this message's transaction. What the
+ * message says of the patient is kept once it is known to apply (commit): a message sent before
+ * the appointment's last one leaves the record as that one did.
+ */
+function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(): Promise<void> } {
+  const said = new Map<string, PatientInsuranceRecord>();
   return {
-    get: (key) => tx.getPatient(patientKeyText(key)),
-    put: (key, record) => tx.putPatient(patientKeyText(key), record),
+    get: async (key) => said.get(patientKeyText(key)) ?? tx.getPatient(patientKeyText(key)),
+    put: async (key, record) => void said.set(patientKeyText(key), record),
+    async commit() {
+      for (const [key, record] of said) await tx.putPatient(key, record);
+    },
   };
 }
 

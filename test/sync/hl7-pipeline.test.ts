@@ -289,6 +289,36 @@ describe('HL7 v2 into the chart', () => {
     }
   });
 
+  it("applies an appointment's messages in the order they were sent (MSH-7), whatever order they arrive in", async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = in1('64246', 'Guardian', 'SBX-COMPLETE');
+    const siuFor = (event: string, id: string, appointment: string, start = VISIT) => [msh(`SIU^${event}^SIU_S12`, id), sch(appointment, start), pid('P-9'), guardian].join('\r');
+    const cancel = (id: string, appointment: string) => [msh('SIU^S15^SIU_S12', id), sch(appointment), pid('P-9')].join('\r');
+    const appointment = async (id: string) => (await h.store.listAppointments()).find((a) => a.key.endsWith(`|${id}`));
+    const checksOn = async () => (await h.store.listChecks()).map((c) => `${c.check.dateOfService} ${c.state}`).sort();
+    const day = (visit: string) => `${visit.slice(0, 4)}-${visit.slice(4, 6)}-${visit.slice(6, 8)}`;
+
+    // A cancellation that overtook its booking: the booking, sent before it, books nothing when it comes.
+    expect(await send(sentAt('100000', cancel('O2', 'APT-9')), sentAt('090000', siuFor('S12', 'O1', 'APT-9')))).toEqual(['AA', 'AA']);
+    expect((await appointment('APT-9'))?.status).toBe('cancelled');
+    expect(await h.store.listChecks()).toEqual([]);
+    const kept = (await h.store.listMessages()).find((m) => m.raw.includes('|O1|'));
+    expect(kept).toMatchObject({ status: 'handled', detail: expect.stringContaining('not applied: sent (MSH-7) before') });
+
+    // A move sent before the move that followed it, arriving last: the appointment stays where the later one put it.
+    const [later, earlier] = [visitIn(19), visitIn(18)];
+    await send(sentAt('080000', siuFor('S12', 'O3', 'APT-10')), sentAt('110000', siuFor('S14', 'O5', 'APT-10', later)), sentAt('100000', siuFor('S14', 'O4', 'APT-10', earlier)));
+    expect((await appointment('APT-10'))?.dateOfService).toBe(day(later));
+    expect(await checksOn()).toEqual([`${day(VISIT)} cancelled`, `${day(later)} received`]);
+
+    // Booked again after its cancellation, and sent after it: it is booked.
+    expect(await send(sentAt('120000', siuFor('S12', 'O6', 'APT-9', visitIn(20))))).toEqual(['AA']);
+    expect((await appointment('APT-9'))?.status).toBe('booked');
+    expect(await checksOn()).toContain(`${day(visitIn(20))} received`);
+  });
+
   it('loses no update when two connections race with messages for one patient', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();

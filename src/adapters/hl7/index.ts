@@ -1,3 +1,4 @@
+export { sentEarlier } from './hl7-date';
 export { handleHl7Message, ackFor, type AppointmentBasis, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result } from './handle-message';
 export { buildChecks, type CheckSourceFields } from './build-checks';
 export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, type Answer, type ApplicationAckCode, type CommitAckCode } from './ack';

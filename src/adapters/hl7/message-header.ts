@@ -17,6 +17,8 @@ export interface MessageHeader {
   /** MSH-9.1 and MSH-9.2, e.g. SIU and S12. */
   messageCode: string;
   triggerEvent: string;
+  /** MSH-7.1 as received: when the sender says it made the message. */
+  sentAt: string;
   /** MSH-10. */
   controlId: string;
   /** MSH-11 as received (processing id, e.g. P or T^A). */
@@ -43,6 +45,7 @@ export function headerOf(lines: readonly string[]): MessageHeader | undefined {
   const msh = (n: number) => (fields[n - 1] ?? '').trim();
   const [messageCode = '', triggerEvent = ''] = msh(9).split(delimiters.component);
   const [version = ''] = msh(12).split(delimiters.component);
+  const [sentAt = ''] = msh(7).split(delimiters.component);
   return {
     delimiters,
     sendingApplication: msh(3),
@@ -51,6 +54,7 @@ export function headerOf(lines: readonly string[]): MessageHeader | undefined {
     receivingFacility: msh(6),
     messageCode: messageCode.trim(),
     triggerEvent: triggerEvent.trim(),
+    sentAt: sentAt.trim(),
     controlId: msh(10),
     processingId: msh(11),
     version: version.trim(),

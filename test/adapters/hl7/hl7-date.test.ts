@@ -1,4 +1,4 @@
-import { readHl7Date } from '../../../src/adapters/hl7/hl7-date';
+import { readHl7Date, sentEarlier } from '../../../src/adapters/hl7/hl7-date';
 
 describe('readHl7Date', () => {
   it.each([
@@ -20,5 +20,29 @@ describe('readHl7Date', () => {
 
   it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100'])('%s is not a valid date', (value) => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
+  });
+});
+
+describe('sentEarlier (MSH-7 against MSH-7)', () => {
+  it.each([
+    ['202611240959', '202611241000', true],
+    ['20261124095959.5', '20261124100000', true],
+    ['20261124100000', '20261124100000', false],
+    ['20261124100000', '202611240959', false],
+    // The same instant's offsets told apart: 10:00 in New York is 15:00 UTC, after 14:00 UTC.
+    ['202611241400+0000', '202611241000-0500', true],
+    ['202611241000-0500', '202611241400+0000', false],
+  ])('%s before %s: %s', (a, b, earlier) => {
+    expect(sentEarlier(a, b)).toBe(earlier);
+  });
+
+  it.each([
+    ['20261123', '202611241000', 'a day only'],
+    ['2026112409', '202611241000', 'to the hour only'],
+    ['202611240900', '202611241000-0500', 'one with an offset, one without'],
+    ['', '202611241000', 'no time'],
+    ['20261324', '202611241000', 'not a date'],
+  ])('%s and %s cannot be ordered (%s): not earlier', (a, b) => {
+    expect(sentEarlier(a, b)).toBe(false);
   });
 });
