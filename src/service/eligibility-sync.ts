@@ -26,7 +26,7 @@ import type { JobStore } from '../sync/job-store';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { errorText, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
-import { fhirWriter, type EligibilityWriter, type FhirWriterOptions } from '../sync/write-back';
+import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { createLogger, type Logger } from './logger';
 import { SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
@@ -119,6 +119,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const logger = config.logger ?? createLogger();
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
+  checkFhir(config.fhir);
   const routing = config.routing ?? loadClinicRouting();
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
@@ -443,6 +444,16 @@ async function loadCatalog(client: VerificationClient, file: string, logger: Log
     logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the saved one');
     return previous;
   }
+}
+
+/** The chart, refused at creation: a bad URL or option failed every write once its check was verified, retried as if the chart were down. */
+function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
+  if (typeof fhir !== 'object' || fhir === null) throw new Error('fhir: is required (baseUrl, or a writer of your own)');
+  if ('writer' in fhir) return;
+  const { baseUrl, ...options } = fhir;
+  if (typeof baseUrl !== 'string' || !/^https?:\/\/\S+$/.test(baseUrl)) throw new Error('fhir.baseUrl: must be an http(s) URL');
+  const parsed = FhirWriterOptions.safeParse(options);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
 }
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {

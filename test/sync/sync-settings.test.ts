@@ -59,6 +59,18 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses a chart it cannot write to before it opens the store, not after each check is verified', () => {
+    // From JavaScript, or an environment variable left unset (README's example reads DENTAL_ELIG_FHIR_URL).
+    const fhir = (value: unknown) => () => createEligibilitySync(config({ fhir: value as EligibilitySyncConfig['fhir'] }));
+    expect(fhir(undefined)).toThrow(/^fhir: is required \(baseUrl, or a writer of your own\)$/);
+    expect(fhir({ baseUrl: '' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseURL: 'http://127.0.0.1:1/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseUrl: 'chart.example/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
+    expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses a FHIR mapping it cannot use before it opens the store, not at the first check it writes', () => {
     freshModules({ DENTAL_ELIG_FHIR_EXTENSION_BASE: 'fhir.example-clinic.org' }, () => {
       const { createEligibilitySync: create } = jest.requireActual<typeof import('../../src/service/eligibility-sync')>('../../src/service/eligibility-sync');
