@@ -353,6 +353,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let polling: Promise<void> | undefined;
   let stopping = false;
   let stopped = false;
+  /** The start under way or done: see start(). */
+  let starting: Promise<void> | undefined;
   /** Starts a poll unless one is under way or the sync is stopping; says which. */
   const pollInBackground = (): string => {
     if (stopping) return 'the sync is stopping: no poll';
@@ -403,22 +405,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const service = lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
-    async start(): Promise<void> {
-      if (stopped) throw new Error('this eligibility sync is stopped (or failed to start); create another');
-      try {
-        // The validator's definitions are read in a thread of their own while the catalog loads.
-        const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
-        catalog ??= loaded;
-        const orphaned = await store.beginWork();
-        if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
-      } catch (err) {
-        // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
-        await closeOwned();
-        throw err;
-      }
-      worker.start();
-      schedulePoll();
-      logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
+    start(): Promise<void> {
+      if (stopped) return Promise.reject(new Error('this eligibility sync is stopped (or failed to start); create another'));
+      // Called again, or twice at once, it is the same start: two would load and save the catalog over each other.
+      return (starting ??= startOnce());
     },
     async stop(): Promise<void> {
       stopping = true;
@@ -428,6 +418,22 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned();
     },
   });
+  async function startOnce(): Promise<void> {
+    try {
+      // The validator's definitions are read in a thread of their own while the catalog loads.
+      const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
+      catalog ??= loaded;
+      const orphaned = await store.beginWork();
+      if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+    } catch (err) {
+      // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
+      await closeOwned();
+      throw err;
+    }
+    worker.start();
+    schedulePoll();
+    logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
+  }
   return sync as unknown as EligibilitySync;
 }
 

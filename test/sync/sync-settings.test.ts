@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
@@ -102,5 +103,28 @@ describe('a sync that fails to be created or started', () => {
     expect(nobodyHolds(`${storeFile()}-worker`)).toBe(false);
     await second.stop();
     expect(nobodyHolds(storeFile())).toBe(true);
+  });
+});
+
+/** An embedder's boot code may call start() from two places (a health probe, a ready hook) at once. */
+describe('start() called twice at once', () => {
+  let dataDir: string;
+  let sandbox: Sandbox;
+  beforeEach(async () => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'elig-twice-'));
+    sandbox = await startSandbox({ seed: true });
+  });
+  afterEach(async () => {
+    await sandbox.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('starts once, both calls resolving, and stops once', async () => {
+    const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
+    await expect(Promise.all([sync.start(), sync.start()])).resolves.toEqual([undefined, undefined]);
+    expect(readdirSync(dataDir).filter((name) => name.endsWith('.tmp'))).toEqual([]);
+    await expect(sync.health()).resolves.toMatchObject({ store: 'ok' });
+    await sync.stop();
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite'))).toBe(true);
   });
 });
