@@ -26,7 +26,7 @@ import type { JobStore } from '../sync/job-store';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { errorText, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
-import { fhirWriter, type EligibilityWriter, type FhirWriterOptions } from '../sync/write-back';
+import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { createLogger, type Logger } from './logger';
 import { SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
@@ -119,6 +119,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const logger = config.logger ?? createLogger();
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
+  checkFhir(config.fhir);
   const routing = config.routing ?? loadClinicRouting();
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
@@ -352,6 +353,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let polling: Promise<void> | undefined;
   let stopping = false;
   let stopped = false;
+  /** The start under way or done: see start(). */
+  let starting: Promise<void> | undefined;
   /** Starts a poll unless one is under way or the sync is stopping; says which. */
   const pollInBackground = (): string => {
     if (stopping) return 'the sync is stopping: no poll';
@@ -402,22 +405,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const service = lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
-    async start(): Promise<void> {
-      if (stopped) throw new Error('this eligibility sync is stopped (or failed to start); create another');
-      try {
-        // The validator's definitions are read in a thread of their own while the catalog loads.
-        const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
-        catalog ??= loaded;
-        const orphaned = await store.beginWork();
-        if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
-      } catch (err) {
-        // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
-        await closeOwned();
-        throw err;
-      }
-      worker.start();
-      schedulePoll();
-      logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
+    start(): Promise<void> {
+      if (stopped) return Promise.reject(new Error('this eligibility sync is stopped (or failed to start); create another'));
+      // Called again, or twice at once, it is the same start: two would load and save the catalog over each other.
+      return (starting ??= startOnce());
     },
     async stop(): Promise<void> {
       stopping = true;
@@ -427,6 +418,22 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned();
     },
   });
+  async function startOnce(): Promise<void> {
+    try {
+      // The validator's definitions are read in a thread of their own while the catalog loads.
+      const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
+      catalog ??= loaded;
+      const orphaned = await store.beginWork();
+      if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+    } catch (err) {
+      // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
+      await closeOwned();
+      throw err;
+    }
+    worker.start();
+    schedulePoll();
+    logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
+  }
   return sync as unknown as EligibilitySync;
 }
 
@@ -443,6 +450,16 @@ async function loadCatalog(client: VerificationClient, file: string, logger: Log
     logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the saved one');
     return previous;
   }
+}
+
+/** The chart, refused at creation: a bad URL or option failed every write once its check was verified, retried as if the chart were down. */
+function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
+  if (typeof fhir !== 'object' || fhir === null) throw new Error('fhir: is required (baseUrl, or a writer of your own)');
+  if ('writer' in fhir) return;
+  const { baseUrl, ...options } = fhir;
+  if (typeof baseUrl !== 'string' || !/^https?:\/\/\S+$/.test(baseUrl)) throw new Error('fhir.baseUrl: must be an http(s) URL');
+  const parsed = FhirWriterOptions.safeParse(options);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
 }
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {

@@ -47,7 +47,7 @@ export interface EligibilityWriter {
   write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs, options?: WriteOptions): Promise<WrittenEligibility>;
 }
 
-const FhirWriterOptions = z
+export const FhirWriterOptions = z
   .strictObject({
     /** A static access token. */
     bearerToken: z.string().min(1).optional(),

@@ -88,6 +88,9 @@ class Rejection extends Error {
 /** A node:http listener for the verification webhook. */
 export function createWebhookHandler(options: WebhookReceiverOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  // A scheme from JavaScript or a JSON file that is neither would otherwise take deliveries with no signature checked.
+  const scheme: string = options.auth.scheme;
+  if (scheme !== 'standard-webhooks' && scheme !== 'bearer') throw new Error('webhook.scheme: must be standard-webhooks or bearer');
   const verifier = options.auth.scheme === 'standard-webhooks' ? webhookVerifier(options.auth.secret) : undefined;
   if (options.auth.scheme === 'bearer' && !options.auth.token) throw new Error('webhook.token: is required');
 
@@ -176,7 +179,8 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   ].find(([, v]) => !v);
   if (missing) throw new Rejection(401, 'Unauthorized', `${missing[0]} header is missing`);
   try {
-    verifier?.verify(rawBody, { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string });
+    if (!verifier) throw new Error('no Standard Webhooks verifier');
+    verifier.verify(rawBody, { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string });
   } catch (err) {
     // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
     if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');

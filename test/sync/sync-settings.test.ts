@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
@@ -59,6 +60,18 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses a chart it cannot write to before it opens the store, not after each check is verified', () => {
+    // From JavaScript, or an environment variable left unset (README's example reads DENTAL_ELIG_FHIR_URL).
+    const fhir = (value: unknown) => () => createEligibilitySync(config({ fhir: value as EligibilitySyncConfig['fhir'] }));
+    expect(fhir(undefined)).toThrow(/^fhir: is required \(baseUrl, or a writer of your own\)$/);
+    expect(fhir({ baseUrl: '' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseURL: 'http://127.0.0.1:1/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseUrl: 'chart.example/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
+    expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses a FHIR mapping it cannot use before it opens the store, not at the first check it writes', () => {
     freshModules({ DENTAL_ELIG_FHIR_EXTENSION_BASE: 'fhir.example-clinic.org' }, () => {
       const { createEligibilitySync: create } = jest.requireActual<typeof import('../../src/service/eligibility-sync')>('../../src/service/eligibility-sync');
@@ -90,5 +103,28 @@ describe('a sync that fails to be created or started', () => {
     expect(nobodyHolds(`${storeFile()}-worker`)).toBe(false);
     await second.stop();
     expect(nobodyHolds(storeFile())).toBe(true);
+  });
+});
+
+/** An embedder's boot code may call start() from two places (a health probe, a ready hook) at once. */
+describe('start() called twice at once', () => {
+  let dataDir: string;
+  let sandbox: Sandbox;
+  beforeEach(async () => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'elig-twice-'));
+    sandbox = await startSandbox({ seed: true });
+  });
+  afterEach(async () => {
+    await sandbox.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('starts once, both calls resolving, and stops once', async () => {
+    const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
+    await expect(Promise.all([sync.start(), sync.start()])).resolves.toEqual([undefined, undefined]);
+    expect(readdirSync(dataDir).filter((name) => name.endsWith('.tmp'))).toEqual([]);
+    await expect(sync.health()).resolves.toMatchObject({ store: 'ok' });
+    await sync.stop();
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite'))).toBe(true);
   });
 });

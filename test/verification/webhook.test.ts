@@ -159,6 +159,15 @@ describe('verification webhook receiver', () => {
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).not.toThrow();
   });
 
+  it('refuses a scheme it does not know when the receiver is made, rather than taking deliveries unchecked', async () => {
+    // A JavaScript embedder, or auth read from a JSON file, passes what TypeScript would have refused.
+    const auth = { scheme: 'standard-webhook', secret } as unknown as WebhookReceiverOptions['auth'];
+    expect(() => createWebhookHandler({ auth, onDelivery: async () => undefined })).toThrow(/^webhook\.scheme: must be standard-webhooks or bearer$/);
+    expect(() => createWebhookHandler({ auth: { scheme: 'Bearer', token: 'tok' } as unknown as WebhookReceiverOptions['auth'], onDelivery: async () => undefined })).toThrow(/^webhook\.scheme: /);
+    // The message does not repeat what was given.
+    expect(() => createWebhookHandler({ auth, onDelivery: async () => undefined })).not.toThrow(/standard-webhook[^s]/);
+  });
+
   it('says of a bad secret what the sandbox and serve say of theirs, each naming its own setting', () => {
     const refusal = (run: () => unknown) => {
       try {
