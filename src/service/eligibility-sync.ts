@@ -111,7 +111,30 @@ export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'fr
   return { freshnessMs: settings.freshnessDays * 86_400_000, reverifyLeadMs: settings.reverifyLeadDays * 86_400_000 };
 }
 
+/**
+ * The config's own keys, checked as a whole at creation: an embedder writing JavaScript or reading
+ * JSON has no compiler to say that `setings` or `datadir` is not one, and would run on defaults.
+ * What each key holds is checked where it is used.
+ */
+const ConfigKeys = z.strictObject({
+  // Every key of EligibilitySyncConfig, and no other (the satisfies below): a key added there is one here too.
+  store: z.unknown().optional(),
+  dataDir: z.string().min(1, { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
+  service: z.custom<object>((value) => typeof value === 'object' && value !== null, { error: 'is required: the service\'s baseUrl and apiKey, or a client of your own' }),
+  catalog: z.unknown().optional(),
+  fhir: z.unknown().optional(),
+  webhook: z.unknown().optional(),
+  inlineCredentials: z.unknown().optional(),
+  settings: z.unknown().optional(),
+  routing: z.unknown().optional(),
+  mappings: z.unknown().optional(),
+  now: z.unknown().optional(),
+  logger: z.unknown().optional(),
+} satisfies Record<keyof EligibilitySyncConfig, z.ZodType>);
+
 export function createEligibilitySync(config: EligibilitySyncConfig): EligibilitySync {
+  const keys = ConfigKeys.safeParse(config);
+  if (!keys.success) throw new Error(describeIssue(keys.error, 'config'));
   const parsed = SyncSettings.safeParse(config.settings ?? {});
   if (!parsed.success) throw new Error(`settings: ${describeIssue(parsed.error)}`);
   const settings = parsed.data;
@@ -383,9 +406,16 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     logger,
     webhookHandler,
     notificationHandler,
-    notifyAppointment: (id: string) => notifyAppointment(id),
-    pollAppointments,
+    notifyAppointment: async (id: string) => {
+      running();
+      return notifyAppointment(id);
+    },
+    pollAppointments: async () => {
+      running();
+      return pollAppointments();
+    },
     async receiveHl7(text: string): Promise<Ack[]> {
+      running();
       arriving++;
       const done = await ingestHl7(store, text, { mappings, routing, now, policy }).finally(() => arriving--);
       metrics.messages.inc({ type: messageType(done.result), ack: done.result ? done.result.ackCode : 'duplicate' });
@@ -393,6 +423,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return done.acks;
     },
     async deadLetterHl7(letter: { message: string; reason: string }): Promise<void> {
+      running();
       await deadLetter(store, { kind: 'hl7', raw: letter.message, reason: letter.reason, receivedAt: now() });
       metrics.messages.inc({ type: 'unreadable', ack: 'dead' });
     },
@@ -418,6 +449,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned();
     },
   });
+  /** What arrives after stop() is refused as such, not with the closed store's own error. */
+  function running(): void {
+    if (stopped) throw new Error('this eligibility sync is stopped: nothing more is received (create another)');
+  }
   async function startOnce(): Promise<void> {
     try {
       // The validator's definitions are read in a thread of their own while the catalog loads.

@@ -72,6 +72,28 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses a key it does not know, an empty data dir and no service, naming each, before it opens the store', () => {
+    const create = (value: Record<string, unknown>) => () => createEligibilitySync(value as unknown as EligibilitySyncConfig);
+    // From JavaScript or JSON, a misspelt key would otherwise run the sync on the defaults it was meant to change.
+    expect(create({ ...config(), setings: { concurrency: 2 } })).toThrow(/^config: Unrecognized key: "setings"$/);
+    expect(create({ ...config(), datadir: dataDir })).toThrow(/^config: Unrecognized key: "datadir"$/);
+    // An environment variable left unset: the store would open in the current folder.
+    expect(create({ ...config(), dataDir: '' })).toThrow(/^dataDir: must not be empty \(leave it out for \.dental-elig\/data\)$/);
+    const { service: _service, ...withoutService } = config();
+    expect(create(withoutService)).toThrow(/^service: is required: the service's baseUrl and apiKey, or a client of your own$/);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('refuses what arrives once it is stopped, saying so, not with its closed store\'s error', async () => {
+    const sync = createEligibilitySync(config());
+    await sync.stop();
+    const stopped = /^this eligibility sync is stopped: nothing more is received \(create another\)$/;
+    await expect(sync.receiveHl7('MSH|^~\\&|PMS|BSD|ELIG|BSD|20261123090000||SIU^S12|1|P|2.5.1')).rejects.toThrow(stopped);
+    await expect(sync.deadLetterHl7({ message: 'garbage', reason: 'unframed' })).rejects.toThrow(stopped);
+    await expect(sync.notifyAppointment('apt-1')).rejects.toThrow(stopped);
+    await expect(sync.pollAppointments()).rejects.toThrow(stopped);
+  });
+
   it('refuses a FHIR mapping it cannot use before it opens the store, not at the first check it writes', () => {
     freshModules({ DENTAL_ELIG_FHIR_EXTENSION_BASE: 'fhir.example-clinic.org' }, () => {
       const { createEligibilitySync: create } = jest.requireActual<typeof import('../../src/service/eligibility-sync')>('../../src/service/eligibility-sync');
