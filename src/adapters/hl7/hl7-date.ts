@@ -37,23 +37,26 @@ function validTime(time: string): boolean {
 
 /**
  * Whether timestamp `a` (MSH-7) is strictly earlier than `b`. Only two times that can be told
- * apart say so: each to the minute at least, and both with an offset or both without (two times
- * of one sender without offsets are its own local time). Anything else is not earlier: messages
- * that cannot be ordered by their times are applied in the order they arrived.
+ * apart say so: each to the minute at least, both with an offset or both without (two times
+ * of one sender without offsets are its own local time), and `a` over before `b` begins, each
+ * read at the precision written (09:30 is any second of that minute, not before 09:30:10). Anything
+ * else is not earlier: messages that cannot be ordered by their times are applied in the order they arrived.
  */
 export function sentEarlier(a: string, b: string): boolean {
   const x = instantOf(a);
   const y = instantOf(b);
-  return x !== undefined && y !== undefined && x.zoned === y.zoned && x.ms < y.ms;
+  return x !== undefined && y !== undefined && x.zoned === y.zoned && x.ms + x.spanMs <= y.ms;
 }
 
-function instantOf(value: string): { ms: number; zoned: boolean } | undefined {
+/** The instant a timestamp begins at, and how long it spans at the precision written (a minute, a second, 0.1 s …). */
+function instantOf(value: string): { ms: number; spanMs: number; zoned: boolean } | undefined {
   const m = DTM.exec(value.trim());
-  const [, year, month, day, time, , , , offset] = m ?? [];
+  const [, year, month, day, time, , , fraction, offset] = m ?? [];
   if (!m || readHl7Date(value).ok === false || time === undefined || time.length < 4) return undefined;
   const seconds = Number(time.slice(4, 6) || '0') + Number(time.slice(6) || '0');
-  const local = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(time.slice(0, 2)), Number(time.slice(2, 4)), 0) + seconds * 1000;
-  if (offset === undefined) return { ms: local, zoned: false };
+  const spanMs = time.length < 6 ? 60_000 : fraction === undefined ? 1000 : 1000 / 10 ** (fraction.length - 1);
+  const local = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(time.slice(0, 2)), Number(time.slice(2, 4)), 0) + Math.round(seconds * 1000);
+  if (offset === undefined) return { ms: local, spanMs, zoned: false };
   const minutes = (Number(offset.slice(1, 3)) * 60 + Number(offset.slice(3, 5))) * (offset.startsWith('-') ? -1 : 1);
-  return { ms: local - minutes * 60_000, zoned: true };
+  return { ms: local - minutes * 60_000, spanMs, zoned: true };
 }

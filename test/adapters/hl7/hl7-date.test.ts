@@ -32,6 +32,8 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
     // The same instant's offsets told apart: 10:00 in New York is 15:00 UTC, after 14:00 UTC.
     ['202611241400+0000', '202611241000-0500', true],
     ['202611241000-0500', '202611241400+0000', false],
+    ['20261124093010', '202611240931', true],
+    ['202611240929', '20261124093000', true],
   ])('%s before %s: %s', (a, b, earlier) => {
     expect(sentEarlier(a, b)).toBe(earlier);
   });
@@ -40,6 +42,9 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
     ['20261123', '202611241000', 'a day only'],
     ['2026112409', '202611241000', 'to the hour only'],
     ['202611240900', '202611241000-0500', 'one with an offset, one without'],
+    // A time to the minute is any second of it: 09:30 may be 09:30:45, after 09:30:10.
+    ['202611240930', '20261124093010', 'to the minute against to the second, in the same minute'],
+    ['20261124093000', '20261124093000.5', 'to the second against a tenth of it, in the same second'],
     ['', '202611241000', 'no time'],
     ['20261324', '202611241000', 'not a date'],
   ])('%s and %s cannot be ordered (%s): not earlier', (a, b) => {
