@@ -449,9 +449,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned();
     },
   });
-  /** What arrives after stop() is refused as such, not with the closed store's own error. */
+  /**
+   * What arrives after stop() closed the store this sync opened is refused as such, not with the
+   * closed store's own error. A store handed over stays open and still takes it: stored, it is
+   * worked by the next sync on that store.
+   */
   function running(): void {
-    if (stopped) throw new Error('this eligibility sync is stopped: nothing more is received (create another)');
+    if (stopped && ownsStore) throw new Error('this eligibility sync is stopped: nothing more is received (create another)');
   }
   async function startOnce(): Promise<void> {
     try {

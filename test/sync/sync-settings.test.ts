@@ -92,6 +92,17 @@ describe('a sync that fails to be created or started', () => {
     await expect(sync.deadLetterHl7({ message: 'garbage', reason: 'unframed' })).rejects.toThrow(stopped);
     await expect(sync.notifyAppointment('apt-1')).rejects.toThrow(stopped);
     await expect(sync.pollAppointments()).rejects.toThrow(stopped);
+    // A store handed over is the caller's, still open: what arrives is stored for the next sync to work.
+    const store = SqliteJobStore.open(dataDir);
+    try {
+      const handed = createEligibilitySync(config({ store }));
+      await handed.stop();
+      const [ack] = await handed.receiveHl7('MSH|^~\\&|PMS|BSD-MAIN|ELIG|BSD|20261123090000||ADT^A08^ADT_A01|H1|P|2.5.1\rPID|1||P-1^^^SC^MR||DOE^JANE||19800102|F');
+      expect(ack?.code).toBe('AA');
+      expect((await store.listMessages()).length).toBe(1);
+    } finally {
+      await store.close();
+    }
   });
 
   it('refuses a FHIR mapping it cannot use before it opens the store, not at the first check it writes', () => {
