@@ -10,6 +10,8 @@ type FhirKitBody = Parameters<FhirKitClient['transaction']>[0]['body'];
 export interface ChartClient {
   /** The one resource each search finds, or undefined; more than one is an error naming the search's resource type. */
   findEach(searches: readonly string[]): Promise<Array<Resource | undefined>>;
+  /** Every resource one search finds (its first page: searches here find a patient's few). */
+  findAll(search: string): Promise<Resource[]>;
   /** The transaction's answer entries, one per entry sent. */
   transaction(entries: BundleEntry[]): Promise<TransactionEntry[]>;
 }
@@ -52,21 +54,31 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
     return parsed.data.entry;
   }
 
+  /** Each search's matches, the searches sent in one batch. */
+  async function searchEach(searches: readonly string[]): Promise<Resource[][]> {
+    const step = 'search for what the chart holds';
+    const body: Bundle = { resourceType: 'Bundle', type: 'batch', entry: searches.map((url) => ({ request: { method: 'GET', url } })) };
+    const answer = await exchange(step, (options) => client.batch({ body: body as unknown as FhirKitBody, options }));
+    return answerEntries(step, answer, searches.length).map((entry, i) => {
+      const type = typeOf(searches[i]);
+      const status = Number(entry.response?.status?.split(' ')[0]);
+      if (Number.isFinite(status) && (status < 200 || status >= 300)) throw toChartWriteError({ response: { status, data: entry.resource } }, `search for a ${type}`);
+      const found = SearchSet.safeParse(entry.resource);
+      if (!found.success) throw new ChartWriteError(`the FHIR server answered the search for a ${type} without a search Bundle`, { retryable: false });
+      return found.data.entry.flatMap((e) => (e.resource && (e.search?.mode ?? 'match') === 'match' ? [e.resource as Resource] : []));
+    });
+  }
+
   return {
     async findEach(searches) {
-      const step = 'search for what the chart holds';
-      const body: Bundle = { resourceType: 'Bundle', type: 'batch', entry: searches.map((url) => ({ request: { method: 'GET', url } })) };
-      const answer = await exchange(step, (options) => client.batch({ body: body as unknown as FhirKitBody, options }));
-      return answerEntries(step, answer, searches.length).map((entry, i) => {
-        const type = searches[i]?.split('?')[0] ?? 'resource';
-        const status = Number(entry.response?.status?.split(' ')[0]);
-        if (Number.isFinite(status) && (status < 200 || status >= 300)) throw toChartWriteError({ response: { status, data: entry.resource } }, `search for a ${type}`);
-        const found = SearchSet.safeParse(entry.resource);
-        if (!found.success) throw new ChartWriteError(`the FHIR server answered the search for a ${type} without a search Bundle`, { retryable: false });
-        const matches = found.data.entry.filter((e) => e.resource && (e.search?.mode ?? 'match') === 'match');
-        if (matches.length > 1) throw new ChartWriteError(`${type}.identifier: ${matches.length} resources in the chart carry the identifier it is found by; one must go`, { retryable: false });
-        return matches[0]?.resource as Resource | undefined;
+      return (await searchEach(searches)).map((matches, i) => {
+        if (matches.length > 1) throw new ChartWriteError(`${typeOf(searches[i])}.identifier: ${matches.length} resources in the chart carry the identifier it is found by; one must go`, { retryable: false });
+        return matches[0];
       });
+    },
+    async findAll(search) {
+      const [matches] = await searchEach([search]);
+      return matches ?? [];
     },
     async transaction(entries) {
       const step = 'transaction';
@@ -77,6 +89,8 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
     },
   };
 }
+
+const typeOf = (search: string | undefined) => search?.split('?')[0] ?? 'resource';
 
 /** The id a transaction answer gives for one entry: the resource's, or its Location's. */
 export function idFrom(entry: TransactionEntry): string | undefined {

@@ -185,6 +185,23 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
 }
 
 /**
+ * A Coverage this plugin wrote for the patient, ended (status cancelled) because the PMS no longer
+ * sends it: its member number is none the patient is insured under now (`insuredUnder`, the
+ * subscriber member ids of the patient's record), as after a corrected member id or a change of
+ * plan, which the check being written is the Coverage of. Undefined for anything else: a Coverage
+ * the EHR made (no key of this plugin), one not active (the EHR's own call), one under a member id
+ * the patient still has, or one a message received after the check's stated.
+ */
+export function endedCoverage(stored: Coverage, check: EligibilityCheck, insuredUnder: readonly string[]): Coverage | undefined {
+  if (stored.status !== 'active' || !stored.identifier?.some((i) => i.system === systemUrl('chartCoverage'))) return undefined;
+  const memberId = stored.subscriberId;
+  if (memberId === undefined || memberId === check.subscriber.memberId || insuredUnder.includes(memberId)) return undefined;
+  const storedAt = statedAt(stored, 'coverage-stated-at');
+  if (storedAt && Date.parse(storedAt) > Date.parse(check.source.receivedAt)) return undefined;
+  return { ...stored, status: 'cancelled' };
+}
+
+/**
  * A Patient or Coverage found by the identifier this plugin gave it before (Rekey), with the
  * current one in its place: once one facility's message has taken it, another facility's
  * patient with the same number is no longer found by it. Undefined when it has the current one.

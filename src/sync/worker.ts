@@ -481,7 +481,9 @@ export class Worker {
     let written;
     try {
       const writer = await this.deps.writer();
-      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom }));
+      // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
+      const insuredUnder = async () => (await this.deps.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
+      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder }));
     } catch (err) {
       // Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is.
       const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);

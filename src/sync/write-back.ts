@@ -8,9 +8,9 @@ import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
 import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
-import { chartClient, idFrom } from './chart-client';
+import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, forBeneficiary, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, endedCoverage, forBeneficiary, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -41,6 +41,13 @@ export interface WriteOptions {
    * the check still gets a pair of its own, whose response says where the result came from.
    */
   reusedFrom?: string | undefined;
+  /**
+   * The member ids (the subscriber's) an HL7 patient is insured under now, as the PMS last said;
+   * undefined when not known. A write that creates a Coverage for a Patient the chart holds ends
+   * the Coverages this plugin wrote for that patient under any other (endedCoverage): a corrected
+   * member id or a new plan would otherwise leave the old one active beside it.
+   */
+  insuredUnder?: (() => Promise<readonly string[] | undefined>) | undefined;
 }
 
 export interface EligibilityWriter {
@@ -148,7 +155,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       { created: storedResponse?.created, checkKey: check.idempotencyKey, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
-    const updates = updatesOfFound(parts, found, check, chart);
+    const updates = [...updatesOfFound(parts, found, check, chart), ...(await endedBeside(parts, found, check, options.insuredUnder, client))];
     // Everything is built and validated before anything is sent: the chart gets all of it or nothing.
     for (const resource of [...created.map((c) => c.resource), request, response]) assertValidR4(resource);
 
@@ -263,6 +270,30 @@ function updatesOfFound(
       : part.kind === 'coverage' ? coverageUpdate(stored as Coverage, part.rekey, chartCoverage(check, chart))
       : undefined;
     return resource && r4Errors(resource).length === 0 ? [{ resource, id: stored.id, version: stored.meta?.versionId }] : [];
+  });
+}
+
+/**
+ * The Coverages this plugin wrote for a Patient the chart holds that the patient is no longer
+ * insured under, ended beside the Coverage this write creates (a search of the Patient's active
+ * Coverages, only then: a Coverage found is the plan the patient still has).
+ */
+async function endedBeside(
+  parts: ChartPart[],
+  found: Array<Resource | undefined>,
+  check: EligibilityCheck,
+  insuredUnder: WriteOptions['insuredUnder'],
+  client: ChartClient,
+): Promise<Array<{ resource: Coverage; id: string; version: string | undefined }>> {
+  const patient = found[parts.findIndex((p) => p.kind === 'patient')];
+  const coverageIndex = parts.findIndex((p) => p.kind === 'coverage');
+  if (!insuredUnder || !patient?.id || coverageIndex < 0 || found[coverageIndex]) return [];
+  const current = await insuredUnder();
+  if (!current) return [];
+  const stored = await client.findAll(`Coverage?beneficiary=${encodeURIComponent(`Patient/${patient.id}`)}&status=active&_count=100`);
+  return stored.flatMap((resource) => {
+    const ended = resource.resourceType === 'Coverage' && resource.id ? endedCoverage(resource as Coverage, check, current) : undefined;
+    return ended && r4Errors(ended).length === 0 ? [{ resource: ended, id: resource.id as string, version: resource.meta?.versionId }] : [];
   });
 }
 

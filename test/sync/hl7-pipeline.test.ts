@@ -230,6 +230,21 @@ describe('HL7 v2 into the chart', () => {
     expect(await orders()).toEqual({ Guardian: 2, 'Cigna Dental': 1 });
   });
 
+  it('ends the chart Coverage of a member id the PMS corrected once the check under the new one is written, keeping the other plan', async () => {
+    await start();
+    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
+    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [`${c.payor[0]?.display} ${c.subscriberId}`, c.status]));
+    expect(await send(siu('E1', 'P-13', 'APT-13', ...insurance(['64246', 'Guardian', 'SBX-COMPLETE-1'], cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await coverages()).toEqual({ 'Guardian SBX-COMPLETE-1': 'active', 'Cigna Dental SBX-COMPLETE': 'active' });
+
+    // The front desk corrects the Guardian member id: verified again, and the chart's Coverage under the old one ends.
+    expect(await send(adt('E2', 'P-13', ...insurance(['64246', 'Guardian', 'SBX-COMPLETE-2'], cigna)))).toEqual(['AA']);
+    await until('the corrected check written', async () => (await h.store.listChecks({ states: ['written'] })).some((r) => r.check.subscriber.memberId === 'SBX-COMPLETE-2'));
+    expect(await coverages()).toEqual({ 'Guardian SBX-COMPLETE-1': 'cancelled', 'Cigna Dental SBX-COMPLETE': 'active', 'Guardian SBX-COMPLETE-2': 'active' });
+  });
+
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
     await start({ settings: { idleMs: 60_000 } });
     // The worker is idle for a minute: the cancel lands while the check still waits.

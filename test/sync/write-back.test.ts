@@ -430,6 +430,47 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
   });
 });
 
+describe('a Coverage the patient no longer has, ended when its successor is written', () => {
+  const outcome = (id: string) => withId(fixture('results', 'completed-minimal.json') as object, id);
+  /** The fixture's primary or secondary for a patient of its own, received at a given time, under a member id of its own. */
+  const plan = (which: EligibilityCheck | undefined, mrn: string, memberId: string, receivedAt: string): EligibilityCheck => {
+    const base = required(which);
+    const source = base.source.kind === 'hl7' ? { ...base.source, receivedAt } : base.source;
+    return { ...base, source, patient: { ...base.patient, identifiers: [{ system: 'MOLARPMS', type: 'MR', value: mrn }] }, subscriber: { ...base.subscriber, memberId } };
+  };
+  const insured = (...memberIds: string[]) => ({ insuredUnder: async () => memberIds });
+  const statuses = async (patientId: string) =>
+    Object.fromEntries((await search<Coverage>('Coverage', `beneficiary=Patient/${patientId}`)).map((c) => [c.subscriberId, c.status]));
+
+  it('a corrected member id ends the Coverage under the old one, and leaves the other plan and the EHR\'s own Coverage active', async () => {
+    const first = await writer.write(plan(primary, 'MP-END', 'DDC-TYPO', '2026-11-02T09:00:00.000Z'), outcome('ver_end_1'), {}, insured('DDC-TYPO', 'MET-1'));
+    await writer.write(plan(secondary, 'MP-END', 'MET-1', '2026-11-02T09:00:00.000Z'), outcome('ver_end_2'), {}, insured('DDC-TYPO', 'MET-1'));
+    // A plan the EHR entered itself for the patient: not this plugin's to end.
+    await server.seed([{ resourceType: 'Coverage', id: 'ehr-cov-end', status: 'active', subscriberId: 'EHR-OLD', beneficiary: { reference: `Patient/${first.patientId}` }, payor: [{ display: 'Aetna' }] }]);
+    expect(await statuses(first.patientId)).toEqual({ 'DDC-TYPO': 'active', 'MET-1': 'active', 'EHR-OLD': 'active' });
+
+    // The PMS corrects the member id (an A08); the check verified again under it is written.
+    const corrected = await writer.write(plan(primary, 'MP-END', 'DDC-RIGHT', '2026-11-20T09:00:00.000Z'), outcome('ver_end_3'), {}, insured('DDC-RIGHT', 'MET-1'));
+    expect(corrected.coverageId).not.toBe(first.coverageId);
+    expect(await statuses(first.patientId)).toEqual({ 'DDC-TYPO': 'cancelled', 'MET-1': 'active', 'EHR-OLD': 'active', 'DDC-RIGHT': 'active' });
+    // The old eligibility stays as it was, on the Coverage it was verified against.
+    const old = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', first.responseId);
+    expect(old.insurance?.[0]?.coverage.reference).toBe(`Coverage/${first.coverageId}`);
+    // Written again, nothing is new.
+    expect((await writer.write(plan(primary, 'MP-END', 'DDC-RIGHT', '2026-11-20T09:00:00.000Z'), outcome('ver_end_3'), {}, insured('DDC-RIGHT', 'MET-1'))).changed).toBe(false);
+  });
+
+  it('ends nothing without knowing what the patient is insured under now, nor a Coverage a later message stated', async () => {
+    const first = await writer.write(plan(primary, 'MP-END-2', 'DDC-A', '2026-11-10T09:00:00.000Z'), outcome('ver_end2_1'), {}, insured('DDC-A'));
+    // A FHIR-sourced patient, or one with no record: nothing said, nothing ended.
+    await writer.write(plan(primary, 'MP-END-2', 'DDC-B', '2026-11-11T09:00:00.000Z'), outcome('ver_end2_2'));
+    expect(await statuses(first.patientId)).toEqual({ 'DDC-A': 'active', 'DDC-B': 'active' });
+    // The late result of a check received before DDC-A was stated: DDC-A is what a later message said.
+    await writer.write(plan(primary, 'MP-END-2', 'DDC-0', '2026-11-01T09:00:00.000Z'), outcome('ver_end2_3'), {}, insured('DDC-0'));
+    expect(await statuses(first.patientId)).toMatchObject({ 'DDC-A': 'active', 'DDC-0': 'active' });
+  });
+});
+
 describe('the Patient an HL7 check finds, kept up to date when this plugin created it', () => {
   const outcome = (id: string) => withId(fixture('results', 'completed-minimal.json') as object, id);
   const stated = (id: string, receivedAt: string, patient: Partial<EligibilityCheck['patient']> = {}): EligibilityCheck => {
