@@ -9,6 +9,7 @@ import { DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
 import { OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
+import { failureKinds } from '../verification/failure-kinds';
 import { outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { printRecord, printRows } from './table';
@@ -190,7 +191,12 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   const state = parseState(opts.state);
   if (!RETRYABLE_STATES.includes(state)) throw new CliError(`--state: ${state} checks are not retried (${RETRYABLE_STATES.join(', ')})`, 2);
   const rows = await store.listChecks({ states: [state] });
-  return rows.filter((row) => (opts.portal === undefined || row.portalId === opts.portal) && (opts.failureKind === undefined || failureKindOf(row) === opts.failureKind)).map((row) => row.key);
+  const kind = opts.failureKind;
+  // A kind the table does not list may still be one the service sent (kept as given): refused only when no check failed with it either.
+  if (kind !== undefined && !(kind in failureKinds()) && !rows.some((row) => failureKindOf(row) === kind)) {
+    throw new CliError(`--failure-kind: ${kind.slice(0, 40)} is no kind in mappings/failure-kinds.json, and no ${state} check failed with it`, 2);
+  }
+  return rows.filter((row) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || failureKindOf(row) === kind)).map((row) => row.key);
 }
 
 function parseState(text: string): CheckState {

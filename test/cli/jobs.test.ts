@@ -131,6 +131,8 @@ describe('dental-elig jobs', () => {
     expect(await refused()).toEqual([2, 'dental-elig: jobs retry: name the checks to retry, or give --state to retry every check in a state\n']);
     expect(await refused('--failure-kind', 'InvalidCredentials')).toEqual([2, 'dental-elig: jobs retry: --failure-kind narrows --state; give --state too\n']);
     expect(await refused('--state', 'received')).toEqual([2, 'dental-elig: --state: received checks are not retried (needs-attention, dead, cancelled, written)\n']);
+    // A misspelt kind would retry nothing and say all was well.
+    expect(await refused('--state', 'needs-attention', '--failure-kind', 'InvalidCredential')).toEqual([2, 'dental-elig: --failure-kind: InvalidCredential is no kind in mappings/failure-kinds.json, and no needs-attention check failed with it\n']);
     expect(await refused('elig_1', '--state', 'dead')).toEqual([2, 'dental-elig: jobs retry: name the checks or select them with --state, not both\n']);
   });
 
