@@ -47,6 +47,8 @@ export const PatientInsuranceRecord = z.strictObject({
   updatedAt: IsoInstant,
   /** The message that last changed the record, for tracing. */
   messageControlId: NonEmpty,
+  /** When its sender says that message was made (MSH-7 as sent): one made before it changes the record no more. */
+  sentAt: z.string().optional(),
 });
 export type PatientInsuranceRecord = z.infer<typeof PatientInsuranceRecord>;
 

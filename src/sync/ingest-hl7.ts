@@ -69,12 +69,16 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
     const sent = { facility, sentAt: result.header?.sentAt ?? '' };
     const superseded = await supersededBy(tx, result.outcome, sent);
-    // A message older than the appointment's last one changes nothing, the patient's record neither.
-    if (!superseded) await patients.commit();
-    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, result.outcome, sent, { now: receivedAt, policy: options.policy });
+    // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
+    const stale = superseded ? undefined : await patients.commit(sent.sentAt);
+    const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
+    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
-    const detail = superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message` : describe(result.outcome);
+    const detail =
+      superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message`
+      : stale ? `${describe(outcome)}; the patient's details and insurance not applied: sent (MSH-7) before the message that last changed them`
+      : describe(result.outcome);
     await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { acks, result, created, withdrawn };
@@ -156,10 +160,7 @@ async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: Pati
   const withdrawn: string[] = [];
   for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {
     if (appointment.key === except || appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
-    const basis = appointment.basis as AppointmentBasis;
-    // Stated when this message was received, not the booking: the chart's Coverage keeps the later statement (coverage-stated-at).
-    const checks = buildChecks({ ...basis, source: { ...basis.source, receivedAt: record.updatedAt }, patient: record.patient, coverages: record.coverages });
-    const status = !record.insuranceKnown ? 'awaiting-insurance' : checks.length === 0 ? 'self-pay' : 'booked';
+    const { checks, status } = checksFromRecord(appointment.basis as AppointmentBasis, record);
     const done = await scheduleAppointment(tx, { ...appointment, status, checks }, ctx);
     created.push(...done.created);
     withdrawn.push(...done.withdrawn);
@@ -186,18 +187,49 @@ export function patientKeyText(key: PatientKey): string {
 
 /**
  * The adapter's view of the patient insurance store, inside this message's transaction. What the
- * message says of the patient is kept once it is known to apply (commit): a message sent before
- * the appointment's last one leaves the record as that one did.
+ * message says of the patient is kept once it is known to apply (commit), stamped with when the
+ * message was sent: a message sent before the appointment's last one leaves the record as that
+ * one did, and one sent before the message that last changed the record leaves it too (an A08
+ * an engine delivered after the A08 that followed it). commit returns that record, then.
  */
-function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(): Promise<void> } {
+function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string): Promise<PatientInsuranceRecord | undefined> } {
   const said = new Map<string, PatientInsuranceRecord>();
   return {
     get: async (key) => said.get(patientKeyText(key)) ?? tx.getPatient(patientKeyText(key)),
     put: async (key, record) => void said.set(patientKeyText(key), record),
-    async commit() {
-      for (const [key, record] of said) await tx.putPatient(key, record);
+    async commit(sentAt) {
+      for (const key of said.keys()) {
+        const stored = await tx.getPatient(key);
+        if (stored?.sentAt !== undefined && sentEarlier(sentAt, stored.sentAt)) return stored;
+      }
+      // A message without MSH-7 leaves no time to order the next one against.
+      for (const [key, { sentAt: _former, ...record }] of said) await tx.putPatient(key, sentAt === '' ? record : { ...record, sentAt });
+      return undefined;
     },
   };
+}
+
+/**
+ * What a message whose details of the patient are older than the record's still does: a booking
+ * books its appointment, its checks built from the record (as an ADT rebuilds them) rather than
+ * from the older insurance it carries; nothing else re-evaluates, the record being unchanged.
+ */
+function fromRecord(outcome: Hl7Outcome, record: PatientInsuranceRecord): Hl7Outcome {
+  if (outcome.kind === 'record') {
+    const { record: _older, ...rest } = outcome;
+    return rest;
+  }
+  if (outcome.kind !== 'book' && outcome.kind !== 'reschedule') return outcome;
+  const { record: _older, ...rest } = outcome;
+  const { checks, status } = checksFromRecord(outcome.appointment, record);
+  return { ...rest, checks, awaitingInsurance: status === 'awaiting-insurance', selfPay: status === 'self-pay' };
+}
+
+/** An appointment's checks built from the patient's record, and the appointment's status with them. */
+function checksFromRecord(basis: AppointmentBasis, record: PatientInsuranceRecord): { checks: ReturnType<typeof buildChecks>; status: 'awaiting-insurance' | 'self-pay' | 'booked' } {
+  // Stated when the record was, not the booking: the chart's Coverage keeps the later statement (coverage-stated-at).
+  const checks = buildChecks({ ...basis, source: { ...basis.source, receivedAt: record.updatedAt }, patient: record.patient, coverages: record.coverages });
+  return { checks, status: !record.insuranceKnown ? 'awaiting-insurance' : checks.length === 0 ? 'self-pay' : 'booked' };
 }
 
 function describe(outcome: Hl7Outcome): string {

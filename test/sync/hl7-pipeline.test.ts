@@ -334,6 +334,30 @@ describe('HL7 v2 into the chart', () => {
     expect(await checksOn()).toContain(`${day(visitIn(20))} received`);
   });
 
+  it("applies what messages say of the patient in the order they were sent (MSH-7): an older one's insurance is not the record's", async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = (member: string) => in1('64246', 'Guardian', member);
+    const memberIds = async () => Object.fromEntries((await h.store.listAppointments()).filter((a) => a.patientKey.endsWith('|P-14')).map((a) => [a.key.split('|').pop(), a.checkKeys]));
+    const memberOf = async (appointment: string) => {
+      const keys = (await memberIds())[appointment] ?? [];
+      const rows = await h.store.listChecks();
+      return keys.map((k) => rows.find((r) => r.key === k)?.check.subscriber.memberId);
+    };
+
+    // The member id corrected at 11:00, and the A08 made at 10:00 delivered after it: the record keeps the correction.
+    expect(await send(sentAt('110000', adt('R2', 'P-14', guardian('SBX-COMPLETE-2'))), sentAt('100000', adt('R1', 'P-14', guardian('SBX-COMPLETE-1'))))).toEqual(['AA', 'AA']);
+    const kept = (await h.store.listMessages()).find((m) => m.raw.includes('|R1|'));
+    expect(kept?.detail).toMatch(/the patient's details and insurance not applied: sent \(MSH-7\) before the message that last changed them$/);
+    // A booking made at 09:00, delivered now: its appointment is booked, verified under the record's member id, not its own older one.
+    expect(await send(sentAt('090000', siu('R3', 'P-14', 'APT-14', guardian('SBX-COMPLETE-1'))))).toEqual(['AA']);
+    expect(await memberOf('APT-14')).toEqual(['SBX-COMPLETE-2']);
+    // A booking made later states another: it is the record now, and the first visit follows it.
+    expect(await send(sentAt('120000', [msh('SIU^S12^SIU_S12', 'R4'), sch('APT-15', visitIn(30)), pid('P-14'), guardian('SBX-COMPLETE-3')].join('\r')))).toEqual(['AA']);
+    expect([await memberOf('APT-14'), await memberOf('APT-15')]).toEqual([['SBX-COMPLETE-3'], ['SBX-COMPLETE-3']]);
+  });
+
   it('loses no update when two connections race with messages for one patient', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();
