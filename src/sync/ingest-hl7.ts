@@ -70,7 +70,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const sent = { facility, sentAt: result.header?.sentAt ?? '' };
     const superseded = await supersededBy(tx, result.outcome, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
-    const stale = superseded ? undefined : await patients.commit(sent.sentAt);
+    const stale = superseded ? undefined : await patients.commit(statesDetails(result.outcome) ? sent.sentAt : undefined);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
     const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
@@ -192,12 +192,17 @@ export function patientKeyText(key: PatientKey): string {
  * one did, and one sent before the message that last changed the record leaves it too (an A08
  * an engine delivered after the A08 that followed it). commit returns that record, then.
  */
-function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string): Promise<PatientInsuranceRecord | undefined> } {
+function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string | undefined): Promise<PatientInsuranceRecord | undefined> } {
   const said = new Map<string, PatientInsuranceRecord>();
   return {
     get: async (key) => said.get(patientKeyText(key)) ?? tx.getPatient(patientKeyText(key)),
     put: async (key, record) => void said.set(patientKeyText(key), record),
     async commit(sentAt) {
+      // A message stating nothing of the patient (a cancellation) keeps the record's time as it was.
+      if (sentAt === undefined) {
+        for (const [key, record] of said) await tx.putPatient(key, record);
+        return undefined;
+      }
       for (const key of said.keys()) {
         const stored = await tx.getPatient(key);
         if (stored?.sentAt !== undefined && sentEarlier(sentAt, stored.sentAt)) return stored;
@@ -207,6 +212,11 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
       return undefined;
     },
   };
+}
+
+/** Whether the message states the patient's details and insurance (a booking, a move, an ADT), not only which appointment goes. */
+function statesDetails(outcome: Hl7Outcome): boolean {
+  return outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record';
 }
 
 /**

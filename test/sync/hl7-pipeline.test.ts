@@ -341,7 +341,7 @@ describe('HL7 v2 into the chart', () => {
     const guardian = (member: string) => in1('64246', 'Guardian', member);
     const memberIds = async () => Object.fromEntries((await h.store.listAppointments()).filter((a) => a.patientKey.endsWith('|P-14')).map((a) => [a.key.split('|').pop(), a.checkKeys]));
     const memberOf = async (appointment: string) => {
-      const keys = (await memberIds())[appointment] ?? [];
+      const keys: string[] = (await memberIds())[appointment] ?? [];
       const rows = await h.store.listChecks();
       return keys.map((k) => rows.find((r) => r.key === k)?.check.subscriber.memberId);
     };
@@ -356,6 +356,11 @@ describe('HL7 v2 into the chart', () => {
     // A booking made later states another: it is the record now, and the first visit follows it.
     expect(await send(sentAt('120000', [msh('SIU^S12^SIU_S12', 'R4'), sch('APT-15', visitIn(30)), pid('P-14'), guardian('SBX-COMPLETE-3')].join('\r')))).toEqual(['AA']);
     expect([await memberOf('APT-14'), await memberOf('APT-15')]).toEqual([['SBX-COMPLETE-3'], ['SBX-COMPLETE-3']]);
+
+    // A cancellation says nothing of the patient: an A08 made before it and delivered after it still applies.
+    expect(await send(sentAt('130000', [msh('SIU^S15^SIU_S12', 'R5'), sch('APT-15'), pid('P-14')].join('\r')), sentAt('125000', adt('R6', 'P-14', guardian('SBX-COMPLETE-4'))))).toEqual(['AA', 'AA']);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|R6|'))?.detail).toBe('record: 1 coverages');
+    expect(await memberOf('APT-14')).toEqual(['SBX-COMPLETE-4']);
   });
 
   it('loses no update when two connections race with messages for one patient', async () => {
