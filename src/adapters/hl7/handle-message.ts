@@ -18,7 +18,7 @@ import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
-import { firstValue, whereMissing } from './read-fields';
+import { firstValue, holdsAny, whereMissing } from './read-fields';
 import { coveragesOfPatient, readInsurance } from './read-insurance';
 import { patientKey, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
@@ -200,7 +200,7 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
       return record(ctx);
     case 'book':
     case 'reschedule':
-      return verify(ctx, action);
+      return holdsAny(message.segments, profile.appointment.cancelledWhen) ? cancel(ctx) : verify(ctx, action);
   }
 }
 

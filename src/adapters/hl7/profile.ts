@@ -22,6 +22,10 @@ export type EventAction = z.infer<typeof EventAction>;
 /** Values as PMSs' codes and names compare (sameText): trimmed and in upper case, looked up without a scan. */
 const comparable = (values: readonly string[]): ReadonlySet<string> => new Set(values.map((v) => v.trim().toUpperCase()));
 
+/** Fields holding a value that means something (self-pay, a visit that will not happen): any path with one of its values. */
+const ValuesAt = z.array(z.strictObject({ path: FieldPathText, values: z.array(z.string().min(1)).min(1).transform(comparable) }));
+export type ValuesAt = z.infer<typeof ValuesAt>;
+
 const EventKey = z.string().regex(/^[A-Z0-9]{3}\^[A-Z0-9]{3}$/, { error: 'must be like SIU^S12' });
 
 const Sections = {
@@ -56,7 +60,7 @@ const Sections = {
     subscriberMemberId: RequiredPaths,
     patientMemberId: Paths,
     /** An insurance group matching any of these is the patient paying for themselves: no check. */
-    selfPay: z.array(z.strictObject({ path: FieldPathText, values: z.array(z.string().min(1)).min(1).transform(comparable) })),
+    selfPay: ValuesAt,
   }),
   appointment: z.strictObject({
     id: RequiredPaths,
@@ -66,6 +70,12 @@ const Sections = {
      * name. AIG-3 is a CWE, but the feeds that name the dentist there write it the same way.
      */
     provider: z.array(WholeFieldPathText),
+    /**
+     * A booking or move holding one of these says the visit will not happen: it is a cancellation.
+     * Some PMSs send an S12 or S14 whose filler status (SCH-25, HL7 table 0278) is Cancelled,
+     * Deleted, Noshow or Dc rather than an S15.
+     */
+    cancelledWhen: ValuesAt,
   }),
   /**
    * Hints for mappings/clinics.json: the facility (MSH-4, and the location's own facility AIL-3.4;

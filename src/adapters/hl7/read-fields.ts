@@ -1,4 +1,5 @@
 import type { FieldPath } from './field-path';
+import type { ValuesAt } from './profile';
 import type { Hl7Segment } from './hl7-message';
 import type { Hl7Problem } from './hl7-errors';
 
@@ -51,4 +52,13 @@ export function whereMissing(scope: readonly Hl7Segment[], paths: readonly Field
   }
   const path = paths[0];
   return path ? { segment: path.segment, sequence: 1, field: path.field, component: path.component } : { segment: 'MSH', sequence: 1 };
+}
+
+/** Whether any of the paths holds one of its values (first value found per path, compared trimmed and in upper case). */
+export function holdsAny(scope: readonly Hl7Segment[], entries: ValuesAt): boolean {
+  return entries.some(({ path, values }) => {
+    const found = firstValue(scope, [path]);
+    // found.value is trimmed already; the values were made comparable when the profile was read.
+    return found !== undefined && values.has(found.value.toUpperCase());
+  });
 }

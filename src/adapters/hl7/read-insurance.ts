@@ -5,7 +5,7 @@ import type { PersonName } from './data-types';
 import { problemAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
-import { firstValue, whereFound, whereMissing, type Where } from './read-fields';
+import { firstValue, holdsAny, whereFound, whereMissing, type Where } from './read-fields';
 import { readDate, readName, type PatientDemographics } from './read-patient';
 
 /**
@@ -39,7 +39,7 @@ export function readInsurance(
   problems: Hl7Problem[],
 ): InsuranceReading {
   const all = insuranceGroups(message);
-  const groups = all.filter((group) => !isSelfPay(group, profile));
+  const groups = all.filter((group) => !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
   if (read.length > ORDERS.length) {
     const extra = read[ORDERS.length]?.group[0];
@@ -58,13 +58,6 @@ export function readInsurance(
   return { present: all.length > 0, coverages };
 }
 
-function isSelfPay(group: Hl7Segment[], profile: Hl7Profile): boolean {
-  return profile.insurance.selfPay.some(({ path, values }) => {
-    const found = firstValue(group, [path]);
-    // found.value is trimmed already; the values were made comparable when the profile was read.
-    return found !== undefined && values.has(found.value.toUpperCase());
-  });
-}
 
 function declaredOrder(group: Hl7Segment[], profile: Hl7Profile): number | undefined {
   for (const path of profile.insurance.order) {

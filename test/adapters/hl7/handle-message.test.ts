@@ -327,6 +327,18 @@ describe('the patient insurance store', () => {
     expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
   });
 
+  it('takes a booking or move whose filler status (SCH-25) says the visit will not happen for a cancellation', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const [booked] = checksOf(await run([msh('SIU^S12', 'F1'), SCH, PID, delta], store));
+    // SCH-25 is a CE: the code (table 0278) in the first component, or only its text in the second.
+    const withStatus = (status: string) => segment('SCH', { 1: 'APT-1^SC', 6: '^New', 11: '^^^20240610093000', 25: status });
+    expect((await run([msh('SIU^S14', 'F2'), withStatus('Booked'), PID, delta], store)).outcome.kind).toBe('reschedule');
+    expect((await run([msh('SIU^S14', 'F3'), withStatus('CANCELLED^Cancelled'), PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [booked?.idempotencyKey] });
+    for (const [id, status] of [['F4', 'Noshow'], ['F5', '^No show'], ['F6', 'Deleted'], ['F7', 'DC']]) {
+      expect((await run([msh('SIU^S12', id ?? ''), withStatus(status ?? ''), PID, delta], store)).outcome.kind).toBe('cancel');
+    }
+  });
+
   describe('two appointments of the patient on one day, which share one check', () => {
     const at = (type: string, id: string, appointment: string, start: string) => [
       msh(type, id),
