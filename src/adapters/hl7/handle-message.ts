@@ -210,7 +210,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
   const appointment = readAppointment(message, profile, problems, ctx.warnings);
-  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
+  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems, ctx.warnings);
   const clinicId = readClinic(ctx, problems);
   const key = patient && patientKey(patient.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
@@ -269,7 +269,7 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const problems = missingSegments(message, 'PID');
   if (problems.length > 0) return rejected(problems);
   const patient = readPatient(message, profile, options.mappings.codeTables, problems);
-  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems);
+  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems, ctx.warnings);
   const key = patient && patientKey(patient.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
   if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');

@@ -75,6 +75,14 @@ export class Hl7Segment {
     return text !== '' && text !== '""';
   }
 
+  /** Whether no field after `field` has anything in it (the segment says nothing beyond its set id, say). */
+  emptyAfter(field: number): boolean {
+    this.fieldText(field);
+    const last = (this.fieldEnds?.length ?? 0) - 1 + this.shift;
+    for (let f = field + 1; f <= last; f++) if (this.hasValue(f)) return false;
+    return true;
+  }
+
   /** A field exactly as received, escape sequences and all; '' when absent. */
   rawField(field: number): string {
     if (this.shift === 1 && field === 1) return this.delimiters.field;

@@ -2,7 +2,7 @@ import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../
 import { sameText } from '../clinic-routing';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
-import { problemAt, type Hl7Problem } from './hl7-errors';
+import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
 import { firstValue, holdsAny, whereFound, whereMissing, type Where } from './read-fields';
@@ -37,9 +37,13 @@ export function readInsurance(
   codes: CodeTables,
   patient: PatientDemographics,
   problems: Hl7Problem[],
+  warnings: Hl7Problem[],
 ): InsuranceReading {
   const all = insuranceGroups(message);
-  const groups = all.filter((group) => !holdsAny(group, profile.insurance.selfPay));
+  // An IN1 with nothing but its set id (and nothing after it) is how some PMSs say a patient has no insurance.
+  const empty = all.filter((group) => group.every((segment) => segment.emptyAfter(segment.name === 'IN1' ? 1 : 0)));
+  for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
+  const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
   if (read.length > ORDERS.length) {
     const extra = read[ORDERS.length]?.group[0];

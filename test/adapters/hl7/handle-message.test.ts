@@ -327,6 +327,20 @@ describe('the patient insurance store', () => {
     expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
   });
 
+  it('takes an empty IN1 (its set id alone) for no insurance, saying so in the ACK, where one with anything in it is read', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(adt('A04', 'E1', delta), store);
+    const result = await run([msh('SIU^S12', 'E2'), SCH, PID, 'IN1|1', 'IN2|||'], store);
+    expect(result.outcome).toMatchObject({ kind: 'book', checks: [], selfPay: true, awaitingInsurance: false });
+    const [ack] = ackFor(result, { now: new Date(receivedAt) });
+    expect(ack?.code).toBe('AA');
+    expect(ack?.text.split('\r').filter((s) => s.startsWith('ERR|'))).toEqual(['ERR||IN1^1^3^1|101^Required field missing^HL70357|W||||IN1-3: insurance group empty: taken as no insurance']);
+    // The patient's record says so too: the next booking without IN1 is self-pay, not the plan on file before.
+    expect(checksOf(await run([msh('SIU^S12', 'E3'), SCH, PID], store))).toEqual([]);
+    // Anything in it and it is an insurance, read (and refused here, its payer missing).
+    expect((await run([msh('SIU^S12', 'E4'), SCH, PID, 'IN1|1||||||||||||||||||||||||||||||||||M-1'], store)).ackCode).toBe('AE');
+  });
+
   it('takes a booking or move whose filler status (SCH-25) says the visit will not happen for a cancellation', async () => {
     const store = new InMemoryPatientInsuranceStore();
     const [booked] = checksOf(await run([msh('SIU^S12', 'F1'), SCH, PID, delta], store));
