@@ -194,8 +194,11 @@ export function patientKeyText(key: PatientKey): string {
  */
 function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string | undefined): Promise<PatientInsuranceRecord | undefined> } {
   const said = new Map<string, PatientInsuranceRecord>();
+  // What the store held, as the handler read it: commit compares with it rather than read it again.
+  const stored = new Map<string, PatientInsuranceRecord | undefined>();
+  const read = async (key: string) => (stored.has(key) ? stored.get(key) : stored.set(key, await tx.getPatient(key)).get(key));
   return {
-    get: async (key) => said.get(patientKeyText(key)) ?? tx.getPatient(patientKeyText(key)),
+    get: async (key) => said.get(patientKeyText(key)) ?? read(patientKeyText(key)),
     put: async (key, record) => void said.set(patientKeyText(key), record),
     async commit(sentAt) {
       // A message stating nothing of the patient (a cancellation) keeps the record's time as it was.
@@ -204,8 +207,8 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
         return undefined;
       }
       for (const key of said.keys()) {
-        const stored = await tx.getPatient(key);
-        if (stored?.sentAt !== undefined && sentEarlier(sentAt, stored.sentAt)) return stored;
+        const last = await read(key);
+        if (last?.sentAt !== undefined && sentEarlier(sentAt, last.sentAt)) return last;
       }
       // A message without MSH-7 leaves no time to order the next one against.
       for (const [key, { sentAt: _former, ...record }] of said) await tx.putPatient(key, sentAt === '' ? record : { ...record, sentAt });
