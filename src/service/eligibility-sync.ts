@@ -437,7 +437,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     start(): Promise<void> {
-      if (stopped) return Promise.reject(new Error('this eligibility sync is stopped (or failed to start); create another'));
+      // Stopping counts as stopped: a start under way then would take up a store stop() is closing.
+      if (stopped || stopping) return Promise.reject(new Error('this eligibility sync is stopped (or failed to start); create another'));
       // Called again, or twice at once, it is the same start: two would load and save the catalog over each other.
       return (starting ??= startOnce());
     },

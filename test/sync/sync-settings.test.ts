@@ -152,6 +152,15 @@ describe('start() called twice at once', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
+  it('refuses a start while it is stopping, and leaves nothing open', async () => {
+    const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
+    const stopping = sync.stop();
+    await expect(sync.start()).rejects.toThrow(/stopped \(or failed to start\); create another/);
+    await stopping;
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite'))).toBe(true);
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite-worker'))).toBe(true);
+  });
+
   it('starts once, both calls resolving, and stops once', async () => {
     const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
     await expect(Promise.all([sync.start(), sync.start()])).resolves.toEqual([undefined, undefined]);
