@@ -1,5 +1,5 @@
 import type { WebhookDelivery } from '../verification/webhook';
-import type { JobStore } from './job-store';
+import type { CheckRow, JobStore } from './job-store';
 import { applyStep, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored'; detail: string };
@@ -20,7 +20,7 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     });
     if (duplicate) return { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` };
     const row = await tx.checkByCorrelationId(delivery.outcome.verification.correlationId);
-    if (!row || (row.state !== 'awaiting-result' && row.state !== 'submitted')) {
+    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || awaitedByAPerson(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });
       return { status: 'ignored', detail };
@@ -30,4 +30,19 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });
     return { status: 'applied', ...(event && { event }) };
   });
+}
+
+/**
+ * A check left to a person because its verification stayed pending too long still takes that
+ * verification's result when it comes: the round is the same, and no result of it is stored yet.
+ * One that is still pending changes nothing: the person was told to look at the service.
+ */
+function awaitedByAPerson(row: CheckRow, delivery: WebhookDelivery): boolean {
+  const { kind, verification } = delivery.outcome;
+  return (
+    row.state === 'needs-attention' &&
+    kind !== 'pending' &&
+    kind !== 'unknown' &&
+    (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId
+  );
 }

@@ -5,7 +5,7 @@ import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
-import { toOutcome, type VerificationOutcome } from '../verification/outcome';
+import { outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
@@ -311,7 +311,10 @@ export class Worker {
         await this.outcomeArrived(sent, outcome);
       } else {
         const accepted = await this.timed('service', 'request verification', () => this.deps.client.requestVerification(body));
-        await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(this.options.webhookDeadlineMs), lastError: undefined });
+        // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
+        // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
+        const done = typeof accepted.status === 'string' && ['completed', 'partial', 'failed'].includes(outcomeKindOf(accepted.status));
+        await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined });
       }
     } catch (err) {
       await this.serviceFailed(sent, 'submitted', err);

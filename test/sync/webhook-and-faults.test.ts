@@ -94,3 +94,30 @@ describe('webhooks and service faults', () => {
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
   });
 });
+
+describe('results that come back late or out of turn', () => {
+  let h: Harness;
+  afterEach(async () => h.close());
+
+  const notify = (appointment: string) => fetch(`${h.httpUrl}/fhir-notifications/Appointment/${appointment}`, { method: 'POST' });
+
+  it('writes a result whose webhook comes after the check was left to a person for staying pending too long', async () => {
+    h = await startHarness({ sandbox: { timing: { asyncCompletionMs: 2500, webhookBackoffMs: 200 } }, settings: { webhookDeadlineMs: 100, pollAfterMs: 100, pendingGiveUpMs: 600 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    await notify('appt-4004');
+    await until('both checks left to a person, still pending', async () => {
+      const rows = await h.store.listChecks({ states: ['needs-attention'] });
+      return rows.length === 2 && rows.every((r) => r.lastError === 'still pending at the service; check it there') && rows;
+    });
+    await h.sandbox.settle();
+    const written = await until('both checks written from their webhooks', async () => {
+      const rows = await h.store.listChecks({ states: ['written'] });
+      return rows.length === 2 && rows;
+    }, 10_000);
+    const responses = await searchFhir(h.fhir, 'CoverageEligibilityResponse');
+    expect(responses.map((r) => (r as { outcome?: string }).outcome)).toEqual(['complete', 'complete']);
+    // Their own round's verification, not a new one.
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.startsWith('/v2/insurance-verification'))).toHaveLength(2);
+    expect(written.every((r) => r.round === 0)).toBe(true);
+  });
+});

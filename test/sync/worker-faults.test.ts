@@ -140,6 +140,26 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(Date.parse(dead.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
     expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
   });
+  it('polls at once when the send, repeated after its answer was lost, is answered with a verification already done', async () => {
+    // The first send's answer never comes (the service took it); the same externalId sent again is
+    // answered with that verification, Completed by now: its webhook came while no check had its id.
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      service: { timeoutMs: 200 },
+      answer: (req, res, index) => {
+        if (req.method === 'GET') return json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-done' });
+        if (index === 0) return;
+        json(res, 201, { correlationId: 'ver-done', status: 'Completed' });
+      },
+    });
+    await rig.addCheck('answer-lost');
+    rig.worker.start();
+    const written = await rig.reach('answer-lost', 'written', 5000);
+    expect(written.correlationId).toBe('ver-done');
+    expect(posts(rig.requests)).toHaveLength(2);
+    expect(gets(rig.requests)).toHaveLength(1);
+  });
+
   it('polls a verification that stays Pending less and less often, about as often as it has been pending', async () => {
     const polledAt: number[] = [];
     rig = await startWorkerRig({
