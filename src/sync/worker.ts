@@ -324,6 +324,15 @@ export class Worker {
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
     if (!(err instanceof ServiceError)) throw err;
     const status = err.status;
+    if (status === 422 && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
+      // The service holds another request under this externalId: a send whose answer was lost, its
+      // body changed since (the payer catalog synced again, inline credentials rotated). Nothing in the
+      // data is wrong, so it is not the front desk's to fix: this one goes as a verification of its own.
+      if (row.attempts >= this.options.maxAttempts) return this.giveUp(row, from, row.attempts, '422: the service refused each externalId');
+      const round = row.round + 1;
+      await this.step(row, from, { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: 'the service holds another request under this externalId; sending as a new verification' });
+      return;
+    }
     if (status === 422 || err.code === 'invalid_request') {
       // The data is wrong: the front desk sees it in the chart and corrects it at the source.
       const fields = err.fieldErrors.join('; ');

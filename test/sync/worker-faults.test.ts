@@ -160,6 +160,25 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(gets(rig.requests)).toHaveLength(1);
   });
 
+  it('sends as a verification of its own a request the service refuses for an externalId it holds another request under', async () => {
+    // The first send's answer was lost, and its body has changed since (the payer catalog synced again):
+    // the service refuses the same externalId for a different request. No data is wrong; nothing goes to the chart.
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: false },
+      answer: (req, res) => {
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        if (externalId === firstId) return json(res, 422, { type: 'about:blank', title: 'Unprocessable', status: 422, errors: [{ field: 'externalId', code: 'conflict', message: 'this externalId was already used for a different request' }] });
+        json(res, 201, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-own', externalId });
+      },
+    });
+    await rig.addCheck('conflicted');
+    const firstId = (await rig.check('conflicted')).externalId;
+    rig.worker.start();
+    const written = await rig.reach('conflicted', 'written', 5000);
+    expect([written.round, written.correlationId, written.externalId === firstId]).toEqual([1, 'ver-own', false]);
+    expect(posts(rig.requests)).toHaveLength(2);
+  });
+
   it('polls a verification that stays Pending less and less often, about as often as it has been pending', async () => {
     const polledAt: number[] = [];
     rig = await startWorkerRig({
