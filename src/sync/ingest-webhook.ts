@@ -19,7 +19,10 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       status: 'received',
     });
     if (duplicate) return { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` };
-    const row = await tx.checkByCorrelationId(delivery.outcome.verification.correlationId);
+    const { correlationId, externalId } = delivery.outcome.verification;
+    // A result may come before the answer to its send is stored (the service done sooner than its
+    // answer reached us): the check is then known by the externalId it was sent under.
+    const row = (await tx.checkByCorrelationId(correlationId)) ?? (externalId ? await tx.sentUnder(externalId) : undefined);
     if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || awaitedByAPerson(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });

@@ -148,6 +148,8 @@ export interface StoreTx {
   getCheck(key: string): Promise<CheckRow | undefined>;
   putCheck(row: CheckRow): Promise<void>;
   checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
+  /** The check whose send under this externalId is under way (submitted: the service's answer not stored yet). */
+  sentUnder(externalId: string): Promise<CheckRow | undefined>;
   /** The newest check of this coverage with a completed result taken at or after `since`. */
   freshResult(coverageFingerprint: string, since: string): Promise<CheckRow | undefined>;
 

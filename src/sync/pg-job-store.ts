@@ -288,6 +288,14 @@ class PgTx implements StoreTx {
     );
   }
 
+  async sentUnder(externalId: string): Promise<CheckRow | undefined> {
+    const { rows } = await this.db.query<{ key: string }>(`SELECT key FROM checks WHERE state = 'submitted' AND row->>'externalId' = $1`, [externalId]);
+    if (!rows[0]) return undefined;
+    // Locked like getCheck, and read again: its send may have been answered meanwhile.
+    await lockKey(this.db, 'check', rows[0].key);
+    return checkWhere(this.db, `key = $1 AND state = 'submitted' AND row->>'externalId' = $2`, [rows[0].key, externalId]);
+  }
+
   async checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined> {
     // Locked like getCheck: find the key, lock it, and read again in case the id moved meanwhile.
     for (;;) {

@@ -469,6 +469,8 @@ export class SqliteJobStore implements JobStore {
     );
     const dropResult = db.prepare('DELETE FROM check_results WHERE key = ?');
     const byCorrelation = db.prepare('SELECT key, row FROM checks WHERE correlation_id = ?');
+    // Few checks are submitted at once (one send each in flight): read by state, not kept in an index of their own.
+    const submittedUnder = db.prepare(`SELECT key, row FROM checks WHERE state = 'submitted' AND json_extract(row, '$.externalId') = ?`);
     const fresh = db.prepare(`SELECT key, row, result_at FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written')`);
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
@@ -540,6 +542,10 @@ export class SqliteJobStore implements JobStore {
       },
       async checkByCorrelationId(correlationId) {
         const r = byCorrelation.get(correlationId) as KeyedRow | undefined;
+        return r && checkOf(r);
+      },
+      async sentUnder(externalId) {
+        const r = submittedUnder.get(externalId) as KeyedRow | undefined;
         return r && checkOf(r);
       },
       async freshResult(coverageFingerprint, since) {

@@ -217,6 +217,17 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(await store.transaction((tx) => tx.checkByCorrelationId('corr-2'))).toBeUndefined();
     });
 
+    it('finds a check by the externalId of its send under way, and no other', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_1', { state: 'submitted', externalId: 'elig_ext_1' }));
+        await tx.putCheck(checkRow('elig_2', { state: 'awaiting-result', externalId: 'elig_ext_2', correlationId: 'corr-2' }));
+      });
+      expect((await store.transaction((tx) => tx.sentUnder('elig_ext_1')))?.key).toBe('elig_1');
+      // Answered already: found by its correlation id, not this way.
+      expect(await store.transaction((tx) => tx.sentUnder('elig_ext_2'))).toBeUndefined();
+      expect(await store.transaction((tx) => tx.sentUnder('elig_ext_3'))).toBeUndefined();
+    });
+
     it('keeps meta values, the last one set', async () => {
       await store.transaction((tx) => tx.setMeta('poll-cursor', 'a'));
       await store.transaction((tx) => tx.setMeta('poll-cursor', 'b'));

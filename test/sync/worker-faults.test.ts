@@ -3,6 +3,8 @@ import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
 import { scheduleAppointment } from '../../src/sync/schedule';
+import { ingestWebhook } from '../../src/sync/ingest-webhook';
+import { toOutcome } from '../../src/verification/outcome';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 
 /**
@@ -158,6 +160,34 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(written.correlationId).toBe('ver-done');
     expect(posts(rig.requests)).toHaveLength(2);
     expect(gets(rig.requests)).toHaveLength(1);
+  });
+
+  it('applies a result whose webhook comes before the answer to its send, the check known by the externalId it was sent under', async () => {
+    // The service is done sooner than its answer to the send reaches us: no check has the correlation id yet.
+    let answer = () => {};
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      answer: async (req, res) => {
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        await answered;
+        json(res, 201, { correlationId: 'ver-early', status: 'Pending' });
+      },
+    });
+    await rig.addCheck('early');
+    rig.worker.start();
+    const sent = await rig.reach('early', 'submitted', 5000);
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-early', externalId: sent.externalId };
+    const delivery = { webhookId: 'msg_early', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+    expect((await ingestWebhook(rig.store, rig.worker, delivery, new Date())).status).toBe('applied');
+    answer();
+    const written = await rig.reach('early', 'written', 5000);
+    expect(written.correlationId).toBe('ver-early');
+    // Written from the webhook: no poll after the deadline, no second send.
+    expect([posts(rig.requests).length, gets(rig.requests).length]).toEqual([1, 0]);
+    // Another round's webhook under an externalId no send is under way for is kept, not applied.
+    const stray = { ...body, correlationId: 'ver-stray', externalId: 'elig_00000000000000000000000000000000' };
+    expect((await ingestWebhook(rig.store, rig.worker, { ...delivery, webhookId: 'msg_stray', rawBody: JSON.stringify(stray), outcome: toOutcome(stray) }, new Date())).status).toBe('ignored');
   });
 
   it('sends as a verification of its own a request the service refuses for an externalId it holds another request under', async () => {
