@@ -8,6 +8,7 @@ import {
   messageControlId,
   readMessageHeader,
   resendIdentity,
+  segmentLines,
   sentEarlier,
   type Ack,
   type AppointmentBasis,
@@ -70,7 +71,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const sent = { facility, sentAt: result.header?.sentAt ?? '' };
     const superseded = await supersededBy(tx, result.outcome, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
-    const stale = superseded ? undefined : await patients.commit(statesDetails(result.outcome) ? sent.sentAt : undefined);
+    const stale = superseded ? undefined : await patients.commit(statesInsurance(result, text) ? sent.sentAt : undefined);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
     const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
@@ -201,9 +202,12 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
     get: async (key) => said.get(patientKeyText(key)) ?? read(patientKeyText(key)),
     put: async (key, record) => void said.set(patientKeyText(key), record),
     async commit(sentAt) {
-      // A message stating nothing of the patient (a cancellation) keeps the record's time as it was.
+      // A message stating no insurance (a cancellation, a booking without IN1) keeps the record's time as it was.
       if (sentAt === undefined) {
-        for (const [key, record] of said) await tx.putPatient(key, record);
+        for (const [key, { sentAt: _said, ...record }] of said) {
+          const last = await read(key);
+          await tx.putPatient(key, last?.sentAt === undefined ? record : { ...record, sentAt: last.sentAt });
+        }
         return undefined;
       }
       for (const key of said.keys()) {
@@ -217,9 +221,18 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
   };
 }
 
-/** Whether the message states the patient's details and insurance (a booking, a move, an ADT), not only which appointment goes. */
-function statesDetails(outcome: Hl7Outcome): boolean {
-  return outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record';
+/**
+ * Whether the message states the patient's insurance (a booking, a move or an ADT with an IN1), and
+ * so is ordered against the record's last by MSH-7. One without (a booking on a scheduling feed
+ * that never carries IN1, an A08 for a new phone number) applies as it arrives and leaves the
+ * record's time as it was: stamping it would refuse an A08 with the corrected member id, made
+ * before it on the ADT feed and delivered after it.
+ */
+function statesInsurance({ outcome, header }: Hl7Result, text: string): boolean {
+  if (!header || !(outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record')) return false;
+  // An IN1, even a self-pay or an empty one, states it.
+  const in1 = `IN1${header.delimiters.field}`;
+  return segmentLines(text).some((line) => line === 'IN1' || line.startsWith(in1));
 }
 
 /**

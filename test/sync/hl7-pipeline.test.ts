@@ -334,6 +334,24 @@ describe('HL7 v2 into the chart', () => {
     expect(await checksOn()).toContain(`${day(visitIn(20))} received`);
   });
 
+  it('applies an A08 insurance made before a booking without IN1 that overtook it: the booking stated no insurance', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = (member: string) => in1('64246', 'Guardian', member);
+    const memberOf = async (appointment: string) => {
+      const row = (await h.store.listAppointments()).find((a) => a.key.endsWith(`|${appointment}`));
+      const rows = await h.store.listChecks();
+      return (row?.checkKeys ?? []).map((k) => rows.find((r) => r.key === k)?.check.subscriber.memberId);
+    };
+    expect(await send(sentAt('090000', adt('N1', 'P-16', guardian('SBX-COMPLETE-1'))))).toEqual(['AA']);
+    // The front desk corrects the member id (A08 at 10:00, on the ADT feed) and books (S12 at 10:05, on the
+    // scheduling feed, no IN1, as many PMSs send): the booking arrives first.
+    expect(await send(sentAt('100500', siu('N3', 'P-16', 'APT-16')), sentAt('100000', adt('N2', 'P-16', guardian('SBX-COMPLETE-2'))))).toEqual(['AA', 'AA']);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|N2|'))?.detail).toBe('record: 1 coverages');
+    expect(await memberOf('APT-16')).toEqual(['SBX-COMPLETE-2']);
+  });
+
   it("applies what messages say of the patient in the order they were sent (MSH-7): an older one's insurance is not the record's", async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();

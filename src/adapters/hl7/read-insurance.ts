@@ -40,8 +40,9 @@ export function readInsurance(
   warnings: Hl7Problem[],
 ): InsuranceReading {
   const all = insuranceGroups(message);
-  // An IN1 with nothing but its set id (and nothing after it) is how some PMSs say a patient has no insurance.
-  const empty = all.filter((group) => group.every((segment) => segment.emptyAfter(segment.name === 'IN1' ? 1 : 0)));
+  // An IN1 with nothing but its set id (nor anything in the segments the insurance is read from) is how some PMSs say a patient has no insurance.
+  const insuranceNames = insuranceSegments(profile);
+  const empty = all.filter((group) => group.every((segment) => !insuranceNames.has(segment.name) || segment.emptyAfter(segment.name === 'IN1' ? 1 : 0)));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
@@ -62,6 +63,16 @@ export function readInsurance(
   return { present: all.length > 0, coverages };
 }
 
+
+/**
+ * The segments the profile reads an insurance from (IN1, IN2, a dialect's Z-segment): a group runs
+ * to the next IN1, so in a SIU it also holds the appointment's RGS, AIS and AIP, no part of it.
+ */
+function insuranceSegments(profile: Hl7Profile): ReadonlySet<string> {
+  const { subscriberRelationship, selfPay, ...paths } = profile.insurance;
+  const valued = [...subscriberRelationship, ...selfPay].map((entry) => entry.path);
+  return new Set(['IN1', ...[...Object.values(paths).flat(), ...valued].map((path) => path.segment)]);
+}
 
 function declaredOrder(group: Hl7Segment[], profile: Hl7Profile): number | undefined {
   for (const path of profile.insurance.order) {

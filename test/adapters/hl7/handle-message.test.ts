@@ -341,6 +341,15 @@ describe('the patient insurance store', () => {
     expect((await run([msh('SIU^S12', 'E4'), SCH, PID, 'IN1|1||||||||||||||||||||||||||||||||||M-1'], store)).ackCode).toBe('AE');
   });
 
+  it('takes an empty IN1 for no insurance where the appointment\'s resources follow it, as a SIU lays them out', async () => {
+    // RGS, AIS and AIP come after the patient's IN1 in a SIU: they are the appointment's, not the insurance's.
+    const result = await run([msh('SIU^S12', 'E5'), SCH, PID, 'IN1|1', 'RGS|1', 'AIS|1||D1110^Prophy', 'AIP|1||1234567893^HYG^ANNA']);
+    expect(result.ackCode).toBe('AA');
+    expect(result.outcome).toMatchObject({ kind: 'book', checks: [], selfPay: true });
+    // An IN1 with something in it followed by them is still read: refused here, its payer missing.
+    expect((await run([msh('SIU^S12', 'E6'), SCH, PID, 'IN1|1||||||||||||||||||||||||||||||||||M-1', 'RGS|1'])).ackCode).toBe('AE');
+  });
+
   it('takes a booking or move whose filler status (SCH-25) says the visit will not happen for a cancellation', async () => {
     const store = new InMemoryPatientInsuranceStore();
     const [booked] = checksOf(await run([msh('SIU^S12', 'F1'), SCH, PID, delta], store));
