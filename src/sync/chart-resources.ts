@@ -165,11 +165,16 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
   const freshAt = statedAt(fresh, 'coverage-stated-at');
   if (storedAt && freshAt && Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
   const { subscriber: storedSubscriber, ...kept } = stored;
+  // Ended by this plugin when the PMS stopped sending its member id, and stated again since: active again.
+  const ended = (e: Extension) => e.url === extensionUrl('coverage-ended');
+  const endedAt = stored.status === 'cancelled' ? stored.extension?.find(ended)?.valueInstant : undefined;
+  const reopened = endedAt !== undefined && freshAt !== undefined && Date.parse(freshAt) > Date.parse(endedAt);
   const subscriber = fresh.subscriber ?? (storedSubscriber?.reference === fresh.beneficiary.reference ? undefined : storedSubscriber);
   const identifier = replaced(stored.identifier, fresh.identifier, isMemberNumber);
   const classes = replaced(stored.class, fresh.class, isGroup);
   const updated: Coverage = {
     ...kept,
+    ...(reopened && { status: 'active' as const, extension: stored.extension?.filter((e) => !ended(e)) }),
     ...(identifier ? { identifier } : {}),
     ...(subscriber ? { subscriber } : {}),
     subscriberId: fresh.subscriberId,
@@ -198,7 +203,13 @@ export function endedCoverage(stored: Coverage, check: EligibilityCheck, insured
   if (memberId === undefined || memberId === check.subscriber.memberId || insuredUnder.includes(memberId)) return undefined;
   const storedAt = statedAt(stored, 'coverage-stated-at');
   if (storedAt && Date.parse(storedAt) > Date.parse(check.source.receivedAt)) return undefined;
-  return { ...stored, status: 'cancelled' };
+  // Marked as this plugin's doing: a later message stating the plan again makes it active again (updatedCoverage).
+  return { ...stored, status: 'cancelled', extension: [...(stored.extension ?? []), { url: extensionUrl('coverage-ended'), valueInstant: check.source.receivedAt }] };
+}
+
+/** Whether the patient is known by an identifier every sender shares (an OID or URI authority): one sender's record says nothing of another's plans. */
+export function sharedPatient(check: EligibilityCheck): boolean {
+  return globalSystem(firstIdentifier(check).system) !== undefined;
 }
 
 /**

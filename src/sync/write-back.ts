@@ -10,7 +10,7 @@ import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, endedCoverage, forBeneficiary, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -275,8 +275,8 @@ function updatesOfFound(
 
 /**
  * The Coverages this plugin wrote for a Patient the chart holds that the patient is no longer
- * insured under, ended beside the Coverage this write creates (a search of the Patient's active
- * Coverages, only then: a Coverage found is the plan the patient still has).
+ * insured under, ended beside the Coverage this write creates or makes active again (a search of
+ * the Patient's active Coverages, only then: a Coverage found active is the plan the patient still has).
  */
 async function endedBeside(
   parts: ChartPart[],
@@ -286,8 +286,10 @@ async function endedBeside(
   client: ChartClient,
 ): Promise<Array<{ resource: Coverage; id: string; version: string | undefined }>> {
   const patient = found[parts.findIndex((p) => p.kind === 'patient')];
-  const coverageIndex = parts.findIndex((p) => p.kind === 'coverage');
-  if (!insuredUnder || !patient?.id || coverageIndex < 0 || found[coverageIndex]) return [];
+  const coverage = found[parts.findIndex((p) => p.kind === 'coverage')] as Coverage | undefined;
+  // A Coverage found active is the plan the patient still has; one created, or one ended and active again, may succeed another.
+  // A patient every sender shares (an OID authority) has other senders' plans, which this sender's record does not name.
+  if (!insuredUnder || !patient?.id || coverage?.status === 'active' || sharedPatient(check)) return [];
   const current = await insuredUnder();
   if (!current) return [];
   const stored = await client.findAll(`Coverage?beneficiary=${encodeURIComponent(`Patient/${patient.id}`)}&status=active&_count=100`);

@@ -460,6 +460,28 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     expect((await writer.write(plan(primary, 'MP-END', 'DDC-RIGHT', '2026-11-20T09:00:00.000Z'), outcome('ver_end_3'), {}, insured('DDC-RIGHT', 'MET-1'))).changed).toBe(false);
   });
 
+  it('makes a Coverage it ended active again when a later message states it again, and ends the one that succeeded it', async () => {
+    const first = await writer.write(plan(primary, 'MP-END-3', 'DDC-X', '2026-11-02T09:00:00.000Z'), outcome('ver_end3_1'), {}, insured('DDC-X'));
+    await writer.write(plan(primary, 'MP-END-3', 'DDC-Y', '2026-11-10T09:00:00.000Z'), outcome('ver_end3_2'), {}, insured('DDC-Y'));
+    const ended = await read<Coverage>('Coverage', first.coverageId);
+    expect([ended.status, ended.extension?.find((e) => e.url.endsWith('/coverage-ended'))?.valueInstant]).toEqual(['cancelled', '2026-11-10T09:00:00.000Z']);
+    // Back on the first plan (the correction undone, or the employer's plan again next year).
+    const again = await writer.write(plan(primary, 'MP-END-3', 'DDC-X', '2026-11-20T09:00:00.000Z'), outcome('ver_end3_3'), {}, insured('DDC-X'));
+    expect(again.coverageId).toBe(first.coverageId);
+    expect(await statuses(first.patientId)).toEqual({ 'DDC-X': 'active', 'DDC-Y': 'cancelled' });
+    expect((await read<Coverage>('Coverage', first.coverageId)).extension?.some((e) => e.url.endsWith('/coverage-ended'))).toBe(false);
+  });
+
+  it('ends nothing of a patient every sender shares (an OID authority): one sender\'s record does not name another\'s plans', async () => {
+    const oid = (memberId: string, receivedAt: string) => {
+      const c = plan(primary, 'MP-END-OID', memberId, receivedAt);
+      return { ...c, patient: { ...c.patient, identifiers: [{ system: '2.16.840.1.113883.19.5', type: 'MR', value: 'MP-END-OID' }] } };
+    };
+    const first = await writer.write(oid('DDC-NORTH', '2026-11-02T09:00:00.000Z'), outcome('ver_end4_1'), {}, insured('DDC-NORTH'));
+    await writer.write(oid('DDC-SOUTH', '2026-11-03T09:00:00.000Z'), outcome('ver_end4_2'), {}, insured('DDC-SOUTH'));
+    expect(await statuses(first.patientId)).toEqual({ 'DDC-NORTH': 'active', 'DDC-SOUTH': 'active' });
+  });
+
   it('ends nothing without knowing what the patient is insured under now, nor a Coverage a later message stated', async () => {
     const first = await writer.write(plan(primary, 'MP-END-2', 'DDC-A', '2026-11-10T09:00:00.000Z'), outcome('ver_end2_1'), {}, insured('DDC-A'));
     // A FHIR-sourced patient, or one with no record: nothing said, nothing ended.

@@ -33,6 +33,7 @@ export const EXTENSION_KEYS = [
   'data-point',
   'error-field',
   'coverage-stated-at',
+  'coverage-ended',
   'patient-stated-at',
 ] as const;
 export type ExtensionKey = (typeof EXTENSION_KEYS)[number];
