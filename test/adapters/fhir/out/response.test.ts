@@ -84,7 +84,7 @@ describe('the corpus', () => {
     }
     // Every one declared for the response; the Coverage's and the Patient's own are the write-back's (test/sync/write-back.test.ts).
     const forResponses = EXTENSION_KEYS.filter((key) => /^CoverageEligibilityResponse\b/.test(declared[key].context));
-    expect(EXTENSION_KEYS.filter((key) => !forResponses.includes(key))).toEqual(['coverage-stated-at', 'patient-stated-at']);
+    expect(EXTENSION_KEYS.filter((key) => !forResponses.includes(key))).toEqual(['coverage-stated-at', 'coverage-ended', 'patient-stated-at']);
     expect([...used].sort()).toEqual(forResponses.sort());
   });
 
