@@ -21,8 +21,12 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     if (duplicate) return { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` };
     const { correlationId, externalId } = delivery.outcome.verification;
     // A result may come before the answer to its send is stored (the service done sooner than its
-    // answer reached us): the check is then known by the externalId it was sent under.
-    const row = (await tx.checkByCorrelationId(correlationId)) ?? (externalId ? await tx.sentUnder(externalId) : undefined);
+    // answer reached us): the check is then known by the externalId it was sent under. That answer
+    // may commit while this waits for the check (another instance's worker, on PostgreSQL): the
+    // check then has the correlation id, looked for again.
+    const row =
+      (await tx.checkByCorrelationId(correlationId)) ??
+      (externalId ? ((await tx.sentUnder(externalId)) ?? (await tx.checkByCorrelationId(correlationId))) : undefined);
     if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || awaitedByAPerson(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });

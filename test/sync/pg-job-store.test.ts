@@ -6,7 +6,11 @@ import { LIVE_NAMESPACE } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
+import { ingestWebhook } from '../../src/sync/ingest-webhook';
+import { Worker } from '../../src/sync/worker';
+import { toOutcome } from '../../src/verification/outcome';
 import { until } from './harness';
+import { resultBody, RIG_OPTIONS } from './worker-rig';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
 /**
@@ -19,6 +23,11 @@ jobStoreContract('PgJobStore', async () => {
   const url = await postgres.createDatabase();
   return { open: () => openJobStore(url, '/nonexistent'), remove: async () => undefined };
 });
+
+/** A part the test never reaches. */
+const unused = (): never => {
+  throw new Error('not used in this test');
+};
 
 /** A promise someone else resolves. */
 function gate(): { open: () => void; opened: Promise<void> } {
@@ -326,6 +335,38 @@ describe('PgJobStore with two instances on one database', () => {
     expect(waited).toBe(true);
     const row = await a.transaction((tx) => tx.getCheck('elig_1'));
     expect([row?.state, row?.attempts]).toEqual(['result-stored', 1]);
+  });
+
+  it("applies a webhook that came before its send's answer when that answer commits at the other instance while the webhook waits for the check", async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'submitted' })));
+    const answered = gate();
+    const holding = gate();
+    // The worker at a stores the service's answer to the send: the check awaits its result under the correlation id.
+    const answer = a.transaction(async (tx) => {
+      const row = await tx.getCheck('elig_1');
+      holding.open();
+      await answered.opened;
+      if (row) await tx.putCheck({ ...row, state: 'awaiting-result', correlationId: 'ver-1' });
+    });
+    await holding.opened;
+    const worker = new Worker(RIG_OPTIONS, {
+      store: b,
+      client: { verify: unused, requestVerification: unused, getVerification: unused },
+      resolver: unused,
+      writer: unused,
+      now: () => new Date(),
+      log: { info: () => undefined, warn: () => undefined, error: () => undefined },
+      emit: () => undefined,
+    });
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-1', externalId: 'ext-elig_1' };
+    const delivery = { webhookId: 'msg_1', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+    const webhook = ingestWebhook(b, worker, delivery, new Date());
+    const waited = await stillWaiting(webhook);
+    answered.open();
+    await answer;
+    expect([waited, (await webhook).status]).toEqual([true, 'applied']);
+    const row = await a.transaction((tx) => tx.getCheck('elig_1'));
+    expect([row?.state, row?.correlationId]).toEqual(['result-stored', 'ver-1']);
   });
 
   it('keeps one message when both instances receive it at once; the second answers from the first', async () => {
