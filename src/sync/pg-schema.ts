@@ -63,6 +63,8 @@ const MIGRATIONS: readonly string[] = [
   `ALTER TABLE messages ALTER COLUMN dedupe_key TYPE bytea USING convert_to(dedupe_key, 'UTF8');`,
   // When a lease was taken, by the server's clock: one taken before the server last started may be an instance's still taking its live lock again.
   `ALTER TABLE checks ADD COLUMN leased_at timestamptz;`,
+  // A webhook no check has the correlation id of finds the send under way by its externalId (sentUnder), not by reading every check.
+  `CREATE INDEX IF NOT EXISTS checks_submitted ON checks ((row->>'externalId')) WHERE state = 'submitted';`,
 ];
 
 /** The version this program writes. */
