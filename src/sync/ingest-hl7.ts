@@ -8,7 +8,6 @@ import {
   messageControlId,
   readMessageHeader,
   resendIdentity,
-  segmentLines,
   sentEarlier,
   type Ack,
   type AppointmentBasis,
@@ -230,9 +229,13 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
  */
 function statesInsurance({ outcome, header }: Hl7Result, text: string): boolean {
   if (!header || !(outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record')) return false;
-  // An IN1, even a self-pay or an empty one, states it.
-  const in1 = `IN1${header.delimiters.field}`;
-  return segmentLines(text).some((line) => line === 'IN1' || line.startsWith(in1));
+  // An IN1, even a self-pay or an empty one, states it: a segment that starts a line (found without splitting the message into lines, on each message).
+  for (let at = text.indexOf('IN1'); at !== -1; at = text.indexOf('IN1', at + 3)) {
+    const before = text.charAt(at - 1);
+    const after = text.charAt(at + 3);
+    if ((at === 0 || before === '\r' || before === '\n') && (after === header.delimiters.field || after === '\r' || after === '\n' || after === '')) return true;
+  }
+  return false;
 }
 
 /**

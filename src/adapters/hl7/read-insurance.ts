@@ -40,9 +40,7 @@ export function readInsurance(
   warnings: Hl7Problem[],
 ): InsuranceReading {
   const all = insuranceGroups(message);
-  // An IN1 with nothing but its set id (nor anything in the segments the insurance is read from) is how some PMSs say a patient has no insurance.
-  const insuranceNames = insuranceSegments(profile);
-  const empty = all.filter((group) => group.every((segment) => !insuranceNames.has(segment.name) || segment.emptyAfter(segment.name === 'IN1' ? 1 : 0)));
+  const empty = all.filter((group) => emptyGroup(group, profile));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
@@ -65,13 +63,29 @@ export function readInsurance(
 
 
 /**
+ * An IN1 with nothing but its set id, nor anything in the segments after it the insurance is read
+ * from: how some PMSs say a patient has no insurance. The IN1 is looked at first: most have a payer.
+ */
+function emptyGroup([in1, ...rest]: Hl7Segment[], profile: Hl7Profile): boolean {
+  if (!in1?.emptyAfter(1)) return false;
+  const read = insuranceSegments(profile);
+  return rest.every((segment) => !read.has(segment.name) || segment.emptyAfter(0));
+}
+
+const segmentsRead = new WeakMap<Hl7Profile, ReadonlySet<string>>();
+
+/**
  * The segments the profile reads an insurance from (IN1, IN2, a dialect's Z-segment): a group runs
  * to the next IN1, so in a SIU it also holds the appointment's RGS, AIS and AIP, no part of it.
  */
 function insuranceSegments(profile: Hl7Profile): ReadonlySet<string> {
+  const known = segmentsRead.get(profile);
+  if (known) return known;
   const { subscriberRelationship, selfPay, ...paths } = profile.insurance;
   const valued = [...subscriberRelationship, ...selfPay].map((entry) => entry.path);
-  return new Set(['IN1', ...[...Object.values(paths).flat(), ...valued].map((path) => path.segment)]);
+  const names = new Set(['IN1', ...[...Object.values(paths).flat(), ...valued].map((path) => path.segment)]);
+  segmentsRead.set(profile, names);
+  return names;
 }
 
 function declaredOrder(group: Hl7Segment[], profile: Hl7Profile): number | undefined {
