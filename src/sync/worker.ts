@@ -393,6 +393,11 @@ export class Worker {
     return this.deps.now().getTime() + laterMs - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
   }
 
+  /** How long until the round will have waited pendingGiveUpMs since its first send (negative once it has). */
+  private untilPendingTooLong(row: CheckRow): number {
+    return Date.parse(row.submittedAt ?? row.updatedAt) + this.options.pendingGiveUpMs + 1 - this.deps.now().getTime();
+  }
+
   private async pendingTooLong(row: CheckRow): Promise<void> {
     const moved = await this.step(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
     if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
@@ -425,7 +430,8 @@ export class Worker {
   transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
     if (outcome.kind === 'pending' || outcome.kind === 'unknown') {
-      const wait = row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs;
+      // No later than when it will have been pending too long: Pending webhooks coming more often than the polls would put that off for good.
+      const wait = Math.min(row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs, Math.max(0, this.untilPendingTooLong(row)));
       return {
         change: {
           state: 'awaiting-result',
@@ -474,13 +480,14 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    if (this.pendingPast(row, 0)) {
-      await this.pendingTooLong(row);
-      return;
-    }
     await this.limiter.take(row.portalId);
     try {
       const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
+      if ((outcome.kind === 'pending' || outcome.kind === 'unknown') && this.pendingPast(row, 0)) {
+        await this.pendingTooLong(row);
+        return;
+      }
       await this.outcomeArrived(row, outcome);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);

@@ -209,6 +209,42 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(posts(rig.requests)).toHaveLength(2);
   });
 
+  it('looks once more when a verification has been pending too long: a result whose webhook never came is written, not left to a person', async () => {
+    let sentAt = 0;
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pollAfterMs: 100, pendingGiveUpMs: 400, backoff: { baseMs: 50, maxMs: 250 } },
+      answer: (req, res) => {
+        if (req.method === 'POST') return (sentAt = Date.now()), accepted(res);
+        // Done at the service just as the wait is up; its webhook was lost.
+        if (Date.now() - sentAt < 400) return json(res, 200, { correlationId: 'ver-lost', status: 'Pending' });
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-lost' });
+      },
+    });
+    await rig.addCheck('last-look');
+    rig.worker.start();
+    expect((await rig.reach('last-look', 'written', 5000)).correlationId).toBe('ver-lost');
+  });
+
+  it('leaves a verification to a person once it has been pending too long, though Pending webhooks keep coming more often than its polls', async () => {
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pollAfterMs: 10_000, pendingGiveUpMs: 500 },
+      answer: (req, res) => (req.method === 'POST' ? accepted(res) : json(res, 200, { correlationId: 'ver-lost', status: 'Pending' })),
+    });
+    await rig.addCheck('chatty');
+    rig.worker.start();
+    await rig.reach('chatty', 'awaiting-result', 5000);
+    const pending = { correlationId: 'ver-lost', status: 'Pending' };
+    const sending = setInterval(() => {
+      const id = `msg_${Date.now()}_${Math.random()}`;
+      void ingestWebhook(rig.store, rig.worker, { webhookId: id, rawBody: JSON.stringify(pending), receivedAt: new Date(), outcome: toOutcome(pending) }, new Date()).catch(() => undefined);
+    }, 50);
+    try {
+      expect((await rig.reach('chatty', 'needs-attention', 3000)).lastError).toBe('still pending at the service; check it there');
+    } finally {
+      clearInterval(sending);
+    }
+  });
+
   it('polls a verification that stays Pending less and less often, about as often as it has been pending', async () => {
     const polledAt: number[] = [];
     rig = await startWorkerRig({
