@@ -359,7 +359,8 @@ export class Worker {
     const summary = `${status ?? err.code ?? 'network'}: ${err.problem.title ?? 'service error'}`;
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
-      await this.step(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary });
+      // Said only when the check moved: a webhook may have applied its result meanwhile.
+      if (!(await this.step(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
       this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
@@ -508,8 +509,9 @@ export class Worker {
       const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
       const detail = errorText(err);
       if (!retryable) {
-        await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` });
-        this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+        if (await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
+          this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+        }
         return;
       }
       // The FHIR server is down or busy: the result waits in the store and is written when it returns.

@@ -185,9 +185,32 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(written.correlationId).toBe('ver-early');
     // Written from the webhook: no poll after the deadline, no second send.
     expect([posts(rig.requests).length, gets(rig.requests).length]).toEqual([1, 0]);
+    // The check is written from the webhook: no event says it waits for a person.
+    expect(rig.events.filter((e) => e.name === 'needs-attention')).toEqual([]);
     // Another round's webhook under an externalId no send is under way for is kept, not applied.
     const stray = { ...body, correlationId: 'ver-stray', externalId: 'elig_00000000000000000000000000000000' };
     expect((await ingestWebhook(rig.store, rig.worker, { ...delivery, webhookId: 'msg_stray', rawBody: JSON.stringify(stray), outcome: toOutcome(stray) }, new Date())).status).toBe('ignored');
+  });
+
+  it('says nothing of a refused send whose result a webhook applied meanwhile: the check is written, no person is called', async () => {
+    let answer = () => {};
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      answer: async (_req, res) => {
+        await answered;
+        json(res, 403, { type: 'about:blank', title: 'Forbidden', status: 403 });
+      },
+    });
+    await rig.addCheck('refused-late');
+    rig.worker.start();
+    const sent = await rig.reach('refused-late', 'submitted', 5000);
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-first', externalId: sent.externalId };
+    expect((await ingestWebhook(rig.store, rig.worker, { webhookId: 'msg_first', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date())).status).toBe('applied');
+    answer();
+    await rig.reach('refused-late', 'written', 5000);
+    await sleep(200);
+    expect(rig.events.filter((e) => e.name === 'needs-attention')).toEqual([]);
   });
 
   it('sends as a verification of its own a request the service refuses for an externalId it holds another request under', async () => {
