@@ -162,52 +162,46 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(gets(rig.requests)).toHaveLength(1);
   });
 
-  it('applies a result whose webhook comes before the answer to its send, the check known by the externalId it was sent under', async () => {
-    // The service is done sooner than its answer to the send reaches us: no check has the correlation id yet.
-    let answer = () => {};
-    const answered = new Promise<void>((resolve) => (answer = resolve));
+  /**
+   * A check whose send's answer (`answerWith`) is held back until its Completed result has come by
+   * webhook (the service done sooner than its answer reaches us): no check has the correlation id yet.
+   */
+  const webhookBeforeAnswer = async (key: string, answerWith: (res: ServerResponse) => void) => {
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
     rig = await startWorkerRig({
       worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 },
       answer: async (req, res) => {
         if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
-        await answered;
-        json(res, 201, { correlationId: 'ver-early', status: 'Pending' });
+        await released;
+        answerWith(res);
       },
     });
-    await rig.addCheck('early');
+    await rig.addCheck(key);
     rig.worker.start();
-    const sent = await rig.reach('early', 'submitted', 5000);
+    const sent = await rig.reach(key, 'submitted', 5000);
     const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-early', externalId: sent.externalId };
-    const delivery = { webhookId: 'msg_early', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
-    expect((await ingestWebhook(rig.store, rig.worker, delivery, new Date())).status).toBe('applied');
-    answer();
+    const delivery = { webhookId: `msg_${key}`, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+    const applied = await ingestWebhook(rig.store, rig.worker, delivery, new Date());
+    release();
+    return { applied, body, delivery };
+  };
+
+  it('applies a result whose webhook comes before the answer to its send, the check known by the externalId it was sent under', async () => {
+    const { applied, body, delivery } = await webhookBeforeAnswer('early', (res) => json(res, 201, { correlationId: 'ver-early', status: 'Pending' }));
+    expect(applied.status).toBe('applied');
     const written = await rig.reach('early', 'written', 5000);
     expect(written.correlationId).toBe('ver-early');
     // Written from the webhook: no poll after the deadline, no second send.
     expect([posts(rig.requests).length, gets(rig.requests).length]).toEqual([1, 0]);
-    // The check is written from the webhook: no event says it waits for a person.
-    expect(rig.events.filter((e) => e.name === 'needs-attention')).toEqual([]);
     // Another round's webhook under an externalId no send is under way for is kept, not applied.
     const stray = { ...body, correlationId: 'ver-stray', externalId: 'elig_00000000000000000000000000000000' };
     expect((await ingestWebhook(rig.store, rig.worker, { ...delivery, webhookId: 'msg_stray', rawBody: JSON.stringify(stray), outcome: toOutcome(stray) }, new Date())).status).toBe('ignored');
   });
 
   it('says nothing of a refused send whose result a webhook applied meanwhile: the check is written, no person is called', async () => {
-    let answer = () => {};
-    const answered = new Promise<void>((resolve) => (answer = resolve));
-    rig = await startWorkerRig({
-      worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 },
-      answer: async (_req, res) => {
-        await answered;
-        json(res, 403, { type: 'about:blank', title: 'Forbidden', status: 403 });
-      },
-    });
-    await rig.addCheck('refused-late');
-    rig.worker.start();
-    const sent = await rig.reach('refused-late', 'submitted', 5000);
-    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-first', externalId: sent.externalId };
-    expect((await ingestWebhook(rig.store, rig.worker, { webhookId: 'msg_first', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date())).status).toBe('applied');
-    answer();
+    const { applied } = await webhookBeforeAnswer('refused-late', (res) => json(res, 403, { type: 'about:blank', title: 'Forbidden', status: 403 }));
+    expect(applied.status).toBe('applied');
     await rig.reach('refused-late', 'written', 5000);
     await sleep(200);
     expect(rig.events.filter((e) => e.name === 'needs-attention')).toEqual([]);
