@@ -1,3 +1,4 @@
+import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import type { CheckRow, JobStore } from './job-store';
 import { applyStep, type SyncEvent, type SyncEventName, type Worker } from './worker';
@@ -48,8 +49,7 @@ function awaitedByAPerson(row: CheckRow, delivery: WebhookDelivery): boolean {
   const { kind, verification } = delivery.outcome;
   return (
     row.state === 'needs-attention' &&
-    kind !== 'pending' &&
-    kind !== 'unknown' &&
+    hasResult(kind) &&
     (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId
   );
 }

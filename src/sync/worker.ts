@@ -5,7 +5,7 @@ import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
-import { outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
+import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
@@ -313,7 +313,7 @@ export class Worker {
         const accepted = await this.timed('service', 'request verification', () => this.deps.client.requestVerification(body));
         // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
         // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
-        const done = typeof accepted.status === 'string' && ['completed', 'partial', 'failed'].includes(outcomeKindOf(accepted.status));
+        const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
         await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined });
       }
     } catch (err) {
@@ -391,12 +391,12 @@ export class Worker {
 
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
   private pendingPast(row: CheckRow, laterMs: number): boolean {
-    return this.deps.now().getTime() + laterMs - Date.parse(row.submittedAt ?? row.updatedAt) > this.options.pendingGiveUpMs;
+    return this.untilPendingGiveUp(row) < laterMs;
   }
 
   /** How long until the round will have waited pendingGiveUpMs since its first send (negative once it has). */
-  private untilPendingTooLong(row: CheckRow): number {
-    return Date.parse(row.submittedAt ?? row.updatedAt) + this.options.pendingGiveUpMs + 1 - this.deps.now().getTime();
+  private untilPendingGiveUp(row: CheckRow): number {
+    return Date.parse(row.submittedAt ?? row.updatedAt) + this.options.pendingGiveUpMs - this.deps.now().getTime();
   }
 
   private async pendingTooLong(row: CheckRow): Promise<void> {
@@ -430,9 +430,10 @@ export class Worker {
    */
   transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
-    if (outcome.kind === 'pending' || outcome.kind === 'unknown') {
+    if (!hasResult(outcome.kind)) {
       // No later than when it will have been pending too long: Pending webhooks coming more often than the polls would put that off for good.
-      const wait = Math.min(row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs, Math.max(0, this.untilPendingTooLong(row)));
+      // A millisecond past it, so that poll finds it pending past pendingGiveUpMs.
+      const wait = Math.min(row.state === 'awaiting-result' ? this.pollWait(row) : this.options.pollAfterMs, Math.max(0, this.untilPendingGiveUp(row) + 1));
       return {
         change: {
           state: 'awaiting-result',
@@ -485,7 +486,7 @@ export class Worker {
     try {
       const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
-      if ((outcome.kind === 'pending' || outcome.kind === 'unknown') && this.pendingPast(row, 0)) {
+      if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
         return;
       }
@@ -538,7 +539,7 @@ export class Worker {
     );
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindOf(outcome) });
+    if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
   }
 
   private async reverify(row: CheckRow): Promise<void> {
@@ -624,10 +625,6 @@ function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.kind !== 'failed') return outcome.kind;
   const advice = `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}`;
   return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
-}
-
-function failureKindOf(outcome: VerificationOutcome): string | undefined {
-  return outcome.kind === 'failed' ? outcome.failure.kind : undefined;
 }
 
 /** An error's first line, without anything it may quote from a body. */

@@ -34,6 +34,16 @@ export function outcomeKindOf(status: string): OutcomeKind {
   return STATUS_SYNONYMS[status.replace(/[\s_-]/g, '').toLowerCase()] ?? 'unknown';
 }
 
+/** The kind of a failure (InvalidCredentials, PatientNotFound, …), as its problem type names it; undefined for any other outcome. */
+export function failureKindIn(outcome: VerificationOutcome): string | undefined {
+  return outcome.kind === 'failed' ? outcome.failure.kind : undefined;
+}
+
+/** Whether a verification of this kind has its result: Pending, and a status this plugin does not know, are waited on. */
+export function hasResult(kind: OutcomeKind): boolean {
+  return kind === 'completed' || kind === 'partial' || kind === 'failed';
+}
+
 export type ValidationKind = 'valid' | 'invalid' | 'pending' | 'unknown';
 
 /**
