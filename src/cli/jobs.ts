@@ -10,7 +10,7 @@ import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
 import { OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
-import { outcomeKindOf, toOutcome } from '../verification/outcome';
+import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { printRecord, printRows } from './table';
 
@@ -45,7 +45,7 @@ export function registerJobs(program: Command, io: CliIo): void {
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
-          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOf(c), lastError: c.lastError })),
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
           ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: 'no insurance received for the patient yet' })),
         ];
         printRows(io, rows, [
@@ -192,11 +192,13 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   if (!RETRYABLE_STATES.includes(state)) throw new CliError(`--state: ${state} checks are not retried (${RETRYABLE_STATES.join(', ')})`, 2);
   const rows = await store.listChecks({ states: [state] });
   const kind = opts.failureKind;
+  // Each result read once: a failed one is a verification body, parsed to find its kind.
+  const kinds = kind === undefined ? [] : rows.map(failureKindOfCheck);
   // A kind the table does not list may still be one the service sent (kept as given): refused only when no check failed with it either.
-  if (kind !== undefined && !(kind in failureKinds()) && !rows.some((row) => failureKindOf(row) === kind)) {
+  if (kind !== undefined && !(kind in failureKinds()) && !kinds.includes(kind)) {
     throw new CliError(`--failure-kind: ${kind.slice(0, 40)} is no kind in mappings/failure-kinds.json, and no ${state} check failed with it`, 2);
   }
-  return rows.filter((row) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || failureKindOf(row) === kind)).map((row) => row.key);
+  return rows.filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || kinds[i] === kind)).map((row) => row.key);
 }
 
 function parseState(text: string): CheckState {
@@ -214,12 +216,11 @@ function outcomeOf(row: CheckRow): string | undefined {
   return typeof status === 'string' ? outcomeKindOf(status) : undefined;
 }
 
-/** The kind of a failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
-function failureKindOf(row: CheckRow): string | undefined {
+/** The kind of a check's failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
+function failureKindOfCheck(row: CheckRow): string | undefined {
   if (outcomeOf(row) !== 'failed') return undefined;
   try {
-    const outcome = toOutcome(row.result);
-    return outcome.kind === 'failed' ? outcome.failure.kind : undefined;
+    return failureKindIn(toOutcome(row.result));
   } catch {
     // A result kept as the service sent it, unreadable: it has no kind to match.
     return undefined;
