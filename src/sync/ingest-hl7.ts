@@ -16,7 +16,7 @@ import {
   type Hl7Result,
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import type { JobStore, StoreTx } from './job-store';
+import type { AppointmentRow, JobStore, StoreTx } from './job-store';
 import { firstDateToCome, scheduleAppointment, type AppointmentEvent, type ScheduleContext } from './schedule';
 
 export interface Hl7IngestOptions {
@@ -68,11 +68,13 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     });
     const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
     const sent = { facility, sentAt: result.header?.sentAt ?? '' };
-    const superseded = await supersededBy(tx, result.outcome, sent);
+    const appointmentId = result.outcome.kind === 'book' || result.outcome.kind === 'reschedule' || result.outcome.kind === 'cancel' ? result.outcome.appointmentId : undefined;
+    const last = appointmentId === undefined ? undefined : await tx.getAppointment(appointmentKey(facility, appointmentId));
+    const superseded = supersededBy(last, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
     const stale = superseded ? undefined : await patients.commit(statesInsurance(result, text) ? sent.sentAt : undefined);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
-    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, { now: receivedAt, policy: options.policy });
+    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
     const detail =
@@ -103,18 +105,17 @@ interface Stamped {
 }
 
 /**
- * Whether the message was sent (MSH-7) before the last one applied to its appointment: a move or a
- * booking that arrives after the cancellation or the move that followed it, from an engine that
- * sends on several connections or resends what it could not deliver.
+ * Whether the message was sent (MSH-7) before the last one applied to its appointment (`last`, as
+ * stored): a move or a booking that arrives after the cancellation or the move that followed it,
+ * from an engine that sends on several connections or resends what it could not deliver.
  */
-async function supersededBy(tx: StoreTx, outcome: Hl7Outcome, sent: Sent): Promise<boolean> {
-  const appointmentId = outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'cancel' ? outcome.appointmentId : undefined;
-  if (appointmentId === undefined || sent.sentAt === '') return false;
-  const last = (await tx.getAppointment(appointmentKey(sent.facility, appointmentId)))?.basis as Stamped | undefined;
-  return last?.sentAt !== undefined && sentEarlier(sent.sentAt, last.sentAt);
+function supersededBy(last: AppointmentRow | undefined, sent: Sent): boolean {
+  const lastSentAt = (last?.basis as Stamped | undefined)?.sentAt;
+  return sent.sentAt !== '' && lastSentAt !== undefined && sentEarlier(sent.sentAt, lastSentAt);
 }
 
-async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+/** What the message does to the store; `last` is its appointment as stored before it, when it names one. */
+async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: AppointmentRow | undefined, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
   const { facility } = sent;
   const stamp: Stamped = sent.sentAt === '' ? {} : { sentAt: sent.sentAt };
   switch (outcome.kind) {
@@ -131,9 +132,8 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, ctx: Schedule
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
+      if (last) return scheduleAppointment(tx, { ...last, basis: { ...(last.basis as object), ...stamp }, status: 'cancelled', checks: [] }, ctx);
       const key = appointmentKey(facility, outcome.appointmentId);
-      const earlier = await tx.getAppointment(key);
-      if (earlier) return scheduleAppointment(tx, { ...earlier, basis: { ...(earlier.basis as object), ...stamp }, status: 'cancelled', checks: [] }, ctx);
       // A cancellation that overtook its booking is kept, so the booking, sent before it, books nothing when it comes.
       if (outcome.patientKey && stamp.sentAt !== undefined) {
         await tx.putAppointment({ key, patientKey: patientKeyText(outcome.patientKey), dateOfService: '', status: 'cancelled', checkKeys: [], basis: stamp, updatedAt: ctx.now.toISOString() });

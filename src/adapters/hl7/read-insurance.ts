@@ -61,7 +61,6 @@ export function readInsurance(
   return { present: all.length > 0, coverages };
 }
 
-
 /**
  * An IN1 with nothing but its set id, nor anything in the segments after it the insurance is read
  * from: how some PMSs say a patient has no insurance. The IN1 is looked at first: most have a payer.
