@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import type { JobStore } from '../../src/sync/job-store';
+import type { CheckRow, JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
 import { LIVE_NAMESPACE } from '../../src/sync/pg-live-lock';
@@ -314,24 +314,30 @@ describe('PgJobStore with two instances on one database', () => {
     expect(record?.appointments.map((x) => x.appointmentId)).toEqual(['APT-FIRST', 'APT-SECOND']);
   });
 
-  it('makes a webhook at one instance wait for a step on the same check at the other, then see it', async () => {
-    await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'awaiting-result', correlationId: 'corr-1' })));
-    const stepped = gate();
+  /** A transaction at A that reads elig_1, holding its lock until `release()`, then writes `change` of it. */
+  const heldAtA = async (change: (row: CheckRow) => CheckRow) => {
+    const released = gate();
     const holding = gate();
-    const step = a.transaction(async (tx) => {
+    const done = a.transaction(async (tx) => {
       const row = await tx.getCheck('elig_1');
       holding.open();
-      await stepped.opened;
-      if (row) await tx.putCheck({ ...row, attempts: row.attempts + 1 });
+      await released.opened;
+      if (row) await tx.putCheck(change(row));
     });
     await holding.opened;
+    return { release: released.open, done };
+  };
+
+  it('makes a webhook at one instance wait for a step on the same check at the other, then see it', async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'awaiting-result', correlationId: 'corr-1' })));
+    const step = await heldAtA((row) => ({ ...row, attempts: row.attempts + 1 }));
     const webhook = b.transaction(async (tx) => {
       const row = await tx.checkByCorrelationId('corr-1');
       if (row) await tx.putCheck({ ...row, state: 'result-stored', result: { correlationId: 'corr-1', status: 'Completed' } });
     });
     const waited = await stillWaiting(webhook);
-    stepped.open();
-    await Promise.all([step, webhook]);
+    step.release();
+    await Promise.all([step.done, webhook]);
     expect(waited).toBe(true);
     const row = await a.transaction((tx) => tx.getCheck('elig_1'));
     expect([row?.state, row?.attempts]).toEqual(['result-stored', 1]);
@@ -339,16 +345,8 @@ describe('PgJobStore with two instances on one database', () => {
 
   it("applies a webhook that came before its send's answer when that answer commits at the other instance while the webhook waits for the check", async () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'submitted' })));
-    const answered = gate();
-    const holding = gate();
     // The worker at a stores the service's answer to the send: the check awaits its result under the correlation id.
-    const answer = a.transaction(async (tx) => {
-      const row = await tx.getCheck('elig_1');
-      holding.open();
-      await answered.opened;
-      if (row) await tx.putCheck({ ...row, state: 'awaiting-result', correlationId: 'ver-1' });
-    });
-    await holding.opened;
+    const answer = await heldAtA((row) => ({ ...row, state: 'awaiting-result', correlationId: 'ver-1' }));
     const worker = new Worker(RIG_OPTIONS, {
       store: b,
       client: { verify: unused, requestVerification: unused, getVerification: unused },
@@ -362,8 +360,8 @@ describe('PgJobStore with two instances on one database', () => {
     const delivery = { webhookId: 'msg_1', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
     const webhook = ingestWebhook(b, worker, delivery, new Date());
     const waited = await stillWaiting(webhook);
-    answered.open();
-    await answer;
+    answer.release();
+    await answer.done;
     expect([waited, (await webhook).status]).toEqual([true, 'applied']);
     const row = await a.transaction((tx) => tx.getCheck('elig_1'));
     expect([row?.state, row?.correlationId]).toEqual(['result-stored', 'ver-1']);
