@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { convertBundle, convertFromServer, type FhirConversion, type FhirInputOptions } from '../adapters/fhir/in';
-import { carriesCredentials } from '../service/config-file';
+import { carriesCredentials, isHttpUrl } from '../url-checks';
 import { fhirKitReader } from '../sync/fhir-reader';
 import { describeFhirIssue, FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
@@ -95,7 +95,7 @@ async function fromBundle(io: CliIo, file: string, options: FhirInputOptions): P
 async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInputOptions): Promise<EligibilityCheck[]> {
   if (!opts.appointment) throw new CliError('--server needs --appointment', 2);
   const server = opts.server ?? '';
-  if (!/^https?:\/\/\S+$/.test(server)) throw new CliError('--server: must be an http(s) URL', 2);
+  if (!isHttpUrl(server)) throw new CliError('--server: must be an http(s) URL', 2);
   if (carriesCredentials(server)) throw new CliError('--server: credentials do not belong in the URL; the bearer token comes from DENTAL_ELIG_FHIR_TOKEN', 2);
   const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
   const reader = await fhirKitReader(server.replace(/\/+$/, ''), token ? { bearerToken: token } : {});

@@ -102,13 +102,6 @@ export function clientConfig(settings: ClientConfigInput): ClientConfig {
   return parsed.data;
 }
 
-/** Whether a URL carries a user or password: fetch refuses such URLs and repeats them whole in its error. */
-export function carriesCredentials(url: string): boolean {
-  if (!URL.canParse(url)) return false;
-  const { username, password } = new URL(url);
-  return username !== '' || password !== '';
-}
-
 export function readSecretFile(name: string, file: string): string {
   try {
     return readFileSync(file, 'utf8');

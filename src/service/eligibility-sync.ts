@@ -12,6 +12,7 @@ import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
+import { carriesCredentials, isHttpUrl } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
@@ -497,7 +498,9 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   if (typeof fhir !== 'object' || fhir === null) throw new Error('fhir: is required (baseUrl, or a writer of your own)');
   if ('writer' in fhir) return;
   const { baseUrl, ...options } = fhir;
-  if (typeof baseUrl !== 'string' || !/^https?:\/\/\S+$/.test(baseUrl)) throw new Error('fhir.baseUrl: must be an http(s) URL');
+  if (typeof baseUrl !== 'string' || !isHttpUrl(baseUrl)) throw new Error('fhir.baseUrl: must be an http(s) URL');
+  // As serve and convert refuse it: fetch repeats such a URL whole in its errors, and the logs with them.
+  if (carriesCredentials(baseUrl)) throw new Error('fhir.baseUrl: credentials do not belong in the URL; give bearerToken or smart');
   const parsed = FhirWriterOptions.safeParse(options);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
 }

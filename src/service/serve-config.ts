@@ -6,7 +6,8 @@ import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
-import { carriesCredentials, clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { carriesCredentials, isHttpUrl } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
 /**
@@ -49,7 +50,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   }
   const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
   for (const [name, url] of [['DENTAL_ELIG_BASE_URL', baseUrl], ['DENTAL_ELIG_FHIR_URL', fhirUrl]] as const) {
-    if (url !== undefined && !/^https?:\/\/[^\s]+$/.test(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
+    if (url !== undefined && !isHttpUrl(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
     if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
   const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;

@@ -67,6 +67,8 @@ describe('a sync that fails to be created or started', () => {
     expect(fhir({ baseUrl: '' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
     expect(fhir({ baseURL: 'http://127.0.0.1:1/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
     expect(fhir({ baseUrl: 'chart.example/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    // fetch would repeat the URL, password and all, in every failed write's error and log line.
+    expect(fhir({ baseUrl: 'https://elig:s3cret@chart.example/fhir' })).toThrow(/^fhir\.baseUrl: credentials do not belong in the URL; give bearerToken or smart$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
     expect(readdirSync(dataDir)).toEqual([]);
