@@ -72,7 +72,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const last = appointmentId === undefined ? undefined : await tx.getAppointment(appointmentKey(facility, appointmentId));
     const superseded = supersededBy(last, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
-    const stale = superseded ? undefined : await patients.commit(statesInsurance(result, text) ? sent.sentAt : undefined);
+    const stale = superseded ? undefined : await patients.commit(statesInsurance(result) ? sent.sentAt : undefined);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
     const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
@@ -221,21 +221,14 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
 }
 
 /**
- * Whether the message states the patient's insurance (a booking, a move or an ADT with an IN1), and
- * so is ordered against the record's last by MSH-7. One without (a booking on a scheduling feed
- * that never carries IN1, an A08 for a new phone number) applies as it arrives and leaves the
- * record's time as it was: stamping it would refuse an A08 with the corrected member id, made
- * before it on the ADT feed and delivered after it.
+ * Whether the message states the patient's insurance (a booking, a move or an ADT with an IN1, even
+ * a self-pay or an empty one), and so is ordered against the record's last by MSH-7. One without (a
+ * booking on a scheduling feed that never carries IN1, an A08 for a new phone number) applies as it
+ * arrives and leaves the record's time as it was: stamping it would refuse an A08 with the corrected
+ * member id, made before it on the ADT feed and delivered after it.
  */
-function statesInsurance({ outcome, header }: Hl7Result, text: string): boolean {
-  if (!header || !(outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record')) return false;
-  // An IN1, even a self-pay or an empty one, states it: a segment that starts a line (found without splitting the message into lines, on each message).
-  for (let at = text.indexOf('IN1'); at !== -1; at = text.indexOf('IN1', at + 3)) {
-    const before = text.charAt(at - 1);
-    const after = text.charAt(at + 3);
-    if ((at === 0 || before === '\r' || before === '\n') && (after === header.delimiters.field || after === '\r' || after === '\n' || after === '')) return true;
-  }
-  return false;
+function statesInsurance({ outcome, header }: Hl7Result): boolean {
+  return header !== undefined && (outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'record') && outcome.insuranceReceived;
 }
 
 /**

@@ -48,6 +48,8 @@ export type Hl7Outcome =
       selfPay: boolean;
       /** No insurance has been received for this patient yet (neither in this message nor before). */
       awaitingInsurance: boolean;
+      /** The message carries an IN1 (even a self-pay or an empty one): it states the patient's insurance, rather than leaving it as on file. */
+      insuranceReceived: boolean;
       patientKey: PatientKey;
       /** What the appointment's checks are built from, so they can be built again when insurance arrives. */
       appointment: AppointmentBasis;
@@ -240,6 +242,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     replacedKeys: unheld(earlier?.keys ?? [], appointments),
     selfPay: insuranceKnown && checks.length === 0,
     awaitingInsurance: !insuranceKnown,
+    insuranceReceived: insurance.present,
     patientKey: key,
     appointment: basis,
     // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
