@@ -193,14 +193,18 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
  * A Coverage this plugin wrote for the patient, ended (status cancelled) because the PMS no longer
  * sends it: its member number is none the patient is insured under now (`insuredUnder`, the
  * subscriber member ids of the patient's record), as after a corrected member id or a change of
- * plan, which the check being written is the Coverage of. Undefined for anything else: a Coverage
- * the EHR made (no key of this plugin), one not active (the EHR's own call), one under a member id
- * the patient still has, or one a message received after the check's stated.
+ * plan, which the check being written is the Coverage of; or it is the check's member number under
+ * another payer, which the record names only for the check's plan (an employer that changed
+ * carriers, the member number being the employee's). Undefined for anything else: a Coverage the
+ * EHR made (no key of this plugin), one not active (the EHR's own call), the check's own, one under
+ * a member id the patient still has, or one a message received after the check's stated.
  */
 export function endedCoverage(stored: Coverage, check: EligibilityCheck, insuredUnder: readonly string[]): Coverage | undefined {
-  if (stored.status !== 'active' || !stored.identifier?.some((i) => i.system === systemUrl('chartCoverage'))) return undefined;
+  const key = stored.identifier?.find((i) => i.system === systemUrl('chartCoverage'))?.value;
   const memberId = stored.subscriberId;
-  if (memberId === undefined || memberId === check.subscriber.memberId || insuredUnder.includes(memberId)) return undefined;
+  if (stored.status !== 'active' || key === undefined || memberId === undefined || ownCoverageKeys(check).includes(key)) return undefined;
+  const stillNamed = insuredUnder.filter((m) => m === memberId).length - (memberId === check.subscriber.memberId ? 1 : 0);
+  if (stillNamed > 0) return undefined;
   const storedAt = statedAt(stored, 'coverage-stated-at');
   if (storedAt && Date.parse(storedAt) > Date.parse(check.source.receivedAt)) return undefined;
   // Marked as this plugin's doing: a later message stating the plan again makes it active again (updatedCoverage).
@@ -325,6 +329,13 @@ function hl7Scope(check: EligibilityCheck, namespace: string | undefined, elemen
 const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', ...scope: string[]) => [systemUrl(key), ...scope.map(encodeURIComponent)].join('/');
 
 /** Hashes the patient's identifier, the payer and the member id. */
+/** The keys the check's own Coverage is found under: the current one, and the one a rekey moves it from. */
+function ownCoverageKeys(check: EligibilityCheck): string[] {
+  const patient = patientIdentifier(check);
+  const former = formerPatientSystem(check, patient.system);
+  return [coverageKey(check, patient), ...(former ? [coverageKey(check, { ...patient, system: former })] : [])];
+}
+
 function coverageKey(check: EligibilityCheck, patient: SystemAndValue): string {
   const payer = payerOf(check);
   const parts = [patient.system, patient.value, payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];

@@ -472,6 +472,24 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     expect((await read<Coverage>('Coverage', first.coverageId)).extension?.some((e) => e.url.endsWith('/coverage-ended'))).toBe(false);
   });
 
+  it('a change of payer under the same member number ends the former payer\'s Coverage, unless the record names that number for two plans', async () => {
+    const coverages = async (patientId: string) =>
+      Object.fromEntries((await search<Coverage>('Coverage', `beneficiary=Patient/${patientId}`)).map((c) => [c.id, [c.subscriberId, c.status]]));
+    /** The same patient and member number with the secondary fixture's payer (MetLife) in the given order. */
+    const metLife = (c: EligibilityCheck, order: EligibilityCheck['coverage']['order']) => ({ ...c, coverage: { ...required(secondary).coverage, order } });
+
+    // The employer changes carriers; the member number is the employee's and stays.
+    const delta = await writer.write(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-02T09:00:00.000Z'), outcome('ver_end5_1'), {}, insured('EMP-4471'));
+    const met = await writer.write(metLife(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-20T09:00:00.000Z'), 'primary'), outcome('ver_end5_2'), {}, insured('EMP-4471'));
+    expect(met.coverageId).not.toBe(delta.coverageId);
+    expect(await coverages(delta.patientId)).toEqual({ [delta.coverageId]: ['EMP-4471', 'cancelled'], [met.coverageId]: ['EMP-4471', 'active'] });
+
+    // Two plans the PMS keys on one number (both on the subscriber's SSN): the second is not the first's successor.
+    const first = await writer.write(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), outcome('ver_end6_1'), {}, insured('SSN-0099', 'SSN-0099'));
+    const second = await writer.write(metLife(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), 'secondary'), outcome('ver_end6_2'), {}, insured('SSN-0099', 'SSN-0099'));
+    expect(await coverages(first.patientId)).toEqual({ [first.coverageId]: ['SSN-0099', 'active'], [second.coverageId]: ['SSN-0099', 'active'] });
+  });
+
   it('ends nothing of a patient every sender shares (an OID authority): one sender\'s record does not name another\'s plans', async () => {
     const oid = (memberId: string, receivedAt: string) => {
       const c = plan(primary, 'MP-END-OID', memberId, receivedAt);
