@@ -135,8 +135,10 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
       if (last) return scheduleAppointment(tx, { ...last, basis: { ...(last.basis as object), ...stamp }, status: 'cancelled', checks: [] }, ctx);
       const key = appointmentKey(facility, outcome.appointmentId);
       // A cancellation that overtook its booking is kept, so the booking, sent before it, books nothing when it comes.
-      if (outcome.patientKey && stamp.sentAt !== undefined) {
-        await tx.putAppointment({ key, patientKey: patientKeyText(outcome.patientKey), dateOfService: '', status: 'cancelled', checkKeys: [], basis: stamp, updatedAt: ctx.now.toISOString() });
+      // One without PID names no patient: the appointment's key is enough for that, and a booking sent after it takes the row.
+      if (stamp.sentAt !== undefined) {
+        const patientKey = patientKeyText(outcome.patientKey ?? { facility, identifier: { value: '' } });
+        await tx.putAppointment({ key, patientKey, dateOfService: '', status: 'cancelled', checkKeys: [], basis: stamp, updatedAt: ctx.now.toISOString() });
       }
       return { created: [], withdrawn: [] };
     }

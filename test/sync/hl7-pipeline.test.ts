@@ -328,6 +328,11 @@ describe('HL7 v2 into the chart', () => {
     expect((await appointment('APT-10'))?.dateOfService).toBe(day(later));
     expect(await checksOn()).toEqual([`${day(VISIT)} cancelled`, `${day(later)} received`]);
 
+    // The same without PID, as a cancellation may be sent: the appointment's id is enough.
+    expect(await send(sentAt('100000', [msh('SIU^S15^SIU_S12', 'O8'), sch('APT-11')].join('\r')), sentAt('090000', siuFor('S12', 'O7', 'APT-11')))).toEqual(['AA', 'AA']);
+    expect((await appointment('APT-11'))?.status).toBe('cancelled');
+    expect(await checksOn()).not.toContain(`${day(VISIT)} received`);
+
     // Booked again after its cancellation, and sent after it: it is booked.
     expect(await send(sentAt('120000', siuFor('S12', 'O6', 'APT-9', visitIn(20))))).toEqual(['AA']);
     expect((await appointment('APT-9'))?.status).toBe('booked');
