@@ -1,6 +1,8 @@
-/** Whether text is an http(s) URL, as a FHIR server's base is given (the command line, the environment, an embedder's config). */
+/** Whether text is an http(s) URL with a host, as a base URL is given (the command line, the environment, an embedder's config). */
 export function isHttpUrl(text: string): boolean {
-  return /^https?:\/\/\S+$/.test(text);
+  if (!URL.canParse(text)) return false;
+  const url = new URL(text);
+  return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
 }
 
 /** Whether a URL carries a user or password: fetch refuses such URLs and repeats them whole in its error. */
@@ -8,4 +10,26 @@ export function carriesCredentials(url: string): boolean {
   if (!URL.canParse(url)) return false;
   const { username, password } = new URL(url);
   return username !== '' || password !== '';
+}
+
+/** This machine: plain HTTP to it never crosses a network. */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/**
+ * Whether a URL is plain http to a host other than this machine: what goes to it (an API key, the
+ * chart's access token, patient data) would cross the network unencrypted. Refused unless the
+ * deployment says so (allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP).
+ */
+export function isPlainHttpAcrossNetwork(url: string): boolean {
+  if (!URL.canParse(url)) return false;
+  const { protocol, hostname } = new URL(url);
+  return protocol === 'http:' && !isLoopbackHost(hostname);
+}
+
+/** The one wording of that refusal: `sent` is what would go unencrypted, `allow` how the deployment says it may. */
+export function plainHttpRefused(sent: string, allow: string): string {
+  return `plain http to a host other than this machine would send ${sent} unencrypted; use https, or allow it explicitly (${allow})`;
 }

@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { convertBundle, convertFromServer, type FhirConversion, type FhirInputOptions } from '../adapters/fhir/in';
-import { carriesCredentials, isHttpUrl } from '../url-checks';
+import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { envFlag } from '../service/config-file';
 import { fhirKitReader } from '../sync/fhir-reader';
 import { describeFhirIssue, FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
@@ -35,7 +36,8 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
     .command('fhir [bundle]')
     .description(
       'A FHIR R4 Bundle (`-` for stdin), or an appointment on a FHIR server (--server with --appointment), to the eligibility checks ' +
-        'its patient\'s active coverages make, primary first, as one JSON array. A bearer token for the server comes from DENTAL_ELIG_FHIR_TOKEN.',
+        'its patient\'s active coverages make, primary first, as one JSON array. A bearer token for the server comes from DENTAL_ELIG_FHIR_TOKEN; ' +
+        'a plain http:// server other than this machine needs DENTAL_ELIG_ALLOW_INSECURE_HTTP=1.',
     )
     .option('--appointment <id>', 'the Appointment to verify: needed with --server, or when the Bundle holds several')
     .option('--server <url>', 'read the appointment, patient, coverages, payors and subscribers from this FHIR base URL')
@@ -97,6 +99,9 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   const server = opts.server ?? '';
   if (!isHttpUrl(server)) throw new CliError('--server: must be an http(s) URL', 2);
   if (carriesCredentials(server)) throw new CliError('--server: credentials do not belong in the URL; the bearer token comes from DENTAL_ELIG_FHIR_TOKEN', 2);
+  if (isPlainHttpAcrossNetwork(server) && !envFlag(io.env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP')) {
+    throw new CliError(`--server: ${plainHttpRefused('the bearer token and patient data', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, 2);
+  }
   const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
   const reader = await fhirKitReader(server.replace(/\/+$/, ''), token ? { bearerToken: token } : {});
   try {

@@ -12,7 +12,7 @@ import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
-import { carriesCredentials, isHttpUrl } from '../url-checks';
+import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
@@ -503,6 +503,7 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   if (carriesCredentials(baseUrl)) throw new Error('fhir.baseUrl: credentials do not belong in the URL; give bearerToken or smart');
   const parsed = FhirWriterOptions.safeParse(options);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
+  if (isPlainHttpAcrossNetwork(baseUrl) && !parsed.data.allowInsecureHttp) throw new Error(`fhir.baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
 }
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {

@@ -7,7 +7,7 @@ import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
 import { clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
-import { carriesCredentials, isHttpUrl } from '../url-checks';
+import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
 /**
@@ -25,7 +25,7 @@ export interface ServeConfig {
   service?: ClientConfigInput;
   customerId?: string;
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
-  fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string } };
+  fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string }; allowInsecureHttp?: boolean };
   webhook: { scheme: 'standard-webhooks'; secret?: string } | { scheme: 'bearer'; token: string };
   /** From DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: { portalId: { username, password } } for portals without stored credentials. */
   inlineCredentials?: Record<string, InlineCredentials>;
@@ -53,6 +53,10 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     if (url !== undefined && !isHttpUrl(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
     if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
+  // The chart's URL under the same rule as the service's (the client's own config refuses that one, below).
+  if (fhirUrl !== undefined && isPlainHttpAcrossNetwork(fhirUrl) && !client.allowInsecureHttp) {
+    throw new ConfigError(`DENTAL_ELIG_FHIR_URL: ${plainHttpRefused("the chart's access token and patient data", 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
+  }
   const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
   // Refused here, as setup and verify refuse it, rather than when serve builds its client.
   if (service) clientConfig(service);
@@ -77,7 +81,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(service && { service }),
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
-    ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }) } }),
+    ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }), ...(client.allowInsecureHttp && { allowInsecureHttp: true }) } }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }) },
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},

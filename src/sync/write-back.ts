@@ -62,6 +62,8 @@ export const FhirWriterOptions = z
     smart: SmartBackendAuth.optional(),
     /** Each request to the FHIR server or token endpoint gives up after this long (a retryable failure). Default 30 s. */
     timeoutMs: z.number().int().positive().default(30_000),
+    /** Plain http:// to another machine sends the access token and patient data unencrypted: only when asked for (checked where the sync is created). */
+    allowInsecureHttp: z.boolean().default(false),
   })
   .refine((o) => !(o.bearerToken && o.smart), { error: 'give bearerToken or smart, not both' });
 export type FhirWriterOptions = z.input<typeof FhirWriterOptions>;

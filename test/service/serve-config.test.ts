@@ -57,6 +57,14 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).not.toThrow(/s3cret/);
   });
 
+  it('refuses a plain http FHIR URL to another machine unless allowed, as it refuses the service\'s; the embedded chart and this machine need nothing', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://fhir.example.test/R4' }, {})).toThrow(
+      /^DENTAL_ELIG_FHIR_URL: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
+    );
+    expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://fhir.example.test/R4', DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, {}).fhir).toEqual({ baseUrl: 'http://fhir.example.test/R4', allowInsecureHttp: true });
+    expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://127.0.0.1:8080/fhir/' }, {}).fhir).toEqual({ baseUrl: 'http://127.0.0.1:8080/fhir' });
+  });
+
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);

@@ -69,9 +69,20 @@ describe('a sync that fails to be created or started', () => {
     expect(fhir({ baseUrl: 'chart.example/fhir' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
     // fetch would repeat the URL, password and all, in every failed write's error and log line.
     expect(fhir({ baseUrl: 'https://elig:s3cret@chart.example/fhir' })).toThrow(/^fhir\.baseUrl: credentials do not belong in the URL; give bearerToken or smart$/);
+    // Plain http across a network would carry the token and patient data unencrypted, as it would to the service.
+    expect(fhir({ baseUrl: 'http://chart.example/fhir', bearerToken: 'secret-token' })).toThrow(
+      /^fhir\.baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(fhir\.allowInsecureHttp\)$/,
+    );
+    expect(fhir({ baseUrl: 'http://' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
     expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('takes a chart on this machine, over https, or over plain http when the deployment allows it', async () => {
+    for (const fhir of [{ baseUrl: 'http://chart.example/fhir', allowInsecureHttp: true }, { baseUrl: 'HTTPS://chart.example/fhir' }, { baseUrl: 'http://localhost:8080/fhir' }]) {
+      await createEligibilitySync(config({ fhir })).stop();
+    }
   });
 
   it('refuses a key it does not know, an empty data dir and no service, naming each, before it opens the store', () => {

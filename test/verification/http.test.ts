@@ -1,6 +1,6 @@
 import { inspect } from 'node:util';
 import { VerificationClient } from '../../src/verification/client';
-import { isLoopbackHost } from '../../src/verification/config';
+import { isLoopbackHost } from '../../src/url-checks';
 import { ServiceError, UNREADABLE_ANSWER } from '../../src/verification/errors';
 import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { validationKindOf } from '../../src/verification/outcome';
