@@ -259,6 +259,31 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('never prints a password the service sends back with the credentials, saying only that one is set', async () => {
+    // The interface has GET retrieve the credentials, username and password.
+    const server = await startScriptedServer((req, res) => {
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', password: 'echoed-pass-9', loginMethod: 'Native' }));
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'echoed-pass-9' };
+    try {
+      const runs = [
+        await cli(['setup', 'credentials', 'get', '--clinic', 'cl_1', '--portal', 'metdental'], at),
+        await cli(['setup', 'credentials', 'get', '--clinic', 'cl_1', '--portal', 'metdental', '--json'], at),
+        await cli(['setup', 'credentials', 'set', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1'], at),
+        await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1', '--json'], at),
+      ];
+      for (const run of runs) {
+        expect(run.code).toBe(0);
+        expect(run.stdout + run.stderr).not.toContain('echoed-pass-9');
+      }
+      expect(field(runs[0]?.stdout ?? '', 'passwordSet')).toBe('true');
+      expect(JSON.parse(runs[1]?.stdout ?? '')).toEqual({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', passwordSet: true, loginMethod: 'Native' });
+    } finally {
+      await server.close();
+    }
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);
