@@ -95,6 +95,42 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('cuts the API key and the portal passwords it sent out of problem details that quote them', async () => {
+    // A service that quotes what it was sent: the key it refused, the body it could not take.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 422, {
+        title: `Unprocessable for ${req.headers.authorization ?? ''}`,
+        detail: `could not process ${req.body}`,
+        upstreamErrors: [{ detail: `portal refused ${req.body}` }],
+        errors: [{ field: 'password', message: `'${(JSON.parse(req.body) as { password?: string }).password ?? 'inline'}' is too short`, code: 'invalid_value' }],
+      }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    const inline = {
+      credentials: { username: 'office1', password: 'inline-pass-55' },
+      payer: { payerId: 'CDCA1' },
+      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'DD1', relationship: 'Self' as const },
+      dateOfService: '2026-12-01',
+    };
+    try {
+      const errors = [
+        await client.createCredentials('cl_1', 'metdental', { username: 'office1', password: 'stored-pass-42', loginMethod: 'Native' }).catch((e: unknown) => e),
+        await client.verify(inline).catch((e: unknown) => e),
+      ] as ServiceError[];
+      for (const err of errors) {
+        expect(err).toBeInstanceOf(ServiceError);
+        const shown = `${err.message} ${JSON.stringify(err.problem)}`;
+        for (const secret of ['sk_live_key-7731', 'stored-pass-42', 'inline-pass-55']) expect(shown).not.toContain(secret);
+        expect(err.problem.title).toBe('Unprocessable for Bearer [redacted]');
+      }
+      expect(errors[0]?.fieldErrors).toEqual(["password: '[redacted]' is too short"]);
+      expect(errors[1]?.problem.detail).toContain('"credentials":{"username":"office1","password":"[redacted]"}');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('gives a clear error for a body that is not problem details: HTML from a proxy, or nothing', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) {
