@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { ServiceError } from '../verification/errors';
 import { VerificationClient } from '../verification/client';
 import { loadSettings, type CliSettings } from './config';
-import { CliError, type CliIo } from './io';
+import { CliError, say, type CliIo } from './io';
 
 /** An environment variable a command reads, and what for. */
 export type EnvVar = readonly [name: string, what: string];
@@ -35,7 +35,7 @@ export async function withService<T>(
   const settings = loadSettings(io.env, command.optsWithGlobals<{ config?: string }>().config);
   const client = new VerificationClient(settings.client, {
     log: {
-      warn: (_obj, msg) => io.stderr.write(`dental-elig: warning: ${msg}\n`),
+      warn: (_obj, msg) => say(io, `warning: ${msg}`),
       debug: () => undefined,
     },
   });

@@ -284,6 +284,30 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('keeps a service answer with line breaks and terminal escapes to one plain line, and its records free of escapes', async () => {
+    const server = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/v2/organizations')) {
+        res.writeHead(422, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ title: 'Bad\nname', detail: 'first\r\n\u001b[2J\u001b[31mcleared\u009b0m', errors: [{ field: 'name', message: 'too\u2028long', code: 'invalid_value' }] }));
+        return;
+      }
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ correlationId: 'val_1', status: 'Invalid\u001b[2J', result: { title: 'Invalid credentials', detail: 'portal said\nno' } }));
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url };
+    try {
+      const created = await cli(['setup', 'organization', 'create', '--name', 'Lakeside'], at);
+      expect(created.code).toBe(1);
+      expect(created.stderr).toBe('dental-elig: create organization failed with 422 - Bad name: first [2J [31mcleared 0m - name: too long\n');
+      const validated = await cli(['setup', 'credentials', 'validate', '--clinic', 'cl_1', '--portal', 'metdental', '--wait', '--first-delay-ms', '0'], at);
+      expect(validated.code).toBe(1);
+      expect(validated.stdout + validated.stderr).not.toMatch(/[\u001b\u009b]/);
+      expect(validated.stderr.split('\n').slice(1)).toEqual(['dental-elig: validation val_1: Invalid [2J - portal said no', '']);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);
