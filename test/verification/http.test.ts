@@ -489,6 +489,22 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('reads a verification or a validation fetched by its correlationId when the body does not repeat it', async () => {
+    // The interface shows status and result for the GET of a verification, nothing for a validation's.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 200, req.url.includes('credentials') ? { status: 'Valid' } : { status: 'Completed', correlationId: null, result: { plan: { name: 'PPO' } } }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const outcome = await client.getVerification('corr_7');
+      expect(outcome.kind).toBe('completed');
+      expect(outcome.verification.correlationId).toBe('corr_7');
+      expect(await client.getCredentialsValidation('val_7')).toEqual({ correlationId: 'val_7', status: 'Valid' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
     const statuses = ['Queued', 'InProgress', 'Success'];
     const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));
