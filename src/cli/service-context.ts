@@ -48,8 +48,9 @@ export async function withService<T>(
   }
 }
 
-/** A service failure as one line: the operation, status, problem and field errors. */
+/** A service failure as one line: the operation, status, problem and field errors, and when to try again if the service said. */
 export function toCliError(err: ServiceError): CliError {
   const reportId = err.status !== undefined && err.status >= 500 && err.requestId ? ` (report request id ${err.requestId})` : '';
-  return new CliError(`${err.message}${reportId}`);
+  const tryAgain = err.retryAfterMs !== undefined ? ` (the service asks for ${Math.ceil(err.retryAfterMs / 1000)} s before another try)` : '';
+  return new CliError(`${err.message}${reportId}${tryAgain}`);
 }

@@ -308,6 +308,24 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('says how long the service asked to be left alone when it refuses with Retry-After', async () => {
+    // A create is never repeated, and a wait longer than the client's longest retry is not waited out.
+    const server = await startScriptedServer((_req, res) => {
+      res.writeHead(429, { 'content-type': 'application/problem+json', 'retry-after': '120' });
+      res.end(JSON.stringify({ title: 'Too Many Requests', status: 429 }));
+    });
+    try {
+      const created = await cli(['setup', 'organization', 'create', '--name', 'Lakeside'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(created.code).toBe(1);
+      expect(created.stderr).toBe('dental-elig: create organization failed with 429 - Too Many Requests (the service asks for 120 s before another try)\n');
+      const listed = await cli(['setup', 'organization', 'list'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(listed.stderr).toBe('dental-elig: list organizations failed with 429 - Too Many Requests (the service asks for 120 s before another try)\n');
+      expect(server.requests).toHaveLength(2);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);
