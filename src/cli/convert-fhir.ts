@@ -12,7 +12,7 @@ import { describeIssue, type EligibilityCheck } from '../domain';
 import { toOutcome } from '../verification/outcome';
 import { describeTransportError } from '../verification/http';
 import { asRequest, shapeOf } from './as-request';
-import { CliError, inputName, instant, loadCatalog, parseJsonInput, readInput, writeJson, type CliIo } from './io';
+import { CliError, inputName, instant, loadCatalog, parseJsonInput, readInput, say, writeJson, type CliIo } from './io';
 
 interface ConvertFhirOptions {
   as: string;
@@ -121,9 +121,9 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
  * an empty list says why it is empty.
  */
 function noted(io: CliIo, { checks, notes, unverifiedStatus }: FhirConversion): EligibilityCheck[] {
-  for (const note of notes) io.stderr.write(`dental-elig: ${note.severity ?? 'warning'}: ${describeFhirIssue(note)}\n`);
+  for (const note of notes) say(io, `${note.severity ?? 'warning'}: ${describeFhirIssue(note)}`);
   if (unverifiedStatus !== undefined) {
-    io.stderr.write(`dental-elig: note: Appointment.status is ${unverifiedStatus.slice(0, 40)}: appointments in that status are not verified (mappings/fhir/appointment-status.json), so there are no checks\n`);
+    say(io, `note: Appointment.status is ${unverifiedStatus.slice(0, 40)}: appointments in that status are not verified (mappings/fhir/appointment-status.json), so there are no checks`);
   }
   return checks;
 }

@@ -30,6 +30,20 @@ export class CliError extends Error {
   }
 }
 
+/**
+ * Text for a terminal: line breaks and the other control characters (escape sequences among them)
+ * become spaces. What the CLI quotes (the service's problem details, a status it sent, a name in a
+ * file) then stays on its line and cannot move the cursor, recolour or clear the screen.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ');
+}
+
+/** One line on stderr, `dental-elig: ` before it: an error, a warning or a note. */
+export function say(io: CliIo, text: string): void {
+  io.stderr.write(`dental-elig: ${printable(text)}\n`);
+}
+
 /** Reads a file argument, `-` meaning standard input. */
 export async function readInput(io: CliIo, file: string): Promise<string> {
   if (file === '-') {
@@ -100,7 +114,7 @@ export async function listAll<T>(io: CliIo, client: VerificationClient, list: (p
 export function warnUnreadable(io: CliIo, unreadable: readonly string[], of = 'the items the service listed'): void {
   if (unreadable.length === 0) return;
   const more = unreadable.length > 1 ? ` (+${unreadable.length - 1} more)` : '';
-  io.stderr.write(`dental-elig: warning: ${unreadable.length} of ${of} could not be read and are left out: ${unreadable[0]}${more}\n`);
+  say(io, `warning: ${unreadable.length} of ${of} could not be read and are left out: ${unreadable[0]}${more}`);
 }
 
 export function writeJson(io: CliIo, value: unknown): void {

@@ -7,7 +7,7 @@ import { registerConvertFhir } from './convert-fhir';
 import { registerConvertHl7 } from './convert-hl7';
 import { registerDemo } from './demo';
 import { registerFhirServer } from './fhir-server';
-import { CliError, type CliIo } from './io';
+import { CliError, say, type CliIo } from './io';
 import { registerJobs } from './jobs';
 import { registerSandbox } from './sandbox';
 import { registerServe } from './serve';
@@ -50,15 +50,15 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
     // A setting that cannot be used (config file, environment) is a usage error, whichever command read it.
     if (err instanceof ConfigError) {
-      io.stderr.write(`dental-elig: ${err.message}\n`);
+      say(io, err.message);
       return 2;
     }
     if (err instanceof CliError) {
-      io.stderr.write(`dental-elig: ${err.message}\n`);
+      say(io, err.message);
       return err.exitCode;
     }
     // Unexpected: still one line, no stack trace (it could carry request data).
-    io.stderr.write(`dental-elig: internal error: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}\n`);
+    say(io, `internal error: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
     return 1;
   }
 }

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { ServiceError } from '../verification/errors';
 import { VerificationClient } from '../verification/client';
 import { loadSettings, type CliSettings } from './config';
-import { CliError, type CliIo } from './io';
+import { CliError, say, type CliIo } from './io';
 
 /** An environment variable a command reads, and what for. */
 export type EnvVar = readonly [name: string, what: string];
@@ -35,7 +35,7 @@ export async function withService<T>(
   const settings = loadSettings(io.env, command.optsWithGlobals<{ config?: string }>().config);
   const client = new VerificationClient(settings.client, {
     log: {
-      warn: (_obj, msg) => io.stderr.write(`dental-elig: warning: ${msg}\n`),
+      warn: (_obj, msg) => say(io, `warning: ${msg}`),
       debug: () => undefined,
     },
   });
@@ -48,8 +48,9 @@ export async function withService<T>(
   }
 }
 
-/** A service failure as one line: the operation, status, problem and field errors. */
+/** A service failure as one line: the operation, status, problem and field errors, and when to try again if the service said. */
 export function toCliError(err: ServiceError): CliError {
   const reportId = err.status !== undefined && err.status >= 500 && err.requestId ? ` (report request id ${err.requestId})` : '';
-  return new CliError(`${err.message}${reportId}`);
+  const tryAgain = err.retryAfterMs !== undefined ? ` (the service asks for ${Math.ceil(err.retryAfterMs / 1000)} s before another try)` : '';
+  return new CliError(`${err.message}${reportId}${tryAgain}`);
 }

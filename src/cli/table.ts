@@ -1,4 +1,4 @@
-import type { CliIo } from './io';
+import { printable, type CliIo } from './io';
 
 export type Column<T> = [header: string, value: (row: T) => string | number | boolean | null | undefined];
 
@@ -29,6 +29,5 @@ export function printRecord(io: CliIo, record: Record<string, unknown>, asJson: 
 function cell(v: unknown): string {
   if (v === undefined || v === null) return '';
   if (Array.isArray(v)) return v.map(cell).join(', ');
-  if (typeof v === 'object') return JSON.stringify(v);
-  return String(v);
+  return printable(typeof v === 'object' ? JSON.stringify(v) : String(v));
 }

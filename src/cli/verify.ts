@@ -4,7 +4,7 @@ import type { VerificationClient } from '../verification/client';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { VerificationRequest } from '../verification/wire';
-import { CliError, inputName, parseJsonInput, readInput, whole, type CliIo } from './io';
+import { CliError, inputName, parseJsonInput, printable, readInput, say, whole, type CliIo } from './io';
 import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
 
@@ -146,7 +146,7 @@ async function waitFor(io: CliIo, client: VerificationClient, correlationId: str
   const outcome = await client.waitForVerification(correlationId, {
     firstDelayMs: opts.firstDelayMs,
     timeoutMs: opts.timeoutMs,
-    onPoll: (status) => io.stderr.write(` ${status}`),
+    onPoll: (status) => io.stderr.write(` ${printable(status)}`),
   });
   io.stderr.write('\n');
   return outcome;
@@ -154,7 +154,7 @@ async function waitFor(io: CliIo, client: VerificationClient, correlationId: str
 
 /** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */
 function report(io: CliIo, outcome: VerificationOutcome, opts: { json?: boolean; wait?: boolean; timeoutMs: number }): string | undefined {
-  for (const w of outcome.warnings) io.stderr.write(`dental-elig: warning: ${w}\n`);
+  for (const w of outcome.warnings) say(io, `warning: ${w}`);
   if (!opts.json) printRecord(io, summarise(outcome), false);
   const id = outcome.verification.correlationId;
   if (outcome.kind === 'pending' && opts.wait) return `verification ${id}: still Pending after ${opts.timeoutMs} ms`;
@@ -166,6 +166,6 @@ function report(io: CliIo, outcome: VerificationOutcome, opts: { json?: boolean;
 function fail(io: CliIo, problems: string[], total: number): void {
   if (problems.length === 0) return;
   if (total === 1) throw new CliError(problems[0] as string);
-  for (const p of problems) io.stderr.write(`dental-elig: ${p}\n`);
+  for (const p of problems) say(io, p);
   throw new CliError(`${problems.length} of ${total} verifications did not complete`);
 }

@@ -1,4 +1,4 @@
-import { ZodError, type z } from 'zod';
+import { ZodError, z } from 'zod';
 import { describeIssue, fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
 import { ServiceError, UNREADABLE_ANSWER } from './errors';
@@ -184,7 +184,7 @@ export class VerificationClient {
   }
 
   async getCredentialsValidation(correlationId: string): Promise<CredentialsValidation> {
-    return this.get('get credentials validation', `/v2/credentials-validations/${seg(correlationId)}`, CredentialsValidation);
+    return this.get('get credentials validation', `/v2/credentials-validations/${seg(correlationId)}`, askedFor(CredentialsValidation, correlationId));
   }
 
   /**
@@ -211,7 +211,7 @@ export class VerificationClient {
   }
 
   async getVerification(correlationId: string): Promise<VerificationOutcome> {
-    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, Verification), 'get insurance verification');
+    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, askedFor(Verification, correlationId)), 'get insurance verification');
   }
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
@@ -302,6 +302,18 @@ function strict<T extends z.ZodType>(schema: T, value: unknown, operation: strin
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
   throw new ServiceError({ operation, code: 'invalid_request', problem: { title: 'Request not sent', errors: fieldErrors(parsed.error.issues, value) } });
+}
+
+/**
+ * A body fetched by its correlationId. The interface shows only status and result for the GET of a
+ * verification, and nothing of a validation's: one that does not repeat the id is the one asked for.
+ */
+function askedFor<T extends z.ZodType>(schema: T, correlationId: string) {
+  return z.preprocess((body) => {
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
+    const given = (body as { correlationId?: unknown }).correlationId;
+    return given === undefined || given === null ? { ...body, correlationId } : body;
+  }, schema);
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

@@ -151,7 +151,7 @@ export class ServiceHttp {
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: problemFrom(text, res, this.#log),
+        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwordsIn(opts.body)]),
         requestId,
         ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
       });
@@ -263,6 +263,32 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
   return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `the service answered with ${what}, not problem details` };
 }
 
+
+const REDACTED = '[redacted]';
+
+/**
+ * The value with each secret cut out of every string in it. A service may quote what it was sent
+ * in its problem details ("API key … is not valid", "password 'x' is too short"), and those reach
+ * the CLI's message, the logs and, for a refused verification, the patient's chart.
+ */
+function redacted<T>(value: T, secrets: readonly string[]): T {
+  // The longest first: a secret that holds another is cut out whole.
+  const present = secrets.filter((secret) => secret !== '').sort((a, b) => b.length - a.length);
+  if (present.length === 0) return value;
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return present.reduce((text, secret) => text.split(secret).join(REDACTED), v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (typeof v === 'object' && v !== null) return Object.fromEntries(Object.entries(v).map(([k, item]) => [k, walk(item)]));
+    return v;
+  };
+  return walk(value) as T;
+}
+
+/** The portal passwords a request body carries: stored credentials' own, or inline `credentials.password`. */
+function passwordsIn(body: unknown): string[] {
+  if (typeof body !== 'object' || body === null) return [];
+  return Object.entries(body).flatMap(([key, value]) => (key === 'password' && typeof value === 'string' ? [value] : passwordsIn(value)));
+}
 
 function parseJson(text: string): unknown {
   try {

@@ -249,17 +249,23 @@ export const CredentialsPatch = CredentialsRequest.partial().refine((p) => Objec
 });
 export type CredentialsPatch = z.infer<typeof CredentialsPatch>;
 
-/** The stored record; the password is never echoed. */
-export const CredentialsRecord = z.looseObject({
-  clinicId: Opt(Str),
-  portalId: Opt(Str),
-  username: Str,
-  passwordSet: Opt(z.boolean()),
-  loginMethod: Opt(Str),
-  mfaEmail: Opt(Str),
-  mfaPhoneNumber: Opt(Str),
-  updatedAt: Opt(Str),
-});
+/**
+ * The stored record. The interface has GET "retrieve" credentials whose fields are username and
+ * password: a password the service sends back is read as passwordSet and goes no further, so no
+ * record printed, logged or kept holds it.
+ */
+export const CredentialsRecord = z
+  .looseObject({
+    clinicId: Opt(Str),
+    portalId: Opt(Str),
+    username: Str,
+    passwordSet: Opt(z.boolean()),
+    loginMethod: Opt(Str),
+    mfaEmail: Opt(Str),
+    mfaPhoneNumber: Opt(Str),
+    updatedAt: Opt(Str),
+  })
+  .transform(({ password, ...record }) => (password === undefined ? record : { ...record, passwordSet: record.passwordSet ?? (password !== null && password !== '') }));
 export type CredentialsRecord = z.infer<typeof CredentialsRecord>;
 
 export const InlineCredentials = z.strictObject({

@@ -259,6 +259,73 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('never prints a password the service sends back with the credentials, saying only that one is set', async () => {
+    // The interface has GET retrieve the credentials, username and password.
+    const server = await startScriptedServer((req, res) => {
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', password: 'echoed-pass-9', loginMethod: 'Native' }));
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'echoed-pass-9' };
+    try {
+      const runs = [
+        await cli(['setup', 'credentials', 'get', '--clinic', 'cl_1', '--portal', 'metdental'], at),
+        await cli(['setup', 'credentials', 'get', '--clinic', 'cl_1', '--portal', 'metdental', '--json'], at),
+        await cli(['setup', 'credentials', 'set', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1'], at),
+        await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1', '--json'], at),
+      ];
+      for (const run of runs) {
+        expect(run.code).toBe(0);
+        expect(run.stdout + run.stderr).not.toContain('echoed-pass-9');
+      }
+      expect(field(runs[0]?.stdout ?? '', 'passwordSet')).toBe('true');
+      expect(JSON.parse(runs[1]?.stdout ?? '')).toEqual({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', passwordSet: true, loginMethod: 'Native' });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('keeps a service answer with line breaks and terminal escapes to one plain line, and its records free of escapes', async () => {
+    const server = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/v2/organizations')) {
+        res.writeHead(422, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ title: 'Bad\nname', detail: 'first\r\n\u001b[2J\u001b[31mcleared\u009b0m', errors: [{ field: 'name', message: 'too\u2028long', code: 'invalid_value' }] }));
+        return;
+      }
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ correlationId: 'val_1', status: 'Invalid\u001b[2J', result: { title: 'Invalid credentials', detail: 'portal said\nno' } }));
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url };
+    try {
+      const created = await cli(['setup', 'organization', 'create', '--name', 'Lakeside'], at);
+      expect(created.code).toBe(1);
+      expect(created.stderr).toBe('dental-elig: create organization failed with 422 - Bad name: first [2J [31mcleared 0m - name: too long\n');
+      const validated = await cli(['setup', 'credentials', 'validate', '--clinic', 'cl_1', '--portal', 'metdental', '--wait', '--first-delay-ms', '0'], at);
+      expect(validated.code).toBe(1);
+      expect(validated.stdout + validated.stderr).not.toMatch(/[\u001b\u009b]/);
+      expect(validated.stderr.split('\n').slice(1)).toEqual(['dental-elig: validation val_1: Invalid [2J - portal said no', '']);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('says how long the service asked to be left alone when it refuses with Retry-After', async () => {
+    // A create is never repeated, and a wait longer than the client's longest retry is not waited out.
+    const server = await startScriptedServer((_req, res) => {
+      res.writeHead(429, { 'content-type': 'application/problem+json', 'retry-after': '120' });
+      res.end(JSON.stringify({ title: 'Too Many Requests', status: 429 }));
+    });
+    try {
+      const created = await cli(['setup', 'organization', 'create', '--name', 'Lakeside'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(created.code).toBe(1);
+      expect(created.stderr).toBe('dental-elig: create organization failed with 429 - Too Many Requests (the service asks for 120 s before another try)\n');
+      const listed = await cli(['setup', 'organization', 'list'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(listed.stderr).toBe('dental-elig: list organizations failed with 429 - Too Many Requests (the service asks for 120 s before another try)\n');
+      expect(server.requests).toHaveLength(2);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('turns a 401 into one line', async () => {
     const run = await cli(['setup', 'portals', 'list'], { ...env, DENTAL_ELIG_API_KEY: 'sk_wrong' });
     expect(run.code).toBe(1);

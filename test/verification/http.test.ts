@@ -95,6 +95,42 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('cuts the API key and the portal passwords it sent out of problem details that quote them', async () => {
+    // A service that quotes what it was sent: the key it refused, the body it could not take.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 422, {
+        title: `Unprocessable for ${req.headers.authorization ?? ''}`,
+        detail: `could not process ${req.body}`,
+        upstreamErrors: [{ detail: `portal refused ${req.body}` }],
+        errors: [{ field: 'password', message: `'${(JSON.parse(req.body) as { password?: string }).password ?? 'inline'}' is too short`, code: 'invalid_value' }],
+      }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    const inline = {
+      credentials: { username: 'office1', password: 'inline-pass-55' },
+      payer: { payerId: 'CDCA1' },
+      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'DD1', relationship: 'Self' as const },
+      dateOfService: '2026-12-01',
+    };
+    try {
+      const errors = [
+        await client.createCredentials('cl_1', 'metdental', { username: 'office1', password: 'stored-pass-42', loginMethod: 'Native' }).catch((e: unknown) => e),
+        await client.verify(inline).catch((e: unknown) => e),
+      ] as ServiceError[];
+      for (const err of errors) {
+        expect(err).toBeInstanceOf(ServiceError);
+        const shown = `${err.message} ${JSON.stringify(err.problem)}`;
+        for (const secret of ['sk_live_key-7731', 'stored-pass-42', 'inline-pass-55']) expect(shown).not.toContain(secret);
+        expect(err.problem.title).toBe('Unprocessable for Bearer [redacted]');
+      }
+      expect(errors[0]?.fieldErrors).toEqual(["password: '[redacted]' is too short"]);
+      expect(errors[1]?.problem.detail).toContain('"credentials":{"username":"office1","password":"[redacted]"}');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('gives a clear error for a body that is not problem details: HTML from a proxy, or nothing', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) {
@@ -448,6 +484,22 @@ describe('VerificationClient paging and polling', () => {
       const validation = await client.getCredentialsValidation('v1');
       expect(validationKindOf(validation.status)).toBe('invalid');
       expect(validation.result?.detail).toBe('the portal refused the login');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('reads a verification or a validation fetched by its correlationId when the body does not repeat it', async () => {
+    // The interface shows status and result for the GET of a verification, nothing for a validation's.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 200, req.url.includes('credentials') ? { status: 'Valid' } : { status: 'Completed', correlationId: null, result: { plan: { name: 'PPO' } } }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const outcome = await client.getVerification('corr_7');
+      expect(outcome.kind).toBe('completed');
+      expect(outcome.verification.correlationId).toBe('corr_7');
+      expect(await client.getCredentialsValidation('val_7')).toEqual({ correlationId: 'val_7', status: 'Valid' });
     } finally {
       await Promise.all([client.close(), server.close()]);
     }

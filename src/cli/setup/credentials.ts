@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
 import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
-import { CliError, whole, type CliIo } from '../io';
+import { CliError, printable, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -127,7 +127,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
         const final = await client.waitForCredentialsValidation(requested.correlationId, {
           firstDelayMs: opts.firstDelayMs,
           timeoutMs: opts.timeoutMs,
-          onPoll: (status, elapsed) => io.stderr.write(` ${status} ${Math.round(elapsed / 1000)}s`),
+          onPoll: (status, elapsed) => io.stderr.write(` ${printable(status)} ${Math.round(elapsed / 1000)}s`),
         });
         io.stderr.write('\n');
         printRecord(io, final, Boolean(opts.json));
