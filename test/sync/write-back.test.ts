@@ -472,6 +472,26 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     expect((await read<Coverage>('Coverage', first.coverageId)).extension?.some((e) => e.url.endsWith('/coverage-ended'))).toBe(false);
   });
 
+  it('finds the patient\'s Coverages by patient, the parameter US Core charts (Epic, Oracle Health) support, not beneficiary', async () => {
+    // A chart in front of the test's that, as those servers may, refuses a search parameter it does not support (here in the write's batch).
+    const chart = await startScriptedServer(async (req, res) => {
+      const searches = req.body ? ((JSON.parse(req.body) as Bundle).entry ?? []).map((e) => new URL(e.request?.url ?? '', 'http://chart')) : [];
+      if (searches.some((url) => url.pathname === '/Coverage' && url.searchParams.has('beneficiary'))) {
+        return json(res, 400, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'unknown search parameter: beneficiary' }] });
+      }
+      const answer = await request(`${server.url}${req.url}`, { method: req.method as 'GET', headers: { 'content-type': 'application/fhir+json' }, body: req.body || undefined });
+      res.writeHead(answer.statusCode, { 'content-type': 'application/fhir+json' }).end(await answer.body.text());
+    });
+    try {
+      const usCore = await fhirWriter(chart.url);
+      const first = await usCore.write(plan(primary, 'MP-END-US', 'DDC-OLD', '2026-11-02T09:00:00.000Z'), outcome('ver_end5_1'), {}, insured('DDC-OLD'));
+      await usCore.write(plan(primary, 'MP-END-US', 'DDC-NEW', '2026-11-20T09:00:00.000Z'), outcome('ver_end5_2'), {}, insured('DDC-NEW'));
+      expect(await statuses(first.patientId)).toEqual({ 'DDC-OLD': 'cancelled', 'DDC-NEW': 'active' });
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('ends nothing of a patient every sender shares (an OID authority): one sender\'s record does not name another\'s plans', async () => {
     const oid = (memberId: string, receivedAt: string) => {
       const c = plan(primary, 'MP-END-OID', memberId, receivedAt);

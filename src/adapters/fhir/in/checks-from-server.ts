@@ -50,7 +50,8 @@ export async function convertFromServer(
 
   const patient = [...gathered.entries()].find(([key]) => key.startsWith('Patient/'));
   if (patient) {
-    const coverages = await reader.search('Coverage', { beneficiary: patient[0], status: 'active' });
+    // `patient` (Coverage.beneficiary) is the parameter US Core servers must support; Epic and Oracle Health take no other.
+    const coverages = await reader.search('Coverage', { patient: patient[0], status: 'active' });
     for (const found of coverages) {
       const coverage = Coverage.safeParse(found).data;
       if (!coverage?.id) continue;
