@@ -472,7 +472,7 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     expect((await read<Coverage>('Coverage', first.coverageId)).extension?.some((e) => e.url.endsWith('/coverage-ended'))).toBe(false);
   });
 
-  it('finds the patient\'s Coverages by patient, the parameter US Core charts (Epic, Oracle Health) support, not beneficiary', async () => {
+  it('finds the patient\'s Coverages by patient, the parameter US Core charts must support, not beneficiary', async () => {
     // A chart in front of the test's that, as those servers may, refuses a search parameter it does not support (here in the write's batch).
     const chart = await startScriptedServer(async (req, res) => {
       const searches = req.body ? ((JSON.parse(req.body) as Bundle).entry ?? []).map((e) => new URL(e.request?.url ?? '', 'http://chart')) : [];

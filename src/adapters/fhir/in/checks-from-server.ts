@@ -59,7 +59,7 @@ export async function convertFromServer(
     patient = next;
   }
   if (patient) {
-    // `patient` (Coverage.beneficiary) is the parameter US Core servers must support; Epic and Oracle Health take no other.
+    // `patient` (Coverage.beneficiary) is the parameter US Core servers must support; beneficiary is not among them.
     const coverages = await reader.search('Coverage', { patient, status: 'active' });
     for (const found of coverages) {
       const coverage = Coverage.safeParse(found).data;

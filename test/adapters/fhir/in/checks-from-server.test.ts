@@ -84,7 +84,7 @@ describe('checksFromServer over fhir-kit-client', () => {
     expect(coverages.map((c) => (c as Resource).id).sort()).toEqual(['cov-marco-aetna', 'cov-marco-delta', 'cov-marco-delta-old', 'cov-other-patient']);
   });
 
-  it('searches coverages by patient, the parameter US Core servers (Epic, Oracle Health) support, not beneficiary', async () => {
+  it('searches coverages by patient, the parameter US Core servers must support, not beneficiary', async () => {
     // A chart in front of the fixture's that, as those servers may, refuses a search parameter it does not support.
     const upstream = serverOf('primary-secondary').url;
     const chart = await startScriptedServer(async (req, res) => {
