@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import { appointmentStatusRule, checksFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
+import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
 import { fingerprints, firstDateToCome, scheduleAppointment, type SchedulePolicy } from './schedule';
@@ -51,7 +51,8 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const patient = head.participant?.map((p) => patientIdOf(p.actor?.reference)).find((id) => id !== undefined);
   if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
   const cancelled = rule === 'withdraw';
-  const checks = cancelled ? [] : await checksFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
+  const conversion = cancelled ? undefined : await convertFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
+  const checks = conversion?.checks ?? [];
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
   // arrived, or whose birth date or member id was corrected, is new work.
@@ -64,7 +65,8 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
       tx,
       {
         key: `fhir|${reference}`,
-        patientKey: `fhir|Patient/${patient}`,
+        // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
+        patientKey: `fhir|${conversion?.patient ?? `Patient/${patient}`}`,
         dateOfService: checks[0]?.dateOfService ?? head.start?.slice(0, 10) ?? '',
         status,
         checks,

@@ -294,7 +294,8 @@ async function endedBeside(
   if (!insuredUnder || !patient?.id || coverage?.status === 'active' || sharedPatient(check)) return [];
   const current = await insuredUnder();
   if (!current) return [];
-  const stored = await client.findAll(`Coverage?beneficiary=${encodeURIComponent(`Patient/${patient.id}`)}&status=active&_count=100`);
+  // `patient` (Coverage.beneficiary), the parameter US Core charts must support, as the FHIR trigger searches.
+  const stored = await client.findAll(`Coverage?patient=${encodeURIComponent(`Patient/${patient.id}`)}&status=active&_count=100`);
   return stored.flatMap((resource) => {
     const ended = resource.resourceType === 'Coverage' && resource.id ? endedCoverage(resource as Coverage, check, current) : undefined;
     return ended && r4Errors(ended).length === 0 ? [{ resource: ended, id: resource.id as string, version: resource.meta?.versionId }] : [];

@@ -60,6 +60,25 @@ describe('FHIR-triggered eligibility', () => {
     expect(notification?.detail).toBe('booked: 2 checks; warnings: Appointment.participant: names 2 patients: only the first is verified; give each patient an appointment of their own');
   });
 
+  it('verifies an appointment naming a merged record as the patient it was merged into, writes it there, and reads it again when that patient\'s coverage changes', async () => {
+    // The EHR merged a duplicate into Marco's record after the visit two weeks from now was booked under the duplicate.
+    const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);
+    const duplicate = { resourceType: 'Patient' as const, id: 'pat-marco-dup', active: false, link: [{ other: { reference: 'Patient/pat-marco' }, type: 'replaced-by' as const }] };
+    const booked = chartOf('primary-secondary').flatMap((r) =>
+      r.resourceType === 'Appointment'
+        ? [{ ...r, start: `${visit}T11:00:00-06:00`, end: `${visit}T12:00:00-06:00`, participant: r.participant.map((p) => (p.actor?.reference === 'Patient/pat-marco' ? { ...p, actor: { reference: 'Patient/pat-marco-dup' } } : p)) }]
+        : [],
+    );
+    await h.fhir.seed([duplicate, ...booked]);
+    const notify = async (path: string) => ((await (await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST' })).json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics;
+    expect(await notify('/Appointment/appt-4004')).toBe('Appointment/appt-4004: booked');
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.patient.reference)).toEqual(['Patient/pat-marco', 'Patient/pat-marco']);
+    // The coverages are the surviving record's: a change to one reads the appointment again.
+    expect(await notify('/Coverage/cov-marco-aetna')).toBe('Coverage/cov-marco-aetna: Appointment/appt-4004: booked');
+  });
+
   describe('a patient\'s details or coverages changed under an appointment already booked', () => {
     // The visit two weeks from the day the test runs: only appointments from today on are read again.
     const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);

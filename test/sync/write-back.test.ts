@@ -472,21 +472,41 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     expect((await read<Coverage>('Coverage', first.coverageId)).extension?.some((e) => e.url.endsWith('/coverage-ended'))).toBe(false);
   });
 
+  it('finds the patient\'s Coverages by patient, the parameter US Core charts must support, not beneficiary', async () => {
+    // A chart in front of the test's that, as those servers may, refuses a search parameter it does not support (here in the write's batch).
+    const chart = await startScriptedServer(async (req, res) => {
+      const searches = req.body ? ((JSON.parse(req.body) as Bundle).entry ?? []).map((e) => new URL(e.request?.url ?? '', 'http://chart')) : [];
+      if (searches.some((url) => url.pathname === '/Coverage' && url.searchParams.has('beneficiary'))) {
+        return json(res, 400, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'unknown search parameter: beneficiary' }] });
+      }
+      const answer = await request(`${server.url}${req.url}`, { method: req.method as 'GET', headers: { 'content-type': 'application/fhir+json' }, body: req.body || undefined });
+      res.writeHead(answer.statusCode, { 'content-type': 'application/fhir+json' }).end(await answer.body.text());
+    });
+    try {
+      const usCore = await fhirWriter(chart.url);
+      const first = await usCore.write(plan(primary, 'MP-END-US', 'DDC-OLD', '2026-11-02T09:00:00.000Z'), outcome('ver_end5_1'), {}, insured('DDC-OLD'));
+      await usCore.write(plan(primary, 'MP-END-US', 'DDC-NEW', '2026-11-20T09:00:00.000Z'), outcome('ver_end5_2'), {}, insured('DDC-NEW'));
+      expect(await statuses(first.patientId)).toEqual({ 'DDC-OLD': 'cancelled', 'DDC-NEW': 'active' });
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('a change of payer under the same member number ends the former payer\'s Coverage, unless the record names that number for two plans', async () => {
     const coverages = async (patientId: string) =>
-      Object.fromEntries((await search<Coverage>('Coverage', `beneficiary=Patient/${patientId}`)).map((c) => [c.id, [c.subscriberId, c.status]]));
+      Object.fromEntries((await search<Coverage>('Coverage', `patient=Patient/${patientId}`)).map((c) => [c.id, [c.subscriberId, c.status]]));
     /** The same patient and member number with the secondary fixture's payer (MetLife) in the given order. */
     const metLife = (c: EligibilityCheck, order: EligibilityCheck['coverage']['order']) => ({ ...c, coverage: { ...required(secondary).coverage, order } });
 
     // The employer changes carriers; the member number is the employee's and stays.
-    const delta = await writer.write(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-02T09:00:00.000Z'), outcome('ver_end5_1'), {}, insured('EMP-4471'));
-    const met = await writer.write(metLife(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-20T09:00:00.000Z'), 'primary'), outcome('ver_end5_2'), {}, insured('EMP-4471'));
+    const delta = await writer.write(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-02T09:00:00.000Z'), outcome('ver_end7_1'), {}, insured('EMP-4471'));
+    const met = await writer.write(metLife(plan(primary, 'MP-END-5', 'EMP-4471', '2026-11-20T09:00:00.000Z'), 'primary'), outcome('ver_end7_2'), {}, insured('EMP-4471'));
     expect(met.coverageId).not.toBe(delta.coverageId);
     expect(await coverages(delta.patientId)).toEqual({ [delta.coverageId]: ['EMP-4471', 'cancelled'], [met.coverageId]: ['EMP-4471', 'active'] });
 
     // Two plans the PMS keys on one number (both on the subscriber's SSN): the second is not the first's successor.
-    const first = await writer.write(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), outcome('ver_end6_1'), {}, insured('SSN-0099', 'SSN-0099'));
-    const second = await writer.write(metLife(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), 'secondary'), outcome('ver_end6_2'), {}, insured('SSN-0099', 'SSN-0099'));
+    const first = await writer.write(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), outcome('ver_end8_1'), {}, insured('SSN-0099', 'SSN-0099'));
+    const second = await writer.write(metLife(plan(primary, 'MP-END-6', 'SSN-0099', '2026-11-02T09:00:00.000Z'), 'secondary'), outcome('ver_end8_2'), {}, insured('SSN-0099', 'SSN-0099'));
     expect(await coverages(first.patientId)).toEqual({ [first.coverageId]: ['SSN-0099', 'active'], [second.coverageId]: ['SSN-0099', 'active'] });
   });
 

@@ -2,6 +2,7 @@ import type { EligibilityCheck } from '../../../domain';
 import { FhirInputError } from '../operation-outcome';
 import { relativeTail } from './bundle-index';
 import { convertBundle, type FhirConversion, type FhirInputOptions } from './from-bundle';
+import { MAX_MERGES, replacedBy } from './merged-patient';
 import { Appointment, Coverage } from './shapes';
 
 /** What the adapter needs from a FHIR server; small, so a test or an integrator can supply their own. */
@@ -21,7 +22,7 @@ export async function checksFromServer(reader: FhirReader, appointmentId: string
 
 /**
  * Reads what an appointment's checks need (the Appointment, its Patient, Practitioner and
- * Location, the patient's active Coverages with their payor Organizations and subscribers) and
+ * Location, the Patient a merged one was merged into, that patient's active Coverages with their payor Organizations and subscribers) and
  * converts it exactly as a Bundle holding those resources would be.
  */
 export async function convertFromServer(
@@ -48,9 +49,18 @@ export async function convertFromServer(
   const participants = Appointment.safeParse(appointment).data?.participant ?? [];
   for (const p of participants) await gather(p.actor?.reference, PARTICIPANT_TYPES);
 
-  const patient = [...gathered.entries()].find(([key]) => key.startsWith('Patient/'));
+  let patient = [...gathered.keys()].find((key) => key.startsWith('Patient/'));
+  // A merged record's coverages moved to the record that replaced it, as convertBundle follows it.
+  for (let merges = 0; patient && merges < MAX_MERGES; merges++) {
+    const next = relativeTail(replacedBy(gathered.get(patient))?.reference ?? '');
+    if (!next) break;
+    await gather(next, ['Patient']);
+    if (!gathered.has(next)) break;
+    patient = next;
+  }
   if (patient) {
-    const coverages = await reader.search('Coverage', { beneficiary: patient[0], status: 'active' });
+    // `patient` (Coverage.beneficiary) is the parameter US Core servers must support; beneficiary is not among them.
+    const coverages = await reader.search('Coverage', { patient, status: 'active' });
     for (const found of coverages) {
       const coverage = Coverage.safeParse(found).data;
       if (!coverage?.id) continue;

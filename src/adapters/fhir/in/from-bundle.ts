@@ -5,6 +5,7 @@ import { BundleIndex, relativeTail, type AnyResource } from './bundle-index';
 import { appointmentStatusRule } from './appointment-status';
 import { activeCoverages, coverageFacts, coverageOrders } from './coverage';
 import { inForceOn } from './coverage-period';
+import { mergedInto } from './merged-patient';
 import { birthDate, gender, identifiers, personName } from './person';
 import { providerOf } from './provider';
 import { Appointment, Location, parseResource, Patient, Practitioner, pathOf, type Identifier, type Reference } from './shapes';
@@ -31,6 +32,8 @@ export interface FhirConversion {
   notes: FhirIssue[];
   /** The Appointment.status when mappings/fhir/appointment-status.json does not verify it: why there are no checks. */
   unverifiedStatus?: string;
+  /** `Patient/id` of the patient verified: the appointment's, or the record it was merged into. */
+  patient?: string;
 }
 
 /** The checks of convertBundle alone, for callers with no use for its notes. */
@@ -60,14 +63,15 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
   }
 
-  const patientRaw = participant(index, appointmentRaw, appointment, 'Patient', issues);
+  const appointed = participant(index, appointmentRaw, appointment, 'Patient', issues);
+  const patientRaw = appointed && mergedInto(index, appointed, issues);
   if (!patientRaw) throw new FhirInputError(issues);
   const patientResource = parseResource(Patient, patientRaw, 'Patient', issues);
   if (!patientResource) throw new FhirInputError(issues);
   const notes: FhirIssue[] = [];
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
-  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes };
+  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
@@ -127,7 +131,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     }
     return parsed.data;
   });
-  return { checks, notes: [...notes, ...warnings] };
+  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw) };
 }
 
 function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {

@@ -56,7 +56,10 @@ const Person = {
   gender: Str.optional(),
   birthDate: Str.optional(),
 };
-export const Patient = resource('Patient').extend(Person);
+export const Patient = resource('Patient').extend({
+  ...Person,
+  link: z.array(z.looseObject({ other: Reference.optional(), type: Str.optional() })).optional(),
+});
 export type Patient = z.infer<typeof Patient>;
 export const RelatedPerson = resource('RelatedPerson').extend(Person);
 export type RelatedPerson = z.infer<typeof RelatedPerson>;

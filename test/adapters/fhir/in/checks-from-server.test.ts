@@ -79,9 +79,28 @@ describe('checksFromServer over fhir-kit-client', () => {
     const reader = await fhirKitReader(serverOf('primary-secondary').url);
     const search = jest.spyOn(reader, 'search');
     expect(await checksFromServer(reader, 'appt-4004', options)).toHaveLength(2);
-    expect(search).toHaveBeenCalledWith('Coverage', { beneficiary: 'Patient/pat-marco', status: 'active' });
+    expect(search).toHaveBeenCalledWith('Coverage', { patient: 'Patient/pat-marco', status: 'active' });
     const coverages = await reader.search('Coverage', { _count: '1' });
     expect(coverages.map((c) => (c as Resource).id).sort()).toEqual(['cov-marco-aetna', 'cov-marco-delta', 'cov-marco-delta-old', 'cov-other-patient']);
+  });
+
+  it('searches coverages by patient, the parameter US Core servers must support, not beneficiary', async () => {
+    // A chart in front of the fixture's that, as those servers may, refuses a search parameter it does not support.
+    const upstream = serverOf('primary-secondary').url;
+    const chart = await startScriptedServer(async (req, res) => {
+      const url = new URL(req.url, 'http://chart');
+      if (url.pathname === '/Coverage' && url.searchParams.has('beneficiary')) {
+        const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'unknown search parameter: beneficiary' }] };
+        return void res.writeHead(400, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(outcome));
+      }
+      const answer = await fetch(`${upstream}${req.url}`);
+      res.writeHead(answer.status, { 'content-type': 'application/fhir+json' }).end(await answer.text());
+    });
+    try {
+      expect(await checksFromServer(await fhirKitReader(chart.url), 'appt-4004', options)).toEqual(expected('primary-secondary'));
+    } finally {
+      await chart.close();
+    }
   });
 
   it('reads a search to its last page, however many, and refuses one it cannot read whole', async () => {

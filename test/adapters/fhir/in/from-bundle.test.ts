@@ -382,6 +382,28 @@ describe('checksFromBundle', () => {
     expect(convertBundle(twice, { routing, receivedAt: RECEIVED_AT }).notes).toEqual([]);
   });
 
+  it('verifies the patient a merged record was replaced by (Patient.link replaced-by), under that patient\'s coverages', () => {
+    const single = convertBundle(bundleOf('self'), { routing, receivedAt: RECEIVED_AT });
+    // The EHR merged a duplicate into Ellen's record: the appointment still names the duplicate, inactive now.
+    const bundle = bundleOf('self');
+    const duplicate = { resourceType: 'Patient' as const, id: 'pat-ellen-dup', active: false, name: [{ family: 'Dup', given: ['Ellen'] }], link: [{ other: { reference: 'Patient/pat-ellen' }, type: 'replaced-by' as const }] };
+    bundle.entry = [...(bundle.entry ?? []), { resource: duplicate }];
+    const appointment = resource(bundle, 'Appointment');
+    appointment.participant = appointment.participant.map((p) => (p.actor?.reference === 'Patient/pat-ellen' ? { ...p, actor: { reference: 'Patient/pat-ellen-dup' } } : p));
+    const { checks, notes, patient } = convertBundle(bundle, { routing, receivedAt: RECEIVED_AT });
+    expect(checks).toEqual(single.checks);
+    expect([notes, patient]).toEqual([[], 'Patient/pat-ellen']);
+    // A successor the bundle does not hold, or records replacing each other, are named rather than verified as the old record.
+    duplicate.link = [{ other: { reference: 'Patient/pat-gone' }, type: 'replaced-by' }];
+    expect(issuesOf(() => convertBundle(bundle, { routing, receivedAt: RECEIVED_AT }))).toEqual([
+      { expression: "Patient.link.where(type='replaced-by').other", diagnostics: 'references Patient/pat-gone, which the bundle does not hold' },
+    ]);
+    duplicate.link = [{ other: { reference: 'Patient/pat-ellen-dup' }, type: 'replaced-by' }];
+    expect(issuesOf(() => convertBundle(bundle, { routing, receivedAt: RECEIVED_AT }))).toEqual([
+      { expression: "Patient.link.where(type='replaced-by')", diagnostics: 'more than 5 merges in a row: records replacing each other' },
+    ]);
+  });
+
   describe('Coverage.period against the date of service (2026-12-01)', () => {
     const periodOf = (period: { start?: string; end?: string }) => {
       const bundle = bundleOf('self');
@@ -407,6 +429,7 @@ describe('checksFromBundle', () => {
         expect(periodOf({ start })).toEqual({
           checks: [],
           notes: [{ expression: START, diagnostics: 'starts after the date of service: no check', code: 'informational', severity: 'information' }],
+          patient: 'Patient/pat-ellen',
         });
       }
     });
@@ -416,6 +439,7 @@ describe('checksFromBundle', () => {
         expect(periodOf({ start: '2020-01-01', end })).toEqual({
           checks: [],
           notes: [{ expression: END, diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' }],
+          patient: 'Patient/pat-ellen',
         });
       }
     });
