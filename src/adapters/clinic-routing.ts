@@ -1,5 +1,8 @@
 import * as z from 'zod';
 import { readMappingFile } from '../mapping-files';
+import { isTimeZone } from './local-date';
+
+const TimeZone = z.string().refine(isTimeZone, { error: 'must be an IANA time zone, such as America/Los_Angeles' });
 
 const Route = z.strictObject({
   // Trimmed here, as EligibilityCheck trims it: the HL7 adapter builds checks without parsing them again.
@@ -9,11 +12,15 @@ const Route = z.strictObject({
   hl7Locations: z.array(z.string()).default([]),
   fhirLocations: z.array(z.string()).default([]),
   fhirLocationIdentifiers: z.array(z.strictObject({ system: z.string().optional(), value: z.string() })).default([]),
+  /** Where the clinic is, when it is not where the file's timeZone says. */
+  timeZone: TimeZone.optional(),
 });
 type Route = z.infer<typeof Route>;
 
 export const ClinicRoutingFile = z.looseObject({
   defaultClinicId: z.string().trim().min(1).optional(),
+  /** The practice's time zone: an appointment time written as an instant (FHIR's, often in UTC) is dated there. */
+  timeZone: TimeZone.optional(),
   routes: z.array(Route),
 });
 export type ClinicRouting = z.infer<typeof ClinicRoutingFile>;
@@ -53,4 +60,9 @@ export function resolveClinic(routing: ClinicRouting, hints: ClinicHints): strin
     routing.routes.find(atFacility) ??
     routing.routes.find(atLocation);
   return route?.clinicId ?? routing.defaultClinicId;
+}
+
+/** The time zone a clinic's appointments are dated in: its route's, else the file's; undefined when neither says. */
+export function clinicTimeZone(routing: ClinicRouting, clinicId: string): string | undefined {
+  return routing.routes.find((r) => r.clinicId === clinicId)?.timeZone ?? routing.timeZone;
 }

@@ -67,7 +67,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
         key: `fhir|${reference}`,
         // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
         patientKey: `fhir|${conversion?.patient ?? `Patient/${patient}`}`,
-        dateOfService: checks[0]?.dateOfService ?? head.start?.slice(0, 10) ?? '',
+        dateOfService: conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '',
         status,
         checks,
         basis: { reference },

@@ -1,4 +1,8 @@
-import { loadClinicRouting, resolveClinic, type ClinicRouting } from '../../src/adapters/clinic-routing';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { clinicTimeZone, loadClinicRouting, resolveClinic, type ClinicRouting } from '../../src/adapters/clinic-routing';
+import { dateOfStart } from '../../src/adapters/local-date';
 
 /** Two clinics that both call a chair OP1, as most dental clinics do. */
 const routing: ClinicRouting = {
@@ -54,5 +58,38 @@ describe('resolveClinic', () => {
     expect(resolveClinic(shipped, { hl7Facilities: ['BSD-MAIN', 'BSD-NORTH'], hl7Location: 'N-OP1' })).toBe('cln_sandbox_north');
     expect(resolveClinic(shipped, { hl7Facilities: ['BSD-MAIN', 'BSD'], hl7Location: 'OP1' })).toBe('cln_sandbox_main');
     expect(resolveClinic(shipped, { fhirLocation: 'Location/bright-smiles-north' })).toBe('cln_sandbox_north');
+  });
+});
+
+describe('the practice\'s time zone', () => {
+  it('is a clinic\'s own, else the file\'s, and a name no runtime knows is refused naming the key', () => {
+    const zoned: ClinicRouting = { ...routing, timeZone: 'America/Chicago', routes: routing.routes.map((r) => (r.clinicId === 'cln_north' ? { ...r, timeZone: 'America/Denver' } : r)) };
+    expect([clinicTimeZone(zoned, 'cln_north'), clinicTimeZone(zoned, 'cln_main'), clinicTimeZone(zoned, 'cln_default'), clinicTimeZone(routing, 'cln_main')]).toEqual([
+      'America/Denver',
+      'America/Chicago',
+      'America/Chicago',
+      undefined,
+    ]);
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-clinics-'));
+    try {
+      writeFileSync(path.join(dir, 'clinics.json'), JSON.stringify({ timeZone: 'Pacific Time', routes: [] }));
+      expect(() => loadClinicRouting(dir)).toThrow(/timeZone: must be an IANA time zone, such as America\/Los_Angeles/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('dates an instant where the practice is, across the clocks changing, and leaves a date or a time without offset as written', () => {
+    const la = 'America/Los_Angeles';
+    expect(dateOfStart('2026-12-01T01:00:00Z', la)).toBe('2026-11-30');
+    expect(dateOfStart('2026-12-01T07:59:59.999+00:00', la)).toBe('2026-11-30');
+    expect(dateOfStart('2026-12-01T08:00:00Z', la)).toBe('2026-12-01');
+    // 00:30 PDT on the morning the clocks go back, and 01:30 PST on the morning they go forward.
+    expect(dateOfStart('2026-11-01T07:30:00Z', la)).toBe('2026-11-01');
+    expect(dateOfStart('2026-03-08T09:30:00Z', la)).toBe('2026-03-08');
+    expect(dateOfStart('2026-12-01T01:00:00Z', undefined)).toBe('2026-12-01');
+    expect(dateOfStart('2026-12-01', la)).toBe('2026-12-01');
+    expect(dateOfStart('2026-12-01T17:00:00', la)).toBe('2026-12-01');
+    expect(dateOfStart('Dec 1', la)).toBeUndefined();
   });
 });

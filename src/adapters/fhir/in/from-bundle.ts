@@ -1,5 +1,6 @@
 import { EligibilityCheck, idempotencyKey, IsoInstant, type PayerResolver, type Provider } from '../../../domain';
-import { resolveClinic, type ClinicRouting } from '../../clinic-routing';
+import { clinicTimeZone, resolveClinic, type ClinicRouting } from '../../clinic-routing';
+import { dateOfStart } from '../../local-date';
 import { describeFhirIssue, FhirInputError, type FhirIssue } from '../operation-outcome';
 import { BundleIndex, relativeTail, type AnyResource } from './bundle-index';
 import { appointmentStatusRule } from './appointment-status';
@@ -34,6 +35,8 @@ export interface FhirConversion {
   unverifiedStatus?: string;
   /** `Patient/id` of the patient verified: the appointment's, or the record it was merged into. */
   patient?: string;
+  /** The visit's date where the practice is (its clinic's time zone), the checks' date of service: there when the appointment is verified. */
+  dateOfService?: string;
 }
 
 /** The checks of convertBundle alone, for callers with no use for its notes. */
@@ -58,7 +61,10 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const appointment = parseResource(Appointment, appointmentRaw, 'Appointment', issues);
   if (!appointment) throw new FhirInputError(issues);
   if (appointment.status !== undefined && appointmentStatusRule(appointment.status) !== 'verify') return { checks: [], notes: [], unverifiedStatus: appointment.status };
-  const dateOfService = /^(\d{4}-\d{2}-\d{2})(T|$)/.exec(appointment.start ?? '')?.[1];
+  // The clinic first: its time zone dates the visit. What it finds wrong is reported after the patient's, as before.
+  const clinicIssues: FhirIssue[] = [];
+  const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, clinicIssues);
+  const dateOfService = dateOfStart(appointment.start ?? '', clinicId && clinicTimeZone(options.routing, clinicId));
   if (!dateOfService) {
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
   }
@@ -71,7 +77,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const notes: FhirIssue[] = [];
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
-  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw) };
+  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
@@ -87,7 +93,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     });
   }
   const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, issues, warnings);
-  const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, issues);
+  issues.push(...clinicIssues);
 
   const orders = coverageOrders(coverages, issues);
   const patient = { raw: patientRaw, resource: patientResource, name, birthDate: dob };
@@ -131,7 +137,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     }
     return parsed.data;
   });
-  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw) };
+  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw), dateOfService };
 }
 
 function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {

@@ -348,6 +348,23 @@ describe('checksFromBundle', () => {
     );
   });
 
+  it('dates a visit written in UTC in the practice\'s time zone, a clinic\'s own over the file\'s, and as written when none is set', () => {
+    // 5 pm in California, as an EHR that writes appointment times in UTC sends it; the plan ends that day.
+    const bundle = bundleOf('self');
+    resource(bundle, 'Appointment').start = '2026-12-01T01:00:00Z';
+    resource(bundle, 'Coverage').period = { start: '2025-01-01', end: '2026-11-30' };
+    const dated = (zones: { file?: string; main?: string }) => {
+      const zoned = { ...routing, ...(zones.file && { timeZone: zones.file }), routes: routing.routes.map((r) => (r.clinicId === 'cln_sandbox_main' && zones.main ? { ...r, timeZone: zones.main } : r)) };
+      const { checks, notes } = convertBundle(bundle, { routing: zoned, receivedAt: RECEIVED_AT });
+      return { dates: checks.map((c) => c.dateOfService), notes: notes.map((n) => n.expression) };
+    };
+    expect(dated({ file: 'America/Los_Angeles' })).toEqual({ dates: ['2026-11-30'], notes: [] });
+    expect(dated({ file: 'America/New_York', main: 'America/Los_Angeles' })).toEqual({ dates: ['2026-11-30'], notes: [] });
+    // Where it is already the next day, or with no zone set: December 1, when the plan has ended.
+    expect(dated({ file: 'America/Los_Angeles', main: 'Europe/Berlin' }).dates).toEqual([]);
+    expect(dated({}).dates).toEqual([]);
+  });
+
   it('reads the provider NPI (check digit verified) and tax id from the Practitioner', () => {
     expect((convertFixture('self') as EligibilityCheck[])[0]?.provider).toEqual({ npi: '1234567893', taxId: '94-1234567', firstName: 'Grace', lastName: 'Chen' });
   });
@@ -430,6 +447,7 @@ describe('checksFromBundle', () => {
           checks: [],
           notes: [{ expression: START, diagnostics: 'starts after the date of service: no check', code: 'informational', severity: 'information' }],
           patient: 'Patient/pat-ellen',
+          dateOfService: '2026-12-01',
         });
       }
     });
@@ -440,6 +458,7 @@ describe('checksFromBundle', () => {
           checks: [],
           notes: [{ expression: END, diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' }],
           patient: 'Patient/pat-ellen',
+          dateOfService: '2026-12-01',
         });
       }
     });
