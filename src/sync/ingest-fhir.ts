@@ -18,7 +18,7 @@ const AppointmentHead = z.looseObject({
   status: z.string().optional(),
   start: z.string().optional(),
   meta: z.looseObject({ versionId: z.string().optional(), lastUpdated: z.string().optional() }).optional(),
-  participant: z.array(z.looseObject({ actor: z.looseObject({ reference: z.string().optional() }).optional() })).optional(),
+  participant: z.array(z.looseObject({ actor: z.looseObject({ reference: z.string().optional(), type: z.string().optional(), identifier: z.unknown().optional() }).optional() })).optional(),
 });
 
 export interface FhirIngested {
@@ -49,7 +49,12 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options);
   // Keyed by id alone, as a Patient or Coverage changed later names it: a versioned reference is the same patient.
   const patient = head.participant?.map((p) => patientIdOf(p.actor?.reference)).find((id) => id !== undefined);
-  if (!patient) throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics: 'names no Patient', code: 'required' }]);
+  if (!patient) {
+    // A Patient named by identifier alone is named, but not as the chart can be read by: say which.
+    const byIdentifier = head.participant?.some((p) => p.actor?.type === 'Patient' && p.actor.identifier !== undefined && p.actor.reference === undefined);
+    const diagnostics = byIdentifier ? 'names its Patient by identifier only: give a reference (Patient/<id>) the chart can be read by' : 'names no Patient';
+    throw new FhirInputError([{ expression: 'Appointment.participant', diagnostics, code: 'required' }]);
+  }
   const cancelled = rule === 'withdraw';
   const conversion = cancelled ? undefined : await convertFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const checks = conversion?.checks ?? [];

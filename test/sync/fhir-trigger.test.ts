@@ -60,6 +60,20 @@ describe('FHIR-triggered eligibility', () => {
     expect(notification?.detail).toBe('booked: 2 checks; warnings: Appointment.participant: names 2 patients: only the first is verified; give each patient an appointment of their own');
   });
 
+  it('refuses an appointment naming its patient by identifier only, saying so rather than that it names none', async () => {
+    const byIdentifier = chartOf('primary-secondary').flatMap((r) =>
+      r.resourceType === 'Appointment'
+        ? [{ ...r, participant: r.participant.map((p) => (p.actor?.reference === 'Patient/pat-marco' ? { ...p, actor: { type: 'Patient', identifier: { system: 'urn:mrn', value: 'M-1' } } } : p)) }]
+        : [],
+    );
+    await h.fhir.seed(byIdentifier);
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    expect(res.status).toBe(422);
+    expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe(
+      'Appointment/appt-4004: Appointment.participant: names its Patient by identifier only: give a reference (Patient/<id>) the chart can be read by',
+    );
+  });
+
   it('verifies an appointment naming a merged record as the patient it was merged into, writes it there, and reads it again when that patient\'s coverage changes', async () => {
     // The EHR merged a duplicate into Marco's record after the visit two weeks from now was booked under the duplicate.
     const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);
