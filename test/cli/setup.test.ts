@@ -119,8 +119,25 @@ describe('the README onboarding walkthrough, command by command', () => {
 describe('secrets and bad input', () => {
   it('refuses a password on the command line, naming the safe ways', async () => {
     const run = await cli(['setup', 'credentials', 'set', '--clinic', 'c', '--portal', 'p', '--username', 'u', '--password', 'hunter2'], env);
-    expect(run.code).toBe(1);
+    expect(run.code).toBe(2);
     expect(run.stderr).toBe('dental-elig: --password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin\n');
+  });
+
+  it('answers a command given wrong, or without what it needs, with exit 2 (usage), as README says, before asking the service', async () => {
+    const usage = async (args: string[], extra: Record<string, string> = {}) => {
+      const run = await cli(args, { ...env, ...extra });
+      return [run.code, run.stderr.replace(/^dental-elig: /, '').trim()];
+    };
+    expect(await usage(['setup', 'credentials', 'set', '--clinic', 'c', '--portal', 'p', '--username', 'u'])).toEqual([2, 'password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin']);
+    expect(await usage(['setup', 'credentials', 'set', '--clinic', 'c', '--portal', 'p', '--username', 'u', '--login-method', 'OAuth'], { DENTAL_ELIG_PORTAL_PASSWORD: 'pw' })).toEqual([
+      2,
+      '--login-method: must be Native or SSO',
+    ]);
+    expect(await usage(['setup', 'credentials', 'update', '--clinic', 'c', '--portal', 'p'])).toEqual([
+      2,
+      'update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone',
+    ]);
+    expect(await usage(['setup', 'organization', 'list'], { DENTAL_ELIG_CUSTOMER_ID: '' })).toEqual([2, '--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)']);
   });
 
   it('reads the password from stdin', async () => {

@@ -13,18 +13,18 @@ interface PasswordOptions {
 /** Portal passwords come from the environment or stdin: argv is visible to every process and kept in shell history. */
 async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean): Promise<string | undefined> {
   if (opts.password !== undefined) {
-    throw new CliError('--password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin');
+    throw new CliError('--password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
   }
   if (opts.passwordStdin) {
     let text = '';
     for await (const chunk of io.stdin) text += String(chunk);
     const password = text.split(/\r?\n/)[0] ?? '';
-    if (!password) throw new CliError('--password-stdin: standard input held no password');
+    if (!password) throw new CliError('--password-stdin: standard input held no password', 2);
     return password;
   }
   const fromEnv = io.env.DENTAL_ELIG_PORTAL_PASSWORD;
   if (fromEnv) return fromEnv;
-  if (required) throw new CliError('password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin');
+  if (required) throw new CliError('password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
   return undefined;
 }
 
@@ -53,7 +53,7 @@ interface CredentialOpts extends PasswordOptions {
 function loginMethod(value: string | undefined): LoginMethod | undefined {
   if (value === undefined) return undefined;
   const parsed = LoginMethod.safeParse(value);
-  if (!parsed.success) throw new CliError(`--login-method: must be Native or SSO`);
+  if (!parsed.success) throw new CliError(`--login-method: must be Native or SSO`, 2);
   return parsed.data;
 }
 
@@ -87,7 +87,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
         ...(opts.mfaEmail ? { mfaEmail: opts.mfaEmail } : {}),
         ...(opts.mfaPhone ? { mfaPhoneNumber: opts.mfaPhone } : {}),
       };
-      if (Object.keys(patch).length === 0) throw new CliError('update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone');
+      if (Object.keys(patch).length === 0) throw new CliError('update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone', 2);
       await withService(io, cmd, async (client) => {
         const result = await client.updateCredentials(opts.clinic, opts.portal, patch);
         if (!result.changed) io.stdout.write('unchanged: the stored credentials already had these values\n');

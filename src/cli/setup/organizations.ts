@@ -29,7 +29,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
     .action(async (opts: { customer?: string; name: string; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client, settings) => {
         const customerId = opts.customer ?? settings.customerId;
-        if (!customerId) throw new CliError('--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)');
+        if (!customerId) throw new CliError('--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)', 2);
         printRecord(io, await client.createOrganization({ customerId, name: opts.name }), Boolean(opts.json));
       }),
     );
@@ -48,7 +48,7 @@ export function registerOrganizations(setup: Command, io: CliIo): void {
     .action(async (opts: { customer?: string; json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client, settings) => {
         const customerId = opts.customer ?? settings.customerId;
-        if (!customerId) throw new CliError('--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)');
+        if (!customerId) throw new CliError('--customer: required (or set DENTAL_ELIG_CUSTOMER_ID)', 2);
         const rows = await listAll(io, client, (page) => client.listOrganizations(customerId, page));
         printRows(io, rows, orgColumns, Boolean(opts.json));
       }),
