@@ -47,6 +47,9 @@ const RETRY_ERROR_CODES = [
   'UND_ERR_BODY_TIMEOUT',
 ];
 
+/** Failures before a request could reach the service: nothing was sent, so nothing was done. */
+const NOT_SENT_CODES: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
 /** What a transport failure is, in words a person reads; the code stays beside it. */
 export function describeTransportError(code: string | undefined): string {
   if (code === 'ECONNREFUSED') return 'connection refused';
@@ -132,12 +135,14 @@ export class ServiceHttp {
         }
         const what = describeTransportError(code);
         const { retries } = tally;
+        // A request that may have reached the service is not repeated unless it is idempotent: the person is told to look first.
+        const mayHaveBeenDone = !opts.idempotent && !NOT_SENT_CODES.has(code ?? '') ? '; it may have been done all the same: look before trying again' : '';
         throw new ServiceError({
           operation: opts.operation,
           code,
           problem: {
             title: what.charAt(0).toUpperCase() + what.slice(1),
-            detail: `${target}${retries ? ` (after ${retries} ${retries === 1 ? 'retry' : 'retries'})` : ''}`,
+            detail: `${target}${retries ? ` (after ${retries} ${retries === 1 ? 'retry' : 'retries'})` : ''}${mayHaveBeenDone}`,
           },
           cause: err,
         });

@@ -189,6 +189,32 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('says a create that timed out or lost its connection may have been done, which it does not repeat, and not of one never sent', async () => {
+    const silent = await startScriptedServer(() => undefined /* never answers */);
+    const cut = await startScriptedServer((_r, res) => {
+      res.socket?.destroy();
+    });
+    const create = async (url: string) => {
+      const http = new ServiceHttp({ baseUrl: url, apiKey: 'k', timeoutMs: 150, ...fast });
+      try {
+        return await http
+          .call({ operation: 'create organization', method: 'POST', path: '/v2/organizations', body: { name: 'x' }, response: Organization, idempotent: false })
+          .catch((e: unknown) => (e as ServiceError).message);
+      } finally {
+        await http.close();
+      }
+    };
+    try {
+      expect(await create(silent.url)).toBe(`create organization failed (UND_ERR_HEADERS_TIMEOUT) - Timed out: POST ${silent.url}/v2/organizations; it may have been done all the same: look before trying again`);
+      expect(await create(cut.url)).toMatch(/ - Connection closed by the other side: POST \S+; it may have been done all the same: look before trying again$/);
+      expect([silent.requests.length, cut.requests.length]).toEqual([1, 1]);
+    } finally {
+      await Promise.all([silent.close(), cut.close()]);
+    }
+    // Nothing listens: nothing was sent.
+    expect(await create(cut.url)).toBe(`create organization failed (ECONNREFUSED) - Connection refused: POST ${cut.url}/v2/organizations`);
+  });
+
   it('retries a connection reset on a GET', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) res.socket?.destroy();
