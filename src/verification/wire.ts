@@ -57,9 +57,13 @@ export const eachReadable = <T extends z.ZodType>(item: T, at: string) =>
     return { read, unreadable };
   });
 
-/** A page of a listing; items that cannot be read are left out and named (eachReadable). */
+/**
+ * A page of a listing; items that cannot be read are left out and named (eachReadable). `items`
+ * null is an empty page, as a service that writes nulls for what it has none of sends it; missing,
+ * the body is not a listing.
+ */
 export const pageOf = <T extends z.ZodType>(item: T) =>
-  z.looseObject({ items: eachReadable(item, 'items'), nextCursor: Opt(Str) }).transform(({ items, ...page }) => ({
+  z.looseObject({ items: z.preprocess((items) => (items === null ? [] : items), eachReadable(item, 'items')), nextCursor: Opt(Str) }).transform(({ items, ...page }) => ({
     ...page,
     items: items.read,
     ...(items.unreadable.length > 0 && { unreadable: items.unreadable }),

@@ -501,6 +501,17 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('reads a listing whose items are null as an empty page, and one without items as the wrong answer', async () => {
+    const server = await startScriptedServer((_r, res, i) => json(res, 200, i === 0 ? { items: null, nextCursor: null } : { organizations: [] }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      expect((await client.listOrganizations('cus_1')).items).toEqual([]);
+      await expect(client.listOrganizations('cus_1')).rejects.toThrow(/Unexpected response body: items: /);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('reads a credentials validation whose problem status is no HTTP status code: the validation is what was asked for', async () => {
     const server = await startScriptedServer((_r, res) =>
       json(res, 200, { correlationId: 'v1', status: 'Invalid', result: { title: 'Invalid credentials', status: 0, detail: 'the portal refused the login' } }),
