@@ -25,6 +25,8 @@ export class LiveLock {
   /** The key last held: taken again after every connection was lost, so the leases under it are this instance's again. */
   private lastKey = randomKey();
   private filling: Promise<void> | undefined;
+  /** The connection a fill is making and taking the lock on: closed with the rest, or a database that stopped answering would hold close() and the process until its timeouts. */
+  private opening: { client: Client; abandon: () => void } | undefined;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
 
@@ -52,9 +54,12 @@ export class LiveLock {
     this.closed = true;
     clearTimeout(this.retry);
     this.held = undefined;
-    const holders = [...this.holders];
+    const holders = [...this.holders, ...(this.opening ? [this.opening.client] : [])];
     this.holders.clear();
+    this.opening?.abandon();
     await Promise.all(holders.map((client) => client.end().catch(() => undefined)));
+    // A retake under way ends on the connection closed under it: closed means nothing of it is left.
+    await this.filling?.catch(() => undefined);
   }
 
   /** Holds the lock on every connection it is to be held on; one filling at a time. */
@@ -78,6 +83,8 @@ export class LiveLock {
         await client.end().catch(() => undefined);
         if (this.closed) return;
         throw err;
+      } finally {
+        this.opening = undefined;
       }
     }
   }
@@ -88,11 +95,17 @@ export class LiveLock {
     // Ending the connection is how the lock is lost: reported on the client, never thrown at the process.
     client.on('error', () => this.lost(client));
     client.on('end', () => this.lost(client));
-    await client.connect();
     try {
+      // pg never settles a connect whose client was ended meanwhile: close() abandons it instead, and a
+      // connect that had not reached the socket yet, and completes after, is ended then.
+      await new Promise<void>((resolve, reject) => {
+        this.opening = { client, abandon: () => reject(new Error('closed')) };
+        client.connect().then(() => (this.closed ? void client.end().catch(() => undefined) : resolve()), reject);
+      });
       // These connections do nothing but hold the lock: a database's idle_session_timeout (PostgreSQL 14 on) would end both at once.
       await client.query(`SELECT set_config('idle_session_timeout', '0', false) WHERE current_setting('server_version_num')::int >= 140000`);
     } catch (err) {
+      this.opening = undefined;
       await client.end().catch(() => undefined);
       throw err;
     }

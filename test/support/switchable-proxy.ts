@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
  * A TCP hop in front of a server that can be taken down, or frozen (connections kept, nothing
  * passed on: a network that drops packets), and brought back.
  */
-export async function switchableProxy(targetPort: number): Promise<{ port: number; down: boolean; frozen: boolean; close(): Promise<void> }> {
+export async function switchableProxy(targetPort: number): Promise<{ port: number; down: boolean; frozen: boolean; readonly open: number; close(): Promise<void> }> {
   const sockets = new Set<Socket>();
   const state = { down: false, frozen: false };
   const server: Server = createServer((socket) => {
@@ -30,6 +30,10 @@ export async function switchableProxy(targetPort: number): Promise<{ port: numbe
     set down(value: boolean) {
       state.down = value;
       if (value) for (const s of sockets) s.destroy();
+    },
+    /** Connections from clients still open. */
+    get open() {
+      return sockets.size;
     },
     get frozen() {
       return state.frozen;

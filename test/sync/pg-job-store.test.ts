@@ -2,7 +2,7 @@ import { Client } from 'pg';
 import type { CheckRow, JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
-import { LIVE_NAMESPACE } from '../../src/sync/pg-live-lock';
+import { LIVE_NAMESPACE, LiveLock } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
@@ -133,6 +133,27 @@ describe('PgJobStore with two instances on one database', () => {
       (await db.query<{ pid: number }>(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 2 AND granted ORDER BY pid`, [LIVE_NAMESPACE, key])).rows.map((r) => r.pid);
     const leaseLock = async (key: string) => Number((await db.query(`SELECT lease_lock FROM checks WHERE key = $1`, [key])).rows[0].lease_lock);
     const claim = async (store: PgJobStore, owner: string) => (await store.claimDue({ now: NOW, limit: 1, owner, leaseMs: 60_000 })).map((c) => c.key);
+
+    it('closes while it takes the lock again from a database that stopped answering, leaving no connection behind', async () => {
+      const hop = await switchableProxy(Number(new URL(url).port));
+      const through = new URL(url);
+      through.port = String(hop.port);
+      const lock = await LiveLock.take(through.toString());
+      try {
+        // Both connections cut; the database then takes connections and answers nothing, so the retake waits on one.
+        hop.down = true;
+        await until('both cut', async () => hop.open === 0);
+        hop.frozen = true;
+        hop.down = false;
+        await until('a retake connecting', async () => hop.open > 0);
+        await lock.close();
+        // Not after its 10 s connect timeout: a process stopping here would be held open that long.
+        await until('its connection closed', async () => hop.open === 0, 2000);
+      } finally {
+        await lock.close();
+        await hop.close();
+      }
+    });
 
     it('keeps the leases of an instance one of whose lock connections ended, and takes the lock again on both', async () => {
       await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
