@@ -503,7 +503,10 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   if (carriesCredentials(baseUrl)) throw new Error('fhir.baseUrl: credentials do not belong in the URL; give bearerToken or smart');
   const parsed = FhirWriterOptions.safeParse(options);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
-  if (isPlainHttpAcrossNetwork(baseUrl) && !parsed.data.allowInsecureHttp) throw new Error(`fhir.baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
+  const tokenEndpoint = parsed.data.smart?.tokenEndpoint;
+  for (const [name, url] of [['fhir.baseUrl', baseUrl], ['fhir.smart.tokenEndpoint', tokenEndpoint]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
+  }
 }
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
@@ -535,7 +538,7 @@ function messageType(result: Hl7Result | undefined): string {
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
   const timeoutMs = fhir.timeoutMs ?? 30_000;
-  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs) };
+  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, fhir.allowInsecureHttp ?? false) };
   return { timeoutMs, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
 }
 
