@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import * as z from 'zod';
-import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
+import { ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
@@ -144,7 +144,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   checkFhir(config.fhir);
-  const routing = config.routing ?? loadClinicRouting();
+  const routing = config.routing === undefined ? loadClinicRouting() : inlineRouting(config.routing);
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
   // Read when the catalog loads and when a verification fails: a bad edit would show as the service unreachable, or fail a result.
@@ -491,6 +491,13 @@ async function loadCatalog(client: VerificationClient, file: string, logger: Log
     logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the saved one');
     return previous;
   }
+}
+
+/** Routing given inline, checked as clinics.json is: a time zone no runtime knows would fail every FHIR appointment dated in it. */
+function inlineRouting(routing: unknown): ClinicRouting {
+  const parsed = ClinicRoutingFile.safeParse(routing);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'routing', ['routing']));
+  return parsed.data;
 }
 
 /** The chart, refused at creation: a bad URL or option failed every write once its check was verified, retried as if the chart were down. */

@@ -83,6 +83,15 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses clinic routing given inline that clinics.json would be refused for, naming the key, before it opens the store', async () => {
+    const routing = (value: unknown) => () => createEligibilitySync(config({ routing: value as EligibilitySyncConfig['routing'] }));
+    // Else every FHIR appointment would fail on it ('Invalid time zone specified'), each retried as if the chart were down.
+    expect(routing({ timeZone: 'Pacific Time', routes: [] })).toThrow(/^routing\.timeZone: must be an IANA time zone, such as America\/Los_Angeles$/);
+    expect(routing({ defaultClinicId: 'cln_main' })).toThrow(/^routing\.routes: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+    await createEligibilitySync(config({ routing: { timeZone: 'America/Los_Angeles', defaultClinicId: 'cln_main', routes: [] } })).stop();
+  });
+
   it('takes a chart on this machine, over https, or over plain http when the deployment allows it', async () => {
     for (const fhir of [{ baseUrl: 'http://chart.example/fhir', allowInsecureHttp: true }, { baseUrl: 'HTTPS://chart.example/fhir' }, { baseUrl: 'http://localhost:8080/fhir' }]) {
       await createEligibilitySync(config({ fhir })).stop();
