@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import * as z from 'zod';
-import { loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
+import { ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
@@ -144,7 +144,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   checkFhir(config.fhir);
-  const routing = config.routing ?? loadClinicRouting();
+  const routing = config.routing === undefined ? loadClinicRouting() : inlineRouting(config.routing);
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
   // Read when the catalog loads and when a verification fails: a bad edit would show as the service unreachable, or fail a result.
@@ -493,6 +493,13 @@ async function loadCatalog(client: VerificationClient, file: string, logger: Log
   }
 }
 
+/** Routing given inline, checked as clinics.json is: a time zone no runtime knows would fail every FHIR appointment dated in it. */
+function inlineRouting(routing: unknown): ClinicRouting {
+  const parsed = ClinicRoutingFile.safeParse(routing);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'routing', ['routing']));
+  return parsed.data;
+}
+
 /** The chart, refused at creation: a bad URL or option failed every write once its check was verified, retried as if the chart were down. */
 function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   if (typeof fhir !== 'object' || fhir === null) throw new Error('fhir: is required (baseUrl, or a writer of your own)');
@@ -503,7 +510,10 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   if (carriesCredentials(baseUrl)) throw new Error('fhir.baseUrl: credentials do not belong in the URL; give bearerToken or smart');
   const parsed = FhirWriterOptions.safeParse(options);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
-  if (isPlainHttpAcrossNetwork(baseUrl) && !parsed.data.allowInsecureHttp) throw new Error(`fhir.baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
+  const tokenEndpoint = parsed.data.smart?.tokenEndpoint;
+  for (const [name, url] of [['fhir.baseUrl', baseUrl], ['fhir.smart.tokenEndpoint', tokenEndpoint]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
+  }
 }
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
@@ -535,7 +545,7 @@ function messageType(result: Hl7Result | undefined): string {
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
   const timeoutMs = fhir.timeoutMs ?? 30_000;
-  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs) };
+  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, fhir.allowInsecureHttp ?? false) };
   return { timeoutMs, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
 }
 

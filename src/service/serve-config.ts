@@ -53,9 +53,11 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     if (url !== undefined && !isHttpUrl(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
     if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
-  // The chart's URL under the same rule as the service's (the client's own config refuses that one, below).
-  if (fhirUrl !== undefined && isPlainHttpAcrossNetwork(fhirUrl) && !client.allowInsecureHttp) {
-    throw new ConfigError(`DENTAL_ELIG_FHIR_URL: ${plainHttpRefused("the chart's access token and patient data", 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
+  // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one, below).
+  for (const [name, url] of [['DENTAL_ELIG_FHIR_URL', fhirUrl], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !client.allowInsecureHttp) {
+      throw new ConfigError(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
+    }
   }
   const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
   // Refused here, as setup and verify refuse it, rather than when serve builds its client.

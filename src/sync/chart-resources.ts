@@ -328,7 +328,6 @@ function hl7Scope(check: EligibilityCheck, namespace: string | undefined, elemen
 
 const scoped = (key: 'hl7PatientId' | 'hl7AppointmentId', ...scope: string[]) => [systemUrl(key), ...scope.map(encodeURIComponent)].join('/');
 
-/** Hashes the patient's identifier, the payer and the member id. */
 /** The keys the check's own Coverage is found under: the current one, and the one a rekey moves it from. */
 function ownCoverageKeys(check: EligibilityCheck): string[] {
   const patient = patientIdentifier(check);
@@ -336,6 +335,7 @@ function ownCoverageKeys(check: EligibilityCheck): string[] {
   return [coverageKey(check, patient), ...(former ? [coverageKey(check, { ...patient, system: former })] : [])];
 }
 
+/** Hashes the patient's identifier, the payer and the member id. */
 function coverageKey(check: EligibilityCheck, patient: SystemAndValue): string {
   const payer = payerOf(check);
   const parts = [patient.system, patient.value, payer.id ?? payer.name?.toUpperCase() ?? '', check.subscriber.memberId];

@@ -2,6 +2,7 @@ import { createPrivateKey, KeyObject, randomUUID, sign } from 'node:crypto';
 import { request } from 'undici';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
+import { isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { ChartWriteError, retryableStatus } from './chart-errors';
 
 /**
@@ -22,7 +23,7 @@ export const SmartBackendAuth = z.strictObject({
   /** The `kid` of the public key as registered with the server (in its JWKS). */
   keyId: z.string().min(1).optional(),
   /** Default: from `<FHIR base>/.well-known/smart-configuration`. */
-  tokenEndpoint: z.url({ error: 'must be an absolute URL' }).optional(),
+  tokenEndpoint: z.string().refine(isHttpUrl, { error: 'must be an http(s) URL' }).optional(),
   scope: z.string().min(1).default(DEFAULT_SCOPE),
 });
 export type SmartBackendAuth = z.input<typeof SmartBackendAuth>;
@@ -51,7 +52,7 @@ export function staticToken(token: string | undefined): AccessTokens {
   return { authorization: async () => (token ? `Bearer ${token}` : undefined), invalidate: () => undefined, renewable: false };
 }
 
-export function smartBackendTokens(fhirBaseUrl: string, options: SmartBackendAuth, timeoutMs: number): AccessTokens {
+export function smartBackendTokens(fhirBaseUrl: string, options: SmartBackendAuth, timeoutMs: number, allowInsecureHttp: boolean): AccessTokens {
   const parsed = SmartBackendAuth.safeParse(options);
   if (!parsed.success) throw new ChartWriteError(`auth: smart.${describeIssue(parsed.error)}`, { retryable: false });
   const config = parsed.data;
@@ -59,10 +60,10 @@ export function smartBackendTokens(fhirBaseUrl: string, options: SmartBackendAut
   const algorithm = algorithmOf(key);
   let cached: { value: string; refreshAt: number } | undefined;
   let pending: Promise<string> | undefined;
-  let tokenEndpoint = config.tokenEndpoint;
+  let tokenEndpoint = config.tokenEndpoint && encryptedEndpoint(config.tokenEndpoint, 'smart.tokenEndpoint', allowInsecureHttp);
 
   async function fetchToken(): Promise<string> {
-    tokenEndpoint ??= await discoverTokenEndpoint(fhirBaseUrl, timeoutMs);
+    tokenEndpoint ??= encryptedEndpoint(await discoverTokenEndpoint(fhirBaseUrl, timeoutMs), 'the token endpoint .well-known/smart-configuration names', allowInsecureHttp);
     const assertion = clientAssertion(config.clientId, tokenEndpoint, key, algorithm, config.keyId);
     const form = new URLSearchParams({
       grant_type: 'client_credentials',
@@ -92,6 +93,19 @@ export function smartBackendTokens(fhirBaseUrl: string, options: SmartBackendAut
     },
     invalidate: () => (cached = undefined),
   };
+}
+
+/**
+ * A token endpoint the client assertion may go to and the access token come back from: plain http
+ * to another machine would carry both unencrypted, and the token opens the chart, so it is refused
+ * as the chart's own URL is unless the deployment allows it. A discovered one too: a chart served
+ * over https may still name an http endpoint.
+ */
+function encryptedEndpoint(url: string, named: string, allowInsecureHttp: boolean): string {
+  if (isPlainHttpAcrossNetwork(url) && !allowInsecureHttp) {
+    throw new ChartWriteError(`auth: ${named}: ${plainHttpRefused('the client assertion and the access token', 'allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, { retryable: false });
+  }
+  return url;
 }
 
 function privateKeyOf(key: z.infer<typeof SmartBackendAuth>['privateKey']): KeyObject {

@@ -277,8 +277,10 @@ const REDACTED = '[redacted]';
  * the CLI's message, the logs and, for a refused verification, the patient's chart.
  */
 function redacted<T>(value: T, secrets: readonly string[]): T {
+  // As written and as JSON writes it: a service quoting the body it refused escapes a password's quotes and backslashes.
   // The longest first: a secret that holds another is cut out whole.
-  const present = secrets.filter((secret) => secret !== '').sort((a, b) => b.length - a.length);
+  const forms = new Set(secrets.flatMap((secret) => [secret, JSON.stringify(secret).slice(1, -1)]));
+  const present = [...forms].filter((secret) => secret !== '').sort((a, b) => b.length - a.length);
   if (present.length === 0) return value;
   const walk = (v: unknown): unknown => {
     if (typeof v === 'string') return present.reduce((text, secret) => text.split(secret).join(REDACTED), v);

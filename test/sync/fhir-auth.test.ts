@@ -41,6 +41,8 @@ interface Authority {
   /** The scope each token was asked for. */
   scopes: Array<string | null>;
   expiresIn: number;
+  /** The token endpoint .well-known/smart-configuration names, when not this authority's own. */
+  advertised: string | undefined;
   close(): Promise<void>;
 }
 
@@ -56,7 +58,7 @@ beforeAll(async () => {
     const answer = (status: number, body: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     if (req.url === '/fhir/.well-known/smart-configuration') {
       authority.discoveries++;
-      return answer(200, { token_endpoint: `${authority.url}/token`, token_endpoint_auth_methods_supported: ['private_key_jwt'], token_endpoint_auth_signing_alg_values_supported: ['RS384', 'ES384'] });
+      return answer(200, { token_endpoint: authority.advertised ?? `${authority.url}/token`, token_endpoint_auth_methods_supported: ['private_key_jwt'], token_endpoint_auth_signing_alg_values_supported: ['RS384', 'ES384'] });
     }
     if (req.url === '/token' && req.method === 'POST') {
       return void readForm(req).then((form) => {
@@ -93,6 +95,7 @@ beforeAll(async () => {
     fhirAuthorizations: [],
     scopes: [],
     expiresIn: 300,
+    advertised: undefined,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 });
@@ -101,7 +104,7 @@ afterAll(async () => {
   await authority.close();
 });
 beforeEach(() => {
-  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], scopes: [], expiresIn: 300 });
+  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], scopes: [], expiresIn: 300, advertised: undefined });
 });
 
 function readForm(req: IncomingMessage): Promise<URLSearchParams> {
@@ -210,6 +213,28 @@ describe('SMART Backend Services', () => {
       await sync.stop();
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  it('sends no assertion to a plain http token endpoint on another machine, configured or discovered, unless the deployment allows it', async () => {
+    const pem = rsa.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const refused = (named: string) =>
+      `write eligibility: auth: ${named}: plain http to a host other than this machine would send the client assertion and the access token unencrypted; use https, or allow it explicitly (allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP=1)`;
+    const elsewhere = 'http://auth.example.test/token';
+    await expect(fhirWriter(fhirBase(), { smart: { clientId: CLIENT_ID, privateKey: pem, keyId: 'rsa-1', tokenEndpoint: elsewhere } })).rejects.toThrow(refused('smart.tokenEndpoint'));
+    await expect(fhirWriter(fhirBase(), { smart: { clientId: CLIENT_ID, privateKey: pem, keyId: 'rsa-1', tokenEndpoint: elsewhere }, allowInsecureHttp: true })).resolves.toBeDefined();
+    // The chart, reached over https in practice, names an http endpoint: found out once the first write asks for a token.
+    authority.advertised = elsewhere;
+    const writer = await fhirWriter(fhirBase(), { smart: { clientId: CLIENT_ID, privateKey: pem, keyId: 'rsa-1' } });
+    const err = (await writer.write(required(check), outcome('ver_smart_http')).catch((e: unknown) => e)) as ChartWriteError;
+    expect([err.retryable, err.message]).toEqual([false, refused('the token endpoint .well-known/smart-configuration names')]);
+    expect([authority.discoveries, authority.fhirAuthorizations]).toEqual([1, []]);
+  });
+
+  it('a writer built alone refuses a plain http chart on another machine too, unless allowInsecureHttp', async () => {
+    await expect(fhirWriter('http://chart.example.test/fhir', { bearerToken: 'secret-token' })).rejects.toThrow(
+      "write eligibility: baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (allowInsecureHttp)",
+    );
+    await expect(fhirWriter('http://chart.example.test/fhir', { bearerToken: 'secret-token', allowInsecureHttp: true })).resolves.toBeDefined();
   });
 
   it('refuses a key SMART cannot sign with, naming the option and not the key', async () => {

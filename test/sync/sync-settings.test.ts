@@ -74,9 +74,22 @@ describe('a sync that fails to be created or started', () => {
       /^fhir\.baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(fhir\.allowInsecureHttp\)$/,
     );
     expect(fhir({ baseUrl: 'http://' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
+    // The SMART token endpoint too: the access token it answers opens the chart.
+    expect(fhir({ baseUrl: 'https://chart.example/fhir', smart: { clientId: 'elig', privateKey: 'pem', tokenEndpoint: 'http://auth.example/token' } })).toThrow(
+      /^fhir\.smart\.tokenEndpoint: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(fhir\.allowInsecureHttp\)$/,
+    );
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
     expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('refuses clinic routing given inline that clinics.json would be refused for, naming the key, before it opens the store', async () => {
+    const routing = (value: unknown) => () => createEligibilitySync(config({ routing: value as EligibilitySyncConfig['routing'] }));
+    // Else every FHIR appointment would fail on it ('Invalid time zone specified'), each retried as if the chart were down.
+    expect(routing({ timeZone: 'Pacific Time', routes: [] })).toThrow(/^routing\.timeZone: must be an IANA time zone, such as America\/Los_Angeles$/);
+    expect(routing({ defaultClinicId: 'cln_main' })).toThrow(/^routing\.routes: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+    await createEligibilitySync(config({ routing: { timeZone: 'America/Los_Angeles', defaultClinicId: 'cln_main', routes: [] } })).stop();
   });
 
   it('takes a chart on this machine, over https, or over plain http when the deployment allows it', async () => {

@@ -131,6 +131,17 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('cuts a password out of the JSON a service quotes, where its quotes and backslashes are escaped', async () => {
+    const server = await startScriptedServer((req, res) => json(res, 422, { title: 'Unprocessable', detail: `could not process ${req.body}` }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    try {
+      const err = (await client.createCredentials('cl_1', 'metdental', { username: 'office1', password: 'say "open"\\sesame', loginMethod: 'Native' }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.problem.detail).toBe('could not process {"username":"office1","password":"[redacted]","loginMethod":"Native"}');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('gives a clear error for a body that is not problem details: HTML from a proxy, or nothing', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) {

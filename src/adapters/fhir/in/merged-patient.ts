@@ -18,9 +18,11 @@ export function replacedBy(resource: unknown): Reference | undefined {
  */
 export function mergedInto(index: BundleIndex, patient: AnyResource, issues: FhirIssue[]): AnyResource | undefined {
   let current = patient;
-  for (let merges = 0; merges < MAX_MERGES; merges++) {
+  // The last record of a chain of MAX_MERGES is looked at too: it is the patient, unless it was merged again.
+  for (let merges = 0; merges <= MAX_MERGES; merges++) {
     const next = replacedBy(current);
     if (!next) return current;
+    if (merges === MAX_MERGES) break;
     const resolved = index.resolve(next, ['Patient'], current);
     if (resolved.kind !== 'found') {
       issues.push({ expression: "Patient.link.where(type='replaced-by').other", diagnostics: resolved.problem, code: 'not-found' });

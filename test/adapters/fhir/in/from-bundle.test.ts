@@ -421,6 +421,25 @@ describe('checksFromBundle', () => {
     ]);
   });
 
+  it('follows a chain of exactly 5 merges to the patient, and refuses a sixth', () => {
+    const single = convertBundle(bundleOf('self'), { routing, receivedAt: RECEIVED_AT });
+    /** The appointment names dup-1, merged into dup-2, and so on: `merges` links end at Ellen's record. */
+    const chained = (merges: number) => {
+      const bundle = bundleOf('self');
+      const next = (n: number) => (n === merges ? 'Patient/pat-ellen' : `Patient/dup-${n + 1}`);
+      const duplicates = Array.from({ length: merges }, (_, i) => ({ resourceType: 'Patient' as const, id: `dup-${i + 1}`, active: false, link: [{ other: { reference: next(i + 1) }, type: 'replaced-by' as const }] }));
+      bundle.entry = [...(bundle.entry ?? []), ...duplicates.map((d) => ({ resource: d }))];
+      const appointment = resource(bundle, 'Appointment');
+      appointment.participant = appointment.participant.map((p) => (p.actor?.reference === 'Patient/pat-ellen' ? { ...p, actor: { reference: 'Patient/dup-1' } } : p));
+      return bundle;
+    };
+    const five = convertBundle(chained(5), { routing, receivedAt: RECEIVED_AT });
+    expect([five.checks, five.patient]).toEqual([single.checks, 'Patient/pat-ellen']);
+    expect(issuesOf(() => convertBundle(chained(6), { routing, receivedAt: RECEIVED_AT }))).toEqual([
+      { expression: "Patient.link.where(type='replaced-by')", diagnostics: 'more than 5 merges in a row: records replacing each other' },
+    ]);
+  });
+
   describe('Coverage.period against the date of service (2026-12-01)', () => {
     const periodOf = (period: { start?: string; end?: string }) => {
       const bundle = bundleOf('self');
