@@ -49,6 +49,12 @@ export const PatientInsuranceRecord = z.strictObject({
   messageControlId: NonEmpty,
   /** When its sender says that message was made (MSH-7 as sent): one made before it changes the record no more. */
   sentAt: z.string().optional(),
+  /**
+   * The patient this one was merged into (ADT^A40, A34, A47): the record is a tombstone, holding no
+   * insurance or appointments, and what a later message says under this patient's identifier is
+   * the survivor's.
+   */
+  mergedInto: PatientKey.optional(),
 });
 export type PatientInsuranceRecord = z.infer<typeof PatientInsuranceRecord>;
 

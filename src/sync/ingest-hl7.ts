@@ -14,6 +14,7 @@ import {
   type Hl7Mappings,
   type Hl7Outcome,
   type Hl7Result,
+  type PatientMerge,
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import type { AppointmentRow, JobStore, StoreTx } from './job-store';
@@ -145,6 +146,16 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
     case 'record':
       // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks.
       return outcome.record ? reevaluateAppointments(tx, outcome.patientKey, outcome.record, ctx) : { created: [], withdrawn: [] };
+    case 'merge': {
+      const created: string[] = [];
+      const withdrawn: string[] = [];
+      for (const merge of outcome.merges) {
+        const done = await mergeAppointments(tx, merge, ctx);
+        created.push(...done.created);
+        withdrawn.push(...done.withdrawn);
+      }
+      return { created, withdrawn };
+    }
     case 'ignore':
     case 'reject':
       return { created: [], withdrawn: [] };
@@ -157,13 +168,35 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
  * checks and a corrected member id or name a new verification.
  */
 async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
+  return rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key)), key, record, ctx, except);
+}
+
+/**
+ * A merge: the prior patient's appointments become the survivor's, those to come verified under
+ * the survivor (their checks under the prior's identifiers withdrawn while pending, as a move
+ * withdraws them; written ones stay in the chart as they are); the survivor's own too when the
+ * merge changed its record (the prior's insurance, say, for a survivor that had none).
+ */
+async function mergeAppointments(tx: StoreTx, merge: PatientMerge, ctx: ScheduleContext) {
+  const own = merge.changed ? await tx.appointmentsOfPatient(patientKeyText(merge.patientKey)) : [];
+  const moved = await tx.appointmentsOfPatient(patientKeyText(merge.priorKey));
+  return rebuildAppointments(tx, [...own, ...moved], merge.patientKey, merge.record, ctx);
+}
+
+/** Appointments of the patient `key` names, to come and not cancelled, built again from their record; the others are only kept under `key`. */
+async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
   const today = firstDateToCome(ctx.now);
+  const patientKey = patientKeyText(key);
   const created: string[] = [];
   const withdrawn: string[] = [];
-  for (const appointment of await tx.appointmentsOfPatient(patientKeyText(key))) {
-    if (appointment.key === except || appointment.status === 'cancelled' || appointment.dateOfService < today) continue;
+  for (const appointment of appointments) {
+    if (appointment.key === except) continue;
+    if (appointment.status === 'cancelled' || appointment.dateOfService < today) {
+      if (appointment.patientKey !== patientKey) await tx.putAppointment({ ...appointment, patientKey });
+      continue;
+    }
     const { checks, status } = checksFromRecord(appointment.basis as AppointmentBasis, record);
-    const done = await scheduleAppointment(tx, { ...appointment, status, checks }, ctx);
+    const done = await scheduleAppointment(tx, { ...appointment, patientKey, status, checks }, ctx);
     created.push(...done.created);
     withdrawn.push(...done.withdrawn);
   }
@@ -205,9 +238,10 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
     async commit(sentAt) {
       // A message stating no insurance (a cancellation, a booking without IN1) keeps the record's time as it was.
       if (sentAt === undefined) {
-        for (const [key, { sentAt: _said, ...record }] of said) {
-          const last = await read(key);
-          await tx.putPatient(key, last?.sentAt === undefined ? record : { ...record, sentAt: last.sentAt });
+        for (const [key, record] of said) {
+          // A merge's record keeps the time of the insurance it took (the prior's, say); any other keeps the stored one's.
+          const sentAt = record.sentAt ?? (await read(key))?.sentAt;
+          await tx.putPatient(key, sentAt === undefined ? record : { ...record, sentAt });
         }
         return undefined;
       }
@@ -265,6 +299,8 @@ function describe(outcome: Hl7Outcome): string {
       return 'cancel';
     case 'record':
       return `record: ${outcome.coverageCount} coverages`;
+    case 'merge':
+      return `merge: ${outcome.merges.length} patients, ${outcome.merges.reduce((n, m) => n + m.appointmentIds.length, 0)} appointments moved`;
     case 'ignore':
       return `ignored: ${outcome.reason}`;
     case 'reject':

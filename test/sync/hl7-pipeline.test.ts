@@ -1,13 +1,15 @@
-import type { Coverage, CoverageEligibilityResponse } from 'fhir/r4';
+import type { Coverage, CoverageEligibilityResponse, Patient } from 'fhir/r4';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { frame } from '../../src/service/mllp-framing';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
+import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { replayMessage } from '../../src/sync/operations';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
-import { searchFhir, startHarness, until, type Harness } from './harness';
+import { searchFhir, startHarness, startSyncInstance, until, type Harness } from './harness';
 
 /**
  * HL7 v2 over a real MLLP socket into the sync, through the sandbox service, into the chart on a
@@ -255,6 +257,66 @@ describe('HL7 v2 into the chart', () => {
     // A resent reschedule of a cancelled appointment withdraws nothing more and changes nothing.
     expect(await send([msh('SIU^S15^SIU_S12', 'X2'), sch('APT-4'), pid('P-4')].join('\r'))).toEqual(['AA']);
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
+  });
+
+  it('moves the bookings of a duplicate patient to the one the PMS merges it into (A40): verified, cancelled and written under the survivor', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    // No worker yet: the merge lands while the checks under the duplicate's number still wait to be sent.
+    await h.sync.stop();
+    const guardian = in1('64246', 'Guardian', 'SBX-COMPLETE');
+    const booking = (id: string, appointment: string, start: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-DUP'), guardian].join('\r');
+    const [first, second] = [VISIT, visitIn(24)].map((v) => `${v.slice(0, 4)}-${v.slice(4, 6)}-${v.slice(6, 8)}`);
+    const under = async (patient: string) =>
+      (await h.store.listChecks())
+        .filter((c) => c.check.patient.identifiers[0]?.value === patient)
+        .map((c) => `${c.check.dateOfService} ${c.state}`)
+        .sort();
+    expect(await send(booking('G1', 'APT-G1', VISIT), booking('G2', 'APT-G2', visitIn(24)))).toEqual(['AA', 'AA']);
+    expect(await under('P-DUP')).toEqual([`${first} received`, `${second} received`]);
+
+    // The front desk merges the duplicate (MRG-1) into the patient it keeps (PID-3), who has no insurance on file here.
+    expect(await send([msh('ADT^A40^ADT_A39', 'G3'), 'EVN|A40|20261123090000', pid('P-KEEP'), 'MRG|P-DUP^^^SC^MR'].join('\r'))).toEqual(['AA']);
+    expect(await under('P-DUP')).toEqual([`${first} cancelled`, `${second} cancelled`]);
+    expect(await under('P-KEEP')).toEqual([`${first} received`, `${second} received`]);
+    const appointments = (await h.store.listAppointments()).filter((a) => a.key.includes('|APT-G'));
+    expect(appointments.map((a) => [a.key, a.patientKey]).sort()).toEqual([
+      ['hl7|BSD-MAIN|APT-G1', 'hl7|BSD-MAIN|SC|P-KEEP'],
+      ['hl7|BSD-MAIN|APT-G2', 'hl7|BSD-MAIN|SC|P-KEEP'],
+    ]);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|G3|'))?.detail).toBe('merge: 1 patients, 2 appointments moved');
+
+    // The second visit cancelled under the survivor: its check is withdrawn.
+    expect(await send([msh('SIU^S15^SIU_S12', 'G4'), sch('APT-G2'), pid('P-KEEP')].join('\r'))).toEqual(['AA']);
+    expect(await under('P-KEEP')).toEqual([`${first} received`, `${second} cancelled`]);
+
+    // A worker comes: the first visit is written into the chart under the survivor, and no Patient under the duplicate's number.
+    const logger = createLogger({ level: 'debug', destination: { write: (line: string) => h.logs.push(line) } as unknown as NodeJS.WritableStream });
+    const worker = await startSyncInstance({ store: h.store, dataDir: h.dataDir, sandbox: h.sandbox, fhir: h.fhir, secret: h.secret, logger });
+    try {
+      h.sandbox.configureWebhook({ url: `${worker.httpUrl}${WEBHOOK_PATH}`, secret: h.secret });
+      await until('the first visit written', async () => (await under('P-KEEP')).includes(`${first} written`));
+      const patients = (await searchFhir(h.fhir, 'Patient')) as Patient[];
+      expect(patients.map((p) => p.identifier?.map((i) => i.value))).toEqual([['P-KEEP']]);
+      expect(await responses()).toHaveLength(1);
+    } finally {
+      await worker.close();
+    }
+  });
+
+  it('keeps, for a merged patient, the time the insurance it took was stated: an older message of the survivor, delivered after, does not replace it', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = (member: string) => in1('64246', 'Guardian', member);
+    // The duplicate's plan stated at 11:00; the survivor, who had none here, merged into at 12:00.
+    expect(await send(sentAt('110000', adt('T1', 'P-DUP2', guardian('SBX-COMPLETE-2'))))).toEqual(['AA']);
+    expect(await send(sentAt('120000', [msh('ADT^A40^ADT_A39', 'T2'), pid('P-KEEP2'), 'MRG|P-DUP2^^^SC^MR'].join('\r')))).toEqual(['AA']);
+    // An A08 of the survivor's made at 10:00 is delivered now: older than the plan the record holds.
+    expect(await send(sentAt('100000', adt('T3', 'P-KEEP2', guardian('SBX-COMPLETE-1'))))).toEqual(['AA']);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|T3|'))?.detail).toMatch(/not applied: sent \(MSH-7\) before the message that last changed them$/);
+    expect(await send(siu('T4', 'P-KEEP2', 'APT-T4'))).toEqual(['AA']);
+    const [check] = await h.store.listChecks();
+    expect([check?.check.patient.identifiers[0]?.value, check?.check.subscriber.memberId]).toEqual(['P-KEEP2', 'SBX-COMPLETE-2']);
   });
 
   it('refuses a training message with AR and keeps it; replayed once the mappings take training messages, it is verified', async () => {

@@ -209,6 +209,29 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.counts(NOW)).awaitingInsurance).toBe(1);
     });
 
+    it('moves an appointment to the patient another was merged into, and keeps the merged one as a tombstone naming it', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));
+        await rememberAppointment(tx, 'hl7|BSD|MR|1', 'apt-1');
+      });
+      const survivor = { facility: 'BSD', identifier: { system: 'MR', value: '2' } };
+      await store.transaction(async (tx) => {
+        const prior = await tx.getPatient('hl7|BSD|MR|1');
+        if (!prior) throw new Error('no record');
+        await tx.putPatient('hl7|BSD|MR|2', prior);
+        await tx.putPatient('hl7|BSD|MR|1', { ...prior, appointments: [], mergedInto: survivor });
+        await tx.putAppointment(appointment('apt-1', { patientKey: 'hl7|BSD|MR|2', checkKeys: ['elig_y'] }));
+      });
+      const seen = await store.transaction(async (tx) => ({
+        prior: (await tx.appointmentsOfPatient('hl7|BSD|MR|1')).map((a) => a.key),
+        survivor: (await tx.appointmentsOfPatient('hl7|BSD|MR|2')).map((a) => a.key),
+        holdingX: (await tx.appointmentsHolding('elig_x')).map((a) => a.key),
+        tombstone: (await tx.getPatient('hl7|BSD|MR|1'))?.mergedInto,
+        remembered: (await tx.getPatient('hl7|BSD|MR|2'))?.appointments.map((a) => a.appointmentId),
+      }));
+      expect(seen).toEqual({ prior: [], survivor: ['apt-1'], holdingX: [], tombstone: survivor, remembered: ['apt-1'] });
+    });
+
     it('refuses a second check with the same correlation id', async () => {
       await store.transaction((tx) => tx.putCheck(checkRow('elig_1', { correlationId: 'corr-1' })));
       // Matched by message: better-sqlite3's native part keeps the error class of the first test file that loaded it.

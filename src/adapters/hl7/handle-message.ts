@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import {
   IsoInstant,
   type EligibilityCheck,
+  type Identifier,
   type KnownAppointment,
   type KnownCoverage,
   type PatientInsuranceRecord,
@@ -18,9 +19,9 @@ import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId } from './read-appointment';
-import { firstValue, holdsAny, whereMissing } from './read-fields';
+import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
 import { coveragesOfPatient, readInsurance } from './read-insurance';
-import { patientKey, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
 export interface Hl7HandlerOptions {
@@ -68,8 +69,27 @@ export type Hl7Outcome =
       /** As a booking's: the record this message leaves, when it states other details than were on file. */
       record?: PatientInsuranceRecord;
     }
+  | {
+      kind: 'merge';
+      /** One per patient group whose prior patient is another than the survivor, in message order. */
+      merges: PatientMerge[];
+    }
   | { kind: 'ignore'; reason: string }
   | { kind: 'reject'; problems: Hl7Problem[] };
+
+/** A prior patient (MRG) merged into the surviving one (PID). */
+export interface PatientMerge {
+  priorKey: PatientKey;
+  patientKey: PatientKey;
+  /** The prior patient's appointments as its record remembered them: the survivor's now. */
+  appointmentIds: string[];
+  /** Whose insurance the survivor's record holds: its own when it had stated any, else the prior's; none when neither had. */
+  insuranceFrom: 'survivor' | 'prior' | 'none';
+  /** The survivor's record as the merge leaves it: the prior's appointments are built again from it. */
+  record: PatientInsuranceRecord;
+  /** It states other details than the survivor's record did (or there was none): the survivor's own appointments are built again too. */
+  changed: boolean;
+}
 
 /** An appointment as read from a SIU, without the insurance: its checks are this plus the patient's coverages. */
 export interface AppointmentBasis {
@@ -100,6 +120,9 @@ const SUPPORTED_VERSION = /^2\.(3(\.1)?|4|5(\.1)?|6|7(\.1)?|8(\.[12])?)$/;
 
 /** Appointments remembered per patient, to name the keys a reschedule or cancellation replaces. */
 const KEPT_APPOINTMENTS = 50;
+
+/** How many merges in a row a patient's identifier is followed through (A into B, B into C); a loop a sender made ends here. */
+const MERGES_FOLLOWED = 8;
 
 /**
  * One HL7 v2 message in, what it means out. It reads and writes the patient insurance store but
@@ -200,6 +223,8 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
       return cancel(ctx);
     case 'record':
       return record(ctx);
+    case 'merge':
+      return merge(ctx);
     case 'book':
     case 'reschedule':
       return holdsAny(message.segments, profile.appointment.cancelledWhen) ? cancel(ctx) : verify(ctx, action);
@@ -210,15 +235,17 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const { message, profile, options } = ctx;
   const problems = missingSegments(message, 'SCH', 'PID');
   if (problems.length > 0) return rejected(problems);
-  const patient = readPatient(message, profile, options.mappings.codeTables, problems);
+  const read = readPatient(message, profile, options.mappings.codeTables, problems);
   const appointment = readAppointment(message, profile, problems, ctx.warnings);
-  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems, ctx.warnings);
+  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
   const clinicId = readClinic(ctx, problems);
-  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  const named = read && patientKey(read.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
-  if (!patient || !appointment || !insurance || !clinicId || !key) throw new Error('readers returned nothing without a problem');
+  if (!read || !appointment || !insurance || !clinicId || !named) throw new Error('readers returned nothing without a problem');
 
-  const known = await options.store.get(key);
+  const stored = await options.store.get(named);
+  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
+  const patient = known && key !== named ? asSurvivor(read, known) : read;
   const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = insurance.present || insuranceKnownIn(known);
   const basis: AppointmentBasis = {
@@ -258,8 +285,9 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const appointmentId = readAppointmentId(message, profile);
   if (!appointmentId) return rejected([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
   // The patient group is optional in a cancellation; without it the pipeline cancels by appointment id.
-  const key = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
-  const known = key && (await options.store.get(key));
+  const named = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
+  const stored = named && (await options.store.get(named));
+  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
   const entry = known?.appointments.find((a) => a.appointmentId === appointmentId);
   if (!key || !known || !entry) return { kind: 'cancel', appointmentId, keys: [], ...(key && { patientKey: key }) };
   const appointments = known.appointments.filter((a) => a !== entry);
@@ -271,17 +299,103 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
   const problems = missingSegments(message, 'PID');
   if (problems.length > 0) return rejected(problems);
-  const patient = readPatient(message, profile, options.mappings.codeTables, problems);
-  const insurance = patient && readInsurance(message, profile, options.mappings.codeTables, patient, problems, ctx.warnings);
-  const key = patient && patientKey(patient.identifiers, ctx.facility);
+  const read = readPatient(message, profile, options.mappings.codeTables, problems);
+  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
+  const named = read && patientKey(read.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
-  if (!patient || !insurance || !key) throw new Error('readers returned nothing without a problem');
-  const known = await options.store.get(key);
+  if (!read || !insurance || !named) throw new Error('readers returned nothing without a problem');
+  const stored = await options.store.get(named);
+  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
+  const patient = known && key !== named ? asSurvivor(read, known) : read;
   // A demographics update without IN1 says nothing about insurance: keep what is known.
   const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], insurance.present || insuranceKnownIn(known));
   await options.store.put(key, updated);
   return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };
+}
+
+/**
+ * A merge (A40, A34) or a change of identifier (A47): in each patient group (a PID up to the next
+ * PID), the prior patient the MRG names becomes the one the PID names. A40 merges several pairs in
+ * one message; a group whose MRG names the survivor itself changes nothing.
+ */
+async function merge(ctx: Context): Promise<Hl7Outcome> {
+  const { message, profile, options } = ctx;
+  const groups = groupsOf(message.segments, 'PID');
+  if (groups.length === 0) return rejected(missingSegments(message, 'PID'));
+  const problems: Hl7Problem[] = [];
+  const pairs = groups.map((segments) => {
+    const survivor = readPatient({ segments }, profile, options.mappings.codeTables, problems);
+    const prior = readIdentifierList(segments, profile.merge.priorIdentifiers);
+    if (prior.length === 0) problems.push(problemAt(whereMissing(segments, profile.merge.priorIdentifiers), 101, 'prior patient identifier missing'));
+    return { survivor, prior };
+  });
+  if (problems.length > 0) return rejected(problems);
+  const merges: PatientMerge[] = [];
+  for (const { survivor, prior } of pairs) {
+    if (!survivor) throw new Error('readers returned nothing without a problem');
+    const done = await mergePatient(ctx, survivor, prior);
+    if (done) merges.push(done);
+  }
+  return { kind: 'merge', merges };
+}
+
+/**
+ * The survivor's record is kept or created as an ADT's would be, holding the insurance it has
+ * stated, else the prior's, and the appointments of both. The prior's record is not removed but
+ * left a tombstone naming the survivor (written for a prior never seen too): an engine that sends
+ * on several connections or resends what it could not deliver brings, after the merge, a booking
+ * or a cancellation made under the prior number before it, and the tombstone makes it the
+ * survivor's, where a removed record would make the prior a patient again, with its checks and a
+ * chart Patient under a number the PMS no longer has.
+ */
+async function mergePatient(ctx: Context, named: PatientDemographics, priorIds: Identifier[]): Promise<PatientMerge | undefined> {
+  const { store } = ctx.options;
+  const priorKey = patientKey(priorIds, ctx.facility);
+  const survivorKey = patientKey(named.identifiers, ctx.facility);
+  if (!priorKey || !survivorKey) throw new Error('readers returned nothing without a problem');
+  const stored = await store.get(survivorKey);
+  const { key, known } = stored?.mergedInto === undefined ? { key: survivorKey, known: stored } : await survivorOf(store, stored.mergedInto);
+  const prior = await store.get(priorKey);
+  // A prior merged already (this merge resent under another control id) has nothing left to move.
+  if (prior?.mergedInto !== undefined || isDeepStrictEqual(priorKey, key)) return undefined;
+  const patient = known && key !== survivorKey ? asSurvivor(named, known) : named;
+  const from = insuranceKnownIn(known) ? known : prior;
+  const appointments = (prior?.appointments ?? []).reduce(remember, known?.appointments ?? []);
+  const record: PatientInsuranceRecord = {
+    ...recordOf(ctx, patient, coveragesOfPatient(from?.coverages ?? [], patient), appointments, insuranceKnownIn(from)),
+    // The insurance keeps the time it was stated at, so a message stating it that was made before is still older.
+    ...(from?.sentAt !== undefined && { sentAt: from.sentAt }),
+  };
+  await store.put(key, record);
+  await store.put(priorKey, { ...recordOf(ctx, { ...patient, identifiers: priorIds }, [], [], false), mergedInto: key });
+  return {
+    priorKey,
+    patientKey: key,
+    appointmentIds: (prior?.appointments ?? []).map((a) => a.appointmentId),
+    insuranceFrom: insuranceKnownIn(known) ? 'survivor' : insuranceKnownIn(prior) ? 'prior' : 'none',
+    record,
+    changed: !sameDetails(known, record),
+  };
+}
+
+/**
+ * The patient a tombstone's record forwards to, through merges in a row. Called only on a
+ * tombstone: a patient never merged costs no more than the read of its record, as before merges.
+ */
+async function survivorOf(store: PatientInsuranceStore, mergedInto: PatientKey): Promise<{ key: PatientKey; known: PatientInsuranceRecord | undefined }> {
+  let key = mergedInto;
+  let known = await store.get(key);
+  for (let hop = 1; known?.mergedInto !== undefined && hop < MERGES_FOLLOWED; hop++) {
+    key = known.mergedInto;
+    known = await store.get(key);
+  }
+  return { key, known };
+}
+
+/** What a message says of a patient merged into another, under the survivor's identifiers: its checks and chart Patient are the survivor's. */
+function asSurvivor(patient: PatientDemographics, survivor: PatientInsuranceRecord): PatientDemographics {
+  return { ...patient, identifiers: survivor.patient.identifiers };
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

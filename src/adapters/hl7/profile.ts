@@ -16,7 +16,7 @@ const Paths = z.array(FieldPathText);
 const RequiredPaths = Paths.min(1, { error: 'needs at least one field path' });
 const WholeFields = z.array(WholeFieldPathText).min(1, { error: 'needs at least one field path' });
 
-export const EventAction = z.enum(['book', 'reschedule', 'cancel', 'record', 'ignore']);
+export const EventAction = z.enum(['book', 'reschedule', 'cancel', 'record', 'merge', 'ignore']);
 export type EventAction = z.infer<typeof EventAction>;
 
 /** Values as PMSs' codes and names compare (sameText): trimmed and in upper case, looked up without a scan. */
@@ -78,6 +78,15 @@ const Sections = {
     cancelledWhen: ValuesAt,
   }),
   /**
+   * A merge (ADT^A40, A34) or a change of identifier (A47): each patient group (a PID and the
+   * segments after it up to the next PID) names the surviving patient in the patient paths and
+   * the prior one, merged into it, here. MRG-1 is the prior identifier list (CX, as PID-3), MRG-4
+   * the prior patient id of 2.3 and 2.4 senders (as PID-2).
+   */
+  merge: z.strictObject({
+    priorIdentifiers: WholeFields,
+  }),
+  /**
    * Hints for mappings/clinics.json: the facility (MSH-4, and the location's own facility AIL-3.4;
    * every path with a value counts) and the appointment's location (AIL-3).
    */
@@ -106,6 +115,7 @@ const DialectFile = z.strictObject({
   patient: Sections.patient.partial().optional(),
   insurance: Sections.insurance.partial().optional(),
   appointment: Sections.appointment.partial().optional(),
+  merge: Sections.merge.partial().optional(),
   clinic: Sections.clinic.partial().optional(),
 });
 
@@ -136,6 +146,7 @@ export function loadHl7Mappings(dir = mappingsDir()): Hl7Mappings {
       patient: { ...base.patient, ...d.patient },
       insurance: { ...base.insurance, ...d.insurance },
       appointment: { ...base.appointment, ...d.appointment },
+      merge: { ...base.merge, ...d.merge },
       clinic: { ...base.clinic, ...d.clinic },
     };
   });

@@ -24,6 +24,19 @@ export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPa
   return undefined;
 }
 
+/**
+ * A message's groups that begin with a segment: each such segment and those after it up to the
+ * next (an IN1 and its IN2; a merge's PID and its MRG). What comes before the first is in none.
+ */
+export function groupsOf(segments: readonly Hl7Segment[], first: string): Hl7Segment[][] {
+  const groups: Hl7Segment[][] = [];
+  for (const segment of segments) {
+    if (segment.name === first) groups.push([segment]);
+    else groups[groups.length - 1]?.push(segment);
+  }
+  return groups;
+}
+
 /** Every occurrence of a whole field that has something in it, in path order (for composite data). */
 export function fieldsWithValues(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Array<{ segment: Hl7Segment; path: FieldPath }> {
   const found: Array<{ segment: Hl7Segment; path: FieldPath }> = [];

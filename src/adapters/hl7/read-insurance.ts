@@ -5,7 +5,7 @@ import type { PersonName } from './data-types';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
-import { firstValue, holdsAny, whereFound, whereMissing, type Where } from './read-fields';
+import { firstValue, groupsOf, holdsAny, whereFound, whereMissing, type Where } from './read-fields';
 import { readDate, readName, type PatientDemographics } from './read-patient';
 
 /**
@@ -22,15 +22,6 @@ export interface InsuranceReading {
 
 const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 
-export function insuranceGroups(message: Hl7Message): Hl7Segment[][] {
-  const groups: Hl7Segment[][] = [];
-  for (const segment of message.segments) {
-    if (segment.name === 'IN1') groups.push([segment]);
-    else groups[groups.length - 1]?.push(segment);
-  }
-  return groups;
-}
-
 export function readInsurance(
   message: Hl7Message,
   profile: Hl7Profile,
@@ -39,7 +30,7 @@ export function readInsurance(
   problems: Hl7Problem[],
   warnings: Hl7Problem[],
 ): InsuranceReading {
-  const all = insuranceGroups(message);
+  const all = groupsOf(message.segments, 'IN1');
   const empty = all.filter((group) => emptyGroup(group, profile));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));

@@ -4,7 +4,7 @@ import { readIdentifiers, readPersonName, type PersonName } from './data-types';
 import type { FieldPath } from './field-path';
 import { readHl7Date } from './hl7-date';
 import { problemAt, type Hl7Problem } from './hl7-errors';
-import type { Hl7Message } from './hl7-message';
+import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
 import { fieldsWithValues, firstValue, whereFound, whereMissing } from './read-fields';
 
@@ -21,8 +21,8 @@ export function patientKey(identifiers: readonly Identifier[], facility: string)
   return id ? { facility, identifier: { value: id.value, ...(id.system !== undefined && { system: id.system }) } } : undefined;
 }
 
-/** The patient's demographics, or undefined with the problems added. */
-export function readPatient(message: Hl7Message, profile: Hl7Profile, codes: CodeTables, problems: Hl7Problem[]): PatientDemographics | undefined {
+/** The patient's demographics, or undefined with the problems added; from one patient group of a merge, or the whole message. */
+export function readPatient(message: Pick<Hl7Message, 'segments'>, profile: Hl7Profile, codes: CodeTables, problems: Hl7Problem[]): PatientDemographics | undefined {
   const scope = message.segments;
   const paths = profile.patient;
   const identifiers = readPatientIdentifiers(message, profile);
@@ -39,8 +39,13 @@ export function readPatient(message: Hl7Message, profile: Hl7Profile, codes: Cod
   };
 }
 
-function readPatientIdentifiers(message: Hl7Message, profile: Hl7Profile): Identifier[] {
-  for (const { segment, path } of fieldsWithValues(message.segments, profile.patient.identifiers)) {
+function readPatientIdentifiers(message: Pick<Hl7Message, 'segments'>, profile: Hl7Profile): Identifier[] {
+  return readIdentifierList(message.segments, profile.patient.identifiers);
+}
+
+/** The identifiers (CX, every repetition) of the first of the paths that has any: a patient's, or a merge's prior patient's. */
+export function readIdentifierList(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): Identifier[] {
+  for (const { segment, path } of fieldsWithValues(scope, paths)) {
     const ids = readIdentifiers(segment, path.field);
     if (ids.length > 0) return ids;
   }

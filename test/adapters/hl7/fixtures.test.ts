@@ -42,12 +42,12 @@ describe('the corpus', () => {
   });
 
   it('covers every event kind, acknowledgement code and version 2.3 to 2.8', () => {
-    expect(new Set(all().map((r) => r.result.outcome.kind))).toEqual(new Set(['book', 'reschedule', 'cancel', 'record', 'ignore', 'reject']));
+    expect(new Set(all().map((r) => r.result.outcome.kind))).toEqual(new Set(['book', 'reschedule', 'cancel', 'record', 'merge', 'ignore', 'reject']));
     expect(new Set(all().flatMap((r) => r.acks.map((a) => a.code)))).toEqual(new Set(['AA', 'AE', 'AR', 'CA']));
     const versions = new Set(all().map((r) => readMessageHeader(r.text)?.version));
     for (const v of ['2.3', '2.4', '2.5', '2.5.1', '2.6', '2.7', '2.8']) expect(versions).toContain(v);
     const events = new Set(all().map((r) => `${readMessageHeader(r.text)?.messageCode}^${readMessageHeader(r.text)?.triggerEvent}`));
-    for (const e of ['SIU^S12', 'SIU^S13', 'SIU^S14', 'SIU^S15', 'SIU^S17', 'SIU^S26', 'ADT^A04', 'ADT^A08', 'ADT^A28', 'ADT^A31']) expect(events).toContain(e);
+    for (const e of ['SIU^S12', 'SIU^S13', 'SIU^S14', 'SIU^S15', 'SIU^S17', 'SIU^S26', 'ADT^A04', 'ADT^A08', 'ADT^A28', 'ADT^A31', 'ADT^A40']) expect(events).toContain(e);
   });
 
   it('covers CR, LF and CRLF files, batches, file batches and several messages per file', () => {

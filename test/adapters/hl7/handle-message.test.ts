@@ -1,6 +1,10 @@
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
 import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
 import { ackFor, handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
 import type { PatientInsuranceStore } from '../../../src/domain';
+import { mappingsDir } from '../../../src/mapping-files';
 import { fixturePayers } from './fixture-payers';
 import { segment } from './segment';
 
@@ -400,6 +404,137 @@ describe('the patient insurance store', () => {
   });
 });
 
+describe('merges (ADT^A40, A34, A47)', () => {
+  const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+  const metlife = segment('IN1', { 1: '1', 3: '65978', 4: 'MetLife', 17: 'SEL', 36: 'ML-1' });
+  const pid = (id: string) => `PID|1||${id}^^^SC^MR||DOE^JANE^Q||19800102|F`;
+  const key = (id: string) => ({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: id } });
+  const booking = (id: string, patient: string, appointment = 'APT-1', ...rest: string[]) => [msh('SIU^S12', id), SCH.replace('APT-1', appointment), pid(patient), ...rest];
+  /** An A40 of one or more patient groups: PID-3 the survivor, MRG-1 the prior patient merged into it. */
+  const a40 = (id: string, ...pairs: Array<[survivor: string, prior: string]>) => [
+    msh('ADT^A40^ADT_A39', id),
+    'EVN|A40|20240501',
+    ...pairs.flatMap(([survivor, prior]) => [pid(survivor), `MRG|${prior}^^^SC^MR`]),
+  ];
+
+  it('gives the survivor the prior patient\'s insurance and appointments, and forwards a later message under the prior number', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const [booked] = checksOf(await run(booking('S1', 'P-OLD', 'APT-1', delta), store));
+    const merged = await run(a40('M1', ['P-NEW', 'P-OLD']), store);
+    expect(merged.ackCode).toBe('AA');
+    expect(merged.outcome).toMatchObject({
+      kind: 'merge',
+      merges: [{ priorKey: key('P-OLD'), patientKey: key('P-NEW'), appointmentIds: ['APT-1'], insuranceFrom: 'prior', changed: true }],
+    });
+    const [merge] = merged.outcome.kind === 'merge' ? merged.outcome.merges : [];
+    // The record the pipeline builds the moved appointment's checks again from: the survivor's, with the prior's plan.
+    expect(merge?.record.patient.identifiers).toEqual([{ value: 'P-NEW', system: 'SC', type: 'MR' }]);
+    expect(merge?.record.coverages.map((c) => c.subscriber.memberId)).toEqual(['D-1']);
+    expect(merge?.record.appointments.map((a) => a.appointmentId)).toEqual(['APT-1']);
+    expect(await store.get(key('P-OLD'))).toMatchObject({ coverages: [], appointments: [], mergedInto: key('P-NEW') });
+
+    // A booking for the survivor without IN1 is verified with the prior's plan, under the survivor.
+    const [survivors] = checksOf(await run(booking('S2', 'P-NEW', 'APT-2'), store));
+    expect(survivors?.subscriber.memberId).toBe('D-1');
+    expect(survivors?.patient.identifiers).toEqual([{ value: 'P-NEW', system: 'SC', type: 'MR' }]);
+    expect(survivors?.idempotencyKey).not.toBe(booked?.idempotencyKey);
+    // One made under the prior number and delivered after the merge is the survivor's: no check under the dead number.
+    const late = await run(booking('S3', 'P-OLD', 'APT-3'), store);
+    expect(late.outcome).toMatchObject({ kind: 'book', patientKey: key('P-NEW') });
+    expect(checksOf(late).map((c) => c.patient.identifiers[0]?.value)).toEqual(['P-NEW']);
+    // As is a cancellation: the appointment is found in the survivor's record.
+    expect((await run([msh('SIU^S15', 'S4'), SCH.replace('APT-1', 'APT-3'), pid('P-OLD')], store)).outcome).toMatchObject({ kind: 'cancel', patientKey: key('P-NEW'), keys: [] });
+    expect((await store.get(key('P-NEW')))?.appointments.map((a) => a.appointmentId)).toEqual(['APT-1', 'APT-2']);
+  });
+
+  it('keeps the insurance the survivor stated, and unites both patients\' appointments', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(booking('S1', 'P-OLD', 'APT-1', delta), store);
+    await run(booking('S2', 'P-NEW', 'APT-2', metlife), store);
+    const merged = await run(a40('M1', ['P-NEW', 'P-OLD']), store);
+    expect(merged.outcome).toMatchObject({ kind: 'merge', merges: [{ appointmentIds: ['APT-1'], insuranceFrom: 'survivor', changed: false }] });
+    const survivor = await store.get(key('P-NEW'));
+    expect(survivor?.coverages.map((c) => c.subscriber.memberId)).toEqual(['ML-1']);
+    expect(survivor?.appointments.map((a) => a.appointmentId)).toEqual(['APT-2', 'APT-1']);
+  });
+
+  it('merges every patient group of an A40, each prior into its own survivor', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(booking('S1', 'P-OLD-1', 'APT-1', delta), store);
+    await run(booking('S2', 'P-OLD-2', 'APT-2', metlife), store);
+    const merged = await run(a40('M1', ['P-NEW-1', 'P-OLD-1'], ['P-NEW-2', 'P-OLD-2']), store);
+    expect(merged.outcome).toMatchObject({
+      kind: 'merge',
+      merges: [
+        { priorKey: key('P-OLD-1'), patientKey: key('P-NEW-1'), appointmentIds: ['APT-1'] },
+        { priorKey: key('P-OLD-2'), patientKey: key('P-NEW-2'), appointmentIds: ['APT-2'] },
+      ],
+    });
+    expect((await store.get(key('P-NEW-1')))?.coverages.map((c) => c.subscriber.memberId)).toEqual(['D-1']);
+    expect((await store.get(key('P-NEW-2')))?.coverages.map((c) => c.subscriber.memberId)).toEqual(['ML-1']);
+  });
+
+  it('reads the prior patient of a 2.3 A34 and of an A47 (a change of identifier) the same way', async () => {
+    for (const [type, version] of [['ADT^A34^ADT_A30', '2.3'], ['ADT^A47^ADT_A30', '2.5.1']] as const) {
+      const store = new InMemoryPatientInsuranceStore();
+      await run(booking('S1', 'P-OLD', 'APT-1', delta), store);
+      const merged = await run([msh(type, 'M1', 'BSD-MAIN', version), pid('P-NEW'), 'MRG|P-OLD^^^SC^MR'], store);
+      expect(merged.outcome).toMatchObject({ kind: 'merge', merges: [{ priorKey: key('P-OLD'), patientKey: key('P-NEW'), appointmentIds: ['APT-1'], insuranceFrom: 'prior' }] });
+    }
+  });
+
+  it('takes a prior never seen (AA, nothing to move) and keeps the survivor as an ADT would', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const merged = await run(a40('M1', ['P-NEW', 'P-UNSEEN']), store);
+    expect(merged.ackCode).toBe('AA');
+    expect(merged.outcome).toMatchObject({ kind: 'merge', merges: [{ appointmentIds: [], insuranceFrom: 'none', changed: true }] });
+    expect(await store.get(key('P-NEW'))).toMatchObject({ patient: { lastName: 'DOE', identifiers: [{ value: 'P-NEW' }] }, coverages: [], insuranceKnown: false });
+  });
+
+  it('changes nothing for a patient merged into itself, nor for a merge resent under another control id', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(booking('S1', 'P-1', 'APT-1', delta), store);
+    const before = await store.get(key('P-1'));
+    expect((await run(a40('M1', ['P-1', 'P-1']), store)).outcome).toEqual({ kind: 'merge', merges: [] });
+    expect(await store.get(key('P-1'))).toEqual(before);
+    expect(store.size).toBe(1);
+
+    await run(a40('M2', ['P-NEW', 'P-1']), store);
+    const survivor = await store.get(key('P-NEW'));
+    expect((await run(a40('M3', ['P-NEW', 'P-1']), store)).outcome).toEqual({ kind: 'merge', merges: [] });
+    expect(await store.get(key('P-NEW'))).toEqual(survivor);
+  });
+
+  it('answers AE naming MRG-1 when a patient group has no prior identifier, and changes nothing', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(booking('S1', 'P-OLD', 'APT-1', delta), store);
+    for (const group of [[pid('P-NEW'), 'MRG|'], [pid('P-NEW'), 'PV1|1|O']]) {
+      const result = await run([msh('ADT^A40^ADT_A39', 'M1'), 'EVN|A40|20240501', ...group], store);
+      expect(result.ackCode).toBe('AE');
+      expect(ackFor(result)[0]?.text.split('\r').filter((s) => s.startsWith('ERR|'))).toEqual([
+        'ERR||MRG^1^1^1|101^Required field missing^HL70357|E||||MRG-1: prior patient identifier missing',
+      ]);
+    }
+    expect(store.size).toBe(1);
+  });
+
+  it('reads the prior patient where a dialect says its PMS writes it', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'hl7-mappings-'));
+    try {
+      await cp(path.join(mappingsDir(), 'hl7'), path.join(dir, 'hl7'), { recursive: true });
+      const dialect = { name: 'oldpms', description: 'writes the prior patient in ZMG-2', sendingApplications: ['SMILECLOUD'], merge: { priorIdentifiers: ['ZMG-2'] } };
+      await writeFile(path.join(dir, 'hl7', 'dialects', 'oldpms.json'), JSON.stringify(dialect));
+      const store = new InMemoryPatientInsuranceStore();
+      const options = { mappings: loadHl7Mappings(dir), routing, store, receivedAt };
+      await handleHl7Message(booking('S1', 'P-OLD', 'APT-1', delta).join('\r'), options);
+      const merged = await handleHl7Message([msh('ADT^A40^ADT_A39', 'M1'), pid('P-NEW'), 'MRG|P-ELSE^^^SC^MR', 'ZMG|1|P-OLD^^^SC^MR'].join('\r'), options);
+      expect(merged.outcome).toMatchObject({ kind: 'merge', merges: [{ priorKey: key('P-OLD'), appointmentIds: ['APT-1'] }] });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('message types and headers', () => {
   it('refuses a receivedAt that is not an instant with offset, as a fault of the caller, whatever the message', async () => {
     for (const bad of ['yesterday', '2024-05-01T12:00:00', '']) {
@@ -410,7 +545,7 @@ describe('message types and headers', () => {
 
   it('acknowledges and ignores other SIU and ADT events', async () => {
     expect((await run([msh('SIU^S26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
-    expect((await run([msh('ADT^A40'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A40 does not change eligibility' });
+    expect((await run([msh('ADT^A03'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A03 does not change eligibility' });
   });
 
   it.each([
