@@ -316,6 +316,20 @@ describe('toCoverageEligibilityResponse', () => {
     expect(outputOf('completed-minimal').insurance?.[0]?.inforce).toBe(true);
   });
 
+  it('says the coverage is not in force when a failure is the payer saying so (InactivePatient, PatientNotEligible), and nothing of it for any other failure', () => {
+    const failed = (kind: string) =>
+      convert({ correlationId: 'ver-1', status: 'Failed', result: { type: `https://errors.verification.example/${kind}`, title: kind } }, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
+    const responses = ['InactivePatient', 'PatientNotEligible', 'PatientNotFound', 'SiteMaintenance', 'CoverageUnderReview'].map(failed);
+    expect(responses.map((r) => [r.outcome, r.insurance?.[0]?.inforce])).toEqual([
+      ['error', false],
+      ['error', false],
+      ['error', undefined],
+      ['error', undefined],
+      ['error', undefined],
+    ]);
+    expect(responses.flatMap((r) => validateR4(r))).toEqual([]);
+  });
+
   it('contains the verification provider and says whether the payer counts it in or out of network', () => {
     const participation = (name: string) => items(outputOf(name)).find((i) => i.name === 'Provider participation');
     expect(codes(participation('completed-full')?.network)).toEqual(['http://terminology.hl7.org/CodeSystem/benefit-network#in']);
