@@ -1,5 +1,8 @@
 import { createHash } from 'node:crypto';
+import { dayInPeriod } from '../adapters/fhir/in/period';
+import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
+import { toOutcome } from '../verification/outcome';
 import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
 
 /**
@@ -94,7 +97,7 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   };
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
   const fresh = await tx.freshResult(coverageFingerprint, since);
-  if (fresh?.result !== undefined) {
+  if (fresh?.result !== undefined && servesVisit(fresh, check.dateOfService)) {
     // A recent completed verification of this very coverage serves this appointment too. It keeps
     // no correlation id of its own (the verification is the other's) but gets a chart pair of its
     // own, found by its key: the other appointment's pair stays as it was.
@@ -110,6 +113,34 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   }
   await tx.putCheck(base);
   return true;
+}
+
+/**
+ * Whether a result verified for one visit tells another's benefits: what is used of a maximum or
+ * a deductible counts within a benefit period, so only a visit in the result's benefit period,
+ * within the plan's effective and termination dates, is served by it; without a stated period,
+ * one in the same calendar year, the benefit year of most dental plans. A December result with
+ * $200 of the maximum left says nothing of a January visit, when the maximum starts again.
+ */
+function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
+  let outcome;
+  try {
+    outcome = toOutcome(fresh.result);
+  } catch {
+    return false;
+  }
+  if (outcome.kind !== 'completed') return false;
+  const plan = outcome.result.plan;
+  const issues: FhirIssue[] = [];
+  // A blank date is one the portal does not know, as the writer reads it.
+  const date = (value: string | null | undefined) => value?.trim() || undefined;
+  const within = (start: string | null | undefined, end: string | null | undefined) =>
+    dayInPeriod({ start: date(start), end: date(end) }, dateOfService, 'result.plan', issues) === 'within';
+  const period = plan?.benefitPeriod;
+  const stated = date(period?.start) !== undefined || date(period?.end) !== undefined;
+  const inPeriod = stated ? within(period?.start, period?.end) : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
+  // A date the result writes unreadably settles nothing: the visit is verified for itself.
+  return inPeriod && within(plan?.effectiveDate, plan?.terminationDate) && issues.length === 0;
 }
 
 /**

@@ -19,6 +19,14 @@ describe('fresh results and re-verification before the visit', () => {
 
   const checkOf = async (key: string) => (await h.store.listChecks()).find((r) => r.key === key);
   const verificationPosts = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+  /** SIU S12 bookings of one patient on Guardian (SBX-COMPLETE), sent at `sent`: message id, appointment id, visit start. */
+  const bookingsOf = (patientId: string, sent: string) => (id: string, appointment: string, start: string) =>
+    [
+      `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|${sent}||SIU^S12^SIU_S12|${id}|P|2.5.1`,
+      `SCH|${appointment}^SC||||||||||^^^${start}`,
+      `PID|1||${patientId}^^^SC^MR||DOE^JANE||19800102|F`,
+      segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'SBX-COMPLETE' }),
+    ].join('\r');
 
   it('verifies again the day before the visit once the last result is older than the window, as a new verification', async () => {
     clock = new Date('2026-11-01T12:00:00Z');
@@ -71,6 +79,30 @@ describe('fresh results and re-verification before the visit', () => {
     expect(verificationPosts()).toBe(1);
   });
 
+  it('verifies a visit in the next benefit year anew: a result counts what is used in its own year, and this year\'s maximum left is not next year\'s', async () => {
+    clock = new Date('2026-12-20T12:00:00Z');
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    closing.push(() => listener.stop());
+    const booking = bookingsOf('P-8', '20261220090000');
+    const c = await client(port);
+    closing.unshift(async () => void c.socket.end());
+    c.socket.write(frame(booking('Y1', 'APT-Y1', '20261230093000')));
+    await c.waitFor(1);
+    await until('the December visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    c.socket.write(frame(booking('Y2', 'APT-Y2', '20270105093000')));
+    await c.waitFor(2);
+    await until('the January visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+
+    expect(verificationPosts()).toBe(2);
+    const january = (await h.store.listChecks()).find((r) => r.check.dateOfService === '2027-01-05');
+    expect(january?.reusedFrom).toBeUndefined();
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    const periodOf = (id: string | undefined) => responses.find((r) => r.id === id)?.insurance?.[0]?.benefitPeriod;
+    expect(periodOf(january?.written?.responseId)).toEqual({ start: '2027-01-01', end: '2027-12-31' });
+  });
+
   it('reuses a completed result younger than the window for another appointment of the same coverage, as a chart pair of its own', async () => {
     clock = new Date('2026-11-23T12:00:00Z');
     // In front of the FHIR server: once told, it sends the next transaction on and loses the
@@ -97,13 +129,7 @@ describe('fresh results and re-verification before the visit', () => {
     h = await startHarness({ now: () => clock, fhirVia: async (url) => ((fhirUrl = url), `${chartHop.url}/fhir`) });
     const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
     const { port } = await listener.start();
-    const booking = (id: string, appointment: string, start: string) =>
-      [
-        `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|${id}|P|2.5.1`,
-        `SCH|${appointment}^SC||||||||||^^^${start}`,
-        'PID|1||P-7^^^SC^MR||DOE^JANE||19800102|F',
-        segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'SBX-COMPLETE' }),
-      ].join('\r');
+    const booking = bookingsOf('P-7', '20261123090000');
     const c = await client(port);
     c.socket.write(frame(booking('F1', 'APT-F1', '20261210093000')));
     await c.waitFor(1);

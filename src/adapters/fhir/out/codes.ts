@@ -46,7 +46,7 @@ export const FAILURE_ACTIONS = ['retry-later', 'needs-a-person', 'unknown'] as c
 export type FailureActionCode = (typeof FAILURE_ACTIONS)[number];
 
 const ErrorCodesFile = z.looseObject({
-  failureKinds: z.record(Text, z.strictObject({ display: Text, x12: z.strictObject({ code: Text, display: Text }).optional() })),
+  failureKinds: z.record(Text, z.strictObject({ display: Text, x12: z.strictObject({ code: Text, display: Text }).optional(), inforce: z.literal(false).optional() })),
   issues: z.record(z.enum(ISSUE_KINDS), z.strictObject({ code: Text, display: Text })),
   actions: z.record(z.enum(FAILURE_ACTIONS), z.strictObject({ display: Text })),
 });
@@ -137,6 +137,11 @@ export function failureKindConcept(kind: string, text: string | undefined): Code
   if (entry?.x12) codings.push({ system: systemUrl('x12RejectReason'), code: entry.x12.code, display: entry.x12.display });
   codings.push({ system: systemUrl('failureKind'), code: kind, ...(entry ? { display: entry.display } : {}) });
   return { coding: codings, ...(text ? { text } : {}) };
+}
+
+/** false when a failure of this kind is the payer saying the coverage is not in force; else nothing is known of it. */
+export function failureInforce(kind: string): false | undefined {
+  return errorCodes().failureKinds[kind]?.inforce;
 }
 
 export function issueConcept(kind: IssueKind, text: string): CodeableConcept {

@@ -1,4 +1,4 @@
-import type { CoverageEligibilityResponseInsuranceItem } from 'fhir/r4';
+import type { CodeableConcept, CoverageEligibilityResponseInsuranceItem } from 'fhir/r4';
 import { categoryConcept, categoryTable, procedureConcept, serviceTypeConcept, serviceTypeForCodes } from './codes';
 import { extension } from './extensions';
 import { defined, present, said } from './values';
@@ -8,7 +8,10 @@ type Maybe<T> = T | null | undefined;
 /**
  * What an item is about: a category, or one CDT code, never both (invariant ces-1). A category
  * item lists the procedure codes the source gave in procedure-code extensions; several codes
- * without a category take the category whose CDT ranges hold them all.
+ * without a category take the category whose CDT ranges hold them all. Codes that no category
+ * holds, or only one coded as dental care as a whole (implants), name themselves as the
+ * category's text with no coding: coded general, a cleaning and an exam at 100 % read as all
+ * dental care at 100 %. One item per code would not do: a frequency limit is shared by its codes.
  */
 export function itemSubject(
   category: Maybe<string>,
@@ -18,7 +21,11 @@ export function itemSubject(
   const codes = said(procedureCodes);
   const named = present(category);
   if (!named && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
-  const concept =
-    named || codes.length === 0 ? categoryConcept(named) : serviceTypeConcept(serviceTypeForCodes(codes) ?? categoryTable().general);
+  const concept = named || codes.length === 0 ? categoryConcept(named) : codesConcept(codes);
   return { category: concept, extension: defined(codes.map((code) => extension('procedure-code', { valueCodeableConcept: procedureConcept(code) }))) };
+}
+
+function codesConcept(codes: string[]): CodeableConcept {
+  const serviceType = serviceTypeForCodes(codes);
+  return serviceType !== undefined && serviceType !== categoryTable().general ? serviceTypeConcept(serviceType) : { text: codes.join(', ') };
 }

@@ -3,6 +3,7 @@ import type { VerificationOutcome } from '../../../verification/outcome';
 import { ProblemDetails, Verification, VerificationResult } from '../../../verification/wire';
 import { FhirInputError } from '../operation-outcome';
 import { systemUrl } from '../systems';
+import { failureInforce } from './codes';
 import { coinsuranceItem } from './coinsurance';
 import { contextErrors, disposition, failureErrors } from './errors';
 import { complexExtension, extension } from './extensions';
@@ -57,7 +58,9 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
   const coverage = relativeReference('Coverage', refs.coverage, 'coverage');
   const result = outcome.kind === 'completed' || outcome.kind === 'partial' ? outcome.result : undefined;
   const payer = result?.plan?.payer;
-  const insurance = result ? { ...insuranceFor(result, coverage, parts), item: items(result, parts) } : { coverage };
+  const insurance = result
+    ? { ...insuranceFor(result, coverage, parts), item: items(result, parts) }
+    : { coverage, inforce: outcome.kind === 'failed' ? failureInforce(outcome.failure.kind) : undefined };
 
   const unmapped = [
     ...unmappedElements(verification, Verification, ''),

@@ -292,6 +292,30 @@ describe('toCoverageEligibilityResponse', () => {
     ]);
   });
 
+  it('never codes an entry of several procedures as dental care as a whole: codes no one category holds, or only general dental care (implants), name their codes and claim no category', () => {
+    const coinsurance = (procedureCodes: string[], start: number) => ({ network: 'InNetwork', procedureCodes, percentage: { final: { start, end: start } } });
+    const response = convert({
+      correlationId: 'ver-codes',
+      status: 'Completed',
+      result: {
+        plan: { status: 'Active', payer: { name: 'Delta Dental of California' } },
+        data: {
+          coinsurance: [coinsurance(['D0120', 'D1110'], 100), coinsurance(['D6010', 'D6057'], 50), coinsurance(['D2740', 'D2750'], 50), { network: 'InNetwork', percentage: { final: { start: 80, end: 80 } } }],
+          frequencies: [{ procedureCodes: ['D0210', 'D0330', 'D1110'], limit: 1, period: 'Months', periodLength: 36 }],
+        },
+      },
+    });
+    expect(items(response).map((i) => [codes(i.category), i.category?.text])).toEqual([
+      [[], 'D0120, D1110'],
+      [[], 'D6010, D6057'],
+      [['https://x12.org/codes/service-type-codes#36', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#36'], undefined],
+      [['https://x12.org/codes/service-type-codes#35', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#35'], undefined],
+      [[], 'D0210, D0330, D1110'],
+    ]);
+    expect(items(response)[0]?.extension?.map((e) => codes(e.valueCodeableConcept)[0])).toEqual(['http://www.ada.org/cdt#D0120', 'http://www.ada.org/cdt#D1110']);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
     const [annual] = items(outputOf('completed-full'));
     expect([codes(annual?.network), codes(annual?.unit), codes(annual?.term), codes(annual?.benefit?.[0]?.type)]).toEqual([
@@ -314,6 +338,20 @@ describe('toCoverageEligibilityResponse', () => {
     expect(outputOf('completed-full').insurance?.[0]).toMatchObject({ inforce: true, benefitPeriod: { start: '2026-01-01', end: '2026-12-31' } });
     expect(outputOf('inactive-plan').insurance?.[0]?.inforce).toBe(false);
     expect(outputOf('completed-minimal').insurance?.[0]?.inforce).toBe(true);
+  });
+
+  it('says the coverage is not in force when a failure is the payer saying so (InactivePatient, PatientNotEligible), and nothing of it for any other failure', () => {
+    const failed = (kind: string) =>
+      convert({ correlationId: 'ver-1', status: 'Failed', result: { type: `https://errors.verification.example/${kind}`, title: kind } }, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
+    const responses = ['InactivePatient', 'PatientNotEligible', 'PatientNotFound', 'SiteMaintenance', 'CoverageUnderReview'].map(failed);
+    expect(responses.map((r) => [r.outcome, r.insurance?.[0]?.inforce])).toEqual([
+      ['error', false],
+      ['error', false],
+      ['error', undefined],
+      ['error', undefined],
+      ['error', undefined],
+    ]);
+    expect(responses.flatMap((r) => validateR4(r))).toEqual([]);
   });
 
   it('contains the verification provider and says whether the payer counts it in or out of network', () => {
