@@ -99,11 +99,12 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   const server = opts.server ?? '';
   if (!isHttpUrl(server)) throw new CliError('--server: must be an http(s) URL', 2);
   if (carriesCredentials(server)) throw new CliError('--server: credentials do not belong in the URL; the bearer token comes from DENTAL_ELIG_FHIR_TOKEN', 2);
-  if (isPlainHttpAcrossNetwork(server) && !envFlag(io.env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP')) {
+  const allowInsecureHttp = envFlag(io.env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? false;
+  if (isPlainHttpAcrossNetwork(server) && !allowInsecureHttp) {
     throw new CliError(`--server: ${plainHttpRefused('the bearer token and patient data', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, 2);
   }
   const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
-  const reader = await fhirKitReader(server.replace(/\/+$/, ''), token ? { bearerToken: token } : {});
+  const reader = await fhirKitReader(server.replace(/\/+$/, ''), { allowInsecureHttp, ...(token && { bearerToken: token }) });
   try {
     return noted(io, await convertFromServer(reader, opts.appointment, options));
   } catch (err) {

@@ -545,8 +545,9 @@ function messageType(result: Hl7Result | undefined): string {
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
   const timeoutMs = fhir.timeoutMs ?? 30_000;
-  if (fhir.smart) return { timeoutMs, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, fhir.allowInsecureHttp ?? false) };
-  return { timeoutMs, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
+  const allowInsecureHttp = fhir.allowInsecureHttp ?? false;
+  if (fhir.smart) return { timeoutMs, allowInsecureHttp, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, allowInsecureHttp) };
+  return { timeoutMs, allowInsecureHttp, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
 }
 
 function bearerHeader(fhir: { bearerToken?: string }): Record<string, string> {

@@ -1,3 +1,4 @@
+import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { AccessTokens } from './fhir-auth';
 
@@ -11,10 +12,14 @@ export interface FhirKitReaderOptions {
   maxPages?: number;
   /** Each request gives up after this long, as the write-back's do. Default 30 s. */
   timeoutMs?: number;
+  /** Plain http:// to another machine sends the access token and patient data unencrypted: only when asked for, as for the writer. */
+  allowInsecureHttp?: boolean;
 }
 
 /** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
 export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {
+  // Refused here too, not only where the sync is created: an embedder may build the reader alone.
+  if (isPlainHttpAcrossNetwork(baseUrl) && !options.allowInsecureHttp) throw new Error(`baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'allowInsecureHttp')}`);
   const { Client } = await import('fhir-kit-client');
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 1000;

@@ -122,6 +122,13 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('refuses a plain http chart on another machine unless allowed, as the writer does, before anything is sent', async () => {
+    await expect(fhirKitReader('http://chart.example.test/fhir', { bearerToken: 'secret-token' })).rejects.toThrow(
+      "baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (allowInsecureHttp)",
+    );
+    await expect(fhirKitReader('http://chart.example.test/fhir', { allowInsecureHttp: true })).resolves.toBeDefined();
+  });
+
   it('passes network failures through to the caller', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
