@@ -1,13 +1,16 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { Command } from 'commander';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import {
+  buildChecks,
   describeProblems,
   handleHl7Message,
   InMemoryPatientInsuranceStore,
   loadHl7Mappings,
   splitMessages,
+  type AppointmentBasis,
 } from '../adapters/hl7';
-import type { EligibilityCheck, PayerResolver } from '../domain';
+import type { EligibilityCheck, PatientKey, PayerResolver } from '../domain';
 import { asRequest, shapeOf } from './as-request';
 import { CliError, inputName, instant, loadCatalog, readInput, writeJson, type CliIo } from './io';
 
@@ -24,7 +27,8 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
     .description(
       'HL7 v2 SIU/ADT messages (one, several, or a batch file; `-` for stdin) to the eligibility checks they make, as one JSON array. ' +
         'Messages run in file order through one in-memory patient store, so an ADT earlier in the file gives a SIU its insurance; ' +
-        'checks a later message reschedules or cancels are left out, unless another appointment of that day still needs them.',
+        'checks a later message reschedules or cancels are left out, unless another appointment of that day still needs them; ' +
+        "a merge (A40, A34, A47) makes the duplicate's bookings the kept patient's.",
     )
     .option('--as <shape>', 'check (EligibilityCheck) or request (the v2 verification request body)', 'check')
     .option('--catalog <file>', 'a saved payer catalog (setup payers sync): resolves each payer and its portal')
@@ -55,7 +59,7 @@ async function convertHl7(text: string, options: { receivedAt: string; resolver:
     resolver: options.resolver,
     receivedAt: options.receivedAt,
   };
-  const byAppointment = new Map<string, EligibilityCheck[]>();
+  const byAppointment = new Map<string, { patientKey: PatientKey; basis: AppointmentBasis; checks: EligibilityCheck[] }>();
   for (const [index, message] of messages.entries()) {
     const { header, outcome } = await handleHl7Message(message, handlerOptions);
     if (outcome.kind === 'reject') throw new CliError(`${header?.controlId || `#${index + 1}`}: ${describeProblems(outcome.problems)}`);
@@ -63,13 +67,22 @@ async function convertHl7(text: string, options: { receivedAt: string; resolver:
     const facility = header?.sendingFacility.split(header.delimiters.component)[0]?.trim().toUpperCase() ?? '';
     const appointment = (id: string | undefined) => (id === undefined ? `#${index}` : JSON.stringify([facility, id]));
     if (outcome.kind === 'book' || outcome.kind === 'reschedule') {
-      byAppointment.set(appointment(outcome.appointmentId), outcome.checks);
+      byAppointment.set(appointment(outcome.appointmentId), { patientKey: outcome.patientKey, basis: outcome.appointment, checks: outcome.checks });
     } else if (outcome.kind === 'cancel') {
       byAppointment.delete(appointment(outcome.appointmentId));
+    } else if (outcome.kind === 'merge') {
+      // As the pipeline does: the prior's appointments, and the survivor's when the merge changed its record, verified as the survivor's.
+      for (const { priorKey, patientKey, record, changed } of outcome.merges) {
+        for (const [id, booked] of byAppointment) {
+          if (!isDeepStrictEqual(booked.patientKey, priorKey) && !(changed && isDeepStrictEqual(booked.patientKey, patientKey))) continue;
+          const checks = buildChecks({ ...booked.basis, patient: record.patient, coverages: record.coverages, resolver: options.resolver });
+          byAppointment.set(id, { ...booked, patientKey, checks });
+        }
+      }
     }
   }
   const pending = new Map<string, EligibilityCheck>();
-  for (const check of [...byAppointment.values()].flat()) {
+  for (const check of [...byAppointment.values()].flatMap((booked) => booked.checks)) {
     if (!pending.has(check.idempotencyKey)) pending.set(check.idempotencyKey, check);
   }
   return [...pending.values()];

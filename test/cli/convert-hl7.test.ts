@@ -40,6 +40,14 @@ describe('dental-elig convert hl7', () => {
     expect(JSON.parse((await convert('molarpms-siu-s17-delete-without-patient')).stdout)).toEqual([]);
   });
 
+  it('prints the booking of a patient merged into another (A40) under the kept patient, as the sidecar verifies it', async () => {
+    const text = await readFile(fixture('carepoint-adt-a40-merge'), 'utf8');
+    // Up to the A40: the duplicate's booking is the last word on it.
+    const upToMerge = text.split(/(?=MSH\|)/).slice(0, 3).join('');
+    const printed = JSON.parse((await cli(['convert', 'hl7', '-', '--received-at', RECEIVED_AT], {}, upToMerge)).stdout) as EligibilityCheck[];
+    expect(printed.map((c) => [c.dateOfService, c.patient.identifiers.map((i) => i.value), c.subscriber.memberId])).toEqual([['2024-06-12', ['CP-558120', '4471'], 'U12345678']]);
+  });
+
   it('keeps the check a cancelled or moved appointment shares with another of the same day', async () => {
     const source = (c: EligibilityCheck) => (c.source.kind === 'hl7' ? [c.source.appointmentId, c.dateOfService] : []);
     const cancelled = JSON.parse((await convert('molarpms-siu-s15-cancel-one-of-two-same-day')).stdout) as EligibilityCheck[];

@@ -319,6 +319,33 @@ describe('HL7 v2 into the chart', () => {
     expect([check?.check.patient.identifiers[0]?.value, check?.check.subscriber.memberId]).toEqual(['P-KEEP2', 'SBX-COMPLETE-2']);
   });
 
+  it("keeps the survivor's own insurance and name against a message under the duplicate's number made before the merge and delivered after it", async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = (member: string) => in1('64246', 'Guardian', member);
+    const checked = async () => {
+      const rows = await h.store.listChecks();
+      return (await h.store.listAppointments())
+        .filter((a) => a.key.includes('|APT-L'))
+        .map((a) => [a.key.split('|').pop(), a.patientKey, ...a.checkKeys.map((k) => rows.find((r) => r.key === k)).map((r) => `${r?.check.patient.firstName} ${r?.check.subscriber.memberId}`)])
+        .sort();
+    };
+    // The duplicate's plan stated at 09:00, the kept patient's own at 10:00 and booked; merged at 12:00, the kept patient's plan wins.
+    expect(await send(sentAt('090000', adt('L1', 'P-DUP3', guardian('SBX-COMPLETE-DUP'))), sentAt('100000', adt('L2', 'P-KEEP3', guardian('SBX-COMPLETE-KEEP'))))).toEqual(['AA', 'AA']);
+    expect(await send(sentAt('100500', siu('L3', 'P-KEEP3', 'APT-L1')), sentAt('120000', [msh('ADT^A40^ADT_A39', 'L4'), pid('P-KEEP3'), 'MRG|P-DUP3^^^SC^MR'].join('\r')))).toEqual(['AA', 'AA']);
+    // A booking made at 11:00 under the duplicate's number, with its plan, and an A08 of its misspelt name made at 11:30, delivered now.
+    expect(await send(sentAt('110000', siu('L5', 'P-DUP3', 'APT-L2', guardian('SBX-COMPLETE-DUP'))))).toEqual(['AA']);
+    expect(await send(sentAt('113000', [msh('ADT^A08^ADT_A01', 'L6'), pid('P-DUP3', 'DOE^JAYNE')].join('\r')))).toEqual(['AA']);
+    expect(await checked()).toEqual([
+      ['APT-L1', 'hl7|BSD-MAIN|SC|P-KEEP3', 'JANE SBX-COMPLETE-KEEP'],
+      ['APT-L2', 'hl7|BSD-MAIN|SC|P-KEEP3', 'JANE SBX-COMPLETE-KEEP'],
+    ]);
+    // One made after the merge under the old number is the kept patient's news.
+    expect(await send(sentAt('130000', adt('L7', 'P-DUP3', guardian('SBX-COMPLETE-NEW'))))).toEqual(['AA']);
+    expect((await checked()).map((row) => row[2])).toEqual(['JANE SBX-COMPLETE-NEW', 'JANE SBX-COMPLETE-NEW']);
+  });
+
   it('refuses a training message with AR and keeps it; replayed once the mappings take training messages, it is verified', async () => {
     await start();
     const training = siu('T1', 'P-5', 'APT-5', in1('64246', 'Guardian', 'SBX-COMPLETE')).replace('|T1|P|', '|T1|T|');

@@ -14,6 +14,7 @@ import {
 import { resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { assembleChecks, type CheckSourceFields } from './build-checks';
+import { sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
@@ -243,11 +244,11 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   if (problems.length > 0) return rejected(problems);
   if (!read || !appointment || !insurance || !clinicId || !named) throw new Error('readers returned nothing without a problem');
 
-  const stored = await options.store.get(named);
-  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
-  const patient = known && key !== named ? asSurvivor(read, known) : read;
-  const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
-  const insuranceKnown = insurance.present || insuranceKnownIn(known);
+  const found = await patientNamed(ctx, named);
+  const { key, known } = found;
+  const { patient, stated } = saidOf(found, named, read, insurance.present);
+  const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
+  const insuranceKnown = stated || insuranceKnownIn(known);
   const basis: AppointmentBasis = {
     clinicId,
     dateOfService: appointment.dateOfService,
@@ -269,7 +270,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     replacedKeys: unheld(earlier?.keys ?? [], appointments),
     selfPay: insuranceKnown && checks.length === 0,
     awaitingInsurance: !insuranceKnown,
-    insuranceReceived: insurance.present,
+    insuranceReceived: stated,
     patientKey: key,
     appointment: basis,
     // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
@@ -286,8 +287,7 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
   if (!appointmentId) return rejected([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
   // The patient group is optional in a cancellation; without it the pipeline cancels by appointment id.
   const named = message.first('PID') ? readPatientKey(message, profile, ctx.facility) : undefined;
-  const stored = named && (await options.store.get(named));
-  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
+  const { key, known } = named ? await patientNamed(ctx, named) : { key: undefined, known: undefined };
   const entry = known?.appointments.find((a) => a.appointmentId === appointmentId);
   if (!key || !known || !entry) return { kind: 'cancel', appointmentId, keys: [], ...(key && { patientKey: key }) };
   const appointments = known.appointments.filter((a) => a !== entry);
@@ -304,14 +304,14 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const named = read && patientKey(read.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
   if (!read || !insurance || !named) throw new Error('readers returned nothing without a problem');
-  const stored = await options.store.get(named);
-  const { key, known } = stored?.mergedInto === undefined ? { key: named, known: stored } : await survivorOf(options.store, stored.mergedInto);
-  const patient = known && key !== named ? asSurvivor(read, known) : read;
+  const found = await patientNamed(ctx, named);
+  const { key, known } = found;
+  const { patient, stated } = saidOf(found, named, read, insurance.present);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
-  const coverages = insurance.present ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
-  const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], insurance.present || insuranceKnownIn(known));
+  const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
+  const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], stated || insuranceKnownIn(known));
   await options.store.put(key, updated);
-  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: insurance.present, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };
+  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: stated, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };
 }
 
 /**
@@ -354,13 +354,14 @@ async function mergePatient(ctx: Context, named: PatientDemographics, priorIds: 
   const priorKey = patientKey(priorIds, ctx.facility);
   const survivorKey = patientKey(named.identifiers, ctx.facility);
   if (!priorKey || !survivorKey) throw new Error('readers returned nothing without a problem');
-  const stored = await store.get(survivorKey);
-  const { key, known } = stored?.mergedInto === undefined ? { key: survivorKey, known: stored } : await survivorOf(store, stored.mergedInto);
+  const found = await patientNamed(ctx, survivorKey);
+  const { key, known } = found;
   const prior = await store.get(priorKey);
   // A prior merged already (this merge resent under another control id) has nothing left to move.
   if (prior?.mergedInto !== undefined || isDeepStrictEqual(priorKey, key)) return undefined;
-  const patient = known && key !== survivorKey ? asSurvivor(named, known) : named;
-  const from = insuranceKnownIn(known) ? known : prior;
+  const { patient } = saidOf(found, survivorKey, named, false);
+  const kept = insuranceKnownIn(known);
+  const from = kept ? known : prior;
   const appointments = (prior?.appointments ?? []).reduce(remember, known?.appointments ?? []);
   const record: PatientInsuranceRecord = {
     ...recordOf(ctx, patient, coveragesOfPatient(from?.coverages ?? [], patient), appointments, insuranceKnownIn(from)),
@@ -368,34 +369,55 @@ async function mergePatient(ctx: Context, named: PatientDemographics, priorIds: 
     ...(from?.sentAt !== undefined && { sentAt: from.sentAt }),
   };
   await store.put(key, record);
-  await store.put(priorKey, { ...recordOf(ctx, { ...patient, identifiers: priorIds }, [], [], false), mergedInto: key });
+  // Where the survivor's own insurance won, what the prior's number said before the merge lost with it; the tombstone's
+  // time is the merge's then. Else it is the prior's, and a message of the prior's made after that still counts.
+  const lostAt = kept && ctx.header.sentAt !== '' ? { sentAt: ctx.header.sentAt } : {};
+  await store.put(priorKey, { ...recordOf(ctx, { ...patient, identifiers: priorIds }, [], [], false), mergedInto: key, ...lostAt });
   return {
     priorKey,
     patientKey: key,
     appointmentIds: (prior?.appointments ?? []).map((a) => a.appointmentId),
-    insuranceFrom: insuranceKnownIn(known) ? 'survivor' : insuranceKnownIn(prior) ? 'prior' : 'none',
+    insuranceFrom: kept ? 'survivor' : insuranceKnownIn(prior) ? 'prior' : 'none',
     record,
     changed: !sameDetails(known, record),
   };
 }
 
+/** A patient as a message's identifier finds it: under that identifier, or, for a tombstone, the survivor it forwards to. */
+interface Named {
+  key: PatientKey;
+  known: PatientInsuranceRecord | undefined;
+  /** The identifier is a merged patient's, and the message was made (MSH-7) before its tombstone's time: it tells of the duplicate. */
+  outdated: boolean;
+}
+
 /**
- * The patient a tombstone's record forwards to, through merges in a row. Called only on a
- * tombstone: a patient never merged costs no more than the read of its record, as before merges.
+ * The patient a message names, through merges in a row (A into B, B into C). A patient never
+ * merged costs no more than the read of its record, as before merges.
  */
-async function survivorOf(store: PatientInsuranceStore, mergedInto: PatientKey): Promise<{ key: PatientKey; known: PatientInsuranceRecord | undefined }> {
-  let key = mergedInto;
+async function patientNamed(ctx: Context, named: PatientKey): Promise<Named> {
+  const { store } = ctx.options;
+  const stored = await store.get(named);
+  if (stored?.mergedInto === undefined) return { key: named, known: stored, outdated: false };
+  let key = stored.mergedInto;
   let known = await store.get(key);
   for (let hop = 1; known?.mergedInto !== undefined && hop < MERGES_FOLLOWED; hop++) {
     key = known.mergedInto;
     known = await store.get(key);
   }
-  return { key, known };
+  return { key, known, outdated: known !== undefined && stored.sentAt !== undefined && sentEarlier(ctx.header.sentAt, stored.sentAt) };
 }
 
-/** What a message says of a patient merged into another, under the survivor's identifiers: its checks and chart Patient are the survivor's. */
-function asSurvivor(patient: PatientDemographics, survivor: PatientInsuranceRecord): PatientDemographics {
-  return { ...patient, identifiers: survivor.patient.identifiers };
+/**
+ * What a message says of its patient as the record `found` takes it. Under a merged number it is the
+ * survivor's, under the survivor's identifiers (its checks and chart Patient are the survivor's); made
+ * before the merge that the survivor's own insurance won, it is the duplicate's as it was, which the
+ * merge settled: the survivor keeps their details and insurance, as had it been delivered in time.
+ */
+function saidOf(found: Named, named: PatientKey, read: PatientDemographics, statesInsurance: boolean): { patient: PatientDemographics; stated: boolean } {
+  const { key, known, outdated } = found;
+  if (known && outdated) return { patient: known.patient, stated: false };
+  return { patient: known && key !== named ? { ...read, identifiers: known.patient.identifiers } : read, stated: statesInsurance };
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
