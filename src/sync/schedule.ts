@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
+import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
 
@@ -132,15 +133,25 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
   if (outcome.kind !== 'completed') return false;
   const plan = outcome.result.plan;
   const issues: FhirIssue[] = [];
-  // A blank date is one the portal does not know, as the writer reads it.
-  const date = (value: string | null | undefined) => value?.trim() || undefined;
-  const within = (start: string | null | undefined, end: string | null | undefined) =>
-    dayInPeriod({ start: date(start), end: date(end) }, dateOfService, 'result.plan', issues) === 'within';
-  const period = plan?.benefitPeriod;
-  const stated = date(period?.start) !== undefined || date(period?.end) !== undefined;
-  const inPeriod = stated ? within(period?.start, period?.end) : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
+  const within = (start: string | undefined, end: string | undefined) => dayInPeriod({ start, end }, dateOfService, 'result.plan', issues) === 'within';
+  // A blank date is one the portal does not know, as the writer reads it (present).
+  const [start, end] = [present(plan?.benefitPeriod?.start), present(plan?.benefitPeriod?.end)];
+  // A benefit period is a year: one bound stated, the other is a year from it, not open for good.
+  const inPeriod =
+    start !== undefined || end !== undefined
+      ? within(start ?? yearFrom(end, -1), end ?? yearFrom(start, 1))
+      : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
   // A date the result writes unreadably settles nothing: the visit is verified for itself.
-  return inPeriod && within(plan?.effectiveDate, plan?.terminationDate) && issues.length === 0;
+  return inPeriod && within(present(plan?.effectiveDate), present(plan?.terminationDate)) && issues.length === 0;
+}
+
+/** The other end of a year-long period from a full date (YYYY-MM-DD): the day before a year on, or the day after a year back; undefined for another precision. */
+function yearFrom(bound: string | undefined, years: 1 | -1): string | undefined {
+  if (bound === undefined || !/^\d{4}-\d{2}-\d{2}$/.test(bound)) return undefined;
+  const day = new Date(`${bound}T00:00:00Z`);
+  day.setUTCFullYear(day.getUTCFullYear() + years);
+  day.setUTCDate(day.getUTCDate() - years);
+  return day.toISOString().slice(0, 10);
 }
 
 /**

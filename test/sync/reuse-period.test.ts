@@ -1,0 +1,53 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
+import { idempotencyKey, type EligibilityCheck } from '../../src/domain';
+import { scheduleAppointment } from '../../src/sync/schedule';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { checkRow } from './job-store-contract';
+
+/**
+ * A fresh result serves another appointment of the same coverage only in the result's benefit
+ * period (scheduleAppointment on a real SQLite file): a period is a year, so one stated by a
+ * single bound reaches a year from it, not for good.
+ */
+describe('a fresh result reused for another visit of the same coverage', () => {
+  const NOW = new Date('2026-12-20T12:00:00Z');
+  let dir: string;
+  let store: SqliteJobStore;
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'elig-reuse-'));
+    store = SqliteJobStore.open(dir);
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** The state a new visit's check starts in after a written result for 2026-12-20 whose plan states `benefitPeriod`. */
+  async function visitAfter(benefitPeriod: Record<string, string>, dateOfService: string): Promise<string | undefined> {
+    const written = checkRow('written-visit', {
+      state: 'written',
+      result: { correlationId: 'ver_reuse', status: 'Completed', result: { plan: { status: 'Active', benefitPeriod } } },
+      resultAt: NOW.toISOString(),
+      correlationId: 'ver_reuse',
+    });
+    await store.transaction((tx) => tx.putCheck({ ...written, check: { ...written.check, dateOfService: '2026-12-20' } }));
+    const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...written.check, dateOfService };
+    const later: EligibilityCheck = { ...written.check, dateOfService, idempotencyKey: idempotencyKey(body) };
+    const policy = schedulePolicy(SyncSettings.parse({}));
+    await store.transaction((tx) => scheduleAppointment(tx, { key: `appt-${dateOfService}`, patientKey: written.patientKey, dateOfService, status: 'booked', checks: [later], basis: {} }, { now: NOW, policy }));
+    return (await store.transaction((tx) => tx.getCheck(later.idempotencyKey)))?.state;
+  }
+
+  it.each([
+    ['a year from a period stated by its start alone: within it', { start: '2026-01-01' }, '2026-12-31', 'result-stored'],
+    ['a year from a period stated by its start alone: after it', { start: '2026-01-01' }, '2027-01-05', 'received'],
+    ['a year before a period stated by its end alone: within it', { end: '2027-06-30' }, '2027-01-05', 'result-stored'],
+    ['a period stated by its end alone: after it', { end: '2026-12-31' }, '2027-01-05', 'received'],
+    ['a period stated whole: after it', { start: '2026-01-01', end: '2026-12-31' }, '2027-01-05', 'received'],
+  ])('%s', async (_case, period, dateOfService, state) => {
+    expect(await visitAfter(period, dateOfService)).toBe(state);
+  });
+});
