@@ -367,7 +367,8 @@ export type Accepted = z.infer<typeof Accepted>;
 export const PercentRange = z.looseObject({ start: Num, end: Num });
 export type PercentRange = z.infer<typeof PercentRange>;
 
-const Money = Num;
+/** Dollars, as a number or as text, a dollar sign and thousands separators included ("$3,000.00"), as portals show them. */
+const Money = z.union([Num, Str.trim().regex(/^-?\$ ?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$|^-?\d{1,3}(,\d{3})+(\.\d+)?$/).transform((text) => Number(text.replace(/[$, ]/g, '')))]);
 
 export const Maximum = z.looseObject({
   type: Opt(Str), // Annual | Lifetime

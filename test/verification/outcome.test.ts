@@ -92,9 +92,12 @@ describe('toOutcome is permissive with what portals really send', () => {
     const o = toOutcome({
       correlationId: 'c',
       status: 'Partial',
-      result: { data: { maximums: [{ amount: '1500.00', usedAmount: 300 }] }, contexts: [{ portalId: 'p2' }] },
+      result: { data: { maximums: [{ amount: '1500.00', usedAmount: 300 }, { amount: '$3,000.00', usedAmount: '1,250', remainingAmount: '-$50' }] }, contexts: [{ portalId: 'p2' }] },
     });
-    expect(o.kind === 'partial' && o.result.data?.maximums?.[0]).toMatchObject({ amount: 1500, usedAmount: 300 });
+    expect(o.kind === 'partial' && o.result.data?.maximums).toMatchObject([
+      { amount: 1500, usedAmount: 300 },
+      { amount: 3000, usedAmount: 1250, remainingAmount: -50 },
+    ]);
     expect(o.kind === 'partial' && o.result.contexts).toEqual([{ portalId: 'p2' }]);
     const failed = toOutcome({ correlationId: 'c', status: 'Failed', result: { type: 'https://e/Upstream', upstreamErrors: [{ portalId: 'p1' }] } });
     expect(failed.kind === 'failed' && failed.problem.upstreamErrors).toEqual([{ portalId: 'p1' }]);
