@@ -62,6 +62,7 @@ const SERVE_ENV: readonly EnvVar[] = [
   ['DENTAL_ELIG_FHIR_CLIENT_ID', 'SMART Backend Services client id, with DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE'],
   ['DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', 'the SMART client\'s private key, PEM'],
   ['DENTAL_ELIG_WEBHOOK_SECRET', 'the Standard Webhooks secret, whsec_…'],
+  ['DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET', 'while the secret is rotated, the one it replaces (deliveries signed with either are taken)'],
   ['DENTAL_ELIG_WEBHOOK_TOKEN', 'the webhooks\' bearer token, with "webhookScheme": "bearer"'],
   ['DENTAL_ELIG_PORTAL_CREDENTIALS_FILE', 'portal credentials sent inline: { "portalId": { "username", "password" } }'],
   ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],

@@ -7,7 +7,7 @@ import pino, { type Logger } from 'pino';
  * patient data.
  */
 const PATIENT_FIELDS = ['firstName', 'middleName', 'lastName', 'family', 'given', 'name', 'birthDate', 'dateOfBirth', 'memberId', 'subscriberId'];
-const SECRET_FIELDS = ['apiKey', 'secret', 'password', 'token', 'bearerToken', 'authorization', 'cookie', 'privateKey', 'webhookSecret'];
+const SECRET_FIELDS = ['apiKey', 'secret', 'previousSecret', 'password', 'token', 'bearerToken', 'authorization', 'cookie', 'privateKey', 'webhookSecret'];
 const CENSOR = '[redacted]';
 
 export interface LoggerOptions {

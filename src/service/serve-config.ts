@@ -26,7 +26,7 @@ export interface ServeConfig {
   customerId?: string;
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
   fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string }; allowInsecureHttp?: boolean };
-  webhook: { scheme: 'standard-webhooks'; secret?: string } | { scheme: 'bearer'; token: string };
+  webhook: { scheme: 'standard-webhooks'; secret?: string; previousSecret?: string } | { scheme: 'bearer'; token: string };
   /** From DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: { portalId: { username, password } } for portals without stored credentials. */
   inlineCredentials?: Record<string, InlineCredentials>;
   logLevel: string;
@@ -44,6 +44,12 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (scheme === 'standard-webhooks' && webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
     throw new ConfigError(notAWebhookSecret('DENTAL_ELIG_WEBHOOK_SECRET'));
   }
+  // While a secret is rotated, the service may still sign with the one before it.
+  const previousSecret = env.DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET || undefined;
+  if (previousSecret !== undefined && (scheme !== 'standard-webhooks' || !webhookSecret)) {
+    throw new ConfigError('DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: only beside DENTAL_ELIG_WEBHOOK_SECRET, the secret that replaces it');
+  }
+  if (previousSecret !== undefined && !isWebhookSecret(previousSecret)) throw new ConfigError(notAWebhookSecret('DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET'));
   if (scheme === 'bearer' && !env.DENTAL_ELIG_WEBHOOK_TOKEN) throw new ConfigError('DENTAL_ELIG_WEBHOOK_TOKEN: not set; webhookScheme bearer needs it');
   if (baseUrl && scheme === 'standard-webhooks' && !webhookSecret) {
     throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: not set; the service signs its webhooks with it (or set webhookScheme to bearer)');
@@ -84,7 +90,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }), ...(client.allowInsecureHttp && { allowInsecureHttp: true }) } }),
-    webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }) },
+    webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }), ...(previousSecret && { previousSecret }) },
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},
   };

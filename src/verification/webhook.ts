@@ -13,7 +13,14 @@ import { Verification, type FieldError } from './wire';
  * id.timestamp.body, 5-minute timestamp tolerance); a static bearer token fits deployments whose
  * operator scheme is a shared token.
  */
-export type WebhookAuth = { scheme: 'standard-webhooks'; secret: string } | { scheme: 'bearer'; token: string };
+export type WebhookAuth =
+  | {
+      scheme: 'standard-webhooks';
+      secret: string;
+      /** The secret being replaced, while the service may still sign with it: rotating one loses no delivery. */
+      previousSecret?: string;
+    }
+  | { scheme: 'bearer'; token: string };
 
 export interface WebhookDelivery {
   /** webhook-id: the same on every retry of one message, so a consumer can de-duplicate on it. */
@@ -55,12 +62,12 @@ export function notAWebhookSecret(setting = 'webhook.secret'): string {
  * characters…") name nothing. The library makes `whsec_` optional; serve and the sandbox do not, so
  * neither does this: base64 alone is refused here as there.
  */
-function webhookVerifier(secret: string): Webhook {
-  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) throw new Error(notAWebhookSecret());
+function webhookVerifier(secret: string, setting?: string): Webhook {
+  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) throw new Error(notAWebhookSecret(setting));
   try {
     return new Webhook(secret);
   } catch {
-    throw new Error(notAWebhookSecret());
+    throw new Error(notAWebhookSecret(setting));
   }
 }
 
@@ -91,7 +98,11 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
   // A scheme from JavaScript or a JSON file that is neither would otherwise take deliveries with no signature checked.
   const scheme: string = options.auth.scheme;
   if (scheme !== 'standard-webhooks' && scheme !== 'bearer') throw new Error('webhook.scheme: must be standard-webhooks or bearer');
-  const verifier = options.auth.scheme === 'standard-webhooks' ? webhookVerifier(options.auth.secret) : undefined;
+  const { auth } = options;
+  const verifiers =
+    auth.scheme === 'standard-webhooks'
+      ? [webhookVerifier(auth.secret), ...(auth.previousSecret === undefined ? [] : [webhookVerifier(auth.previousSecret, 'webhook.previousSecret')])]
+      : [];
   if (options.auth.scheme === 'bearer' && !options.auth.token) throw new Error('webhook.token: is required');
 
   return (req, res) => {
@@ -99,7 +110,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
     void (async () => {
       if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
       const rawBody = await readBody(req, maxBodyBytes);
-      const webhookId = authenticate(req, rawBody, options.auth, verifier);
+      const webhookId = authenticate(req, rawBody, options.auth, verifiers);
       unreadable = rawBody;
       const verification = parseVerification(rawBody);
       if (options.isKnownCorrelationId && !(await options.isKnownCorrelationId(verification.correlationId))) {
@@ -156,7 +167,7 @@ export async function startWebhookServer(
   };
 }
 
-function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, verifier: Webhook | undefined): string | undefined {
+function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, verifiers: readonly Webhook[]): string | undefined {
   const header = (name: string) => {
     const v = req.headers[name];
     return Array.isArray(v) ? v[0] : v;
@@ -178,16 +189,21 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
     ['webhook-signature', signature],
   ].find(([, v]) => !v);
   if (missing) throw new Rejection(401, 'Unauthorized', `${missing[0]} header is missing`);
-  try {
-    if (!verifier) throw new Error('no Standard Webhooks verifier');
-    verifier.verify(rawBody, { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string });
-  } catch (err) {
-    // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
-    if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');
-    const reason = err instanceof WebhookVerificationError ? err.message : 'verification failed';
-    throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
+  const headers = { 'webhook-id': id as string, 'webhook-timestamp': timestamp as string, 'webhook-signature': signature as string };
+  let refusal: unknown = new Error('no Standard Webhooks verifier');
+  // The current secret first, then the one it replaces: a delivery signed with either is the service's.
+  for (const verifier of verifiers) {
+    try {
+      verifier.verify(rawBody, headers);
+      return id;
+    } catch (err) {
+      // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
+      if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');
+      refusal = err;
+    }
   }
-  return id;
+  const reason = refusal instanceof WebhookVerificationError ? refusal.message : 'verification failed';
+  throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
 }
 
 function parseVerification(rawBody: string): Verification {

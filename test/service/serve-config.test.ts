@@ -69,6 +69,16 @@ describe('the settings file and the environment', () => {
     );
   });
 
+  it('takes the webhook secret being replaced beside its successor while it is rotated, and refuses it alone or malformed', () => {
+    const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
+    const previous = `whsec_${Buffer.from('the-secret-before-this-one-here!').toString('base64')}`;
+    expect(loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: secret, DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: previous }, {}).webhook).toEqual({ scheme: 'standard-webhooks', secret, previousSecret: previous });
+    expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: previous }, {})).toThrow(
+      /^DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: only beside DENTAL_ELIG_WEBHOOK_SECRET, the secret that replaces it$/,
+    );
+    expect(() => loadServeConfig({ DENTAL_ELIG_WEBHOOK_SECRET: secret, DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: 'whsec_cut-off' }, {})).toThrow(/^DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET: must be a Standard Webhooks secret/);
+  });
+
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);

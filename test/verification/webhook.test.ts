@@ -27,12 +27,12 @@ async function withReceiver(
   }
 }
 
-function signed(payload: string, id = 'msg_1', at = new Date()): Record<string, string> {
+function signed(payload: string, id = 'msg_1', at = new Date(), by = secret): Record<string, string> {
   return {
     'content-type': 'application/json',
     'webhook-id': id,
     'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
-    'webhook-signature': new Webhook(secret).sign(id, at, payload),
+    'webhook-signature': new Webhook(by).sign(id, at, payload),
   };
 }
 
@@ -72,6 +72,21 @@ describe('verification webhook receiver', () => {
       expect(res.problem?.detail).toBe('webhook-signature: no matching signature found');
       expect(deliveries).toHaveLength(0);
     });
+  });
+
+  it('takes a delivery signed with the secret being replaced while it is rotated, and none signed with another', async () => {
+    const previous = `whsec_${Buffer.from('the-secret-before-this-one-here!').toString('base64')}`;
+    const other = `whsec_${Buffer.from('a-secret-nobody-configured-here!').toString('base64')}`;
+    await withReceiver({ auth: { scheme: 'standard-webhooks', secret, previousSecret: previous } }, async (url, deliveries) => {
+      expect((await post(url, body, signed(body, 'msg_new'))).status).toBe(204);
+      expect((await post(url, body, signed(body, 'msg_old', new Date(), previous))).status).toBe(204);
+      const forged = await post(url, body, signed(body, 'msg_other', new Date(), other));
+      expect([forged.status, forged.problem?.detail]).toEqual([401, 'webhook-signature: no matching signature found']);
+      expect(deliveries.map((d) => d.webhookId)).toEqual(['msg_new', 'msg_old']);
+    });
+    // Without it, the replaced secret's deliveries are refused.
+    await withReceiver({}, async (url) => expect((await post(url, body, signed(body, 'msg_old', new Date(), previous))).status).toBe(401));
+    expect(() => createWebhookHandler({ auth: { scheme: 'standard-webhooks', secret, previousSecret: 'whsec_!' }, onDelivery: async () => undefined })).toThrow(notAWebhookSecret('webhook.previousSecret'));
   });
 
   it('refuses a stale timestamp even with a valid signature', async () => {
