@@ -271,15 +271,23 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
 
 const REDACTED = '[redacted]';
 
+/** A secret as a serializer that escapes HTML-sensitive and non-ASCII characters writes it (each UTF-16 unit as \uXXXX), in upper- and lower-case hex. */
+function unicodeEscaped(secret: string): string[] {
+  const unit = (code: number) => `\\u${code.toString(16).toUpperCase().padStart(4, '0')}`;
+  const upper = Array.from(secret, (ch) => (ch === '\\' ? '\\\\' : /[\u0000-\u001f"&'+<>`\u007f-\uffff]/.test(ch) ? Array.from({ length: ch.length }, (_, i) => unit(ch.charCodeAt(i))).join('') : ch)).join('');
+  return [upper, upper.replace(/\\u([0-9A-F]{4})/g, (_, hex: string) => `\\u${hex.toLowerCase()}`)];
+}
+
 /**
  * The value with each secret cut out of every string in it. A service may quote what it was sent
  * in its problem details ("API key … is not valid", "password 'x' is too short"), and those reach
  * the CLI's message, the logs and, for a refused verification, the patient's chart.
  */
 function redacted<T>(value: T, secrets: readonly string[]): T {
-  // As written and as JSON writes it: a service quoting the body it refused escapes a password's quotes and backslashes.
+  // As written and as JSON writes it: a service quoting the body it refused escapes a password's quotes and backslashes,
+  // and some serializers (.NET's System.Text.Json by default) write quotes, &'+<>` and all but ASCII as \uXXXX.
   // The longest first: a secret that holds another is cut out whole.
-  const forms = new Set(secrets.flatMap((secret) => [secret, JSON.stringify(secret).slice(1, -1)]));
+  const forms = new Set(secrets.flatMap((secret) => [secret, JSON.stringify(secret).slice(1, -1), ...unicodeEscaped(secret)]));
   const present = [...forms].filter((secret) => secret !== '').sort((a, b) => b.length - a.length);
   if (present.length === 0) return value;
   const walk = (v: unknown): unknown => {

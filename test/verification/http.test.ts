@@ -142,6 +142,23 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('cuts a password out of problem details whose serializer writes its quotes, <>&+ and non-ASCII as \\uXXXX, in either case', async () => {
+    const password = 'say "open" <é> & 😀';
+    const asDotNet = 'say \\u0022open\\u0022 \\u003C\\u00E9\\u003E \\u0026 \\uD83D\\uDE00';
+    const server = await startScriptedServer((_r, res, i) =>
+      json(res, 422, { title: 'Unprocessable', detail: `password "${i === 0 ? asDotNet : asDotNet.toLowerCase()}" is not accepted` }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    try {
+      for (let i = 0; i < 2; i++) {
+        const err = (await client.createCredentials('cl_1', 'metdental', { username: 'office1', password, loginMethod: 'Native' }).catch((e: unknown) => e)) as ServiceError;
+        expect(err.problem.detail).toBe('password "[redacted]" is not accepted');
+      }
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('gives a clear error for a body that is not problem details: HTML from a proxy, or nothing', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) {
