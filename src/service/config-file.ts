@@ -74,7 +74,8 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
   const apiKeyFile = env.DENTAL_ELIG_API_KEY_FILE ?? fromFile.apiKeyFile;
   return withoutUndefined({
     baseUrl: env.DENTAL_ELIG_BASE_URL ?? fromFile.baseUrl,
-    apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? readSecretFile('apiKeyFile', apiKeyFile).trim() : undefined),
+    // A key file that cannot be read is named where it was set: the environment or the file.
+    apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? readSecretFile(env.DENTAL_ELIG_API_KEY_FILE !== undefined ? 'DENTAL_ELIG_API_KEY_FILE' : 'apiKeyFile', apiKeyFile).trim() : undefined),
     apiKeyHeader: env.DENTAL_ELIG_API_KEY_HEADER ?? fromFile.apiKeyHeader,
     apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
     timeoutMs: fromFile.timeoutMs,

@@ -8,7 +8,7 @@ import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
-import { loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
+import { describeProblems, loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -419,7 +419,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       running();
       arriving++;
       const done = await ingestHl7(store, text, { mappings, routing, now, policy }).finally(() => arriving--);
-      metrics.messages.inc({ type: messageType(done.result), ack: done.result ? done.result.ackCode : 'duplicate' });
+      const type = messageType(done.result);
+      metrics.messages.inc({ type, ack: done.result ? done.result.ackCode : 'duplicate' });
+      // The sender is answered AE or AR, and may not show it: the log says which message and where it is wrong, never what it holds.
+      if (done.result?.outcome.kind === 'reject') {
+        logger.warn({ message: done.messageId, type, ack: done.result.ackCode, problem: describeProblems(done.result.outcome.problems) }, 'HL7 message refused; kept as a dead letter (jobs messages --dead)');
+      }
       if (done.created.length > 0) worker.kick();
       return done.acks;
     },

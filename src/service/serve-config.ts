@@ -80,8 +80,11 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
   const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
   const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
+  const dataDir = overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR;
+  // The file's own dataDir is refused empty by its schema; an empty variable (an unfilled line of an environment file) is refused here, as a setting.
+  if (dataDir === '') throw new ConfigError(`${overrides.dataDir !== undefined ? '--data-dir' : 'DENTAL_ELIG_DATA_DIR'}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
   return {
-    dataDir: overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR,
+    dataDir,
     ...(store && { store }),
     host: fromFile.host ?? '127.0.0.1',
     mllpPort: overrides.mllpPort ?? fromFile.mllpPort ?? 2575,

@@ -30,6 +30,8 @@ export interface Hl7IngestOptions {
 }
 
 export interface Hl7Ingested {
+  /** The stored message's id (`jobs messages`, `jobs replay`). */
+  messageId: number;
   acks: Ack[];
   /** Undefined for a repeat of a message already handled: it was answered as before and not applied again. */
   result: Hl7Result | undefined;
@@ -58,7 +60,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
       ({ message, duplicate } = await received(`${message.dedupeKey}#${digest(identity).slice(0, 16)}`));
     }
     if (duplicate && message.answer !== undefined) {
-      return { acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
+      return { messageId: message.id, acks: JSON.parse(message.answer) as Ack[], result: undefined, created: [], withdrawn: [] };
     }
     const patients = patientStore(tx);
     const result = await handleHl7Message(text, {
@@ -84,7 +86,7 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
       : describe(result.outcome);
     await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
-    return { acks, result, created, withdrawn };
+    return { messageId: message.id, acks, result, created, withdrawn };
   });
 }
 

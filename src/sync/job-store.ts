@@ -218,6 +218,18 @@ export interface JobStore {
   extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean>;
 }
 
+/**
+ * Why a store at schema version `found` is not opened by this program, which knows `known`;
+ * undefined when it may be. Only the process that works a store (serve, an embedded sync) upgrades
+ * one: a reader (the jobs commands) that did would move the schema under a serve of the version
+ * before, still running, and a serve started again at that version would then refuse the store.
+ */
+export function schemaRefusal(found: number, known: number, upgrade: boolean): string | undefined {
+  if (found > known) return `job store schema version ${found} is newer than this program knows (${known}); upgrade the program`;
+  if (found < known && !upgrade) return `job store schema version ${found} is older than this program's (${known}); start serve of this version on it first, which upgrades it`;
+  return undefined;
+}
+
 /** Whether a stored verification body is a completed one (a result that may serve another appointment). */
 export function hasCompletedResult(row: CheckRow): boolean {
   const status = (row.result as { status?: unknown } | undefined)?.status;

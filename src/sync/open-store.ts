@@ -7,13 +7,14 @@ import { SqliteJobStore } from './sqlite-job-store';
  * The job store a location names: nothing, a folder or a file → the SQLite store (a relative path
  * is under the data dir); a postgres:// or postgresql:// URL → PostgreSQL, shared by every
  * instance given the same URL. The URL may carry a password, so no message here repeats it.
- * `create: false` (the jobs commands) opens only a SQLite store that is already there.
+ * `create: false` (the jobs commands) opens only a store that is already there, at this program's
+ * schema version: a reader neither creates nor upgrades one.
  */
 export async function openJobStore(location: string | undefined, dataDir: string, options: { create?: boolean } = {}): Promise<JobStore> {
   const where = location?.trim() ?? '';
   const problem = storeLocationProblem(where);
   if (problem) throw new Error(`job store: ${problem}`);
-  if (isPostgresUrl(where)) return PgJobStore.open(where);
+  if (isPostgresUrl(where)) return PgJobStore.open(where, options);
   return SqliteJobStore.open(path.resolve(dataDir, where), options);
 }
 

@@ -19,7 +19,7 @@ import {
   type StoreTx,
 } from './job-store';
 import { LEASE_ORPHANED, LiveLock } from './pg-live-lock';
-import { migrate, schemaVersion } from './pg-schema';
+import { expectSchema, migrate, schemaVersion } from './pg-schema';
 import { inTransaction, lockKey, type Queryable } from './pg-transaction';
 
 /**
@@ -36,8 +36,8 @@ export class PgJobStore implements JobStore {
   /** This instance's sign of life, taken when its worker begins: see LiveLock. */
   private live: LiveLock | undefined;
 
-  /** Connects to a postgres:// URL and creates or migrates the schema. */
-  static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number } = {}): Promise<PgJobStore> {
+  /** Connects to a postgres:// URL and creates or migrates the schema; with create false (a reader), finds it at this program's version. */
+  static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number; create?: boolean } = {}): Promise<PgJobStore> {
     const pool = new Pool({
       connectionString: url,
       max: options.poolSize ?? 10,
@@ -58,7 +58,7 @@ export class PgJobStore implements JobStore {
     // under way or the next fails instead, and the pool does not take the connection back.
     pool.on('connect', (client) => client.on('error', () => undefined));
     try {
-      await migrate(pool);
+      await (options.create === false ? expectSchema(pool) : migrate(pool));
     } catch (err) {
       await pool.end();
       throw err;

@@ -1,4 +1,5 @@
 import type { Pool } from 'pg';
+import { schemaRefusal } from './job-store';
 import { inTransaction } from './pg-transaction';
 
 /**
@@ -79,12 +80,21 @@ export async function migrate(pool: Pool): Promise<void> {
     await db.query(`SELECT pg_advisory_xact_lock(hashtextextended('dental-elig:migrate', 0))`);
     await db.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
     const from = await schemaVersion(db);
-    if (from > MIGRATIONS.length) throw new Error(`job store schema version ${from} is newer than this program knows (${MIGRATIONS.length}); upgrade the program`);
+    const refusal = schemaRefusal(from, MIGRATIONS.length, true);
+    if (refusal) throw new Error(refusal);
     for (let version = from; version < MIGRATIONS.length; version++) {
       await db.query(MIGRATIONS[version] as string);
       await db.query('INSERT INTO schema_migrations (version) VALUES ($1)', [version + 1]);
     }
   });
+}
+
+/** Refuses a database this program reads without upgrading (the jobs commands): one with no job store, or one at another version. */
+export async function expectSchema(pool: Pool): Promise<void> {
+  const { rows } = await pool.query<{ found: string | null }>(`SELECT to_regclass('schema_migrations')::text AS found`);
+  if (!rows[0]?.found) throw new Error('no job store in this database; serve creates it');
+  const refusal = schemaRefusal(await schemaVersion(pool), MIGRATIONS.length, false);
+  if (refusal) throw new Error(refusal);
 }
 
 /** The version the database is at (the number of migrations applied). */

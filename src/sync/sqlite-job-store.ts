@@ -8,6 +8,7 @@ import {
   WORKABLE_STATES,
   hasCompletedResult,
   messageFrom,
+  schemaRefusal,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
@@ -130,7 +131,8 @@ export class SqliteJobStore implements JobStore {
 
   /**
    * Opens (creating and migrating) the store: a file path, or a directory to hold dental-elig.sqlite.
-   * With create false, a store that is not there is an error: a reader given a mistyped folder would see an empty one.
+   * With create false (a reader), a store that is not there is an error: a reader given a mistyped folder would see an
+   * empty one; so is one at an older schema, which only the process that works it upgrades (see schemaRefusal).
    */
   static open(location: string, options: { create?: boolean } = {}): SqliteJobStore {
     const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
@@ -138,9 +140,9 @@ export class SqliteJobStore implements JobStore {
     mkdirSync(path.dirname(file), { recursive: true });
     const db = new Database(file);
     try {
-      return new SqliteJobStore(db, file);
+      return new SqliteJobStore(db, file, options.create !== false);
     } catch (err) {
-      // A file this program refuses (a newer schema) is left to whoever opens it next.
+      // A file this program refuses (a newer schema, an older one to a reader) is left to whoever opens it next.
       db.close();
       throw err;
     }
@@ -149,13 +151,14 @@ export class SqliteJobStore implements JobStore {
   private constructor(
     db: Database,
     private readonly file: string,
+    upgrade: boolean,
   ) {
     this.db = db;
     db.pragma('journal_mode = WAL');
     // Migrations commit with SQLite's own sync; the batches after them with WalSync's.
     db.pragma('synchronous = FULL');
     db.pragma('busy_timeout = 5000');
-    this.migrate();
+    this.migrate(upgrade);
     db.pragma('synchronous = NORMAL');
     this.wal = new WalSync(`${file}-wal`);
     this.wal.open();
@@ -192,9 +195,10 @@ export class SqliteJobStore implements JobStore {
     return this.db.pragma('user_version', { simple: true }) as number;
   }
 
-  private migrate(): void {
+  private migrate(upgrade: boolean): void {
     const from = this.schemaVersion;
-    if (from > MIGRATIONS.length) throw new Error(`job store schema version ${from} is newer than this program knows (${MIGRATIONS.length}); upgrade the program`);
+    const refusal = schemaRefusal(from, MIGRATIONS.length, upgrade);
+    if (refusal) throw new Error(refusal);
     for (let version = from; version < MIGRATIONS.length; version++) {
       this.db.transaction(() => {
         this.db.exec(MIGRATIONS[version] as string);

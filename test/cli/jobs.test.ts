@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { ingestHl7 } from '../../src/sync/ingest-hl7';
+import { Database } from '../../src/sync/sqlite-driver';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { segment } from '../adapters/hl7/segment';
 import { cli } from '../support/cli';
@@ -162,6 +163,23 @@ describe('dental-elig jobs', () => {
     const refused = await cli(['jobs', 'list', '--config', config]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/^dental-elig: .*serve\.json: settings\.freshnessDays: .+\n$/);
+  });
+
+  it('leaves a store of an older schema as it is, for the serve of that version still working it, and says how it is upgraded', async () => {
+    // Schema 6, as the serve of the version before leaves it: the index schema 7 adds is not there yet.
+    const file = path.join(dir, 'dental-elig.sqlite');
+    const db = new Database(file);
+    db.exec('DROP INDEX checks_submitted');
+    db.pragma('user_version = 6');
+    db.close();
+    const run = await cli(['jobs', 'list', '--data-dir', dir]);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: "dental-elig: jobs: cannot open the job store (job store schema version 6 is older than this program's (7); start serve of this version on it first, which upgrades it)\n" });
+    const after = new Database(file, { readonly: true });
+    expect([after.pragma('user_version', { simple: true }), after.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'checks_submitted'").pluck().get()]).toEqual([6, 0]);
+    after.close();
+    // Serve's open upgrades it, and the jobs commands read it then.
+    await SqliteJobStore.open(dir).close();
+    expect((await cli(['jobs', 'list', '--data-dir', dir])).code).toBe(0);
   });
 
   it('says there is no job store where a data dir names none, and creates nothing there', async () => {

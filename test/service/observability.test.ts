@@ -53,6 +53,18 @@ describe('observability', () => {
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 1$/m);
   });
 
+  it('logs an HL7 message refused with AE or AR by its stored id and where it is wrong, never what it holds', async () => {
+    h = await startHarness();
+    // SCH-11 left empty: the appointment has no start.
+    const booking = bookingFor('R1', 'DD1234567').replace('^^^20261210093000', '');
+    const acks = await h.sync.receiveHl7(booking);
+    expect(acks[0]?.code).toBe('AE');
+    const [dead] = await h.store.listMessages({ status: 'dead' });
+    const refused = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.msg === 'HL7 message refused; kept as a dead letter (jobs messages --dead)');
+    expect(refused).toEqual([expect.objectContaining({ level: 40, message: dead?.id, type: 'SIU^S12', ack: 'AE', problem: dead?.detail?.replace(/^rejected: /, '') })]);
+    expect(JSON.stringify(refused)).not.toMatch(/DD1234567|DOE|19800102/);
+  });
+
   it('counts a failed verification once under its kind, though the check that got it also needs a person', async () => {
     h = await startHarness();
     await h.sync.receiveHl7(bookingFor('F1', 'SBX-FAIL-PatientNotFound'));

@@ -117,6 +117,22 @@ describe('the settings file and the environment', () => {
     expect(envFlag({}, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP')).toBeUndefined();
   });
 
+  it('names the variable an unusable API key file or an empty data dir was set in, as a configuration error', () => {
+    const refusal = (env: NodeJS.ProcessEnv, overrides: { configFile?: string; dataDir?: string } = {}) => {
+      try {
+        loadServeConfig(env, overrides);
+      } catch (err) {
+        return `${(err as Error).constructor.name}: ${(err as Error).message}`;
+      }
+    };
+    const missing = path.join(dir, 'no-key');
+    const service = { DENTAL_ELIG_BASE_URL: 'https://api.example.test', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    expect(refusal({ ...service, DENTAL_ELIG_API_KEY_FILE: missing })).toBe(`ConfigError: DENTAL_ELIG_API_KEY_FILE: ${missing} cannot be read`);
+    expect(refusal(service, { configFile: file({ apiKeyFile: missing }) })).toBe(`ConfigError: apiKeyFile: ${missing} cannot be read`);
+    expect(refusal({ DENTAL_ELIG_DATA_DIR: '' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
+    expect(refusal({}, { dataDir: '' })).toBe(`ConfigError: --data-dir: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
+  });
+
   it('runs on embedded defaults with nothing set', () => {
     const serve = loadServeConfig({}, {});
     expect(serve.service).toBeUndefined();

@@ -68,6 +68,23 @@ describe('PgJobStore with two instances on one database', () => {
     await expect(PgJobStore.open(url)).rejects.toThrow(/schema version 99 is newer than this program knows/);
   });
 
+  it('is read by the jobs commands only at the version this program writes: they neither create nor upgrade it', async () => {
+    const empty = await postgres.createDatabase();
+    await expect(openJobStore(empty, '/nonexistent', { create: false })).rejects.toThrow('no job store in this database; serve creates it');
+    const db = new Client({ connectionString: url });
+    const nothing = new Client({ connectionString: empty });
+    await Promise.all([db.connect(), nothing.connect()]);
+    try {
+      expect((await nothing.query(`SELECT to_regclass('schema_migrations') AS found`)).rows).toEqual([{ found: null }]);
+      // The version before this one, as instances of it still running on the database keep it.
+      await db.query('DELETE FROM schema_migrations WHERE version = $1', [PG_SCHEMA_VERSION]);
+      await expect(openJobStore(url, '/nonexistent', { create: false })).rejects.toThrow(`job store schema version ${PG_SCHEMA_VERSION - 1} is older than this program's (${PG_SCHEMA_VERSION}); start serve of this version on it first`);
+      expect(await a.schemaVersion()).toBe(PG_SCHEMA_VERSION - 1);
+    } finally {
+      await Promise.all([db.end(), nothing.end()]);
+    }
+  });
+
   it('gives each due check to exactly one instance when both claim at once', async () => {
     const keys = Array.from({ length: 300 }, (_, i) => `elig_${String(i).padStart(3, '0')}`);
     await a.transaction(async (tx) => {
