@@ -18,15 +18,18 @@ export function isLoopbackHost(hostname: string): boolean {
   return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
+/** Whether a URL names this machine (localhost, 127.x, ::1). */
+export function onThisMachine(url: string): boolean {
+  return URL.canParse(url) && isLoopbackHost(new URL(url).hostname);
+}
+
 /**
  * Whether a URL is plain http to a host other than this machine: what goes to it (an API key, the
  * chart's access token, patient data) would cross the network unencrypted. Refused unless the
  * deployment says so (allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP).
  */
 export function isPlainHttpAcrossNetwork(url: string): boolean {
-  if (!URL.canParse(url)) return false;
-  const { protocol, hostname } = new URL(url);
-  return protocol === 'http:' && !isLoopbackHost(hostname);
+  return URL.canParse(url) && new URL(url).protocol === 'http:' && !onThisMachine(url);
 }
 
 /** The one wording of that refusal: `sent` is what would go unencrypted, `allow` how the deployment says it may. */

@@ -7,7 +7,7 @@ import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
 import { clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
-import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
 /**
@@ -64,6 +64,12 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     if (url !== undefined && isPlainHttpAcrossNetwork(url) && !client.allowInsecureHttp) {
       throw new ConfigError(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
     }
+  }
+  // Without the service's URL serve runs the sandbox in-process: its made-up eligibility belongs in no chart but one on this machine.
+  if (fhirUrl !== undefined && !baseUrl && !onThisMachine(fhirUrl)) {
+    throw new ConfigError(
+      'DENTAL_ELIG_BASE_URL: not set, so the in-process sandbox would write made-up eligibility into the chart DENTAL_ELIG_FHIR_URL names; set the service\'s URL, or for a test chart run `dental-elig sandbox` and set its URL',
+    );
   }
   const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
   // Refused here, as setup and verify refuse it, rather than when serve builds its client.

@@ -61,12 +61,25 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://fhir.example.test/R4' }, {})).toThrow(
       /^DENTAL_ELIG_FHIR_URL: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
     );
-    expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://fhir.example.test/R4', DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, {}).fhir).toEqual({ baseUrl: 'http://fhir.example.test/R4', allowInsecureHttp: true });
+    const service = { DENTAL_ELIG_BASE_URL: 'http://service.example.test', DENTAL_ELIG_API_KEY: 'sk_test', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    expect(loadServeConfig({ ...service, DENTAL_ELIG_FHIR_URL: 'http://fhir.example.test/R4', DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, {}).fhir).toEqual({
+      baseUrl: 'http://fhir.example.test/R4',
+      allowInsecureHttp: true,
+    });
     expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://127.0.0.1:8080/fhir/' }, {}).fhir).toEqual({ baseUrl: 'http://127.0.0.1:8080/fhir' });
     // The SMART token endpoint the settings file names: the access token it answers opens the chart.
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://fhir.example.test/R4' }, { configFile: file('{"fhirTokenEndpoint": "http://auth.example.test/token"}') })).toThrow(
       /^fhirTokenEndpoint: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
     );
+  });
+
+  it('refuses to run the in-process sandbox against a chart on another machine: its made-up eligibility would be written there', () => {
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr.example.test/fhir', DENTAL_ELIG_FHIR_TOKEN: 'tok' }, {})).toThrow(
+      /^DENTAL_ELIG_BASE_URL: not set, so the in-process sandbox would write made-up eligibility into the chart DENTAL_ELIG_FHIR_URL names; /,
+    );
+    // A chart on this machine, or none (the embedded one): the sandbox is what a trial run wants.
+    expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://localhost:8080/fhir' }, {}).fhir?.baseUrl).toBe('http://localhost:8080/fhir');
+    expect(loadServeConfig({}, {}).fhir).toBeUndefined();
   });
 
   it('takes the webhook secret being replaced beside its successor while it is rotated, and refuses it alone or malformed', () => {
