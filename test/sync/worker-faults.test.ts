@@ -36,8 +36,8 @@ describe('the worker when the service misbehaves', () => {
 });
 
 describe('the worker when the service answers with a verification it cannot read', () => {
-  // A portal's figure as text the wire does not read as a number: the whole result is unreadable.
-  const unreadable = { correlationId: 'ver-odd', status: 'Completed', result: { plan: { status: 'Active' }, data: { maximums: [{ amount: '$1,500.00' }] } } };
+  // A portal's figure as words the wire does not read as a number: the whole result is unreadable.
+  const unreadable = { correlationId: 'ver-odd', status: 'Completed', result: { plan: { status: 'Active' }, data: { maximums: [{ amount: 'call the payer' }] } } };
 
   it('keeps a synchronous answer it cannot read for a person, naming the element, and does not send it again', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 3 }, answer: (_req, res) => json(res, 200, unreadable) });
