@@ -268,7 +268,6 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
   return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `the service answered with ${what}, not problem details` };
 }
 
-
 const REDACTED = '[redacted]';
 
 /** A secret as a serializer that escapes HTML-sensitive and non-ASCII characters writes it (each UTF-16 unit as \uXXXX), in upper- and lower-case hex. */

@@ -12,7 +12,7 @@ export type PatientDemographics = Omit<Patient, 'memberId'>;
 
 /** The patient's identifiers (PID-3), keyed to the sending facility: how the store knows them. */
 export function readPatientKey(message: Hl7Message, profile: Hl7Profile, facility: string): PatientKey | undefined {
-  return patientKey(readPatientIdentifiers(message, profile), facility);
+  return patientKey(readIdentifierList(message.segments, profile.patient.identifiers), facility);
 }
 
 /** readPatientKey for identifiers read already (readPatient's). */
@@ -25,7 +25,7 @@ export function patientKey(identifiers: readonly Identifier[], facility: string)
 export function readPatient(message: Pick<Hl7Message, 'segments'>, profile: Hl7Profile, codes: CodeTables, problems: Hl7Problem[]): PatientDemographics | undefined {
   const scope = message.segments;
   const paths = profile.patient;
-  const identifiers = readPatientIdentifiers(message, profile);
+  const identifiers = readIdentifierList(scope, paths.identifiers);
   if (identifiers.length === 0) problems.push(problemAt(whereMissing(scope, paths.identifiers), 101, 'patient identifier missing'));
   const name = readName(message, paths.name, 'patient', problems);
   const birthDate = readDate(message, paths.birthDate, 'birth date', problems);
@@ -37,10 +37,6 @@ export function readPatient(message: Pick<Hl7Message, 'segments'>, profile: Hl7P
     ...(genderCode && { gender: codes.gender(genderCode.value) }),
     identifiers,
   };
-}
-
-function readPatientIdentifiers(message: Pick<Hl7Message, 'segments'>, profile: Hl7Profile): Identifier[] {
-  return readIdentifierList(message.segments, profile.patient.identifiers);
 }
 
 /** The identifiers (CX, every repetition) of the first of the paths that has any: a patient's, or a merge's prior patient's. */
