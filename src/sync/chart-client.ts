@@ -2,6 +2,7 @@ import type { Bundle, BundleEntry, Resource } from 'fhir/r4';
 import * as z from 'zod';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
+import { nextPageUrl } from './search-pages';
 
 type FhirKitClient = InstanceType<typeof import('fhir-kit-client', { with: { 'resolution-mode': 'import' } }).Client>;
 type FhirKitBody = Parameters<FhirKitClient['transaction']>[0]['body'];
@@ -10,7 +11,7 @@ type FhirKitBody = Parameters<FhirKitClient['transaction']>[0]['body'];
 export interface ChartClient {
   /** The one resource each search finds, or undefined; more than one is an error naming the search's resource type. */
   findEach(searches: readonly string[]): Promise<Array<Resource | undefined>>;
-  /** Every resource one search finds (its first page: searches here find a patient's few). */
+  /** Every resource one search finds, page after page. */
   findAll(search: string): Promise<Resource[]>;
   /** The transaction's answer entries, one per entry sent. */
   transaction(entries: BundleEntry[]): Promise<TransactionEntry[]>;
@@ -25,7 +26,19 @@ const Answer = z.looseObject({ entry: z.array(AnswerEntry).default([]) });
 const SearchSet = z.looseObject({
   resourceType: z.literal('Bundle'),
   entry: z.array(z.looseObject({ resource: z.looseObject({ resourceType: z.string() }).optional(), search: z.looseObject({ mode: z.string().optional() }).optional() })).default([]),
+  link: z.array(z.looseObject({ relation: z.string(), url: z.string() })).optional(),
 });
+type SearchSet = z.infer<typeof SearchSet>;
+/** More pages than this fail a search: it looks for one patient's few Coverages. */
+const MAX_PAGES = 20;
+
+function searchSet(step: string, answer: unknown): SearchSet {
+  const found = SearchSet.safeParse(answer);
+  if (!found.success) throw new ChartWriteError(`the FHIR server answered the ${step} without a search Bundle`, { retryable: false });
+  return found.data;
+}
+
+const matchesOf = (page: SearchSet) => page.entry.flatMap((e) => (e.resource && (e.search?.mode ?? 'match') === 'match' ? [e.resource as Resource] : []));
 
 export async function chartClient(baseUrl: string, tokens: AccessTokens, timeoutMs: number): Promise<ChartClient> {
   const { Client } = await import('fhir-kit-client');
@@ -63,9 +76,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
       const type = typeOf(searches[i]);
       const status = Number(entry.response?.status?.split(' ')[0]);
       if (Number.isFinite(status) && (status < 200 || status >= 300)) throw toChartWriteError({ response: { status, data: entry.resource } }, `search for a ${type}`);
-      const found = SearchSet.safeParse(entry.resource);
-      if (!found.success) throw new ChartWriteError(`the FHIR server answered the search for a ${type} without a search Bundle`, { retryable: false });
-      return found.data.entry.flatMap((e) => (e.resource && (e.search?.mode ?? 'match') === 'match' ? [e.resource as Resource] : []));
+      return matchesOf(searchSet(`search for a ${type}`, entry.resource));
     });
   }
 
@@ -77,8 +88,20 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
       });
     },
     async findAll(search) {
-      const [matches] = await searchEach([search]);
-      return matches ?? [];
+      // A GET, not a batch entry: a server need give no next link inside a batch's answer (Medplum gives none).
+      const step = `search for a ${typeOf(search)}`;
+      const found: Resource[] = [];
+      const followed = new Set<string>();
+      for (let url: string | undefined = search; url; ) {
+        const page = searchSet(step, await exchange(step, (options) => client.request(url as string, { method: 'GET', options })));
+        found.push(...matchesOf(page));
+        try {
+          url = nextPageUrl(page, followed, { baseUrl, maxPages: MAX_PAGES, what: typeOf(search) });
+        } catch (err) {
+          throw new ChartWriteError((err as Error).message, { retryable: false });
+        }
+      }
+      return found;
     },
     async transaction(entries) {
       const step = 'transaction';

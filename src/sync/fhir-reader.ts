@@ -1,6 +1,7 @@
 import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { AccessTokens } from './fhir-auth';
+import { nextPageUrl, type PagedBundle } from './search-pages';
 
 export interface FhirKitReaderOptions {
   /** A static access token. */
@@ -58,8 +59,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
     },
     /**
      * Every page: the poll moves its cursor past what a search gave, so a search cut short would
-     * lose what was on the pages not read. Too many pages, or a next link given before (a server
-     * paging in a circle), fail it instead.
+     * lose what was on the pages not read (nextPageUrl fails it instead).
      */
     async search(resourceType, params) {
       const found: unknown[] = [];
@@ -67,11 +67,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       let page: unknown = await authorized((requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
-        const next = page.link?.find((l) => l.relation === 'next');
-        if (!next) break;
-        if (followed.has(next.url)) throw new Error(`FHIR search ${resourceType}: the server gave a next link it had given before, after ${followed.size + 1} pages`);
-        if (followed.size + 1 >= maxPages) throw new Error(`FHIR search ${resourceType}: more than ${maxPages} pages; refused rather than read in part`);
-        followed.add(next.url);
+        if (!nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType })) break;
         const bundle = { ...page, link: page.link ?? [] };
         page = await authorized(async (requestOptions) => client.nextPage({ bundle, options: requestOptions }));
       }
@@ -84,10 +80,9 @@ function statusOf(err: unknown): number | undefined {
   return (err as { response?: { status?: number } }).response?.status;
 }
 
-interface PageBundle {
+interface PageBundle extends PagedBundle {
   resourceType: 'Bundle';
   entry?: Array<{ resource?: unknown; search?: { mode?: string } }>;
-  link?: Array<{ relation: string; url: string }>;
 }
 function isBundle(value: unknown): value is PageBundle {
   return typeof value === 'object' && value !== null && (value as { resourceType?: unknown }).resourceType === 'Bundle';

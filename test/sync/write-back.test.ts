@@ -529,6 +529,50 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
     await writer.write(plan(primary, 'MP-END-2', 'DDC-0', '2026-11-01T09:00:00.000Z'), outcome('ver_end2_3'), {}, insured('DDC-0'));
     expect(await statuses(first.patientId)).toMatchObject({ 'DDC-A': 'active', 'DDC-0': 'active' });
   });
+
+  describe('through a chart that pages its searches one resource a page', () => {
+    let proxy: Awaited<ReturnType<typeof startScriptedServer>>;
+    let nextLinkTo: string | undefined;
+    beforeAll(async () => {
+      // The chart in front of the embedded one: it caps every page at one resource, as a server may cap _count.
+      proxy = await startScriptedServer(async (req, res) => {
+        const upstream = await request(`${server.url}${req.url.replace(/_count=\d+/, '_count=1')}`, {
+          method: req.method as 'GET',
+          headers: { 'content-type': req.headers['content-type'] ?? 'application/fhir+json' },
+          ...(req.body && { body: req.body.replace(/_count=\d+/g, '_count=1') }),
+        });
+        const text = (await upstream.body.text()).replaceAll(server.url, nextLinkTo ?? proxy.url);
+        res.writeHead(upstream.statusCode, { 'content-type': 'application/fhir+json' });
+        res.end(text);
+      });
+    });
+    afterAll(() => proxy.close());
+
+    it('reads every page of the patient\'s active Coverages: the plan on the last page is ended too', async () => {
+      const paged = await fhirWriter(proxy.url);
+      // Written first, the other plan comes first: the one to end is on a later page.
+      const other = await paged.write(plan(secondary, 'MP-END-PAGE', 'MET-P', '2026-11-02T09:00:00.000Z'), outcome('ver_page_1'), {}, insured('DDC-P1', 'MET-P'));
+      await paged.write(plan(primary, 'MP-END-PAGE', 'DDC-P1', '2026-11-02T09:00:00.000Z'), outcome('ver_page_2'), {}, insured('DDC-P1', 'MET-P'));
+      await paged.write(plan(primary, 'MP-END-PAGE', 'DDC-P2', '2026-11-20T09:00:00.000Z'), outcome('ver_page_3'), {}, insured('DDC-P2', 'MET-P'));
+      expect(await statuses(other.patientId)).toEqual({ 'MET-P': 'active', 'DDC-P1': 'cancelled', 'DDC-P2': 'active' });
+      expect(proxy.requests.filter((r) => r.method === 'GET' && r.url.includes('_offset=')).length).toBeGreaterThan(0);
+    });
+
+    it('does not follow a next link to another origin with its token: the write fails saying so', async () => {
+      const paged = await fhirWriter(proxy.url);
+      const first = await paged.write(plan(secondary, 'MP-END-AWAY', 'MET-A', '2026-11-02T09:00:00.000Z'), outcome('ver_away_1'), {}, insured('DDC-A1', 'MET-A'));
+      await paged.write(plan(primary, 'MP-END-AWAY', 'DDC-A1', '2026-11-02T09:00:00.000Z'), outcome('ver_away_2'), {}, insured('DDC-A1', 'MET-A'));
+      nextLinkTo = 'https://elsewhere.example';
+      try {
+        const away = paged.write(plan(primary, 'MP-END-AWAY', 'DDC-A2', '2026-11-20T09:00:00.000Z'), outcome('ver_away_3'), {}, insured('DDC-A2', 'MET-A'));
+        await expect(away).rejects.toThrow(ChartWriteError);
+        await expect(away).rejects.toThrow(`the server's next link leaves ${proxy.url}`);
+      } finally {
+        nextLinkTo = undefined;
+      }
+      expect(await statuses(first.patientId)).toEqual({ 'MET-A': 'active', 'DDC-A1': 'active' });
+    });
+  });
 });
 
 describe('the Patient an HL7 check finds, kept up to date when this plugin created it', () => {

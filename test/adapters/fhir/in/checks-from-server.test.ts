@@ -122,6 +122,21 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('does not follow a next link to another origin, where its access token would go', async () => {
+    const elsewhere = await startScriptedServer((_req, res) => res.writeHead(200, { 'content-type': 'application/fhir+json' }).end('{"resourceType":"Bundle","type":"searchset"}'));
+    const chart = await startScriptedServer((_req, res) => {
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/Coverage?page=2` }] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    try {
+      const reader = await fhirKitReader(chart.url, { bearerToken: 'chart-token' });
+      await expect(reader.search('Coverage', {})).rejects.toThrow(`FHIR search Coverage: the server's next link leaves ${chart.url}; not followed with its access token`);
+      expect(elsewhere.requests).toHaveLength(0);
+    } finally {
+      await Promise.all([chart.close(), elsewhere.close()]);
+    }
+  });
+
   it('refuses a plain http chart on another machine unless allowed, as the writer does, before anything is sent', async () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { bearerToken: 'secret-token' })).rejects.toThrow(
       "baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (allowInsecureHttp)",
