@@ -227,13 +227,14 @@ describe('the worker waiting for an asynchronous result', () => {
   });
 
   it('looks once more when a verification has been pending too long: a result whose webhook never came is written, not left to a person', async () => {
-    let sentAt = 0;
     rig = await startWorkerRig({
       worker: { asyncEnabled: true, webhookDeadlineMs: 20, pollAfterMs: 100, pendingGiveUpMs: 400, backoff: { baseMs: 50, maxMs: 250 } },
-      answer: (req, res) => {
-        if (req.method === 'POST') return (sentAt = Date.now()), accepted(res);
-        // Done at the service just as the wait is up; its webhook was lost.
-        if (Date.now() - sentAt < 400) return json(res, 200, { correlationId: 'ver-lost', status: 'Pending' });
+      answer: async (req, res) => {
+        if (req.method === 'POST') return accepted(res);
+        // Done at the service just as the wait is up, by the worker's own reckoning (from the
+        // submittedAt it stored before sending: on a loaded machine the send arrives later); its webhook was lost.
+        const { submittedAt } = await rig.check('last-look');
+        if (Date.now() < Date.parse(submittedAt ?? '') + 400) return json(res, 200, { correlationId: 'ver-lost', status: 'Pending' });
         json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-lost' });
       },
     });
@@ -314,6 +315,26 @@ describe('the worker when a step fails for a reason of its own', () => {
     expect(calls).toBe(3);
     expect(dead.lastError).toBe('gave up after 3 attempts: catalog index corrupted');
     expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
+  });
+
+  it('says which check the service failed and when it is tried again, quoting nothing the service wrote', async () => {
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: { backoff: { baseMs: 100, maxMs: 400 } },
+      answer: (_req, res) => {
+        // A problem that quotes what was sent: it stays out of the log.
+        if (++n === 1) return json(res, 503, { title: 'Unavailable for ELLEN RIVERA', status: 503 });
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-after-503' });
+      },
+    });
+    await rig.addCheck('put-back');
+    rig.worker.start();
+    await rig.reach('put-back', 'written');
+    const said = rig.warnings.filter((w) => w.msg === 'the service failed; will retry');
+    expect(said).toHaveLength(1);
+    expect(said[0]?.fields).toMatchObject({ key: 'put-back', step: 'send', failure: 503, attempts: 1 });
+    expect((said[0]?.fields as { retryInMs: number }).retryInMs).toBeGreaterThan(0);
+    expect(JSON.stringify(rig.warnings)).not.toContain('ELLEN');
   });
 });
 
