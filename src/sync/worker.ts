@@ -381,12 +381,10 @@ export class Worker {
       return;
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
-    await this.step(row, from, {
-      state: next,
-      ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }),
-      dueAt: this.later(Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0)),
-      lastError: summary,
-    });
+    const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0);
+    if (!(await this.step(row, from, { state: next, ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
+    // The status or network code only: a problem's title and detail may quote what was sent.
+    this.deps.log.warn({ key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait }, 'the service failed; will retry');
   }
 
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */

@@ -27,6 +27,8 @@ export interface WorkerRig {
   requests: RecordedRequest[];
   events: { name: SyncEventName; event: SyncEvent }[];
   errors: string[];
+  /** The worker's warnings, each its message and fields. */
+  warnings: Array<{ msg: string; fields: object }>;
   /** Stores a check of the `self` fixture chart under `key`, due now (the contract's checkRow). */
   addCheck(key: string, change?: Partial<CheckRow>): Promise<void>;
   check(key: string): Promise<CheckRow>;
@@ -84,6 +86,7 @@ export async function startWorkerRig(options: {
   const writer = fhirWriter(fhir.url).then((chart) => (options.writer ? options.writer(chart) : chart));
   const events: WorkerRig['events'] = [];
   const errors: string[] = [];
+  const warnings: WorkerRig['warnings'] = [];
   const resolver = options.resolver ?? resolved(options.payerName);
   const worker = new Worker(
     { ...RIG_OPTIONS, ...options.worker },
@@ -96,7 +99,7 @@ export async function startWorkerRig(options: {
       ...(options.random && { random: options.random }),
       ...(options.loopBusy && { loopBusy: options.loopBusy }),
       ...(options.arriving && { arriving: options.arriving }),
-      log: { info: () => undefined, warn: () => undefined, error: (_obj, msg) => errors.push(msg) },
+      log: { info: () => undefined, warn: (fields, msg) => warnings.push({ msg, fields }), error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => {
         events.push({ name, event });
         options.onEvent?.(name);
@@ -109,6 +112,7 @@ export async function startWorkerRig(options: {
     requests: service.requests,
     events,
     errors,
+    warnings,
     async addCheck(key, change = {}) {
       await store.transaction((tx) => tx.putCheck(checkRow(key, { dueAt: new Date().toISOString(), ...change })));
     },

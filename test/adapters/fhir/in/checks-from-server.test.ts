@@ -123,7 +123,7 @@ describe('checksFromServer over fhir-kit-client', () => {
   });
 
   it('does not follow a next link to another origin, where its access token would go', async () => {
-    const elsewhere = await startScriptedServer((_req, res) => res.writeHead(200, { 'content-type': 'application/fhir+json' }).end('{"resourceType":"Bundle","type":"searchset"}'));
+    const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end('{"resourceType":"Bundle","type":"searchset"}'));
     const chart = await startScriptedServer((_req, res) => {
       const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/Coverage?page=2` }] };
       res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
