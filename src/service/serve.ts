@@ -91,7 +91,13 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       fhirUrl,
       serviceUrl: config.service?.baseUrl ?? (sandbox?.url as string),
       ...(embeddedFhir && { embeddedChart: embeddedFhir }),
-      close: closeAll,
+      async close() {
+        // In the JSON log too, where a log pipeline sees a stop it was asked for apart from a crash.
+        const asked = Date.now();
+        logger.info('stopping: listeners close, checks in hand finish');
+        await closeAll();
+        logger.info({ ms: Date.now() - asked }, 'stopped');
+      },
     };
   } catch (err) {
     await closeAll();

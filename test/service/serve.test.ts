@@ -29,4 +29,14 @@ describe('serve on the in-process sandbox', () => {
       await serving.close();
     }
   });
+
+  it('says in its JSON log that it was asked to stop, and when it has', async () => {
+    const lines: string[] = [];
+    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
+    const serving = await serve(loadServeConfig({}, { dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    await serving.close();
+    const said = lines.map((line) => JSON.parse(line) as { msg: string; ms?: number });
+    expect(said.slice(-2).map((l) => l.msg)).toEqual(['stopping: listeners close, checks in hand finish', 'stopped']);
+    expect(said.at(-1)?.ms).toBeGreaterThanOrEqual(0);
+  });
 });
