@@ -1,3 +1,4 @@
+import { existsSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
@@ -86,9 +87,12 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
   const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
   const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
-  const dataDir = overrides.dataDir ?? env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR;
+  const [dataDirName, dataDir] =
+    overrides.dataDir !== undefined ? ['--data-dir', overrides.dataDir] : env.DENTAL_ELIG_DATA_DIR !== undefined ? ['DENTAL_ELIG_DATA_DIR', env.DENTAL_ELIG_DATA_DIR] : ['dataDir (config file)', fromFile.dataDir ?? DEFAULT_DATA_DIR];
   // The file's own dataDir is refused empty by its schema; an empty variable (an unfilled line of an environment file) is refused here, as a setting.
-  if (dataDir === '') throw new ConfigError(`${overrides.dataDir !== undefined ? '--data-dir' : 'DENTAL_ELIG_DATA_DIR'}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
+  if (dataDir === '') throw new ConfigError(`${dataDirName}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
+  const notAFolder = fileInTheWay(dataDir);
+  if (notAFolder) throw new ConfigError(`${dataDirName}: ${notAFolder === path.resolve(dataDir) ? `${notAFolder} is a file, not a folder` : `${notAFolder} is a file, so no folder can be made under it`}`);
   return {
     dataDir,
     ...(store && { store }),
@@ -119,6 +123,15 @@ function readPortalCredentials(file: string): Record<string, InlineCredentials> 
   const parsed = PortalCredentials.safeParse(raw);
   if (!parsed.success) throw new ConfigError(`DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: ${describeIssue(parsed.error)}`);
   return parsed.data;
+}
+
+/** The file that stands where the data dir, or a folder above it, would be, if one does: mkdir would say only EEXIST or ENOTDIR. */
+function fileInTheWay(dir: string): string | undefined {
+  for (let at = path.resolve(dir); ; at = path.dirname(at)) {
+    const found = existsSync(at) ? statSync(at) : undefined;
+    if (found) return found.isDirectory() ? undefined : at;
+    if (path.dirname(at) === at) return undefined;
+  }
 }
 
 /**

@@ -144,6 +144,13 @@ describe('the settings file and the environment', () => {
     expect(refusal(service, { configFile: file({ apiKeyFile: missing }) })).toBe(`ConfigError: apiKeyFile: ${missing} cannot be read`);
     expect(refusal({ DENTAL_ELIG_DATA_DIR: '' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     expect(refusal({}, { dataDir: '' })).toBe(`ConfigError: --data-dir: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
+    // A file where the folder would be: said so, not as mkdir's EEXIST or ENOTDIR once serve is starting.
+    const aFile = path.join(dir, 'a-file');
+    writeFileSync(aFile, 'not a folder');
+    expect(refusal({}, { dataDir: aFile })).toBe(`ConfigError: --data-dir: ${aFile} is a file, not a folder`);
+    expect(refusal({ DENTAL_ELIG_DATA_DIR: path.join(aFile, 'data') })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: ${aFile} is a file, so no folder can be made under it`);
+    expect(refusal({}, { configFile: file({ dataDir: aFile }) })).toBe(`ConfigError: dataDir (config file): ${aFile} is a file, not a folder`);
+    expect(loadServeConfig({}, { dataDir: path.join(dir, 'not-yet', 'data') }).dataDir).toBe(path.join(dir, 'not-yet', 'data'));
   });
 
   it('runs on embedded defaults with nothing set', () => {
