@@ -32,6 +32,10 @@ export function isPlainHttpAcrossNetwork(url: string): boolean {
   return URL.canParse(url) && new URL(url).protocol === 'http:' && !onThisMachine(url);
 }
 
+/** What goes to the chart's FHIR base, and to the SMART token endpoint its tokens come from, as that refusal says it. */
+export const CHART_TRAFFIC = "the chart's access token and patient data";
+export const TOKEN_TRAFFIC = 'the client assertion and the access token';
+
 /** The one wording of that refusal: `sent` is what would go unencrypted, `allow` how the deployment says it may. */
 export function plainHttpRefused(sent: string, allow: string): string {
   return `plain http to a host other than this machine would send ${sent} unencrypted; use https, or allow it explicitly (${allow})`;

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import * as z from 'zod';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { convertBundle, convertFromServer, type FhirConversion, type FhirInputOptions } from '../adapters/fhir/in';
-import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { CHART_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { envFlag } from '../service/config-file';
 import { fhirKitReader } from '../sync/fhir-reader';
 import { describeFhirIssue, FhirInputError } from '../adapters/fhir/operation-outcome';
@@ -101,7 +101,7 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
   if (carriesCredentials(server)) throw new CliError('--server: credentials do not belong in the URL; the bearer token comes from DENTAL_ELIG_FHIR_TOKEN', 2);
   const allowInsecureHttp = envFlag(io.env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? false;
   if (isPlainHttpAcrossNetwork(server) && !allowInsecureHttp) {
-    throw new CliError(`--server: ${plainHttpRefused('the bearer token and patient data', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, 2);
+    throw new CliError(`--server: ${plainHttpRefused(CHART_TRAFFIC, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, 2);
   }
   const token = io.env.DENTAL_ELIG_FHIR_TOKEN;
   const reader = await fhirKitReader(server.replace(/\/+$/, ''), { allowInsecureHttp, ...(token && { bearerToken: token }) });

@@ -12,7 +12,7 @@ import { describeProblems, loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
-import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
@@ -516,8 +516,8 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   const parsed = FhirWriterOptions.safeParse(options);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'fhir', ['fhir']));
   const tokenEndpoint = parsed.data.smart?.tokenEndpoint;
-  for (const [name, url] of [['fhir.baseUrl', baseUrl], ['fhir.smart.tokenEndpoint', tokenEndpoint]] as const) {
-    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'fhir.allowInsecureHttp')}`);
+  for (const [name, url, sent] of [['fhir.baseUrl', baseUrl, CHART_TRAFFIC], ['fhir.smart.tokenEndpoint', tokenEndpoint, TOKEN_TRAFFIC]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused(sent, 'fhir.allowInsecureHttp')}`);
   }
 }
 

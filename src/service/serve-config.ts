@@ -8,7 +8,7 @@ import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
 import { clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
-import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
+import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
 /**
@@ -61,10 +61,8 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
   }
   // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one, below).
-  for (const [name, url] of [['DENTAL_ELIG_FHIR_URL', fhirUrl], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint]] as const) {
-    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !client.allowInsecureHttp) {
-      throw new ConfigError(`${name}: ${plainHttpRefused("the chart's access token and patient data", 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
-    }
+  for (const [name, url, sent] of [['DENTAL_ELIG_FHIR_URL', fhirUrl, CHART_TRAFFIC], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint, TOKEN_TRAFFIC]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !client.allowInsecureHttp) throw new ConfigError(`${name}: ${plainHttpRefused(sent, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
   }
   // Without the service's URL serve runs the sandbox in-process: its made-up eligibility belongs in no chart but one on this machine.
   if (fhirUrl !== undefined && !baseUrl && !onThisMachine(fhirUrl)) {

@@ -2,7 +2,7 @@ import { createPrivateKey, KeyObject, randomUUID, sign } from 'node:crypto';
 import { request } from 'undici';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
-import { isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { TOKEN_TRAFFIC, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { ChartWriteError, retryableStatus } from './chart-errors';
 
 /**
@@ -103,7 +103,7 @@ export function smartBackendTokens(fhirBaseUrl: string, options: SmartBackendAut
  */
 function encryptedEndpoint(url: string, named: string, allowInsecureHttp: boolean): string {
   if (isPlainHttpAcrossNetwork(url) && !allowInsecureHttp) {
-    throw new ChartWriteError(`auth: ${named}: ${plainHttpRefused('the client assertion and the access token', 'allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, { retryable: false });
+    throw new ChartWriteError(`auth: ${named}: ${plainHttpRefused(TOKEN_TRAFFIC, 'allowInsecureHttp, DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`, { retryable: false });
   }
   return url;
 }

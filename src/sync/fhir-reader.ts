@@ -1,4 +1,4 @@
-import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
@@ -20,7 +20,7 @@ export interface FhirKitReaderOptions {
 /** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
 export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {
   // Refused here too, not only where the sync is created: an embedder may build the reader alone.
-  if (isPlainHttpAcrossNetwork(baseUrl) && !options.allowInsecureHttp) throw new Error(`baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'allowInsecureHttp')}`);
+  if (isPlainHttpAcrossNetwork(baseUrl) && !options.allowInsecureHttp) throw new Error(`baseUrl: ${plainHttpRefused(CHART_TRAFFIC, 'allowInsecureHttp')}`);
   const { Client } = await import('fhir-kit-client');
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 1000;

@@ -8,7 +8,7 @@ import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
 import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
-import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
 import { appointmentReference, chartParts, coverageResource, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
@@ -97,7 +97,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
   const { bearerToken, smart, timeoutMs, allowInsecureHttp } = parsed.data;
   // Refused here too, not only where the sync is created: an embedder may build the writer alone.
   if (isPlainHttpAcrossNetwork(baseUrl) && !allowInsecureHttp) {
-    throw new ChartWriteError(`baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'allowInsecureHttp')}`, { retryable: false });
+    throw new ChartWriteError(`baseUrl: ${plainHttpRefused(CHART_TRAFFIC, 'allowInsecureHttp')}`, { retryable: false });
   }
   const base = baseUrl.replace(/\/+$/, '');
   const tokens = smart ? smartBackendTokens(base, smart, timeoutMs, allowInsecureHttp) : staticToken(bearerToken);

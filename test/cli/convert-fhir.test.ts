@@ -102,7 +102,7 @@ describe('dental-elig convert fhir', () => {
       expectOneLine(await cli(['convert', 'fhir', '--server', 'ftp://x', '--appointment', 'a']), '--server: must be an http(s) URL');
       expectOneLine(
         await cli(['convert', 'fhir', '--server', 'http://ehr.example.test/fhir', '--appointment', 'a']),
-        "--server: plain http to a host other than this machine would send the bearer token and patient data unencrypted; use https, or allow it explicitly (DENTAL_ELIG_ALLOW_INSECURE_HTTP=1)",
+        "--server: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (DENTAL_ELIG_ALLOW_INSECURE_HTTP=1)",
       );
       // Credentials in the URL never reach the server (fetch refuses them) and must not be echoed.
       const withPassword = await cli(['convert', 'fhir', '--server', server.url.replace('//', '//clinic:s3cret-pw@'), '--appointment', 'appt-1001']);

@@ -69,7 +69,7 @@ describe('the settings file and the environment', () => {
     expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://127.0.0.1:8080/fhir/' }, {}).fhir).toEqual({ baseUrl: 'http://127.0.0.1:8080/fhir' });
     // The SMART token endpoint the settings file names: the access token it answers opens the chart.
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://fhir.example.test/R4' }, { configFile: file('{"fhirTokenEndpoint": "http://auth.example.test/token"}') })).toThrow(
-      /^fhirTokenEndpoint: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
+      /^fhirTokenEndpoint: plain http to a host other than this machine would send the client assertion and the access token unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
     );
   });
 

@@ -76,7 +76,7 @@ describe('a sync that fails to be created or started', () => {
     expect(fhir({ baseUrl: 'http://' })).toThrow(/^fhir\.baseUrl: must be an http\(s\) URL$/);
     // The SMART token endpoint too: the access token it answers opens the chart.
     expect(fhir({ baseUrl: 'https://chart.example/fhir', smart: { clientId: 'elig', privateKey: 'pem', tokenEndpoint: 'http://auth.example/token' } })).toThrow(
-      /^fhir\.smart\.tokenEndpoint: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly \(fhir\.allowInsecureHttp\)$/,
+      /^fhir\.smart\.tokenEndpoint: plain http to a host other than this machine would send the client assertion and the access token unencrypted; use https, or allow it explicitly \(fhir\.allowInsecureHttp\)$/,
     );
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', bearertoken: 'secret-token' })).toThrow(/^fhir: Unrecognized key: "bearertoken"$/);
     expect(fhir({ baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: -1 })).toThrow(/^fhir\.timeoutMs: /);
