@@ -159,7 +159,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const response = toCoverageEligibilityResponse(
       outcome,
       { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
-      { created: storedResponse?.created, checkKey: check.idempotencyKey, reusedFrom: options.reusedFrom },
+      { created: storedResponse?.created, checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
     const updates = [...updatesOfFound(parts, found, check, chart), ...(await endedBeside(parts, found, check, options.insuredUnder, client))];

@@ -52,6 +52,8 @@ describe('write-back of a FHIR-sourced check', () => {
     expect(stored.outcome).toBe('complete');
     expect([written.patientId, written.coverageId, written.changed]).toEqual(['pat-ellen', 'cov-ellen-delta', true]);
     const storedRequest = await read<CoverageEligibilityRequest>('CoverageEligibilityRequest', written.requestId);
+    // The visit's date on both, so the response read alone says which visit it is for.
+    expect([stored.servicedDate, storedRequest.servicedDate]).toEqual([required(check).dateOfService, required(check).dateOfService]);
     expect(storedRequest.supportingInfo?.[0]?.information).toEqual({ reference: 'Appointment/appt-1001' });
     expect(written.response.request.reference).toBe(`CoverageEligibilityRequest/${written.requestId}`);
   });

@@ -37,6 +37,8 @@ export interface ResponseOptions {
    * correlationId it names the response, since one verification's result may serve several checks.
    */
   checkKey?: string | undefined;
+  /** The visit's date the eligibility is for, as the request states it: a reader of the response alone sees it too. */
+  servicedDate?: string | undefined;
   /** The correlationId of the verification whose result this check reuses, made for another appointment; said in the disposition. */
   reusedFrom?: string | undefined;
 }
@@ -89,6 +91,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     status: 'active',
     purpose: ['validation', 'benefits'],
     patient: relativeReference('Patient', refs.patient, 'patient'),
+    servicedDate: options.servicedDate,
     created: fhirDateTime(options.created, 'created') ?? new Date().toISOString(),
     request: refs.request ? requestReference(refs.request) : requestByCorrelation(verification.correlationId),
     outcome: OUTCOME[outcome.kind],

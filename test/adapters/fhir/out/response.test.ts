@@ -152,7 +152,7 @@ describe('toCoverageEligibilityResponse', () => {
   });
 
   it('names the check it is written for, and says so when the result was made for another appointment', () => {
-    const options = { created: CREATED, checkKey: 'elig_check_f2', reusedFrom: 'ver_01JDX4T9Q2M7K8N3P5R6S7T8V9' };
+    const options = { created: CREATED, checkKey: 'elig_check_f2', servicedDate: '2026-12-10', reusedFrom: 'ver_01JDX4T9Q2M7K8N3P5R6S7T8V9' };
     const response = toCoverageEligibilityResponse(toOutcome(readResult('completed-full')), RESULT_REFS, options);
     expect(response.identifier?.map((i) => `${i.system?.split('/').pop()}|${i.value}`)).toEqual([
       'verification-correlation-id|ver_01JDX4T9Q2M7K8N3P5R6S7T8V9',
@@ -162,6 +162,9 @@ describe('toCoverageEligibilityResponse', () => {
     expect(response.disposition).toBe(
       `${outputOf('completed-full').disposition} Reused: the result of verification ver_01JDX4T9Q2M7K8N3P5R6S7T8V9, made for another appointment of the same coverage.`,
     );
+    // The visit it is for, as the request states it; in R4's order, after patient.
+    expect(response.servicedDate).toBe('2026-12-10');
+    expect(Object.keys(response).indexOf('servicedDate')).toBe(Object.keys(response).indexOf('patient') + 1);
     expect(validateR4(response)).toEqual([]);
   });
 
