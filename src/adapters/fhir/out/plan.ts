@@ -20,10 +20,13 @@ export function insuranceFor(result: VerificationResult, coverage: Reference, pa
   const end = fhirDate(period?.end, 'result.plan.benefitPeriod.end');
   const effectiveDate = fhirDate(plan.effectiveDate, 'result.plan.effectiveDate');
   const terminationDate = fhirDate(plan.terminationDate, 'result.plan.terminationDate');
+  // R4 wants a Period's start no later than its end (per-1): one the portal gives reversed is kept as given, not written as a period.
+  const reversed = start !== undefined && end !== undefined && start > end;
+  if (reversed) parts.unmapped.push({ path: 'result.plan.benefitPeriod', value: period });
   return {
     coverage,
     inforce: planInforce(plan.status),
-    benefitPeriod: start || end ? { start, end } : undefined,
+    benefitPeriod: (start || end) && !reversed ? { start, end } : undefined,
     extension: defined([
       complexExtension('plan', {
         name: stringValue(plan.name),

@@ -224,6 +224,18 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it('keeps a benefit period the portal gives reversed as it came, rather than write a Period R4 refuses (per-1), and writes the rest', () => {
+    const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
+    body.result.plan.benefitPeriod = { start: '2026-12-31', end: '2026-01-01' };
+    const response = convert(body);
+    expect(response.insurance?.[0]?.benefitPeriod).toBeUndefined();
+    const kept = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.map((x) => x.valueString));
+    expect(kept).toContainEqual(['result.plan.benefitPeriod', '{"start":"2026-12-31","end":"2026-01-01"}']);
+    expect(response.outcome).toBe('complete');
+    expect(response.insurance?.[0]?.item?.length).toBe(convert(readResult('completed-full')).insurance?.[0]?.item?.length);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it("reads a portal's blank date as none given, never as a malformed one that keeps the whole result out of the chart", () => {
     const body = readResult('completed-full') as { createdAt: string; result: { patient: Record<string, unknown>; plan: Record<string, unknown>; data: Record<string, Array<Record<string, unknown>>> } };
     body.createdAt = ' ';
