@@ -71,7 +71,10 @@ export interface EligibilitySyncConfig {
   fhir: ({ baseUrl: string } & FhirWriterOptions) | { writer: EligibilityWriter; reader?: FhirReader };
   /** How webhooks authenticate. Without it, no verification is asynchronous. */
   webhook?: WebhookAuth;
-  /** Portal credentials sent inline, by portalId, for portals whose credentials are not stored with the service. */
+  /**
+   * Portal credentials sent inline, by portalId, for portals whose credentials are not stored with the service.
+   * Their passwords are cut out of what the service answers; a client of your own (`service`) does that when made with `secrets` naming them.
+   */
   inlineCredentials?: Record<string, InlineCredentials>;
   settings?: SyncSettings;
   routing?: ClinicRouting;
@@ -150,6 +153,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // Read when the catalog loads and when a verification fails: a bad edit would show as the service unreachable, or fail a result.
   loadPayerAliases();
   failureKinds();
+  // Sent inline in one request, quoted back by the service in a later one (a poll's or a webhook's Failed result): cut out of both.
+  const passwords = Object.values(config.inlineCredentials ?? {}).map((c) => c.password);
   // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
   let arriving = 0;
   const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
@@ -162,6 +167,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     ? counted(createWebhookHandler({
         auth: config.webhook,
         log: logger,
+        secrets: passwords,
         onDelivery: async (delivery) => {
           const applied = await ingestWebhook(store, worker, delivery, now());
           metrics.webhooks.inc({ result: applied.status });
@@ -181,7 +187,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
       };
   const ownsClient = !(config.service instanceof VerificationClient);
-  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger });
+  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger, secrets: passwords });
   const ownsStore = !config.store;
   let store: JobStore;
   try {

@@ -37,6 +37,8 @@ export interface ClientOptions {
   log?: Log;
   now?: () => Date;
   random?: () => number;
+  /** Cut out of whatever the service answers: the portal passwords sent inline, which a later poll's Failed result may quote. */
+  secrets?: readonly string[];
 }
 
 export interface WaitOptions {

@@ -4,6 +4,7 @@ import { describeIssue } from '../domain/issues';
 import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
 import { ServiceError, UNREADABLE_ANSWER } from './errors';
 import { normaliseProblem } from './outcome';
+import { redacted } from './redact';
 import { ProblemDetails } from './wire';
 
 /** Where the client reports what it noticed but carried on with (pino's signature). */
@@ -71,13 +72,15 @@ export class ServiceHttp {
   readonly #root: string;
   readonly #dispatcher: Dispatcher;
   readonly #log: Log;
+  readonly #secrets: readonly string[];
   readonly #random: () => number;
 
-  constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number } = {}) {
+  constructor(config: ClientConfigInput, options: { log?: Log; now?: () => Date; random?: () => number; secrets?: readonly string[] } = {}) {
     const parsed = ClientConfig.safeParse(config);
     if (!parsed.success) throw new Error(describeIssue(parsed.error, 'config'));
     this.#config = parsed.data;
     this.#log = options.log ?? silent;
+    this.#secrets = options.secrets ?? [];
     this.#root = versionlessRoot(this.#config.baseUrl, (options.now ?? (() => new Date()))(), this.#log);
     this.#random = options.random ?? Math.random;
     const { timeoutMs } = this.#config;
@@ -156,13 +159,14 @@ export class ServiceHttp {
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwordsIn(opts.body)]),
+        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwordsIn(opts.body), ...this.#secrets]),
         requestId,
         ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
       });
     }
     if (text.trim() === '') return { status: res.statusCode, body: undefined };
-    const json = parseJson(text);
+    // A result too may quote a password: a Failed one, the portal's refusal of the login it was sent, this time or (polled) before.
+    const json = redacted(parseJson(text), [...passwordsIn(opts.body), ...this.#secrets]);
     const parsed = opts.response.safeParse(json);
     const contentType = headerValue(res.headers['content-type'])?.split(';')[0]?.trim().slice(0, 60);
     if (!parsed.success) {
@@ -172,7 +176,7 @@ export class ServiceHttp {
         code: UNREADABLE_ANSWER,
         problem: { title: 'Unexpected response body', detail: json === undefined ? `(body): not JSON${contentType ? ` (${contentType})` : ''}` : describeIssue(parsed.error, '(body)') },
         requestId,
-        received: json === undefined ? text : json,
+        received: json === undefined ? redacted(text, [...passwordsIn(opts.body), ...this.#secrets]) : json,
       });
     }
     return { status: res.statusCode, body: parsed.data };
@@ -266,36 +270,6 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
   // Not problem details: a proxy's HTML page, an empty body. Say what arrived, not what it said.
   const what = text.trim() === '' ? 'an empty body' : `a ${contentType.split(';')[0] || 'non-JSON'} body`;
   return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `the service answered with ${what}, not problem details` };
-}
-
-const REDACTED = '[redacted]';
-
-/** A secret as a serializer that escapes HTML-sensitive and non-ASCII characters writes it (each UTF-16 unit as \uXXXX), in upper- and lower-case hex. */
-function unicodeEscaped(secret: string): string[] {
-  const unit = (code: number) => `\\u${code.toString(16).toUpperCase().padStart(4, '0')}`;
-  const upper = Array.from(secret, (ch) => (ch === '\\' ? '\\\\' : /[\u0000-\u001f"&'+<>`\u007f-\uffff]/.test(ch) ? Array.from({ length: ch.length }, (_, i) => unit(ch.charCodeAt(i))).join('') : ch)).join('');
-  return [upper, upper.replace(/\\u([0-9A-F]{4})/g, (_, hex: string) => `\\u${hex.toLowerCase()}`)];
-}
-
-/**
- * The value with each secret cut out of every string in it. A service may quote what it was sent
- * in its problem details ("API key … is not valid", "password 'x' is too short"), and those reach
- * the CLI's message, the logs and, for a refused verification, the patient's chart.
- */
-function redacted<T>(value: T, secrets: readonly string[]): T {
-  // As written and as JSON writes it: a service quoting the body it refused escapes a password's quotes and backslashes,
-  // and some serializers (.NET's System.Text.Json by default) write quotes, &'+<>` and all but ASCII as \uXXXX.
-  // The longest first: a secret that holds another is cut out whole.
-  const forms = new Set(secrets.flatMap((secret) => [secret, JSON.stringify(secret).slice(1, -1), ...unicodeEscaped(secret)]));
-  const present = [...forms].filter((secret) => secret !== '').sort((a, b) => b.length - a.length);
-  if (present.length === 0) return value;
-  const walk = (v: unknown): unknown => {
-    if (typeof v === 'string') return present.reduce((text, secret) => text.split(secret).join(REDACTED), v);
-    if (Array.isArray(v)) return v.map(walk);
-    if (typeof v === 'object' && v !== null) return Object.fromEntries(Object.entries(v).map(([k, item]) => [k, walk(item)]));
-    return v;
-  };
-  return walk(value) as T;
 }
 
 /** The portal passwords a request body carries: stored credentials' own, or inline `credentials.password`. */

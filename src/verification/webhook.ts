@@ -5,6 +5,7 @@ import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { ZodError } from 'zod';
 import { fieldErrors } from '../domain/issues';
 import type { Log } from './http';
+import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 
@@ -48,6 +49,8 @@ export interface WebhookReceiverOptions {
   onUnreadable?(rawBody: string, reason: string): Promise<void>;
   maxBodyBytes?: number;
   log?: Log;
+  /** Cut out of every delivery before it is kept or read: portal passwords sent inline, which a Failed result may quote. */
+  secrets?: readonly string[];
 }
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
@@ -95,6 +98,7 @@ class Rejection extends Error {
 /** A node:http listener for the verification webhook. */
 export function createWebhookHandler(options: WebhookReceiverOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  const secrets = options.secrets ?? [];
   // A scheme from JavaScript or a JSON file that is neither would otherwise take deliveries with no signature checked.
   const scheme: string = options.auth.scheme;
   if (scheme !== 'standard-webhooks' && scheme !== 'bearer') throw new Error('webhook.scheme: must be standard-webhooks or bearer');
@@ -109,10 +113,12 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
     let unreadable: string | undefined;
     void (async () => {
       if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
-      const rawBody = await readBody(req, maxBodyBytes);
-      const webhookId = authenticate(req, rawBody, options.auth, verifiers);
+      const signed = await readBody(req, maxBodyBytes);
+      const webhookId = authenticate(req, signed, options.auth, verifiers);
+      const rawBody = redacted(signed, secrets);
       unreadable = rawBody;
-      const verification = parseVerification(rawBody);
+      // Read, too: a JSON writer may escape a password in ways the text above was not searched for (\/ for /).
+      const verification = redacted(parseVerification(rawBody), secrets);
       if (options.isKnownCorrelationId && !(await options.isKnownCorrelationId(verification.correlationId))) {
         throw new Rejection(404, 'Unknown verification', 'correlationId is not one this plugin requested');
       }

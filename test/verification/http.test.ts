@@ -8,6 +8,14 @@ import { Organization, Verification } from '../../src/verification/wire';
 import { json, startScriptedServer } from '../support/http-server';
 
 const fast = { retryMinDelayMs: 5, retryMaxDelayMs: 50 };
+/** A verification sent with inline portal credentials. */
+const INLINE_REQUEST = {
+  credentials: { username: 'office1', password: 'inline-pass-55' },
+  payer: { payerId: 'CDCA1' },
+  patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+  subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'DD1', relationship: 'Self' as const },
+  dateOfService: '2026-12-01',
+};
 
 function recordingLog(): Log & { warnings: string[] } {
   const warnings: string[] = [];
@@ -106,17 +114,10 @@ describe('ServiceHttp', () => {
       }),
     );
     const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
-    const inline = {
-      credentials: { username: 'office1', password: 'inline-pass-55' },
-      payer: { payerId: 'CDCA1' },
-      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
-      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'DD1', relationship: 'Self' as const },
-      dateOfService: '2026-12-01',
-    };
     try {
       const errors = [
         await client.createCredentials('cl_1', 'metdental', { username: 'office1', password: 'stored-pass-42', loginMethod: 'Native' }).catch((e: unknown) => e),
-        await client.verify(inline).catch((e: unknown) => e),
+        await client.verify(INLINE_REQUEST).catch((e: unknown) => e),
       ] as ServiceError[];
       for (const err of errors) {
         expect(err).toBeInstanceOf(ServiceError);
@@ -128,6 +129,31 @@ describe('ServiceHttp', () => {
       expect(errors[1]?.problem.detail).toContain('"credentials":{"username":"office1","password":"[redacted]"}');
     } finally {
       await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('cuts an inline password out of a Failed result that quotes it: the answer to its own send, and a later poll\'s', async () => {
+    // The portal's refusal of the login, quoted: in the answer to the send, and again when the verification is polled.
+    const failed = (password: string) => ({
+      correlationId: 'ver_quote',
+      status: 'Failed',
+      result: { type: 'https://api.example/problems/InvalidCredentials', title: 'Invalid credentials', detail: `login office1/${password} refused`, upstreamErrors: [{ detail: `password ${password} expired` }] },
+    });
+    const server = await startScriptedServer((_req, res) => json(res, 200, failed('inline-pass-55')));
+    const sent = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    // The poll carries no password: the client is told the inline ones it may have sent before.
+    const polling = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' }, { secrets: ['inline-pass-55'] });
+    const unaware = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
+    try {
+      for (const outcome of [await sent.verify(INLINE_REQUEST), await polling.getVerification('ver_quote')]) {
+        expect(outcome.kind).toBe('failed');
+        expect(JSON.stringify(outcome)).not.toContain('inline-pass-55');
+        expect(outcome.kind === 'failed' && outcome.problem.detail).toBe('login office1/[redacted] refused');
+      }
+      // Told nothing, a poll cannot know what to cut: the reason the sync gives its client the inline passwords.
+      expect(JSON.stringify(await unaware.getVerification('ver_quote'))).toContain('inline-pass-55');
+    } finally {
+      await Promise.all([sent.close(), polling.close(), unaware.close(), server.close()]);
     }
   });
 

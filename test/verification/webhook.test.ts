@@ -124,6 +124,24 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('cuts the inline passwords it is given out of a delivery before keeping or reading it, however the JSON escapes them', async () => {
+    const unread: string[] = [];
+    await withReceiver({ secrets: ['pass/55'], onUnreadable: async (raw) => void unread.push(raw) }, async (url, deliveries) => {
+      // A Failed result quoting the portal login; a JSON writer may escape its slash.
+      const failed = `{"correlationId":"corr-1","status":"Failed","result":{"type":"https://api.example/problems/InvalidCredentials","title":"Invalid credentials","detail":"login office1/pass\\/55 refused","upstreamErrors":[{"detail":"password pass/55 expired"}]}}`;
+      expect((await post(url, failed, signed(failed))).status).toBe(204);
+      const [delivery] = deliveries;
+      expect(delivery?.outcome.kind === 'failed' && delivery.outcome.problem.detail).toBe('login office1/[redacted] refused');
+      expect(JSON.stringify(delivery?.outcome)).not.toContain('55');
+      expect(delivery?.rawBody).not.toContain('55');
+      // One it cannot read is kept as a dead letter: without the password too.
+      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'pass/55' } } });
+      expect((await post(url, bad, signed(bad, 'msg_2'))).status).toBe(422);
+      expect(unread).toHaveLength(1);
+      expect(unread[0]).not.toContain('pass/55');
+    });
+  });
+
   it('answers 422 naming the element for a result it cannot read, and commits nothing', async () => {
     await withReceiver({}, async (url, deliveries) => {
       const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'lots' } } });
