@@ -1,5 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { operationOutcome } from '../adapters/fhir/operation-outcome';
+import { isLoopbackHost } from '../url-checks';
 import type { EligibilitySync } from './eligibility-sync';
 
 export const WEBHOOK_PATH = '/webhooks/insurance-verification';
@@ -66,6 +68,21 @@ export async function startHttpServer(target: () => EligibilitySync | undefined,
         server.close(() => resolve());
         server.closeAllConnections();
       }),
+  };
+}
+
+/**
+ * A mount that answers this machine only: a client on loopback, or one that reached this machine's
+ * own address from that address (serve listening on a LAN address writes its chart so). The
+ * embedded FHIR server has no authentication and holds patient data; on 0.0.0.0 for a PMS's MLLP,
+ * it would be read and written by anyone on the practice's network.
+ */
+export function thisMachineOnly(handle: Mount['handle']): Mount['handle'] {
+  return (req, res) => {
+    const remote = req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
+    if (isLoopbackHost(remote) || remote === req.socket.localAddress?.replace(/^::ffff:/, '')) return handle(req, res);
+    const diagnostics = 'the embedded FHIR server answers this machine only: it has no authentication; a chart reached across the network is a FHIR server of its own (DENTAL_ELIG_FHIR_URL)';
+    res.writeHead(403, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(operationOutcome([{ code: 'forbidden', diagnostics }])));
   };
 }
 

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import type { FhirResource } from 'fhir/r4';
 import { openJobStore } from '../sync/open-store';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
-import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
+import { startHttpServer, thisMachineOnly, WEBHOOK_PATH, type Mount } from './http-server';
 import { youngGenerationAdvice } from './heap-growth';
 import { createLogger } from './logger';
 import { MllpListener } from './mllp-listener';
@@ -41,7 +41,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     const embeddedFhir = config.fhir ? undefined : sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
     const secret = config.webhook.scheme === 'standard-webhooks' ? (config.webhook.secret ?? sandboxModule?.generateWebhookSecret()) : undefined;
 
-    const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: embeddedFhir.handle }] : [];
+    const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: thisMachineOnly(embeddedFhir.handle) }] : [];
     let sync: EligibilitySync | undefined;
     const http = await startHttpServer(() => sync, { host: config.host, port: config.httpPort, mounts });
     const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
