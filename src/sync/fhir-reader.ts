@@ -1,5 +1,6 @@
 import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
+import { CHART_REQUESTS } from './chart-client';
 import type { AccessTokens } from './fhir-auth';
 
 export interface FhirKitReaderOptions {
@@ -21,7 +22,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   // Refused here too, not only where the sync is created: an embedder may build the reader alone.
   if (isPlainHttpAcrossNetwork(baseUrl) && !options.allowInsecureHttp) throw new Error(`baseUrl: ${plainHttpRefused("the chart's access token and patient data", 'allowInsecureHttp')}`);
   const { Client } = await import('fhir-kit-client');
-  const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
+  const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, requestOptions: CHART_REQUESTS, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 1000;
   const tokens = options.tokens;
   const timeoutMs = options.timeoutMs ?? 30_000;
@@ -69,6 +70,9 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
         const next = page.link?.find((l) => l.relation === 'next');
         if (!next) break;
+        // fhir-kit-client sends a next link as given, the token with it: a chart behind a proxy may name its inner http:// address.
+        const nextOrigin = URL.canParse(next.url, `${baseUrl}/`) ? new URL(next.url, `${baseUrl}/`).origin : 'no URL';
+        if (nextOrigin !== new URL(baseUrl).origin) throw new Error(`FHIR search ${resourceType}: the server's next link leaves it for ${nextOrigin}; not followed, it would carry the chart's access token there`);
         if (followed.has(next.url)) throw new Error(`FHIR search ${resourceType}: the server gave a next link it had given before, after ${followed.size + 1} pages`);
         if (followed.size + 1 >= maxPages) throw new Error(`FHIR search ${resourceType}: more than ${maxPages} pages; refused rather than read in part`);
         followed.add(next.url);

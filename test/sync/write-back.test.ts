@@ -680,6 +680,20 @@ describe('failures', () => {
     }
   });
 
+  it.each([307, 308, 302])('a chart answering %i is refused as a redirect, not followed: its search and the patient data after it go nowhere else', async (status) => {
+    const elsewhere = await startScriptedServer((_req, res) => json(res, 200, { resourceType: 'Bundle', type: 'batch-response', entry: [] }));
+    const redirecting = await startScriptedServer((req, res) => void res.writeHead(status, { location: `${elsewhere.url}${req.url}` }).end());
+    try {
+      const err = (await (await fhirWriter(`${redirecting.url}/fhir`, { bearerToken: 'chart-token' })).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.name, err.retryable, err.status]).toEqual(['ChartWriteError', false, status]);
+      expect(err.message).toBe(`write eligibility: the FHIR server answered ${status} to the search for what the chart holds, a redirect, not followed: set the FHIR URL to where the chart answers`);
+      expect(elsewhere.requests).toEqual([]);
+    } finally {
+      await redirecting.close();
+      await elsewhere.close();
+    }
+  });
+
   it('gives up on a server that does not answer, as retryable', async () => {
     const silent = await startScriptedServer(() => undefined);
     try {

@@ -122,6 +122,26 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('sends the chart\'s token nowhere but the chart: a redirect is not followed, nor a next link to another origin', async () => {
+    const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Bundle', type: 'searchset' })));
+    // A chart behind a proxy that names another address in its redirects and next links (its inner http:// one, say).
+    const chart = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/fhir/Appointment/')) return void res.writeHead(307, { location: `${elsewhere.url}${req.url}` }).end();
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/fhir/Coverage?page=2` }] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      await expect(reader.read('Appointment', 'appt-1')).rejects.toMatchObject({ response: { status: 307 } });
+      await expect(reader.search('Coverage', {})).rejects.toThrow(`FHIR search Coverage: the server's next link leaves it for ${elsewhere.url}; not followed, it would carry the chart's access token there`);
+      expect(elsewhere.requests).toEqual([]);
+      expect(chart.requests.map((r) => r.headers.authorization)).toEqual(['Bearer chart-token', 'Bearer chart-token']);
+    } finally {
+      await chart.close();
+      await elsewhere.close();
+    }
+  });
+
   it('refuses a plain http chart on another machine unless allowed, as the writer does, before anything is sent', async () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { bearerToken: 'secret-token' })).rejects.toThrow(
       "baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (allowInsecureHttp)",
