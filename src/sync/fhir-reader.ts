@@ -1,5 +1,6 @@
 import { isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
+import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { CHART_REQUESTS } from './chart-client';
 import type { AccessTokens } from './fhir-auth';
 
@@ -49,6 +50,8 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
 
   return {
     async read(resourceType, id) {
+      // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` search.
+      if (!FHIR_ID.test(id)) throw new Error(`FHIR read ${resourceType}: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')`);
       try {
         return await authorized((requestOptions) => client.read({ resourceType, id, options: requestOptions }));
       } catch (err) {

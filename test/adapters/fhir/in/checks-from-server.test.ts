@@ -142,6 +142,19 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('reads by an R4 id alone: one a caller passes that a URL would take as a path or a query reads nothing', async () => {
+    const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`);
+      for (const id of ['appt-4004/../../Patient/pat-marco', 'appt-4004?_elements=id', 'appt 4004', '']) {
+        await expect(reader.read('Appointment', id)).rejects.toThrow("FHIR read Appointment: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')");
+      }
+      expect(chart.requests).toEqual([]);
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('refuses a plain http chart on another machine unless allowed, as the writer does, before anything is sent', async () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { bearerToken: 'secret-token' })).rejects.toThrow(
       "baseUrl: plain http to a host other than this machine would send the chart's access token and patient data unencrypted; use https, or allow it explicitly (allowInsecureHttp)",
