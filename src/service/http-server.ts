@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { isLoopbackHost } from '../url-checks';
+import { carriesBearer } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
 
 export const WEBHOOK_PATH = '/webhooks/insurance-verification';
@@ -19,7 +20,10 @@ export interface Mount {
  * give the sync (the store is still opening), its endpoints answer 503 with Retry-After, so a
  * sender tries again.
  */
-export async function startHttpServer(target: () => EligibilitySync | undefined, options: { host?: string; port?: number; mounts?: Mount[] } = {}): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
+export async function startHttpServer(
+  target: () => EligibilitySync | undefined,
+  options: { host?: string; port?: number; mounts?: Mount[]; /** The bearer token a FHIR notification must carry (the Subscription's channel.header). */ notificationToken?: string } = {},
+): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
   const server = createServer((req, res) => {
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
@@ -36,6 +40,11 @@ export async function startHttpServer(target: () => EligibilitySync | undefined,
     if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
     if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {
       if (req.method !== 'POST' && req.method !== 'PUT') return problem(res, 405, 'notifications are POST or PUT');
+      // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
+      if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
+        res.setHeader('www-authenticate', 'Bearer');
+        return problem(res, 401, 'authorization does not carry the notification token (the Subscription\'s channel.header)');
+      }
       return sync.notificationHandler(req, res);
     }
     if (req.method === 'GET' && pathname === '/healthz') {

@@ -31,6 +31,25 @@ describe('serve on the in-process sandbox', () => {
     }
   });
 
+  it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {
+    const config = loadServeConfig({ DENTAL_ELIG_NOTIFICATION_TOKEN: 'notification-token', DENTAL_ELIG_LOG_LEVEL: 'silent' }, { dataDir: dir, mllpPort: 0, httpPort: 0 });
+    const serving = await serve(config, { line: () => {} });
+    try {
+      const notify = (authorization?: string) =>
+        fetch(`http://127.0.0.1:${serving.http.port}/fhir-notifications`, { method: 'POST', headers: authorization ? { authorization } : {}, body: 'x'.repeat(100_000) });
+      for (const authorization of [undefined, 'Bearer wrong-token', 'notification-token']) {
+        const refused = await notify(authorization);
+        expect([refused.status, refused.headers.get('www-authenticate')]).toEqual([401, 'Bearer']);
+      }
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toEqual([]);
+      // The token taken, the body is read: not JSON, it is refused and kept.
+      expect((await notify('Bearer notification-token')).status).toBe(400);
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);
+    } finally {
+      await serving.close();
+    }
+  });
+
   /** serve with the config file's host, written beside the data dir. */
   async function serveOn(host: string) {
     const configFile = path.join(dir, 'config.json');
