@@ -1,5 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { operationOutcome } from '../adapters/fhir/operation-outcome';
+import { isLoopbackHost } from '../url-checks';
+import { carriesBearer } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
 
 export const WEBHOOK_PATH = '/webhooks/insurance-verification';
@@ -17,7 +20,10 @@ export interface Mount {
  * give the sync (the store is still opening), its endpoints answer 503 with Retry-After, so a
  * sender tries again.
  */
-export async function startHttpServer(target: () => EligibilitySync | undefined, options: { host?: string; port?: number; mounts?: Mount[] } = {}): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
+export async function startHttpServer(
+  target: () => EligibilitySync | undefined,
+  options: { host?: string; port?: number; mounts?: Mount[]; /** The bearer token a FHIR notification must carry (the Subscription's channel.header). */ notificationToken?: string } = {},
+): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
   const server = createServer((req, res) => {
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
@@ -34,6 +40,11 @@ export async function startHttpServer(target: () => EligibilitySync | undefined,
     if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
     if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {
       if (req.method !== 'POST' && req.method !== 'PUT') return problem(res, 405, 'notifications are POST or PUT');
+      // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
+      if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
+        res.setHeader('www-authenticate', 'Bearer');
+        return problem(res, 401, 'authorization does not carry the notification token (the Subscription\'s channel.header)');
+      }
       return sync.notificationHandler(req, res);
     }
     if (req.method === 'GET' && pathname === '/healthz') {
@@ -66,6 +77,21 @@ export async function startHttpServer(target: () => EligibilitySync | undefined,
         server.close(() => resolve());
         server.closeAllConnections();
       }),
+  };
+}
+
+/**
+ * A mount that answers this machine only: a client on loopback, or one that reached this machine's
+ * own address from that address (serve listening on a LAN address writes its chart so). The
+ * embedded FHIR server has no authentication and holds patient data; on 0.0.0.0 for a PMS's MLLP,
+ * it would be read and written by anyone on the practice's network.
+ */
+export function thisMachineOnly(handle: Mount['handle']): Mount['handle'] {
+  return (req, res) => {
+    const remote = req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
+    if (isLoopbackHost(remote) || remote === req.socket.localAddress?.replace(/^::ffff:/, '')) return handle(req, res);
+    const diagnostics = 'the embedded FHIR server answers this machine only: it has no authentication; a chart reached across the network is a FHIR server of its own (DENTAL_ELIG_FHIR_URL)';
+    res.writeHead(403, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(operationOutcome([{ code: 'forbidden', diagnostics }])));
   };
 }
 

@@ -28,6 +28,8 @@ export interface ServeConfig {
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
   fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string }; allowInsecureHttp?: boolean };
   webhook: { scheme: 'standard-webhooks'; secret?: string; previousSecret?: string } | { scheme: 'bearer'; token: string };
+  /** From DENTAL_ELIG_NOTIFICATION_TOKEN: the bearer token FHIR notifications must carry; absent, they are taken from anyone who reaches serve. */
+  notificationToken?: string;
   /** From DENTAL_ELIG_PORTAL_CREDENTIALS_FILE: { portalId: { username, password } } for portals without stored credentials. */
   inlineCredentials?: Record<string, InlineCredentials>;
   logLevel: string;
@@ -101,6 +103,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }), ...(client.allowInsecureHttp && { allowInsecureHttp: true }) } }),
+    ...(env.DENTAL_ELIG_NOTIFICATION_TOKEN && { notificationToken: env.DENTAL_ELIG_NOTIFICATION_TOKEN }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }), ...(previousSecret && { previousSecret }) },
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},

@@ -1,8 +1,9 @@
 import * as path from 'node:path';
 import type { FhirResource } from 'fhir/r4';
 import { openJobStore } from '../sync/open-store';
+import { isLoopbackHost } from '../url-checks';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
-import { startHttpServer, WEBHOOK_PATH, type Mount } from './http-server';
+import { startHttpServer, thisMachineOnly, WEBHOOK_PATH, type Mount } from './http-server';
 import { youngGenerationAdvice } from './heap-growth';
 import { createLogger } from './logger';
 import { MllpListener } from './mllp-listener';
@@ -41,9 +42,9 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     const embeddedFhir = config.fhir ? undefined : sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
     const secret = config.webhook.scheme === 'standard-webhooks' ? (config.webhook.secret ?? sandboxModule?.generateWebhookSecret()) : undefined;
 
-    const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: embeddedFhir.handle }] : [];
+    const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: thisMachineOnly(embeddedFhir.handle) }] : [];
     let sync: EligibilitySync | undefined;
-    const http = await startHttpServer(() => sync, { host: config.host, port: config.httpPort, mounts });
+    const http = await startHttpServer(() => sync, { host: config.host, port: config.httpPort, mounts, ...(config.notificationToken && { notificationToken: config.notificationToken }) });
     const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
 
     const store = await openJobStore(config.store, config.dataDir).catch(async (err: unknown) => {
@@ -82,6 +83,9 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     log.line(`listening: mllp ${mllpAddress.host}:${mllpAddress.port}`);
     log.line(`listening: http ${http.host}:${http.port}`);
     logger.info({ dataDir: path.resolve(config.dataDir), sandbox: Boolean(sandbox), embeddedFhir: Boolean(embeddedFhir) }, 'serving');
+    if (!isLoopbackHost(config.host) && !config.notificationToken) {
+      logger.warn({ host: config.host }, 'FHIR notifications are taken from anyone who reaches this address, and one that cannot be read is kept: set DENTAL_ELIG_NOTIFICATION_TOKEN, and give it in the Subscription\'s channel.header');
+    }
     const advice = youngGenerationAdvice();
     if (advice) logger.warn(advice);
     return {

@@ -40,9 +40,17 @@ function searchSet(step: string, answer: unknown): SearchSet {
 
 const matchesOf = (page: SearchSet) => page.entry.flatMap((e) => (e.resource && (e.search?.mode ?? 'match') === 'match' ? [e.resource as Resource] : []));
 
+/**
+ * fetch's own for every exchange with the chart: a redirect is answered as the error it is, not
+ * followed. fetch keeps a 307's body, and drops the Authorization header alone where the redirect
+ * leaves the chart's origin: a chart's redirect (to plain http, or to another host) would take a
+ * transaction of patient data there, and a search's identifiers.
+ */
+export const CHART_REQUESTS = { redirect: 'manual' } as const;
+
 export async function chartClient(baseUrl: string, tokens: AccessTokens, timeoutMs: number): Promise<ChartClient> {
   const { Client } = await import('fhir-kit-client');
-  const client: FhirKitClient = new Client({ baseUrl });
+  const client: FhirKitClient = new Client({ baseUrl, requestOptions: CHART_REQUESTS });
 
   /** One exchange: the token, a deadline, and every failure as a ChartWriteError. */
   async function exchange(step: string, run: (options: { headers: Record<string, string>; signal: AbortSignal }) => Promise<unknown>): Promise<unknown> {

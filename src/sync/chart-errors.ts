@@ -62,7 +62,9 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (response && typeof response.status === 'number') {
     const issues = outcomeIssues(response.data);
     const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
-    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}`, {
+    // Redirects are not followed (CHART_REQUESTS): the chart's URL is where it answers.
+    const redirect = response.status >= 300 && response.status < 400 ? ', a redirect, not followed: set the FHIR URL to where the chart answers' : '';
+    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}`, {
       retryable: retryableStatus(response.status),
       status: response.status,
       issues,

@@ -1,5 +1,7 @@
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
+import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
+import { CHART_REQUESTS } from './chart-client';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -22,7 +24,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   // Refused here too, not only where the sync is created: an embedder may build the reader alone.
   if (isPlainHttpAcrossNetwork(baseUrl) && !options.allowInsecureHttp) throw new Error(`baseUrl: ${plainHttpRefused(CHART_TRAFFIC, 'allowInsecureHttp')}`);
   const { Client } = await import('fhir-kit-client');
-  const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
+  const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, requestOptions: CHART_REQUESTS, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 1000;
   const tokens = options.tokens;
   const timeoutMs = options.timeoutMs ?? 30_000;
@@ -49,6 +51,8 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
 
   return {
     async read(resourceType, id) {
+      // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` search.
+      if (!FHIR_ID.test(id)) throw new Error(`FHIR read ${resourceType}: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')`);
       try {
         return await authorized((requestOptions) => client.read({ resourceType, id, options: requestOptions }));
       } catch (err) {

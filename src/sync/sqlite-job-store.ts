@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import * as path from 'node:path';
 import { PatientInsuranceRecord } from '../domain';
 import {
@@ -137,7 +137,10 @@ export class SqliteJobStore implements JobStore {
   static open(location: string, options: { create?: boolean } = {}): SqliteJobStore {
     const file = location.endsWith('.sqlite') || location.endsWith('.db') ? location : path.join(location, SQLITE_FILE);
     if (options.create === false && !existsSync(file)) throw new Error(`no job store at ${file}; serve creates it`);
-    mkdirSync(path.dirname(file), { recursive: true });
+    // The store holds patient data and dead letters as they arrived: a new one is its owner's alone.
+    // SQLite gives the WAL and shared-memory files the mode of the file they belong to.
+    mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    if (options.create !== false) closeSync(openSync(file, 'a', 0o600));
     const db = new Database(file);
     try {
       return new SqliteJobStore(db, file, options.create !== false);

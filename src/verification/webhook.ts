@@ -179,11 +179,7 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
     return Array.isArray(v) ? v[0] : v;
   };
   if (auth.scheme === 'bearer') {
-    const given = Buffer.from(header('authorization') ?? '');
-    const expected = Buffer.from(`Bearer ${auth.token}`);
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      throw new Rejection(401, 'Unauthorized', 'authorization does not carry the configured bearer token');
-    }
+    if (!carriesBearer(header('authorization'), auth.token)) throw new Rejection(401, 'Unauthorized', 'authorization does not carry the configured bearer token');
     return header('webhook-id');
   }
   const id = header('webhook-id');
@@ -210,6 +206,13 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   }
   const reason = refusal instanceof WebhookVerificationError ? refusal.message : 'verification failed';
   throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
+}
+
+/** Whether an Authorization header is `Bearer <token>`, compared in constant time. */
+export function carriesBearer(authorization: string | undefined, token: string): boolean {
+  const given = Buffer.from(authorization ?? '');
+  const expected = Buffer.from(`Bearer ${token}`);
+  return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
 function parseVerification(rawBody: string): Verification {

@@ -1,5 +1,6 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { get } from 'node:http';
+import { networkInterfaces, tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
 import { loadServeConfig } from '../../src/service/serve-config';
@@ -38,5 +39,75 @@ describe('serve on the in-process sandbox', () => {
     const said = lines.map((line) => JSON.parse(line) as { msg: string; ms?: number });
     expect(said.slice(-2).map((l) => l.msg)).toEqual(['stopping: listeners close, checks in hand finish', 'stopped']);
     expect(said.at(-1)?.ms).toBeGreaterThanOrEqual(0);
+  });
+
+  it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {
+    const config = loadServeConfig({ DENTAL_ELIG_NOTIFICATION_TOKEN: 'notification-token', DENTAL_ELIG_LOG_LEVEL: 'silent' }, { dataDir: dir, mllpPort: 0, httpPort: 0 });
+    const serving = await serve(config, { line: () => {} });
+    try {
+      const notify = (authorization?: string) =>
+        fetch(`http://127.0.0.1:${serving.http.port}/fhir-notifications`, { method: 'POST', headers: authorization ? { authorization } : {}, body: 'x'.repeat(100_000) });
+      for (const authorization of [undefined, 'Bearer wrong-token', 'notification-token']) {
+        const refused = await notify(authorization);
+        expect([refused.status, refused.headers.get('www-authenticate')]).toEqual([401, 'Bearer']);
+      }
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toEqual([]);
+      // The token taken, the body is read: not JSON, it is refused and kept.
+      expect((await notify('Bearer notification-token')).status).toBe(400);
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);
+    } finally {
+      await serving.close();
+    }
+  });
+
+  /** serve with the config file's host, written beside the data dir. */
+  async function serveOn(host: string) {
+    const configFile = path.join(dir, 'config.json');
+    writeFileSync(configFile, JSON.stringify({ host }));
+    return serve(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'silent' }, { configFile, dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {} });
+  }
+
+  /** A GET of serve's embedded chart over a socket bound to `from`: its status and body. */
+  function getChart(port: number, target: string, from: string): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      get({ host: target, port, path: '/fhir/Patient', localAddress: from }, (res) => {
+        let body = '';
+        res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      }).on('error', reject);
+    });
+  }
+
+  /** This machine's address on a network (the practice's LAN, a container's bridge). */
+  const lanAddress = Object.values(networkInterfaces()).flat().find((i) => i?.family === 'IPv4' && !i.internal)?.address as string;
+
+  it('answers the embedded chart to this machine only when it listens on every address: the patient data in it has no authentication', async () => {
+    expect(lanAddress).toBeDefined();
+    const serving = await serveOn('0.0.0.0');
+    try {
+      await serving.sync.receiveHl7(bookingFor('L1', 'SBX-COMPLETE'));
+      await until('the check to be written', async () => (await serving.sync.store.listChecks({ states: ['written'] })).length === 1);
+      // A client elsewhere on the network: it reaches serve from an address that is neither loopback nor the one it came in on.
+      const fromNetwork = await getChart(serving.http.port, '127.0.0.1', lanAddress);
+      expect(fromNetwork.status).toBe(403);
+      expect(fromNetwork.body).not.toContain('DOE');
+      expect(JSON.parse(fromNetwork.body).issue[0].diagnostics).toMatch(/answers this machine only.*DENTAL_ELIG_FHIR_URL/);
+      const local = await getChart(serving.http.port, '127.0.0.1', '127.0.0.1');
+      expect(local.status).toBe(200);
+      expect(local.body).toContain('DOE');
+    } finally {
+      await serving.close();
+    }
+  });
+
+  it('writes its embedded chart when it listens on a LAN address alone, reaching itself from that address', async () => {
+    const serving = await serveOn(lanAddress);
+    try {
+      await serving.sync.receiveHl7(bookingFor('L2', 'SBX-COMPLETE'));
+      await until('the check to be written', async () => (await serving.sync.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await getChart(serving.http.port, lanAddress, lanAddress)).body).toContain('DOE');
+    } finally {
+      await serving.close();
+    }
   });
 });

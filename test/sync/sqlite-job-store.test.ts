@@ -33,6 +33,22 @@ describe('SqliteJobStore', () => {
     await store.close();
   });
 
+  it('is readable by its owner alone, folder, file, WAL and shared memory: it holds patient data and dead letters as they arrived', async () => {
+    // The data dir as serve's default makes it, two folders that are not there yet, under an umask that leaves files readable to all.
+    const dataDir = path.join(dir, '.dental-elig', 'data');
+    const umask = process.umask(0o022);
+    try {
+      const store = SqliteJobStore.open(dataDir);
+      await store.transaction((tx) => tx.putCheck(checkRow('elig_private')));
+      const file = path.join(dataDir, 'dental-elig.sqlite');
+      const modes = [path.join(dir, '.dental-elig'), dataDir, file, `${file}-wal`, `${file}-shm`].map((p) => (statSync(p).mode & 0o777).toString(8));
+      await store.close();
+      expect(modes).toEqual(['700', '700', '600', '600', '600']);
+    } finally {
+      process.umask(umask);
+    }
+  });
+
   it('migrates a file of schema version 1 to the current one, keeping its data', async () => {
     const store = SqliteJobStore.open(dir);
     await store.transaction((tx) => tx.setMeta('poll-cursor', 'kept'));

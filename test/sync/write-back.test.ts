@@ -568,7 +568,7 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
       try {
         const away = paged.write(plan(primary, 'MP-END-AWAY', 'DDC-A2', '2026-11-20T09:00:00.000Z'), outcome('ver_away_3'), {}, insured('DDC-A2', 'MET-A'));
         await expect(away).rejects.toThrow(ChartWriteError);
-        await expect(away).rejects.toThrow(`the server's next link leaves ${proxy.url}`);
+        await expect(away).rejects.toThrow(`the server's next link leaves it for https://elsewhere.example`);
       } finally {
         nextLinkTo = undefined;
       }
@@ -723,6 +723,20 @@ describe('failures', () => {
       expect(stub.requests[0]?.url).toBe('/');
     } finally {
       await stub.close();
+    }
+  });
+
+  it.each([307, 308, 302])('a chart answering %i is refused as a redirect, not followed: its search and the patient data after it go nowhere else', async (status) => {
+    const elsewhere = await startScriptedServer((_req, res) => json(res, 200, { resourceType: 'Bundle', type: 'batch-response', entry: [] }));
+    const redirecting = await startScriptedServer((req, res) => void res.writeHead(status, { location: `${elsewhere.url}${req.url}` }).end());
+    try {
+      const err = (await (await fhirWriter(`${redirecting.url}/fhir`, { bearerToken: 'chart-token' })).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.name, err.retryable, err.status]).toEqual(['ChartWriteError', false, status]);
+      expect(err.message).toBe(`write eligibility: the FHIR server answered ${status} to the search for what the chart holds, a redirect, not followed: set the FHIR URL to where the chart answers`);
+      expect(elsewhere.requests).toEqual([]);
+    } finally {
+      await redirecting.close();
+      await elsewhere.close();
     }
   });
 

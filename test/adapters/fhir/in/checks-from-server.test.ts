@@ -122,18 +122,36 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
-  it('does not follow a next link to another origin, where its access token would go', async () => {
-    const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end('{"resourceType":"Bundle","type":"searchset"}'));
-    const chart = await startScriptedServer((_req, res) => {
-      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/Coverage?page=2` }] };
+  it('sends the chart\'s token nowhere but the chart: a redirect is not followed, nor a next link to another origin', async () => {
+    const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Bundle', type: 'searchset' })));
+    // A chart behind a proxy that names another address in its redirects and next links (its inner http:// one, say).
+    const chart = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/fhir/Appointment/')) return void res.writeHead(307, { location: `${elsewhere.url}${req.url}` }).end();
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/fhir/Coverage?page=2` }] };
       res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
     });
     try {
-      const reader = await fhirKitReader(chart.url, { bearerToken: 'chart-token' });
-      await expect(reader.search('Coverage', {})).rejects.toThrow(`FHIR search Coverage: the server's next link leaves ${chart.url}; not followed with its access token`);
-      expect(elsewhere.requests).toHaveLength(0);
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      await expect(reader.read('Appointment', 'appt-1')).rejects.toMatchObject({ response: { status: 307 } });
+      await expect(reader.search('Coverage', {})).rejects.toThrow(`FHIR search Coverage: the server's next link leaves it for ${elsewhere.url}; not followed, it would carry the chart's access token there`);
+      expect(elsewhere.requests).toEqual([]);
+      expect(chart.requests.map((r) => r.headers.authorization)).toEqual(['Bearer chart-token', 'Bearer chart-token']);
     } finally {
-      await Promise.all([chart.close(), elsewhere.close()]);
+      await chart.close();
+      await elsewhere.close();
+    }
+  });
+
+  it('reads by an R4 id alone: one a caller passes that a URL would take as a path or a query reads nothing', async () => {
+    const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`);
+      for (const id of ['appt-4004/../../Patient/pat-marco', 'appt-4004?_elements=id', 'appt 4004', '']) {
+        await expect(reader.read('Appointment', id)).rejects.toThrow("FHIR read Appointment: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')");
+      }
+      expect(chart.requests).toEqual([]);
+    } finally {
+      await chart.close();
     }
   });
 
