@@ -32,6 +32,11 @@ export function isPlainHttpAcrossNetwork(url: string): boolean {
   return URL.canParse(url) && new URL(url).protocol === 'http:' && !onThisMachine(url);
 }
 
+/** The http origin of a server listening on `host` (an IPv6 address in brackets, as a URL needs it). */
+export function httpOrigin(host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
 /** What goes to the chart's FHIR base, and to the SMART token endpoint its tokens come from, as that refusal says it. */
 export const CHART_TRAFFIC = "the chart's access token and patient data";
 export const TOKEN_TRAFFIC = 'the client assertion and the access token';

@@ -12,6 +12,7 @@ import { frame, MllpDecoder } from '../service/mllp-framing';
 import { toOutcome } from '../verification/outcome';
 import type { CliIo } from './io';
 import { formatTable } from './table';
+import { httpOrigin } from '../url-checks';
 
 const CHART = path.join(projectRoot, 'fixtures', 'fhir', 'primary-secondary.bundle.json');
 const APPOINTMENT = 'appt-4004';
@@ -48,7 +49,7 @@ async function runDemo(io: CliIo, keepRunning: boolean): Promise<void> {
   try {
     say('chart', `${await seedChart(serving)} resources of ${path.relative(projectRoot, CHART)} put on the FHIR server ${serving.fhirUrl}`);
 
-    const notified = await fetch(`http://${serving.http.host}:${serving.http.port}${NOTIFICATION_PATH}`, {
+    const notified = await fetch(`${httpOrigin(serving.http.host, serving.http.port)}${NOTIFICATION_PATH}`, {
       method: 'POST',
       headers: { 'content-type': 'application/fhir+json' },
       body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${serving.fhirUrl}/Appointment/${APPOINTMENT}` }] }),

@@ -12,6 +12,7 @@ import type { Bundle, CapabilityStatement, FhirResource, OperationOutcome, Resou
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { indexR4Definitions, loadR4Validation, r4Errors } from '../adapters/fhir/validate';
 import { RollbackRepository } from './rollback-repository';
+import { httpOrigin } from '../url-checks';
 
 export interface FhirHandlerOptions {
   /** Where the FHIR base sits on the server that mounts the handler. Default /fhir/R4. */
@@ -216,10 +217,9 @@ export async function startFhirServer(options: FhirServerOptions = {}): Promise<
     });
   });
   const address = server.address() as AddressInfo;
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
 
   return {
-    url: `http://${host}:${address.port}${handler.basePath}`,
+    url: `${httpOrigin(address.address, address.port)}${handler.basePath}`,
     repo: handler.repo,
     seed: handler.seed,
     close: () =>

@@ -20,6 +20,7 @@ import { createRegistration, setupRoutes } from './setup';
 import { SandboxState } from './state';
 import { verificationRoutes } from './verifications';
 import { checkWebhookConfig, WebhookSender, type WebhookConfig, type WebhookDelivery } from './webhooks';
+import { httpOrigin } from '../url-checks';
 
 export { DEFAULT_TIMING, portalRefuses, requestLatencyMs, type SandboxTiming } from './core';
 export type { Fault, LoggedRequest } from './http';
@@ -150,7 +151,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const stamp = () => now().toISOString();
 
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    url: httpOrigin(host, port),
     port,
     apiKey,
     customerId,

@@ -1,7 +1,7 @@
 import * as path from 'node:path';
 import type { FhirResource } from 'fhir/r4';
 import { openJobStore } from '../sync/open-store';
-import { isLoopbackHost } from '../url-checks';
+import { httpOrigin, isLoopbackHost } from '../url-checks';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
 import { startHttpServer, thisMachineOnly, WEBHOOK_PATH, type Mount } from './http-server';
 import { youngGenerationAdvice } from './heap-growth';
@@ -45,7 +45,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     const mounts: Mount[] = embeddedFhir ? [{ prefix: '/fhir', handle: thisMachineOnly(embeddedFhir.handle) }] : [];
     let sync: EligibilitySync | undefined;
     const http = await startHttpServer(() => sync, { host: config.host, port: config.httpPort, mounts, ...(config.notificationToken && { notificationToken: config.notificationToken }) });
-    const fhirUrl = config.fhir?.baseUrl ?? `http://${http.host}:${http.port}/fhir`;
+    const fhirUrl = config.fhir?.baseUrl ?? `${httpOrigin(http.host, http.port)}/fhir`;
 
     const store = await openJobStore(config.store, config.dataDir).catch(async (err: unknown) => {
       await http.close();
@@ -66,7 +66,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       logger,
     });
     const webhookAuth = config.webhook.scheme === 'bearer' ? { bearerToken: config.webhook.token } : { secret };
-    if (sandbox) sandbox.configureWebhook({ url: `http://${http.host}:${http.port}${WEBHOOK_PATH}`, ...webhookAuth });
+    if (sandbox) sandbox.configureWebhook({ url: `${httpOrigin(http.host, http.port)}${WEBHOOK_PATH}`, ...webhookAuth });
 
     const started = sync;
     await started.start();

@@ -8,6 +8,7 @@ import type { Log } from './http';
 import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
+import { httpOrigin } from '../url-checks';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -164,7 +165,7 @@ export async function startWebhookServer(
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
   const { address, port } = server.address() as AddressInfo;
   return {
-    url: `http://${address}:${port}${path}`,
+    url: `${httpOrigin(address, port)}${path}`,
     close: () =>
       new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));

@@ -100,6 +100,17 @@ describe('serve on the in-process sandbox', () => {
     }
   });
 
+  it('listens on the IPv6 any-address too, its own URLs (chart, webhook) bracketing it', async () => {
+    const serving = await serveOn('::');
+    try {
+      expect(serving.fhirUrl).toBe(`http://[::]:${serving.http.port}/fhir`);
+      await serving.sync.receiveHl7(bookingFor('L6', 'SBX-COMPLETE'));
+      await until('the check to be written', async () => (await serving.sync.store.listChecks({ states: ['written'] })).length === 1);
+    } finally {
+      await serving.close();
+    }
+  });
+
   it('writes its embedded chart when it listens on a LAN address alone, reaching itself from that address', async () => {
     const serving = await serveOn(lanAddress);
     try {
