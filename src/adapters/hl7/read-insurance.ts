@@ -35,21 +35,46 @@ export function readInsurance(
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
-  if (read.length > ORDERS.length) {
-    const extra = read[ORDERS.length]?.group[0];
-    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
-  }
   const declared = read.map(({ group }) => declaredOrder(group, profile));
   // Declared priorities are used only when they are complete and distinct; otherwise IN1 order.
   const useDeclared = declared.every((o) => o !== undefined) && new Set(declared).size === declared.length;
-  const coverages = read
-    .map(({ coverage }, i) => ({ coverage, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 }))
-    .sort((a, b) => a.rank - b.rank)
-    .flatMap(({ coverage }, i) => {
-      const order = ORDERS[i];
-      return coverage && order ? [{ ...coverage, coverage: { ...coverage.coverage, order } }] : [];
-    });
+  const ranked = once(
+    read.map((one, i) => ({ ...one, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 })).sort((a, b) => a.rank - b.rank),
+    warnings,
+  );
+  if (ranked.length > ORDERS.length) {
+    const kept = new Set(ranked.map(({ group }) => group));
+    const extra = groups.filter((group) => kept.has(group))[ORDERS.length]?.[0];
+    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
+  }
+  const coverages = ranked.flatMap(({ coverage }, i) => {
+    const order = ORDERS[i];
+    return coverage && order ? [{ ...coverage, coverage: { ...coverage.coverage, order } }] : [];
+  });
   return { present: all.length > 0, coverages };
+}
+
+/**
+ * The insurances in rank order, each plan once: a PMS or an engine that lists one plan twice (the
+ * same payer and member id, an IN1 copied or sent for both medical and dental benefits) would make
+ * two checks of one key, the copy ranked secondary, and the one verification written to the chart
+ * with the order of whichever came last. A copy is left out with a warning naming its IN1.
+ */
+function once<T extends { group: Hl7Segment[]; coverage: KnownCoverage | undefined }>(ranked: readonly T[], warnings: Hl7Problem[]): T[] {
+  const seen = new Map<string, number>();
+  return ranked.filter(({ group, coverage }) => {
+    if (!coverage) return true;
+    const { payer } = coverage.coverage;
+    const plan = JSON.stringify([payer.id ?? payer.name?.toUpperCase() ?? '', coverage.subscriber.memberId]);
+    const sequence = group[0]?.sequence ?? 1;
+    const first = seen.get(plan);
+    if (first === undefined) {
+      seen.set(plan, sequence);
+      return true;
+    }
+    warnings.push(warningAt({ segment: 'IN1', sequence, field: 3 }, 100, `repeats the plan of IN1${first > 1 ? `[${first}]` : ''} (same payer and member id): read once`));
+    return false;
+  });
 }
 
 /**
