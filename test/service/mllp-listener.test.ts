@@ -307,6 +307,19 @@ describe('MllpListener', () => {
       expect(c.raw[0]?.includes(Buffer.from('ÉLIG', 'utf8'))).toBe(false);
     });
 
+    it('reads bytes 0x80-0x9F of an 8859/1 message as Windows-1252 writes them (O’Brien), and answers in the same bytes', async () => {
+      await start();
+      const c = await mllp.open('latin1');
+      const windows = message('W1', '||||||8859/1').replace('DOE^JANE', 'O’BRIEN^ANNE–MARIE').replace('|ELIG|', '|ELIG’S|');
+      c.socket.write(frame(Buffer.from(windows.replace(/’/g, '\x92').replace(/–/g, '\x96'), 'latin1')));
+      const [ack] = await c.waitFor(1);
+      expect(handled[0]).toContain('O’BRIEN^ANNE–MARIE');
+      expect(JSON.stringify(results[0])).toContain('O’BRIEN');
+      expect(msa(ack ?? '')).toMatchObject({ code: 'AA', echoes: 'W1' });
+      // The ACK's MSH-3 is the message's MSH-5, its apostrophe written back as the byte it came as.
+      expect(c.raw[0]?.includes(Buffer.from('|ELIG\x92S|', 'latin1'))).toBe(true);
+    });
+
     it('reads UTF-8 when MSH-18 says UNICODE UTF-8, and when it is empty (the default)', async () => {
       await start();
       const c = await open();
