@@ -1,7 +1,7 @@
 import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
+import { loadClinicRouting, type ClinicRouting } from '../../../src/adapters/clinic-routing';
 import { ackFor, handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
 import type { PatientInsuranceStore } from '../../../src/domain';
 import { mappingsDir } from '../../../src/mapping-files';
@@ -125,8 +125,8 @@ describe('SIU^S12 with insurance: where each field goes', () => {
 
   it('dates a start written with an offset where the clinic is, when clinics.json says where; one without, as written', async () => {
     const IN1 = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' });
-    const california = { ...routing, timeZone: 'America/Los_Angeles' };
-    const dateOf = async (start: string, zoned = california) => {
+    const california: ClinicRouting = { ...routing, timeZone: 'America/Los_Angeles' };
+    const dateOf = async (start: string, zoned: ClinicRouting = california) => {
       const text = [msh('SIU^S12'), 'SCH|APT-1^SC', `TQ1|1||||||${start}`, PID, IN1].join('\r');
       return checksOf(await handleHl7Message(text, { mappings, routing: zoned, store: new InMemoryPatientInsuranceStore(), receivedAt }))[0]?.dateOfService;
     };
