@@ -5,6 +5,7 @@ import {
   type PayerResolver,
   type Provider,
 } from '../../domain';
+import { ORDERS } from './read-insurance';
 import type { PatientDemographics } from './read-patient';
 
 export interface CheckSourceFields {
@@ -34,7 +35,7 @@ export interface CheckParts {
  * fuzz tests hold the result to the schema).
  */
 export function assembleChecks(input: CheckParts): EligibilityCheck[] {
-  return input.coverages.map(({ coverage, subscriber, patientMemberId }) => {
+  return inForceOn(input.coverages, input.dateOfService).map(({ coverage, subscriber, patientMemberId }) => {
     const resolution = input.resolver?.resolve(coverage.payer);
     const body = {
       clinicId: input.clinicId,
@@ -47,6 +48,24 @@ export function assembleChecks(input: CheckParts): EligibilityCheck[] {
     const warnings = input.warnings?.length ? { warnings: [...input.warnings] } : {};
     return { idempotencyKey: idempotencyKey(body), source: { kind: 'hl7' as const, ...input.source }, ...body, ...warnings };
   });
+}
+
+/** Where a day falls in a plan's period (IN1-12 to IN1-13, both days in force). */
+export function dayInPlan(coverage: KnownCoverage, day: string): 'not-started' | 'ended' | 'within' {
+  const { start, end } = coverage.period ?? {};
+  return start !== undefined && day < start ? 'not-started' : end !== undefined && day > end ? 'ended' : 'within';
+}
+
+/**
+ * The plans in force on the date of service, in order again: a plan that ended before the visit
+ * (one a PMS still lists), or one that begins after it (next year's, sent beside this year's in
+ * December), makes no check, and the plan after it moves up, as the FHIR reader leaves out a
+ * Coverage whose period misses the visit.
+ */
+function inForceOn(coverages: readonly KnownCoverage[], day: string): readonly KnownCoverage[] {
+  const inForce = coverages.filter((known) => dayInPlan(known, day) === 'within');
+  if (inForce.length === coverages.length) return coverages;
+  return inForce.map((known, i) => ({ ...known, coverage: { ...known.coverage, order: ORDERS[i] ?? known.coverage.order } }));
 }
 
 /**

@@ -14,7 +14,7 @@ import {
 import { clinicTimeZone, resolveClinic, type ClinicRouting } from '../clinic-routing';
 import { dateOfStart } from '../local-date';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
-import { assembleChecks, type CheckSourceFields } from './build-checks';
+import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-checks';
 import { sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
@@ -22,7 +22,7 @@ import { headerOf, messageControlId, type MessageHeader } from './message-header
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
-import { coveragesOfPatient, readInsurance } from './read-insurance';
+import { coveragesOfPatient, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
@@ -251,6 +251,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(appointment, clinicTimeZone(options.routing, clinicId));
+  if (stated) ctx.warnings.push(...notInForce(insurance, dateOfService));
   const basis: AppointmentBasis = {
     clinicId,
     dateOfService,
@@ -431,6 +432,16 @@ function saidOf(found: Named, named: PatientKey, read: PatientDemographics, stat
 function dateOfVisit(appointment: AppointmentReading, timeZone: string | undefined): string {
   const { startInstant, dateOfService } = appointment;
   return (timeZone !== undefined && startInstant !== undefined && dateOfStart(startInstant, timeZone)) || dateOfService;
+}
+
+/** A W ERR for each plan this message states that is not in force on the day of the visit: it makes no check. */
+function notInForce(insurance: InsuranceReading, dateOfService: string): Hl7Problem[] {
+  return insurance.coverages.flatMap((coverage, i) => {
+    const place = dayInPlan(coverage, dateOfService);
+    if (place === 'within') return [];
+    const where = { segment: 'IN1', sequence: insurance.sequences[i] ?? 1, field: place === 'ended' ? 13 : 12 };
+    return [warningAt(where, 102, place === 'ended' ? 'plan ended before the date of service: not verified' : 'plan begins after the date of service: not verified')];
+  });
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

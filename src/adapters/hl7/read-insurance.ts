@@ -18,9 +18,11 @@ export interface InsuranceReading {
   present: boolean;
   /** In coordination-of-benefits order; empty when every IN1 said self-pay. */
   coverages: KnownCoverage[];
+  /** The IN1 (its sequence) each coverage was read from, in the same order. */
+  sequences: number[];
 }
 
-const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
+export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 
 export function readInsurance(
   message: Hl7Message,
@@ -34,7 +36,7 @@ export function readInsurance(
   const empty = all.filter((group) => emptyGroup(group, profile));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
-  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
+  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems, warnings) }));
   const declared = read.map(({ group }) => declaredOrder(group, profile));
   // Declared priorities are used only when they are complete and distinct; otherwise IN1 order.
   const useDeclared = declared.every((o) => o !== undefined) && new Set(declared).size === declared.length;
@@ -43,15 +45,15 @@ export function readInsurance(
     warnings,
   );
   if (ranked.length > ORDERS.length) {
-    const kept = new Set(ranked.map(({ group }) => group));
-    const extra = groups.filter((group) => kept.has(group))[ORDERS.length]?.[0];
+    const distinct = new Set(ranked.map(({ group }) => group));
+    const extra = groups.filter((group) => distinct.has(group))[ORDERS.length]?.[0];
     problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
   }
-  const coverages = ranked.flatMap(({ coverage }, i) => {
+  const kept = ranked.flatMap(({ group, coverage }, i) => {
     const order = ORDERS[i];
-    return coverage && order ? [{ ...coverage, coverage: { ...coverage.coverage, order } }] : [];
+    return coverage && order ? [{ sequence: group[0]?.sequence ?? 1, coverage: { ...coverage, coverage: { ...coverage.coverage, order } } }] : [];
   });
-  return { present: all.length > 0, coverages };
+  return { present: all.length > 0, coverages: kept.map((k) => k.coverage), sequences: kept.map((k) => k.sequence) };
 }
 
 /**
@@ -117,6 +119,7 @@ function readOne(
   codes: CodeTables,
   patient: PatientDemographics,
   problems: Hl7Problem[],
+  warnings: Hl7Problem[],
 ): KnownCoverage | undefined {
   const paths = profile.insurance;
   const scope = { segments: group };
@@ -155,6 +158,7 @@ function readOne(
   const groupNumber = text(paths.groupNumber);
   const groupName = text(paths.groupName);
   const planName = text(paths.planName);
+  const period = readPeriod(scope, profile, warnings);
   return {
     coverage: {
       order: 'primary', // replaced once every group is read
@@ -165,7 +169,20 @@ function readOne(
     },
     subscriber,
     ...(patientMemberId && { patientMemberId }),
+    ...(period && { period }),
   };
+}
+
+/**
+ * The plan's effective and expiration dates (IN1-12, IN1-13). One that cannot be read (00000000, as
+ * some PMSs write no date) bounds nothing, and the ACK says so: the plan is verified as one without.
+ */
+function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[]): KnownCoverage['period'] {
+  const flaws: Hl7Problem[] = [];
+  const start = readDate(scope, profile.insurance.planEffective, 'plan effective date', flaws, false);
+  const end = readDate(scope, profile.insurance.planExpiration, 'plan expiration date', flaws, false);
+  warnings.push(...flaws.map((flaw) => ({ ...flaw, reason: `${flaw.reason}: taken as none`, ackCode: 'AA' as const })));
+  return start || end ? { ...(start && { start }), ...(end && { end }) } : undefined;
 }
 
 /**
