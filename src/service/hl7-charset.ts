@@ -46,13 +46,33 @@ export type DecodedText =
   /** Not decodable: the text is the bytes read one to a character, so nothing is lost or altered. */
   | { ok: false; text: string; encoding: BufferEncoding; problem: Hl7Problem };
 
+/**
+ * The names senders write in MSH-18 for these sets other than table 0211's, as their platform
+ * names them (Java, .NET, IANA): an engine whose MSH-18 says UTF-8 has no setting to say otherwise,
+ * and was refused every message, where a set's name is a set's name. Compared in upper case
+ * without spaces, hyphens and underscores.
+ */
+const ALIASES: Readonly<Record<string, Hl7Charset>> = {
+  UTF8: 'UNICODE UTF-8',
+  ISO88591: '8859/1',
+  LATIN1: '8859/1',
+  WINDOWS1252: '8859/1',
+  CP1252: '8859/1',
+  USASCII: 'ASCII',
+};
+
+/** MSH-18 as the set it names; '' when empty, undefined when it names none this listener reads. */
+function charsetNamed(value: string): Hl7Charset | '' | undefined {
+  const named = value.toUpperCase();
+  if (named === '') return '';
+  return hl7CharsetSchema.safeParse(named).success ? (named as Hl7Charset) : ALIASES[named.replace(/[\s_-]/g, '')];
+}
+
 export function decodeFrame(bytes: Buffer, charsets: Charsets): DecodedText {
   const header = readCharsetHeader(bytes);
-  const named = (header?.charset ?? '').toUpperCase();
-  if (named !== '' && !hl7CharsetSchema.safeParse(named).success) {
-    return undecodable(bytes, 'character set not supported (ASCII, 8859/1, UNICODE UTF-8)');
-  }
-  const charset = (named || senderCharset(header, charsets)) as Hl7Charset;
+  const named = charsetNamed(header?.charset ?? '');
+  if (named === undefined) return undecodable(bytes, 'character set not supported (ASCII, 8859/1, UNICODE UTF-8)');
+  const charset = named || senderCharset(header, charsets);
   const encoding = ENCODINGS[charset];
   if (encoding === 'utf8' && !isUtf8(bytes)) {
     return undecodable(bytes, named ? 'text is not valid UTF-8' : 'text is not valid UTF-8 and MSH-18 names no other character set');

@@ -329,6 +329,14 @@ describe('MllpListener', () => {
       expect(c.raw.every((ack) => ack.includes(Buffer.from('|ÉLIG|', 'utf8')))).toBe(true);
     });
 
+    it('reads a set MSH-18 names as platforms name it (UTF-8, ISO-8859-1, windows-1252), which no setting could override', async () => {
+      await start();
+      const c = await open();
+      c.socket.write(Buffer.concat([frame(german('A1', 'UTF-8')), frame(german('A2', 'ISO-8859-1'), 'latin1'), frame(german('A3', 'windows-1252'), 'latin1')]));
+      expect((await c.waitFor(3)).map((a) => msa(a).code)).toEqual(['AA', 'AA', 'AA']);
+      expect(handled.map((m) => m.includes('MÜLLER^JÖRG'))).toEqual([true, true, true]);
+    });
+
     it('applies the set configured for a sender whose MSH-18 is empty', async () => {
       await start(undefined, undefined, { senderCharsets: { 'SMILECLOUD|BSD-MAIN': '8859/1', OTHER: 'UNICODE UTF-8' } });
       const c = await open();
