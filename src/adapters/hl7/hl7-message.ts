@@ -257,7 +257,9 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
   // MSH-18, the field after MSH-17 (MSH-1 is the separator itself).
-  const utf8Hex = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.trim().toUpperCase() === 'UNICODE UTF-8';
+  // UNICODE UTF-8, or UTF-8 as platforms name it (the MLLP listener reads both so).
+  const charset = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.toUpperCase().replace(/[\s_-]/g, '');
+  const utf8Hex = charset === 'UNICODEUTF8' || charset === 'UTF8';
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;
     const name = line.slice(0, 3);

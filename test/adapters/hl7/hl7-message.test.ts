@@ -47,6 +47,7 @@ describe('parseHl7Message', () => {
   it('reads a hex escape as UTF-8 bytes in a message whose MSH-18 says UNICODE UTF-8, and as one character a byte otherwise', () => {
     const utf8 = `${MSH}||||||UNICODE UTF-8`;
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER^J\\XC3\\RG'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
+    expect(parseHl7Message([`${MSH}||||||UTF-8`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     // A lone byte that is no UTF-8 is left to the byte-wise reading.
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||DOE^J\\XC3\\RG'].join('\r')).first('PID')?.value(5, 2)).toBe('J\u00c3RG');
     const latin1 = `${MSH}||||||8859/1`;
