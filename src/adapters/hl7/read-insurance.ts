@@ -1,5 +1,6 @@
-import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../../domain';
+import type { KnownCoverage, Relationship, Subscriber } from '../../domain';
 import { sameText } from '../clinic-routing';
+import { ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
@@ -21,8 +22,6 @@ export interface InsuranceReading {
   /** The IN1 (its sequence) each coverage was read from, in the same order. */
   sequences: number[];
 }
-
-export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 
 export function readInsurance(
   message: Hl7Message,
@@ -60,14 +59,14 @@ export function readInsurance(
  * The insurances in rank order, each plan once: a PMS or an engine that lists one plan twice (the
  * same payer and member id, an IN1 copied or sent for both medical and dental benefits) would make
  * two checks of one key, the copy ranked secondary, and the one verification written to the chart
- * with the order of whichever came last. A copy is left out with a warning naming its IN1.
+ * with the order of whichever came last. A copy is left out with a warning naming its IN1. The
+ * same plan with other dates (last year's and this year's) is kept: the visit's day picks one.
  */
 function once<T extends { group: Hl7Segment[]; coverage: KnownCoverage | undefined }>(ranked: readonly T[], warnings: Hl7Problem[]): T[] {
   const seen = new Map<string, number>();
   return ranked.filter(({ group, coverage }) => {
     if (!coverage) return true;
-    const { payer } = coverage.coverage;
-    const plan = JSON.stringify([payer.id ?? payer.name?.toUpperCase() ?? '', coverage.subscriber.memberId]);
+    const plan = JSON.stringify([planKey(coverage), coverage.period ?? {}]);
     const sequence = group[0]?.sequence ?? 1;
     const first = seen.get(plan);
     if (first === undefined) {
