@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import {
   buildChecks,
+  describeProblem,
   describeProblems,
   handleHl7Message,
   InMemoryPatientInsuranceStore,
@@ -11,8 +12,9 @@ import {
   type AppointmentBasis,
 } from '../adapters/hl7';
 import type { EligibilityCheck, PatientKey, PayerResolver } from '../domain';
+import { charsetOptionsSchema, decodeFrame } from '../service/hl7-charset';
 import { asRequest, shapeOf } from './as-request';
-import { CliError, inputName, instant, loadCatalog, readInput, writeJson, type CliIo } from './io';
+import { CliError, inputName, instant, loadCatalog, readInputBytes, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
   as: string;
@@ -38,9 +40,20 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
       const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
       const resolver = opts.catalog ? await loadCatalog(io, opts.catalog) : undefined;
-      const checks = await convertHl7(await readInput(io, file), { receivedAt, resolver }, file);
+      const checks = await convertHl7(hl7Text(await readInputBytes(io, file), file), { receivedAt, resolver }, file);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });
+}
+
+/**
+ * A file's text in the character set its first MSH-18 names, UTF-8 when it names none, as serve
+ * reads a frame: read as UTF-8 whatever it said, a file a Windows PMS wrote in 8859/1 printed
+ * checks for JOS\uFFFD with the replacement marks the payer would have been sent.
+ */
+function hl7Text(bytes: Buffer, file: string): string {
+  const decoded = decodeFrame(bytes, charsetOptionsSchema.parse({}));
+  if (!decoded.ok) throw new CliError(`${inputName(file)}: ${describeProblem(decoded.problem)}`);
+  return decoded.text;
 }
 
 /**

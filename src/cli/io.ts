@@ -46,14 +46,19 @@ export function say(io: CliIo, text: string): void {
 
 /** Reads a file argument, `-` meaning standard input. */
 export async function readInput(io: CliIo, file: string): Promise<string> {
+  return (await readInputBytes(io, file)).toString('utf8');
+}
+
+/** readInput's bytes, for text whose character set the text itself names (an HL7 message's MSH-18). */
+export async function readInputBytes(io: CliIo, file: string): Promise<Buffer> {
   if (file === '-') {
     const chunks: Buffer[] = [];
     for await (const chunk of io.stdin) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk)));
-    return Buffer.concat(chunks).toString('utf8');
+    return Buffer.concat(chunks);
   }
   const { readFile } = await import('node:fs/promises');
   try {
-    return await readFile(file, 'utf8');
+    return await readFile(file);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     throw new CliError(`${file}: ${code === 'ENOENT' ? 'no such file' : `cannot be read (${code ?? 'error'})`}`);

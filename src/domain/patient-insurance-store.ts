@@ -22,6 +22,8 @@ export const KnownCoverage = z.strictObject({
   subscriber: Subscriber,
   /** The patient's own member number on this plan, where the plan issues one to dependents. */
   patientMemberId: z.string().optional(),
+  /** The days the plan is in force, as the sender states them (HL7 IN1-12 and IN1-13): a visit outside them makes no check. */
+  period: z.strictObject({ start: IsoDate.optional(), end: IsoDate.optional() }).optional(),
 });
 export type KnownCoverage = z.infer<typeof KnownCoverage>;
 

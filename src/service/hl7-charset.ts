@@ -11,7 +11,10 @@ import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
  * ACKs go back in the set the message came in, so echoed fields reach the sender as they left it.
  */
 
-/** The table 0211 values this listener reads, and how Node reads and writes each. */
+/**
+ * The table 0211 values this listener reads, and how Node reads and writes each. 'latin1' stands
+ * for a set of one byte a character, read as Windows-1252 (see windows1252).
+ */
 const ENCODINGS = {
   // HL7's default when MSH-18 is empty. Senders that say ASCII often send Latin-1 bytes anyway,
   // and reading every byte as Latin-1 keeps them instead of turning them into replacement marks.
@@ -43,18 +46,62 @@ export type DecodedText =
   /** Not decodable: the text is the bytes read one to a character, so nothing is lost or altered. */
   | { ok: false; text: string; encoding: BufferEncoding; problem: Hl7Problem };
 
+/**
+ * The names senders write in MSH-18 for these sets other than table 0211's, as their platform
+ * names them (Java, .NET, IANA): an engine whose MSH-18 says UTF-8 has no setting to say otherwise,
+ * and was refused every message, where a set's name is a set's name. Compared in upper case
+ * without spaces, hyphens and underscores.
+ */
+const ALIASES: Readonly<Record<string, Hl7Charset>> = {
+  UTF8: 'UNICODE UTF-8',
+  ISO88591: '8859/1',
+  LATIN1: '8859/1',
+  WINDOWS1252: '8859/1',
+  CP1252: '8859/1',
+  USASCII: 'ASCII',
+};
+
+/** MSH-18 as the set it names; '' when empty, undefined when it names none this listener reads. */
+function charsetNamed(value: string): Hl7Charset | '' | undefined {
+  const named = value.toUpperCase();
+  if (named === '') return '';
+  return hl7CharsetSchema.safeParse(named).success ? (named as Hl7Charset) : ALIASES[named.replace(/[\s_-]/g, '')];
+}
+
 export function decodeFrame(bytes: Buffer, charsets: Charsets): DecodedText {
   const header = readCharsetHeader(bytes);
-  const named = (header?.charset ?? '').toUpperCase();
-  if (named !== '' && !hl7CharsetSchema.safeParse(named).success) {
-    return undecodable(bytes, 'character set not supported (ASCII, 8859/1, UNICODE UTF-8)');
-  }
-  const charset = (named || senderCharset(header, charsets)) as Hl7Charset;
+  const named = charsetNamed(header?.charset ?? '');
+  if (named === undefined) return undecodable(bytes, 'character set not supported (ASCII, 8859/1, UNICODE UTF-8)');
+  const charset = named || senderCharset(header, charsets);
   const encoding = ENCODINGS[charset];
   if (encoding === 'utf8' && !isUtf8(bytes)) {
     return undecodable(bytes, named ? 'text is not valid UTF-8' : 'text is not valid UTF-8 and MSH-18 names no other character set');
   }
-  return { ok: true, text: bytes.toString(encoding), encoding };
+  return { ok: true, text: encoding === 'latin1' ? windows1252(bytes) : bytes.toString(encoding), encoding };
+}
+
+/**
+ * A message in 8859/1 or ASCII is read as Windows-1252, as browsers read text labelled ISO-8859-1:
+ * the PMSs that say so run on Windows and write its set, where 0x80-0x9F are the curly quotes and
+ * dashes of O’Brien and Smith–Jones, and in ISO-8859-1 control characters no text holds. Read so,
+ * the apostrophe was dropped with the control characters and the payer was asked for OBRIEN.
+ * Node's TextDecoder reads windows-1252 as ISO-8859-1, hence the table (Unicode's CP1252.TXT); the
+ * five bytes it leaves unassigned stay the control characters they were.
+ */
+const WINDOWS_1252 = '€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ';
+
+function windows1252(bytes: Buffer): string {
+  const text = bytes.toString('latin1');
+  return /[\u0080-\u009f]/.test(text) ? text.replace(/[\u0080-\u009f]/g, (ch) => WINDOWS_1252.charAt(ch.charCodeAt(0) - 0x80)) : text;
+}
+
+/** Those characters back to their byte, for an answer in the set a message came in. */
+const WINDOWS_1252_BYTES = new Map(Array.from(WINDOWS_1252, (ch, i) => [ch, 0x80 + i] as const));
+
+/** Text written in the set a frame was read in (decodeFrame's encoding). */
+export function encodeText(text: string, encoding: BufferEncoding): Buffer {
+  if (encoding !== 'latin1' || !/[^\u0000-\u00ff]/.test(text)) return Buffer.from(text, encoding);
+  return Buffer.from(Array.from(text, (ch) => WINDOWS_1252_BYTES.get(ch) ?? ch.charCodeAt(0) & 0xff));
 }
 
 function senderCharset(header: CharsetHeader | undefined, charsets: Charsets): Hl7Charset {

@@ -1,7 +1,7 @@
 import { acknowledgements, type Ack, type AckCode, type CommitAckCode } from '../adapters/hl7/ack';
 import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
 import { readMessageHeader } from '../adapters/hl7/message-header';
-import { decodeFrame, type Charsets } from './hl7-charset';
+import { decodeFrame, encodeText, type Charsets } from './hl7-charset';
 import { batchAcknowledgement, readBatch } from './mllp-batch';
 import { frame, type DecodedFrame } from './mllp-framing';
 import type { MllpLog, MllpStats } from './mllp-stats';
@@ -66,7 +66,7 @@ async function answerMessageFrame(payload: Buffer, context: AnswerContext): Prom
     }
     answered.push(texts);
   }
-  return [frame(batchAcknowledgement(batch, answered), decoded.encoding)];
+  return [frame(encodeText(batchAcknowledgement(batch, answered), decoded.encoding))];
 }
 
 async function answerMessage(message: string, context: AnswerContext): Promise<readonly Ack[] | undefined> {
@@ -122,7 +122,7 @@ function failure(message: string, commit: CommitAckCode, problem: Hl7Problem): A
 
 function frames(acks: readonly Ack[], encoding: BufferEncoding, context: AnswerContext): Buffer[] {
   count(acks, context);
-  return acks.map((ack) => frame(ack.text, encoding));
+  return acks.map((ack) => frame(encodeText(ack.text, encoding)));
 }
 
 function count(acks: readonly Ack[], context: AnswerContext): void {

@@ -88,6 +88,37 @@ describe('dental-elig convert hl7', () => {
     expect(await convert(name)).toEqual({ code: 1, stdout: '', stderr: line });
   });
 
+  it('reads a file in the character set its MSH-18 names, as serve reads a frame, and says when its bytes fit none', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'convert-hl7-'));
+    try {
+      // A Windows PMS's export: É is 0xC9, the apostrophe of O’Brien 0x92.
+      const windows = (msh18: string) =>
+        Buffer.from(
+          [
+            `MSH|^~\\&|WINDENT|BSD-MAIN|DENTAL-ELIG|BSD|20240520083000||SIU^S12^SIU_S12|WD-1|P|2.5.1||||||${msh18}`,
+            'SCH|APT-W1^WINDENT||||||||60|min|^^^202406251300',
+            'PID|1||WD-41^^^WINDENT^MR||O\x92BRIEN^JOS\xc9||19950302|M',
+            `IN1|1|DPPO^Delta Dental PPO|CDCA1|Delta Dental of California${'|'.repeat(13)}SEL${'|'.repeat(19)}DDC1234567`,
+            'RGS|1|A',
+          ].join('\r'),
+          'latin1',
+        );
+      const file = path.join(dir, 'export.hl7');
+      await writeFile(file, windows('8859/1'));
+      const run = await cli(['convert', 'hl7', file, '--received-at', RECEIVED_AT]);
+      expect(run).toMatchObject({ code: 0, stderr: '' });
+      expect((JSON.parse(run.stdout) as EligibilityCheck[]).map((c) => [c.patient.lastName, c.patient.firstName])).toEqual([['O’BRIEN', 'JOSÉ']]);
+      await writeFile(file, windows(''));
+      expect(await cli(['convert', 'hl7', file])).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: `dental-elig: ${file}: MSH-18: text is not valid UTF-8 and MSH-18 names no other character set\n`,
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('says when a file holds no message, and when it does not exist', async () => {
     expect((await cli(['convert', 'hl7', '-'], {}, '\r\n')).stderr).toBe('dental-elig: stdin: no HL7 message found\n');
     expect((await cli(['convert', 'hl7', '/nonexistent/file.hl7'])).stderr).toBe('dental-elig: /nonexistent/file.hl7: no such file\n');

@@ -307,6 +307,19 @@ describe('MllpListener', () => {
       expect(c.raw[0]?.includes(Buffer.from('ÉLIG', 'utf8'))).toBe(false);
     });
 
+    it('reads bytes 0x80-0x9F of an 8859/1 message as Windows-1252 writes them (O’Brien), and answers in the same bytes', async () => {
+      await start();
+      const c = await mllp.open('latin1');
+      const windows = message('W1', '||||||8859/1').replace('DOE^JANE', 'O’BRIEN^ANNE–MARIE').replace('|ELIG|', '|ELIG’S|');
+      c.socket.write(frame(Buffer.from(windows.replace(/’/g, '\x92').replace(/–/g, '\x96'), 'latin1')));
+      const [ack] = await c.waitFor(1);
+      expect(handled[0]).toContain('O’BRIEN^ANNE–MARIE');
+      expect(JSON.stringify(results[0])).toContain('O’BRIEN');
+      expect(msa(ack ?? '')).toMatchObject({ code: 'AA', echoes: 'W1' });
+      // The ACK's MSH-3 is the message's MSH-5, its apostrophe written back as the byte it came as.
+      expect(c.raw[0]?.includes(Buffer.from('|ELIG\x92S|', 'latin1'))).toBe(true);
+    });
+
     it('reads UTF-8 when MSH-18 says UNICODE UTF-8, and when it is empty (the default)', async () => {
       await start();
       const c = await open();
@@ -314,6 +327,14 @@ describe('MllpListener', () => {
       await c.waitFor(2);
       expect(handled.map((m) => m.includes('MÜLLER^JÖRG'))).toEqual([true, true]);
       expect(c.raw.every((ack) => ack.includes(Buffer.from('|ÉLIG|', 'utf8')))).toBe(true);
+    });
+
+    it('reads a set MSH-18 names as platforms name it (UTF-8, ISO-8859-1, windows-1252), which no setting could override', async () => {
+      await start();
+      const c = await open();
+      c.socket.write(Buffer.concat([frame(german('A1', 'UTF-8')), frame(german('A2', 'ISO-8859-1'), 'latin1'), frame(german('A3', 'windows-1252'), 'latin1')]));
+      expect((await c.waitFor(3)).map((a) => msa(a).code)).toEqual(['AA', 'AA', 'AA']);
+      expect(handled.map((m) => m.includes('MÜLLER^JÖRG'))).toEqual([true, true, true]);
     });
 
     it('applies the set configured for a sender whose MSH-18 is empty', async () => {

@@ -1,6 +1,7 @@
 import {
   EligibilityCheck,
   idempotencyKey,
+  type CoverageOrder,
   type KnownCoverage,
   type PayerResolver,
   type Provider,
@@ -34,7 +35,7 @@ export interface CheckParts {
  * fuzz tests hold the result to the schema).
  */
 export function assembleChecks(input: CheckParts): EligibilityCheck[] {
-  return input.coverages.map(({ coverage, subscriber, patientMemberId }) => {
+  return inForceOn(input.coverages, input.dateOfService).map(({ coverage, subscriber, patientMemberId }) => {
     const resolution = input.resolver?.resolve(coverage.payer);
     const body = {
       clinicId: input.clinicId,
@@ -47,6 +48,38 @@ export function assembleChecks(input: CheckParts): EligibilityCheck[] {
     const warnings = input.warnings?.length ? { warnings: [...input.warnings] } : {};
     return { idempotencyKey: idempotencyKey(body), source: { kind: 'hl7' as const, ...input.source }, ...body, ...warnings };
   });
+}
+
+/** Where a day falls in a plan's period (IN1-12 to IN1-13, both days in force). */
+export function dayInPlan(coverage: KnownCoverage, day: string): 'not-started' | 'ended' | 'within' {
+  const { start, end } = coverage.period ?? {};
+  return start !== undefined && day < start ? 'not-started' : end !== undefined && day > end ? 'ended' : 'within';
+}
+
+export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
+
+/** A plan as a check's key knows it: the payer (its id, else its name) and the subscriber's member id. */
+export function planKey({ coverage, subscriber }: KnownCoverage): string {
+  return JSON.stringify([coverage.payer.id ?? coverage.payer.name?.toUpperCase() ?? '', subscriber.memberId]);
+}
+
+/**
+ * The plans in force on the date of service, each once, in order again: a plan that ended before
+ * the visit (one a PMS still lists), or one that begins after it (next year's, sent beside this
+ * year's in December), makes no check, and the plan after it moves up, as the FHIR reader leaves
+ * out a Coverage whose period misses the visit. Of one plan listed with two periods that both hold
+ * the day, the first serves: two would be checks of one key.
+ */
+function inForceOn(coverages: readonly KnownCoverage[], day: string): readonly KnownCoverage[] {
+  const seen = new Set<string>();
+  const inForce = coverages.filter((known) => {
+    const plan = planKey(known);
+    if (dayInPlan(known, day) !== 'within' || seen.has(plan)) return false;
+    seen.add(plan);
+    return true;
+  });
+  if (inForce.length === coverages.length) return coverages;
+  return inForce.map((known, i) => ({ ...known, coverage: { ...known.coverage, order: ORDERS[i] ?? known.coverage.order } }));
 }
 
 /**

@@ -11,17 +11,18 @@ import {
   type PayerResolver,
   type Provider,
 } from '../../domain';
-import { resolveClinic, type ClinicRouting } from '../clinic-routing';
+import { clinicTimeZone, resolveClinic, type ClinicRouting } from '../clinic-routing';
+import { dateOfStart } from '../local-date';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
-import { assembleChecks, type CheckSourceFields } from './build-checks';
+import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-checks';
 import { sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
-import { readAppointment, readAppointmentId } from './read-appointment';
+import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
-import { coveragesOfPatient, readInsurance } from './read-insurance';
+import { coveragesOfPatient, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { segmentLines } from './split-messages';
 
@@ -249,9 +250,11 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const { patient, stated } = saidOf(found, named, read, insurance.present);
   const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
+  const dateOfService = dateOfVisit(appointment, clinicTimeZone(options.routing, clinicId));
+  if (stated) ctx.warnings.push(...notInForce(insurance, dateOfService));
   const basis: AppointmentBasis = {
     clinicId,
-    dateOfService: appointment.dateOfService,
+    dateOfService,
     ...(appointment.provider && { provider: appointment.provider }),
     source: source(ctx, appointment.appointmentId),
     ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
@@ -260,7 +263,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
-  const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService: appointment.dateOfService, keys });
+  const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService, keys });
   const record = recordOf(ctx, patient, coverages, appointments, insuranceKnown);
   await options.store.put(key, record);
   return {
@@ -418,6 +421,27 @@ function saidOf(found: Named, named: PatientKey, read: PatientDemographics, stat
   const { key, known, outdated } = found;
   if (known && outdated) return { patient: known.patient, stated: false };
   return { patient: known && key !== named ? { ...read, identifiers: known.patient.identifiers } : read, stated: statesInsurance };
+}
+
+/**
+ * The date of service: where the clinic is, when clinics.json names its time zone and the start was
+ * written with an offset, as an engine that writes times in UTC sends them (a 5 pm visit in
+ * California, 202406110000+0000, was dated the 11th); else as written, in the sender's local time.
+ * A start written with the clinic's own offset is dated as written either way.
+ */
+function dateOfVisit(appointment: AppointmentReading, timeZone: string | undefined): string {
+  const { startInstant, dateOfService } = appointment;
+  return (timeZone !== undefined && startInstant !== undefined && dateOfStart(startInstant, timeZone)) || dateOfService;
+}
+
+/** A W ERR for each plan this message states that is not in force on the day of the visit: it makes no check. */
+function notInForce(insurance: InsuranceReading, dateOfService: string): Hl7Problem[] {
+  return insurance.coverages.flatMap((coverage, i) => {
+    const place = dayInPlan(coverage, dateOfService);
+    if (place === 'within') return [];
+    const where = { segment: 'IN1', sequence: insurance.sequences[i] ?? 1, field: place === 'ended' ? 13 : 12 };
+    return [warningAt(where, 102, place === 'ended' ? 'plan ended before the date of service: not verified' : 'plan begins after the date of service: not verified')];
+  });
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

@@ -2,6 +2,8 @@
  * HL7 dates and times (DT, DTM and the first component of TS) written as
  * YYYY[MM[DD[HHMM[SS[.S...]]]]][+/-ZZZZ]. A date of service or birth needs the day. The date is
  * taken as written: converting an appointment at 20:00-0500 to UTC would move it to the next day.
+ * (An appointment's start with an offset is dated where the clinic is, when clinics.json says
+ * where: see instantWritten.)
  */
 export type DateReading = { ok: true; date: string } | { ok: false; reason: 'imprecise' | 'invalid' };
 
@@ -33,6 +35,15 @@ function validTime(time: string): boolean {
   const minute = time.length >= 4 ? Number(time.slice(2, 4)) : 0;
   const second = time.length >= 6 ? Number(time.slice(4, 6)) : 0;
   return hour < 24 && minute < 60 && second < 60;
+}
+
+/**
+ * The instant a time written with an offset names (ISO 8601, UTC), to the minute at least;
+ * undefined for a date, or a time without an offset (the sender's local time).
+ */
+export function instantWritten(value: string): string | undefined {
+  const at = instantOf(value);
+  return at?.zoned ? new Date(at.ms).toISOString() : undefined;
 }
 
 /**

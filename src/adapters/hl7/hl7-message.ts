@@ -132,13 +132,27 @@ export class Hl7Segment {
  * such an escape is dropped, as the escapes it does not support are.
  */
 function unescape(decoder: Message, text: string, escape: string): string {
+  const plain = text.includes(`${escape}.`) ? withoutFormatting(text, escape) : text;
   try {
-    return decoder.unescape(text);
+    return decoder.unescape(plain);
   } catch {
     const e = forRegExp(escape);
     const hex = new RegExp(`${e}X([^${e}]*)${e}`, 'g');
-    return decoder.unescape(text.replace(hex, (whole, digits: string) => (digits.length % 2 === 0 ? whole : '')));
+    return decoder.unescape(plain.replace(hex, (whole, digits: string) => (digits.length % 2 === 0 ? whole : '')));
   }
+}
+
+/**
+ * Formatting commands (\.br\, \.sp\, \.in+4\, ...), which senders put in names and payer names as
+ * well as in formatted text, as one space: the library leaves them in the value as written, so a
+ * payer name sent as two lines reached the check as `Delta Dental\.br\PO Box 997330`. Escapes are
+ * read from the left, as the library reads them, so the `\E\` of an escaped escape character
+ * begins none.
+ */
+function withoutFormatting(text: string, escape: string): string {
+  const e = forRegExp(escape);
+  const marked = text.replace(new RegExp(`${e}[^${e}]*${e}`, 'g'), (sequence) => (sequence.charAt(1) === '.' ? '\u0000' : sequence));
+  return marked.replace(/ *\u0000[\u0000 ]*/g, ' ');
 }
 
 /**
@@ -243,7 +257,9 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
   // MSH-18, the field after MSH-17 (MSH-1 is the separator itself).
-  const utf8Hex = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.trim().toUpperCase() === 'UNICODE UTF-8';
+  // UNICODE UTF-8, or UTF-8 as platforms name it (the MLLP listener reads both so).
+  const charset = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.toUpperCase().replace(/[\s_-]/g, '');
+  const utf8Hex = charset === 'UNICODEUTF8' || charset === 'UTF8';
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;
     const name = line.slice(0, 3);

@@ -59,6 +59,9 @@ const Sections = {
       .min(1, { error: 'needs at least one field path' }),
     subscriberMemberId: RequiredPaths,
     patientMemberId: Paths,
+    /** When the plan begins and ends (IN1-12, IN1-13): a plan not in force on the day of the visit makes no check. */
+    planEffective: Paths,
+    planExpiration: Paths,
     /** An insurance group matching any of these is the patient paying for themselves: no check. */
     selfPay: ValuesAt,
   }),

@@ -1,5 +1,6 @@
-import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../../domain';
+import type { KnownCoverage, Relationship, Subscriber } from '../../domain';
 import { sameText } from '../clinic-routing';
+import { ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
@@ -18,9 +19,9 @@ export interface InsuranceReading {
   present: boolean;
   /** In coordination-of-benefits order; empty when every IN1 said self-pay. */
   coverages: KnownCoverage[];
+  /** The IN1 (its sequence) each coverage was read from, in the same order. */
+  sequences: number[];
 }
-
-const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 
 export function readInsurance(
   message: Hl7Message,
@@ -34,22 +35,47 @@ export function readInsurance(
   const empty = all.filter((group) => emptyGroup(group, profile));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
-  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems) }));
-  if (read.length > ORDERS.length) {
-    const extra = read[ORDERS.length]?.group[0];
-    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
-  }
+  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems, warnings) }));
   const declared = read.map(({ group }) => declaredOrder(group, profile));
   // Declared priorities are used only when they are complete and distinct; otherwise IN1 order.
   const useDeclared = declared.every((o) => o !== undefined) && new Set(declared).size === declared.length;
-  const coverages = read
-    .map(({ coverage }, i) => ({ coverage, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 }))
-    .sort((a, b) => a.rank - b.rank)
-    .flatMap(({ coverage }, i) => {
-      const order = ORDERS[i];
-      return coverage && order ? [{ ...coverage, coverage: { ...coverage.coverage, order } }] : [];
-    });
-  return { present: all.length > 0, coverages };
+  const ranked = once(
+    read.map((one, i) => ({ ...one, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 })).sort((a, b) => a.rank - b.rank),
+    warnings,
+  );
+  if (ranked.length > ORDERS.length) {
+    const distinct = new Set(ranked.map(({ group }) => group));
+    const extra = groups.filter((group) => distinct.has(group))[ORDERS.length]?.[0];
+    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
+  }
+  const kept = ranked.flatMap(({ group, coverage }, i) => {
+    const order = ORDERS[i];
+    return coverage && order ? [{ sequence: group[0]?.sequence ?? 1, coverage: { ...coverage, coverage: { ...coverage.coverage, order } } }] : [];
+  });
+  return { present: all.length > 0, coverages: kept.map((k) => k.coverage), sequences: kept.map((k) => k.sequence) };
+}
+
+/**
+ * The insurances in rank order, each plan once: a PMS or an engine that lists one plan twice (the
+ * same payer and member id, an IN1 copied or sent for both medical and dental benefits) would make
+ * two checks of one key, the copy ranked secondary, and the one verification written to the chart
+ * with the order of whichever came last. A copy is left out with a warning naming its IN1. The
+ * same plan with other dates (last year's and this year's) is kept: the visit's day picks one.
+ */
+function once<T extends { group: Hl7Segment[]; coverage: KnownCoverage | undefined }>(ranked: readonly T[], warnings: Hl7Problem[]): T[] {
+  const seen = new Map<string, number>();
+  return ranked.filter(({ group, coverage }) => {
+    if (!coverage) return true;
+    const plan = JSON.stringify([planKey(coverage), coverage.period ?? {}]);
+    const sequence = group[0]?.sequence ?? 1;
+    const first = seen.get(plan);
+    if (first === undefined) {
+      seen.set(plan, sequence);
+      return true;
+    }
+    warnings.push(warningAt({ segment: 'IN1', sequence, field: 3 }, 100, `repeats the plan of IN1${first > 1 ? `[${first}]` : ''} (same payer and member id): read once`));
+    return false;
+  });
 }
 
 /**
@@ -92,6 +118,7 @@ function readOne(
   codes: CodeTables,
   patient: PatientDemographics,
   problems: Hl7Problem[],
+  warnings: Hl7Problem[],
 ): KnownCoverage | undefined {
   const paths = profile.insurance;
   const scope = { segments: group };
@@ -130,6 +157,7 @@ function readOne(
   const groupNumber = text(paths.groupNumber);
   const groupName = text(paths.groupName);
   const planName = text(paths.planName);
+  const period = readPeriod(scope, profile, warnings);
   return {
     coverage: {
       order: 'primary', // replaced once every group is read
@@ -140,7 +168,20 @@ function readOne(
     },
     subscriber,
     ...(patientMemberId && { patientMemberId }),
+    ...(period && { period }),
   };
+}
+
+/**
+ * The plan's effective and expiration dates (IN1-12, IN1-13). One that cannot be read (00000000, as
+ * some PMSs write no date) bounds nothing, and the ACK says so: the plan is verified as one without.
+ */
+function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[]): KnownCoverage['period'] {
+  const flaws: Hl7Problem[] = [];
+  const start = readDate(scope, profile.insurance.planEffective, 'plan effective date', flaws, false);
+  const end = readDate(scope, profile.insurance.planExpiration, 'plan expiration date', flaws, false);
+  warnings.push(...flaws.map((flaw) => ({ ...flaw, reason: `${flaw.reason}: taken as none`, ackCode: 'AA' as const })));
+  return start || end ? { ...(start && { start }), ...(end && { end }) } : undefined;
 }
 
 /**

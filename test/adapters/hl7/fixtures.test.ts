@@ -60,13 +60,15 @@ describe('the corpus', () => {
     expect([...runs.values()].some((r) => r.length >= 3)).toBe(true);
   });
 
-  it('makes only checks that validate as EligibilityCheck, one per coverage', () => {
+  it('makes only checks that validate as EligibilityCheck, one per coverage, each key once a message', () => {
     const checks = all().flatMap(checksOf);
     expect(checks.length).toBeGreaterThan(20);
     for (const check of checks) expect(EligibilityCheck.safeParse(check).success).toBe(true);
     for (const run of all()) {
       const orders = checksOf(run).map((c) => c.coverage.order);
       expect(new Set(orders).size).toBe(orders.length);
+      const keys = checksOf(run).map((c) => c.idempotencyKey);
+      expect(new Set(keys).size).toBe(keys.length);
     }
   });
 

@@ -1,7 +1,7 @@
 import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { loadClinicRouting } from '../../../src/adapters/clinic-routing';
+import { loadClinicRouting, type ClinicRouting } from '../../../src/adapters/clinic-routing';
 import { ackFor, handleHl7Message, InMemoryPatientInsuranceStore, loadHl7Mappings, type Hl7Outcome, type Hl7Result } from '../../../src/adapters/hl7';
 import type { PatientInsuranceStore } from '../../../src/domain';
 import { mappingsDir } from '../../../src/mapping-files';
@@ -121,6 +121,24 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     const [check] = checksOf(await run([msh('SIU^S12'), SCH, 'PID|1||P-1^^^SC^MR||DOE^JANE||19800102|Z', segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' })], undefined, false));
     expect(check?.coverage).not.toHaveProperty('resolution');
     expect(check?.patient.gender).toBe('unknown');
+  });
+
+  it('dates a start written with an offset where the clinic is, when clinics.json says where; one without, as written', async () => {
+    const IN1 = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' });
+    const california: ClinicRouting = { ...routing, timeZone: 'America/Los_Angeles' };
+    const dateOf = async (start: string, zoned: ClinicRouting = california) => {
+      const text = [msh('SIU^S12'), 'SCH|APT-1^SC', `TQ1|1||||||${start}`, PID, IN1].join('\r');
+      return checksOf(await handleHl7Message(text, { mappings, routing: zoned, store: new InMemoryPatientInsuranceStore(), receivedAt }))[0]?.dateOfService;
+    };
+    // A 5:30 pm visit as an engine writing UTC sends it, and on New Year's Eve, when the plan year turns.
+    expect(await dateOf('202406110030+0000')).toBe('2024-06-10');
+    expect(await dateOf('20250101013000.000+0000')).toBe('2024-12-31');
+    // The clinic's own offset, a local time, a date: as written.
+    expect(await dateOf('202406101730-0700')).toBe('2024-06-10');
+    expect(await dateOf('202406110030')).toBe('2024-06-11');
+    expect(await dateOf('20240611')).toBe('2024-06-11');
+    // No time zone in clinics.json: as written.
+    expect(await dateOf('202406110030+0000', routing)).toBe('2024-06-11');
   });
 
   it('collects every problem of a message, each naming its field, none its value', async () => {

@@ -47,11 +47,21 @@ describe('parseHl7Message', () => {
   it('reads a hex escape as UTF-8 bytes in a message whose MSH-18 says UNICODE UTF-8, and as one character a byte otherwise', () => {
     const utf8 = `${MSH}||||||UNICODE UTF-8`;
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER^J\\XC3\\RG'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
+    expect(parseHl7Message([`${MSH}||||||UTF-8`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     // A lone byte that is no UTF-8 is left to the byte-wise reading.
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||DOE^J\\XC3\\RG'].join('\r')).first('PID')?.value(5, 2)).toBe('J\u00c3RG');
     const latin1 = `${MSH}||||||8859/1`;
     expect(parseHl7Message([latin1, 'PID|1||42^^^PMS^MR||M\\XFC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     expect(parseHl7Message([latin1, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00c3\u00bcLLER');
+  });
+
+  it('reads formatting commands (\\.br\\, \\.sp\\, \\.in+4\\) as one space, and an escaped escape character followed by .br as text', () => {
+    const in1 = parseHl7Message([MSH, 'IN1|1||X|Delta Dental \\.br\\\\.sp2\\ of California\\.br\\|\\.in+4\\ACME|C:\\E\\.br\\E\\x'].join('\r')).first('IN1');
+    expect(in1?.value(4)).toBe('Delta Dental of California ');
+    expect(in1?.value(5)).toBe(' ACME');
+    expect(in1?.value(6)).toBe('C:\\.br\\x');
+    const custom = parseHl7Message(['MSH!*@$%!PMS!BSD!E!B!2024!!SIU*S12!C2!P!2.3', 'IN1!1!!X!Delta$.br$Dental'].join('\r'));
+    expect(custom.first('IN1')?.value(4)).toBe('Delta Dental');
   });
 
   it('drops a hex escape of odd length, which node-hl7-client throws on, and decodes the rest of the value', () => {
