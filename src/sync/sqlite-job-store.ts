@@ -461,7 +461,7 @@ export class SqliteJobStore implements JobStore {
     const unlinkAppointment = db.prepare('DELETE FROM appointment_checks WHERE appointment_key = ?');
     const linkAppointment = db.prepare('INSERT OR IGNORE INTO appointment_checks (appointment_key, check_key) VALUES (?, ?)');
     // Ordered here, not by SQL: SQLite 3.54 (better-sqlite3 13, Node 22 on) spends several µs opening a sorter or a join even for no rows.
-    const ofPatient = db.prepare('SELECT * FROM appointments WHERE patient_key = ?');
+    const ofPatient = db.prepare('SELECT * FROM appointments WHERE patient_key = ? AND key IS NOT ?');
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
@@ -519,8 +519,8 @@ export class SqliteJobStore implements JobStore {
         unlinkAppointment.run(row.key);
         for (const key of row.checkKeys) linkAppointment.run(row.key, key);
       },
-      async appointmentsOfPatient(patientKey) {
-        const records = (ofPatient.all(patientKey) as AppointmentRecord[]).sort((a, b) => byText(a.date_of_service, b.date_of_service) || byText(a.key, b.key));
+      async appointmentsOfPatient(patientKey, except) {
+        const records = (ofPatient.all(patientKey, except ?? null) as AppointmentRecord[]).sort((a, b) => byText(a.date_of_service, b.date_of_service) || byText(a.key, b.key));
         return records.map(appointmentFrom);
       },
       async appointmentsHolding(checkKey) {
