@@ -170,7 +170,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
  * checks and a corrected member id or name a new verification.
  */
 async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
-  return rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key)), key, record, ctx, except);
+  return rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
 }
 
 /**
@@ -186,13 +186,12 @@ async function mergeAppointments(tx: StoreTx, merge: PatientMerge, ctx: Schedule
 }
 
 /** Appointments of the patient `key` names, to come and not cancelled, built again from their record; the others are only kept under `key`. */
-async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
+async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext) {
   const today = firstDateToCome(ctx.now);
   const patientKey = patientKeyText(key);
   const created: string[] = [];
   const withdrawn: string[] = [];
   for (const appointment of appointments) {
-    if (appointment.key === except) continue;
     if (appointment.status === 'cancelled' || appointment.dateOfService < today) {
       if (appointment.patientKey !== patientKey) await tx.putAppointment({ ...appointment, patientKey });
       continue;

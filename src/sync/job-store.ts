@@ -141,7 +141,8 @@ export interface StoreTx {
 
   getAppointment(key: string): Promise<AppointmentRow | undefined>;
   putAppointment(row: AppointmentRow): Promise<void>;
-  appointmentsOfPatient(patientKey: string): Promise<AppointmentRow[]>;
+  /** The patient's appointments by date of service, but `except` (one the caller has just written, say). */
+  appointmentsOfPatient(patientKey: string, except?: string): Promise<AppointmentRow[]>;
   /** Booked appointments (of any patient) that hold this check key. */
   appointmentsHolding(checkKey: string): Promise<AppointmentRow[]>;
 

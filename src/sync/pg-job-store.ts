@@ -259,8 +259,11 @@ class PgTx implements StoreTx {
     await this.db.query('INSERT INTO appointment_checks (appointment_key, check_key) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING', [valid.key, valid.checkKeys]);
   }
 
-  async appointmentsOfPatient(patientKey: string): Promise<AppointmentRow[]> {
-    const { rows } = await this.db.query<{ row: unknown }>('SELECT row FROM appointments WHERE patient_key = $1 ORDER BY date_of_service, key', [patientKey]);
+  async appointmentsOfPatient(patientKey: string, except?: string): Promise<AppointmentRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>('SELECT row FROM appointments WHERE patient_key = $1 AND key IS DISTINCT FROM $2 ORDER BY date_of_service, key', [
+      patientKey,
+      except ?? null,
+    ]);
     return rows.map((r) => AppointmentRow.parse(r.row));
   }
 

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
@@ -236,5 +236,5 @@ export function fingerprints(check: EligibilityCheck): { fingerprint: string; co
 }
 
 function digest(parts: readonly string[]): string {
-  return createHash('sha256').update(JSON.stringify(parts)).digest('hex');
+  return hash('sha256', JSON.stringify(parts), 'hex');
 }

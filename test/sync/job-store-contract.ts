@@ -202,9 +202,10 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         holdingX: (await tx.appointmentsHolding('elig_x')).map((a) => a.key),
         holdingY: (await tx.appointmentsHolding('elig_y')).map((a) => a.key),
         ofPatient: (await tx.appointmentsOfPatient('hl7|BSD|MR|1')).map((a) => a.key),
+        ofPatientBut2: (await tx.appointmentsOfPatient('hl7|BSD|MR|1', 'apt-2')).map((a) => a.key),
         apt2: await tx.getAppointment('apt-2'),
       }));
-      expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
+      expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], ofPatientBut2: ['apt-1'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
       expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key)).toEqual(['apt-3']);
       expect((await store.counts(NOW)).awaitingInsurance).toBe(1);
     });

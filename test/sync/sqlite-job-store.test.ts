@@ -306,6 +306,33 @@ describe('SqliteJobStore', () => {
     });
   });
 
+  it("keeps what a batch's savepoints would undo in memory, not in a temporary file", async () => {
+    const store = SqliteJobStore.open(dir);
+    // Pages already in the file: a savepoint copies each one it changes before changing it.
+    await store.transaction(async (tx) => {
+      for (let i = 0; i < 40; i++) await tx.setMeta(`k${i}`, 'x'.repeat(4000));
+    });
+    // SQLite's temporary files are unlinked once open; the process's descriptors still name them.
+    const temporaryFiles = () =>
+      fs.readdirSync('/proc/self/fd').flatMap((fd) => {
+        try {
+          return [fs.readlinkSync(`/proc/self/fd/${fd}`)];
+        } catch {
+          return [];
+        }
+      }).filter((target) => target.includes('etilqs_'));
+    const seen: string[] = [];
+    // Two in one batch, each in a SAVEPOINT: the second rewrites some 160 KB of those pages.
+    const first = store.transaction((tx) => tx.setMeta('other', 'v'));
+    const second = store.transaction(async (tx) => {
+      for (let i = 0; i < 40; i++) await tx.setMeta(`k${i}`, 'y'.repeat(4000));
+      seen.push(...temporaryFiles());
+    });
+    await Promise.all([first, second]);
+    expect(seen).toEqual([]);
+    await store.close();
+  });
+
   it('gives back at once the checks a process that is gone held, and lets no second worker work the file while one does', async () => {
     const gone = SqliteJobStore.open(dir);
     await gone.transaction(async (tx) => {
