@@ -14,7 +14,7 @@ export interface PersonName {
  * "FAMILY, GIVEN MIDDLE"; with no given name and a comma, that form is split. Undefined when a
  * family or given name is missing.
  */
-export function readPersonName(segment: Hl7Segment, field: number, repetition = 0): PersonName | undefined {
+function readPersonName(segment: Hl7Segment, field: number, repetition = 0): PersonName | undefined {
   let lastName = segment.value(field, 1, 1, repetition).trim();
   let firstName = segment.value(field, 2, 1, repetition).trim();
   let middleName = segment.value(field, 3, 1, repetition).trim();
@@ -25,6 +25,22 @@ export function readPersonName(segment: Hl7Segment, field: number, repetition = 
   }
   if (!lastName || !firstName) return undefined;
   return middleName ? { lastName, firstName, middleName } : { lastName, firstName };
+}
+
+/**
+ * XPN of a field that may repeat: the repetition XPN-7 calls the legal name (L), else the first
+ * that is a whole name. A PMS may list an alias, a nickname or a maiden name first; the payer knows
+ * the legal one.
+ */
+export function readLegalName(segment: Hl7Segment, field: number): PersonName | undefined {
+  let first: PersonName | undefined;
+  for (let rep = 0; rep < segment.repetitions(field); rep++) {
+    const name = readPersonName(segment, field, rep);
+    if (!name) continue;
+    if (segment.value(field, 7, 1, rep).trim().toUpperCase() === 'L') return name;
+    first ??= name;
+  }
+  return first;
 }
 
 /** CX, every repetition: id^check digit^scheme^assigning authority^identifier type. */

@@ -1,6 +1,6 @@
 import type { Identifier, Patient, PatientKey } from '../../domain';
 import type { CodeTables } from './code-tables';
-import { readIdentifiers, readPersonName, type PersonName } from './data-types';
+import { readIdentifiers, readLegalName, type PersonName } from './data-types';
 import type { FieldPath } from './field-path';
 import { readHl7Date } from './hl7-date';
 import { problemAt, type Hl7Problem } from './hl7-errors';
@@ -57,7 +57,7 @@ export function readName(
 ): PersonName | undefined {
   let partial: ReturnType<typeof whereFound> | undefined;
   for (const found of fieldsWithValues(message.segments, paths)) {
-    const name = readPersonName(found.segment, found.path.field);
+    const name = readLegalName(found.segment, found.path.field);
     if (name) return name;
     partial ??= whereFound(found);
   }
