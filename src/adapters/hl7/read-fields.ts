@@ -17,11 +17,23 @@ export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPa
   for (const path of paths) {
     for (const segment of scope) {
       if (segment.name !== path.segment) continue;
-      const value = segment.value(path.field, path.component ?? 1, path.subcomponent ?? 1).trim();
+      const value = valueAt(segment, path);
       if (value) return { value, path, segment };
     }
   }
   return undefined;
+}
+
+/** The datum at a path, from the first repetition that has it: a sender may leave the first empty (IN1-3 as ~CDCA1). */
+function valueAt(segment: Hl7Segment, path: FieldPath): string {
+  const { field, component = 1, subcomponent = 1 } = path;
+  const first = segment.value(field, component, subcomponent).trim();
+  if (first) return first;
+  for (let rep = 1; rep < segment.repetitions(field); rep++) {
+    const later = segment.value(field, component, subcomponent, rep).trim();
+    if (later) return later;
+  }
+  return '';
 }
 
 /**
