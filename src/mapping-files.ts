@@ -17,16 +17,22 @@ export function mappingsDir(): string {
 }
 
 export function readMappingFile<T extends z.ZodType>(relativePath: string, schema: T, dir = mappingsDir()): z.infer<T> {
-  const file = path.join(dir, relativePath);
+  const read = readAs(path.join(dir, relativePath), schema);
+  if (read.ok) return read.data;
+  // A copy made for an earlier version lacks the files and fields later ones added: one restart per
+  // missing field would find them, where comparing the copy with this version's folder finds them all.
+  const shipped = path.join(projectRoot, 'mappings');
+  const copy = path.resolve(dir) !== shipped && readAs(path.join(shipped, relativePath), schema).ok;
+  throw new ConfigError(`mappings/${relativePath}: ${read.problem}${copy ? ` (a copy of mappings/ lacking what this version's own has? compare it with ${shipped})` : ''}`);
+}
+
+function readAs<T extends z.ZodType>(file: string, schema: T): { ok: true; data: z.infer<T> } | { ok: false; problem: string } {
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new ConfigError(`mappings/${relativePath}: cannot be read as JSON (${(err as Error).message})`);
+    return { ok: false, problem: `cannot be read as JSON (${(err as Error).message})` };
   }
   const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    throw new ConfigError(`mappings/${relativePath}: ${describeIssue(parsed.error)}`);
-  }
-  return parsed.data;
+  return parsed.success ? { ok: true, data: parsed.data } : { ok: false, problem: describeIssue(parsed.error) };
 }

@@ -224,6 +224,10 @@ export interface JobStore {
  * undefined when it may be. Only the process that works a store (serve, an embedded sync) upgrades
  * one: a reader (the jobs commands) that did would move the schema under a serve of the version
  * before, still running, and a serve started again at that version would then refuse the store.
+ * The version is all an earlier program checks: a key added to a stored document (the strict
+ * CheckRow, AppointmentRow, MessageRow, PatientInsuranceRecord) takes a migration of its own in
+ * both stores, a table unchanged or not, or a program of the same version opens the store and
+ * refuses the rows it cannot read one by one (as mergedInto was added, within SQLite 7).
  */
 export function schemaRefusal(found: number, known: number, upgrade: boolean): string | undefined {
   if (found > known) return `job store schema version ${found} is newer than this program knows (${known}); upgrade the program`;

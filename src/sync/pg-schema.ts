@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
 import { schemaRefusal } from './job-store';
+import { LIVE_NAMESPACE } from './pg-live-lock';
 import { inTransaction } from './pg-transaction';
 
 /**
@@ -72,6 +73,13 @@ const MIGRATIONS: readonly string[] = [
 export const PG_SCHEMA_VERSION = MIGRATIONS.length;
 
 /**
+ * The versions whose migration instances of the version before may go on working beside, as in a
+ * rolling upgrade: an index, nothing they read or write. Any other changes what they read (a
+ * dedupe key turned bytea fails every message and webhook of theirs) or how they lease.
+ */
+const SHARED_WITH_THE_VERSION_BEFORE: ReadonlySet<number> = new Set([5]);
+
+/**
  * Brings the database to PG_SCHEMA_VERSION, in one transaction under an advisory lock, so
  * instances starting together migrate once and none sees a half-made schema.
  */
@@ -82,11 +90,34 @@ export async function migrate(pool: Pool): Promise<void> {
     const from = await schemaVersion(db);
     const refusal = schemaRefusal(from, MIGRATIONS.length, true);
     if (refusal) throw new Error(refusal);
+    await refuseBesideOlderInstances(db, from);
     for (let version = from; version < MIGRATIONS.length; version++) {
       await db.query(MIGRATIONS[version] as string);
       await db.query('INSERT INTO schema_migrations (version) VALUES ($1)', [version + 1]);
     }
   });
+}
+
+/**
+ * Instances of the version before, still working the database, hold their live locks (an instance
+ * of this version takes its own only after the migration); those from before the live lock
+ * (schema 1) are not seen.
+ */
+async function refuseBesideOlderInstances(db: Pick<Pool, 'query'>, from: number): Promise<void> {
+  const pending = Array.from({ length: MIGRATIONS.length - from }, (_, i) => from + i + 1);
+  if (from === 0 || pending.every((version) => SHARED_WITH_THE_VERSION_BEFORE.has(version))) return;
+  const { rows } = await db.query<{ live: number }>(
+    `SELECT count(DISTINCT objid)::integer AS live FROM pg_locks
+     WHERE locktype = 'advisory' AND classid = $1 AND objsubid = 2 AND granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    [LIVE_NAMESPACE],
+  );
+  const live = rows[0]?.live ?? 0;
+  if (live > 0) {
+    throw new Error(
+      `job store schema version ${from} is older than this program's (${MIGRATIONS.length}), and ${live} instance${live === 1 ? '' : 's'} of the version before still work${live === 1 ? 's' : ''} it: stop every instance, then start this version, which upgrades it`,
+    );
+  }
 }
 
 /** Refuses a database this program reads without upgrading (the jobs commands): one with no job store, or one at another version. */

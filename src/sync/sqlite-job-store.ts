@@ -202,15 +202,26 @@ export class SqliteJobStore implements JobStore {
     return this.db.pragma('user_version', { simple: true }) as number;
   }
 
+  /**
+   * Under the work lock: a serve of the version before, still working the file, would go on
+   * reading it as the schema it knows (a column moved out from under it fails its every step),
+   * and a new serve started beside it would have upgraded the file before finding it worked.
+   */
   private migrate(upgrade: boolean): void {
     const from = this.schemaVersion;
     const refusal = schemaRefusal(from, MIGRATIONS.length, upgrade);
     if (refusal) throw new Error(refusal);
-    for (let version = from; version < MIGRATIONS.length; version++) {
-      this.db.transaction(() => {
-        this.db.exec(MIGRATIONS[version] as string);
-        this.db.pragma(`user_version = ${version + 1}`);
-      })();
+    if (from === MIGRATIONS.length) return;
+    const lock = this.takeWorkLock(`stop it before this version upgrades the store from schema version ${from}`);
+    try {
+      for (let version = from; version < MIGRATIONS.length; version++) {
+        this.db.transaction(() => {
+          this.db.exec(MIGRATIONS[version] as string);
+          this.db.pragma(`user_version = ${version + 1}`);
+        })();
+      }
+    } finally {
+      lock.close();
     }
   }
 
@@ -246,16 +257,21 @@ export class SqliteJobStore implements JobStore {
    */
   async beginWork(): Promise<number> {
     if (this.workLock) return 0;
+    this.workLock = this.takeWorkLock('one process works a SQLite store; several instances share PostgreSQL');
+    return this.batched(LEASE, async () => this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL').run().changes);
+  }
+
+  /** The work lock (see beginWork), or an error saying another process holds it and `remedy`. */
+  private takeWorkLock(remedy: string): Database {
     const lock = new Database(`${this.file}-worker`, { timeout: 1000 });
     try {
       lock.exec('BEGIN EXCLUSIVE');
     } catch (err) {
       lock.close();
       if ((err as { code?: unknown }).code !== 'SQLITE_BUSY') throw err;
-      throw new Error(`job store ${this.file}: another process is working it (one process works a SQLite store; several instances share PostgreSQL)`);
+      throw new Error(`job store ${this.file}: another process is working it (${remedy})`);
     }
-    this.workLock = lock;
-    return this.batched(LEASE, async () => this.db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL').run().changes);
+    return lock;
   }
 
   release(key: string, owner: string): Promise<void> {

@@ -145,6 +145,26 @@ describe('the dental-elig executable', () => {
     }
   });
 
+  it("names this version's mappings/ to compare a copy made for an earlier one with, where it lacks a field or a file", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-bin-mappings-'));
+    try {
+      const mappings = path.join(dir, 'mappings');
+      cpSync(path.join(projectRoot, 'mappings'), mappings, { recursive: true });
+      const serve = () => runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0');
+      const compare = ` (a copy of mappings/ lacking what this version's own has? compare it with ${path.join(projectRoot, 'mappings')})\n`;
+      // The HL7 profile as it was before processing ids were checked.
+      const { processingIds: _added, ...profile } = JSON.parse(readFileSync(path.join(mappings, 'hl7', 'default.json'), 'utf8')) as Record<string, unknown>;
+      writeFileSync(path.join(mappings, 'hl7', 'default.json'), JSON.stringify(profile));
+      expect(await serve()).toEqual({ code: 2, stdout: '', stderr: `dental-elig: mappings/hl7/default.json: processingIds: Invalid input: expected array, received undefined${compare}` });
+      cpSync(path.join(projectRoot, 'mappings', 'hl7', 'default.json'), path.join(mappings, 'hl7', 'default.json'));
+      rmSync(path.join(mappings, 'fhir', 'appointment-status.json'));
+      const missing = await serve();
+      expect([missing.code, missing.stderr.startsWith('dental-elig: mappings/fhir/appointment-status.json: cannot be read as JSON (ENOENT'), missing.stderr.endsWith(compare)]).toEqual([2, true, true]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('reports an unusable message in one line with a non-zero exit, no stack trace', async () => {
     const result = await run('convert', 'hl7', 'fixtures/hl7/reject-missing-birth-date.hl7');
     expect(result.code).toBe(1);

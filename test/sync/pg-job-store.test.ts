@@ -42,6 +42,18 @@ async function stillWaiting(promise: Promise<unknown>, ms = 200): Promise<boolea
   return (await Promise.race([promise.then(() => 'settled'), new Promise((r) => setTimeout(() => r(pending), ms))])) === pending;
 }
 
+/** The database as schema `version` left it: each later migration undone, the newest first. */
+async function downTo(db: Client, version: number): Promise<void> {
+  const undo: Record<number, string> = {
+    2: 'ALTER TABLE checks DROP COLUMN lease_lock',
+    3: `ALTER TABLE messages ALTER COLUMN dedupe_key TYPE text USING convert_from(dedupe_key, 'UTF8')`,
+    4: 'ALTER TABLE checks DROP COLUMN leased_at',
+    5: 'DROP INDEX checks_submitted',
+  };
+  for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
+  await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);
+}
+
 describe('PgJobStore with two instances on one database', () => {
   let url: string;
   let a: PgJobStore;
@@ -315,9 +327,7 @@ describe('PgJobStore with two instances on one database', () => {
     const db = new Client({ connectionString: url });
     await db.connect();
     try {
-      await db.query('ALTER TABLE checks DROP COLUMN lease_lock, DROP COLUMN leased_at');
-      await db.query(`ALTER TABLE messages ALTER COLUMN dedupe_key TYPE text USING convert_from(dedupe_key, 'UTF8')`);
-      await db.query('DELETE FROM schema_migrations WHERE version > 1');
+      await downTo(db, 1);
     } finally {
       await db.end();
     }
@@ -330,6 +340,33 @@ describe('PgJobStore with two instances on one database', () => {
       expect([again.duplicate, again.message.id, again.message.dedupeKey]).toEqual([true, kept.id, message.dedupeKey]);
     } finally {
       await upgraded.close();
+    }
+  });
+
+  it('upgrades no database an instance of the version before works, unless that instance can go on beside the upgrade', async () => {
+    const db = new Client({ connectionString: url });
+    await db.connect();
+    try {
+      // Schema 2 as it was, worked by an instance of that version: schema 3 turns the dedupe keys it reads into bytea.
+      await downTo(db, 2);
+      const older = await LiveLock.take(url);
+      await expect(PgJobStore.open(url)).rejects.toThrow(
+        `job store schema version 2 is older than this program's (${PG_SCHEMA_VERSION}), and 1 instance of the version before still works it: stop every instance, then start this version, which upgrades it`,
+      );
+      expect(await b.schemaVersion()).toBe(2);
+      await older.close();
+      const upgraded = await PgJobStore.open(url);
+      expect(await upgraded.schemaVersion()).toBe(PG_SCHEMA_VERSION);
+      await upgraded.close();
+
+      // Schema 4 differs from 5 by an index alone: an instance of it goes on beside the upgrade.
+      await downTo(db, 4);
+      const beside = await LiveLock.take(url);
+      const rolling = await PgJobStore.open(url);
+      expect(await rolling.schemaVersion()).toBe(5);
+      await Promise.all([rolling.close(), beside.close()]);
+    } finally {
+      await db.end();
     }
   });
 

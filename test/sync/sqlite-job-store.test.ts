@@ -358,6 +358,27 @@ describe('SqliteJobStore', () => {
     await next.close();
   });
 
+  it('upgrades no file another process works: a serve of the version before goes on with the schema it knows', async () => {
+    const working = SqliteJobStore.open(dir);
+    await working.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+    await working.beginWork();
+    // The file as version 6 left it, worked by that version's serve.
+    const db = new Database(path.join(dir, 'dental-elig.sqlite'));
+    db.exec('DROP INDEX checks_submitted');
+    db.pragma('user_version = 6');
+    db.close();
+
+    expect(() => SqliteJobStore.open(dir)).toThrow(/dental-elig\.sqlite: another process is working it \(stop it before this version upgrades the store from schema version 6\)$/);
+    expect(working.schemaVersion).toBe(6);
+    expect((await working.listChecks()).map((c) => c.key)).toEqual(['elig_1']);
+    await working.close();
+
+    const upgraded = SqliteJobStore.open(dir);
+    expect(upgraded.schemaVersion).toBe(7);
+    expect(await upgraded.beginWork()).toBe(0);
+    await upgraded.close();
+  });
+
   it('refuses a file from a newer version of the program', async () => {
     await SqliteJobStore.open(dir).close();
     const db = new Database(path.join(dir, 'dental-elig.sqlite'));
