@@ -95,6 +95,9 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX checks_due ON checks (due_at, lease_until, state) WHERE due_at IS NOT NULL;`,
   // A webhook no check has the correlation id of finds the send under way by its externalId (sentUnder), not by reading every check.
   `CREATE INDEX IF NOT EXISTS checks_submitted ON checks (json_extract(row, '$.externalId')) WHERE state = 'submitted';`,
+  // Nothing to change in the tables: patient records may now hold a plan's period (coverages[].period) and a merge's
+  // tombstone (mergedInto), which no earlier version reads, so a version of their own keeps those versions off this store.
+  `SELECT 1;`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
