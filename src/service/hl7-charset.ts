@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { z } from 'zod';
 import { readDelimiters } from '../adapters/hl7/delimiters';
 import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
+import { charsetNamed, ENCODINGS, hl7CharsetSchema, type Hl7Charset } from '../adapters/hl7/charsets';
 
 /**
  * The character set of a frame. A frame is bytes; its text depends on MSH-18 (table 0211), which
@@ -10,24 +11,6 @@ import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
  * the set MSH-18 names. Without MSH-18 the sender's configured set applies, then the default.
  * ACKs go back in the set the message came in, so echoed fields reach the sender as they left it.
  */
-
-/**
- * The table 0211 values this listener reads, and how Node reads and writes each. 'latin1' stands
- * for a set of one byte a character, read as Windows-1252 (see windows1252).
- */
-const ENCODINGS = {
-  // HL7's default when MSH-18 is empty. Senders that say ASCII often send Latin-1 bytes anyway,
-  // and reading every byte as Latin-1 keeps them instead of turning them into replacement marks.
-  ASCII: 'latin1',
-  '8859/1': 'latin1',
-  'UNICODE UTF-8': 'utf8',
-  // The v2.3 name for ISO 10646; over MLLP only its UTF-8 form is possible (UTF-16 bytes would
-  // hold VT and FS), and that is what senders that write UNICODE send.
-  UNICODE: 'utf8',
-} as const satisfies Record<string, BufferEncoding>;
-
-export const hl7CharsetSchema = z.enum(Object.keys(ENCODINGS) as [keyof typeof ENCODINGS, ...Array<keyof typeof ENCODINGS>]);
-export type Hl7Charset = z.infer<typeof hl7CharsetSchema>;
 
 export const charsetOptionsSchema = z.object({
   /** For messages whose MSH-18 is empty and whose sender has no entry below. */
@@ -45,28 +28,6 @@ export type DecodedText =
   | { ok: true; text: string; encoding: BufferEncoding }
   /** Not decodable: the text is the bytes read one to a character, so nothing is lost or altered. */
   | { ok: false; text: string; encoding: BufferEncoding; problem: Hl7Problem };
-
-/**
- * The names senders write in MSH-18 for these sets other than table 0211's, as their platform
- * names them (Java, .NET, IANA): an engine whose MSH-18 says UTF-8 has no setting to say otherwise,
- * and was refused every message, where a set's name is a set's name. Compared in upper case
- * without spaces, hyphens and underscores.
- */
-const ALIASES: Readonly<Record<string, Hl7Charset>> = {
-  UTF8: 'UNICODE UTF-8',
-  ISO88591: '8859/1',
-  LATIN1: '8859/1',
-  WINDOWS1252: '8859/1',
-  CP1252: '8859/1',
-  USASCII: 'ASCII',
-};
-
-/** MSH-18 as the set it names; '' when empty, undefined when it names none this listener reads. */
-function charsetNamed(value: string): Hl7Charset | '' | undefined {
-  const named = value.toUpperCase();
-  if (named === '') return '';
-  return hl7CharsetSchema.safeParse(named).success ? (named as Hl7Charset) : ALIASES[named.replace(/[\s_-]/g, '')];
-}
 
 export function decodeFrame(bytes: Buffer, charsets: Charsets): DecodedText {
   const header = readCharsetHeader(bytes);

@@ -35,7 +35,7 @@ export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionL
 
 export type { DeadLetter } from './mllp-answers';
 export type { MllpLog, MllpStats } from './mllp-stats';
-export type { Hl7Charset } from './hl7-charset';
+export type { Hl7Charset } from '../adapters/hl7/charsets';
 
 const MiB = 1024 * 1024;
 

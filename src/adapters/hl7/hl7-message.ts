@@ -1,5 +1,6 @@
 import { Message } from 'node-hl7-client';
 import { withoutControlCharacters } from '../../domain';
+import { charsetNamed, ENCODINGS } from './charsets';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { Hl7InputError, rejection, type Hl7Problem } from './hl7-errors';
 import { segmentLines } from './split-messages';
@@ -256,10 +257,10 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   }
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
-  // MSH-18, the field after MSH-17 (MSH-1 is the separator itself).
-  // UNICODE UTF-8, or UTF-8 as platforms name it (the MLLP listener reads both so).
-  const charset = first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.toUpperCase().replace(/[\s_-]/g, '');
-  const utf8Hex = charset === 'UNICODEUTF8' || charset === 'UTF8';
+  // MSH-18, the field after MSH-17 (MSH-1 is the separator itself): hex escapes are UTF-8 bytes in a
+  // message the MLLP listener reads as UTF-8 (UNICODE UTF-8, UNICODE, UTF-8 as platforms name it).
+  const charset = charsetNamed(first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.trim() ?? '');
+  const utf8Hex = charset !== undefined && charset !== '' && ENCODINGS[charset] === 'utf8';
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;
     const name = line.slice(0, 3);

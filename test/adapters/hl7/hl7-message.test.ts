@@ -48,6 +48,8 @@ describe('parseHl7Message', () => {
     const utf8 = `${MSH}||||||UNICODE UTF-8`;
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER^J\\XC3\\RG'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     expect(parseHl7Message([`${MSH}||||||UTF-8`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
+    // UNICODE, v2.3's name, which the MLLP listener reads as UTF-8 too.
+    expect(parseHl7Message([`${MSH}||||||UNICODE`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     // A lone byte that is no UTF-8 is left to the byte-wise reading.
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||DOE^J\\XC3\\RG'].join('\r')).first('PID')?.value(5, 2)).toBe('J\u00c3RG');
     const latin1 = `${MSH}||||||8859/1`;
