@@ -64,6 +64,7 @@ const SERVE_ENV: readonly EnvVar[] = [
   ['DENTAL_ELIG_WEBHOOK_SECRET', 'the Standard Webhooks secret, whsec_…'],
   ['DENTAL_ELIG_WEBHOOK_PREVIOUS_SECRET', 'while the secret is rotated, the one it replaces (deliveries signed with either are taken)'],
   ['DENTAL_ELIG_WEBHOOK_TOKEN', 'the webhooks\' bearer token, with "webhookScheme": "bearer"'],
+  ['DENTAL_ELIG_NOTIFICATION_TOKEN', "the bearer token FHIR notifications must carry (the Subscription's channel.header)"],
   ['DENTAL_ELIG_PORTAL_CREDENTIALS_FILE', 'portal credentials sent inline: { "portalId": { "username", "password" } }'],
   ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],
   ['DENTAL_ELIG_STORE', 'the job store, e.g. postgres://user:password@host/db (or --store, without the password)'],

@@ -232,7 +232,7 @@ describe('secrets and bad input', () => {
     expect(await help('setup', 'portals', 'list')).not.toContain('DENTAL_ELIG_PORTAL_PASSWORD');
     // serve reads every variable README's sync service section names, and its --help says so.
     const serve = await help('serve');
-    for (const name of ['BASE_URL', 'API_KEY', 'ALLOW_INSECURE_HTTP', 'CUSTOMER_ID', 'FHIR_URL', 'FHIR_TOKEN', 'FHIR_CLIENT_ID', 'FHIR_PRIVATE_KEY_FILE', 'WEBHOOK_SECRET', 'WEBHOOK_TOKEN', 'PORTAL_CREDENTIALS_FILE', 'DATA_DIR', 'STORE', 'LOG_LEVEL', 'CONFIG']) {
+    for (const name of ['BASE_URL', 'API_KEY', 'ALLOW_INSECURE_HTTP', 'CUSTOMER_ID', 'FHIR_URL', 'FHIR_TOKEN', 'FHIR_CLIENT_ID', 'FHIR_PRIVATE_KEY_FILE', 'WEBHOOK_SECRET', 'WEBHOOK_TOKEN', 'NOTIFICATION_TOKEN', 'PORTAL_CREDENTIALS_FILE', 'DATA_DIR', 'STORE', 'LOG_LEVEL', 'CONFIG']) {
       expect(serve).toMatch(new RegExp(`^ {2}DENTAL_ELIG_${name} +\\S`, 'm'));
     }
     expect(serve).toContain('DENTAL_ELIG_API_KEY_FILE');
