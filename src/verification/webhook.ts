@@ -209,11 +209,16 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   throw new Rejection(401, 'Unauthorized', `webhook-signature: ${reason.toLowerCase()}`);
 }
 
-/** Whether an Authorization header is `Bearer <token>`, compared in constant time. */
+/**
+ * Whether an Authorization header is `Bearer <token>`, the token compared in constant time. The
+ * scheme is a word of any case (RFC 9110 11.1): a Subscription's channel.header typed
+ * `authorization: bearer …` is the token all the same.
+ */
 export function carriesBearer(authorization: string | undefined, token: string): boolean {
-  const given = Buffer.from(authorization ?? '');
-  const expected = Buffer.from(`Bearer ${token}`);
-  return given.length === expected.length && timingSafeEqual(given, expected);
+  const [, scheme = '', credentials = ''] = /^(\S+) (.*)$/s.exec(authorization ?? '') ?? [];
+  const given = Buffer.from(credentials);
+  const expected = Buffer.from(token);
+  return scheme.toLowerCase() === 'bearer' && given.length === expected.length && timingSafeEqual(given, expected);
 }
 
 function parseVerification(rawBody: string): Verification {
