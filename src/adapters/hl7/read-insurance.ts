@@ -1,6 +1,6 @@
-import type { KnownCoverage, Relationship, Subscriber } from '../../domain';
+import type { CoverageOrder, KnownCoverage, Relationship, Subscriber } from '../../domain';
 import { sameText } from '../clinic-routing';
-import { ORDERS, planKey } from './build-checks';
+import { dayInPlan, ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
@@ -43,16 +43,30 @@ export function readInsurance(
     read.map((one, i) => ({ ...one, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 })).sort((a, b) => a.rank - b.rank),
     warnings,
   );
-  if (ranked.length > ORDERS.length) {
-    const distinct = new Set(ranked.map(({ group }) => group));
-    const extra = groups.filter((group) => distinct.has(group))[ORDERS.length]?.[0];
-    problems.push(problemAt({ segment: 'IN1', sequence: extra?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances'));
-  }
+  const extra = fourthAtOnce(ranked);
+  if (extra) problems.push(problemAt({ segment: 'IN1', sequence: extra.group[0]?.sequence ?? ORDERS.length + 1 }, 100, 'more than three insurances in force at once'));
+  // Past the third, a plan is one whose dates keep it from the others' days (next year's, sent in December): the visit's day orders those again.
   const kept = ranked.flatMap(({ group, coverage }, i) => {
-    const order = ORDERS[i];
-    return coverage && order ? [{ sequence: group[0]?.sequence ?? 1, coverage: { ...coverage, coverage: { ...coverage.coverage, order } } }] : [];
+    const order = ORDERS[Math.min(i, ORDERS.length - 1)] as CoverageOrder;
+    return coverage ? [{ sequence: group[0]?.sequence ?? 1, coverage: { ...coverage, coverage: { ...coverage.coverage, order } } }] : [];
   });
   return { present: all.length > 0, coverages: kept.map((k) => k.coverage), sequences: kept.map((k) => k.sequence) };
+}
+
+/**
+ * The plan, in rank order, that is a fourth in force on one day (a plan with no dates is in force
+ * on every day), or undefined. Four plans of which two ended before the others began (this year's
+ * and next year's, both listed in December) are no more than two at once.
+ */
+function fourthAtOnce<T extends { coverage: KnownCoverage | undefined }>(ranked: readonly T[]): T | undefined {
+  // The most plans at once are in force on the day one of them begins ('' for one with no start: before any day).
+  for (const { coverage } of ranked) {
+    if (!coverage) continue;
+    const day = coverage.period?.start ?? '';
+    const atOnce = ranked.filter((other) => other.coverage === undefined || dayInPlan(other.coverage, day) === 'within');
+    if (atOnce.length > ORDERS.length) return atOnce[ORDERS.length];
+  }
+  return undefined;
 }
 
 /**

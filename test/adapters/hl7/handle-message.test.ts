@@ -114,7 +114,7 @@ describe('SIU^S12 with insurance: where each field goes', () => {
   it('rejects a fourth insurance rather than drop it', async () => {
     const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
     const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
-    expect(result.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', sequence: 4, reason: 'more than three insurances' })] });
+    expect(result.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', sequence: 4, reason: 'more than three insurances in force at once' })] });
   });
 
   it('leaves the resolution out when no catalog is at hand, and writes unknown gender codes as unknown', async () => {
