@@ -14,7 +14,7 @@ import {
 import type { EligibilityCheck, PatientKey, PayerResolver } from '../domain';
 import { charsetOptionsSchema, decodeFrame } from '../service/hl7-charset';
 import { asRequest, shapeOf } from './as-request';
-import { CliError, inputName, instant, loadCatalog, readInputBytes, writeJson, type CliIo } from './io';
+import { CliError, inputName, instant, loadCatalog, readInputBytes, say, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
   as: string;
@@ -40,7 +40,7 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
       const shape = shapeOf(opts.as);
       const receivedAt = opts.receivedAt ?? new Date().toISOString();
       const resolver = opts.catalog ? await loadCatalog(io, opts.catalog) : undefined;
-      const checks = await convertHl7(hl7Text(await readInputBytes(io, file), file), { receivedAt, resolver }, file);
+      const checks = await convertHl7(hl7Text(await readInputBytes(io, file), file), { receivedAt, resolver, warn: (text) => say(io, `warning: ${text}`) }, file);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
     });
 }
@@ -62,7 +62,7 @@ function hl7Text(bytes: Buffer, file: string): string {
  * reschedule replaces that appointment's checks, a cancellation (with or without its patient)
  * drops them, and a check two appointments of the same day share stays while either holds it.
  */
-async function convertHl7(text: string, options: { receivedAt: string; resolver: PayerResolver | undefined }, file: string): Promise<EligibilityCheck[]> {
+async function convertHl7(text: string, options: { receivedAt: string; resolver: PayerResolver | undefined; warn: (text: string) => void }, file: string): Promise<EligibilityCheck[]> {
   const messages = splitMessages(text);
   if (messages.length === 0) throw new CliError(`${inputName(file)}: no HL7 message found`);
   const handlerOptions = {
@@ -74,8 +74,11 @@ async function convertHl7(text: string, options: { receivedAt: string; resolver:
   };
   const byAppointment = new Map<string, { patientKey: PatientKey; basis: AppointmentBasis; checks: EligibilityCheck[] }>();
   for (const [index, message] of messages.entries()) {
-    const { header, outcome } = await handleHl7Message(message, handlerOptions);
-    if (outcome.kind === 'reject') throw new CliError(`${header?.controlId || `#${index + 1}`}: ${describeProblems(outcome.problems)}`);
+    const { header, outcome, warnings } = await handleHl7Message(message, handlerOptions);
+    const named = header?.controlId || `#${index + 1}`;
+    if (outcome.kind === 'reject') throw new CliError(`${named}: ${describeProblems(outcome.problems)}`);
+    // What serve's ACK would say in its W ERRs (a plan not in force, one listed twice): a check left out is said so, not a bare [].
+    for (const warning of warnings ?? []) options.warn(`${named}: ${describeProblem(warning)}`);
     // Appointment ids are the sender's: keyed with its facility; checks of an appointment without an id stand alone.
     const facility = header?.sendingFacility.split(header.delimiters.component)[0]?.trim().toUpperCase() ?? '';
     const appointment = (id: string | undefined) => (id === undefined ? `#${index}` : JSON.stringify([facility, id]));

@@ -33,6 +33,18 @@ describe('dental-elig convert hl7', () => {
     expect(JSON.parse(run.stdout)).toEqual(await expectedChecks('generic-v24-batch'));
   });
 
+  it('says on stderr, as serve\'s ACK does in its W ERRs, what it left out: plans not in force on the visit', async () => {
+    const run = await convert('generic-four-plans-at-new-year');
+    expect(JSON.parse(run.stdout)).toEqual(await expectedChecks('generic-four-plans-at-new-year'));
+    expect(run.stderr.split('\n').filter(Boolean)).toEqual([
+      'dental-elig: warning: PH-8101: IN1[3]-12: plan begins after the date of service: not verified',
+      'dental-elig: warning: PH-8101: IN1[4]-12: plan begins after the date of service: not verified',
+      'dental-elig: warning: PH-8102: IN1-13: plan ended before the date of service: not verified',
+      'dental-elig: warning: PH-8102: IN1[2]-13: plan ended before the date of service: not verified',
+    ]);
+    expect(run.code).toBe(0);
+  });
+
   it('leaves out checks a later message in the file replaced or cancelled', async () => {
     const rescheduled = JSON.parse((await convert('molarpms-siu-s13-reschedule')).stdout) as EligibilityCheck[];
     expect(rescheduled.map((c) => [c.source.kind === 'hl7' && c.source.messageControlId, c.dateOfService])).toEqual([['MP-0011', '2024-06-21']]);
