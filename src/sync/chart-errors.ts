@@ -50,8 +50,9 @@ export function outcomeIssues(body: unknown): ChartIssue[] {
 
 /**
  * Any failure of one step of a write, as a ChartWriteError: our own refusal (FhirInputError,
- * built before anything is sent), an HTTP answer from fhir-kit-client, or a network failure.
- * fhir-kit-client's own message names the URL, which for a search holds identifiers: never kept.
+ * built before anything is sent), an HTTP answer (the chart client's, or fhir-kit-client's for the
+ * reader), or a network failure. fhir-kit-client's own message names the URL, which for a search
+ * holds identifiers: never kept.
  */
 export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (err instanceof ChartWriteError) return err;

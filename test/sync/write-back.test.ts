@@ -680,6 +680,22 @@ describe('failures', () => {
     }
   });
 
+  it('takes a redirect for the answer it is, sending nothing on to where it points', async () => {
+    const before = await counts();
+    const moved = await startScriptedServer((_req, res) => {
+      res.writeHead(308, { location: `${server.url}/` });
+      res.end();
+    });
+    try {
+      const err = (await (await fhirWriter(moved.url)).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.name, err.retryable, err.status, err.message]).toEqual(['ChartWriteError', false, 308, 'write eligibility: the FHIR server answered 308 to the search for what the chart holds']);
+      expect(moved.requests.map((r) => r.url)).toEqual(['/']);
+      expect(await counts()).toEqual(before);
+    } finally {
+      await moved.close();
+    }
+  });
+
   it('gives up on a server that does not answer, as retryable', async () => {
     const silent = await startScriptedServer(() => undefined);
     try {
