@@ -50,8 +50,9 @@ export function outcomeIssues(body: unknown): ChartIssue[] {
 
 /**
  * Any failure of one step of a write, as a ChartWriteError: our own refusal (FhirInputError,
- * built before anything is sent), an HTTP answer from fhir-kit-client, or a network failure.
- * fhir-kit-client's own message names the URL, which for a search holds identifiers: never kept.
+ * built before anything is sent), an HTTP answer (the chart client's, or fhir-kit-client's for the
+ * reader), or a network failure. fhir-kit-client's own message names the URL, which for a search
+ * holds identifiers: never kept.
  */
 export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (err instanceof ChartWriteError) return err;
@@ -62,7 +63,7 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (response && typeof response.status === 'number') {
     const issues = outcomeIssues(response.data);
     const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
-    // Redirects are not followed (CHART_REQUESTS): the chart's URL is where it answers.
+    // Redirects are not followed (by the writer's requests, nor the reader's: CHART_REQUESTS): the chart's URL is where it answers.
     const redirect = response.status >= 300 && response.status < 400 ? ', a redirect, not followed: set the FHIR URL to where the chart answers' : '';
     return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}`, {
       retryable: retryableStatus(response.status),

@@ -1,7 +1,6 @@
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
-import { CHART_REQUESTS } from './chart-client';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -18,6 +17,14 @@ export interface FhirKitReaderOptions {
   /** Plain http:// to another machine sends the access token and patient data unencrypted: only when asked for, as for the writer. */
   allowInsecureHttp?: boolean;
 }
+
+/**
+ * fetch's own for every read: a redirect is answered as the error it is, not followed. fetch keeps
+ * a 307's body, and drops the Authorization header alone where the redirect leaves the chart's
+ * origin: a chart's redirect (to plain http, or to another host) would take a search's identifiers
+ * there. (The writer's exchanges, through undici's request, follow none either.)
+ */
+const CHART_REQUESTS = { redirect: 'manual' } as const;
 
 /** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
 export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {

@@ -80,7 +80,7 @@ const CONFLICT_STATUSES: ReadonlySet<number | undefined> = new Set([409, 412]);
  * Writes a verification's CoverageEligibilityRequest and Response into the chart, one pair per
  * check and verification (the check's key and the correlation id: a fresh result reused for
  * another appointment is written as that appointment's own pair, never over the first's), through
- * fhir-kit-client:
+ * the chart client (chartClient):
  *  - what the chart already holds is searched first (one batch): the pair by those identifiers and,
  *    for an HL7-sourced check, the insurer Organization, Patient and Coverage by identifier;
  *  - a later result for the same verification updates the pair in place (PUT with If-Match on
