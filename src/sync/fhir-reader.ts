@@ -78,9 +78,9 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       let page: unknown = await authorized((requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
-        if (!nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType })) break;
-        const bundle = { ...page, link: page.link ?? [] };
-        page = await authorized(async (requestOptions) => client.nextPage({ bundle, options: requestOptions }));
+        const next = nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType });
+        if (!next) break;
+        page = await authorized(async (requestOptions) => client.request(next, { options: requestOptions }));
       }
       return found;
     },

@@ -142,6 +142,25 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('follows a next link where its origin was checked: "http:host/x" is a path of the chart, and a root-relative link is read from the chart\'s root', async () => {
+    const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Bundle', type: 'searchset' })));
+    // Read on its own, 'http:localhost:<port>/x' is http://localhost:<port>/x; against the chart's URL, a path of it.
+    const links = [`http:${new URL(elsewhere.url).host.replace('127.0.0.1', 'localhost')}/fhir/Coverage?page=2`, '/fhir/Coverage?page=3'];
+    const chart = await startScriptedServer((_req, res, index) => {
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: `c${index + 1}` } }], link: links[index] ? [{ relation: 'next', url: links[index] }] : [] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      expect(await reader.search('Coverage', {})).toEqual(['c1', 'c2', 'c3'].map((id) => ({ resourceType: 'Coverage', id })));
+      expect(elsewhere.requests).toEqual([]);
+      expect(chart.requests.map((r) => r.url)).toEqual(['/fhir/Coverage', `/fhir/${links[0]?.slice('http:'.length)}`, '/fhir/Coverage?page=3']);
+    } finally {
+      await chart.close();
+      await elsewhere.close();
+    }
+  });
+
   it('reads by an R4 id alone: one a caller passes that a URL would take as a path or a query reads nothing', async () => {
     const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
     try {
