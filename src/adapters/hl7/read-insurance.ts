@@ -37,8 +37,10 @@ export function readInsurance(
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
   const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems, warnings) }));
   const declared = read.map(({ group }) => declaredOrder(group, profile));
-  // Declared priorities are used only when they are complete and distinct; otherwise IN1 order.
-  const useDeclared = declared.every((o) => o !== undefined) && new Set(declared).size === declared.length;
+  // Declared priorities are used only when they are complete and distinct among plans in force together
+  // (this year's 1 and 2 beside next year's 1 and 2 are); otherwise IN1 order.
+  const clash = (i: number, j: number) => i < j && declared[i] === declared[j] && togetherInForce(read[i]?.coverage, read[j]?.coverage);
+  const useDeclared = declared.every((o) => o !== undefined) && !read.some((_, i) => read.some((_, j) => clash(i, j)));
   const ranked = once(
     read.map((one, i) => ({ ...one, rank: (useDeclared ? declared[i] : undefined) ?? i + 1 })).sort((a, b) => a.rank - b.rank),
     warnings,
@@ -51,6 +53,12 @@ export function readInsurance(
     return coverage ? [{ sequence: group[0]?.sequence ?? 1, coverage: { ...coverage, coverage: { ...coverage.coverage, order } } }] : [];
   });
   return { present: all.length > 0, coverages: kept.map((k) => k.coverage), sequences: kept.map((k) => k.sequence) };
+}
+
+/** Whether two plans hold on some day together (a plan not read, or with no dates, holds on every day). */
+function togetherInForce(one: KnownCoverage | undefined, other: KnownCoverage | undefined): boolean {
+  if (!one || !other) return true;
+  return dayInPlan(other, one.period?.start ?? '') === 'within' || dayInPlan(one, other.period?.start ?? '') === 'within';
 }
 
 /**

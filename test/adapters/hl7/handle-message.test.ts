@@ -111,6 +111,22 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(clash.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '62308'], ['secondary', '65978']]);
   });
 
+  it('orders by IN1-22 this year\'s plans and next year\'s sent together, each year\'s 1 and 2 being distinct on any day', async () => {
+    // Listed secondary first; next year's plans (begun 2025) priorities 1 and 2 again.
+    const in1 = (set: number, payer: string, priority: string, dates: [string, string]) =>
+      segment('IN1', { 1: `${set}`, 3: payer, 4: `P${set}`, 12: dates[0], 13: dates[1], 17: 'SEL', 22: priority, 36: `M-${set}` });
+    const thisYear: [string, string] = ['20240101', '20241231'];
+    const nextYear: [string, string] = ['20250101', ''];
+    const plans = [in1(1, '62308', '2', thisYear), in1(2, '65978', '1', thisYear), in1(3, '60054', '2', nextYear), in1(4, 'CDCA1', '1', nextYear)];
+    const june = checksOf(await run([msh('SIU^S12'), SCH, PID, ...plans]));
+    expect(june.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '65978'], ['secondary', '62308']]);
+    const january = checksOf(await run([msh('SIU^S12'), 'SCH|APT-1^SC|||||^New|||||^^^20250110093000', PID, ...plans]));
+    expect(january.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', 'CDCA1'], ['secondary', '60054']]);
+    // Two plans of one priority that hold together are no order: IN1's is taken.
+    const overlapping = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', '2', thisYear), in1(2, '65978', '1', thisYear), in1(3, '60054', '2', ['20240601', ''])]));
+    expect(overlapping.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '62308'], ['secondary', '65978'], ['tertiary', '60054']]);
+  });
+
   it('rejects a fourth insurance rather than drop it', async () => {
     const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
     const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
