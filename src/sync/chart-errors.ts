@@ -65,7 +65,9 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
     const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
     // Redirects are not followed (by the writer's requests, nor the reader's: CHART_REQUESTS): the chart's URL is where it answers.
     const redirect = response.status >= 300 && response.status < 400 ? ', a redirect, not followed: set the FHIR URL to where the chart answers' : '';
-    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}`, {
+    // A success is a failure only for what it carried: not JSON (a proxy's sign-in page, say).
+    const unread = response.status >= 200 && response.status < 300 ? ', not in FHIR JSON' : '';
+    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}${unread}`, {
       retryable: retryableStatus(response.status),
       status: response.status,
       issues,

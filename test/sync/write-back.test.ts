@@ -740,6 +740,17 @@ describe('failures', () => {
     }
   });
 
+  it('says a success that is not FHIR JSON is one (a proxy\'s sign-in page answered 200), not a bare 200', async () => {
+    const proxy = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body>Sign in</body></html>'));
+    try {
+      const err = (await (await fhirWriter(proxy.url)).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.name, err.retryable, err.status]).toEqual(['ChartWriteError', false, 200]);
+      expect(err.message).toBe('write eligibility: the FHIR server answered 200 to the search for what the chart holds, not in FHIR JSON');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('gives up on a server that does not answer, as retryable', async () => {
     const silent = await startScriptedServer(() => undefined);
     try {
