@@ -1,5 +1,5 @@
 import type { Bundle, BundleEntry, Resource } from 'fhir/r4';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import * as z from 'zod';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
@@ -66,7 +66,10 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
   /** The answer's status and JSON (its text when it is not JSON, which no answer may be). */
   async function answer(send: { post: Bundle } | { get: string }, headers: Record<string, string>): Promise<{ status: number; data: unknown }> {
     const signal = AbortSignal.timeout(timeoutMs);
-    const res = 'post' in send ? await request(url, { method: 'POST', headers, body: JSON.stringify(send.post), signal }) : await request(new URL(send.get, url), { method: 'GET', headers, signal });
+    const res =
+      'post' in send
+        ? await request(url, { method: 'POST', headers, body: JSON.stringify(send.post), signal, dispatcher: chartAgent })
+        : await request(new URL(send.get, url), { method: 'GET', headers, signal, dispatcher: chartAgent });
     const text = await res.body.text();
     try {
       return { status: res.statusCode, data: text ? JSON.parse(text) : {} };
@@ -130,6 +133,14 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
 }
 
 const FHIR_JSON = 'application/fhir+json';
+
+/**
+ * The chart's answers are a batch of identifier searches, a page of one patient's Coverages and a
+ * transaction's statuses: a few hundred KB at most. One past the limit is refused as it arrives
+ * rather than read whole (a runaway search of gigabytes, parsed while every ACK waits).
+ */
+export const MAX_CHART_ANSWER_BYTES = 32 * 1024 * 1024;
+const chartAgent = new Agent({ maxResponseSize: MAX_CHART_ANSWER_BYTES });
 
 const typeOf = (search: string | undefined) => search?.split('?')[0] ?? 'resource';
 

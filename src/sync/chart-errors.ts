@@ -78,6 +78,8 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
     return new ChartWriteError(`the FHIR server did not answer the ${step} in time`, { retryable: true });
   }
   const code = networkCode(err);
+  // Sent again, it would be as large again: a chart answering so is for a person to look at.
+  if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') return new ChartWriteError(`the FHIR server's answer to the ${step} is larger than this plugin reads; not read`, { retryable: false });
   // By name, not instanceof: fetch's TypeError may come from another realm (a test VM, a worker).
   if (code !== undefined || ((err as { name?: unknown }).name === 'TypeError' && (err as { message?: unknown }).message === 'fetch failed')) {
     return new ChartWriteError(`the FHIR server could not be reached for the ${step}${code ? ` (${code})` : ''}`, { retryable: true });

@@ -51,8 +51,15 @@ const RETRY_ERROR_CODES = [
 /** Failures before a request could reach the service: nothing was sent, so nothing was done. */
 const NOT_SENT_CODES: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
 
+/**
+ * The most of an answer read: a verification body is 10 to 30 KB, a listing page less than a MB. One
+ * past it is refused as it arrives, not held whole (with its parse, gigabytes and a stalled event loop).
+ */
+export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+
 /** What a transport failure is, in words a person reads; the code stays beside it. */
 export function describeTransportError(code: string | undefined): string {
+  if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') return `answer over ${MAX_ANSWER_BYTES / 1024 / 1024} MB, not read`;
   if (code === 'ECONNREFUSED') return 'connection refused';
   if (code === 'ETIMEDOUT' || code?.endsWith('_TIMEOUT')) return 'timed out';
   if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_SOCKET') return 'connection closed by the other side';
@@ -85,7 +92,7 @@ export class ServiceHttp {
     this.#random = options.random ?? Math.random;
     const { timeoutMs } = this.#config;
     // Each call passes its own `retry` function; `methods: []` is the fallback for one that does not: not retried.
-    this.#dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }).compose(
+    this.#dispatcher = new Agent({ connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, maxResponseSize: MAX_ANSWER_BYTES }).compose(
       interceptors.retry({ throwOnError: false, methods: [] }),
     );
   }

@@ -761,6 +761,29 @@ describe('failures', () => {
     }
   });
 
+  it('refuses an answer larger than it reads as it arrives, declared or streamed, and not as a chart out of reach', async () => {
+    const chunk = 'x'.repeat(1024 * 1024);
+    const huge = await startScriptedServer((req, res) => {
+      // The first request declares its size; the next streams it without one.
+      const declared = huge.requests.length === 1;
+      res.writeHead(200, { 'content-type': 'application/fhir+json', ...(declared && { 'content-length': String(33 * chunk.length) }) });
+      const write = (n: number): void => {
+        if (n === 0 || res.destroyed) return void res.end();
+        if (res.write(chunk)) return write(n - 1);
+        res.once('drain', () => write(n - 1));
+      };
+      write(33);
+    });
+    try {
+      for (let i = 0; i < 2; i++) {
+        const err = (await (await fhirWriter(huge.url)).write(required(check), completed).catch((e: unknown) => e)) as ChartWriteError;
+        expect([err.retryable, err.message]).toEqual([false, "write eligibility: the FHIR server's answer to the search for what the chart holds is larger than this plugin reads; not read"]);
+      }
+    } finally {
+      await huge.close();
+    }
+  });
+
   it('refuses options it cannot use, naming the option', async () => {
     await expect(fhirWriter(server.url, { bearerToken: 't', smart: { clientId: 'c', privateKey: 'k' } })).rejects.toThrow('write eligibility: options.(root): give bearerToken or smart, not both');
     await expect(fhirWriter(server.url, { timeoutMs: -1 })).rejects.toThrow(/^write eligibility: options\.timeoutMs: /);

@@ -157,6 +157,21 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('refuses an answer over 16 MB as it arrives, saying so, rather than hold it whole', async () => {
+    const server = await startScriptedServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`{"correlationId":"ver_big","status":"Completed","result":{"plan":{"name":"${'x'.repeat(17 * 1024 * 1024)}"}}}`);
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731', maxRetries: 0 });
+    try {
+      const err = (await client.getVerification('ver_big').catch((e: unknown) => e)) as ServiceError;
+      expect(err).toBeInstanceOf(ServiceError);
+      expect([err.code, err.problem.title]).toEqual(['UND_ERR_RES_EXCEEDED_MAX_SIZE', 'Answer over 16 MB, not read']);
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('cuts a password out of the JSON a service quotes, where its quotes and backslashes are escaped', async () => {
     const server = await startScriptedServer((req, res) => json(res, 422, { title: 'Unprocessable', detail: `could not process ${req.body}` }));
     const client = new VerificationClient({ baseUrl: server.url, apiKey: 'sk_live_key-7731' });
