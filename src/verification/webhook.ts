@@ -212,10 +212,11 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
 /**
  * Whether an Authorization header is `Bearer <token>`, the token compared in constant time. The
  * scheme is a word of any case (RFC 9110 11.1): a Subscription's channel.header typed
- * `authorization: bearer …` is the token all the same.
+ * `authorization: bearer …` is the token all the same, as is one with more than one space after
+ * the scheme (11.4).
  */
 export function carriesBearer(authorization: string | undefined, token: string): boolean {
-  const [, scheme = '', credentials = ''] = /^(\S+) (.*)$/s.exec(authorization ?? '') ?? [];
+  const [, scheme = '', credentials = ''] = /^(\S+) +(.*)$/s.exec(authorization ?? '') ?? [];
   const given = Buffer.from(credentials);
   const expected = Buffer.from(token);
   return scheme.toLowerCase() === 'bearer' && given.length === expected.length && timingSafeEqual(given, expected);

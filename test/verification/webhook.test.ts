@@ -177,8 +177,9 @@ describe('verification webhook receiver', () => {
   it('accepts a static bearer token instead of a signature when configured so', async () => {
     await withReceiver({ auth: { scheme: 'bearer', token: 'tok-abc' } }, async (url, deliveries) => {
       for (const authorization of ['Bearer tok-wrong', 'Bearer tok-abcd', 'tok-abc', 'Basic tok-abc']) expect((await post(url, body, { authorization })).status).toBe(401);
-      // The scheme in any case, as RFC 9110 has it.
+      // The scheme in any case, and one space or more after it, as RFC 9110 has it.
       expect((await post(url, body, { authorization: 'bearer tok-abc' })).status).toBe(204);
+      expect((await post(url, body, { authorization: 'Bearer   tok-abc' })).status).toBe(204);
       expect((await post(url, body, { authorization: 'Bearer tok-abc' })).status).toBe(204);
       expect(deliveries[0]?.webhookId).toBe('corr-1:Completed');
     });
