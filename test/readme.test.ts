@@ -4,7 +4,10 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Readable } from 'node:stream';
 import type { Command } from 'commander';
+import * as z from 'zod';
 import { buildProgram } from '../src/cli/main';
+import { ConfigFile } from '../src/service/config-file';
+import { SyncSettings } from '../src/service/eligibility-sync';
 import { projectRoot } from '../src/mapping-files';
 
 const readme = readFileSync(path.join(projectRoot, 'README.md'), 'utf8');
@@ -64,6 +67,14 @@ describe('README', () => {
     const ci = readFileSync(path.join(projectRoot, '.ci', 'run'), 'utf8');
     expect(ci).toMatch(/^npm ci\b/m);
     expect(ci).toMatch(/^npm test$/m);
+  });
+
+  it('names every key the config file takes, serve\'s settings among them', () => {
+    // The keys a secret would go in are refused by name, not taken.
+    const taken = Object.entries(ConfigFile.shape).filter(([key, schema]) => key !== '$comment' && !(schema.unwrap() instanceof z.ZodNever));
+    const keys = [...taken.map(([key]) => key), ...Object.keys(SyncSettings.shape)];
+    expect(keys.length).toBeGreaterThan(30);
+    expect(keys.filter((key) => !readme.includes(`\`${key}\``))).toEqual([]);
   });
 
   it('names only commands and options the CLI has', () => {
