@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Readable } from 'node:stream';
@@ -75,6 +75,16 @@ describe('README', () => {
     const keys = [...taken.map(([key]) => key), ...Object.keys(SyncSettings.shape)];
     expect(keys.length).toBeGreaterThan(30);
     expect(keys.filter((key) => !readme.includes(`\`${key}\``))).toEqual([]);
+  });
+
+  it('gives every folder of src/, and every module at its top, a place in Layout', () => {
+    const layout = readme.slice(readme.indexOf('## Layout\n'), readme.indexOf('\n## ', readme.indexOf('## Layout\n') + 1));
+    const src = path.join(projectRoot, 'src');
+    const entries = (dir: string) => readdirSync(path.join(src, dir), { withFileTypes: true });
+    const folders = ['', 'adapters'].flatMap((dir) => entries(dir).filter((e) => e.isDirectory()).map((e) => `\`src/${dir ? `${dir}/` : ''}${e.name}/\``));
+    const modules = entries('').filter((e) => e.isFile()).map((e) => `\`${e.name}\``);
+    expect(folders.length).toBeGreaterThan(7);
+    expect([...folders, ...modules].filter((name) => !layout.includes(name))).toEqual([]);
   });
 
   it('names only commands and options the CLI has', () => {
