@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { projectRoot } from '../src/mapping-files';
@@ -90,4 +90,16 @@ export async function run(): Promise<string | undefined> {
   } finally {
     rmSync(consumer, { recursive: true, force: true });
   }
+});
+
+test('every dependency an install brings is one the source loads', () => {
+  const pkg = JSON.parse(readFileSync(path.join(projectRoot, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; optionalDependencies: Record<string, string> };
+  const src = path.join(projectRoot, 'src');
+  const files = readdirSync(src, { recursive: true, encoding: 'utf8' }).filter((file) => file.endsWith('.ts'));
+  // Each package a module names in quotes: an import, a require, or the driver's name chosen by Node version.
+  const named = new Set(files.flatMap((file) => [...readFileSync(path.join(src, file), 'utf8').matchAll(/'((?:@[\w.-]+\/)?[\w.-]+)(?:\/[^']*)?'/g)].map((m) => m[1])));
+  // A type package is loaded where the types it holds are imported (@types/fhir: 'fhir/r4').
+  const unused = Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies }).filter((name) => !named.has(name.replace(/^@types\//, '')));
+  expect(files.length).toBeGreaterThan(100);
+  expect(unused).toEqual([]);
 });

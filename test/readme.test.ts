@@ -1,10 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Readable } from 'node:stream';
 import type { Command } from 'commander';
+import * as z from 'zod';
 import { buildProgram } from '../src/cli/main';
+import { ConfigFile } from '../src/service/config-file';
+import { SyncSettings } from '../src/service/eligibility-sync';
 import { projectRoot } from '../src/mapping-files';
 
 const readme = readFileSync(path.join(projectRoot, 'README.md'), 'utf8');
@@ -64,6 +67,24 @@ describe('README', () => {
     const ci = readFileSync(path.join(projectRoot, '.ci', 'run'), 'utf8');
     expect(ci).toMatch(/^npm ci\b/m);
     expect(ci).toMatch(/^npm test$/m);
+  });
+
+  it('names every key the config file takes, serve\'s settings among them', () => {
+    // The keys a secret would go in are refused by name, not taken.
+    const taken = Object.entries(ConfigFile.shape).filter(([key, schema]) => key !== '$comment' && !(schema.unwrap() instanceof z.ZodNever));
+    const keys = [...taken.map(([key]) => key), ...Object.keys(SyncSettings.shape)];
+    expect(keys.length).toBeGreaterThan(30);
+    expect(keys.filter((key) => !readme.includes(`\`${key}\``))).toEqual([]);
+  });
+
+  it('gives every folder of src/, and every module at its top, a place in Layout', () => {
+    const layout = readme.slice(readme.indexOf('## Layout\n'), readme.indexOf('\n## ', readme.indexOf('## Layout\n') + 1));
+    const src = path.join(projectRoot, 'src');
+    const entries = (dir: string) => readdirSync(path.join(src, dir), { withFileTypes: true });
+    const folders = ['', 'adapters'].flatMap((dir) => entries(dir).filter((e) => e.isDirectory()).map((e) => `\`src/${dir ? `${dir}/` : ''}${e.name}/\``));
+    const modules = entries('').filter((e) => e.isFile()).map((e) => `\`${e.name}\``);
+    expect(folders.length).toBeGreaterThan(7);
+    expect([...folders, ...modules].filter((name) => !layout.includes(name))).toEqual([]);
   });
 
   it('names only commands and options the CLI has', () => {

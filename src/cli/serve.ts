@@ -69,5 +69,6 @@ const SERVE_ENV: readonly EnvVar[] = [
   ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],
   ['DENTAL_ELIG_STORE', 'the job store, e.g. postgres://user:password@host/db (or --store, without the password)'],
   ['DENTAL_ELIG_LOG_LEVEL', 'fatal, error, warn, info (default), debug, trace or silent'],
+  ['DENTAL_ELIG_MAPPINGS', "a copy of mappings/ to run with (default: the package's own)"],
   ENV.config,
 ];

@@ -1,6 +1,6 @@
 /**
  * The sandbox's one error type: problem details (RFC 9457) served as application/problem+json,
- * made here and nowhere else. Type URIs follow shared/spec/assumed-wire-shapes.md: a base plus a
+ * made here and nowhere else. Type URIs follow docs/service.md's assumptions: a base plus a
  * kind as its last path segment, the same base the Failed results use.
  */
 import type * as z from 'zod';

@@ -15,7 +15,7 @@ import type {
 import type { SandboxPayer } from './network';
 import { problemType } from './problems';
 
-/** The failure kinds the service names (shared/spec/service-facts.md). */
+/** The failure kinds the service names (docs/service.md, Failure kinds). */
 export const FAILURE_KINDS = [
   'InactivePatient',
   'Internal',

@@ -3,7 +3,8 @@
  *
  * A request goes through, in order: the body (422 with errors[]); the clinic (404 when unknown,
  * 403 when another customer's); an idempotent replay of the same externalId; the member's
- * HTTP-level scenario (503, 429); then the checks of shared/spec/service-facts.md, each a 422:
+ * HTTP-level scenario (503, 429); then the checks docs/service.md lists before an asynchronous
+ * verification, each a 422:
  *   1. clinicId or portalId missing while no inline credentials are given (in the body check);
  *   2. the payer is not in the payer network;
  *   3. the payer does not support this mode (asynchronous, or synchronous);

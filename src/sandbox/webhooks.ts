@@ -1,5 +1,5 @@
 /**
- * Webhook delivery as shared/spec/assumed-wire-shapes.md assumes it: a POST of the verification
+ * Webhook delivery as docs/service.md assumes it: a POST of the verification
  * body, signed per the Standard Webhooks specification (webhook-id, webhook-timestamp,
  * webhook-signature), or carrying a static bearer token, or both. Any 2xx ends delivery;
  * otherwise 3 attempts in all, with exponential backoff. Every attempt is recorded.

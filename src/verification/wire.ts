@@ -2,7 +2,7 @@
  * Wire shapes of the verification service, v2.
  *
  * This is the ONE module that holds assumptions about bodies the interface leaves "not shown"
- * (see shared/spec/assumed-wire-shapes.md). Names the interface gives are used exactly.
+ * (docs/service.md sets them out). Names the interface gives are used exactly.
  * Requests we send are strict: a typo fails here, not at the service. Responses are permissive:
  * unknown fields are kept, optional everywhere the portal may not expose a value, and enums the
  * interface does not fix are plain strings (known values are listed beside them), so that a new

@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { projectRoot } from '../../src/mapping-files';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { cli } from '../support/cli';
 import { startScriptedServer } from '../support/http-server';
@@ -230,11 +232,15 @@ describe('secrets and bad input', () => {
     expect(await help('setup', 'credentials', 'set')).toMatch(/^ {2}DENTAL_ELIG_PORTAL_PASSWORD +/m);
     expect(await help('setup', 'payers', 'sync')).toMatch(/^ {2}DENTAL_ELIG_CATALOG +/m);
     expect(await help('setup', 'portals', 'list')).not.toContain('DENTAL_ELIG_PORTAL_PASSWORD');
-    // serve reads every variable README's sync service section names, and its --help says so.
+    // serve's --help names every variable README's sync service section names, and README every one the help lists.
     const serve = await help('serve');
-    for (const name of ['BASE_URL', 'API_KEY', 'ALLOW_INSECURE_HTTP', 'CUSTOMER_ID', 'FHIR_URL', 'FHIR_TOKEN', 'FHIR_CLIENT_ID', 'FHIR_PRIVATE_KEY_FILE', 'WEBHOOK_SECRET', 'WEBHOOK_TOKEN', 'NOTIFICATION_TOKEN', 'PORTAL_CREDENTIALS_FILE', 'DATA_DIR', 'STORE', 'LOG_LEVEL', 'CONFIG']) {
-      expect(serve).toMatch(new RegExp(`^ {2}DENTAL_ELIG_${name} +\\S`, 'm'));
-    }
+    const readme = readFileSync(path.join(projectRoot, 'README.md'), 'utf8');
+    const start = readme.indexOf('## The sync service\n');
+    const variables = (text: string) => new Set(text.match(/\bDENTAL_ELIG_[A-Z_]+\b/g));
+    const listed = [...serve.matchAll(/^ {2}(DENTAL_ELIG_[A-Z_]+) +\S/gm)].map((m) => m[1] ?? '');
+    expect([...variables(readme.slice(start, readme.indexOf('\n## ', start + 1)))].filter((name) => !variables(serve).has(name))).toEqual([]);
+    expect(listed.filter((name) => !variables(readme).has(name))).toEqual([]);
+    expect(listed.length).toBeGreaterThan(15);
     expect(serve).toContain('DENTAL_ELIG_API_KEY_FILE');
   });
 
