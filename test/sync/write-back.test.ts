@@ -763,7 +763,7 @@ describe('failures', () => {
 
   it('refuses an answer larger than it reads as it arrives, declared or streamed, and not as a chart out of reach', async () => {
     const chunk = 'x'.repeat(1024 * 1024);
-    const huge = await startScriptedServer((req, res) => {
+    const huge = await startScriptedServer((_req, res) => {
       // The first request declares its size; the next streams it without one.
       const declared = huge.requests.length === 1;
       res.writeHead(200, { 'content-type': 'application/fhir+json', ...(declared && { 'content-length': String(33 * chunk.length) }) });
