@@ -60,7 +60,7 @@ export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertia
 
 /** A plan as a check's key knows it: the payer (its id, else its name) and the subscriber's member id. */
 export function planKey({ coverage, subscriber }: KnownCoverage): string {
-  return JSON.stringify([coverage.payer.id ?? coverage.payer.name?.toUpperCase() ?? '', subscriber.memberId]);
+  return `${coverage.payer.id ?? coverage.payer.name?.toUpperCase() ?? ''}\u0000${subscriber.memberId}`;
 }
 
 /**
@@ -71,6 +71,8 @@ export function planKey({ coverage, subscriber }: KnownCoverage): string {
  * the day, the first serves: two would be checks of one key.
  */
 function inForceOn(coverages: readonly KnownCoverage[], day: string): readonly KnownCoverage[] {
+  // Plans without dates are in force on every day, and were read once each already.
+  if (coverages.every((known) => known.period === undefined)) return coverages;
   const seen = new Set<string>();
   const inForce = coverages.filter((known) => {
     const plan = planKey(known);

@@ -33,6 +33,7 @@ function readPersonName(segment: Hl7Segment, field: number, repetition = 0): Per
  * the legal one.
  */
 export function readLegalName(segment: Hl7Segment, field: number): PersonName | undefined {
+  if (!segment.repeats(field)) return readPersonName(segment, field);
   let first: PersonName | undefined;
   for (let rep = 0; rep < segment.repetitions(field); rep++) {
     const name = readPersonName(segment, field, rep);

@@ -15,7 +15,7 @@ import { clinicTimeZone, resolveClinic, type ClinicRouting } from '../clinic-rou
 import { dateOfStart } from '../local-date';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-checks';
-import { sentEarlier } from './hl7-date';
+import { instantWritten, sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, type MessageHeader } from './message-header';
@@ -430,8 +430,10 @@ function saidOf(found: Named, named: PatientKey, read: PatientDemographics, stat
  * A start written with the clinic's own offset is dated as written either way.
  */
 function dateOfVisit(appointment: AppointmentReading, timeZone: string | undefined): string {
-  const { startInstant, dateOfService } = appointment;
-  return (timeZone !== undefined && startInstant !== undefined && dateOfStart(startInstant, timeZone)) || dateOfService;
+  if (timeZone === undefined) return appointment.dateOfService;
+  // Read only for a clinic whose zone is known: most practices name none, and most messages are dated as written.
+  const instant = instantWritten(appointment.startWritten);
+  return (instant !== undefined && dateOfStart(instant, timeZone)) || appointment.dateOfService;
 }
 
 /** A W ERR for each plan this message states that is not in force on the day of the visit: it makes no check. */

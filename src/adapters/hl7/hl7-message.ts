@@ -63,6 +63,11 @@ export class Hl7Segment {
     return text === '""' ? '' : text;
   }
 
+  /** Whether a field repeats: most do not, and a reader of repetitions then reads the first alone, splitting nothing. */
+  repeats(field: number): boolean {
+    return !(this.shift === 1 && field <= 2) && this.fieldText(field).includes(this.delimiters.repetition);
+  }
+
   /** How many repetitions a field has (0 when empty). */
   repetitions(field: number): number {
     if (this.shift === 1 && field <= 2) return 1;
@@ -133,6 +138,8 @@ export class Hl7Segment {
  * such an escape is dropped, as the escapes it does not support are.
  */
 function unescape(decoder: Message, text: string, escape: string): string {
+  // Nearly every value has no escape at all: the library would scan it to give it back as it is.
+  if (!text.includes(escape)) return text;
   const plain = text.includes(`${escape}.`) ? withoutFormatting(text, escape) : text;
   try {
     return decoder.unescape(plain);

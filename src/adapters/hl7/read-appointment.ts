@@ -1,7 +1,6 @@
 import { isValidNpi, type Provider } from '../../domain';
 import { sameText } from '../clinic-routing';
 import { readPersons, type Person } from './data-types';
-import { instantWritten } from './hl7-date';
 import { warningAt, type Hl7Problem } from './hl7-errors';
 import type { Hl7Message } from './hl7-message';
 import type { Hl7Profile } from './profile';
@@ -12,8 +11,8 @@ export interface AppointmentReading {
   appointmentId?: string;
   /** The start's date as written. */
   dateOfService: string;
-  /** The start as an instant (ISO 8601, UTC), when it was written with an offset: it is dated where the clinic is. */
-  startInstant?: string;
+  /** The start as written: one with an offset is dated where the clinic is, when its time zone is known. */
+  startWritten: string;
   provider?: Provider;
 }
 
@@ -26,8 +25,8 @@ export function readAppointment(message: Hl7Message, profile: Hl7Profile, proble
   const dateOfService = readDate(message, profile.appointment.start, 'appointment start', problems);
   const provider = readProvider(message, profile, warnings);
   if (!dateOfService) return undefined;
-  const startInstant = instantWritten(firstValue(message.segments, profile.appointment.start)?.value ?? '');
-  return { ...(appointmentId && { appointmentId }), dateOfService, ...(startInstant && { startInstant }), ...(provider && { provider }) };
+  const startWritten = firstValue(message.segments, profile.appointment.start)?.value ?? '';
+  return { ...(appointmentId && { appointmentId }), dateOfService, startWritten, ...(provider && { provider }) };
 }
 
 /**

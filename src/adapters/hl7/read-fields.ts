@@ -28,7 +28,7 @@ export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPa
 function valueAt(segment: Hl7Segment, path: FieldPath): string {
   const { field, component = 1, subcomponent = 1 } = path;
   const first = segment.value(field, component, subcomponent).trim();
-  if (first) return first;
+  if (first || !segment.repeats(field)) return first;
   for (let rep = 1; rep < segment.repetitions(field); rep++) {
     const later = segment.value(field, component, subcomponent, rep).trim();
     if (later) return later;

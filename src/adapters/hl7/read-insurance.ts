@@ -67,6 +67,7 @@ function togetherInForce(one: KnownCoverage | undefined, other: KnownCoverage | 
  * and next year's, both listed in December) are no more than two at once.
  */
 function fourthAtOnce<T extends { coverage: KnownCoverage | undefined }>(ranked: readonly T[]): T | undefined {
+  if (ranked.length <= ORDERS.length) return undefined;
   // The most plans at once are in force on the day one of them begins ('' for one with no start: before any day).
   for (const { coverage } of ranked) {
     if (!coverage) continue;
@@ -85,10 +86,11 @@ function fourthAtOnce<T extends { coverage: KnownCoverage | undefined }>(ranked:
  * same plan with other dates (last year's and this year's) is kept: the visit's day picks one.
  */
 function once<T extends { group: Hl7Segment[]; coverage: KnownCoverage | undefined }>(ranked: readonly T[], warnings: Hl7Problem[]): T[] {
+  if (ranked.length < 2) return [...ranked];
   const seen = new Map<string, number>();
   return ranked.filter(({ group, coverage }) => {
     if (!coverage) return true;
-    const plan = JSON.stringify([planKey(coverage), coverage.period ?? {}]);
+    const plan = `${planKey(coverage)}\u0000${coverage.period?.start ?? ''}\u0000${coverage.period?.end ?? ''}`;
     const sequence = group[0]?.sequence ?? 1;
     const first = seen.get(plan);
     if (first === undefined) {
