@@ -68,11 +68,10 @@ export function planKey({ coverage, subscriber }: KnownCoverage): string {
  * the visit (one a PMS still lists), or one that begins after it (next year's, sent beside this
  * year's in December), makes no check, and the plan after it moves up, as the FHIR reader leaves
  * out a Coverage whose period misses the visit. Of one plan listed with two periods that both hold
- * the day, the first serves: two would be checks of one key.
+ * the day, the first serves: two would be checks of one key. So too of one plan listed twice without
+ * dates, which a record stored before c9d41a7 may hold: a message's plans are read once, a record's not.
  */
 function inForceOn(coverages: readonly KnownCoverage[], day: string): readonly KnownCoverage[] {
-  // Plans without dates are in force on every day, and were read once each already.
-  if (coverages.every((known) => known.period === undefined)) return coverages;
   const seen = new Set<string>();
   const inForce = coverages.filter((known) => {
     const plan = planKey(known);

@@ -314,6 +314,22 @@ describe('the patient insurance store', () => {
     expect(later.map((c) => c.subscriber.memberId)).toEqual(['ML-1']);
   });
 
+  it('makes one check of a plan that a record stored before c9d41a7 lists twice, without dates', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    await run(adt('A04', 'A1', delta), store);
+    // Such a version kept one plan a PMS listed in two IN1 as it came: primary, then secondary.
+    const older: PatientInsuranceStore = {
+      get: async (patient) => {
+        const record = await store.get(patient);
+        const [plan] = record?.coverages ?? [];
+        return record && plan && { ...record, coverages: [plan, { ...plan, coverage: { ...plan.coverage, order: 'secondary' } }] };
+      },
+      put: (patient, record) => store.put(patient, record),
+    };
+    const checks = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID], older));
+    expect(checks.map((c) => [c.subscriber.memberId, c.coverage.order])).toEqual([['D-1', 'primary']]);
+  });
+
   it('gives a subscriber who is the patient the name and birth date an ADT without IN1 corrects', async () => {
     const store = new InMemoryPatientInsuranceStore();
     await run(adt('A04', 'A1', delta), store);
