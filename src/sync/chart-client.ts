@@ -140,7 +140,8 @@ const FHIR_JSON = 'application/fhir+json';
  * rather than read whole (a runaway search of gigabytes, parsed while every ACK waits).
  */
 export const MAX_CHART_ANSWER_BYTES = 32 * 1024 * 1024;
-const chartAgent = new Agent({ maxResponseSize: MAX_CHART_ANSWER_BYTES });
+/** The chart's side, its SMART authorization too: every answer under MAX_CHART_ANSWER_BYTES. */
+export const chartAgent = new Agent({ maxResponseSize: MAX_CHART_ANSWER_BYTES });
 
 const typeOf = (search: string | undefined) => search?.split('?')[0] ?? 'resource';
 

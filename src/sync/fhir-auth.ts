@@ -3,7 +3,8 @@ import { request } from 'undici';
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { TOKEN_TRAFFIC, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
-import { ChartWriteError, retryableStatus } from './chart-errors';
+import { chartAgent } from './chart-client';
+import { answerTooLarge, ChartWriteError, retryableStatus } from './chart-errors';
 
 /**
  * SMART Backend Services (client_credentials with a private_key_jwt client assertion): the
@@ -154,10 +155,12 @@ async function call(step: string, url: string, timeoutMs: number, init: { method
   let status: number;
   let body: unknown;
   try {
-    const res = await request(url, { ...init, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+    const res = await request(url, { ...init, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, dispatcher: chartAgent });
     status = res.statusCode;
-    body = await res.body.json().catch(() => undefined);
-  } catch {
+    body = await res.body.json().catch((err: unknown) => (answerTooLarge(err) ? Promise.reject(err) : undefined));
+  } catch (err) {
+    // Asked again, it would be as large again: for a person to look at.
+    if (answerTooLarge(err)) throw new ChartWriteError(`auth: the answer to the ${step} is larger than this plugin reads; not read`, { retryable: false });
     throw new ChartWriteError(`auth: the ${step} could not be completed (network)`, { retryable: true });
   }
   if (status >= 200 && status < 300) return body;

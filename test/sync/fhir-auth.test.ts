@@ -15,6 +15,7 @@ import { READ_SCOPE } from '../../src/sync/fhir-auth';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { fhirWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
+import { startScriptedServer } from '../support/http-server';
 
 /**
  * SMART Backend Services against a real token endpoint on loopback, which checks each client
@@ -228,6 +229,21 @@ describe('SMART Backend Services', () => {
     const err = (await writer.write(required(check), outcome('ver_smart_http')).catch((e: unknown) => e)) as ChartWriteError;
     expect([err.retryable, err.message]).toEqual([false, refused('the token endpoint .well-known/smart-configuration names')]);
     expect([authority.discoveries, authority.fhirAuthorizations]).toEqual([1, []]);
+  });
+
+  it('refuses a token endpoint\'s answer larger than it reads as it arrives, for a person, not as a network failure', async () => {
+    const pem = rsa.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const huge = await startScriptedServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`{"access_token":"${'x'.repeat(33 * 1024 * 1024)}"}`);
+    });
+    try {
+      const writer = await fhirWriter(fhirBase(), { smart: { clientId: CLIENT_ID, privateKey: pem, keyId: 'rsa-1', tokenEndpoint: `${huge.url}/token` } });
+      const err = (await writer.write(required(check), outcome('ver_smart_huge')).catch((e: unknown) => e)) as ChartWriteError;
+      expect([err.retryable, err.message]).toEqual([false, 'write eligibility: auth: the answer to the token request is larger than this plugin reads; not read']);
+    } finally {
+      await huge.close();
+    }
   });
 
   it('a writer built alone refuses a plain http chart on another machine too, unless allowInsecureHttp', async () => {
