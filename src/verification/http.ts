@@ -160,20 +160,22 @@ export class ServiceHttp {
     }
 
     const requestId = headerValue(res.headers['x-request-id'] ?? res.headers['x-correlation-id']);
+    // What the service may quote back: the portal passwords this request carried, and those sent inline before it.
+    const passwords = [...passwordsIn(opts.body), ...this.#secrets];
     const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
     if (!ok) {
       const retryAfter = retryAfterMs(headerValue(res.headers['retry-after']));
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwordsIn(opts.body), ...this.#secrets]),
+        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwords]),
         requestId,
         ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
       });
     }
     if (text.trim() === '') return { status: res.statusCode, body: undefined };
     // A result too may quote a password: a Failed one, the portal's refusal of the login it was sent, this time or (polled) before.
-    const json = redacted(parseJson(text), [...passwordsIn(opts.body), ...this.#secrets]);
+    const json = redacted(parseJson(text), passwords);
     const parsed = opts.response.safeParse(json);
     const contentType = headerValue(res.headers['content-type'])?.split(';')[0]?.trim().slice(0, 60);
     if (!parsed.success) {
@@ -183,7 +185,7 @@ export class ServiceHttp {
         code: UNREADABLE_ANSWER,
         problem: { title: 'Unexpected response body', detail: json === undefined ? `(body): not JSON${contentType ? ` (${contentType})` : ''}` : describeIssue(parsed.error, '(body)') },
         requestId,
-        received: json === undefined ? redacted(text, [...passwordsIn(opts.body), ...this.#secrets]) : json,
+        received: json === undefined ? redacted(text, passwords) : json,
       });
     }
     return { status: res.statusCode, body: parsed.data };
