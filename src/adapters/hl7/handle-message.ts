@@ -250,7 +250,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const { patient, stated } = saidOf(found, named, read, insurance.present);
   const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
-  const dateOfService = dateOfVisit(appointment, clinicTimeZone(options.routing, clinicId));
+  const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
   if (stated) ctx.warnings.push(...notInForce(insurance, dateOfService));
   const basis: AppointmentBasis = {
     clinicId,
@@ -429,10 +429,10 @@ function saidOf(found: Named, named: PatientKey, read: PatientDemographics, stat
  * California, 202406110000+0000, was dated the 11th); else as written, in the sender's local time.
  * A start written with the clinic's own offset is dated as written either way.
  */
-function dateOfVisit(appointment: AppointmentReading, timeZone: string | undefined): string {
+function dateOfVisit(ctx: Context, appointment: AppointmentReading, timeZone: string | undefined): string {
   if (timeZone === undefined) return appointment.dateOfService;
-  // Read only for a clinic whose zone is known: most practices name none, and most messages are dated as written.
-  const instant = instantWritten(appointment.startWritten);
+  // The start read again as written, for a clinic whose zone is known only: most practices name none.
+  const instant = instantWritten(firstValue(ctx.message.segments, ctx.profile.appointment.start)?.value ?? '');
   return (instant !== undefined && dateOfStart(instant, timeZone)) || appointment.dateOfService;
 }
 

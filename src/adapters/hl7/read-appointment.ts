@@ -11,8 +11,6 @@ export interface AppointmentReading {
   appointmentId?: string;
   /** The start's date as written. */
   dateOfService: string;
-  /** The start as written: one with an offset is dated where the clinic is, when its time zone is known. */
-  startWritten: string;
   provider?: Provider;
 }
 
@@ -25,8 +23,7 @@ export function readAppointment(message: Hl7Message, profile: Hl7Profile, proble
   const dateOfService = readDate(message, profile.appointment.start, 'appointment start', problems);
   const provider = readProvider(message, profile, warnings);
   if (!dateOfService) return undefined;
-  const startWritten = firstValue(message.segments, profile.appointment.start)?.value ?? '';
-  return { ...(appointmentId && { appointmentId }), dateOfService, startWritten, ...(provider && { provider }) };
+  return { ...(appointmentId && { appointmentId }), dateOfService, ...(provider && { provider }) };
 }
 
 /**
