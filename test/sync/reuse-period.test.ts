@@ -1,10 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import * as path from 'node:path';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
 import { idempotencyKey, type EligibilityCheck } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
-import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { storePerTest } from '../support/sqlite-store';
 import { checkRow } from './job-store-contract';
 
 /**
@@ -14,16 +11,7 @@ import { checkRow } from './job-store-contract';
  */
 describe('a fresh result reused for another visit of the same coverage', () => {
   const NOW = new Date('2026-12-20T12:00:00Z');
-  let dir: string;
-  let store: SqliteJobStore;
-  beforeEach(() => {
-    dir = mkdtempSync(path.join(tmpdir(), 'elig-reuse-'));
-    store = SqliteJobStore.open(dir);
-  });
-  afterEach(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const store = storePerTest('elig-reuse-');
 
   /** The state a new visit's check starts in after a written result for 2026-12-20 whose plan states `benefitPeriod`. */
   async function visitAfter(benefitPeriod: Record<string, string>, dateOfService: string): Promise<string | undefined> {
@@ -33,12 +21,12 @@ describe('a fresh result reused for another visit of the same coverage', () => {
       resultAt: NOW.toISOString(),
       correlationId: 'ver_reuse',
     });
-    await store.transaction((tx) => tx.putCheck({ ...written, check: { ...written.check, dateOfService: '2026-12-20' } }));
+    await store().transaction((tx) => tx.putCheck({ ...written, check: { ...written.check, dateOfService: '2026-12-20' } }));
     const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...written.check, dateOfService };
     const later: EligibilityCheck = { ...written.check, dateOfService, idempotencyKey: idempotencyKey(body) };
     const policy = schedulePolicy(SyncSettings.parse({}));
-    await store.transaction((tx) => scheduleAppointment(tx, { key: `appt-${dateOfService}`, patientKey: written.patientKey, dateOfService, status: 'booked', checks: [later], basis: {} }, { now: NOW, policy }));
-    return (await store.transaction((tx) => tx.getCheck(later.idempotencyKey)))?.state;
+    await store().transaction((tx) => scheduleAppointment(tx, { key: `appt-${dateOfService}`, patientKey: written.patientKey, dateOfService, status: 'booked', checks: [later], basis: {} }, { now: NOW, policy }));
+    return (await store().transaction((tx) => tx.getCheck(later.idempotencyKey)))?.state;
   }
 
   it.each([
