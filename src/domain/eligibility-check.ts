@@ -60,6 +60,10 @@ export const PayerAsNamed = z
   .refine((p) => Boolean(p.name?.trim() || p.id?.trim()), { error: 'needs a payer name or id' });
 export type PayerAsNamed = z.infer<typeof PayerAsNamed>;
 
+/** The days a plan is in force, both included, as the source states them; either bound may be missing. */
+export const PlanPeriod = z.strictObject({ start: IsoDate.optional(), end: IsoDate.optional() });
+export type PlanPeriod = z.infer<typeof PlanPeriod>;
+
 export const CoverageInfo = z.strictObject({
   order: CoverageOrder,
   payer: PayerAsNamed,
@@ -68,6 +72,13 @@ export const CoverageInfo = z.strictObject({
   groupNumber: z.string().optional(),
   groupName: z.string().optional(),
   planName: z.string().optional(),
+  /**
+   * HL7 IN1-12 and IN1-13, written into the chart's Coverage.period: with next year's plan sent
+   * beside this year's, the chart tells which is in force when. Not in the check's key nor its
+   * fingerprint: a date the PMS corrects changes no verification. A FHIR source's Coverage is its
+   * own and is not written, so its period stays there.
+   */
+  period: PlanPeriod.optional(),
 });
 export type CoverageInfo = z.infer<typeof CoverageInfo>;
 

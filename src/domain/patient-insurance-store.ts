@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { IsoDate, IsoInstant, NonEmpty } from './primitives';
-import { CoverageInfo, Identifier, Patient, Subscriber } from './eligibility-check';
+import { CoverageInfo, Identifier, Patient, PlanPeriod, Subscriber } from './eligibility-check';
 
 /**
  * What the plugin knows about a patient from earlier messages. Many PMSs send insurance only in
@@ -18,12 +18,12 @@ export type PatientKey = z.infer<typeof PatientKey>;
 
 /** One insurance as last received, before any payer catalog looked at it (the catalog may change). */
 export const KnownCoverage = z.strictObject({
-  coverage: CoverageInfo.omit({ resolution: true }),
+  coverage: CoverageInfo.omit({ resolution: true, period: true }),
   subscriber: Subscriber,
   /** The patient's own member number on this plan, where the plan issues one to dependents. */
   patientMemberId: z.string().optional(),
   /** The days the plan is in force, as the sender states them (HL7 IN1-12 and IN1-13): a visit outside them makes no check. */
-  period: z.strictObject({ start: IsoDate.optional(), end: IsoDate.optional() }).optional(),
+  period: PlanPeriod.optional(),
 });
 export type KnownCoverage = z.infer<typeof KnownCoverage>;
 

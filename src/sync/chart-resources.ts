@@ -124,7 +124,7 @@ export function updatedPatient(stored: Patient, fresh: Patient): Patient | undef
 /**
  * A US Core Coverage: the member id as subscriberId and as the identifier typed MB (the
  * patient's own number where the plan issued one), the beneficiary, the relationship, the payor,
- * the order. It also carries a key identifier of this plugin (patient, payer and member id,
+ * the plan's dates, the order. It also carries a key identifier of this plugin (patient, payer and member id,
  * hashed), because a member id alone is shared by every dependant on the subscriber's plan.
  */
 export function coverageResource(check: EligibilityCheck, refs: { patient: string; insurer: Reference }): Coverage {
@@ -146,6 +146,7 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
     ...(coverage.groupNumber
       ? { class: [{ type: { coding: [{ system: systemUrl('coverageClass'), code: 'group' }] }, value: coverage.groupNumber, ...(coverage.groupName ? { name: coverage.groupName } : {}) }] }
       : {}),
+    ...(coverage.period && { period: coverage.period }),
     order: ORDER[coverage.order],
     extension: [{ url: extensionUrl('coverage-stated-at'), valueInstant: check.source.receivedAt }],
   });
@@ -153,11 +154,11 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
 
 /**
  * The Coverage the chart holds, with what the check states of it brought up to date: a change of
- * coordination of benefits (primary turned secondary), group, relationship or member number sent
- * by the PMS since the Coverage was written. Undefined when the check states nothing new, or
+ * coordination of benefits (primary turned secondary), group, relationship, member number or plan
+ * dates sent by the PMS since the Coverage was written. Undefined when the check states nothing new, or
  * when the Coverage holds what a message received later stated (a check's result can arrive
  * hours after a newer message's, and must not turn the order back). What the check does not state
- * (a period, the status, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
+ * (a period when the PMS sends no dates, the status, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
  * the EHR named for a dependant; the patient as subscriber is not, once no longer the subscriber.
  */
 export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | undefined {
@@ -181,6 +182,7 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
     relationship: fresh.relationship,
     payor: fresh.payor,
     ...(classes ? { class: classes } : {}),
+    ...(fresh.period && { period: fresh.period }),
     order: fresh.order,
   };
   // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.

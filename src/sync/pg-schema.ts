@@ -70,6 +70,8 @@ const MIGRATIONS: readonly string[] = [
   // Nothing to change in the tables: patient records may now hold a plan's period (coverages[].period) and a merge's
   // tombstone (mergedInto), which no earlier version reads, so a version of their own keeps those versions off this database.
   `SELECT 1;`,
+  // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
+  `SELECT 1;`,
 ];
 
 /** The version this program writes. */

@@ -67,9 +67,9 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   const { fingerprint, coverageFingerprint } = fingerprints(check);
   const existing = await tx.getCheck(check.idempotencyKey);
   if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
-    if (existing.check.coverage.order !== check.coverage.order) {
-      // Coordination of benefits changed (primary turned secondary): nothing to verify anew, but
-      // the chart's Coverage.order is to follow, so a check whose result is in the chart is written again.
+    if (chartCoverageChanged(existing.check, check)) {
+      // Coordination of benefits changed (primary turned secondary), or the plan's dates: nothing to verify
+      // anew, but the chart's Coverage is to follow, so a check whose result is in the chart is written again.
       await tx.putCheck({ ...existing, check, updatedAt: now, ...(resultWritten(existing) && { state: 'result-stored', dueAt: now }) });
       return false;
     }
@@ -114,6 +114,12 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   }
   await tx.putCheck(base);
   return true;
+}
+
+/** What the chart's Coverage states of a check that no new verification follows from: its order and the plan's dates. */
+function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
+  const { order, period } = stored.coverage;
+  return order !== check.coverage.order || period?.start !== check.coverage.period?.start || period?.end !== check.coverage.period?.end;
 }
 
 /**

@@ -183,6 +183,34 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
   });
 
+  it("writes each plan's dates into its Coverage, this year's and next year's apart, and follows a corrected date without verifying again", async () => {
+    await start();
+    const [first, second] = [visitIn(17), visitIn(18)].map((t) => t.slice(0, 8));
+    const iso = (day: string) => `${day.slice(0, 4)}-${day.slice(4, 6)}-${day.slice(6, 8)}`;
+    // This year's plan ends on the first visit's day; next year's begins the day after, and the PMS sends both.
+    const plans = (guardianFrom: string) => [
+      segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 12: guardianFrom, 13: first as string, 17: 'SEL', 36: 'SBX-COMPLETE' }),
+      segment('IN1', { 1: '2', 3: '62308', 4: 'Cigna Dental', 12: second as string, 17: 'SEL', 36: 'SBX-COMPLETE' }),
+    ];
+    const booking = (id: string, appointment: string, day: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, `${day}0930`), pid('P-20'), ...plans('20200101')].join('\r');
+    expect(await send(booking('Y1', 'APT-20', first as string), booking('Y2', 'APT-21', second as string))).toEqual(['AA', 'AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const coverages = async () =>
+      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, { status: c.status, order: c.order, period: c.period }]));
+    expect(await coverages()).toEqual({
+      Guardian: { status: 'active', order: 1, period: { start: '2020-01-01', end: iso(first as string) } },
+      'Cigna Dental': { status: 'active', order: 1, period: { start: iso(second as string) } },
+    });
+
+    // The registration corrects when this year's plan began: its Coverage follows, nothing is verified again.
+    expect(await send(adt('Y3', 'P-20', ...plans('20210101')))).toEqual(['AA']);
+    await until('the Coverage takes the corrected date', async () => (await coverages())['Guardian']?.period?.start === '2021-01-01');
+    expect((await coverages())['Cigna Dental']).toEqual({ status: 'active', order: 1, period: { start: iso(second as string) } });
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
+    expect(await responses()).toHaveLength(2);
+  });
+
   it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
     await start();
     const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));

@@ -50,6 +50,7 @@ async function downTo(db: Client, version: number): Promise<void> {
     4: 'ALTER TABLE checks DROP COLUMN leased_at',
     5: 'DROP INDEX checks_submitted',
     6: 'SELECT 1',
+    7: 'SELECT 1',
   };
   for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);

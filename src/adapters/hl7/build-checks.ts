@@ -4,6 +4,7 @@ import {
   type CoverageOrder,
   type KnownCoverage,
   type PayerResolver,
+  type PlanPeriod,
   type Provider,
 } from '../../domain';
 import type { PatientDemographics } from './read-patient';
@@ -35,13 +36,15 @@ export interface CheckParts {
  * fuzz tests hold the result to the schema).
  */
 export function assembleChecks(input: CheckParts): EligibilityCheck[] {
-  return inForceOn(input.coverages, input.dateOfService).map(({ coverage, subscriber, patientMemberId }) => {
+  return inForceOn(input.coverages, input.dateOfService).map((known) => {
+    const { coverage, subscriber, patientMemberId } = known;
     const resolution = input.resolver?.resolve(coverage.payer);
+    const period = spanOf(known, input.coverages);
     const body = {
       clinicId: input.clinicId,
       patient: { ...input.patient, ...(patientMemberId && { memberId: patientMemberId }) },
       subscriber,
-      coverage: { ...coverage, ...(resolution && { resolution }) },
+      coverage: { ...coverage, ...(period && { period }), ...(resolution && { resolution }) },
       ...(input.provider && { provider: input.provider }),
       dateOfService: input.dateOfService,
     };
@@ -55,6 +58,25 @@ export function dayInPlan(coverage: KnownCoverage, day: string): 'not-started' |
   const { start, end } = coverage.period ?? {};
   return start !== undefined && day < start ? 'not-started' : end !== undefined && day > end ? 'ended' : 'within';
 }
+
+/**
+ * A plan's dates as the chart's one Coverage of it states them: listed with two periods (last
+ * year's and this year's under one member id), from the first start to the last end, open where
+ * one of them is. Else the visit's check would write one year's dates, and a later visit's the other.
+ */
+function spanOf(plan: KnownCoverage, all: readonly KnownCoverage[]): PlanPeriod | undefined {
+  const key = planKey(plan);
+  const periods = all.filter((known) => planKey(known) === key).map((known) => known.period);
+  if (periods.length === 1) return plan.period;
+  const starts = periods.map((p) => p?.start);
+  const ends = periods.map((p) => p?.end);
+  // ISO dates sort as days do.
+  const first = starts.every(isDate) ? starts.sort()[0] : undefined;
+  const last = ends.every(isDate) ? ends.sort().at(-1) : undefined;
+  return first || last ? { ...(first && { start: first }), ...(last && { end: last }) } : undefined;
+}
+
+const isDate = (day: string | undefined): day is string => day !== undefined;
 
 export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 

@@ -127,6 +127,21 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(overlapping.map((c) => [c.coverage.order, c.coverage.payer.id])).toEqual([['primary', '62308'], ['secondary', '65978'], ['tertiary', '60054']]);
   });
 
+  it("carries a plan's dates on its check, spanning every period the plan is listed with, and leaves them out of its key", async () => {
+    const in1 = (set: number, payer: string, member: string, dates: [string, string]) => segment('IN1', { 1: `${set}`, 3: payer, 4: `P${set}`, 12: dates[0], 13: dates[1], 17: 'SEL', 36: member });
+    const [dated] = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', 'M-1', ['20240101', '20241231'])]));
+    expect(dated?.coverage.period).toEqual({ start: '2024-01-01', end: '2024-12-31' });
+    // Last year's and this year's under one member id are one Coverage in the chart: its dates are both years'.
+    const renewed = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', 'M-1', ['20230101', '20231231']), in1(2, '62308', 'M-1', ['20240101', '20241231'])]));
+    expect(renewed.map((c) => c.coverage.period)).toEqual([{ start: '2023-01-01', end: '2024-12-31' }]);
+    const reopened = checksOf(await run([msh('SIU^S12'), SCH, PID, in1(1, '62308', 'M-1', ['20230101', '20231231']), in1(2, '62308', 'M-1', ['20240101', ''])]));
+    expect(reopened.map((c) => c.coverage.period)).toEqual([{ start: '2023-01-01' }]);
+    const undated = checksOf(await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'P1', 17: 'SEL', 36: 'M-1' })]));
+    expect(undated[0]?.coverage).not.toHaveProperty('period');
+    // A date the PMS corrects is the same check: nothing to verify anew.
+    expect(dated?.idempotencyKey).toBe(undated[0]?.idempotencyKey);
+  });
+
   it('rejects a fourth insurance rather than drop it', async () => {
     const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
     const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
