@@ -117,7 +117,7 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
 }
 
 /** What the chart's Coverage states of a check that no new verification follows from: its order and the plan's dates. */
-function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
+export function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
   const { order, period } = stored.coverage;
   return order !== check.coverage.order || period?.start !== check.coverage.period?.start || period?.end !== check.coverage.period?.end;
 }

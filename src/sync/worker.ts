@@ -12,7 +12,7 @@ import { ChartWriteError } from './chart-errors';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
 import type { EligibilityWriter } from './write-back';
 
 /**
@@ -529,9 +529,9 @@ export class Worker {
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
     const done = await this.step(row, 'result-stored', (current) =>
-      // An S14 or A08 that swapped the plans meanwhile changed the stored check's order (and no
-      // more, see scheduleAppointment): what was written is stale, so it is written again.
-      current.check.coverage.order === row.check.coverage.order
+      // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
+      // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
+      !chartCoverageChanged(current.check, row.check)
         ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
         : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
     );

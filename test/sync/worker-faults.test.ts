@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
+import type { CoverageInfo } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
@@ -396,11 +397,19 @@ describe('the worker when something around it fails after a step is done', () =>
 });
 
 describe('the worker when the appointment changes while it writes', () => {
+  const swapped = (coverage: CoverageInfo): CoverageInfo => ({ ...coverage, order: 'secondary' });
+
   /**
    * A check whose first write is held back while the plans swap under it, as scheduleAppointment
-   * does on an S14: the stored check takes the new order, its state unchanged. Gives the orders written.
+   * does on an S14 (or an A08 corrects their dates): the stored check takes the change, its state
+   * unchanged. Gives what each write states of the Coverage (`seen`), the order unless said.
    */
-  async function swapDuringFirstWrite(key: string, answer: Parameters<typeof startWorkerRig>[0]['answer']): Promise<string[]> {
+  async function swapDuringFirstWrite(
+    key: string,
+    answer: Parameters<typeof startWorkerRig>[0]['answer'],
+    change: (coverage: CoverageInfo) => CoverageInfo = swapped,
+    seen: (coverage: CoverageInfo) => string = (coverage) => coverage.order,
+  ): Promise<string[]> {
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
     const writtenOrders: string[] = [];
@@ -408,7 +417,7 @@ describe('the worker when the appointment changes while it writes', () => {
       answer,
       writer: (chart) => ({
         async write(check, outcome, refs, options) {
-          writtenOrders.push(check.coverage.order);
+          writtenOrders.push(seen(check.coverage));
           if (writtenOrders.length === 1) await held;
           return chart.write(check, outcome, refs, options);
         },
@@ -420,7 +429,7 @@ describe('the worker when the appointment changes while it writes', () => {
     await rig.store.transaction(async (tx) => {
       const row = await tx.getCheck(key);
       if (!row) throw new Error('no check');
-      await tx.putCheck({ ...row, check: { ...row.check, coverage: { ...row.check.coverage, order: 'secondary' } } });
+      await tx.putCheck({ ...row, check: { ...row.check, coverage: change(row.check.coverage) } });
     });
     release();
     return writtenOrders;
@@ -430,6 +439,17 @@ describe('the worker when the appointment changes while it writes', () => {
     const writtenOrders = await swapDuringFirstWrite('swapped', (req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` }));
     await until('written with the new order', async () => writtenOrders.at(-1) === 'secondary' && (await rig.check('swapped')).state === 'written', 10_000);
     expect(writtenOrders).toEqual(['primary', 'secondary']);
+  });
+
+  it("writes a check again whose plan's dates were corrected while its write was in flight", async () => {
+    const written = await swapDuringFirstWrite(
+      'redated',
+      (req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${req.url.length}` }),
+      (coverage) => ({ ...coverage, period: { start: '2026-01-01', end: '2026-12-31' } }),
+      (coverage) => coverage.period?.end ?? 'open',
+    );
+    await until('written with the corrected dates', async () => written.at(-1) === '2026-12-31' && (await rig.check('redated')).state === 'written', 10_000);
+    expect(written).toEqual(['open', '2026-12-31']);
   });
 
   it('tells a person of a failure whose first write a swap of the plans overtook, once', async () => {
