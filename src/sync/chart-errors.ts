@@ -79,7 +79,7 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   }
   const code = networkCode(err);
   // Sent again, it would be as large again: a chart answering so is for a person to look at.
-  if (answerTooLarge(err)) return new ChartWriteError(`the FHIR server's answer to the ${step} is larger than this plugin reads; not read`, { retryable: false });
+  if (answerTooLarge(err)) return new ChartWriteError(tooLargeToRead(`the FHIR server's answer to the ${step}`), { retryable: false });
   // By name, not instanceof: fetch's TypeError may come from another realm (a test VM, a worker).
   if (code !== undefined || ((err as { name?: unknown }).name === 'TypeError' && (err as { message?: unknown }).message === 'fetch failed')) {
     return new ChartWriteError(`the FHIR server could not be reached for the ${step}${code ? ` (${code})` : ''}`, { retryable: true });
@@ -90,6 +90,11 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
 /** An answer past the chart's limit (MAX_CHART_ANSWER_BYTES), refused by undici as it arrived. */
 export function answerTooLarge(err: unknown): boolean {
   return networkCode(err) === 'UND_ERR_RES_EXCEEDED_MAX_SIZE';
+}
+
+/** What a person reads of an answer past the chart's limit, the writer's, the reader's or its authorization's. */
+export function tooLargeToRead(answer: string): string {
+  return `${answer} is larger than this plugin reads; not read`;
 }
 
 /** ECONNREFUSED, undici's UND_ERR_SOCKET and the like, from the error or its cause (fetch wraps them in a TypeError). */

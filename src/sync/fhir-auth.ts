@@ -4,7 +4,7 @@ import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { TOKEN_TRAFFIC, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { chartAgent } from './chart-client';
-import { answerTooLarge, ChartWriteError, retryableStatus } from './chart-errors';
+import { answerTooLarge, ChartWriteError, retryableStatus, tooLargeToRead } from './chart-errors';
 
 /**
  * SMART Backend Services (client_credentials with a private_key_jwt client assertion): the
@@ -160,7 +160,7 @@ async function call(step: string, url: string, timeoutMs: number, init: { method
     body = await res.body.json().catch((err: unknown) => (answerTooLarge(err) ? Promise.reject(err) : undefined));
   } catch (err) {
     // Asked again, it would be as large again: for a person to look at.
-    if (answerTooLarge(err)) throw new ChartWriteError(`auth: the answer to the ${step} is larger than this plugin reads; not read`, { retryable: false });
+    if (answerTooLarge(err)) throw new ChartWriteError(`auth: ${tooLargeToRead(`the answer to the ${step}`)}`, { retryable: false });
     throw new ChartWriteError(`auth: the ${step} could not be completed (network)`, { retryable: true });
   }
   if (status >= 200 && status < 300) return body;

@@ -1,6 +1,9 @@
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { chartAgent } from './chart-client';
+import { answerTooLarge, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -22,9 +25,11 @@ export interface FhirKitReaderOptions {
  * fetch's own for every read: a redirect is answered as the error it is, not followed. fetch keeps
  * a 307's body, and drops the Authorization header alone where the redirect leaves the chart's
  * origin: a chart's redirect (to plain http, or to another host) would take a search's identifiers
- * there. (The writer's exchanges, through undici's request, follow none either.)
+ * there. (The writer's exchanges, through undici's request, follow none either.) fhir-kit-client
+ * builds each Request with these, and fetch takes the dispatcher from it: every answer under the
+ * chart's limit, as the writer's are.
  */
-const CHART_REQUESTS = { redirect: 'manual' } as const;
+const CHART_REQUESTS = { redirect: 'manual', dispatcher: chartAgent } as const;
 
 /** A FhirReader over fhir-kit-client (ESM-only, hence the dynamic import). */
 export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptions = {}): Promise<FhirReader> {
@@ -39,9 +44,22 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   /**
    * One request with the current token and a deadline (a FHIR server that never answers would
    * hold a notification, and every poll after it, for minutes); a token the server refuses is
-   * renewed and the request made once more.
+   * renewed and the request made once more. An answer past the chart's limit is a FhirInputError
+   * (too-costly), as the notification it came for is kept for a person: read again, it would be
+   * as large again. (fetch keeps undici's refusal as the cause it is known by only where both
+   * share a realm: in a VM, Jest's, it reads as a connection cut, and the answer is not read all
+   * the same.)
    */
-  async function authorized<T>(request: (requestOptions: { headers?: Record<string, string>; signal: AbortSignal }) => Promise<T>): Promise<T> {
+  async function authorized<T>(step: { resourceType: string; verb: 'read' | 'search' }, request: ChartRead<T>): Promise<T> {
+    try {
+      return await renewing(request);
+    } catch (err) {
+      if (!answerTooLarge(err)) throw err;
+      throw new FhirInputError([{ expression: step.resourceType, diagnostics: tooLargeToRead(`the FHIR server's answer to the ${step.verb}`), code: 'too-costly' }]);
+    }
+  }
+
+  async function renewing<T>(request: ChartRead<T>): Promise<T> {
     if (!tokens) return request({ signal: AbortSignal.timeout(timeoutMs) });
     const once = async () => {
       const authorization = await tokens.authorization();
@@ -61,7 +79,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` search.
       if (!FHIR_ID.test(id)) throw new Error(`FHIR read ${resourceType}: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')`);
       try {
-        return await authorized((requestOptions) => client.read({ resourceType, id, options: requestOptions }));
+        return await authorized({ resourceType, verb: 'read' }, (requestOptions) => client.read({ resourceType, id, options: requestOptions }));
       } catch (err) {
         const status = statusOf(err);
         if (status === 404 || status === 410) return undefined;
@@ -75,17 +93,20 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
     async search(resourceType, params) {
       const found: unknown[] = [];
       const followed = new Set<string>();
-      let page: unknown = await authorized((requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
+      const step = { resourceType, verb: 'search' } as const;
+      let page: unknown = await authorized(step, (requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
         const next = nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType });
         if (!next) break;
-        page = await authorized(async (requestOptions) => client.request(next, { options: requestOptions }));
+        page = await authorized(step, async (requestOptions) => client.request(next, { options: requestOptions }));
       }
       return found;
     },
   };
 }
+
+type ChartRead<T> = (requestOptions: { headers?: Record<string, string>; signal: AbortSignal }) => Promise<T>;
 
 function statusOf(err: unknown): number | undefined {
   return (err as { response?: { status?: number } }).response?.status;

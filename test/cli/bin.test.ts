@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { projectRoot } from '../../src/mapping-files';
-import { json, startScriptedServer } from '../support/http-server';
+import { json, startScriptedServer, streamLarge } from '../support/http-server';
 
 /**
  * The installed command as a person runs it: `bin/dental-elig.js` over the build that
@@ -50,6 +50,20 @@ describe('the dental-elig executable', () => {
       expect(result.stdout).toContain('metdental');
     } finally {
       await server.close();
+    }
+  });
+
+  it('says in one line that a chart answering larger than it reads was not read, not that it is out of reach', async () => {
+    // Here, not in-process: in Jest's VM, fetch keeps no cause for what undici refused (test/service/serve-chart-limit.test.ts).
+    const chart = await startScriptedServer((_req, res) => streamLarge(res, 33, { declared: false }));
+    try {
+      expect(await run('convert', 'fhir', '--server', chart.url, '--appointment', 'appt-4004')).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: "dental-elig: Appointment: the FHIR server's answer to the read is larger than this plugin reads; not read\n",
+      });
+    } finally {
+      await chart.close();
     }
   });
 

@@ -39,3 +39,18 @@ export function json(res: ServerResponse, status: number, body: unknown, headers
   res.writeHead(status, { 'content-type': status >= 400 ? 'application/problem+json' : 'application/json', ...headers });
   res.end(JSON.stringify(body));
 }
+
+/**
+ * A 200 of `mb` megabytes of FHIR JSON's content type, streamed as the client takes it (never held
+ * whole here), with its size declared or not; stops when the client hangs up.
+ */
+export function streamLarge(res: ServerResponse, mb: number, options: { declared: boolean }): void {
+  const chunk = 'x'.repeat(1024 * 1024);
+  res.writeHead(200, { 'content-type': 'application/fhir+json', ...(options.declared && { 'content-length': String(mb * chunk.length) }) });
+  const write = (n: number): void => {
+    if (n === 0 || res.destroyed) return void res.end();
+    if (res.write(chunk)) return write(n - 1);
+    res.once('drain', () => write(n - 1));
+  };
+  write(mb);
+}

@@ -8,7 +8,7 @@ import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server'
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { fhirWriter, type EligibilityWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
-import { json, startScriptedServer } from '../support/http-server';
+import { json, startScriptedServer, streamLarge } from '../support/http-server';
 
 const fixture = (...p: string[]) => JSON.parse(readFileSync(path.join(projectRoot, 'fixtures', ...p), 'utf8')) as unknown;
 const [check] = EligibilityCheck.array().parse(fixture('fhir', 'self.expected.json'));
@@ -762,18 +762,8 @@ describe('failures', () => {
   });
 
   it('refuses an answer larger than it reads as it arrives, declared or streamed, and not as a chart out of reach', async () => {
-    const chunk = 'x'.repeat(1024 * 1024);
-    const huge = await startScriptedServer((_req, res) => {
-      // The first request declares its size; the next streams it without one.
-      const declared = huge.requests.length === 1;
-      res.writeHead(200, { 'content-type': 'application/fhir+json', ...(declared && { 'content-length': String(33 * chunk.length) }) });
-      const write = (n: number): void => {
-        if (n === 0 || res.destroyed) return void res.end();
-        if (res.write(chunk)) return write(n - 1);
-        res.once('drain', () => write(n - 1));
-      };
-      write(33);
-    });
+    // The first request declares its size; the next streams it without one.
+    const huge = await startScriptedServer((_req, res, index) => streamLarge(res, 33, { declared: index === 0 }));
     try {
       for (let i = 0; i < 2; i++) {
         const err = (await (await fhirWriter(huge.url)).write(required(check), completed).catch((e: unknown) => e)) as ChartWriteError;

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import type { Bundle, Resource } from 'fhir/r4';
 import { loadClinicRouting } from '../../../../src/adapters/clinic-routing';
@@ -6,7 +7,7 @@ import { checksFromServer, convertFromServer, type FhirReader } from '../../../.
 import { fhirKitReader } from '../../../../src/sync/fhir-reader';
 import { FhirInputError } from '../../../../src/adapters/fhir/operation-outcome';
 import { startFhirServer, type FhirServer } from '../../../../src/sandbox/fhir-server';
-import { startScriptedServer } from '../../../support/http-server';
+import { startScriptedServer, streamLarge } from '../../../support/http-server';
 import { BUNDLE_DIR, readBundle, RECEIVED_AT } from '../corpus';
 
 /**
@@ -139,6 +140,31 @@ describe('checksFromServer over fhir-kit-client', () => {
     } finally {
       await chart.close();
       await elsewhere.close();
+    }
+  });
+
+  it('stops reading an answer past the chart\'s limit as it arrives, read, searched or a next page, declared or streamed', async () => {
+    // 64 MB each, twice the limit: what the chart's socket buffers take beyond it is far less.
+    const answers: ServerResponse[] = [];
+    const chart: Awaited<ReturnType<typeof startScriptedServer>> = await startScriptedServer((_req, res, index) => {
+      answers.push(res);
+      if (index === 3) {
+        const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${chart.url}/fhir/Coverage?page=2` }] };
+        return void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+      }
+      streamLarge(res, 64, { declared: index === 0 });
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      // What the refusal reads as is for the sync to say; in Jest's VM fetch loses its cause (test/service/serve-chart-limit.test.ts).
+      await expect(reader.read('Appointment', 'appt-4004')).rejects.toThrow();
+      await expect(reader.read('Patient', 'pat-ellen')).rejects.toThrow();
+      await expect(reader.search('Coverage', { patient: 'Patient/pat-ellen' })).rejects.toThrow();
+      await expect(reader.search('Coverage', { patient: 'Patient/pat-ellen' })).rejects.toThrow();
+      expect(chart.requests.map((r) => r.url)).toEqual(['/fhir/Appointment/appt-4004', '/fhir/Patient/pat-ellen', '/fhir/Coverage?patient=Patient%2Fpat-ellen', '/fhir/Coverage?patient=Patient%2Fpat-ellen', '/fhir/Coverage?page=2']);
+      expect(answers.map((res) => res.writableFinished)).toEqual([false, false, false, true, false]);
+    } finally {
+      await chart.close();
     }
   });
 
