@@ -598,6 +598,20 @@ describe('message types and headers', () => {
     expect((await run([msh('ADT^A03'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A03 does not change eligibility' });
   });
 
+  it('reads a message type and event written in lower case as the profile names them; the ACK echoes the event as sent', async () => {
+    const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+    const booked = await run([msh('siu^s12^siu_s12'), SCH, PID, delta]);
+    expect(booked.ackCode).toBe('AA');
+    expect(checksOf(booked)[0]?.source).toMatchObject({ kind: 'hl7', messageType: 'SIU^S12' });
+    expect(ackFor(booked)[0]?.text.split('\r')[0]?.split('|')[8]).toBe('ACK^s12^ACK');
+    expect((await run([msh('Siu^S15'), SCH, PID])).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1' });
+    expect((await run([msh('siu^s26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
+    expect((await run([msh('adt^a08'), PID, delta])).outcome).toMatchObject({ kind: 'record', coverageCount: 1 });
+    const unknown = await run([msh('orm^o01'), SCH, PID]);
+    expect(unknown.ackCode).toBe('AR');
+    expect(unknown.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ field: 9, code: 200, reason: 'message type orm is not supported' })] });
+  });
+
   it.each([
     ['ORM^O01', '2.5.1', 'MSH-9: message type ORM is not supported', 200],
     ['SIU^S12', '2.2', 'MSH-12: version 2.2 is not supported (2.3 to 2.8)', 203],
