@@ -239,7 +239,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const problems = missingSegments(message, 'SCH', 'PID');
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
-  const appointment = readAppointment(message, profile, problems, ctx.warnings);
+  const appointment = readAppointment(message, profile, options.mappings.codeTables, problems, ctx.warnings);
   const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
   const clinicId = readClinic(ctx, problems);
   const named = read && patientKey(read.identifiers, ctx.facility);
