@@ -9,7 +9,8 @@
  */
 export type DateReading = { ok: true; date: string } | { ok: false; reason: 'imprecise' | 'invalid' };
 
-const DTM = /^(\d{4})(\d{2})?(\d{2})?(\d{2}(\d{2}(\d{2}(\.\d+)?)?)?)?([+-]\d{4})?$/;
+/** Each part only after the one before it: a time after a month without its day is no date, not one without a day. */
+const DTM = /^(\d{4})(?:(\d{2})(?:(\d{2})(\d{2}(\d{2}(\d{2}(\.\d+)?)?)?)?)?)?([+-]\d{4})?$/;
 
 export function readHl7Date(value: string): DateReading {
   const m = DTM.exec(value.trim());

@@ -21,7 +21,7 @@ describe('readHl7Date', () => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'imprecise' });
   });
 
-  it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100'])('%s is not a valid date', (value) => {
+  it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100', '202406100900.1234', '202406100900.12345-0500', '2024061009.5'])('%s is not a valid date', (value) => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
   });
 });
