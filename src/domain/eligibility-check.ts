@@ -93,7 +93,7 @@ export type Provider = z.infer<typeof Provider>;
 export const Hl7Source = z.strictObject({
   kind: z.literal('hl7'),
   messageControlId: NonEmpty,
-  /** MSH-9 as received, e.g. SIU^S12. */
+  /** MSH-9's type and event in upper case, as the profile names them, e.g. SIU^S12. */
   messageType: NonEmpty,
   sendingApplication: z.string().optional(),
   sendingFacility: z.string().optional(),

@@ -8,7 +8,7 @@ import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
-import { describeProblems, loadHl7Mappings, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
+import { describeProblems, loadHl7Mappings, messageTypeOf, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -548,7 +548,7 @@ const HL7_TYPE = /^[A-Z0-9]{3}\^[A-Z0-9]{3}$/;
  */
 function messageType(result: Hl7Result | undefined): string {
   if (!result?.header) return 'unknown';
-  const type = `${result.header.messageCode}^${result.header.triggerEvent}`;
+  const type = messageTypeOf(result.header);
   const unsupported = result.outcome.kind === 'reject' && result.outcome.problems.some((p) => p.code === 200 || p.code === 201);
   return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
 }

@@ -28,6 +28,12 @@ describe('dental-elig convert hl7', () => {
     for (const check of printed) expect(EligibilityCheck.safeParse(check).success).toBe(true);
   });
 
+  it('reads a message type written in lower case as serve does', async () => {
+    const run = await convert('generic-lower-case-message-type');
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(run.stdout)).toEqual(await expectedChecks('generic-lower-case-message-type'));
+  });
+
   it('prints one check per insurance across a batch file', async () => {
     const run = await convert('generic-v24-batch');
     expect(JSON.parse(run.stdout)).toEqual(await expectedChecks('generic-v24-batch'));

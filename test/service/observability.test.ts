@@ -46,11 +46,13 @@ describe('observability', () => {
     for (let i = 0; i < 5; i++) await h.sync.receiveHl7(msh(`Z${i}${'Q'.repeat(2000)}^E${i}`, `U${i}`));
     await h.sync.receiveHl7(msh(`SIU^S${'9'.repeat(2000)}`, 'U5'));
     await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
+    // An engine that writes the codes in lower case sends the same type.
+    await h.sync.receiveHl7(msh('siu^s26^siu_s12', 'U7'));
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).not.toContain('Q'.repeat(50));
     expect(metrics).not.toContain('9'.repeat(50));
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 5$/m);
-    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 2$/m);
   });
 
   it('logs an HL7 message refused with AE or AR by its stored id and where it is wrong, never what it holds', async () => {

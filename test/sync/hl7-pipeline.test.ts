@@ -456,6 +456,18 @@ describe('HL7 v2 into the chart', () => {
     expect(await checksOn()).toContain(`${day(visitIn(20))} received`);
   });
 
+  it('orders by an MSH-7 written to the microsecond, as many engines stamp it: the booking that a cancellation overtook books nothing', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const booking = [msh('SIU^S12^SIU_S12', 'U1'), sch('APT-17'), pid('P-17'), in1('64246', 'Guardian', 'SBX-COMPLETE')].join('\r');
+    const cancellation = [msh('SIU^S15^SIU_S12', 'U2'), sch('APT-17'), pid('P-17')].join('\r');
+    expect(await send(sentAt('100000.000001', cancellation), sentAt('095959.999999', booking))).toEqual(['AA', 'AA']);
+    expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-17'))?.status).toBe('cancelled');
+    expect(await h.store.listChecks()).toEqual([]);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|U1|'))?.detail).toMatch(/not applied: sent \(MSH-7\) before the appointment's last message$/);
+  });
+
   it('applies an A08 insurance made before a booking without IN1 that overtook it: the booking stated no insurance', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();

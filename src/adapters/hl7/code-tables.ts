@@ -15,10 +15,18 @@ const GenderFile = z.looseObject({
   codes: CodeMap(Gender),
 });
 
+/** Who a person of an appointment is: the dentist who treats, or one who assists (a hygienist, an assistant). */
+export const ProviderRole = z.enum(['treating', 'assisting']);
+export type ProviderRole = z.infer<typeof ProviderRole>;
+
+const ProviderRoleFile = z.looseObject({
+  codes: CodeMap(ProviderRole),
+});
+
 /** What a relationship value means: one of the hub's relationships, or ambiguous (null in the file). */
 export type RelationshipReading = Relationship | 'ambiguous';
 
-/** HL7 and X12 code tables as data (mappings/hl7/relationship.json, gender.json). */
+/** HL7 and X12 code tables as data (mappings/hl7/relationship.json, gender.json, provider-role.json). */
 export interface CodeTables {
   relationshipTables: ReadonlySet<string>;
   /** What a code or word means in the first of these tables that lists it. */
@@ -27,6 +35,8 @@ export interface CodeTables {
   relationshipTableLabel(table: string): string;
   /** Table 0001 code or word to FHIR gender; one the table does not list is `unknown`. */
   gender(code: string): Gender;
+  /** AIP-4 or AIG-4 code or word to a provider role; undefined for one the table does not list. */
+  providerRole(code: string): ProviderRole | undefined;
 }
 
 /** Codes and words alike: case, and runs of spaces, hyphens and underscores, do not count. */
@@ -39,6 +49,7 @@ export function loadCodeTables(dir?: string): CodeTables {
   const file = readMappingFile('hl7/relationship.json', RelationshipFile, dir);
   const byTable = new Map(Object.entries(file.tables).map(([name, table]) => [name, normalisedKeys(table)] as const));
   const genders = normalisedKeys(readMappingFile('hl7/gender.json', GenderFile, dir).codes);
+  const roles = normalisedKeys(readMappingFile('hl7/provider-role.json', ProviderRoleFile, dir).codes);
   return {
     relationshipTables: new Set(byTable.keys()),
     relationship(code, tables) {
@@ -51,5 +62,6 @@ export function loadCodeTables(dir?: string): CodeTables {
     },
     relationshipTableLabel: (table) => file.labels[table] ?? table,
     gender: (code) => genders.get(normalise(code)) ?? 'unknown',
+    providerRole: (code) => roles.get(normalise(code)),
   };
 }

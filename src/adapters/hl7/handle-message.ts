@@ -18,7 +18,7 @@ import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-check
 import { instantWritten, sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
-import { headerOf, messageControlId, type MessageHeader } from './message-header';
+import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from './message-header';
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
@@ -201,10 +201,11 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
   const { message, header, controlId, warnings } = received;
   const sendingApplication = message.header.value(3).trim();
   const profile = profileFor(options.mappings, sendingApplication);
-  const type = `${header.messageCode}^${header.triggerEvent}`;
-  const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(header.messageCode) ? 'ignore' : undefined);
+  const type = messageTypeOf(header);
+  const code = header.messageCode.toUpperCase();
+  const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(code) ? 'ignore' : undefined);
   if (action === undefined) {
-    const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${header.messageCode}^`));
+    const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${code}^`));
     return rejected([
       knownType
         ? rejection({ segment: 'MSH', field: 9 }, 201, `event ${header.triggerEvent.slice(0, 8)} is not supported`)
@@ -238,7 +239,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const problems = missingSegments(message, 'SCH', 'PID');
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
-  const appointment = readAppointment(message, profile, problems, ctx.warnings);
+  const appointment = readAppointment(message, profile, options.mappings.codeTables, problems, ctx.warnings);
   const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
   const clinicId = readClinic(ctx, problems);
   const named = read && patientKey(read.identifiers, ctx.facility);
@@ -467,7 +468,7 @@ function source(ctx: Context, appointmentId: string | undefined) {
   const { header, sendingApplication } = ctx;
   return {
     messageControlId: ctx.controlId,
-    messageType: `${header.messageCode}^${header.triggerEvent}`,
+    messageType: messageTypeOf(header),
     ...(sendingApplication && { sendingApplication }),
     ...(ctx.facility && { sendingFacility: ctx.facility }),
     ...(appointmentId !== undefined && { appointmentId }),

@@ -1,13 +1,16 @@
 /**
  * HL7 dates and times (DT, DTM and the first component of TS) written as
- * YYYY[MM[DD[HHMM[SS[.S...]]]]][+/-ZZZZ]. A date of service or birth needs the day. The date is
+ * YYYY[MM[DD[HHMM[SS[.S...]]]]][+/-ZZZZ]. HL7 allows four digits of a second; many engines write
+ * six (microseconds), and those are read too, to the millisecond: the digits after it are dropped,
+ * not rounded, so 23:59:59.9999 is still that day. A date of service or birth needs the day. The date is
  * taken as written: converting an appointment at 20:00-0500 to UTC would move it to the next day.
  * (An appointment's start with an offset is dated where the clinic is, when clinics.json says
  * where: see instantWritten.)
  */
 export type DateReading = { ok: true; date: string } | { ok: false; reason: 'imprecise' | 'invalid' };
 
-const DTM = /^(\d{4})(\d{2})?(\d{2})?(\d{2}(\d{2}(\d{2}(\.\d{1,4})?)?)?)?([+-]\d{4})?$/;
+/** Each part only after the one before it: a time after a month without its day is no date, not one without a day. */
+const DTM = /^(\d{4})(?:(\d{2})(?:(\d{2})(\d{2}(\d{2}(\d{2}(\.\d+)?)?)?)?)?)?([+-]\d{4})?$/;
 
 export function readHl7Date(value: string): DateReading {
   const m = DTM.exec(value.trim());
@@ -59,14 +62,15 @@ export function sentEarlier(a: string, b: string): boolean {
   return x !== undefined && y !== undefined && x.zoned === y.zoned && x.ms + x.spanMs <= y.ms;
 }
 
-/** The instant a timestamp begins at, and how long it spans at the precision written (a minute, a second, 0.1 s …). */
+/** The instant a timestamp begins at, and how long it spans at the precision written (a minute, a second, 0.1 s …, at least a millisecond). */
 function instantOf(value: string): { ms: number; spanMs: number; zoned: boolean } | undefined {
   const m = DTM.exec(value.trim());
   const [, year, month, day, time, , , fraction, offset] = m ?? [];
   if (!m || readHl7Date(value).ok === false || time === undefined || time.length < 4) return undefined;
-  const seconds = Number(time.slice(4, 6) || '0') + Number(time.slice(6) || '0');
-  const spanMs = time.length < 6 ? 60_000 : fraction === undefined ? 1000 : 1000 / 10 ** (fraction.length - 1);
-  const local = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(time.slice(0, 2)), Number(time.slice(2, 4)), 0) + Math.round(seconds * 1000);
+  const digits = Math.min((fraction ?? '.').length - 1, 3);
+  const spanMs = time.length < 6 ? 60_000 : 1000 / 10 ** digits;
+  const ms = Number((fraction ?? '').slice(1, 4).padEnd(3, '0'));
+  const local = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(time.slice(0, 2)), Number(time.slice(2, 4)), Number(time.slice(4, 6) || '0'), ms);
   if (offset === undefined) return { ms: local, spanMs, zoned: false };
   const minutes = (Number(offset.slice(1, 3)) * 60 + Number(offset.slice(3, 5))) * (offset.startsWith('-') ? -1 : 1);
   return { ms: local - minutes * 60_000, spanMs, zoned: true };

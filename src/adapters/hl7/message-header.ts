@@ -30,6 +30,15 @@ export interface MessageHeader {
   applicationAckType: string;
 }
 
+/**
+ * MSH-9's message type and event as the profile names them, in upper case (SIU^S12). HL7's codes
+ * are upper case, but some engines write them lower (siu^s12); no two codes of tables 0076 and
+ * 0003 differ but in case, so either names one event. The ACK echoes the event as received.
+ */
+export function messageTypeOf(header: MessageHeader): string {
+  return `${header.messageCode}^${header.triggerEvent}`.toUpperCase();
+}
+
 export function readMessageHeader(text: string): MessageHeader | undefined {
   return headerOf(segmentLines(text));
 }

@@ -74,6 +74,11 @@ const Sections = {
      */
     provider: z.array(WholeFieldPathText),
     /**
+     * Where each person's role is (AIP-4, AIG-4), read in the person's own segment: the first of
+     * these paths for that segment whose value mappings/hl7/provider-role.json lists says who they are.
+     */
+    providerRole: Paths,
+    /**
      * A booking or move holding one of these says the visit will not happen: it is a cancellation.
      * Some PMSs send an S12 or S14 whose filler status (SCH-25, HL7 table 0278) is Cancelled,
      * Deleted, Noshow or Dc rather than an S15.

@@ -1,8 +1,10 @@
 import { isValidNpi, type Provider } from '../../domain';
 import { sameText } from '../clinic-routing';
+import type { CodeTables, ProviderRole } from './code-tables';
 import { readPersons, type Person } from './data-types';
+import type { FieldPath } from './field-path';
 import { warningAt, type Hl7Problem } from './hl7-errors';
-import type { Hl7Message } from './hl7-message';
+import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
 import { fieldsWithValues, firstValue, whereFound } from './read-fields';
 import { readDate } from './read-patient';
@@ -18,12 +20,40 @@ export function readAppointmentId(message: Hl7Message, profile: Hl7Profile): str
   return firstValue(message.segments, profile.appointment.id)?.value;
 }
 
-export function readAppointment(message: Hl7Message, profile: Hl7Profile, problems: Hl7Problem[], warnings: Hl7Problem[]): AppointmentReading | undefined {
+export function readAppointment(message: Hl7Message, profile: Hl7Profile, codes: CodeTables, problems: Hl7Problem[], warnings: Hl7Problem[]): AppointmentReading | undefined {
   const appointmentId = readAppointmentId(message, profile);
   const dateOfService = readDate(message, profile.appointment.start, 'appointment start', problems);
-  const provider = readProvider(message, profile, warnings);
+  const provider = readProvider(message, profile, codes, warnings);
   if (!dateOfService) return undefined;
   return { ...(appointmentId && { appointmentId }), dateOfService, ...(provider && { provider }) };
+}
+
+type PersonField = ReturnType<typeof fieldsWithValues>[number];
+
+/**
+ * The treating dentist, not the hygienist or assistant a dental appointment often lists first:
+ * persons whose role (AIP-4, AIG-4; mappings/hl7/provider-role.json) names one who assists are
+ * read only when no other gives a provider, and those whose role names a dentist, or the
+ * attending or primary provider, come before the rest. With no role read, the persons in field
+ * order, as providerAmong reads them.
+ */
+function readProvider(message: Hl7Message, profile: Hl7Profile, codes: CodeTables, warnings: Hl7Problem[]): Provider | undefined {
+  const fields = fieldsWithValues(message.segments, profile.appointment.provider);
+  // Roles only choose between persons: a message naming one, as most do, reads none.
+  if (fields.length < 2) return providerAmong(fields, warnings);
+  const roles = fields.map((found) => roleOf(found.segment, profile.appointment.providerRole, codes));
+  const withRole = (role: ProviderRole | undefined) => fields.filter((_, i) => roles[i] === role);
+  return providerAmong([...withRole('treating'), ...withRole(undefined)], warnings) ?? providerAmong(withRole('assisting'), warnings);
+}
+
+/** The role the first of the paths in the person's own segment names, when the table lists it. */
+function roleOf(segment: Hl7Segment, paths: readonly FieldPath[], codes: CodeTables): ProviderRole | undefined {
+  for (const path of paths) {
+    if (path.segment !== segment.name) continue;
+    const role = codes.providerRole(segment.value(path.field, path.component, path.subcomponent));
+    if (role) return role;
+  }
+  return undefined;
 }
 
 /**
@@ -34,9 +64,9 @@ export function readAppointment(message: Hl7Message, profile: Hl7Profile, proble
  * local id (local ids are shorter): the payer needs no NPI to answer, so the check goes ahead
  * with that person's name and a warning naming the field.
  */
-function readProvider(message: Hl7Message, profile: Hl7Profile, warnings: Hl7Problem[]): Provider | undefined {
+function providerAmong(fields: readonly PersonField[], warnings: Hl7Problem[]): Provider | undefined {
   let named: Person | undefined;
-  for (const found of fieldsWithValues(message.segments, profile.appointment.provider)) {
+  for (const found of fields) {
     const persons = readPersons(found.segment, found.path.field);
     const reading = readNpi(persons);
     if (!reading) {

@@ -274,6 +274,36 @@ describe('the provider', () => {
   });
 });
 
+describe('the provider among a hygienist and a dentist', () => {
+  const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+  const providerOf = async (...segments: string[]) => checksOf(await run([msh('SIU^S12'), SCH, PID, delta, 'RGS|1', ...segments]))[0]?.provider;
+  const chen = { npi: '1234567893', firstName: 'LAURA', lastName: 'CHEN' };
+  const park = { npi: '1245319599', firstName: 'JUNE', lastName: 'PARK' };
+
+  it('takes the dentist when the hygienist or assistant is listed first (AIP-4 code or text, mappings/hl7/provider-role.json)', async () => {
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|HYG^Hygienist', 'AIP|2||1234567893^CHEN^LAURA|DDS^Dentist')).toEqual(chen);
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|^Dental Hygienist', 'AIP|2||1234567893^CHEN^LAURA|D^Dentist')).toEqual(chen);
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|EFDA', 'AIP|2||1234567893^CHEN^LAURA')).toEqual(chen);
+    // The attending dentist of PV1-7 and a dentist in AIG-3 come before a hygienist in AIP-3 too.
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|RDH', segment('PV1', { 1: '1', 2: 'O', 7: '1234567893^CHEN^LAURA' }))).toEqual(chen);
+    expect(await providerOf('AIG|1||1234567893^CHEN^LAURA|DENTIST', 'AIP|1||1245319599^PARK^JUNE|HYG')).toEqual(chen);
+  });
+
+  it('names the dentist without an NPI rather than the hygienist with one, and the hygienist when no one else is named', async () => {
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|HYG', 'AIP|2||LOC7^CHEN^LAURA|DDS')).toEqual({ firstName: 'LAURA', lastName: 'CHEN' });
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|HYG', 'AIP|2||LOC7|DDS')).toEqual(park);
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|HYG')).toEqual(park);
+  });
+
+  it('puts a dentist before a person of a role it does not know, and keeps the first with an NPI when no role says who is who', async () => {
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|ORTHO', 'AIP|2||1234567893^CHEN^LAURA|DMD')).toEqual(chen);
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE|ORTHO', 'AIP|2||1234567893^CHEN^LAURA')).toEqual(park);
+    expect(await providerOf('AIP|1||1245319599^PARK^JUNE', 'AIP|2||1234567893^CHEN^LAURA')).toEqual(park);
+    // A dentist without an NPI does not take the place of the attending's NPI of PV1-7 (no role, the same person, say).
+    expect(await providerOf('AIP|1||LOC7^CHEN^LAURA|DDS', segment('PV1', { 1: '1', 2: 'O', 7: '1234567893^CHEN^LAURA' }))).toEqual(chen);
+  });
+});
+
 describe('a message without a control id (MSH-10 empty)', () => {
   const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
   const unnamed = [msh('SIU^S12', ''), SCH, PID, delta];
@@ -611,6 +641,20 @@ describe('message types and headers', () => {
   it('acknowledges and ignores other SIU and ADT events', async () => {
     expect((await run([msh('SIU^S26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
     expect((await run([msh('ADT^A03'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A03 does not change eligibility' });
+  });
+
+  it('reads a message type and event written in lower case as the profile names them; the ACK echoes the event as sent', async () => {
+    const delta = segment('IN1', { 1: '1', 3: 'CDCA1', 4: 'Delta Dental of California', 17: 'SEL', 36: 'D-1' });
+    const booked = await run([msh('siu^s12^siu_s12'), SCH, PID, delta]);
+    expect(booked.ackCode).toBe('AA');
+    expect(checksOf(booked)[0]?.source).toMatchObject({ kind: 'hl7', messageType: 'SIU^S12' });
+    expect(ackFor(booked)[0]?.text.split('\r')[0]?.split('|')[8]).toBe('ACK^s12^ACK');
+    expect((await run([msh('Siu^S15'), SCH, PID])).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1' });
+    expect((await run([msh('siu^s26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
+    expect((await run([msh('adt^a08'), PID, delta])).outcome).toMatchObject({ kind: 'record', coverageCount: 1 });
+    const unknown = await run([msh('orm^o01'), SCH, PID]);
+    expect(unknown.ackCode).toBe('AR');
+    expect(unknown.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ field: 9, code: 200, reason: 'message type orm is not supported' })] });
   });
 
   it.each([

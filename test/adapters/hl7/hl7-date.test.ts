@@ -1,4 +1,4 @@
-import { readHl7Date, sentEarlier } from '../../../src/adapters/hl7/hl7-date';
+import { instantWritten, readHl7Date, sentEarlier } from '../../../src/adapters/hl7/hl7-date';
 
 describe('readHl7Date', () => {
   it.each([
@@ -10,6 +10,9 @@ describe('readHl7Date', () => {
     ['20240229', '2024-02-29'],
     ['20000229', '2000-02-29'],
     ['20241231', '2024-12-31'],
+    // HL7 allows four digits of a second; engines that write microseconds send six.
+    ['20240615203000.123456+0100', '2024-06-15'],
+    ['20240615235959.99999', '2024-06-15'],
   ])('%s is %s, as written (no time-zone shift)', (value, date) => {
     expect(readHl7Date(value)).toEqual({ ok: true, date });
   });
@@ -18,7 +21,7 @@ describe('readHl7Date', () => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'imprecise' });
   });
 
-  it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100'])('%s is not a valid date', (value) => {
+  it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100', '202406100900.1234', '202406100900.12345-0500', '2024061009.5'])('%s is not a valid date', (value) => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
   });
 });
@@ -34,6 +37,11 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
     ['202611241000-0500', '202611241400+0000', false],
     ['20261124093010', '202611240931', true],
     ['202611240929', '20261124093000', true],
+    // Microseconds, as many engines stamp MSH-7: read to the millisecond.
+    ['20261124095959.999999', '20261124100000', true],
+    // Digits past the millisecond are dropped, not rounded: .9999 is not the next second.
+    ['20261124095959.9999', '20261124100000', true],
+    ['20261124100000.000100-0500', '20261124100000.002-0500', true],
   ])('%s before %s: %s', (a, b, earlier) => {
     expect(sentEarlier(a, b)).toBe(earlier);
   });
@@ -45,9 +53,26 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
     // A time to the minute is any second of it: 09:30 may be 09:30:45, after 09:30:10.
     ['202611240930', '20261124093010', 'to the minute against to the second, in the same minute'],
     ['20261124093000', '20261124093000.5', 'to the second against a tenth of it, in the same second'],
+    ['20261124100000.0001', '20261124100000.0009', 'within one millisecond'],
     ['', '202611241000', 'no time'],
     ['20261324', '202611241000', 'not a date'],
   ])('%s and %s cannot be ordered (%s): not earlier', (a, b) => {
     expect(sentEarlier(a, b)).toBe(false);
+  });
+});
+
+describe('instantWritten', () => {
+  it.each([
+    ['202406110000+0000', '2024-06-11T00:00:00.000Z'],
+    ['20240610200000.123456-0500', '2024-06-11T01:00:00.123Z'],
+    // Rounded, 23:59:59.9999 would be the next day's midnight, and a visit dated a day late.
+    ['20240610235959.9999+0000', '2024-06-10T23:59:59.999Z'],
+    ['20240610235959.999999+0000', '2024-06-10T23:59:59.999Z'],
+  ])('%s is %s', (value, instant) => {
+    expect(instantWritten(value)).toBe(instant);
+  });
+
+  it('is undefined without an offset', () => {
+    expect(instantWritten('20240610235959.123456')).toBeUndefined();
   });
 });

@@ -58,6 +58,11 @@ describe('the shipped HL7 mappings', () => {
       'female', 'male', 'male', 'other', 'unknown', 'unknown',
     ]);
   });
+  it('map provider roles (AIP-4, AIG-4) to the dentist who treats or one who assists, an unlisted one to neither', () => {
+    expect(['DDS', 'Dentist', 'AT', 'pp', 'HYG', 'Dental-Hygienist', 'rdh', 'EFDA', 'D', 'H', ''].map((c) => mappings.codeTables.providerRole(c))).toEqual([
+      'treating', 'treating', 'treating', 'treating', 'assisting', 'assisting', 'assisting', 'assisting', undefined, undefined, undefined,
+    ]);
+  });
 });
 
 describe('a bad mapping edit fails at load, naming the file and the entry', () => {
@@ -102,6 +107,11 @@ describe('a bad mapping edit fails at load, naming the file and the entry', () =
   it('a relationship table that does not exist', async () => {
     await edit('dialects/molarpms.json', (j) => ((j.insurance as Record<string, unknown>).subscriberRelationship = [{ path: 'IN1-17', tables: ['0099'] }]));
     expect(() => loadHl7Mappings(dir)).toThrow(/molarpms: relationship table 0099 is not in mappings\/hl7\/relationship\.json/);
+  });
+
+  it('a provider role that is neither treating nor assisting', async () => {
+    await edit('provider-role.json', (j) => ((j.codes as Record<string, unknown>).HYG = 'hygienist'));
+    expect(() => loadHl7Mappings(dir)).toThrow(/^mappings\/hl7\/provider-role\.json: codes\.HYG: /);
   });
 
   it('two dialects claiming one sending application', async () => {
