@@ -207,10 +207,20 @@ export function endedCoverage(stored: Coverage, check: EligibilityCheck, insured
   if (stored.status !== 'active' || key === undefined || memberId === undefined || ownCoverageKeys(check).includes(key)) return undefined;
   const stillNamed = insuredUnder.filter((m) => m === memberId).length - (memberId === check.subscriber.memberId ? 1 : 0);
   if (stillNamed > 0) return undefined;
+  return droppedCoverage(stored, check.source.receivedAt);
+}
+
+/**
+ * A Coverage this plugin wrote, ended (status cancelled) because a message received at `droppedAt`
+ * no longer names its plan. Undefined for one not active (ended already, or the EHR's own call),
+ * or one a message received after that stated.
+ */
+export function droppedCoverage(stored: Coverage, droppedAt: string): Coverage | undefined {
+  if (stored.status !== 'active') return undefined;
   const storedAt = statedAt(stored, 'coverage-stated-at');
-  if (storedAt && Date.parse(storedAt) > Date.parse(check.source.receivedAt)) return undefined;
+  if (storedAt && Date.parse(storedAt) > Date.parse(droppedAt)) return undefined;
   // Marked as this plugin's doing: a later message stating the plan again makes it active again (updatedCoverage).
-  return { ...stored, status: 'cancelled', extension: [...(stored.extension ?? []), { url: extensionUrl('coverage-ended'), valueInstant: check.source.receivedAt }] };
+  return { ...stored, status: 'cancelled', extension: [...(stored.extension ?? []), { url: extensionUrl('coverage-ended'), valueInstant: droppedAt }] };
 }
 
 /** Whether the patient is known by an identifier every sender shares (an OID or URI authority): one sender's record says nothing of another's plans. */

@@ -16,13 +16,15 @@ export const CheckState = z.enum([
   'result-stored',
   'written',
   'needs-attention',
+  /** Withdrawn because the PMS no longer sends the check's plan for the patient: the Coverage it wrote is to end in the chart, then cancelled. */
+  'ending-coverage',
   'cancelled',
   'dead',
 ]);
 export type CheckState = z.infer<typeof CheckState>;
 
 /** The states a worker picks up when they are due. */
-export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written'];
+export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'ending-coverage'];
 
 export const WrittenIds = z.looseObject({
   requestId: z.string(),
@@ -60,6 +62,8 @@ export const CheckRow = z.strictObject({
   written: WrittenIds.optional(),
   /** The verification whose fresh result this check uses instead of one of its own. */
   reusedFrom: z.string().optional(),
+  /** When the message that dropped the check's plan was received (ending-coverage): a Coverage a later message stated stays. */
+  planDroppedAt: z.string().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });

@@ -4,6 +4,7 @@ import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
+import { sharedPatient } from './chart-resources';
 import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
 
 /**
@@ -36,6 +37,8 @@ export interface ScheduleContext {
 
 /** Checks still to be withdrawn are those no longer worked on, nor finished. */
 const WITHDRAWABLE: ReadonlySet<CheckRow['state']> = new Set(['received', 'submitted', 'awaiting-result', 'result-stored', 'needs-attention']);
+/** Checks withdrawn, or being: booked again, the plan is verified again (and its Coverage, if ended, is active again when written). */
+const WITHDRAWN: ReadonlySet<CheckRow['state']> = new Set(['cancelled', 'ending-coverage']);
 
 export async function scheduleAppointment(tx: StoreTx, event: AppointmentEvent, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
   const now = ctx.now.toISOString();
@@ -66,7 +69,7 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   const now = ctx.now.toISOString();
   const { fingerprint, coverageFingerprint } = fingerprints(check);
   const existing = await tx.getCheck(check.idempotencyKey);
-  if (existing && existing.fingerprint === fingerprint && existing.state !== 'cancelled') {
+  if (existing && existing.fingerprint === fingerprint && !WITHDRAWN.has(existing.state)) {
     if (chartCoverageChanged(existing.check, check)) {
       // Coordination of benefits changed (primary turned secondary), or the plan's dates: nothing to verify
       // anew, but the chart's Coverage is to follow, so a check whose result is in the chart is written again.
@@ -180,6 +183,12 @@ function resultWritten(row: CheckRow): boolean {
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {
   if ((await tx.appointmentsHolding(key)).length > 0) return false;
   const check = await tx.getCheck(key);
+  if (check && (await planDropped(tx, check))) {
+    // No other check would end its Coverage: only a write that creates one ends those beside it.
+    const { dueAt: _due, ...rest } = check;
+    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: 'the PMS no longer sends this plan for the patient' });
+    return true;
+  }
   if (check?.state === 'written' && check.dueAt !== undefined) {
     // Its result stays in the chart; no visit is left to verify it again for.
     const { dueAt: _reverify, ...written } = check;
@@ -190,6 +199,20 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
   const { dueAt: _due, ...rest } = check;
   await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: 'the appointment was cancelled or moved' });
   return true;
+}
+
+/**
+ * Whether the check's Coverage is in the chart (a pair of it was written) and the patient's record
+ * no longer names its plan (its member id): a secondary dropped, a patient now paying for
+ * themselves. Only for a patient of one sender, whose record holds every plan they have (as
+ * endedCoverage), and not for one merged into another, whose written checks stay as they are.
+ */
+async function planDropped(tx: StoreTx, row: CheckRow): Promise<boolean> {
+  if (row.written === undefined || (row.state !== 'written' && !WITHDRAWABLE.has(row.state))) return false;
+  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
+  const record = await tx.getPatient(row.patientKey);
+  if (record === undefined || record.mergedInto !== undefined) return false;
+  return !record.coverages.some((known) => known.subscriber.memberId === row.check.subscriber.memberId);
 }
 
 /**

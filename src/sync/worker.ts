@@ -266,6 +266,8 @@ export class Worker {
         return this.write(row);
       case 'written':
         return this.reverify(row);
+      case 'ending-coverage':
+        return this.endCoverage(row);
       default:
         return;
     }
@@ -538,6 +540,30 @@ export class Worker {
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
+  }
+
+  /** The PMS no longer sends the check's plan: its Coverage in the chart is ended, then the check is cancelled. */
+  private async endCoverage(row: CheckRow): Promise<void> {
+    let ended: boolean | undefined;
+    try {
+      const writer = await this.deps.writer();
+      const end = writer.endCoverage?.bind(writer);
+      if (end) ended = await this.timed('fhir', 'end coverage', () => end(row.check, row.planDroppedAt ?? row.updatedAt));
+    } catch (err) {
+      const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+      const detail = errorText(err);
+      if (retryable) {
+        // As a write: the chart down or busy, the Coverage is ended when it is back.
+        await this.step(row, 'ending-coverage', { state: 'ending-coverage', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `ending its Coverage failed: ${detail}` });
+        this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
+        return;
+      }
+      await this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `the PMS no longer sends this plan; the chart refused ending its Coverage: ${detail}` });
+      this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
+      return;
+    }
+    const what = ended === undefined ? 'this writer does not end Coverages' : ended ? 'its Coverage ended in the chart' : 'no active Coverage of it in the chart to end';
+    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `the PMS no longer sends this plan: ${what}` });
   }
 
   private async reverify(row: CheckRow): Promise<void> {

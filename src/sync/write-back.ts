@@ -11,7 +11,7 @@ import type { VerificationOutcome } from '../verification/outcome';
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
+import { appointmentReference, chartParts, coverageResource, droppedCoverage, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -53,6 +53,13 @@ export interface WriteOptions {
 
 export interface EligibilityWriter {
   write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs, options?: WriteOptions): Promise<WrittenEligibility>;
+  /**
+   * Ends (status cancelled) the Coverage an HL7 check's write made, once the PMS no longer sends
+   * its plan (`droppedAt`, when the message saying so was received). True when it ended one; false
+   * when there was none to end (not in the chart, not active, or stated by a later message). A
+   * writer without it leaves such Coverages as they are.
+   */
+  endCoverage?(check: EligibilityCheck, droppedAt: string): Promise<boolean>;
 }
 
 export const FhirWriterOptions = z
@@ -210,19 +217,33 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     };
   }
 
-  return {
-    async write(check, outcome, refs = {}, options = {}) {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await write(check, outcome, refs, options);
-        } catch (err) {
-          const failure = toChartWriteError(err, 'write');
-          // Another write changed what this one read (two checks of one patient updating its
-          // Patient at once): read again and redo it now, rather than wait out a retry backoff.
-          if (!CONFLICT_STATUSES.has(failure.status) || attempt >= CONFLICT_ATTEMPTS) throw failure;
-        }
+  async function endCoverage(check: EligibilityCheck, droppedAt: string): Promise<boolean> {
+    // A FHIR-sourced check's Coverage is the EHR's own.
+    const part = check.source.kind === 'hl7' ? chartParts(check).find((p) => p.kind === 'coverage') : undefined;
+    if (!part) return false;
+    const [stored] = await client.findEach([`Coverage?${part.condition}`]);
+    const ended = stored?.id ? droppedCoverage(stored as Coverage, droppedAt) : undefined;
+    if (!stored?.id || !ended) return false;
+    if (r4Errors(ended).length > 0) throw new ChartWriteError('Coverage: ending it would not be valid R4; left as it is', { retryable: false });
+    await client.transaction([updateEntry(ended, stored.id, stored.meta?.versionId)]);
+    return true;
+  }
+
+  /** Another write changed what this one read (two checks of one patient updating its Patient at once): read again and redo it now, rather than wait out a retry backoff. */
+  async function redoneOnConflict<T>(step: string, attempt: () => Promise<T>): Promise<T> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await attempt();
+      } catch (err) {
+        const failure = toChartWriteError(err, step);
+        if (!CONFLICT_STATUSES.has(failure.status) || tries >= CONFLICT_ATTEMPTS) throw failure;
       }
-    },
+    }
+  }
+
+  return {
+    write: (check, outcome, refs = {}, options = {}) => redoneOnConflict('write', () => write(check, outcome, refs, options)),
+    endCoverage: (check, droppedAt) => redoneOnConflict('write ending a Coverage', () => endCoverage(check, droppedAt)),
   };
 }
 

@@ -25,6 +25,8 @@ function msh(type: string, id: string): string {
 const pid = (patient: string, name = 'DOE^JANE', birth = '19800102') => `PID|1||${patient}^^^SC^MR||${name}||${birth}|F`;
 const sch = (appointment: string, start = VISIT) => `SCH|${appointment}^SC||||||||||^^^${start}`;
 const in1 = (payerId: string, payerName: string, memberId: string) => segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: memberId });
+/** The patient's plans, each as payer id, name and member id, in IN1 order. */
+const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
 
 const siu = (id: string, patient: string, appointment: string, ...rest: string[]) => [msh('SIU^S12^SIU_S12', id), sch(appointment), pid(patient), ...rest].join('\r');
 const adt = (id: string, patient: string, ...rest: string[]) => [msh('ADT^A08^ADT_A01', id), pid(patient), ...rest].join('\r');
@@ -121,8 +123,10 @@ describe('HL7 v2 into the chart', () => {
       const current = rows.filter((r) => r.check.patient.lastName === 'DOE-SMITH' && r.check.subscriber.memberId === 'SBX-COMPLETE-2');
       return current.length === 2 && new Set(current.map((r) => r.check.dateOfService)).size === 2;
     });
-    // The first visit now holds the corrected check alone; the earlier one stays as the result it was.
+    // The first visit now holds the corrected check alone; the earlier one is withdrawn, its pair left in the chart as the result it was.
     const first = (await h.store.listAppointments('booked')).find((a) => a.key === 'hl7|BSD-MAIN|APT-4A');
+    const earlier = async () => (await h.store.listChecks()).filter((r) => r.check.subscriber.memberId === 'SBX-COMPLETE').map((r) => [r.state, r.written !== undefined]);
+    await until('the earlier check withdrawn', async () => JSON.stringify(await earlier()) === JSON.stringify([['cancelled', true]]));
     const rows = await h.store.listChecks();
     const held = (first?.checkKeys ?? []).map((k) => rows.find((r) => r.key === k));
     expect(held.map((r) => [r?.check.patient.lastName, r?.check.subscriber.memberId, r?.state])).toEqual([['DOE-SMITH', 'SBX-COMPLETE-2', 'written']]);
@@ -131,7 +135,7 @@ describe('HL7 v2 into the chart', () => {
     const settled = (r: (typeof rows)[number]) => [r.key, r.round, r.externalId, r.state, r.resultAt];
     const before = held.flatMap((r) => (r ? [settled(r)] : []));
     expect(await send(booking('B3', 'APT-4C', visitIn(30), 'DOE-SMITH^JANE', 'SBX-COMPLETE-2'))).toEqual(['AA']);
-    await until('the third visit written', async () => (await h.store.listChecks({ states: ['written'] })).length >= 4);
+    await until('the third visit written', async () => (await h.store.listChecks({ states: ['written'] })).length >= 3);
     await new Promise((r) => setTimeout(r, 300));
     const after = (await h.store.listChecks()).filter((r) => before.some(([key]) => key === r.key)).map(settled);
     expect(after).toEqual(before);
@@ -162,8 +166,6 @@ describe('HL7 v2 into the chart', () => {
 
   it('follows a change of coordination of benefits into the chart\'s Coverages without verifying again', async () => {
     await start();
-    const insurance = (first: [string, string, string], second: [string, string, string]) =>
-      [first, second].map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
     const orders = async () =>
@@ -213,7 +215,6 @@ describe('HL7 v2 into the chart', () => {
 
   it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
     await start();
-    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     // Not active for the date of service: written to the chart as a failure a person acts on.
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-FAIL-InactivePatient'];
@@ -243,7 +244,6 @@ describe('HL7 v2 into the chart', () => {
 
   it('follows a swap of the patient\'s plans sent by an ADT into the Coverages of a booked appointment', async () => {
     await start();
-    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
     const orders = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
@@ -262,7 +262,6 @@ describe('HL7 v2 into the chart', () => {
 
   it('ends the chart Coverage of a member id the PMS corrected once the check under the new one is written, keeping the other plan', async () => {
     await start();
-    const insurance = (...plans: Array<[string, string, string]>) => plans.map(([id, name, member], i) => segment('IN1', { 1: String(i + 1), 3: id, 4: name, 17: 'SEL', 36: member }));
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
     const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [`${c.payor[0]?.display} ${c.subscriberId}`, c.status]));
     expect(await send(siu('E1', 'P-13', 'APT-13', ...insurance(['64246', 'Guardian', 'SBX-COMPLETE-1'], cigna)))).toEqual(['AA']);
@@ -273,6 +272,32 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(adt('E2', 'P-13', ...insurance(['64246', 'Guardian', 'SBX-COMPLETE-2'], cigna)))).toEqual(['AA']);
     await until('the corrected check written', async () => (await h.store.listChecks({ states: ['written'] })).some((r) => r.check.subscriber.memberId === 'SBX-COMPLETE-2'));
     expect(await coverages()).toEqual({ 'Guardian SBX-COMPLETE-1': 'cancelled', 'Cigna Dental SBX-COMPLETE': 'active', 'Guardian SBX-COMPLETE-2': 'active' });
+  });
+
+  it('ends the chart Coverage of a plan the PMS drops with none in its place, and makes it active again when the plan is back', async () => {
+    await start();
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
+    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.status]));
+    const sends = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+    expect(await send(siu('S1', 'P-30', 'APT-30', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
+
+    // The registration drops the secondary: no new Coverage is written, yet the chart's ends.
+    expect(await send(adt('S2', 'P-30', ...insurance(guardian)))).toEqual(['AA']);
+    await until('the dropped plan withdrawn', async () => (await h.store.listChecks({ states: ['cancelled'] })).length === 1);
+    const [dropped] = await h.store.listChecks({ states: ['cancelled'] });
+    expect(dropped?.check.coverage.payer.name).toBe('Cigna Dental');
+    expect(dropped?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    expect(sends()).toBe(2);
+
+    // Stated again, the plan is verified again and its Coverage is active again.
+    expect(await send(adt('S3', 'P-30', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('verified and written again', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
+    expect(sends()).toBe(3);
   });
 
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {

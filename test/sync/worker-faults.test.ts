@@ -2,11 +2,13 @@ import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
+import { ChartWriteError } from '../../src/sync/chart-errors';
 import type { CoverageInfo } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
+import { checkRow } from './job-store-contract';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
@@ -485,5 +487,41 @@ describe('the worker when the appointment changes while it writes', () => {
     );
     await sleep(300);
     expect(await rig.check('reverified')).toMatchObject({ state: 'needs-attention', round: 1, lastError: refused.lastError });
+  });
+});
+
+describe('the worker ending the Coverage of a plan the PMS dropped', () => {
+  it('tries again while the chart cannot take it, then ends it once and withdraws the check', async () => {
+    const tries: boolean[] = [];
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-dropped' }),
+      writer: (chart) => ({
+        write: (...args) => chart.write(...args),
+        async endCoverage(check, droppedAt) {
+          if (tries.length === 0) {
+            tries.push(false);
+            throw new ChartWriteError('the FHIR server did not answer the write ending a Coverage in time', { retryable: true });
+          }
+          const ended = (await chart.endCoverage?.(check, droppedAt)) ?? false;
+          tries.push(ended);
+          return ended;
+        },
+      }),
+    });
+    // An HL7 check: its Patient and Coverage are this plugin's, found or made by identifier.
+    const fhirCheck = checkRow('dropped').check;
+    await rig.addCheck('dropped', { check: { ...fhirCheck, source: { kind: 'hl7', messageControlId: 'M-1', messageType: 'SIU^S12', receivedAt: fhirCheck.source.receivedAt } } });
+    rig.worker.start();
+    const written = await rig.reach('dropped', 'written', 10_000);
+    const droppedAt = new Date().toISOString();
+    await rig.store.transaction((tx) => tx.putCheck({ ...written, state: 'ending-coverage', dueAt: droppedAt, planDroppedAt: droppedAt }));
+    const withdrawn = await rig.reach('dropped', 'cancelled', 10_000);
+    expect(withdrawn.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(tries).toEqual([false, true]);
+    expect(rig.warnings.map((w) => w.msg)).toContain('ending a Coverage in the chart failed; will retry');
+    // Ended once: a second try finds it ended, and ends nothing.
+    await rig.store.transaction((tx) => tx.putCheck({ ...withdrawn, state: 'ending-coverage', dueAt: new Date().toISOString(), planDroppedAt: droppedAt }));
+    expect((await rig.reach('dropped', 'cancelled', 10_000)).lastError).toBe('the PMS no longer sends this plan: no active Coverage of it in the chart to end');
+    expect(tries).toEqual([false, true, false]);
   });
 });
