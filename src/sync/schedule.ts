@@ -151,12 +151,17 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
   return inPeriod && within(present(plan?.effectiveDate), present(plan?.terminationDate)) && issues.length === 0;
 }
 
-/** The other end of a year-long period from a full date (YYYY-MM-DD): the day before a year on, or the day after a year back; undefined for another precision. */
+/**
+ * The other end of a year-long period from a full date (YYYY-MM-DD), by the next period's first
+ * day: a year on less a day, or a year back from the day after; undefined for another precision.
+ * So a period ending 2028-02-29 began 2027-03-01 (a year back from 2028-03-01), not 2027-03-02.
+ */
 function yearFrom(bound: string | undefined, years: 1 | -1): string | undefined {
   if (bound === undefined || !/^\d{4}-\d{2}-\d{2}$/.test(bound)) return undefined;
   const day = new Date(`${bound}T00:00:00Z`);
-  day.setUTCFullYear(day.getUTCFullYear() + years);
+  if (years === 1) day.setUTCFullYear(day.getUTCFullYear() + 1);
   day.setUTCDate(day.getUTCDate() - years);
+  if (years === -1) day.setUTCFullYear(day.getUTCFullYear() - 1);
   return day.toISOString().slice(0, 10);
 }
 
