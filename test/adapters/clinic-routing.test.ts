@@ -91,5 +91,9 @@ describe('the practice\'s time zone', () => {
     expect(dateOfStart('2026-12-01', la)).toBe('2026-12-01');
     expect(dateOfStart('2026-12-01T17:00:00', la)).toBe('2026-12-01');
     expect(dateOfStart('Dec 1', la)).toBeUndefined();
+    // A day the calendar lacks is none, in a zone or not: Date.parse takes 2027-02-29 for March 1.
+    expect(dateOfStart('2027-02-29T17:00:00Z', la)).toBeUndefined();
+    expect(dateOfStart('2027-02-29', undefined)).toBeUndefined();
+    expect(dateOfStart('2028-02-29T17:00:00Z', la)).toBe('2028-02-29');
   });
 });
