@@ -97,8 +97,9 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
     updatedAt: now,
   };
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
-  const fresh = await tx.freshResult(coverageFingerprint, since);
-  if (fresh?.result !== undefined && servesVisit(fresh, check.dateOfService)) {
+  // Not only the newest: in December, next year's visit verified yesterday tells nothing of this year's.
+  const fresh = (await tx.freshResults(coverageFingerprint, since)).find((row) => servesVisit(row, check.dateOfService));
+  if (fresh?.result !== undefined) {
     // A recent completed verification of this very coverage serves this appointment too. It keeps
     // no correlation id of its own (the verification is the other's) but gets a chart pair of its
     // own, found by its key: the other appointment's pair stays as it was.
