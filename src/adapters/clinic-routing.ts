@@ -17,12 +17,20 @@ const Route = z.strictObject({
 });
 type Route = z.infer<typeof Route>;
 
-export const ClinicRoutingFile = z.looseObject({
-  defaultClinicId: z.string().trim().min(1).optional(),
-  /** The practice's time zone: an appointment time written as an instant (FHIR's, often in UTC) is dated there. */
-  timeZone: TimeZone.optional(),
-  routes: z.array(Route),
-});
+export const ClinicRoutingFile = z
+  .looseObject({
+    defaultClinicId: z.string().trim().min(1).optional(),
+    /** The practice's time zone: an appointment time written as an instant (FHIR's, often in UTC) is dated there. */
+    timeZone: TimeZone.optional(),
+    routes: z.array(Route),
+  })
+  .superRefine((file, ctx) => {
+    // A clinic is in one place, whichever of its routes names it.
+    file.routes.forEach((route, i) => {
+      const other = route.timeZone === undefined ? undefined : zoneOf(file.routes, route.clinicId);
+      if (other !== undefined && other !== route.timeZone) ctx.addIssue({ code: 'custom', path: ['routes', i, 'timeZone'], message: `is not ${other}, which another route of ${route.clinicId} names` });
+    });
+  });
 export type ClinicRouting = z.infer<typeof ClinicRoutingFile>;
 
 export function loadClinicRouting(dir?: string): ClinicRouting {
@@ -62,7 +70,15 @@ export function resolveClinic(routing: ClinicRouting, hints: ClinicHints): strin
   return route?.clinicId ?? routing.defaultClinicId;
 }
 
-/** The time zone a clinic's appointments are dated in: its route's, else the file's; undefined when neither says. */
+/**
+ * The time zone a clinic's appointments are dated in: the one its routes name (any of them: a clinic
+ * listed once for its HL7 facility and once for its FHIR Location may name it on either), else the
+ * file's; undefined when neither says.
+ */
 export function clinicTimeZone(routing: ClinicRouting, clinicId: string): string | undefined {
-  return routing.routes.find((r) => r.clinicId === clinicId)?.timeZone ?? routing.timeZone;
+  return zoneOf(routing.routes, clinicId) ?? routing.timeZone;
+}
+
+function zoneOf(routes: readonly Route[], clinicId: string): string | undefined {
+  return routes.find((r) => r.clinicId === clinicId && r.timeZone !== undefined)?.timeZone;
 }

@@ -155,8 +155,8 @@ export interface StoreTx {
   checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
   /** The check whose send under this externalId is under way (submitted: the service's answer not stored yet). */
   sentUnder(externalId: string): Promise<CheckRow | undefined>;
-  /** The newest check of this coverage with a completed result taken at or after `since`. */
-  freshResult(coverageFingerprint: string, since: string): Promise<CheckRow | undefined>;
+  /** The checks of this coverage with a completed result taken at or after `since`, newest first. */
+  freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]>;
 
   getMeta(key: string): Promise<string | undefined>;
   setMeta(key: string, value: string): Promise<void>;

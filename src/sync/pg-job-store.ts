@@ -310,12 +310,12 @@ class PgTx implements StoreTx {
     }
   }
 
-  async freshResult(coverageFingerprint: string, since: string): Promise<CheckRow | undefined> {
+  async freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]> {
     const { rows } = await this.db.query<{ row: unknown }>(
       `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND result_at >= $2 AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
       [coverageFingerprint, since],
     );
-    return rows.map((r) => CheckRow.parse(r.row)).find(hasCompletedResult);
+    return rows.map((r) => CheckRow.parse(r.row)).filter(hasCompletedResult);
   }
 
   async getMeta(key: string): Promise<string | undefined> {

@@ -100,8 +100,9 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
     updatedAt: now,
   };
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
-  const fresh = await tx.freshResult(coverageFingerprint, since);
-  if (fresh?.result !== undefined && servesVisit(fresh, check.dateOfService)) {
+  // Not only the newest: in December, next year's visit verified yesterday tells nothing of this year's.
+  const fresh = (await tx.freshResults(coverageFingerprint, since)).find((row) => servesVisit(row, check.dateOfService));
+  if (fresh?.result !== undefined) {
     // A recent completed verification of this very coverage serves this appointment too. It keeps
     // no correlation id of its own (the verification is the other's) but gets a chart pair of its
     // own, found by its key: the other appointment's pair stays as it was.
@@ -154,12 +155,17 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
   return inPeriod && within(present(plan?.effectiveDate), present(plan?.terminationDate)) && issues.length === 0;
 }
 
-/** The other end of a year-long period from a full date (YYYY-MM-DD): the day before a year on, or the day after a year back; undefined for another precision. */
+/**
+ * The other end of a year-long period from a full date (YYYY-MM-DD), by the next period's first
+ * day: a year on less a day, or a year back from the day after; undefined for another precision.
+ * So a period ending 2028-02-29 began 2027-03-01 (a year back from 2028-03-01), not 2027-03-02.
+ */
 function yearFrom(bound: string | undefined, years: 1 | -1): string | undefined {
   if (bound === undefined || !/^\d{4}-\d{2}-\d{2}$/.test(bound)) return undefined;
   const day = new Date(`${bound}T00:00:00Z`);
-  day.setUTCFullYear(day.getUTCFullYear() + years);
+  if (years === 1) day.setUTCFullYear(day.getUTCFullYear() + 1);
   day.setUTCDate(day.getUTCDate() - years);
+  if (years === -1) day.setUTCFullYear(day.getUTCFullYear() - 1);
   return day.toISOString().slice(0, 10);
 }
 

@@ -582,13 +582,9 @@ export class SqliteJobStore implements JobStore {
         const r = submittedUnder.get(externalId) as KeyedRow | undefined;
         return r && checkOf(r);
       },
-      async freshResult(coverageFingerprint, since) {
+      async freshResults(coverageFingerprint, since) {
         const newestFirst = (fresh.all(coverageFingerprint, since) as Array<KeyedRow & { result_at: string }>).sort((a, b) => byText(b.result_at, a.result_at));
-        for (const r of newestFirst) {
-          const row = checkOf(r);
-          if (hasCompletedResult(row)) return row;
-        }
-        return undefined;
+        return newestFirst.map(checkOf).filter(hasCompletedResult);
       },
       async getMeta(key) {
         return (getMeta.get(key) as { value: string } | undefined)?.value;

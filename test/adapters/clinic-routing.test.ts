@@ -79,6 +79,24 @@ describe('the practice\'s time zone', () => {
     }
   });
 
+  it('is the one a clinic\'s routes name, on whichever route: a clinic listed for its HL7 facility, then for its FHIR Location with its zone', () => {
+    const hl7 = { clinicId: 'cln_west', hl7Facilities: ['WEST'] };
+    const fhir = { clinicId: 'cln_west', fhirLocations: ['Location/west'], timeZone: 'America/Los_Angeles' };
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-clinics-'));
+    try {
+      writeFileSync(path.join(dir, 'clinics.json'), JSON.stringify({ timeZone: 'America/New_York', routes: [hl7, fhir] }));
+      const west = loadClinicRouting(dir);
+      expect(clinicTimeZone(west, 'cln_west')).toBe('America/Los_Angeles');
+      // 5 pm in California on November 30, written in UTC.
+      expect(dateOfStart('2026-12-01T01:00:00Z', clinicTimeZone(west, 'cln_west'))).toBe('2026-11-30');
+      // One clinic is in one place: two zones for it are refused, naming the route.
+      writeFileSync(path.join(dir, 'clinics.json'), JSON.stringify({ routes: [fhir, { ...hl7, timeZone: 'America/Denver' }] }));
+      expect(() => loadClinicRouting(dir)).toThrow(/routes\.1\.timeZone: is not America\/Los_Angeles, which another route of cln_west names/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('dates an instant where the practice is, across the clocks changing, and leaves a date or a time without offset as written', () => {
     const la = 'America/Los_Angeles';
     expect(dateOfStart('2026-12-01T01:00:00Z', la)).toBe('2026-11-30');
@@ -91,5 +109,9 @@ describe('the practice\'s time zone', () => {
     expect(dateOfStart('2026-12-01', la)).toBe('2026-12-01');
     expect(dateOfStart('2026-12-01T17:00:00', la)).toBe('2026-12-01');
     expect(dateOfStart('Dec 1', la)).toBeUndefined();
+    // A day the calendar lacks is none, in a zone or not: Date.parse takes 2027-02-29 for March 1.
+    expect(dateOfStart('2027-02-29T17:00:00Z', la)).toBeUndefined();
+    expect(dateOfStart('2027-02-29', undefined)).toBeUndefined();
+    expect(dateOfStart('2028-02-29T17:00:00Z', la)).toBe('2028-02-29');
   });
 });

@@ -178,7 +178,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.transaction((tx) => tx.getCheck('elig_mid')))?.state).toBe('written');
     });
 
-    it('finds the newest completed result of a coverage taken since a time, and no failed one', async () => {
+    it('finds the completed results of a coverage taken since a time, newest first, and no failed one', async () => {
       const completed = { correlationId: 'c', status: 'Completed' };
       await store.transaction(async (tx) => {
         await tx.putCheck(checkRow('elig_old', { state: 'written', result: completed, resultAt: '2026-11-20T10:00:00.000Z' }));
@@ -186,9 +186,11 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putCheck(checkRow('elig_failed', { state: 'written', result: { correlationId: 'f', status: 'Failed' }, resultAt: '2026-11-23T09:00:00.000Z' }));
       });
       const coverage = checkRow('x').coverageFingerprint;
-      expect((await store.transaction((tx) => tx.freshResult(coverage, '2026-11-19T00:00:00.000Z')))?.key).toBe('elig_new');
-      expect(await store.transaction((tx) => tx.freshResult(coverage, '2026-11-23T00:00:00.000Z'))).toBeUndefined();
-      expect(await store.transaction((tx) => tx.freshResult('another coverage', '2026-11-19T00:00:00.000Z'))).toBeUndefined();
+      const keys = async (coverageFingerprint: string, since: string) => (await store.transaction((tx) => tx.freshResults(coverageFingerprint, since))).map((r) => r.key);
+      expect(await keys(coverage, '2026-11-19T00:00:00.000Z')).toEqual(['elig_new', 'elig_old']);
+      expect(await keys(coverage, '2026-11-21T00:00:00.000Z')).toEqual(['elig_new']);
+      expect(await keys(coverage, '2026-11-23T00:00:00.000Z')).toEqual([]);
+      expect(await keys('another coverage', '2026-11-19T00:00:00.000Z')).toEqual([]);
     });
 
     it('knows which booked appointments hold a check, as the appointments change', async () => {

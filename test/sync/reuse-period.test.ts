@@ -35,6 +35,10 @@ describe('a fresh result reused for another visit of the same coverage', () => {
     ['a year before a period stated by its end alone: within it', { end: '2027-06-30' }, '2027-01-05', 'result-stored'],
     ['a period stated by its end alone: after it', { end: '2026-12-31' }, '2027-01-05', 'received'],
     ['a period stated whole: after it', { start: '2026-01-01', end: '2026-12-31' }, '2027-01-05', 'received'],
+    ['a year before a period stated by its end alone on February 29: its first day', { end: '2028-02-29' }, '2027-03-01', 'result-stored'],
+    ['a year before a period stated by its end alone on February 29: the day before it', { end: '2028-02-29' }, '2027-02-28', 'received'],
+    ['a year from a period stated by its start alone on February 29: its last day', { start: '2028-02-29' }, '2029-02-28', 'result-stored'],
+    ['a year from a period stated by its start alone on February 29: the day after it', { start: '2028-02-29' }, '2029-03-01', 'received'],
   ])('%s', async (_case, period, dateOfService, state) => {
     expect(await visitAfter(period, dateOfService)).toBe(state);
   });

@@ -28,6 +28,24 @@ describe('fresh results and re-verification before the visit', () => {
       segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'SBX-COMPLETE' }),
     ].join('\r');
 
+  /** A sync on the clock from `at`, and a sender of bookings of one patient over a real MLLP socket, each waited for until written. */
+  const bookingOverMllp = async (patientId: string, at: string) => {
+    clock = new Date(at);
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    closing.push(() => listener.stop());
+    const booking = bookingsOf(patientId, '20261220090000');
+    const c = await client(port);
+    closing.unshift(async () => void c.socket.end());
+    let sent = 0;
+    return async (appointment: string, start: string) => {
+      c.socket.write(frame(booking(`M-${appointment}`, appointment, start)));
+      await c.waitFor(++sent);
+      await until(`${appointment} written`, async () => (await h.store.listChecks({ states: ['written'] })).length === sent);
+    };
+  };
+
   it('verifies again the day before the visit once the last result is older than the window, as a new verification', async () => {
     clock = new Date('2026-11-01T12:00:00Z');
     h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
@@ -80,20 +98,9 @@ describe('fresh results and re-verification before the visit', () => {
   });
 
   it('verifies a visit in the next benefit year anew: a result counts what is used in its own year, and this year\'s maximum left is not next year\'s', async () => {
-    clock = new Date('2026-12-20T12:00:00Z');
-    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
-    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
-    const { port } = await listener.start();
-    closing.push(() => listener.stop());
-    const booking = bookingsOf('P-8', '20261220090000');
-    const c = await client(port);
-    closing.unshift(async () => void c.socket.end());
-    c.socket.write(frame(booking('Y1', 'APT-Y1', '20261230093000')));
-    await c.waitFor(1);
-    await until('the December visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
-    c.socket.write(frame(booking('Y2', 'APT-Y2', '20270105093000')));
-    await c.waitFor(2);
-    await until('the January visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const book = await bookingOverMllp('P-8', '2026-12-20T12:00:00Z');
+    await book('APT-Y1', '20261230093000');
+    await book('APT-Y2', '20270105093000');
 
     expect(verificationPosts()).toBe(2);
     const january = (await h.store.listChecks()).find((r) => r.check.dateOfService === '2027-01-05');
@@ -101,6 +108,21 @@ describe('fresh results and re-verification before the visit', () => {
     const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     const periodOf = (id: string | undefined) => responses.find((r) => r.id === id)?.insurance?.[0]?.benefitPeriod;
     expect(periodOf(january?.written?.responseId)).toEqual({ start: '2027-01-01', end: '2027-12-31' });
+  });
+
+  it('reuses this benefit year\'s result for another visit this year once a visit next year has been verified since', async () => {
+    const book = await bookingOverMllp('P-9', '2026-12-20T12:00:00Z');
+    await book('APT-Z1', '20261228093000');
+    clock = new Date('2026-12-21T12:00:00Z');
+    await book('APT-Z2', '20270105093000');
+    // The newest fresh result is next year's: this year's, a day older, is the one that tells of December 30.
+    clock = new Date('2026-12-22T12:00:00Z');
+    await book('APT-Z3', '20261230093000');
+
+    expect(verificationPosts()).toBe(2);
+    const rows = await h.store.listChecks();
+    const visit = (date: string) => rows.find((r) => r.check.dateOfService === date);
+    expect(visit('2026-12-30')?.reusedFrom).toBe(visit('2026-12-28')?.correlationId);
   });
 
   it('reuses a completed result younger than the window for another appointment of the same coverage, as a chart pair of its own', async () => {

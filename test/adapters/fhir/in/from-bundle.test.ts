@@ -365,6 +365,19 @@ describe('checksFromBundle', () => {
     expect(dated({}).dates).toEqual([]);
   });
 
+  it('refuses a start on a day the calendar lacks, rather than verify the day Date.parse makes of it', () => {
+    const bundle = bundleOf('self');
+    const zoned = { ...routing, timeZone: 'America/Los_Angeles' };
+    for (const start of ['2027-02-29T09:00:00-08:00', '2026-04-31T17:00:00Z', '2026-02-30']) {
+      resource(bundle, 'Appointment').start = start;
+      for (const options of [{ routing }, { routing: zoned }]) {
+        expect(issuesOf(() => convertBundle(bundle, { ...options, receivedAt: RECEIVED_AT }))).toContainEqual({ expression: 'Appointment.start', diagnostics: 'must be a date-time' });
+      }
+    }
+    resource(bundle, 'Appointment').start = '2028-02-29T09:00:00-08:00';
+    expect(convertBundle(bundle, { routing: zoned, receivedAt: RECEIVED_AT }).checks.map((c) => c.dateOfService)).toEqual(['2028-02-29']);
+  });
+
   it('reads the provider NPI (check digit verified) and tax id from the Practitioner', () => {
     expect((convertFixture('self') as EligibilityCheck[])[0]?.provider).toEqual({ npi: '1234567893', taxId: '94-1234567', firstName: 'Grace', lastName: 'Chen' });
   });
