@@ -1,5 +1,6 @@
 import { hash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
+import { planKey } from '../adapters/hl7';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
@@ -209,16 +210,19 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
 
 /**
  * Whether the check's Coverage is in the chart (a pair of it was written) and the patient's record
- * no longer names its plan (its member id): a secondary dropped, a patient now paying for
- * themselves. Only for a patient of one sender, whose record holds every plan they have (as
- * endedCoverage), and not for one merged into another, whose written checks stay as they are.
+ * no longer names its plan (its payer and member id, as the Coverage's key): a secondary dropped,
+ * a patient now paying for themselves. The member id alone would keep a plan dropped beside one
+ * under the same number, as a PMS that files plans under the patient's own number sends them.
+ * Only for a patient of one sender, whose record holds every plan they have (as endedCoverage),
+ * and not for one merged into another, whose written checks stay as they are.
  */
 async function planDropped(tx: StoreTx, row: CheckRow): Promise<boolean> {
   if (row.written === undefined || (row.state !== 'written' && !WITHDRAWABLE.has(row.state))) return false;
   if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
   const record = await tx.getPatient(row.patientKey);
   if (record === undefined || record.mergedInto !== undefined) return false;
-  return !record.coverages.some((known) => known.subscriber.memberId === row.check.subscriber.memberId);
+  const plan = planKey(row.check);
+  return !record.coverages.some((known) => planKey(known) === plan);
 }
 
 /**

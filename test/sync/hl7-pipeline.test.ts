@@ -300,6 +300,23 @@ describe('HL7 v2 into the chart', () => {
     expect(sends()).toBe(3);
   });
 
+  it('ends the chart Coverage of a dropped plan whose member id the plan kept is under too', async () => {
+    await start();
+    // One member id under both payers, as a PMS that keys plans by the patient's own number sends them.
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
+    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.status]));
+    expect(await send(siu('D1', 'P-31', 'APT-31', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+
+    expect(await send(adt('D2', 'P-31', ...insurance(guardian)))).toEqual(['AA']);
+    await until('the dropped plan withdrawn', async () => (await h.store.listChecks({ states: ['cancelled'] })).length === 1);
+    const [dropped] = await h.store.listChecks({ states: ['cancelled'] });
+    expect(dropped?.check.coverage.payer.name).toBe('Cigna Dental');
+    expect(dropped?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+  });
+
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
     await start({ settings: { idleMs: 60_000 } });
     // The worker is idle for a minute: the cancel lands while the check still waits.
