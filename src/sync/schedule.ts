@@ -209,15 +209,17 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
 }
 
 /**
- * Whether the check's Coverage is in the chart (a pair of it was written) and the patient's record
- * no longer names its plan (its payer and member id, as the Coverage's key): a secondary dropped,
- * a patient now paying for themselves. The member id alone would keep a plan dropped beside one
- * under the same number, as a PMS that files plans under the patient's own number sends them.
+ * Whether the patient's record no longer names the check's plan (its payer and member id, as the
+ * Coverage's key): a secondary dropped, a patient now paying for themselves. The member id alone
+ * would keep a plan dropped beside one under the same number, as a PMS that files plans under the
+ * patient's own number sends them. Whether or not this check's pair is known to be written: a
+ * first write under way when the plan is dropped makes the Coverage all the same (the worker's
+ * lease holds the ending back until it is done), as a corrected check's earlier round did.
  * Only for a patient of one sender, whose record holds every plan they have (as endedCoverage),
  * and not for one merged into another, whose written checks stay as they are.
  */
 async function planDropped(tx: StoreTx, row: CheckRow): Promise<boolean> {
-  if (row.written === undefined || (row.state !== 'written' && !WITHDRAWABLE.has(row.state))) return false;
+  if (row.state !== 'written' && !WITHDRAWABLE.has(row.state)) return false;
   if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
   const record = await tx.getPatient(row.patientKey);
   if (record === undefined || record.mergedInto !== undefined) return false;

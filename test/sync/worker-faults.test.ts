@@ -524,4 +524,49 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     expect((await rig.reach('dropped', 'cancelled', 10_000)).lastError).toBe('the PMS no longer sends this plan: no active Coverage of it in the chart to end');
     expect(tries).toEqual([false, true, false]);
   });
+
+  it('ends the Coverage a first write under way made when the patient turns self-pay meanwhile, rather than leave it active', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const ends: boolean[] = [];
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-midwrite' }),
+      writer: (chart) => ({
+        async write(...args) {
+          await held;
+          return chart.write(...args);
+        },
+        async endCoverage(check, droppedAt) {
+          const ended = (await chart.endCoverage?.(check, droppedAt)) ?? false;
+          ends.push(ended);
+          return ended;
+        },
+      }),
+    });
+    const fhirCheck = checkRow('midwrite').check;
+    // A patient of one sender (a local assigning authority): their record holds every plan they have.
+    const check = {
+      ...fhirCheck,
+      patient: { ...fhirCheck.patient, identifiers: [{ system: 'SC', value: 'P-1', type: 'MR' }] },
+      source: { kind: 'hl7' as const, messageControlId: 'M-1', messageType: 'SIU^S12', sendingFacility: 'BSD', receivedAt: fhirCheck.source.receivedAt },
+    };
+    const patientKey = 'hl7|BSD|MR|1';
+    const { memberId: _m, ...patient } = check.patient;
+    await rig.addCheck('midwrite', { check, patientKey });
+    await rig.store.transaction((tx) =>
+      tx.putAppointment({ key: 'appt-midwrite', patientKey, dateOfService: check.dateOfService, status: 'booked', checkKeys: ['midwrite'], basis: {}, updatedAt: new Date().toISOString() }),
+    );
+    rig.worker.start();
+    await rig.reach('midwrite', 'result-stored');
+    // An A08 while the first write waits on the chart: the patient pays for themselves now.
+    const now = new Date();
+    await rig.store.transaction(async (tx) => {
+      await tx.putPatient(patientKey, { patient, coverages: [], insuranceKnown: true, appointments: [], updatedAt: now.toISOString(), messageControlId: 'M-2' });
+      await scheduleAppointment(tx, { key: 'appt-midwrite', patientKey, dateOfService: check.dateOfService, status: 'self-pay', checks: [], basis: {} }, { now, policy: RIG_OPTIONS.policy });
+    });
+    release();
+    const withdrawn = await rig.reach('midwrite', 'cancelled', 10_000);
+    expect(withdrawn.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(ends).toEqual([true]);
+  });
 });
