@@ -385,14 +385,24 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let stopped = false;
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
+  /** The last poll failed on what the chart answered, as the next will: see pollInBackground. */
+  let pollRefused = false;
   /** Starts a poll unless one is under way or the sync is stopping; says which. */
   const pollInBackground = (): string => {
     if (stopping) return 'the sync is stopping: no poll';
     if (polling) return 'a poll is already under way';
     polling = pollAppointments()
       .then(
-        () => undefined,
-        (err: unknown) => logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat'),
+        () => {
+          if (pollRefused) logger.info('FHIR poll succeeds again');
+          pollRefused = false;
+        },
+        (err: unknown) => {
+          // Refused for good (a redirect, a next link elsewhere), it is refused at every interval: said once.
+          if (!(err instanceof FhirInputError)) return void logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
+          logger[pollRefused ? 'debug' : 'warn']({ err: errorText(err) }, "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds");
+          pollRefused = true;
+        },
       )
       .finally(() => {
         polling = undefined;

@@ -117,7 +117,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
         try {
           url = nextPageUrl(page, followed, { baseUrl, maxPages: MAX_PAGES, what: typeOf(search) });
         } catch (err) {
-          throw new ChartWriteError((err as Error).message, { retryable: false });
+          throw toChartWriteError(err, step);
         }
       }
       return found;

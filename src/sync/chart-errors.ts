@@ -63,8 +63,7 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (response && typeof response.status === 'number') {
     const issues = outcomeIssues(response.data);
     const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
-    // Redirects are not followed (by the writer's requests, nor the reader's: CHART_REQUESTS): the chart's URL is where it answers.
-    const redirect = response.status >= 300 && response.status < 400 ? ', a redirect, not followed: set the FHIR URL to where the chart answers' : '';
+    const redirect = redirected(response.status) ? `, ${REDIRECT_NOT_FOLLOWED}` : '';
     // A success is a failure only for what it carried: not JSON (a proxy's sign-in page, say).
     const unread = response.status >= 200 && response.status < 300 ? ', not in FHIR JSON' : '';
     return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}${unread}`, {
@@ -86,6 +85,10 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   }
   return new ChartWriteError(`the ${step} failed unexpectedly${err instanceof Error ? ` (${err.name})` : ''}`, { retryable: false });
 }
+
+/** Redirects are not followed, by the writer's requests nor the reader's (CHART_REQUESTS): the chart's URL is where it answers. */
+export const redirected = (status: number) => status >= 300 && status < 400;
+export const REDIRECT_NOT_FOLLOWED = 'a redirect, not followed: set the FHIR URL to where the chart answers';
 
 /** An answer past the chart's limit (MAX_CHART_ANSWER_BYTES), refused by undici as it arrived. */
 export function answerTooLarge(err: unknown): boolean {

@@ -1,9 +1,9 @@
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
-import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { chartAgent } from './chart-client';
-import { answerTooLarge, tooLargeToRead } from './chart-errors';
+import { answerTooLarge, REDIRECT_NOT_FOLLOWED, redirected, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -44,18 +44,23 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   /**
    * One request with the current token and a deadline (a FHIR server that never answers would
    * hold a notification, and every poll after it, for minutes); a token the server refuses is
-   * renewed and the request made once more. An answer past the chart's limit is a FhirInputError
-   * (too-costly), as the notification it came for is kept for a person: read again, it would be
-   * as large again. (fetch keeps undici's refusal as the cause it is known by only where both
-   * share a realm: in a VM, Jest's, it reads as a connection cut, and the answer is not read all
-   * the same.)
+   * renewed and the request made once more. An answer past the chart's limit, and a redirect, are
+   * a FhirInputError, as the notification they came for is kept for a person: read again, the
+   * answer would be as large again, the redirect given again (as nextPageUrl's refusals are). What
+   * may pass (the chart down, slow or failing: 5xx) is thrown as it is, to be tried again. Neither
+   * names the URL, which for a search holds the patient searched by. (fetch keeps undici's
+   * refusal as the cause it is known by only where both share a realm: in a VM, Jest's, it reads
+   * as a connection cut, and the answer is not read all the same.)
    */
   async function authorized<T>(step: { resourceType: string; verb: 'read' | 'search' }, request: ChartRead<T>): Promise<T> {
+    const refused = (diagnostics: string, code: FhirIssue['code']) => new FhirInputError([{ expression: step.resourceType, diagnostics, code }]);
     try {
       return await renewing(request);
     } catch (err) {
-      if (!answerTooLarge(err)) throw err;
-      throw new FhirInputError([{ expression: step.resourceType, diagnostics: tooLargeToRead(`the FHIR server's answer to the ${step.verb}`), code: 'too-costly' }]);
+      const status = statusOf(err);
+      if (answerTooLarge(err)) throw refused(tooLargeToRead(`the FHIR server's answer to the ${step.verb}`), 'too-costly');
+      if (status !== undefined && redirected(status)) throw refused(`the FHIR server answered ${status} to the ${step.verb}, ${REDIRECT_NOT_FOLLOWED}`, 'processing');
+      throw err;
     }
   }
 

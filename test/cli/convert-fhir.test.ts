@@ -4,6 +4,7 @@ import type { Appointment, Bundle, CoverageEligibilityResponse } from 'fhir/r4';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { BUNDLE_DIR, CREATED, RESULT_DIR, RESULT_REFS } from '../adapters/fhir/corpus';
 import { cli } from '../support/cli';
+import { startScriptedServer } from '../support/http-server';
 
 /** `convert fhir` and `convert result` in-process: output on stdout, one line on stderr for bad input. */
 const bundleFile = (name: string) => path.join(BUNDLE_DIR, `${name}.bundle.json`);
@@ -111,6 +112,22 @@ describe('dental-elig convert fhir', () => {
       const closed = await startFhirServer();
       await closed.close();
       expectOneLine(await cli(['convert', 'fhir', '--server', closed.url, '--appointment', 'appt-1001']), /^dental-elig: --server: /);
+    });
+
+    it('says in one line that the chart redirected a read or search, not where to, nor what it searched by', async () => {
+      // The server, but for its Coverage searches, which it redirects.
+      const chart = await startScriptedServer(async (req, res) => {
+        if (req.url.startsWith('/Coverage?')) return void res.writeHead(303, { location: `https://chart.example.test${req.url}` }).end();
+        const upstream = await fetch(`${server.url}${req.url}`, { headers: { accept: 'application/fhir+json' } });
+        res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
+      });
+      try {
+        const run = await cli(['convert', 'fhir', '--server', chart.url, '--appointment', 'appt-1001']);
+        expectOneLine(run, /^dental-elig: Coverage: the FHIR server answered 303 to the search, a redirect, not followed: set the FHIR URL to where the chart answers\n$/);
+        expect(chart.requests.map((r) => r.url)).toContain('/Coverage?patient=Patient%2Fpat-ellen&status=active');
+      } finally {
+        await chart.close();
+      }
     });
   });
 });

@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import { startScriptedServer, type RecordedRequest } from '../support/http-server';
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
@@ -14,6 +15,12 @@ const booking = (id: string, patient: string, payerId: string, payerName: string
     `PID|1||${patient}^^^SC^MR||DOE^JANE||19800102|F`,
     segment('IN1', { 1: '1', 3: payerId, 4: payerName, 17: 'SEL', 36: 'SBX-COMPLETE' }),
   ].join('\r');
+
+/** Answers a FHIR JSON body; true, as answered. */
+function fhirJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): true {
+  res.writeHead(status, { 'content-type': 'application/fhir+json', ...headers }).end(JSON.stringify(body));
+  return true;
+}
 
 describe('the chart down and back, a payer nobody knows, and the poll trigger', () => {
   let h: Harness;
@@ -34,16 +41,14 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
 
   /**
    * A server in front of the FHIR server that passes each request on (bodies too: the write-back
-   * goes this way) once `hold` lets it, but for those `refuse` answers 400 itself.
+   * goes this way) once `hold` lets it, but for those `answer` answers itself (given the base the
+   * sync reads, for links of its own).
    */
-  async function inFrontOfFhir(hold: (req: RecordedRequest) => Promise<void>, refuse: (req: RecordedRequest) => boolean = () => false) {
+  async function inFrontOfFhir(hold: (req: RecordedRequest) => Promise<void>, answer: (req: RecordedRequest, res: ServerResponse, base: string) => boolean = () => false) {
     let fhirUrl = '';
-    const server = await startScriptedServer(async (req, res) => {
+    const server: Awaited<ReturnType<typeof startScriptedServer>> = await startScriptedServer(async (req, res) => {
       await hold(req);
-      if (refuse(req)) {
-        const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'a search by patient is required' }] };
-        return void res.writeHead(400, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(outcome));
-      }
+      if (answer(req, res, `${server.url}/fhir`)) return;
       const headers = { accept: 'application/fhir+json', 'content-type': req.headers['content-type'] ?? 'application/fhir+json' };
       const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : req.body });
       res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
@@ -85,6 +90,43 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(kept.map((m) => m.raw)).toEqual([body]);
     expect(kept[0]?.detail).toMatch(/send it again/);
     await proxy.close();
+  });
+
+  it('keeps a notification the chart answers as it will again as a dead letter naming what was refused, answered 422 so it is not sent again, the appointment beside it handled', async () => {
+    // A chart that redirects one appointment's read, and pages its patient's Coverages to another origin, then in a circle.
+    let coverages: 'whole' | 'elsewhere' | 'circle' = 'whole';
+    const chart = await inFrontOfFhir(async () => undefined, (req, res, base) => {
+      if (req.url === '/fhir/Appointment/appt-moved') return fhirJson(res, 307, {}, { location: 'https://chart.example.test/fhir/Appointment/appt-moved' });
+      if (!req.url.startsWith('/fhir/Coverage?') || coverages === 'whole') return false;
+      const next = `${coverages === 'elsewhere' ? 'https://chart.example.test/fhir' : base}/Coverage?patient=Patient/pat-marco&page=2`;
+      return fhirJson(res, 200, { resourceType: 'Bundle', type: 'searchset', link: [{ relation: 'next', url: next }] });
+    });
+    try {
+      h = await startHarness({ fhirVia: chart.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      const notify = async (path: string, body?: unknown) => {
+        const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, ...(body !== undefined && { body: JSON.stringify(body) }) });
+        return [res.status, ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics];
+      };
+      const redirected = 'Appointment/appt-moved: Appointment: the FHIR server answered 307 to the read, a redirect, not followed: set the FHIR URL to where the chart answers';
+      const both = { resourceType: 'Bundle', type: 'history', entry: ['appt-moved', 'appt-4004'].map((id) => ({ fullUrl: `${chart.url}/fhir/Appointment/${id}` })) };
+      expect(await notify('', both)).toEqual([422, `${redirected}; Appointment/appt-4004: booked`]);
+      expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+      // A Coverage changed: the patient's appointment is read again, and its Coverage search pages away.
+      coverages = 'elsewhere';
+      const leaves = "Coverage/cov-marco-aetna: Coverage: the FHIR server's search gave a next link leaving it for https://chart.example.test; not followed, it would carry the chart's access token there";
+      expect(await notify('/Coverage/cov-marco-aetna')).toEqual([422, leaves]);
+      coverages = 'circle';
+      const circles = "Appointment/appt-4004: Coverage: the FHIR server's search gave a next link it had given before, after 2 pages; not read in part";
+      expect(await notify('/Appointment/appt-4004')).toEqual([422, circles]);
+      const dead = await h.store.listMessages({ status: 'dead' });
+      expect(dead.map((m) => m.detail).sort()).toEqual([circles, leaves, redirected].sort());
+      // What was searched by (the patient, in the next link's query) is in none of them, nor in the log.
+      expect(JSON.stringify([dead.map((m) => m.detail), h.logs])).not.toMatch(/pat-marco|page=2/);
+      expect(h.logs.join('\n')).not.toMatch(/FHIR notification not stored/);
+    } finally {
+      await chart.close();
+    }
   });
 
   it('writes an error the front desk can act on for a payer the catalog does not know, and waits in needs-attention', async () => {
@@ -221,7 +263,8 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     // As charts whose Coverage search needs a patient answer it.
     const changeSearch = /\/(Coverage|Patient)\?(.*&)?_lastUpdated=/;
     let refuses = true;
-    const refusing = await inFrontOfFhir(async () => undefined, (req) => refuses && changeSearch.test(req.url));
+    const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'a search by patient is required' }] };
+    const refusing = await inFrontOfFhir(async () => undefined, (req, res) => refuses && changeSearch.test(req.url) && fhirJson(res, 400, outcome));
     try {
       h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: refusing.via });
       await h.fhir.seed(chartOf('primary-secondary'));
@@ -244,6 +287,50 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(said('FHIR poll searches what changed of this type again', 30)).toEqual(['Coverage', 'Patient']);
     } finally {
       await refusing.close();
+    }
+  });
+
+  it('polls on past an appointment whose read the chart redirects, keeping it once as a dead letter, not failing every poll on it', async () => {
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => req.url === '/fhir/Appointment/appt-moved' && fhirJson(res, 307, {}, { location: 'https://chart.example.test/fhir/Appointment/appt-moved' }));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed([...seeded, ...seeded.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, id: 'appt-moved' }] : []))]);
+      expect(await h.sync.pollAppointments()).toBe(2);
+      expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+      // Polled past: the next poll reads neither again.
+      expect(await h.sync.pollAppointments()).toBe(0);
+      expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual([
+        'Appointment/appt-moved: Appointment: the FHIR server answered 307 to the read, a redirect, not followed: set the FHIR URL to where the chart answers',
+      ]);
+    } finally {
+      await chart.close();
+    }
+  });
+
+  it('says once that the chart redirects the poll\'s search, not at every interval, and again once a poll succeeds', async () => {
+    let moved = true;
+    const appointments = /^\/fhir\/Appointment\?/;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => moved && appointments.test(req.url) && fhirJson(res, 302, {}, { location: 'https://chart.example.test/fhir/Appointment' }));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), settings: { fhirPollIntervalMs: 20 }, fhirVia: chart.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      await until('four polls redirected', async () => chart.requests.filter((r) => appointments.test(r.url)).length >= 4);
+      const said = () => h.logs.map((line) => JSON.parse(line) as { level: number; msg: string; err?: string }).filter((line) => line.msg.startsWith('FHIR poll'));
+      const warned = said().filter((line) => line.level >= 40);
+      expect(warned.map((line) => [line.msg, line.err])).toEqual([
+        [
+          "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds",
+          'Appointment: the FHIR server answered 302 to the search, a redirect, not followed: set the FHIR URL to where the chart answers',
+        ],
+      ]);
+      expect(said().filter((line) => line.level === 20).length).toBeGreaterThanOrEqual(2);
+      moved = false;
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(said().filter((line) => line.level === 30).map((line) => line.msg)).toEqual(['FHIR poll succeeds again']);
+    } finally {
+      await h.sync.stop();
+      await chart.close();
     }
   });
 

@@ -213,6 +213,17 @@ describe('HL7 v2 into the chart', () => {
     expect(await responses()).toHaveLength(2);
   });
 
+  it('writes plan dates given to the month into the Coverage as the whole month, the visit in it verified', async () => {
+    await start();
+    const month = VISIT.slice(0, 6);
+    const [year, monthOf] = [month.slice(0, 4), month.slice(4, 6)];
+    const lastDay = new Date(Date.UTC(Number(year), Number(monthOf), 0)).getUTCDate();
+    const plan = segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 12: month, 13: month, 17: 'SEL', 36: 'SBX-COMPLETE' });
+    expect(await send(siu('M1', 'P-22', 'APT-22', plan))).toEqual(['AA']);
+    await until('written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    expect(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => c.period)).toEqual([{ start: `${year}-${monthOf}-01`, end: `${year}-${monthOf}-${lastDay}` }]);
+  });
+
   it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];

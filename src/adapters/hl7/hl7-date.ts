@@ -12,11 +12,18 @@ export type DateReading = { ok: true; date: string } | { ok: false; reason: 'imp
 /** Each part only after the one before it: a time after a month without its day is no date, not one without a day. */
 const DTM = /^(\d{4})(?:(\d{2})(?:(\d{2})(\d{2}(\d{2}(\d{2}(\.\d+)?)?)?)?)?)?([+-]\d{4})?$/;
 
-export function readHl7Date(value: string): DateReading {
+/**
+ * The day a value names. Given an edge, a value to the month or the year stands for its first or
+ * its last day (a plan's dates: `202612` as an expiration date is 2026-12-31, as FHIR's
+ * Coverage.period `2026-12` is the whole month); without one, the day must be written.
+ */
+export function readHl7Date(value: string, edge?: 'first' | 'last'): DateReading {
   const m = DTM.exec(value.trim());
   if (!m) return { ok: false, reason: 'invalid' };
-  const [, year = '', month, day, time] = m;
-  if (month === undefined || day === undefined) return { ok: false, reason: 'imprecise' };
+  const [, year = '', writtenMonth, writtenDay, time] = m;
+  if (edge === undefined && (writtenMonth === undefined || writtenDay === undefined)) return { ok: false, reason: 'imprecise' };
+  const month = writtenMonth ?? (edge === 'first' ? '01' : '12');
+  const day = writtenDay ?? (edge === 'first' ? '01' : String(daysIn(Number(year), Number(month))));
   const y = Number(year);
   const mo = Number(month);
   const d = Number(day);

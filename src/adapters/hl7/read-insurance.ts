@@ -197,13 +197,15 @@ function readOne(
 }
 
 /**
- * The plan's effective and expiration dates (IN1-12, IN1-13). One that cannot be read (00000000, as
- * some PMSs write no date) bounds nothing, and the ACK says so: the plan is verified as one without.
+ * The plan's effective and expiration dates (IN1-12, IN1-13). One given to the month or the year
+ * is the whole of it, as FHIR's Coverage.period is: effective `202607` from July 1, expiring
+ * `202612` through December 31. One that cannot be read (00000000, as some PMSs write no date)
+ * bounds nothing, and the ACK says so: the plan is verified as one without.
  */
 function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[]): KnownCoverage['period'] {
   const flaws: Hl7Problem[] = [];
-  const start = readDate(scope, profile.insurance.planEffective, 'plan effective date', flaws, false);
-  const end = readDate(scope, profile.insurance.planExpiration, 'plan expiration date', flaws, false);
+  const start = readDate(scope, profile.insurance.planEffective, 'plan effective date', flaws, false, 'first');
+  const end = readDate(scope, profile.insurance.planExpiration, 'plan expiration date', flaws, false, 'last');
   warnings.push(...flaws.map((flaw) => ({ ...flaw, reason: `${flaw.reason}: taken as none`, ackCode: 'AA' as const })));
   return start || end ? { ...(start && { start }), ...(end && { end }) } : undefined;
 }

@@ -69,20 +69,21 @@ export function readName(
   return undefined;
 }
 
-/** A calendar date (YYYY-MM-DD) from the first of the paths that has a value. */
+/** A calendar date (YYYY-MM-DD) from the first of the paths that has a value; with an edge, one to the month or year is its first or last day (readHl7Date). */
 export function readDate(
   message: Pick<Hl7Message, 'segments'>,
   paths: readonly FieldPath[],
   what: string,
   problems: Hl7Problem[],
   required = true,
+  edge?: 'first' | 'last',
 ): string | undefined {
   const found = firstValue(message.segments, paths);
   if (!found) {
     if (required) problems.push(problemAt(whereMissing(message.segments, paths), 101, `${what} missing`));
     return undefined;
   }
-  const reading = readHl7Date(found.value);
+  const reading = readHl7Date(found.value, edge);
   if (reading.ok) return reading.date;
   const reason = reading.reason === 'imprecise' ? `${what} needs year, month and day` : `${what} is not a valid HL7 date (YYYYMMDD[HHMM[SS]])`;
   problems.push(problemAt(whereFound(found), 102, reason));

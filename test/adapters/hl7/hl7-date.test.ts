@@ -21,6 +21,23 @@ describe('readHl7Date', () => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'imprecise' });
   });
 
+  it.each([
+    ['202607', 'first', '2026-07-01'],
+    ['202612', 'last', '2026-12-31'],
+    ['202402', 'last', '2024-02-29'],
+    ['202302', 'last', '2023-02-28'],
+    ['2026', 'first', '2026-01-01'],
+    ['2026', 'last', '2026-12-31'],
+    ['20261215', 'last', '2026-12-15'],
+  ] as const)('%s read to its %s day is %s (a plan\'s dates, the whole month or year)', (value, edge, date) => {
+    expect(readHl7Date(value, edge)).toEqual({ ok: true, date });
+  });
+
+  it.each(['202613', '202600', '1800', '00000000', '000000'])('%s is not a month or year of a date either', (value) => {
+    expect(readHl7Date(value, 'last')).toEqual({ ok: false, reason: 'invalid' });
+    expect(readHl7Date(value, 'first')).toEqual({ ok: false, reason: 'invalid' });
+  });
+
   it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100', '202406100900.1234', '202406100900.12345-0500', '2024061009.5'])('%s is not a valid date', (value) => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
   });

@@ -41,6 +41,8 @@ const serverOf = (name: Name) => servers.get(name) as FhirServer;
 const readerOf = (name: Name) => readers.get(name) as FhirReader;
 
 const expected = (name: string) => JSON.parse(readFileSync(path.join(BUNDLE_DIR, `${name}.expected.json`), 'utf8')) as unknown;
+/** What the reader refuses for good, a FhirInputError: the same request gets the same answer. */
+const refusal = (message: string) => ({ name: 'FhirInputError', message });
 
 describe('checksFromServer over fhir-kit-client', () => {
   it.each(Object.entries(FIXTURES) as Array<[Name, string]>)('%s: the appointment read from the server gives the checks its bundle gives', async (name, appointmentId) => {
@@ -104,10 +106,11 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
-  it('reads a search to its last page, however many, and refuses one it cannot read whole', async () => {
+  it('reads a search to its last page, however many, and refuses one it cannot read whole, for good', async () => {
     const reader = await fhirKitReader(serverOf('primary-secondary').url, { maxPages: 3 });
     // Four coverages a page at a time: four pages, past the old cut at a page count, read whole or refused.
-    await expect(reader.search('Coverage', { _count: '1' })).rejects.toThrow('FHIR search Coverage: more than 3 pages; refused rather than read in part');
+    // A FhirInputError: searched again, the server pages so again (the sync keeps what needed it for a person, not to try again).
+    await expect(reader.search('Coverage', { _count: '1' })).rejects.toMatchObject(refusal("Coverage: the FHIR server's search gave more than 3 pages; refused rather than read in part"));
     const whole = await fhirKitReader(serverOf('primary-secondary').url, { maxPages: 4 });
     expect(await whole.search('Coverage', { _count: '1' })).toHaveLength(4);
     // A server whose next link leads back to a page it gave.
@@ -117,26 +120,31 @@ describe('checksFromServer over fhir-kit-client', () => {
     });
     const circleUrl = circle.url;
     try {
-      await expect((await fhirKitReader(circle.url)).search('Coverage', {})).rejects.toThrow('FHIR search Coverage: the server gave a next link it had given before, after 2 pages');
+      await expect((await fhirKitReader(circle.url)).search('Coverage', {})).rejects.toMatchObject(refusal("Coverage: the FHIR server's search gave a next link it had given before, after 2 pages; not read in part"));
     } finally {
       await circle.close();
     }
   });
 
-  it('sends the chart\'s token nowhere but the chart: a redirect is not followed, nor a next link to another origin', async () => {
+  it('sends the chart\'s token nowhere but the chart: a redirect is not followed, nor a next link to another origin, each refused for good without the URL', async () => {
     const elsewhere = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Bundle', type: 'searchset' })));
     // A chart behind a proxy that names another address in its redirects and next links (its inner http:// one, say).
     const chart = await startScriptedServer((req, res) => {
-      if (req.url.startsWith('/fhir/Appointment/')) return void res.writeHead(307, { location: `${elsewhere.url}${req.url}` }).end();
-      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/fhir/Coverage?page=2` }] };
+      if (req.url.startsWith('/fhir/Appointment') || req.url.startsWith('/fhir/Patient?')) return void res.writeHead(req.url.includes('?') ? 302 : 307, { location: `${elsewhere.url}${req.url}` }).end();
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: 'c1' } }], link: [{ relation: 'next', url: `${elsewhere.url}/fhir/Coverage?page=2&patient=Patient/pat-ellen` }] };
       res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
     });
     try {
       const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
-      await expect(reader.read('Appointment', 'appt-1')).rejects.toMatchObject({ response: { status: 307 } });
-      await expect(reader.search('Coverage', {})).rejects.toThrow(`FHIR search Coverage: the server's next link leaves it for ${elsewhere.url}; not followed, it would carry the chart's access token there`);
+      const redirect = 'a redirect, not followed: set the FHIR URL to where the chart answers';
+      await expect(reader.read('Appointment', 'appt-1')).rejects.toMatchObject(refusal(`Appointment: the FHIR server answered 307 to the read, ${redirect}`));
+      await expect(reader.search('Patient', { identifier: 'MRN-77' })).rejects.toMatchObject(refusal(`Patient: the FHIR server answered 302 to the search, ${redirect}`));
+      // The origin the link leaves for, never the link: its query names the patient.
+      await expect(reader.search('Coverage', { patient: 'Patient/pat-ellen' })).rejects.toMatchObject(
+        refusal(`Coverage: the FHIR server's search gave a next link leaving it for ${elsewhere.url}; not followed, it would carry the chart's access token there`),
+      );
       expect(elsewhere.requests).toEqual([]);
-      expect(chart.requests.map((r) => r.headers.authorization)).toEqual(['Bearer chart-token', 'Bearer chart-token']);
+      expect(chart.requests.map((r) => r.headers.authorization)).toEqual(['Bearer chart-token', 'Bearer chart-token', 'Bearer chart-token']);
     } finally {
       await chart.close();
       await elsewhere.close();
@@ -207,11 +215,23 @@ describe('checksFromServer over fhir-kit-client', () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { allowInsecureHttp: true })).resolves.toBeDefined();
   });
 
-  it('passes network failures through to the caller', async () => {
+  it('passes network failures and a server failing through to the caller as they are, to be tried again', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
     await closed.close();
-    await expect(checksFromServer(await fhirKitReader(url), 'appt-1001', options)).rejects.toThrow();
+    const unreachable = await checksFromServer(await fhirKitReader(url), 'appt-1001', options).catch((err: unknown) => err);
+    expect(unreachable).toMatchObject({ name: 'TypeError', message: 'fetch failed' });
+    const failing = await startScriptedServer((_req, res) => void res.writeHead(503).end());
+    try {
+      const reader = await fhirKitReader(failing.url);
+      for (const read of [reader.read('Appointment', 'appt-1001'), reader.search('Coverage', { patient: 'Patient/pat-ellen' })]) {
+        const err = await read.catch((e: unknown) => e);
+        expect(err).toMatchObject({ response: { status: 503 } });
+        expect(err).not.toBeInstanceOf(FhirInputError);
+      }
+    } finally {
+      await failing.close();
+    }
   });
 
   it('gives up on a FHIR server that never answers after timeoutMs, reading or searching', async () => {
