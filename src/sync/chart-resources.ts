@@ -211,6 +211,30 @@ export function endedCoverage(stored: Coverage, check: EligibilityCheck, insured
 }
 
 /**
+ * Whether the check's plan, by the dates it carries, is in force on its visit: one the PMS ended
+ * before the visit (or begins after it), withdrawn for that, has its Coverage dated rather than cancelled.
+ */
+export function planHoldsVisit(check: EligibilityCheck): boolean {
+  const { start, end } = check.coverage.period ?? {};
+  return (start === undefined || start <= check.dateOfService) && (end === undefined || check.dateOfService <= end);
+}
+
+/**
+ * The check's Coverage once its plan no longer serves the check's visit, as a message received at
+ * `at` says: cancelled when the PMS no longer sends the plan (droppedCoverage), else given the
+ * plan's dates as the check now carries them (the plan ended early: the Coverage stays the
+ * patient's, for the days it was in force). Undefined when there is nothing to change.
+ */
+export function closedCoverage(stored: Coverage, check: EligibilityCheck, at: string): Coverage | undefined {
+  if (planHoldsVisit(check)) return droppedCoverage(stored, at);
+  const storedAt = statedAt(stored, 'coverage-stated-at');
+  const period = check.coverage.period;
+  if ((storedAt && Date.parse(storedAt) > Date.parse(at)) || (stored.period?.start === period?.start && stored.period?.end === period?.end)) return undefined;
+  const dated: Coverage = { ...stored, ...(period && { period }) };
+  return restamped(dated, { ...dated, extension: [{ url: extensionUrl('coverage-stated-at'), valueInstant: at }] }, 'coverage-stated-at');
+}
+
+/**
  * A Coverage this plugin wrote, ended (status cancelled) because a message received at `droppedAt`
  * no longer names its plan. Undefined for one not active (ended already, or the EHR's own call),
  * or one a message received after that stated.

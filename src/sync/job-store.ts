@@ -16,7 +16,7 @@ export const CheckState = z.enum([
   'result-stored',
   'written',
   'needs-attention',
-  /** Withdrawn because the PMS no longer sends the check's plan for the patient: the Coverage it wrote is to end in the chart, then cancelled. */
+  /** Withdrawn because its plan no longer serves the visit (the PMS dropped it, or ended it before): the Coverage it wrote is to end in the chart, then cancelled. */
   'ending-coverage',
   'cancelled',
   'dead',
@@ -62,7 +62,7 @@ export const CheckRow = z.strictObject({
   written: WrittenIds.optional(),
   /** The verification whose fresh result this check uses instead of one of its own. */
   reusedFrom: z.string().optional(),
-  /** When the message that dropped the check's plan was received (ending-coverage): a Coverage a later message stated stays. */
+  /** When the message was received that dropped the check's plan, or ended it before the visit (ending-coverage): a Coverage a later message stated stays. */
   planDroppedAt: z.string().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),

@@ -1,11 +1,11 @@
 import { hash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
-import { planKey } from '../adapters/hl7';
+import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import type { EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
-import { sharedPatient } from './chart-resources';
+import { planHoldsVisit, sharedPatient } from './chart-resources';
 import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
 
 /**
@@ -190,10 +190,12 @@ function resultWritten(row: CheckRow): boolean {
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {
   if ((await tx.appointmentsHolding(key)).length > 0) return false;
   const check = await tx.getCheck(key);
-  if (check && (await planDropped(tx, check))) {
+  const closing = check && (await closingCheck(tx, check));
+  if (closing) {
     // No other check would end its Coverage: only a write that creates one ends those beside it.
-    const { dueAt: _due, ...rest } = check;
-    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: 'the PMS no longer sends this plan for the patient' });
+    const { dueAt: _due, ...rest } = closing;
+    const why = planHoldsVisit(closing.check) ? 'the PMS no longer sends this plan for the patient' : "the plan's dates no longer hold the visit";
+    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: why });
     return true;
   }
   if (check?.state === 'written' && check.dueAt !== undefined) {
@@ -209,8 +211,11 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
 }
 
 /**
- * Whether the patient's record no longer names the check's plan (its payer and member id, as the
- * Coverage's key): a secondary dropped, a patient now paying for themselves. The member id alone
+ * The check withdrawn whose Coverage is to end: the patient's record no longer names its plan (its
+ * payer and member id, as the Coverage's key): a secondary dropped, a patient now paying for
+ * themselves; or names it with dates that no longer hold the check's visit (a plan the PMS ended
+ * early), the check then carrying those dates for its Coverage. Undefined for any other withdrawal
+ * (the visit cancelled or moved: the plan still serves the patient). The member id alone
  * would keep a plan dropped beside one under the same number, as a PMS that files plans under the
  * patient's own number sends them. Whether or not this check's pair is known to be written: a
  * first write under way when the plan is dropped makes the Coverage all the same (the worker's
@@ -218,13 +223,20 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
  * Only for a patient of one sender, whose record holds every plan they have (as endedCoverage),
  * and not for one merged into another, whose written checks stay as they are.
  */
-async function planDropped(tx: StoreTx, row: CheckRow): Promise<boolean> {
-  if (row.state !== 'written' && !WITHDRAWABLE.has(row.state)) return false;
-  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
+async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | undefined> {
+  if (row.state !== 'written' && !WITHDRAWABLE.has(row.state)) return undefined;
+  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return undefined;
   const record = await tx.getPatient(row.patientKey);
-  if (record === undefined || record.mergedInto !== undefined) return false;
+  if (record === undefined || record.mergedInto !== undefined) return undefined;
   const plan = planKey(row.check);
-  return !record.coverages.some((known) => planKey(known) === plan);
+  const listed = record.coverages.filter((known) => planKey(known) === plan);
+  const [first] = listed;
+  if (first === undefined) return row;
+  if (listed.some((known) => dayInPlan(known, row.check.dateOfService) === 'within')) return undefined;
+  const period = spanOf(first, record.coverages);
+  const dated = { ...row, check: { ...row.check, coverage: { ...row.check.coverage, ...(period && { period }) } } };
+  // Listed twice with a gap the visit falls in: the Coverage's one period, from first to last, says no more.
+  return planHoldsVisit(dated.check) ? undefined : dated;
 }
 
 /**

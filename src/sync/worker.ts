@@ -9,6 +9,7 @@ import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOu
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
+import { planHoldsVisit } from './chart-resources';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
@@ -542,7 +543,7 @@ export class Worker {
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
   }
 
-  /** The PMS no longer sends the check's plan: its Coverage in the chart is ended, then the check is cancelled. */
+  /** The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the chart is ended, then the check is cancelled. */
   private async endCoverage(row: CheckRow): Promise<void> {
     let ended: boolean | undefined;
     try {
@@ -558,12 +559,17 @@ export class Worker {
         this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
-      await this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `the PMS no longer sends this plan; the chart refused ending its Coverage: ${detail}` });
+      await this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` });
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;
     }
-    const what = ended === undefined ? 'this writer does not end Coverages' : ended ? 'its Coverage ended in the chart' : 'no active Coverage of it in the chart to end';
-    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `the PMS no longer sends this plan: ${what}` });
+    const dropped = planHoldsVisit(row.check);
+    const what =
+      ended === undefined ? 'this writer does not end Coverages'
+      : !ended ? `no active Coverage of it in the chart to ${dropped ? 'end' : 'date'}`
+      : dropped ? 'its Coverage ended in the chart'
+      : 'its Coverage given them in the chart';
+    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${dropped ? 'the PMS no longer sends this plan' : "the plan's dates no longer hold the visit"}: ${what}` });
   }
 
   private async reverify(row: CheckRow): Promise<void> {

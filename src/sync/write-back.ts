@@ -11,7 +11,7 @@ import type { VerificationOutcome } from '../verification/outcome';
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
-import { appointmentReference, chartParts, coverageResource, droppedCoverage, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
+import { appointmentReference, chartParts, closedCoverage, coverageResource, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
 import { sameContent } from './same-content';
 
@@ -54,10 +54,12 @@ export interface WriteOptions {
 export interface EligibilityWriter {
   write(check: EligibilityCheck, outcome: VerificationOutcome, refs?: ChartRefs, options?: WriteOptions): Promise<WrittenEligibility>;
   /**
-   * Ends (status cancelled) the Coverage an HL7 check's write made, once the PMS no longer sends
-   * its plan (`droppedAt`, when the message saying so was received). True when it ended one; false
-   * when there was none to end (not in the chart, not active, or stated by a later message). A
-   * writer without it leaves such Coverages as they are.
+   * Ends the Coverage an HL7 check's write made, once its plan no longer serves the check's visit
+   * (`droppedAt`, when the message saying so was received): cancelled when the PMS no longer sends
+   * the plan, dated to the plan's dates the check carries when the plan ended before the visit
+   * (closedCoverage). True when it changed one; false when there was none to change (not in the
+   * chart, not active, or stated by a later message). A writer without it leaves such Coverages as
+   * they are.
    */
   endCoverage?(check: EligibilityCheck, droppedAt: string): Promise<boolean>;
 }
@@ -222,7 +224,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const part = check.source.kind === 'hl7' ? chartParts(check).find((p) => p.kind === 'coverage') : undefined;
     if (!part) return false;
     const [stored] = await client.findEach([`Coverage?${part.condition}`]);
-    const ended = stored?.id ? droppedCoverage(stored as Coverage, droppedAt) : undefined;
+    const ended = stored?.id ? closedCoverage(stored as Coverage, check, droppedAt) : undefined;
     if (!stored?.id || !ended) return false;
     if (r4Errors(ended).length > 0) throw new ChartWriteError('Coverage: ending it would not be valid R4; left as it is', { retryable: false });
     await client.transaction([updateEntry(ended, stored.id, stored.meta?.versionId)]);

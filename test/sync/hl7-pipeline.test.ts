@@ -328,6 +328,32 @@ describe('HL7 v2 into the chart', () => {
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
   });
 
+  it('dates the chart Coverage of a plan the PMS ends before the visit, and moves the other plan up, verifying nothing again', async () => {
+    await start();
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
+    const coverages = async () =>
+      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, { status: c.status, order: c.order, period: c.period }]));
+    const sends = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+    expect(await send(siu('T1', 'P-32', 'APT-32', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+
+    // The registration says Guardian ended a week before the visit.
+    const ended = visitIn(10).slice(0, 8);
+    const endedEarly = segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 13: ended, 17: 'SEL', 36: 'SBX-COMPLETE' });
+    expect(await send(adt('T2', 'P-32', endedEarly, segment('IN1', { 1: '2', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-COMPLETE-2' })))).toEqual(['AA']);
+    await until('the ended plan withdrawn', async () => (await h.store.listChecks({ states: ['cancelled'] })).length === 1);
+    const [withdrawn] = await h.store.listChecks({ states: ['cancelled'] });
+    expect(withdrawn?.lastError).toBe("the plan's dates no longer hold the visit: its Coverage given them in the chart");
+    const iso = `${ended.slice(0, 4)}-${ended.slice(4, 6)}-${ended.slice(6, 8)}`;
+    await until('Cigna moved up', async () => (await coverages())['Cigna Dental']?.order === 1);
+    expect(await coverages()).toEqual({
+      Guardian: { status: 'active', order: 1, period: { end: iso } },
+      'Cigna Dental': { status: 'active', order: 1, period: undefined },
+    });
+    expect(sends()).toBe(2);
+  });
+
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
     await start({ settings: { idleMs: 60_000 } });
     // The worker is idle for a minute: the cancel lands while the check still waits.

@@ -430,6 +430,27 @@ describe('the Coverage an HL7 check finds, kept up to date', () => {
     const response = await read<CoverageEligibilityResponse>('CoverageEligibilityResponse', later.responseId);
     expect(response.insurance?.[0]?.coverage.reference).toBe(`Coverage/${first.coverageId}`);
   });
+
+  it('ends its own Coverage once the plan no longer serves the visit: cancelled when dropped, dated when it ended early; not after a later message', async () => {
+    const dropped = cob('P-END-1', '2026-03-01T10:00:00Z');
+    const written = await writer.write(dropped, outcome('ver_end_1'));
+    expect(await writer.endCoverage?.(dropped, '2026-03-02T10:00:00Z')).toBe(true);
+    const cancelled = await read<Coverage>('Coverage', written.coverageId);
+    expect(cancelled.status).toBe('cancelled');
+    expect(cancelled.extension?.find((e) => e.url.endsWith('/coverage-ended'))?.valueInstant).toBe('2026-03-02T10:00:00Z');
+    // Done once: nothing active is left to end.
+    expect(await writer.endCoverage?.(dropped, '2026-03-02T10:00:00Z')).toBe(false);
+
+    // Its plan ended before the visit: the Coverage stays active, with the plan's dates.
+    const endedEarly = cob('P-END-2', '2026-03-01T10:00:00Z');
+    const second = await writer.write(endedEarly, outcome('ver_end_2'));
+    const redated = { ...endedEarly, coverage: { ...endedEarly.coverage, period: { end: '2024-01-31' } } };
+    // A message received before the one the Coverage holds changes nothing.
+    expect(await writer.endCoverage?.(redated, '2026-02-28T10:00:00Z')).toBe(false);
+    expect(await writer.endCoverage?.(redated, '2026-03-02T10:00:00Z')).toBe(true);
+    const dated = await read<Coverage>('Coverage', second.coverageId);
+    expect([dated.status, dated.period, statedAt(dated)]).toEqual(['active', { end: '2024-01-31' }, ['2026-03-02T10:00:00Z']]);
+  });
 });
 
 describe('a Coverage the patient no longer has, ended when its successor is written', () => {

@@ -64,7 +64,7 @@ export function dayInPlan(coverage: KnownCoverage, day: string): 'not-started' |
  * year's and this year's under one member id), from the first start to the last end, open where
  * one of them is. Else the visit's check would write one year's dates, and a later visit's the other.
  */
-function spanOf(plan: KnownCoverage, all: readonly KnownCoverage[]): PlanPeriod | undefined {
+export function spanOf(plan: KnownCoverage, all: readonly KnownCoverage[]): PlanPeriod | undefined {
   const key = planKey(plan);
   const periods = all.filter((known) => planKey(known) === key).map((known) => known.period);
   if (periods.length === 1) return plan.period;
