@@ -1,5 +1,6 @@
-/** Where a search's next page is, once it is safe to follow. */
 import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
+
+/** Where a search's next page is, once it is safe to follow. */
 
 export interface PagedBundle {
   link?: Array<{ relation: string; url: string }>;
