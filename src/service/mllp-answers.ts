@@ -1,6 +1,7 @@
 import { acknowledgements, type Ack, type AckCode, type CommitAckCode } from '../adapters/hl7/ack';
 import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
 import { readMessageHeader } from '../adapters/hl7/message-header';
+import { StoreUnavailableError } from '../sync/job-store';
 import { decodeFrame, encodeText, type Charsets } from './hl7-charset';
 import { batchAcknowledgement, readBatch } from './mllp-batch';
 import { frame, type DecodedFrame } from './mllp-framing';
@@ -74,6 +75,11 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
   try {
     return await context.handler(message);
   } catch (error) {
+    // Nothing wrong with the message: the store went away under it. Unanswered, as when it is down, it is sent again.
+    if (error instanceof StoreUnavailableError) {
+      context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store is out of reach; connection dropped without an ACK');
+      return undefined;
+    }
     const kept = await deadLetter(context, { message, reason: 'the handler failed', error });
     // Said once it is so: a store that is down keeps nothing either, and deadLetter says that instead.
     if (kept) context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP handler failed; message kept as a dead letter');

@@ -177,6 +177,18 @@ export interface StoreCounts {
   oldestDueAt: string | undefined;
 }
 
+/**
+ * The store was out of reach, or its connection was lost in the middle of the work (a restart or
+ * failover of the database): nothing of the work is done, or it committed as the connection went
+ * and a second run finds it done. The same work later is the remedy, not a person.
+ */
+export class StoreUnavailableError extends Error {
+  constructor(cause: Error) {
+    super(cause.message, { cause });
+    this.name = 'StoreUnavailableError';
+  }
+}
+
 export interface JobStore {
   /**
    * Runs `work` in one transaction. A store shared by several instances may run it again after a

@@ -1,4 +1,5 @@
 import type { ClientBase, Pool, PoolClient } from 'pg';
+import { StoreUnavailableError } from './job-store';
 
 /**
  * Transactions on PostgreSQL as the job store runs them: READ COMMITTED, each entity a transaction
@@ -17,6 +18,14 @@ const RETRYABLE = new Set(['40P01', '40001', '23505']);
 const ATTEMPTS = 5;
 
 export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Promise<T>): Promise<T> {
+  try {
+    return await attempts(pool, work);
+  } catch (err) {
+    throw connectionLost(err) ? new StoreUnavailableError(err) : err;
+  }
+}
+
+async function attempts<T>(pool: Pool, work: (db: PoolClient) => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     const db = await pool.connect();
     let broken: Error | undefined;
@@ -48,6 +57,21 @@ export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Pro
  */
 export async function lockKey(db: Queryable, namespace: string, key: string): Promise<void> {
   await db.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`${namespace}:${key}`]);
+}
+
+/** Connection errors of the socket and of node-postgres, thrown without a SQLSTATE. */
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+const LOST = /^(Connection terminated|Client has encountered a connection error|timeout exceeded when trying to connect|Query read timeout)/;
+
+/**
+ * The server out of reach or gone from under the transaction: class 08 (connection exception),
+ * 57P01 to 57P03 (a shutdown ended the session, or the server is still starting), a socket that
+ * failed, a query that timed out without an answer.
+ */
+function connectionLost(err: unknown): err is Error {
+  if (!(err instanceof Error)) return false;
+  const state = sqlStateOf(err);
+  return /^08|^57P0[123]$/.test(state) || SOCKET_CODES.has(state) || LOST.test(err.message);
 }
 
 function sqlStateOf(err: unknown): string {

@@ -108,6 +108,11 @@ export class Worker {
   private kicked = false;
   /** Claims in a row the store failed: the worker waits longer after each, up to STORE_RETRY_MAX_MS. */
   private storeFailures = 0;
+  /**
+   * Checks out of hand whose lease the store did not release (it was down): released before the
+   * next claim, or no worker, this one included, would take them again until their leases ran out.
+   */
+  private readonly unreleased = new Set<string>();
 
   constructor(
     private readonly options: WorkerOptions,
@@ -192,6 +197,10 @@ export class Worker {
   private async claimAndRun(): Promise<boolean> {
     const free = this.room();
     if (free <= 0) return false;
+    for (const key of this.unreleased) {
+      await this.deps.store.release(key, this.owner);
+      this.unreleased.delete(key);
+    }
     const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {
       // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
@@ -205,7 +214,7 @@ export class Worker {
         .finally(() => {
           clearInterval(heartbeat);
           this.inHand.delete(row.key);
-          void this.deps.store.release(row.key, this.owner).catch(() => undefined);
+          void this.deps.store.release(row.key, this.owner).catch(() => this.unreleased.add(row.key));
           this.kick();
         });
       this.inHand.set(row.key, job);
@@ -252,7 +261,7 @@ export class Worker {
       }
       await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
     } catch (stored) {
-      this.deps.log.error({ key: row.key, err: errorText(stored) }, 'could not record a failed step; the check is tried again when its lease ends');
+      this.deps.log.error({ key: row.key, err: errorText(stored) }, 'could not record a failed step; the check is tried again once the job store answers');
     }
   }
 

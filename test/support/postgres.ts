@@ -30,8 +30,11 @@ export interface TestPostgres {
   url: string;
   /** A new empty database, for one test's store. */
   createDatabase(): Promise<string>;
-  /** Stops the server at once, as a crash or a failover would, and starts it again on the same port. */
-  restart(): Promise<void>;
+  /**
+   * Stops the server and starts it again on the same port: at once, as a crash or a failover would
+   * (`immediate`, the default), or as an administrator's restart does, each session ended (`fast`).
+   */
+  restart(mode?: 'immediate' | 'fast'): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -83,7 +86,7 @@ export async function startPostgres(): Promise<TestPostgres> {
       }
       return `postgres://postgres@127.0.0.1:${port}/${name}`;
     },
-    restart: async () => {
+    restart: async (mode = 'immediate') => {
       // The cluster commits without waiting for its WAL (synchronous_commit=off, for speed): what committed is written
       // first, or an immediate restart may drop the last commits, which a server that waits for its WAL keeps.
       const client = new Client({ connectionString: url });
@@ -93,7 +96,7 @@ export async function startPostgres(): Promise<TestPostgres> {
       } finally {
         await client.end();
       }
-      await pg('pg_ctl', ['-D', data, '-l', path.join(dir, 'server.log'), '-m', 'immediate', '-w', 'restart']);
+      await pg('pg_ctl', ['-D', data, '-l', path.join(dir, 'server.log'), '-m', mode, '-w', 'restart']);
     },
     stop,
   };
@@ -114,7 +117,7 @@ export function postgresForTests(): Pick<TestPostgres, 'createDatabase' | 'resta
   };
   return {
     createDatabase: () => started().createDatabase(),
-    restart: () => started().restart(),
+    restart: (mode) => started().restart(mode),
   };
 }
 

@@ -358,6 +358,24 @@ describe('the worker when the job store does not answer', () => {
     expect((await rig.reach('after-outage', 'written', 5000)).state).toBe('written');
     expect(rig.errors).toHaveLength(1);
   });
+
+  it('releases a check whose step the store went away under once it answers, rather than leaving it until its lease ends', async () => {
+    rig = await startWorkerRig({ worker: { idleMs: 20, leaseMs: 60_000 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-released' }) });
+    await rig.addCheck('lost-step');
+    const { store } = rig;
+    const transaction = store.transaction.bind(store);
+    const release = store.release.bind(store);
+    // Claimed, then the store goes away: the step, its record of the failure and the release all fail.
+    let down = true;
+    const away = () => Promise.reject(new Error('connect ECONNREFUSED'));
+    store.transaction = ((work) => (down ? away() : transaction(work))) as typeof store.transaction;
+    store.release = (key, owner) => (down ? away() : release(key, owner));
+    rig.worker.start();
+    await until('the failed step not recorded', async () => rig.errors.some((msg) => msg.startsWith('could not record a failed step')));
+    down = false;
+    expect((await rig.reach('lost-step', 'written', 5000)).state).toBe('written');
+    expect(posts(rig.requests)).toHaveLength(1);
+  });
 });
 
 describe('the worker when something around it fails after a step is done', () => {
