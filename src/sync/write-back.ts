@@ -223,7 +223,10 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     // A FHIR-sourced check's Coverage is the EHR's own.
     const part = check.source.kind === 'hl7' ? chartParts(check).find((p) => p.kind === 'coverage') : undefined;
     if (!part) return false;
-    const [stored] = await client.findEach([`Coverage?${part.condition}`]);
+    // Under the identifier this plugin gave it before (a Coverage no write has rekeyed since), where the current one finds none.
+    const former = part.rekey ? [`Coverage?${identifierCondition(part.rekey.from.system, part.rekey.from.value)}`] : [];
+    const [current, formerly] = await client.findEach([`Coverage?${part.condition}`, ...former]);
+    const stored = current ?? formerly;
     const ended = stored?.id ? closedCoverage(stored as Coverage, check, droppedAt) : undefined;
     if (!stored?.id || !ended) return false;
     if (r4Errors(ended).length > 0) throw new ChartWriteError('Coverage: ending it would not be valid R4; left as it is', { retryable: false });

@@ -273,6 +273,12 @@ describe('the identifier a Patient is found by: one practice\'s patients apart f
     expect([south.patientId, south.coverageId]).toEqual([north.patientId, north.coverageId]);
   });
 
+  it('ends a Coverage it wrote under the namespace alone, which no write has given the facility\'s identifier since, once its plan is dropped', async () => {
+    const before = await writer.write(from(required(primary), undefined, mrn('1060')), outcome('ver_former_end'));
+    expect(await writer.endCoverage?.(from(required(primary), 'NORTH-OFFICE', mrn('1060')), '2030-01-01T00:00:00Z')).toBe(true);
+    expect((await read<Coverage>('Coverage', before.coverageId)).status).toBe('cancelled');
+  });
+
   it('a Patient found under the namespace alone whose rekey would not be valid R4 is not taken by one practice and then found by another', async () => {
     // An extension without its url (ext-1), as a chart that does not validate may hold.
     await server.seed([{ resourceType: 'Patient', id: 'pat-former-invalid', identifier: [{ system: `${SID}/MOLARPMS`, value: '1048' }], name: [{ family: 'RIVERA' }], extension: [{ valueString: 'no url' } as never] }]);
