@@ -64,6 +64,11 @@ export type PayerAsNamed = z.infer<typeof PayerAsNamed>;
 export const PlanPeriod = z.strictObject({ start: IsoDate.optional(), end: IsoDate.optional() });
 export type PlanPeriod = z.infer<typeof PlanPeriod>;
 
+/** Whether two periods state the same days (a FHIR Period's own id and extensions aside). */
+export function samePeriod(a: PlanPeriod | undefined, b: PlanPeriod | undefined): boolean {
+  return a?.start === b?.start && a?.end === b?.end;
+}
+
 export const CoverageInfo = z.strictObject({
   order: CoverageOrder,
   payer: PayerAsNamed,

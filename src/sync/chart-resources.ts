@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Coverage, CoverageClass, Extension, Identifier as FhirIdentifier, Organization, Patient, Reference } from 'fhir/r4';
-import type { EligibilityCheck, Identifier } from '../domain';
+import { samePeriod, type EligibilityCheck, type Identifier } from '../domain';
+import { dayInPlan } from '../adapters/hl7';
 import { payerIdSystem } from '../adapters/fhir/in/payer';
 import { extensionUrl } from '../adapters/fhir/out/extensions';
 import { prune } from '../adapters/fhir/out/values';
@@ -215,8 +216,7 @@ export function endedCoverage(stored: Coverage, check: EligibilityCheck, insured
  * before the visit (or begins after it), withdrawn for that, has its Coverage dated rather than cancelled.
  */
 export function planHoldsVisit(check: EligibilityCheck): boolean {
-  const { start, end } = check.coverage.period ?? {};
-  return (start === undefined || start <= check.dateOfService) && (end === undefined || check.dateOfService <= end);
+  return dayInPlan(check.coverage, check.dateOfService) === 'within';
 }
 
 /**
@@ -229,7 +229,7 @@ export function closedCoverage(stored: Coverage, check: EligibilityCheck, at: st
   if (planHoldsVisit(check)) return droppedCoverage(stored, at);
   const storedAt = statedAt(stored, 'coverage-stated-at');
   const period = check.coverage.period;
-  if ((storedAt && Date.parse(storedAt) > Date.parse(at)) || (stored.period?.start === period?.start && stored.period?.end === period?.end)) return undefined;
+  if ((storedAt && Date.parse(storedAt) > Date.parse(at)) || samePeriod(stored.period, period)) return undefined;
   const dated: Coverage = { ...stored, ...(period && { period }) };
   return restamped(dated, { ...dated, extension: [{ url: extensionUrl('coverage-stated-at'), valueInstant: at }] }, 'coverage-stated-at');
 }

@@ -2,7 +2,7 @@ import { hash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
-import type { EligibilityCheck } from '../domain';
+import { samePeriod, type EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient } from './chart-resources';
@@ -123,8 +123,7 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
 
 /** What the chart's Coverage states of a check that no new verification follows from: its order and the plan's dates. */
 export function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
-  const { order, period } = stored.coverage;
-  return order !== check.coverage.order || period?.start !== check.coverage.period?.start || period?.end !== check.coverage.period?.end;
+  return stored.coverage.order !== check.coverage.order || !samePeriod(stored.coverage.period, check.coverage.period);
 }
 
 /**

@@ -53,8 +53,8 @@ export function assembleChecks(input: CheckParts): EligibilityCheck[] {
   });
 }
 
-/** Where a day falls in a plan's period (IN1-12 to IN1-13, both days in force). */
-export function dayInPlan(coverage: KnownCoverage, day: string): 'not-started' | 'ended' | 'within' {
+/** Where a day falls in a plan's period (IN1-12 to IN1-13, both days in force): a plan the PMS listed, or the one a check carries. */
+export function dayInPlan(coverage: { period?: PlanPeriod | undefined }, day: string): 'not-started' | 'ended' | 'within' {
   const { start, end } = coverage.period ?? {};
   return start !== undefined && day < start ? 'not-started' : end !== undefined && day > end ? 'ended' : 'within';
 }
