@@ -219,6 +219,11 @@ export function planHoldsVisit(check: EligibilityCheck): boolean {
   return dayInPlan(check.coverage, check.dateOfService) === 'within';
 }
 
+/** Why a check's Coverage is ending, for a person: its plan dropped, or its dates moved off the visit. */
+export function whyEnding(check: EligibilityCheck): string {
+  return planHoldsVisit(check) ? 'the PMS no longer sends this plan' : "the plan's dates no longer hold the visit";
+}
+
 /**
  * The check's Coverage once its plan no longer serves the check's visit, as a message received at
  * `at` says: cancelled when the PMS no longer sends the plan (droppedCoverage), else given the

@@ -5,7 +5,7 @@ import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { samePeriod, type EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
-import { planHoldsVisit, sharedPatient } from './chart-resources';
+import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
 import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
 
 /**
@@ -193,8 +193,7 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
   if (closing) {
     // No other check would end its Coverage: only a write that creates one ends those beside it.
     const { dueAt: _due, ...rest } = closing;
-    const why = planHoldsVisit(closing.check) ? 'the PMS no longer sends this plan for the patient' : "the plan's dates no longer hold the visit";
-    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: why });
+    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(closing.check) });
     return true;
   }
   if (check?.state === 'written' && check.dueAt !== undefined) {

@@ -9,7 +9,7 @@ import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOu
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
-import { planHoldsVisit } from './chart-resources';
+import { planHoldsVisit, whyEnding } from './chart-resources';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
@@ -516,8 +516,7 @@ export class Worker {
       const insuredUnder = async () => (await this.deps.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder }));
     } catch (err) {
-      // Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is.
-      const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+      const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (!retryable) {
         if (await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
@@ -560,7 +559,7 @@ export class Worker {
       const end = writer.endCoverage?.bind(writer);
       if (end) ended = await this.timed('fhir', 'end coverage', () => end(row.check, row.planDroppedAt ?? row.updatedAt));
     } catch (err) {
-      const retryable = err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+      const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (retryable) {
         // As a write: the chart down or busy, the Coverage is ended when it is back.
@@ -578,7 +577,7 @@ export class Worker {
       : !ended ? `no active Coverage of it in the chart to ${dropped ? 'end' : 'date'}`
       : dropped ? 'its Coverage ended in the chart'
       : 'its Coverage given them in the chart';
-    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${dropped ? 'the PMS no longer sends this plan' : "the plan's dates no longer hold the visit"}: ${what}` });
+    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` });
   }
 
   private async reverify(row: CheckRow): Promise<void> {
@@ -658,6 +657,11 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
   const next = { ...current, ...change, updatedAt: now.toISOString() } as Record<string, unknown>;
   for (const k of Object.keys(next)) if (next[k] === undefined) delete next[k];
   return next as CheckRow;
+}
+
+/** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
+function chartMayTakeIt(err: unknown): boolean {
+  return err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
 }
 
 function adviceOf(outcome: VerificationOutcome): string {
