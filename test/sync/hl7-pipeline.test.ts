@@ -54,6 +54,10 @@ describe('HL7 v2 into the chart', () => {
     return acks.map((a) => /MSA\|(\w\w)/.exec(a)?.[1]);
   };
   const responses = async () => (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+  const verificationsSent = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+  /** The chart's Coverages by their payer's name (or `key`), each as `pick` reads it. */
+  const coveragesBy = async <T>(pick: (c: Coverage) => T, key = (c: Coverage) => c.payor[0]?.display) =>
+    Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [key(c), pick(c)]));
 
   it('verifies a synchronous and an asynchronous payer and writes each response once, linked to patient and coverage', async () => {
     await start();
@@ -72,7 +76,7 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(siu('M1', 'P-1', 'APT-1', in1('64246', 'Guardian', 'SBX-COMPLETE')))).toEqual(['AA']);
     await new Promise((r) => setTimeout(r, 300));
     expect(await responses()).toHaveLength(2);
-    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length).toBe(2);
+    expect(verificationsSent()).toBe(2);
   });
 
   it('keeps a booking with no insurance known waiting, and verifies it once the ADT brings the insurance', async () => {
@@ -103,8 +107,7 @@ describe('HL7 v2 into the chart', () => {
       const [row] = await h.store.listChecks();
       return row?.round === 1 && row.state === 'written';
     });
-    const posts = h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'));
-    expect(posts).toHaveLength(2);
+    expect(verificationsSent()).toBe(2);
     const [row] = await h.store.listChecks();
     expect(row?.externalId).not.toBe(first?.externalId);
   });
@@ -168,8 +171,7 @@ describe('HL7 v2 into the chart', () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
-    const orders = async () =>
-      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    const orders = () => coveragesBy((c) => c.order);
     expect(await send(siu('B1', 'P-8', 'APT-8', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
@@ -180,7 +182,7 @@ describe('HL7 v2 into the chart', () => {
       const now = await orders();
       return now['Guardian'] === 2 && now['Cigna Dental'] === 1 && (await h.store.listChecks({ states: ['written'] })).length === 2;
     });
-    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect(verificationsSent()).toBe(2);
     expect(await responses()).toHaveLength(2);
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
   });
@@ -197,8 +199,7 @@ describe('HL7 v2 into the chart', () => {
     const booking = (id: string, appointment: string, day: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, `${day}0930`), pid('P-20'), ...plans('20200101')].join('\r');
     expect(await send(booking('Y1', 'APT-20', first as string), booking('Y2', 'APT-21', second as string))).toEqual(['AA', 'AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
-    const coverages = async () =>
-      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, { status: c.status, order: c.order, period: c.period }]));
+    const coverages = () => coveragesBy((c) => ({ status: c.status, order: c.order, period: c.period }));
     expect(await coverages()).toEqual({
       Guardian: { status: 'active', order: 1, period: { start: '2020-01-01', end: iso(first as string) } },
       'Cigna Dental': { status: 'active', order: 1, period: { start: iso(second as string) } },
@@ -208,7 +209,7 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(adt('Y3', 'P-20', ...plans('20210101')))).toEqual(['AA']);
     await until('the Coverage takes the corrected date', async () => (await coverages())['Guardian']?.period?.start === '2021-01-01');
     expect((await coverages())['Cigna Dental']).toEqual({ status: 'active', order: 1, period: { start: iso(second as string) } });
-    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect(verificationsSent()).toBe(2);
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
     expect(await responses()).toHaveLength(2);
   });
@@ -231,7 +232,7 @@ describe('HL7 v2 into the chart', () => {
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-FAIL-InactivePatient'];
     const told: string[] = [];
     h.sync.on('needs-attention', (e) => told.push(e.key));
-    const orders = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    const orders = () => coveragesBy((c) => c.order);
     expect(await send(siu('F1', 'P-11', 'APT-11', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('one written, one waiting for a person', async () => (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2);
     expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
@@ -249,7 +250,7 @@ describe('HL7 v2 into the chart', () => {
     expect(failed?.check.coverage.order).toBe('primary');
     expect(failed?.lastError).toMatch(/Coverage is not active/);
     expect(told).toEqual([failed?.key]);
-    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    expect(verificationsSent()).toBe(2);
     expect(await responses()).toHaveLength(2);
   });
 
@@ -257,7 +258,7 @@ describe('HL7 v2 into the chart', () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
-    const orders = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.order]));
+    const orders = () => coveragesBy((c) => c.order);
     expect(await send(siu('D1', 'P-10', 'APT-10', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await orders()).toEqual({ Guardian: 1, 'Cigna Dental': 2 });
@@ -274,7 +275,7 @@ describe('HL7 v2 into the chart', () => {
   it('ends the chart Coverage of a member id the PMS corrected once the check under the new one is written, keeping the other plan', async () => {
     await start();
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
-    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [`${c.payor[0]?.display} ${c.subscriberId}`, c.status]));
+    const coverages = () => coveragesBy((c) => c.status, (c) => `${c.payor[0]?.display} ${c.subscriberId}`);
     expect(await send(siu('E1', 'P-13', 'APT-13', ...insurance(['64246', 'Guardian', 'SBX-COMPLETE-1'], cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await coverages()).toEqual({ 'Guardian SBX-COMPLETE-1': 'active', 'Cigna Dental SBX-COMPLETE': 'active' });
@@ -289,8 +290,7 @@ describe('HL7 v2 into the chart', () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
-    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.status]));
-    const sends = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+    const coverages = () => coveragesBy((c) => c.status);
     expect(await send(siu('S1', 'P-30', 'APT-30', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
@@ -302,13 +302,13 @@ describe('HL7 v2 into the chart', () => {
     expect(dropped?.check.coverage.payer.name).toBe('Cigna Dental');
     expect(dropped?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
-    expect(sends()).toBe(2);
+    expect(verificationsSent()).toBe(2);
 
     // Stated again, the plan is verified again and its Coverage is active again.
     expect(await send(adt('S3', 'P-30', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('verified and written again', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
-    expect(sends()).toBe(3);
+    expect(verificationsSent()).toBe(3);
   });
 
   it('ends the chart Coverage of a dropped plan whose member id the plan kept is under too', async () => {
@@ -316,7 +316,7 @@ describe('HL7 v2 into the chart', () => {
     // One member id under both payers, as a PMS that keys plans by the patient's own number sends them.
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
-    const coverages = async () => Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, c.status]));
+    const coverages = () => coveragesBy((c) => c.status);
     expect(await send(siu('D1', 'P-31', 'APT-31', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
 
@@ -332,9 +332,7 @@ describe('HL7 v2 into the chart', () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
-    const coverages = async () =>
-      Object.fromEntries(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => [c.payor[0]?.display, { status: c.status, order: c.order, period: c.period }]));
-    const sends = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+    const coverages = () => coveragesBy((c) => ({ status: c.status, order: c.order, period: c.period }));
     expect(await send(siu('T1', 'P-32', 'APT-32', ...insurance(guardian, cigna)))).toEqual(['AA']);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
 
@@ -351,7 +349,7 @@ describe('HL7 v2 into the chart', () => {
       Guardian: { status: 'active', order: 1, period: { end: iso } },
       'Cigna Dental': { status: 'active', order: 1, period: undefined },
     });
-    expect(sends()).toBe(2);
+    expect(verificationsSent()).toBe(2);
   });
 
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {
