@@ -40,11 +40,12 @@ export function assembleChecks(input: CheckParts): EligibilityCheck[] {
     const { coverage, subscriber, patientMemberId } = known;
     const resolution = input.resolver?.resolve(coverage.payer);
     const period = spanOf(known, input.coverages);
+    // Copies that add are Object.assign's, not spreads: see readPatient.
     const body = {
       clinicId: input.clinicId,
-      patient: { ...input.patient, ...(patientMemberId && { memberId: patientMemberId }) },
+      patient: Object.assign({}, input.patient, patientMemberId && { memberId: patientMemberId }),
       subscriber,
-      coverage: { ...coverage, ...(period && { period }), ...(resolution && { resolution }) },
+      coverage: Object.assign({}, coverage, period && { period }, resolution && { resolution }),
       ...(input.provider && { provider: input.provider }),
       dateOfService: input.dateOfService,
     };
@@ -73,7 +74,11 @@ export function spanOf(plan: KnownCoverage, all: readonly KnownCoverage[]): Plan
   // ISO dates sort as days do.
   const first = starts.every(isDate) ? starts.sort()[0] : undefined;
   const last = ends.every(isDate) ? ends.sort().at(-1) : undefined;
-  return first || last ? { ...(first && { start: first }), ...(last && { end: last }) } : undefined;
+  if (!first && !last) return undefined;
+  const span: PlanPeriod = {};
+  if (first) span.start = first;
+  if (last) span.end = last;
+  return span;
 }
 
 const isDate = (day: string | undefined): day is string => day !== undefined;

@@ -260,7 +260,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     source: source(ctx, appointment.appointmentId),
     ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
   };
-  const checks = assembleChecks({ ...basis, patient, coverages, resolver: options.resolver });
+  const checks = assembleChecks({ patient, coverages, resolver: options.resolver, ...basis });
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
@@ -439,12 +439,14 @@ function dateOfVisit(ctx: Context, appointment: AppointmentReading, timeZone: st
 
 /** A W ERR for each plan this message states that is not in force on the day of the visit: it makes no check. */
 function notInForce(insurance: InsuranceReading, dateOfService: string): Hl7Problem[] {
-  return insurance.coverages.flatMap((coverage, i) => {
+  const warnings: Hl7Problem[] = [];
+  insurance.coverages.forEach((coverage, i) => {
     const place = dayInPlan(coverage, dateOfService);
-    if (place === 'within') return [];
+    if (place === 'within') return;
     const where = { segment: 'IN1', sequence: insurance.sequences[i] ?? 1, field: place === 'ended' ? 13 : 12 };
-    return [warningAt(where, 102, place === 'ended' ? 'plan ended before the date of service: not verified' : 'plan begins after the date of service: not verified')];
+    warnings.push(warningAt(where, 102, place === 'ended' ? 'plan ended before the date of service: not verified' : 'plan begins after the date of service: not verified'));
   });
+  return warnings;
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
@@ -454,7 +456,11 @@ function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
   const { message, profile, options } = ctx;
   // Every facility path counts (MSH-4 and the location's own facility, AIL-3.4), not just the first valued.
-  const facilities = profile.clinic.facility.flatMap((path) => firstValue(message.segments, [path])?.value ?? []);
+  const facilities: string[] = [];
+  for (const path of profile.clinic.facility) {
+    const found = firstValue(message.segments, [path]);
+    if (found) facilities.push(found.value);
+  }
   const location = firstValue(message.segments, profile.clinic.location);
   const clinicId = resolveClinic(options.routing, { hl7Facilities: facilities, hl7Location: location?.value });
   if (!clinicId) {
@@ -508,8 +514,7 @@ function insuranceKnownIn(record: PatientInsuranceRecord | undefined): boolean {
  */
 function unheld(keys: readonly string[], appointments: readonly KnownAppointment[]): string[] {
   if (keys.length === 0) return [];
-  const held = new Set(appointments.flatMap((a) => a.keys));
-  return keys.filter((k) => !held.has(k));
+  return keys.filter((k) => !appointments.some((a) => a.keys.includes(k)));
 }
 
 function remember(appointments: readonly KnownAppointment[], latest: KnownAppointment): KnownAppointment[] {

@@ -86,10 +86,15 @@ export function problemAt(
   code: ErrorCode,
   reason: string,
 ): Hl7Problem {
-  return { ...where, reason, code, ackCode: 'AE' };
+  return located(where, code, reason, 'AE');
 }
 
 /** A flaw the message is used despite (AA, ERR severity W), at the location a reader found. */
 export function warningAt(...args: Parameters<typeof problemAt>): Hl7Problem {
-  return { ...problemAt(...args), ackCode: 'AA' };
+  return located(...args, 'AA');
+}
+
+function located(where: Parameters<typeof problemAt>[0], code: ErrorCode, reason: string, ackCode: 'AE' | 'AA'): Hl7Problem {
+  // Not { ...where, reason, code, ackCode }: on Node 20 each key added after the spread is a call into V8's runtime.
+  return Object.assign({}, where, { reason, code, ackCode });
 }

@@ -185,7 +185,7 @@ function forRegExp(delimiter: string): string {
 }
 
 /** The index-th (0-based) piece of a text cut at a delimiter, as text.split(delimiter)[index] without the array. */
-function piece(text: string, delimiter: string, index: number): string | undefined {
+export function piece(text: string, delimiter: string, index: number): string | undefined {
   let start = 0;
   for (let i = 0; i < index; i++) {
     const next = text.indexOf(delimiter, start);
@@ -266,7 +266,7 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   const segments: Hl7Segment[] = [];
   // MSH-18, the field after MSH-17 (MSH-1 is the separator itself): hex escapes are UTF-8 bytes in a
   // message the MLLP listener reads as UTF-8 (UNICODE UTF-8, UNICODE, UTF-8 as platforms name it).
-  const charset = charsetNamed(first.split(delimiters.field)[17]?.split(delimiters.repetition)[0]?.trim() ?? '');
+  const charset = charsetNamed(piece(piece(first, delimiters.field, 17) ?? '', delimiters.repetition, 0)?.trim() ?? '');
   const utf8Hex = charset !== undefined && charset !== '' && ENCODINGS[charset] === 'utf8';
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;

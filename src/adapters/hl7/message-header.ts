@@ -1,5 +1,6 @@
 import { hash } from 'node:crypto';
 import { readDelimiters, type Delimiters } from './delimiters';
+import { piece } from './hl7-message';
 import { segmentLines } from './split-messages';
 
 /**
@@ -52,9 +53,12 @@ export function headerOf(lines: readonly string[]): MessageHeader | undefined {
   const fields = first.split(delimiters.field);
   // fields[0] is "MSH" and fields[1] MSH-2, so MSH-n is fields[n - 1].
   const msh = (n: number) => (fields[n - 1] ?? '').trim();
-  const [messageCode = '', triggerEvent = ''] = msh(9).split(delimiters.component);
-  const [version = ''] = msh(12).split(delimiters.component);
-  const [sentAt = ''] = msh(7).split(delimiters.component);
+  // The first components only: cut out, not split into arrays of every component.
+  const type = msh(9);
+  const messageCode = piece(type, delimiters.component, 0) ?? '';
+  const triggerEvent = piece(type, delimiters.component, 1) ?? '';
+  const version = piece(msh(12), delimiters.component, 0) ?? '';
+  const sentAt = piece(msh(7), delimiters.component, 0) ?? '';
   return {
     delimiters,
     sendingApplication: msh(3),

@@ -25,7 +25,7 @@ export function readAppointment(message: Hl7Message, profile: Hl7Profile, codes:
   const dateOfService = readDate(message, profile.appointment.start, 'appointment start', problems);
   const provider = readProvider(message, profile, codes, warnings);
   if (!dateOfService) return undefined;
-  return { ...(appointmentId && { appointmentId }), dateOfService, ...(provider && { provider }) };
+  return { dateOfService, ...(appointmentId && { appointmentId }), ...(provider && { provider }) };
 }
 
 type PersonField = ReturnType<typeof fieldsWithValues>[number];
@@ -103,10 +103,12 @@ function checkNpi(person: Person): { person: Person; npi: string } | { person: P
 }
 
 function providerOf(npi: string | undefined, person: Person): Provider | undefined {
-  const provider: Provider = {
-    ...(npi && { npi }),
-    ...(person.firstName && { firstName: person.firstName }),
-    ...(person.lastName && { lastName: person.lastName }),
-  };
-  return Object.keys(provider).length > 0 ? provider : undefined;
+  const { firstName, lastName } = person;
+  if (!npi && !firstName && !lastName) return undefined;
+  // Key by key, not spread by spread: see readPatient.
+  const provider: Provider = {};
+  if (npi) provider.npi = npi;
+  if (firstName) provider.firstName = firstName;
+  if (lastName) provider.lastName = lastName;
+  return provider;
 }
