@@ -40,14 +40,14 @@ export function assembleChecks(input: CheckParts): EligibilityCheck[] {
     const { coverage, subscriber, patientMemberId } = known;
     const resolution = input.resolver?.resolve(coverage.payer);
     const period = spanOf(known, input.coverages);
-    // Copies that add are Object.assign's, not spreads: see readPatient.
+    // Copies that add are Object.assign's, and spreads come last: see readPatient.
     const body = {
       clinicId: input.clinicId,
       patient: Object.assign({}, input.patient, patientMemberId && { memberId: patientMemberId }),
       subscriber,
       coverage: Object.assign({}, coverage, period && { period }, resolution && { resolution }),
-      ...(input.provider && { provider: input.provider }),
       dateOfService: input.dateOfService,
+      ...(input.provider && { provider: input.provider }),
     };
     const warnings = input.warnings?.length ? { warnings: [...input.warnings] } : {};
     return { idempotencyKey: idempotencyKey(body), source: { kind: 'hl7' as const, ...input.source }, ...body, ...warnings };

@@ -253,11 +253,12 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
   if (stated) ctx.warnings.push(...notInForce(insurance, dateOfService));
+  // Spreads last, as readPatient says why.
   const basis: AppointmentBasis = {
     clinicId,
     dateOfService,
-    ...(appointment.provider && { provider: appointment.provider }),
     source: source(ctx, appointment.appointmentId),
+    ...(appointment.provider && { provider: appointment.provider }),
     ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
   };
   const checks = assembleChecks({ patient, coverages, resolver: options.resolver, ...basis });
@@ -269,7 +270,6 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   await options.store.put(key, record);
   return {
     kind,
-    ...(appointmentId !== undefined && { appointmentId }),
     checks,
     replacedKeys: unheld(earlier?.keys ?? [], appointments),
     selfPay: insuranceKnown && checks.length === 0,
@@ -277,6 +277,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     insuranceReceived: stated,
     patientKey: key,
     appointment: basis,
+    ...(appointmentId !== undefined && { appointmentId }),
     // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
     // check but not a provider, so each rebuild would swap its provider and verify it again.
     ...(!sameDetails(known, record) && { record }),
@@ -475,10 +476,10 @@ function source(ctx: Context, appointmentId: string | undefined) {
   return {
     messageControlId: ctx.controlId,
     messageType: messageTypeOf(header),
+    receivedAt: ctx.options.receivedAt,
     ...(sendingApplication && { sendingApplication }),
     ...(ctx.facility && { sendingFacility: ctx.facility }),
     ...(appointmentId !== undefined && { appointmentId }),
-    receivedAt: ctx.options.receivedAt,
   };
 }
 
