@@ -1,4 +1,3 @@
-import { isDeepStrictEqual } from 'node:util';
 import {
   IsoInstant,
   type EligibilityCheck,
@@ -24,6 +23,7 @@ import { readAppointment, readAppointmentId, type AppointmentReading } from './r
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
 import { coveragesOfPatient, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
+import { samePlainData } from './plain-data';
 import { segmentLines } from './split-messages';
 
 export interface Hl7HandlerOptions {
@@ -363,7 +363,7 @@ async function mergePatient(ctx: Context, named: PatientDemographics, priorIds: 
   const { key, known } = found;
   const prior = await store.get(priorKey);
   // A prior merged already (this merge resent under another control id) has nothing left to move.
-  if (prior?.mergedInto !== undefined || isDeepStrictEqual(priorKey, key)) return undefined;
+  if (prior?.mergedInto !== undefined || samePlainData(priorKey, key)) return undefined;
   const { patient } = saidOf(found, survivorKey, named, false);
   const kept = insuranceKnownIn(known);
   const from = kept ? known : prior;
@@ -498,8 +498,8 @@ function sameDetails(known: PatientInsuranceRecord | undefined, record: PatientI
   return (
     known !== undefined &&
     insuranceKnownIn(known) === record.insuranceKnown &&
-    isDeepStrictEqual(known.patient, record.patient) &&
-    isDeepStrictEqual(known.coverages, record.coverages)
+    samePlainData(known.patient, record.patient) &&
+    samePlainData(known.coverages, record.coverages)
   );
 }
 

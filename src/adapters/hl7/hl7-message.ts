@@ -1,5 +1,6 @@
 import { Message } from 'node-hl7-client';
-import { withoutControlCharacters } from '../../domain';
+// Not through domain's index: its re-exports are getters, and every value read calls this.
+import { withoutControlCharacters } from '../../domain/primitives';
 import { charsetNamed, ENCODINGS } from './charsets';
 import { readDelimiters, type Delimiters } from './delimiters';
 import { Hl7InputError, rejection, type Hl7Problem } from './hl7-errors';
