@@ -115,7 +115,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
         const page = searchSet(step, await exchange(step, { get: url }));
         found.push(...matchesOf(page));
         try {
-          url = nextPageUrl(page, followed, { baseUrl, maxPages: MAX_PAGES, what: typeOf(search) });
+          url = nextPageUrl(page, followed, { baseUrl, pageUrl: new URL(url, `${baseUrl}/`).href, maxPages: MAX_PAGES, what: typeOf(search) });
         } catch (err) {
           throw toChartWriteError(err, step);
         }

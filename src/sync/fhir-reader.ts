@@ -99,10 +99,12 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       const found: unknown[] = [];
       const followed = new Set<string>();
       const step = { resourceType, verb: 'search' } as const;
-      let page: unknown = await authorized(step, (requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
+      let page = await authorized(step, (requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
-        const next = nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType });
+        // fhir-kit-client keeps the Request each answer came to: the page's own URL, for a link relative to it.
+        const pageUrl = Client.httpFor(page).request?.url ?? `${baseUrl}/`;
+        const next = nextPageUrl(page, followed, { baseUrl, pageUrl, maxPages, what: resourceType });
         if (!next) break;
         page = await authorized(step, async (requestOptions) => client.request(next, { options: requestOptions }));
       }

@@ -195,6 +195,23 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('resolves a query-only next link as a browser would, against the URL of the page it came on, not the base', async () => {
+    // As HAPI gives its pages: '?_getpages=…' on the search's own path, or on the path of the page before.
+    const links = ['?_getpages=abc&_getpagesoffset=1', '?_getpages=abc&_getpagesoffset=2', '?_getpages=abc&_getpagesoffset=2'];
+    const chart = await startScriptedServer((_req, res, index) => {
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: `c${index + 1}` } }], link: links[index] ? [{ relation: 'next', url: links[index] }] : [] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      // The third page gives the second's link again: a circle, as the URLs it resolves to say.
+      await expect(reader.search('Coverage', { patient: 'Patient/pat-ellen' })).rejects.toMatchObject(refusal("Coverage: the FHIR server's search gave a next link it had given before, after 3 pages; not read in part"));
+      expect(chart.requests.map((r) => r.url)).toEqual(['/fhir/Coverage?patient=Patient%2Fpat-ellen', `/fhir/Coverage${links[0]}`, `/fhir/Coverage${links[1]}`]);
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('reads by an R4 id alone: one a caller passes that a URL would take as a path or a query reads nothing', async () => {
     const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
     try {
