@@ -398,7 +398,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           pollRefused = false;
         },
         (err: unknown) => {
-          // Refused for good (a redirect, a next link elsewhere), it is refused at every interval: said once.
+          // Refused for good (a refusal, a redirect, a next link elsewhere), it is refused at every interval: said once.
           if (!(err instanceof FhirInputError)) return void logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
           logger[pollRefused ? 'debug' : 'warn']({ err: errorText(err) }, "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds");
           pollRefused = true;

@@ -210,6 +210,11 @@ describe('SMART Backend Services', () => {
       await sync.notifyAppointment('appt-1001');
       expect(authority.issued).toEqual(['token-1', 'token-2']);
       expect(authority.fhirAuthorizations.filter((a) => a === undefined)).toEqual([]);
+      // A chart that refuses the renewed token too will refuse it again: final after the one renewal, not "try again".
+      authority.revoked.add('token-2').add('token-3');
+      const sent = authority.fhirAuthorizations.length;
+      await expect(sync.notifyAppointment('appt-1001')).rejects.toMatchObject({ name: 'FhirInputError', message: 'Appointment: the FHIR server answered 401 to the read: request (login)' });
+      expect(authority.fhirAuthorizations.slice(sent)).toEqual(['Bearer token-2', 'Bearer token-3']);
     } finally {
       await sync.stop();
       rmSync(dataDir, { recursive: true, force: true });
