@@ -363,7 +363,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         await notifyAppointment(id);
       } catch (err) {
         if (!(err instanceof FhirInputError)) throw err;
-        await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference: `Appointment/${id}` }), reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
+        const reference = `Appointment/${id}`;
+        const reason = `${reference}: ${err.message}`;
+        // One awaiting insurance is read at every poll, and refused so at every poll: kept once, until the
+        // store's appointment changes (the chart answered in between) or the refusal does.
+        const held = await store.transaction((tx) => tx.getAppointment(`fhir|${reference}`));
+        const once = `${reference}|${held?.updatedAt ?? 'not held'}|${reason}`;
+        if (!(await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference }), reason, receivedAt: now(), once }))) continue;
+        logger.warn({ appointment: reference, err: errorText(err) }, 'FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once');
       }
     }
     if (cursor && cursor !== since) await store.transaction((tx) => tx.setMeta(POLL_CURSOR, cursor));

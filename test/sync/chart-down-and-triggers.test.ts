@@ -343,6 +343,32 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     }
   });
 
+  it('keeps an appointment awaiting insurance that the chart refuses for good as one dead letter and one warning, not one a poll, and verifies it once the chart answers', async () => {
+    let refused = false;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => refused && req.url.startsWith('/fhir/Coverage?patient=') && fhirJson(res, 403, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'forbidden' }] }));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed(seeded.filter((r) => r.resourceType !== 'Coverage'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['awaiting-insurance']);
+      // The chart takes the patient's Coverages from this client; waiting, the appointment is read by every poll.
+      refused = true;
+      for (let poll = 0; poll < 3; poll++) expect(await h.sync.pollAppointments()).toBe(1);
+      expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual(['Appointment/appt-4004: Coverage: the FHIR server answered 403 to the search: request (forbidden)']);
+      const warned = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.level >= 40);
+      expect(warned.map((line) => line.msg)).toEqual(['FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once']);
+      // The permission given back and the insurance entered: the next poll verifies it.
+      refused = false;
+      await h.fhir.seed(seeded.filter((r) => r.resourceType === 'Coverage'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await h.store.listMessages({ status: 'dead' })).toHaveLength(1);
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('says once that the chart redirects the poll\'s search, not at every interval, and again once a poll succeeds', async () => {
     let moved = true;
     const appointments = /^\/fhir\/Appointment\?/;
