@@ -60,7 +60,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
     if (error.status !== 401 || !tokens.renewable) throw error;
     // A refused access token (revoked, or expired early): the next attempt fetches a new one.
     tokens.invalidate();
-    throw new ChartWriteError(error.message.replace(/^write eligibility: /, ''), { retryable: true, status: 401, issues: error.issues });
+    throw new ChartWriteError(error.reason, { retryable: true, status: 401, issues: error.issues });
   }
 
   /** The answer's status and JSON (its text when it is not JSON, which no answer may be). */

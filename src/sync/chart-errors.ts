@@ -15,6 +15,8 @@ export interface ChartIssue {
  */
 export class ChartWriteError extends Error {
   readonly retryable: boolean;
+  /** What failed, without the write it failed for: the reader, and a write's next attempt, say it so. */
+  readonly reason: string;
   /** The HTTP status the FHIR server (or token endpoint) answered, when it answered. */
   readonly status: number | undefined;
   readonly issues: readonly ChartIssue[];
@@ -22,6 +24,7 @@ export class ChartWriteError extends Error {
   constructor(message: string, options: { retryable: boolean; status?: number | undefined; issues?: readonly ChartIssue[] }) {
     super(`write eligibility: ${message}`);
     this.name = 'ChartWriteError';
+    this.reason = message;
     this.retryable = options.retryable;
     this.status = options.status;
     this.issues = options.issues ?? [];

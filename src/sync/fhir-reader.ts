@@ -3,7 +3,7 @@ import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { chartAgent } from './chart-client';
-import { answerOf, answerTooLarge, chartAnswered, tooLargeToRead } from './chart-errors';
+import { answerOf, answerTooLarge, ChartWriteError, chartAnswered, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -46,10 +46,11 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
    * hold a notification, and every poll after it, for minutes); a token the server refuses is
    * renewed and the request made once more. What the chart would answer so again is a
    * FhirInputError, as the notification it came for is kept for a person: an answer past the
-   * chart's limit, and a failed answer the writer takes as final too (chartAnswered: a refusal,
-   * 400, 403, a 401 after the renewal, a redirect), as nextPageUrl's refusals are. What may pass
-   * (the chart out of reach, slow, throttling or failing: 408, 429, 5xx) is thrown to be tried
-   * again. Neither names the URL, which for a search holds the patient searched by. (fetch keeps
+   * chart's limit, and a failure the writer takes as final too (chartAnswered: a refusal, 400,
+   * 403, a 401 after the renewal, a redirect; the token endpoint's refusal), as nextPageUrl's
+   * refusals are. What may pass (the chart out of reach, slow, throttling or failing: 408, 429,
+   * 5xx) is thrown to be tried again. Neither names the URL, which for a search holds the patient
+   * searched by. (fetch keeps
    * undici's refusal as the cause it is known by only where both share a realm: in a VM, Jest's,
    * it reads as a connection cut, and the answer is not read all the same.)
    */
@@ -59,6 +60,8 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       return await renewing(request);
     } catch (err) {
       if (answerTooLarge(err)) throw refused(tooLargeToRead(`the FHIR server's answer to the ${step.verb}`), 'too-costly');
+      // The SMART token endpoint's own failure: its refusal (a key it does not know) is final for the writer too.
+      if (err instanceof ChartWriteError) throw err.retryable ? new Error(`${step.resourceType}: ${err.reason}`) : refused(err.reason, 'security');
       const response = answerOf(err);
       if (!response) throw err;
       const answer = chartAnswered(response, step.verb);
