@@ -109,7 +109,7 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
     return noted(io, await convertFromServer(reader, opts.appointment, options));
   } catch (err) {
     if (err instanceof FhirInputError) throw new CliError(everyIssue(err));
-    // fetch names a network failure only in its cause; fhir-kit-client's own message is "HTTP <status>: <METHOD> <url>".
+    // fetch names a network failure only in its cause; the reader names an answer's status, never the URL.
     const code = ((err as { cause?: { code?: unknown } }).cause?.code ?? undefined) as string | undefined;
     if (code) throw new CliError(`--server: ${describeTransportError(code)} at ${server} (${code})`);
     throw new CliError(`--server: ${err instanceof Error ? err.message.split('\n')[0] : 'request failed'}`);

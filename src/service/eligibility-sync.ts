@@ -363,7 +363,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         await notifyAppointment(id);
       } catch (err) {
         if (!(err instanceof FhirInputError)) throw err;
-        await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference: `Appointment/${id}` }), reason: `Appointment/${id}: ${err.message}`, receivedAt: now() });
+        const reference = `Appointment/${id}`;
+        const reason = `${reference}: ${err.message}`;
+        // One awaiting insurance is read at every poll, and refused so at every poll: kept once, until the
+        // store's appointment changes (the chart answered in between) or the refusal does.
+        const held = await store.transaction((tx) => tx.getAppointment(`fhir|${reference}`));
+        const once = `${reference}|${held?.updatedAt ?? 'not held'}|${reason}`;
+        if (!(await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference }), reason, receivedAt: now(), once }))) continue;
+        logger.warn({ appointment: reference, err: errorText(err) }, 'FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once');
       }
     }
     if (cursor && cursor !== since) await store.transaction((tx) => tx.setMeta(POLL_CURSOR, cursor));
@@ -398,7 +405,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           pollRefused = false;
         },
         (err: unknown) => {
-          // Refused for good (a redirect, a next link elsewhere), it is refused at every interval: said once.
+          // Refused for good (a refusal, a redirect, a next link elsewhere), it is refused at every interval: said once.
           if (!(err instanceof FhirInputError)) return void logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
           logger[pollRefused ? 'debug' : 'warn']({ err: errorText(err) }, "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds");
           pollRefused = true;

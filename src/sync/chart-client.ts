@@ -60,7 +60,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
     if (error.status !== 401 || !tokens.renewable) throw error;
     // A refused access token (revoked, or expired early): the next attempt fetches a new one.
     tokens.invalidate();
-    throw new ChartWriteError(error.message.replace(/^write eligibility: /, ''), { retryable: true, status: 401, issues: error.issues });
+    throw new ChartWriteError(error.reason, { retryable: true, status: 401, issues: error.issues });
   }
 
   /** The answer's status and JSON (its text when it is not JSON, which no answer may be). */
@@ -115,7 +115,7 @@ export async function chartClient(baseUrl: string, tokens: AccessTokens, timeout
         const page = searchSet(step, await exchange(step, { get: url }));
         found.push(...matchesOf(page));
         try {
-          url = nextPageUrl(page, followed, { baseUrl, maxPages: MAX_PAGES, what: typeOf(search) });
+          url = nextPageUrl(page, followed, { baseUrl, pageUrl: new URL(url, `${baseUrl}/`).href, maxPages: MAX_PAGES, what: typeOf(search) });
         } catch (err) {
           throw toChartWriteError(err, step);
         }

@@ -15,6 +15,8 @@ export interface ChartIssue {
  */
 export class ChartWriteError extends Error {
   readonly retryable: boolean;
+  /** What failed, without the write it failed for: the reader, and a write's next attempt, say it so. */
+  readonly reason: string;
   /** The HTTP status the FHIR server (or token endpoint) answered, when it answered. */
   readonly status: number | undefined;
   readonly issues: readonly ChartIssue[];
@@ -22,6 +24,7 @@ export class ChartWriteError extends Error {
   constructor(message: string, options: { retryable: boolean; status?: number | undefined; issues?: readonly ChartIssue[] }) {
     super(`write eligibility: ${message}`);
     this.name = 'ChartWriteError';
+    this.reason = message;
     this.retryable = options.retryable;
     this.status = options.status;
     this.issues = options.issues ?? [];
@@ -59,18 +62,10 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
   if (err instanceof FhirInputError) {
     return new ChartWriteError(err.message, { retryable: false, issues: outcomeIssues(err.outcome) });
   }
-  const response = (err as { response?: { status?: unknown; data?: unknown } } | undefined)?.response;
-  if (response && typeof response.status === 'number') {
-    const issues = outcomeIssues(response.data);
-    const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
-    const redirect = redirected(response.status) ? `, ${REDIRECT_NOT_FOLLOWED}` : '';
-    // A success is a failure only for what it carried: not JSON (a proxy's sign-in page, say).
-    const unread = response.status >= 200 && response.status < 300 ? ', not in FHIR JSON' : '';
-    return new ChartWriteError(`the FHIR server answered ${response.status} to the ${step}${first}${redirect}${unread}`, {
-      retryable: retryableStatus(response.status),
-      status: response.status,
-      issues,
-    });
+  const response = answerOf(err);
+  if (response) {
+    const { text, ...answer } = chartAnswered(response, step);
+    return new ChartWriteError(text, { ...answer, status: response.status });
   }
   const name = (err as { name?: unknown } | undefined)?.name;
   if (name === 'TimeoutError' || name === 'AbortError') {
@@ -84,6 +79,28 @@ export function toChartWriteError(err: unknown, step: string): ChartWriteError {
     return new ChartWriteError(`the FHIR server could not be reached for the ${step}${code ? ` (${code})` : ''}`, { retryable: true });
   }
   return new ChartWriteError(`the ${step} failed unexpectedly${err instanceof Error ? ` (${err.name})` : ''}`, { retryable: false });
+}
+
+/** The HTTP answer an error carries (the chart client's, or fhir-kit-client's for the reader). */
+export function answerOf(err: unknown): { status: number; data: unknown } | undefined {
+  const response = (err as { response?: { status?: unknown; data?: unknown } } | undefined)?.response;
+  return response && typeof response.status === 'number' ? { status: response.status, data: response.data } : undefined;
+}
+
+/**
+ * What the chart's failed answer to a step says, by element and code (never its diagnostics nor
+ * the URL asked), and whether the same request may be answered otherwise later (retryableStatus):
+ * the writer's and the reader's one rule, where a refusal, a redirect or a body not in FHIR JSON is
+ * for a person, asked again it would be answered so again.
+ */
+export function chartAnswered(response: { status: number; data: unknown }, step: string): { text: string; retryable: boolean; issues: ChartIssue[] } {
+  const { status } = response;
+  const issues = outcomeIssues(response.data);
+  const first = issues[0] ? `: ${issues[0].expression}${issues[0].code ? ` (${issues[0].code})` : ''}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}` : '';
+  const redirect = redirected(status) ? `, ${REDIRECT_NOT_FOLLOWED}` : '';
+  // A success is a failure only for what it carried: not JSON (a proxy's sign-in page, say).
+  const unread = status >= 200 && status < 300 ? ', not in FHIR JSON' : '';
+  return { text: `the FHIR server answered ${status} to the ${step}${first}${redirect}${unread}`, retryable: retryableStatus(status), issues };
 }
 
 /** Redirects are not followed, by the writer's requests nor the reader's (CHART_REQUESTS): the chart's URL is where it answers. */

@@ -4,13 +4,17 @@ import type { JobStore, MessageKind } from './job-store';
 /**
  * Keeps what arrived but could not be used (an unreadable HL7 frame, webhook or notification),
  * raw, with what was wrong: never lost, visible in `jobs messages --dead`, replayable. Each is
- * its own row, even when the same bytes come again.
+ * its own row, even when the same bytes come again, but for one kept `once` under a key: what a
+ * poll meets at every round is one letter, not one a round. False when that one was kept before.
  */
-export async function deadLetter(store: JobStore, letter: { kind: MessageKind; raw: string; reason: string; receivedAt: Date }): Promise<void> {
+export async function deadLetter(store: JobStore, letter: { kind: MessageKind; raw: string; reason: string; receivedAt: Date; once?: string }): Promise<boolean> {
   const at = letter.receivedAt.toISOString();
-  const digest = createHash('sha256').update(letter.raw).update(String(process.hrtime.bigint())).digest('hex').slice(0, 16);
-  await store.transaction(async (tx) => {
-    const { message } = await tx.addMessage({ kind: letter.kind, dedupeKey: `dead:${at}:${digest}`, receivedAt: at, raw: letter.raw, status: 'dead' });
+  const digest = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
+  const dedupeKey = letter.once === undefined ? `dead:${at}:${digest(`${letter.raw}${process.hrtime.bigint()}`)}` : `dead:once:${digest(letter.once)}`;
+  return store.transaction(async (tx) => {
+    const { message, duplicate } = await tx.addMessage({ kind: letter.kind, dedupeKey, receivedAt: at, raw: letter.raw, status: 'dead' });
+    if (duplicate) return false;
     await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
+    return true;
   });
 }

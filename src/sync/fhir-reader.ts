@@ -3,7 +3,7 @@ import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { chartAgent } from './chart-client';
-import { answerTooLarge, REDIRECT_NOT_FOLLOWED, redirected, tooLargeToRead } from './chart-errors';
+import { answerOf, answerTooLarge, ChartWriteError, chartAnswered, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -44,23 +44,30 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   /**
    * One request with the current token and a deadline (a FHIR server that never answers would
    * hold a notification, and every poll after it, for minutes); a token the server refuses is
-   * renewed and the request made once more. An answer past the chart's limit, and a redirect, are
-   * a FhirInputError, as the notification they came for is kept for a person: read again, the
-   * answer would be as large again, the redirect given again (as nextPageUrl's refusals are). What
-   * may pass (the chart down, slow or failing: 5xx) is thrown as it is, to be tried again. Neither
-   * names the URL, which for a search holds the patient searched by. (fetch keeps undici's
-   * refusal as the cause it is known by only where both share a realm: in a VM, Jest's, it reads
-   * as a connection cut, and the answer is not read all the same.)
+   * renewed and the request made once more. What the chart would answer so again is a
+   * FhirInputError, as the notification it came for is kept for a person: an answer past the
+   * chart's limit, and a failure the writer takes as final too (chartAnswered: a refusal, 400,
+   * 403, a 401 after the renewal, a redirect; the token endpoint's refusal), as nextPageUrl's
+   * refusals are. What may pass (the chart out of reach, slow, throttling or failing: 408, 429,
+   * 5xx) is thrown to be tried again. Neither names the URL, which for a search holds the patient
+   * searched by. (fetch keeps
+   * undici's refusal as the cause it is known by only where both share a realm: in a VM, Jest's,
+   * it reads as a connection cut, and the answer is not read all the same.)
    */
   async function authorized<T>(step: { resourceType: string; verb: 'read' | 'search' }, request: ChartRead<T>): Promise<T> {
     const refused = (diagnostics: string, code: FhirIssue['code']) => new FhirInputError([{ expression: step.resourceType, diagnostics, code }]);
     try {
       return await renewing(request);
     } catch (err) {
-      const status = statusOf(err);
       if (answerTooLarge(err)) throw refused(tooLargeToRead(`the FHIR server's answer to the ${step.verb}`), 'too-costly');
-      if (status !== undefined && redirected(status)) throw refused(`the FHIR server answered ${status} to the ${step.verb}, ${REDIRECT_NOT_FOLLOWED}`, 'processing');
-      throw err;
+      // The SMART token endpoint's own failure: its refusal (a key it does not know) is final for the writer too.
+      if (err instanceof ChartWriteError) throw err.retryable ? new Error(`${step.resourceType}: ${err.reason}`) : refused(err.reason, 'security');
+      const response = answerOf(err);
+      if (!response) throw err;
+      const answer = chartAnswered(response, step.verb);
+      if (!answer.retryable) throw refused(answer.text, response.status === 401 || response.status === 403 ? 'security' : 'processing');
+      // In these words, not fhir-kit-client's "HTTP 503: GET <url>": a log line or a dead letter would quote the patient searched by.
+      throw new Error(`${step.resourceType}: ${answer.text}`);
     }
   }
 
@@ -73,7 +80,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
     try {
       return await once();
     } catch (err) {
-      if (statusOf(err) !== 401 || !tokens.renewable) throw err;
+      if (answerOf(err)?.status !== 401 || !tokens.renewable) throw err;
       tokens.invalidate();
       return once();
     }
@@ -83,13 +90,16 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
     async read(resourceType, id) {
       // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` search.
       if (!FHIR_ID.test(id)) throw new Error(`FHIR read ${resourceType}: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')`);
-      try {
-        return await authorized({ resourceType, verb: 'read' }, (requestOptions) => client.read({ resourceType, id, options: requestOptions }));
-      } catch (err) {
-        const status = statusOf(err);
-        if (status === 404 || status === 410) return undefined;
-        throw err;
-      }
+      return authorized({ resourceType, verb: 'read' }, async (requestOptions) => {
+        try {
+          return await client.read({ resourceType, id, options: requestOptions });
+        } catch (err) {
+          // Not there (deleted: 410) is the chart's answer, not a refusal.
+          const status = answerOf(err)?.status;
+          if (status === 404 || status === 410) return undefined;
+          throw err;
+        }
+      });
     },
     /**
      * Every page: the poll moves its cursor past what a search gave, so a search cut short would
@@ -99,10 +109,12 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       const found: unknown[] = [];
       const followed = new Set<string>();
       const step = { resourceType, verb: 'search' } as const;
-      let page: unknown = await authorized(step, (requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
+      let page = await authorized(step, (requestOptions) => client.search({ resourceType, searchParams: params, options: requestOptions }));
       while (isBundle(page)) {
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
-        const next = nextPageUrl(page, followed, { baseUrl, maxPages, what: resourceType });
+        // fhir-kit-client keeps the Request each answer came to: the page's own URL, for a link relative to it.
+        const pageUrl = Client.httpFor(page).request?.url ?? `${baseUrl}/`;
+        const next = nextPageUrl(page, followed, { baseUrl, pageUrl, maxPages, what: resourceType });
         if (!next) break;
         page = await authorized(step, async (requestOptions) => client.request(next, { options: requestOptions }));
       }
@@ -112,10 +124,6 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
 }
 
 type ChartRead<T> = (requestOptions: { headers?: Record<string, string>; signal: AbortSignal }) => Promise<T>;
-
-function statusOf(err: unknown): number | undefined {
-  return (err as { response?: { status?: number } }).response?.status;
-}
 
 interface PageBundle extends PagedBundle {
   resourceType: 'Bundle';

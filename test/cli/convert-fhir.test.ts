@@ -129,6 +129,24 @@ describe('dental-elig convert fhir', () => {
         await chart.close();
       }
     });
+
+    it('says in one line that the chart refused a search, or failed it, with the status and never what it searched by', async () => {
+      let status = 403;
+      // The server, but for its Coverage searches, which it refuses, then fails.
+      const chart = await startScriptedServer(async (req, res) => {
+        const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: status === 403 ? 'forbidden' : 'exception', diagnostics: 'Patient/pat-ellen is restricted' }] };
+        if (req.url.startsWith('/Coverage?')) return void res.writeHead(status, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(outcome));
+        const upstream = await fetch(`${server.url}${req.url}`, { headers: { accept: 'application/fhir+json' } });
+        res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
+      });
+      try {
+        expectOneLine(await cli(['convert', 'fhir', '--server', chart.url, '--appointment', 'appt-1001']), /^dental-elig: Coverage: the FHIR server answered 403 to the search: request \(forbidden\)\n$/);
+        status = 503;
+        expectOneLine(await cli(['convert', 'fhir', '--server', chart.url, '--appointment', 'appt-1001']), /^dental-elig: --server: Coverage: the FHIR server answered 503 to the search: request \(exception\)\n$/);
+      } finally {
+        await chart.close();
+      }
+    });
   });
 });
 

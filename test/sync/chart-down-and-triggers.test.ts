@@ -56,6 +56,15 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     return { ...server, via: async (url: string) => ((fhirUrl = url), `${server.url}/fhir`) };
   }
 
+  /** A notification posted to h: the status it is answered and the first issue's diagnostics. */
+  async function notify(path: string, body?: unknown): Promise<[number, string | undefined]> {
+    const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, ...(body !== undefined && { body: JSON.stringify(body) }) });
+    return [res.status, ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics];
+  }
+
+  /** An id-only history Bundle naming these appointments of the chart at `chartUrl`. */
+  const appointmentsChanged = (chartUrl: string, ids: string[]) => ({ resourceType: 'Bundle', type: 'history', entry: ids.map((id) => ({ fullUrl: `${chartUrl}/fhir/Appointment/${id}` })) });
+
   it('keeps results in the store while the FHIR server is down and writes each once when it is back', async () => {
     // The FHIR server stays up; the sync reaches it only through the proxy.
     const proxy = await behindProxy();
@@ -104,13 +113,8 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     try {
       h = await startHarness({ fhirVia: chart.via });
       await h.fhir.seed(chartOf('primary-secondary'));
-      const notify = async (path: string, body?: unknown) => {
-        const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, ...(body !== undefined && { body: JSON.stringify(body) }) });
-        return [res.status, ((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics];
-      };
       const redirected = 'Appointment/appt-moved: Appointment: the FHIR server answered 307 to the read, a redirect, not followed: set the FHIR URL to where the chart answers';
-      const both = { resourceType: 'Bundle', type: 'history', entry: ['appt-moved', 'appt-4004'].map((id) => ({ fullUrl: `${chart.url}/fhir/Appointment/${id}` })) };
-      expect(await notify('', both)).toEqual([422, `${redirected}; Appointment/appt-4004: booked`]);
+      expect(await notify('', appointmentsChanged(chart.url, ['appt-moved', 'appt-4004']))).toEqual([422, `${redirected}; Appointment/appt-4004: booked`]);
       expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
       // A Coverage changed: the patient's appointment is read again, and its Coverage search pages away.
       coverages = 'elsewhere';
@@ -124,6 +128,37 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       // What was searched by (the patient, in the next link's query) is in none of them, nor in the log.
       expect(JSON.stringify([dead.map((m) => m.detail), h.logs])).not.toMatch(/pat-marco|page=2/);
       expect(h.logs.join('\n')).not.toMatch(/FHIR notification not stored/);
+    } finally {
+      await chart.close();
+    }
+  });
+
+  it('keeps a notification naming what the chart refuses (400, 401, 403) as a dead letter naming the status, answered 422, the appointment beside it handled; throttled (429), it is answered 500, send it again', async () => {
+    const outcome = (code: string) => ({ resourceType: 'OperationOutcome', issue: [{ severity: 'error', code, diagnostics: 'no access to Patient/pat-marco' }] });
+    let coverageSearch: number | undefined;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => {
+      if (req.url === '/fhir/Appointment/appt-locked') return fhirJson(res, 403, outcome('forbidden'));
+      if (req.url === '/fhir/Coverage/cov-marco-aetna') return fhirJson(res, 401, outcome('login'));
+      return coverageSearch !== undefined && req.url.startsWith('/fhir/Coverage?') && fhirJson(res, coverageSearch, outcome(coverageSearch === 429 ? 'throttled' : 'not-supported'));
+    });
+    try {
+      h = await startHarness({ fhirVia: chart.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      const forbidden = 'Appointment/appt-locked: Appointment: the FHIR server answered 403 to the read: request (forbidden)';
+      expect(await notify('', appointmentsChanged(chart.url, ['appt-locked', 'appt-4004']))).toEqual([422, `${forbidden}; Appointment/appt-4004: booked`]);
+      expect((await h.store.listAppointments('booked')).map((a) => a.key)).toEqual(['fhir|Appointment/appt-4004']);
+      const login = 'Coverage/cov-marco-aetna: Coverage: the FHIR server answered 401 to the read: request (login)';
+      expect(await notify('/Coverage/cov-marco-aetna')).toEqual([422, login]);
+      coverageSearch = 400;
+      const unsupported = 'Appointment/appt-4004: Coverage: the FHIR server answered 400 to the search: request (not-supported)';
+      expect(await notify('/Appointment/appt-4004')).toEqual([422, unsupported]);
+      const dead = await h.store.listMessages({ status: 'dead' });
+      expect(dead.map((m) => m.detail).sort()).toEqual([forbidden, login, unsupported].sort());
+      // Throttled, the chart may answer later: the sender is asked to send it again.
+      coverageSearch = 429;
+      expect(await notify('/Appointment/appt-4004')).toEqual([500, 'the notification could not be stored; send it again']);
+      // What was searched by, and the chart's diagnostics, are in no dead letter nor the log.
+      expect(JSON.stringify([(await h.store.listMessages({ status: 'dead' })).map((m) => m.detail), h.logs])).not.toMatch(/pat-marco/);
     } finally {
       await chart.close();
     }
@@ -303,6 +338,32 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual([
         'Appointment/appt-moved: Appointment: the FHIR server answered 307 to the read, a redirect, not followed: set the FHIR URL to where the chart answers',
       ]);
+    } finally {
+      await chart.close();
+    }
+  });
+
+  it('keeps an appointment awaiting insurance that the chart refuses for good as one dead letter and one warning, not one a poll, and verifies it once the chart answers', async () => {
+    let refused = false;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => refused && req.url.startsWith('/fhir/Coverage?patient=') && fhirJson(res, 403, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'forbidden' }] }));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed(seeded.filter((r) => r.resourceType !== 'Coverage'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['awaiting-insurance']);
+      // The chart takes the patient's Coverages from this client; waiting, the appointment is read by every poll.
+      refused = true;
+      for (let poll = 0; poll < 3; poll++) expect(await h.sync.pollAppointments()).toBe(1);
+      expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual(['Appointment/appt-4004: Coverage: the FHIR server answered 403 to the search: request (forbidden)']);
+      const warned = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.level >= 40);
+      expect(warned.map((line) => line.msg)).toEqual(['FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once']);
+      // The permission given back and the insurance entered: the next poll verifies it.
+      refused = false;
+      await h.fhir.seed(seeded.filter((r) => r.resourceType === 'Coverage'));
+      expect(await h.sync.pollAppointments()).toBe(1);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await h.store.listMessages({ status: 'dead' })).toHaveLength(1);
     } finally {
       await chart.close();
     }

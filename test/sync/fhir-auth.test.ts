@@ -192,16 +192,26 @@ describe('SMART Backend Services', () => {
     expect(authority.fhirAuthorizations).toEqual([]);
   });
 
-  it('reads the chart for the FHIR trigger with tokens of its own, asked for read scopes, and renews a refused one once', async () => {
+  /** A sync reading the chart with SMART tokens of its own, signed with `privateKey`, given to `use`. */
+  async function readingWith(privateKey: KeyObject, use: (sync: ReturnType<typeof createEligibilitySync>) => Promise<void>): Promise<void> {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'elig-smart-'));
     const sync = createEligibilitySync({
       store: SqliteJobStore.open(dataDir),
       dataDir,
       service: { baseUrl: 'http://127.0.0.1:9', apiKey: 'sk_unused' },
-      fhir: { baseUrl: fhirBase(), smart: { clientId: CLIENT_ID, privateKey: rsa.privateKey, keyId: 'rsa-1' } },
+      fhir: { baseUrl: fhirBase(), smart: { clientId: CLIENT_ID, privateKey, keyId: 'rsa-1' } },
       logger: createLogger({ level: 'silent' }),
     });
     try {
+      await use(sync);
+    } finally {
+      await sync.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  it('reads the chart for the FHIR trigger with tokens of its own, asked for read scopes, and renews a refused one once', async () => {
+    await readingWith(rsa.privateKey, async (sync) => {
       expect((await sync.notifyAppointment('appt-1001')).created).toHaveLength(1);
       expect(authority.scopes).toEqual([READ_SCOPE]);
       expect(READ_SCOPE).toContain('system/Appointment.rs');
@@ -210,10 +220,20 @@ describe('SMART Backend Services', () => {
       await sync.notifyAppointment('appt-1001');
       expect(authority.issued).toEqual(['token-1', 'token-2']);
       expect(authority.fhirAuthorizations.filter((a) => a === undefined)).toEqual([]);
-    } finally {
-      await sync.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+      // A chart that refuses the renewed token too will refuse it again: final after the one renewal, not "try again".
+      authority.revoked.add('token-2').add('token-3');
+      const sent = authority.fhirAuthorizations.length;
+      await expect(sync.notifyAppointment('appt-1001')).rejects.toMatchObject({ name: 'FhirInputError', message: 'Appointment: the FHIR server answered 401 to the read: request (login)' });
+      expect(authority.fhirAuthorizations.slice(sent)).toEqual(['Bearer token-2', 'Bearer token-3']);
+    });
+  });
+
+  it('reads nothing with a key the token endpoint refuses, and says so as final, as the writer does, not as "try again"', async () => {
+    const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    await readingWith(stranger.privateKey, async (sync) => {
+      await expect(sync.notifyAppointment('appt-1001')).rejects.toMatchObject({ name: 'FhirInputError', message: 'Appointment: auth: the token request was answered 401 (invalid_client)' });
+      expect([authority.refusedAssertions, authority.fhirAuthorizations]).toEqual([['signature'], []]);
+    });
   });
 
   it('sends no assertion to a plain http token endpoint on another machine, configured or discovered, unless the deployment allows it', async () => {

@@ -562,6 +562,8 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
   describe('through a chart that pages its searches one resource a page', () => {
     let proxy: Awaited<ReturnType<typeof startScriptedServer>>;
     let nextLinkTo: string | undefined;
+    /** Next links as some servers give them: the query alone, on the search's own path. */
+    let queryOnly = false;
     beforeAll(async () => {
       // The chart in front of the embedded one: it caps every page at one resource, as a server may cap _count.
       proxy = await startScriptedServer(async (req, res) => {
@@ -570,7 +572,8 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
           headers: { 'content-type': req.headers['content-type'] ?? 'application/fhir+json' },
           ...(req.body && { body: req.body.replace(/_count=\d+/g, '_count=1') }),
         });
-        const text = (await upstream.body.text()).replaceAll(server.url, nextLinkTo ?? proxy.url);
+        const answer = await upstream.body.text();
+        const text = (queryOnly ? answer.replaceAll(`"${server.url}/Coverage?`, '"?') : answer).replaceAll(server.url, nextLinkTo ?? proxy.url);
         res.writeHead(upstream.statusCode, { 'content-type': 'application/fhir+json' });
         res.end(text);
       });
@@ -585,6 +588,20 @@ describe('a Coverage the patient no longer has, ended when its successor is writ
       await paged.write(plan(primary, 'MP-END-PAGE', 'DDC-P2', '2026-11-20T09:00:00.000Z'), outcome('ver_page_3'), {}, insured('DDC-P2', 'MET-P'));
       expect(await statuses(other.patientId)).toEqual({ 'MET-P': 'active', 'DDC-P1': 'cancelled', 'DDC-P2': 'active' });
       expect(proxy.requests.filter((r) => r.method === 'GET' && r.url.includes('_offset=')).length).toBeGreaterThan(0);
+    });
+
+    it('reads a next link of the query alone against the search\'s own URL, as a browser would: the plan on the last page is ended too', async () => {
+      const paged = await fhirWriter(proxy.url);
+      const other = await paged.write(plan(secondary, 'MP-END-QUERY', 'MET-Q', '2026-11-02T09:00:00.000Z'), outcome('ver_query_1'), {}, insured('DDC-Q1', 'MET-Q'));
+      await paged.write(plan(primary, 'MP-END-QUERY', 'DDC-Q1', '2026-11-02T09:00:00.000Z'), outcome('ver_query_2'), {}, insured('DDC-Q1', 'MET-Q'));
+      queryOnly = true;
+      try {
+        await paged.write(plan(primary, 'MP-END-QUERY', 'DDC-Q2', '2026-11-20T09:00:00.000Z'), outcome('ver_query_3'), {}, insured('DDC-Q2', 'MET-Q'));
+      } finally {
+        queryOnly = false;
+      }
+      expect(await statuses(other.patientId)).toEqual({ 'MET-Q': 'active', 'DDC-Q1': 'cancelled', 'DDC-Q2': 'active' });
+      expect(proxy.requests.filter((r) => r.method === 'GET' && r.url.startsWith('/Coverage?') && r.url.includes('_offset=')).length).toBeGreaterThan(0);
     });
 
     it('does not follow a next link to another origin with its token: the write fails saying so', async () => {

@@ -195,6 +195,55 @@ describe('checksFromServer over fhir-kit-client', () => {
     }
   });
 
+  it('resolves a query-only next link as a browser would, against the URL of the page it came on, not the base', async () => {
+    // As HAPI gives its pages: '?_getpages=…' on the search's own path, or on the path of the page before.
+    const links = ['?_getpages=abc&_getpagesoffset=1', '?_getpages=abc&_getpagesoffset=2', '?_getpages=abc&_getpagesoffset=2'];
+    const chart = await startScriptedServer((_req, res, index) => {
+      const bundle = { resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { resourceType: 'Coverage', id: `c${index + 1}` } }], link: links[index] ? [{ relation: 'next', url: links[index] }] : [] };
+      res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(bundle));
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      // The third page gives the second's link again: a circle, as the URLs it resolves to say.
+      await expect(reader.search('Coverage', { patient: 'Patient/pat-ellen' })).rejects.toMatchObject(refusal("Coverage: the FHIR server's search gave a next link it had given before, after 3 pages; not read in part"));
+      expect(chart.requests.map((r) => r.url)).toEqual(['/fhir/Coverage?patient=Patient%2Fpat-ellen', `/fhir/Coverage${links[0]}`, `/fhir/Coverage${links[1]}`]);
+    } finally {
+      await chart.close();
+    }
+  });
+
+  it('takes a refusal the chart would give again (400, 401, 403, a search 404) as final, naming its status and never the query, and 404 or 410 on a read as not there', async () => {
+    const outcome = (code: string) => ({ resourceType: 'OperationOutcome', issue: [{ severity: 'error', code, diagnostics: 'no access to Patient/pat-ellen' }] });
+    const answers: Record<string, [number, unknown]> = {
+      '/fhir/Appointment/appt-locked': [403, outcome('forbidden')],
+      '/fhir/Appointment/appt-stale': [401, outcome('login')],
+      '/fhir/Appointment/appt-gone': [410, outcome('deleted')],
+      '/fhir/Appointment/appt-none': [404, outcome('not-found')],
+      '/fhir/Coverage?patient=Patient%2Fpat-ellen': [400, outcome('not-supported')],
+      '/fhir/Account?patient=Patient%2Fpat-ellen': [404, 'Not Found'],
+    };
+    const chart = await startScriptedServer((req, res) => {
+      const [status, body] = answers[req.url] ?? [500, outcome('exception')];
+      res.writeHead(status, { 'content-type': 'application/fhir+json' }).end(typeof body === 'string' ? body : JSON.stringify(body));
+    });
+    try {
+      const reader = await fhirKitReader(`${chart.url}/fhir`, { bearerToken: 'chart-token' });
+      await expect(reader.read('Appointment', 'appt-locked')).rejects.toMatchObject(refusal('Appointment: the FHIR server answered 403 to the read: request (forbidden)'));
+      // A static token is not renewed: refused, it is refused again.
+      await expect(reader.read('Appointment', 'appt-stale')).rejects.toMatchObject(refusal('Appointment: the FHIR server answered 401 to the read: request (login)'));
+      await expect(reader.read('Appointment', 'appt-gone')).resolves.toBeUndefined();
+      await expect(reader.read('Appointment', 'appt-none')).resolves.toBeUndefined();
+      const searched = await reader.search('Coverage', { patient: 'Patient/pat-ellen' }).catch((err: unknown) => err);
+      expect(searched).toMatchObject(refusal('Coverage: the FHIR server answered 400 to the search: request (not-supported)'));
+      await expect(reader.search('Account', { patient: 'Patient/pat-ellen' })).rejects.toMatchObject(refusal('Account: the FHIR server answered 404 to the search'));
+      // What was searched by, and what the chart's diagnostics say, are in no message.
+      expect(JSON.stringify([searched, (searched as FhirInputError).outcome])).not.toMatch(/pat-ellen/);
+      expect(chart.requests).toHaveLength(6);
+    } finally {
+      await chart.close();
+    }
+  });
+
   it('reads by an R4 id alone: one a caller passes that a URL would take as a path or a query reads nothing', async () => {
     const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
     try {
@@ -215,19 +264,24 @@ describe('checksFromServer over fhir-kit-client', () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { allowInsecureHttp: true })).resolves.toBeDefined();
   });
 
-  it('passes network failures and a server failing through to the caller as they are, to be tried again', async () => {
+  it('passes network failures and a server failing through to the caller, to be tried again, named without the URL', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
     await closed.close();
     const unreachable = await checksFromServer(await fhirKitReader(url), 'appt-1001', options).catch((err: unknown) => err);
     expect(unreachable).toMatchObject({ name: 'TypeError', message: 'fetch failed' });
-    const failing = await startScriptedServer((_req, res) => void res.writeHead(503).end());
+    // Slow, throttling, failing: each may answer otherwise later.
+    let status = 0;
+    const failing = await startScriptedServer((_req, res) => void res.writeHead(status).end());
     try {
       const reader = await fhirKitReader(failing.url);
-      for (const read of [reader.read('Appointment', 'appt-1001'), reader.search('Coverage', { patient: 'Patient/pat-ellen' })]) {
-        const err = await read.catch((e: unknown) => e);
-        expect(err).toMatchObject({ response: { status: 503 } });
-        expect(err).not.toBeInstanceOf(FhirInputError);
+      for (status of [408, 429, 503]) {
+        const read = await reader.read('Appointment', 'appt-1001').catch((e: unknown) => e);
+        const searched = await reader.search('Coverage', { patient: 'Patient/pat-ellen' }).catch((e: unknown) => e);
+        expect([read, searched].map((err) => [err instanceof FhirInputError, (err as Error).message])).toEqual([
+          [false, `Appointment: the FHIR server answered ${status} to the read`],
+          [false, `Coverage: the FHIR server answered ${status} to the search`],
+        ]);
       }
     } finally {
       await failing.close();
