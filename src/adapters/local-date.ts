@@ -8,6 +8,36 @@ function formatter(timeZone: string): Intl.DateTimeFormat {
   return format;
 }
 
+/** Offset formatters by time zone ("GMT+10:00"), as costly to build. */
+const offsets = new Map<string, Intl.DateTimeFormat>();
+
+/** How far ahead of UTC the zone's clocks are at `at`, in ms (Pago Pago's −11 h a negative). */
+function offsetAt(at: number, timeZone: string): number {
+  let format = offsets.get(timeZone);
+  if (!format) offsets.set(timeZone, (format = new Intl.DateTimeFormat('en-US', { timeZone, timeZoneName: 'longOffset' })));
+  const name = format.formatToParts(at).find((part) => part.type === 'timeZoneName')?.value ?? '';
+  const [, sign, hours, minutes] = /([+-])(\d{2}):(\d{2})/.exec(name) ?? [];
+  // UTC itself is written "GMT", with no offset.
+  return sign === undefined ? 0 : (sign === '-' ? -1 : 1) * (Number(hours) * 60 + Number(minutes)) * 60_000;
+}
+
+/** The date it is in `timeZone` at `at`. */
+export function dateAt(at: Date, timeZone: string): string {
+  return formatter(timeZone).format(at);
+}
+
+/**
+ * The instant a YYYY-MM-DD date begins in `timeZone`: its midnight there, or, where the clocks skip
+ * midnight (Santiago's spring change), the first instant the date has. The offset is read twice: on
+ * the day the clocks change, the offset at UTC's midnight is not always the one at the zone's.
+ */
+export function startOfDate(date: string, timeZone: string): Date {
+  const midnight = Date.parse(`${date}T00:00:00Z`);
+  const guess = midnight - offsetAt(midnight, timeZone);
+  const start = midnight - offsetAt(guess, timeZone);
+  return new Date(dateAt(new Date(start), timeZone) === date ? start : guess);
+}
+
 /** Whether text names an IANA time zone this runtime knows, such as America/Los_Angeles. */
 export function isTimeZone(text: string): boolean {
   try {
@@ -29,7 +59,7 @@ export function dateOfStart(start: string, timeZone: string | undefined): string
   if (!written || !onCalendar(written)) return undefined;
   if (timeZone === undefined || !/T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(start)) return written;
   const at = Date.parse(start);
-  return Number.isNaN(at) ? written : formatter(timeZone).format(at);
+  return Number.isNaN(at) ? written : dateAt(new Date(at), timeZone);
 }
 
 /** Whether a YYYY-MM-DD date is a day of the calendar: Date.parse rolls 2027-02-29 over to March 1 and refuses only a 13th month. */

@@ -123,8 +123,9 @@ export function registerJobs(program: Command, io: CliIo): void {
     .action(async (id: number, opts: JobsOpts, command: Command) =>
       withStore(io, opts, command, async (store, fromFile) => {
         // Scheduled as serve schedules it: its freshness and re-verification settings, from the same config file.
-        const policy = schedulePolicy(fromFile.settings ?? SyncSettings.parse({}));
-        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(), policy });
+        const routing = loadClinicRouting();
+        const policy = schedulePolicy(fromFile.settings ?? SyncSettings.parse({}), routing);
+        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing, now: () => new Date(), policy });
         if (opts.json) printRecord(io, { message: id, acks: done.ackCodes }, true);
         else io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
         // Refused again: a script replaying dead letters after a mapping fix must see that this one is not fixed.

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import * as z from 'zod';
-import { ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
+import { clinicTimeZone, ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
@@ -111,8 +111,12 @@ export interface EligibilitySync {
 
 const POLL_CURSOR = 'fhir-poll-cursor';
 
-export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'freshnessDays' | 'reverifyLeadDays'>): SchedulePolicy {
-  return { freshnessMs: settings.freshnessDays * 86_400_000, reverifyLeadMs: settings.reverifyLeadDays * 86_400_000 };
+export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'freshnessDays' | 'reverifyLeadDays'>, routing: ClinicRouting): SchedulePolicy {
+  return {
+    freshnessMs: settings.freshnessDays * 86_400_000,
+    reverifyLeadMs: settings.reverifyLeadDays * 86_400_000,
+    timeZoneOf: (clinicId) => clinicTimeZone(routing, clinicId),
+  };
 }
 
 /**
@@ -196,7 +200,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (ownsClient) void client.close();
     throw err;
   }
-  const policy = schedulePolicy(settings);
+  const policy = schedulePolicy(settings, routing);
   const metrics = new SyncMetrics(store, now);
   const events = new EventEmitter();
   const catalogFile = path.join(dataDir, 'catalog.json');
@@ -312,7 +316,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       for (const type of ['Patient', 'Coverage'] as const) {
         for (const id of changed[type]) {
           await each(`${type}/${id}`, async () => {
-            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, now());
+            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, { now: now(), policy });
             const gone = patient ? '' : 'the server no longer has it';
             if (appointments.length === 0) return `${type}/${id}: ${gone || `no appointment of ${patient} held from today on`}`;
             const read: string[] = [];
@@ -347,7 +351,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const unreadTypes = new Set<string>();
   async function pollAppointments(): Promise<number> {
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
-    const { ids, cursor, unread } = await appointmentsToPoll(store, await getReader(), { now: now(), days: settings.fhirPollDays, since });
+    const { ids, cursor, unread } = await appointmentsToPoll(store, await getReader(), { now: now(), policy, days: settings.fhirPollDays, since });
     for (const resourceType of ['Coverage', 'Patient'] as const) {
       const failed = unread.find((u) => u.resourceType === resourceType);
       if (!failed) {

@@ -4,7 +4,7 @@ import type { ClinicRouting } from '../adapters/clinic-routing';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
-import { fingerprints, firstDateToCome, scheduleAppointment, type SchedulePolicy } from './schedule';
+import { fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -75,7 +75,8 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
         dateOfService: conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '',
         status,
         checks,
-        basis: { reference },
+        // Its clinic, whose zone tells when the visit is over (stillToCome).
+        basis: { reference, ...(conversion?.clinicId !== undefined && { clinicId: conversion.clinicId }) },
       },
       { now: receivedAt, policy: options.policy },
     );
@@ -153,22 +154,28 @@ function beneficiaryOf(coverage: unknown): string | undefined {
   return patientIdOf(CoverageHead.safeParse(coverage).data?.beneficiary?.reference);
 }
 
+/** The time the store's appointments are to come or over at, and where their clinics are. */
+interface Present {
+  now: Date;
+  policy: SchedulePolicy;
+}
+
 const FHIR_APPOINTMENT = 'fhir|Appointment/';
 /** The id of a FHIR appointment the store holds under `key`; undefined for one from HL7. */
 const fhirAppointmentId = (key: string) => (key.startsWith(FHIR_APPOINTMENT) ? key.slice(FHIR_APPOINTMENT.length) : undefined);
 
 /**
- * The appointments booked from `from` on whose checks verify this Coverage: one the server no
+ * The appointments booked still to come whose checks verify this Coverage: one the server no
  * longer has names no patient, so they are found by their checks (the schedule ahead, not the
  * store's history), and read again its checks are withdrawn. One transaction per appointment:
  * PostgreSQL locks each check read until its transaction ends, and the whole schedule's locks in
  * one would outgrow its lock table.
  */
-async function appointmentsVerifying(store: JobStore, coverage: string, from: string): Promise<string[]> {
+async function appointmentsVerifying(store: JobStore, coverage: string, at: Present): Promise<string[]> {
   const found: string[] = [];
   for (const appointment of await store.listAppointments('booked')) {
     const id = fhirAppointmentId(appointment.key);
-    if (id === undefined || appointment.dateOfService < from) continue;
+    if (id === undefined || !stillToCome(appointment, at.now, at.policy)) continue;
     const verifies = await store.transaction(async (tx) => {
       for (const key of appointment.checkKeys) {
         const source = (await tx.getCheck(key))?.check.source;
@@ -181,19 +188,19 @@ async function appointmentsVerifying(store: JobStore, coverage: string, from: st
   return found;
 }
 
-/** The patient's appointments the store holds from `from` on, not cancelled, by id. */
-async function heldAppointments(store: JobStore, patient: string, from: string): Promise<string[]> {
+/** The patient's appointments the store holds still to come, not cancelled, by id. */
+async function heldAppointments(store: JobStore, patient: string, at: Present): Promise<string[]> {
   const held = await store.transaction((tx) => tx.appointmentsOfPatient(`fhir|${patient}`));
   return held.flatMap((a) => {
     const id = fhirAppointmentId(a.key);
-    return id !== undefined && a.status !== 'cancelled' && a.dateOfService >= from ? [id] : [];
+    return id !== undefined && a.status !== 'cancelled' && stillToCome(a, at.now, at.policy) ? [id] : [];
   });
 }
 
 /**
  * The appointments to read again when a patient's details or coverages changed in the chart under
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
- * patient's appointments the store holds from today on (firstDateToCome), booked or waiting for
+ * patient's appointments the store holds still to come at their clinics (stillToCome), booked or waiting for
  * insurance. Read again, one whose checks come out the same is a duplicate and changes nothing. A
  * Coverage names its patient as beneficiary; for one the server no longer has (deleted), the
  * appointments whose checks verify it are read again, so those checks are withdrawn (a poll does
@@ -203,18 +210,17 @@ export async function appointmentsOfChanged(
   store: JobStore,
   reader: FhirReader,
   changed: { type: 'Patient' | 'Coverage'; id: string },
-  now: Date,
+  at: Present,
 ): Promise<{ patient: string | undefined; appointments: string[] }> {
-  const today = firstDateToCome(now);
   let patientId: string | undefined = changed.id;
   if (changed.type === 'Coverage') {
     const coverage = await reader.read('Coverage', changed.id);
-    if (coverage === undefined) return { patient: undefined, appointments: await appointmentsVerifying(store, `Coverage/${changed.id}`, today) };
+    if (coverage === undefined) return { patient: undefined, appointments: await appointmentsVerifying(store, `Coverage/${changed.id}`, at) };
     patientId = beneficiaryOf(coverage);
     if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
   }
   const patient = `Patient/${patientId}`;
-  return { patient, appointments: await heldAppointments(store, patient, today) };
+  return { patient, appointments: await heldAppointments(store, patient, at) };
 }
 
 /**
@@ -276,7 +282,7 @@ const FIRST_CHANGES_MS = 86_400_000;
  * Appointments in the next `days` days in a status verified or one that will not happen
  * (mappings/fhir/appointment-status.json) since the last poll, those verified the window
  * reached since then (booked long ahead, they changed before they were in it), those still
- * waiting for insurance, whose coverages may have arrived since, and those held from today on of
+ * waiting for insurance, whose coverages may have arrived since, and those held still to come of
  * patients whose Coverage or Patient changed since the last poll (a first poll looks back a day).
  * The cursor holds the newest meta.lastUpdated the server gave, so the FHIR server's clock, not
  * ours, decides what changed.
@@ -284,9 +290,10 @@ const FIRST_CHANGES_MS = 86_400_000;
 export async function appointmentsToPoll(
   store: JobStore,
   reader: FhirReader,
-  options: { now: Date; days: number; since: string | undefined },
+  options: Present & { days: number; since: string | undefined },
 ): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> }> {
-  const from = firstDateToCome(options.now);
+  // The search's first day is the earliest any clinic may be at: which clinic an appointment is at is read with it.
+  const from = firstDateToCome(options.now, undefined);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
   const previous = readCursor(options.since);
   const window = { status: verifiedStatuses().join(','), date: [`ge${from}`, `le${until}`], _count: '100' };
@@ -305,7 +312,7 @@ export async function appointmentsToPoll(
   }
   for (const waiting of await store.listAppointments('awaiting-insurance')) {
     const id = fhirAppointmentId(waiting.key);
-    if (id !== undefined && waiting.dateOfService >= from) ids.add(id);
+    if (id !== undefined && stillToCome(waiting, options.now, options.policy)) ids.add(id);
   }
   const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
   const unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> = [];
@@ -324,7 +331,7 @@ export async function appointmentsToPoll(
   const patients = await changesOf('Patient', previous.patients);
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
   for (const patient of changedPatients) {
-    for (const id of await heldAppointments(store, `Patient/${patient}`, from)) ids.add(id);
+    for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
   }
   const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
   return { ids: [...ids], cursor: JSON.stringify(cursor), unread };

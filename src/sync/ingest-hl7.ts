@@ -18,7 +18,7 @@ import {
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import type { AppointmentRow, JobStore, StoreTx } from './job-store';
-import { firstDateToCome, scheduleAppointment, type AppointmentEvent, type ScheduleContext } from './schedule';
+import { scheduleAppointment, stillToCome, type AppointmentEvent, type ScheduleContext } from './schedule';
 
 export interface Hl7IngestOptions {
   mappings: Hl7Mappings;
@@ -187,12 +187,11 @@ async function mergeAppointments(tx: StoreTx, merge: PatientMerge, ctx: Schedule
 
 /** Appointments of the patient `key` names, to come and not cancelled, built again from their record; the others are only kept under `key`. */
 async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext) {
-  const today = firstDateToCome(ctx.now);
   const patientKey = patientKeyText(key);
   const created: string[] = [];
   const withdrawn: string[] = [];
   for (const appointment of appointments) {
-    if (appointment.status === 'cancelled' || appointment.dateOfService < today) {
+    if (appointment.status === 'cancelled' || !stillToCome(appointment, ctx.now, ctx.policy)) {
       if (appointment.patientKey !== patientKey) await tx.putAppointment({ ...appointment, patientKey });
       continue;
     }

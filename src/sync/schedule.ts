@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
+import { dateAt, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { samePeriod, type EligibilityCheck } from '../domain';
 import { present } from '../adapters/fhir/out/values';
@@ -20,6 +21,8 @@ export interface SchedulePolicy {
   freshnessMs: number;
   /** How long before the visit a check whose result has gone stale is verified again. */
   reverifyLeadMs: number;
+  /** Where a clinic is (clinics.json's timeZone), its visits' dates its own; undefined where none is known. */
+  timeZoneOf?: (clinicId: string) => string | undefined;
 }
 
 export interface AppointmentEvent {
@@ -238,20 +241,30 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
 }
 
 /**
- * The first visit date still to come: the earliest date it is anywhere on Earth now (UTC−12).
- * Dates of service are the practice's local dates and its zone is not known here, so the UTC date
- * would drop a US evening's visits that day once UTC has passed midnight.
+ * The first visit date still to come at a clinic in `timeZone`: the date it is there now, so in
+ * Guam yesterday's visits are over from Guam's midnight. Where the zone is not known, the earliest
+ * date it is anywhere on Earth now (UTC−12): the UTC date would drop a US evening's visits that day
+ * once UTC has passed midnight.
  */
-export function firstDateToCome(now: Date): string {
-  return new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10);
+export function firstDateToCome(now: Date, timeZone: string | undefined): string {
+  return timeZone === undefined ? new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
+}
+
+/** Whether a stored appointment's visit is still to come where its clinic is (see firstDateToCome). */
+export function stillToCome(appointment: AppointmentRow, now: Date, policy: SchedulePolicy): boolean {
+  const clinicId = (appointment.basis as { clinicId?: unknown } | undefined)?.clinicId;
+  return appointment.dateOfService >= firstDateToCome(now, typeof clinicId === 'string' ? policy.timeZoneOf?.(clinicId) : undefined);
 }
 
 /**
  * When a written check is to be verified again: once its result is older than the freshness
- * window, but no sooner than the lead time before the visit; never after the visit.
+ * window, but no sooner than the lead time before the visit; never after the visit. The visit is
+ * taken to begin at the start of its date where the clinic is, at UTC's where that is not known.
  */
 export function reverifyAt(check: CheckRow, resultAt: Date, policy: SchedulePolicy): string | undefined {
-  const visit = Date.parse(`${check.check.dateOfService}T00:00:00Z`);
+  const { dateOfService, clinicId } = check.check;
+  const timeZone = policy.timeZoneOf?.(clinicId);
+  const visit = timeZone === undefined ? Date.parse(`${dateOfService}T00:00:00Z`) : startOfDate(dateOfService, timeZone).getTime();
   const at = Math.max(resultAt.getTime() + policy.freshnessMs, visit - policy.reverifyLeadMs);
   return at < visit ? new Date(at).toISOString() : undefined;
 }

@@ -18,6 +18,18 @@ const Id = Str.regex(/\S/, { error: 'must not be blank' }).regex(/^[^\u0000-\u00
 /** A URI or code the service gives, which it may pad with whitespace that is not part of it. */
 const Token = Str.trim();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
+/**
+ * A timestamp the service gives (createdAt, completedAt, ...). The interface shows none and the
+ * sandbox writes `Z`, but a .NET or Java service writes `+0000`, or no offset at all: `+hhmm` is
+ * read as `+hh:mm`, and a date-time without an offset as UTC, the only reading a cloud service's
+ * clock has (it is in no practice's zone). Anything else is kept as given, for its use to refuse by name.
+ */
+const Timestamp = Str.transform((text) => {
+  const [, time, offset] = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)(Z|[+-]\d{2}:?\d{2})?$/.exec(text) ?? [];
+  if (time === undefined) return text;
+  if (offset === undefined) return `${time}Z`;
+  return offset.length === 5 ? `${time}${offset.slice(0, 3)}:${offset.slice(3)}` : `${time}${offset}`;
+});
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
 
@@ -114,7 +126,7 @@ export const Organization = z.looseObject({
   organizationId: Str,
   customerId: Opt(Str),
   name: Opt(Str),
-  createdAt: Opt(Str),
+  createdAt: Opt(Timestamp),
 });
 export type Organization = z.infer<typeof Organization>;
 
@@ -137,7 +149,7 @@ export const Clinic = z.looseObject({
   npi: Opt(Str),
   taxId: Opt(Str),
   address: Opt(AddressOut),
-  createdAt: Opt(Str),
+  createdAt: Opt(Timestamp),
 });
 export type Clinic = z.infer<typeof Clinic>;
 
@@ -163,8 +175,8 @@ export const Payer = z.looseObject({
   alternatePayerIds: Opt(z.array(Str)),
   name: Str,
   features: Opt(z.record(Str, PayerFeature)),
-  createdAt: Opt(Str),
-  updatedAt: Opt(Str),
+  createdAt: Opt(Timestamp),
+  updatedAt: Opt(Timestamp),
 });
 export type Payer = z.infer<typeof Payer>;
 
@@ -181,8 +193,8 @@ export const Portal = z.looseObject({
   requiresAuthentication: Opt(z.boolean()),
   authenticationMethods: Opt(z.array(Str)),
   loginMethods: Opt(z.array(Str)),
-  createdAt: Opt(Str),
-  updatedAt: Opt(Str),
+  createdAt: Opt(Timestamp),
+  updatedAt: Opt(Timestamp),
 });
 export type Portal = z.infer<typeof Portal>;
 
@@ -203,8 +215,8 @@ export const Registration = z.looseObject({
   /** Only for portals whose 2FA is SMS. */
   registeredPhoneNumber: Opt(Str),
   status: Opt(Str),
-  createdAt: Opt(Str),
-  updatedAt: Opt(Str),
+  createdAt: Opt(Timestamp),
+  updatedAt: Opt(Timestamp),
 });
 export type Registration = z.infer<typeof Registration>;
 
@@ -215,7 +227,7 @@ export const Email = z.looseObject({
   to: Opt(Str),
   subject: Opt(Str),
   body: Opt(Str),
-  receivedAt: Opt(Str),
+  receivedAt: Opt(Timestamp),
 });
 export type Email = z.infer<typeof Email>;
 
@@ -225,7 +237,7 @@ export const SmsMessage = z.looseObject({
   from: Opt(Str),
   to: Opt(Str),
   body: Opt(Str),
-  receivedAt: Opt(Str),
+  receivedAt: Opt(Timestamp),
 });
 export type SmsMessage = z.infer<typeof SmsMessage>;
 
@@ -267,7 +279,7 @@ export const CredentialsRecord = z
     loginMethod: Opt(Str),
     mfaEmail: Opt(Str),
     mfaPhoneNumber: Opt(Str),
-    updatedAt: Opt(Str),
+    updatedAt: Opt(Timestamp),
   })
   .transform(({ password, ...record }) => (password === undefined ? record : { ...record, passwordSet: record.passwordSet ?? (password !== null && password !== '') }));
 export type CredentialsRecord = z.infer<typeof CredentialsRecord>;
@@ -515,8 +527,8 @@ export const Verification = z.looseObject({
   correlationId: Id,
   externalId: Opt(Str),
   status: Str,
-  createdAt: Opt(Str),
-  completedAt: Opt(Str),
+  createdAt: Opt(Timestamp),
+  completedAt: Opt(Timestamp),
   result: Opt(z.unknown()),
 });
 export type Verification = z.infer<typeof Verification>;

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { clinicTimeZone, loadClinicRouting, resolveClinic, type ClinicRouting } from '../../src/adapters/clinic-routing';
-import { dateOfStart } from '../../src/adapters/local-date';
+import { dateAt, dateOfStart, startOfDate } from '../../src/adapters/local-date';
 
 /** Two clinics that both call a chair OP1, as most dental clinics do. */
 const routing: ClinicRouting = {
@@ -113,5 +113,17 @@ describe('the practice\'s time zone', () => {
     expect(dateOfStart('2027-02-29T17:00:00Z', la)).toBeUndefined();
     expect(dateOfStart('2027-02-29', undefined)).toBeUndefined();
     expect(dateOfStart('2028-02-29T17:00:00Z', la)).toBe('2028-02-29');
+  });
+
+  it('starts a date at its midnight where the practice is, or where the clocks skip midnight, at the first instant the date has', () => {
+    // Sydney's changes and the date line: test/sync/first-date-to-come.test.ts, by the re-verification they time.
+    const start = (date: string, zone: string) => startOfDate(date, zone).toISOString();
+    expect(start('2026-12-01', 'UTC')).toBe('2026-12-01T00:00:00.000Z');
+    expect(start('2026-12-01', 'Asia/Kolkata')).toBe('2026-11-30T18:30:00.000Z');
+    // Santiago's clocks skip from midnight to 01:00 (-03) on 6 September: the day begins at 01:00.
+    expect(start('2026-09-06', 'America/Santiago')).toBe('2026-09-06T04:00:00.000Z');
+    expect(start('2026-09-07', 'America/Santiago')).toBe('2026-09-07T03:00:00.000Z');
+    expect(dateAt(new Date('2026-11-30T13:59:59.999Z'), 'Pacific/Guam')).toBe('2026-11-30');
+    expect(dateAt(new Date('2026-11-30T14:00:00Z'), 'Pacific/Guam')).toBe('2026-12-01');
   });
 });

@@ -8,6 +8,7 @@ import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server'
 import { createEligibilitySync, type EligibilitySync, type SyncSettings } from '../../src/service/eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger, type Logger } from '../../src/service/logger';
+import type { ClinicRouting } from '../../src/adapters/clinic-routing';
 import type { JobStore } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { projectRoot } from '../../src/mapping-files';
@@ -51,6 +52,8 @@ export interface HarnessOptions {
   dataDir?: string;
   /** The FHIR base the sync uses, given the FHIR server's own (e.g. through a proxy that can fail). */
   fhirVia?: (fhirUrl: string) => Promise<string>;
+  /** Clinic routing instead of mappings/clinics.json (a clinic in another time zone). */
+  routing?: ClinicRouting;
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -61,8 +64,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const logs: string[] = [];
   const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
   const secret = generateWebhookSecret();
-  const { settings, service, webhook, now, fhirVia } = options;
-  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia });
+  const { settings, service, webhook, now, fhirVia, routing } = options;
+  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia, routing });
   if (webhook !== false) sandbox.configureWebhook({ url: `${instance.httpUrl}${WEBHOOK_PATH}`, secret });
   return {
     sandbox,
@@ -91,7 +94,7 @@ export async function startSyncInstance(options: {
   fhir: FhirServer;
   secret: string;
   logger: Logger;
-} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now' | 'fhirVia'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
+} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now' | 'fhirVia' | 'routing'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
   let sync: EligibilitySync | undefined;
   const http = await startHttpServer(() => sync as EligibilitySync);
   sync = createEligibilitySync({
@@ -103,6 +106,7 @@ export async function startSyncInstance(options: {
     settings: { ...FAST, ...options.settings },
     logger: options.logger,
     ...(options.now && { now: options.now }),
+    ...(options.routing && { routing: options.routing }),
   });
   await sync.start();
   const started = sync;

@@ -29,12 +29,13 @@ function serverOf(appointments: Version[]): FhirReader {
 
 describe('the FHIR poll cursor', () => {
   const store = storePerTest('elig-poll-');
+  const policy = { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000 };
 
   it('sees a change in the second it already holds, and hands out nothing twice', async () => {
     const server: Version[] = [{ id: 'a', versionId: '1', lastUpdated: '2026-11-24T10:00:05Z' }];
     let cursor: string | undefined;
     const poll = async () => {
-      const next = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: cursor });
+      const next = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), policy, days: 14, since: cursor });
       cursor = next.cursor;
       return next.ids.sort();
     };
@@ -53,13 +54,13 @@ describe('the FHIR poll cursor', () => {
 
   it('tells a version by what the appointment holds when the server gives no versionId', async () => {
     const server: Version[] = [{ id: 'a', lastUpdated: '2026-11-24T10:00:05Z', start: '2026-12-01T09:00:00-08:00' }];
-    const first = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: undefined });
+    const first = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), policy, days: 14, since: undefined });
     expect(first.ids).toEqual(['a']);
-    const same = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: first.cursor });
+    const same = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), policy, days: 14, since: first.cursor });
     expect(same.ids).toEqual([]);
     // Moved in the same second.
     server[0] = { id: 'a', lastUpdated: '2026-11-24T10:00:05Z', start: '2026-12-02T09:00:00-08:00' };
-    const moved = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), days: 14, since: same.cursor });
+    const moved = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), policy, days: 14, since: same.cursor });
     expect(moved.ids).toEqual(['a']);
   });
 });

@@ -1,3 +1,4 @@
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
 import { idempotencyKey, type EligibilityCheck } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
@@ -24,7 +25,7 @@ describe('a fresh result reused for another visit of the same coverage', () => {
     await store().transaction((tx) => tx.putCheck({ ...written, check: { ...written.check, dateOfService: '2026-12-20' } }));
     const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...written.check, dateOfService };
     const later: EligibilityCheck = { ...written.check, dateOfService, idempotencyKey: idempotencyKey(body) };
-    const policy = schedulePolicy(SyncSettings.parse({}));
+    const policy = schedulePolicy(SyncSettings.parse({}), loadClinicRouting());
     await store().transaction((tx) => scheduleAppointment(tx, { key: `appt-${dateOfService}`, patientKey: written.patientKey, dateOfService, status: 'booked', checks: [later], basis: {} }, { now: NOW, policy }));
     return (await store().transaction((tx) => tx.getCheck(later.idempotencyKey)))?.state;
   }

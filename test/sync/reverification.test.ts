@@ -1,4 +1,5 @@
 import type { Appointment, CoverageEligibilityRequest, CoverageEligibilityResponse } from 'fhir/r4';
+import { ClinicRoutingFile, loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { segment } from '../adapters/hl7/segment';
@@ -69,6 +70,22 @@ describe('fresh results and re-verification before the visit', () => {
     // The visit is tomorrow: nothing more is scheduled.
     expect(again.dueAt).toBeUndefined();
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+
+  it('measures the lead time from the visit\'s midnight where the clinic is: a Sydney visit is verified again 24 hours before its day begins there', async () => {
+    clock = new Date('2026-11-01T12:00:00Z');
+    const routing = ClinicRoutingFile.parse({ ...loadClinicRouting(), timeZone: 'Australia/Sydney' });
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 }, routing });
+    // 9 am on 1 December in Sydney (AEDT, +11): the day begins at 13:00 UTC on 30 November.
+    await h.fhir.seed(chartOf('self').map((r) => (r.resourceType === 'Appointment' ? { ...r, start: '2026-12-01T09:00:00+11:00', end: '2026-12-01T10:00:00+11:00' } : r)));
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-1001`, { method: 'POST' });
+    const first = await until('first result written', async () => (await h.store.listChecks({ states: ['written'] }))[0]);
+    expect(first.check.dateOfService).toBe('2026-12-01');
+    expect(first.dueAt).toBe('2026-11-29T13:00:00.000Z');
+
+    clock = new Date('2026-11-29T14:00:00Z');
+    await until('re-verified', async () => (await h.store.listChecks({ states: ['written'] }))[0]?.round === 1);
+    expect(verificationPosts()).toBe(2);
   });
 
   it('does not verify again for a visit that was cancelled, and does once it is booked again', async () => {

@@ -3,6 +3,10 @@ import { VerificationClient } from '../../src/verification/client';
 import { ServiceError } from '../../src/verification/errors';
 import { startWebhookServer, type WebhookDelivery } from '../../src/verification/webhook';
 import type { VerificationRequest } from '../../src/verification/wire';
+import { toCoverageEligibilityResponse } from '../../src/adapters/fhir/out';
+import { validateR4 } from '../../src/adapters/fhir/validate';
+import { CREATED, readResult, RESULT_REFS } from '../adapters/fhir/corpus';
+import { json, startScriptedServer } from '../support/http-server';
 
 /**
  * Every client operation against the embedded sandbox, over real HTTP on loopback.
@@ -220,6 +224,25 @@ describe('insurance verification', () => {
       .requestClaimRetrieval({ ...claim, subscriber: { ...claim.subscriber, memberId: NO_CLAIMS_MEMBER_ID } })
       .catch((e: unknown) => e)) as ServiceError;
     expect(err.status).toBe(404);
+  });
+});
+
+describe('a service that writes its timestamps as .NET and Java do', () => {
+  it('reads +0000 as +00:00 and a timestamp without offset as UTC, synchronously and polled, and the chart\'s response validates', async () => {
+    const answer = { ...(readResult('completed-full') as object), createdAt: '2026-11-24T10:00:00+0000', completedAt: '2026-11-24T10:00:03.1234567' };
+    const server = await startScriptedServer((_r, res) => json(res, 200, answer));
+    const other = new VerificationClient({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      for (const outcome of [await other.verify(request('SBX-COMPLETE', { externalId: 'ext-offsets' })), await other.getVerification('ver_offsets')]) {
+        expect(outcome.kind).toBe('completed');
+        expect([outcome.verification.createdAt, outcome.verification.completedAt]).toEqual(['2026-11-24T10:00:00+00:00', '2026-11-24T10:00:03.1234567Z']);
+        const response = toCoverageEligibilityResponse(outcome, RESULT_REFS, { created: CREATED });
+        expect(response.extension?.filter((e) => e.valueDateTime !== undefined).map((e) => e.valueDateTime)).toEqual(['2026-11-24T10:00:00+00:00', '2026-11-24T10:00:03.1234567Z']);
+        expect(validateR4(response)).toEqual([]);
+      }
+    } finally {
+      await Promise.all([other.close(), server.close()]);
+    }
   });
 });
 

@@ -37,6 +37,8 @@ export interface FhirConversion {
   patient?: string;
   /** The visit's date where the practice is (its clinic's time zone), the checks' date of service: there when the appointment is verified. */
   dateOfService?: string;
+  /** The clinic the visit is at, when one was found: where its zone is, the visit's date is. */
+  clinicId?: string;
 }
 
 /** The checks of convertBundle alone, for callers with no use for its notes. */
@@ -77,7 +79,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const notes: FhirIssue[] = [];
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
-  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }) };
+  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
@@ -137,7 +139,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     }
     return parsed.data;
   });
-  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw), dateOfService };
+  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw), dateOfService, ...(clinicId && { clinicId }) };
 }
 
 function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {

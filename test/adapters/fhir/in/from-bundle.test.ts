@@ -480,6 +480,7 @@ describe('checksFromBundle', () => {
           notes: [{ expression: START, diagnostics: 'starts after the date of service: no check', code: 'informational', severity: 'information' }],
           patient: 'Patient/pat-ellen',
           dateOfService: '2026-12-01',
+          clinicId: 'cln_sandbox_main',
         });
       }
     });
@@ -491,6 +492,7 @@ describe('checksFromBundle', () => {
           notes: [{ expression: END, diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' }],
           patient: 'Patient/pat-ellen',
           dateOfService: '2026-12-01',
+          clinicId: 'cln_sandbox_main',
         });
       }
     });
