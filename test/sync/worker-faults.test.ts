@@ -3,6 +3,7 @@ import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
+import { StoreUnavailableError } from '../../src/sync/job-store';
 import type { CoverageInfo } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
@@ -375,6 +376,38 @@ describe('the worker when the job store does not answer', () => {
     down = false;
     expect((await rig.reach('lost-step', 'written', 5000)).state).toBe('written');
     expect(posts(rig.requests)).toHaveLength(1);
+  });
+});
+
+describe('the worker when the job store goes away under a step', () => {
+  const outages = [
+    ['PostgreSQL out of reach', () => new StoreUnavailableError(new Error('Connection terminated unexpectedly'))],
+    ['SQLite on a full disk', () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' })],
+  ] as const;
+  const said = ['the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers', 'the job store answers again'];
+  /** The warnings of the store's watch. */
+  const outageLines = () => rig.warnings.map((w) => w.msg).filter((msg) => msg.startsWith('the job store'));
+  /** The check once written or dead, read past the faults the test puts in the worker's way. */
+  const settled = (read: WorkerRig['store']['transaction'], key: string) =>
+    until(`check ${key} written or dead`, async () => {
+      const row = await read((tx) => tx.getCheck(key));
+      return (row?.state === 'written' || row?.state === 'dead') && row;
+    });
+
+  it.each(outages)('uses no attempt of a check whose step the store failed (%s): one allowed, it is verified, not given up', async (_store, outage) => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 1 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-one-attempt' }) });
+    await rig.addCheck('one-attempt');
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    // The step marking the check sent fails; the store answers the next transaction, which records a step's failure.
+    let calls = 0;
+    store.transaction = ((work) => (++calls === 1 ? Promise.reject(outage()) : read(work))) as typeof store.transaction;
+    rig.worker.start();
+    const row = await settled(read, 'one-attempt');
+    expect({ state: row.state, lastError: row.lastError }).toEqual({ state: 'written', lastError: undefined });
+    expect(posts(rig.requests)).toHaveLength(1);
+    expect(rig.errors).toEqual([]);
+    expect(outageLines()).toEqual(said);
   });
 });
 
