@@ -96,6 +96,8 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { st
 
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
+/** The longest a service's answer waits in hand before the store is tried with it again: it holds a place of `concurrency`, and stop() waits for it. */
+const ANSWER_RETRY_MAX_MS = 1000;
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
@@ -340,7 +342,7 @@ export class Worker {
         // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
         // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
         const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
-        await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined });
+        await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
       }
     } catch (err) {
       await this.serviceFailed(sent, 'submitted', err);
@@ -441,7 +443,7 @@ export class Worker {
    */
   private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
-    const moved = await this.step(row, row.state, change);
+    const moved = await this.kept(() => this.step(row, row.state, change));
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
   }
@@ -555,13 +557,13 @@ export class Worker {
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
-    const done = await this.step(row, 'result-stored', (current) =>
+    const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
       !chartCoverageChanged(current.check, row.check)
         ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
         : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
-    );
+    ));
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
@@ -626,6 +628,23 @@ export class Worker {
       await tx.putCheck(next);
       return next;
     });
+  }
+
+  /**
+   * Records what the service or the chart answered. The store out of reach, the answer is kept in
+   * hand, and the check's lease with it, until the store takes it: left to be claimed again, the
+   * check would be sent to the service (or written to the chart) a second time. Given up, as any
+   * step the store failed, only when the worker stops meanwhile.
+   */
+  private async kept<T>(record: () => Promise<T>): Promise<T> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await record();
+      } catch (err) {
+        if (!storeOutage(err) || !this.running) throw err;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** tries, ANSWER_RETRY_MAX_MS)));
+      }
+    }
   }
 
   private backoff(attempts: number): number {

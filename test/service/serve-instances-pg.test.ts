@@ -330,7 +330,9 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
         'the job store answers again',
       ]);
     }
+    // An answer of the service the store could not take as the server went is kept until it can: no check is sent twice.
     const again = [...postsByExternalId(d).values()].filter((sent) => sent.length > 1).length;
+    expect(again).toBe(0);
     const away = warnings.flatMap((w) => (w.outageMs === undefined ? [] : [`${w.outageMs} ms`])).join(', ');
     console.log(`restarted (${mode}) in ${restartMs} ms; all written ${Date.now() - restartedAt} ms after; ${again} sent again; ${errors(d).length} error lines, ${warnings.length} warnings (store away ${away})`);
   }, 90_000);

@@ -409,6 +409,37 @@ describe('the worker when the job store goes away under a step', () => {
     expect(rig.errors).toEqual([]);
     expect(outageLines()).toEqual(said);
   });
+
+  it('keeps the service\'s answer while the store is away and records it once it is back: the check is not sent again', async () => {
+    let down = false;
+    let sent = 0;
+    rig = await startWorkerRig({
+      answer: (_req, res) => {
+        // Answered, and the store goes away before the answer is recorded.
+        if (++sent === 1) down = true;
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-kept' });
+      },
+    });
+    await rig.addCheck('kept');
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    // Away, the store fails every call, as one out of reach does.
+    for (const method of ['transaction', 'claimDue', 'release', 'extendLease'] as const) {
+      const real = (store[method] as (...args: unknown[]) => Promise<unknown>).bind(store);
+      Object.assign(store, { [method]: (...args: unknown[]) => (down ? Promise.reject(new StoreUnavailableError(new Error('connect ECONNREFUSED 127.0.0.1:5432'))) : real(...args)) });
+    }
+    rig.worker.start();
+    await until('the answer in hand', async () => down);
+    await sleep(400);
+    expect((await read((tx) => tx.getCheck('kept')))?.state).toBe('submitted');
+    down = false;
+    const row = await settled(read, 'kept');
+    expect({ state: row.state, correlationId: row.correlationId, attempts: row.attempts }).toEqual({ state: 'written', correlationId: 'ver-kept', attempts: 0 });
+    await sleep(200);
+    expect(posts(rig.requests)).toHaveLength(1);
+    expect(rig.errors).toEqual([]);
+    expect(outageLines()).toEqual(said);
+  });
 });
 
 describe('the worker when something around it fails after a step is done', () => {
