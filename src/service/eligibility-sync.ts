@@ -23,10 +23,12 @@ import { deadLetter } from '../sync/dead-letters';
 import { appointmentsOfChanged, appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
+import { errorText } from '../sync/error-text';
 import type { JobStore } from '../sync/job-store';
+import { storeOutage, watchOutages } from '../sync/store-outage';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
-import { errorText, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
+import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
 import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { createLogger, type Logger } from './logger';
 import { SyncMetrics } from './metrics';
@@ -182,6 +184,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
             logger.info({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
           }
         },
+        alreadySaid: storeOutage,
         onUnreadable: async (raw, reason) => {
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
@@ -195,7 +198,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const ownsStore = !config.store;
   let store: JobStore;
   try {
-    store = config.store ?? SqliteJobStore.open(dataDir);
+    store = watchOutages(config.store ?? SqliteJobStore.open(dataDir), logger);
   } catch (err) {
     if (ownsClient) void client.close();
     throw err;
@@ -337,7 +340,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '), told);
       sendOutcome(res, 200, 'informational', results.join('; '), told);
     })().catch(async (err: unknown) => {
-      logger.error({ err: errorText(err) }, 'FHIR notification not stored');
+      // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
+      if (!storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
       if (raw !== undefined) {
         const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
@@ -410,7 +414,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         },
         (err: unknown) => {
           // Refused for good (a refusal, a redirect, a next link elsewhere), it is refused at every interval: said once.
-          if (!(err instanceof FhirInputError)) return void logger.warn({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
+          if (!(err instanceof FhirInputError)) return void logger[storeOutage(err) ? 'debug' : 'warn']({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
           logger[pollRefused ? 'debug' : 'warn']({ err: errorText(err) }, "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds");
           pollRefused = true;
         },

@@ -76,8 +76,9 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
     return await context.handler(message);
   } catch (error) {
     // Nothing wrong with the message: the store went away under it. Unanswered, as when it is down, it is sent again.
+    // The outage itself is said once by the store's watch (watchOutages), not for each message it turns away.
     if (error instanceof StoreUnavailableError) {
-      context.log?.warn({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store is out of reach; connection dropped without an ACK');
+      context.log?.info({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store is out of reach; connection dropped without an ACK');
       return undefined;
     }
     const kept = await deadLetter(context, { message, reason: 'the handler failed', error });

@@ -1,4 +1,4 @@
-import { Pool, type PoolClient } from 'pg';
+import { Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { PatientInsuranceRecord } from '../domain';
 import {
   AppointmentRow,
@@ -20,7 +20,7 @@ import {
 } from './job-store';
 import { LEASE_ORPHANED, LiveLock } from './pg-live-lock';
 import { expectSchema, migrate, schemaVersion } from './pg-schema';
-import { inTransaction, lockKey, type Queryable } from './pg-transaction';
+import { inTransaction, lockKey, storeError, type Queryable } from './pg-transaction';
 
 /**
  * The job store on PostgreSQL, for several instances sharing the work. Claims are plain
@@ -83,7 +83,7 @@ export class PgJobStore implements JobStore {
   async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
     // One statement: rows another instance is claiming (or a transaction is changing) are skipped, not waited for.
-    const { rows } = await this.pool.query<{ row: unknown }>(
+    const { rows } = await this.query<{ row: unknown }>(
       `WITH due AS (
          SELECT key FROM checks
          WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)
@@ -107,16 +107,16 @@ export class PgJobStore implements JobStore {
       throw new Error('the job store is closed');
     }
     this.live = live;
-    const { rowCount } = await this.pool.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE ${LEASE_ORPHANED}`);
+    const { rowCount } = await this.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE ${LEASE_ORPHANED}`);
     return rowCount ?? 0;
   }
 
   async release(key: string, owner: string): Promise<void> {
-    await this.pool.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
+    await this.query('UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE key = $1 AND lease_owner = $2', [key, owner]);
   }
 
   async nextDueAt(): Promise<string | undefined> {
-    const { rows } = await this.pool.query<{ next: Date | null }>(
+    const { rows } = await this.query<{ next: Date | null }>(
       `SELECT MIN(GREATEST(due_at, CASE WHEN ${LEASE_ORPHANED} THEN NULL ELSE lease_until END)) AS next FROM checks WHERE due_at IS NOT NULL AND state = ANY($1)`,
       [WORKABLE_STATES],
     );
@@ -126,7 +126,7 @@ export class PgJobStore implements JobStore {
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
     const where = states.length > 0 ? 'WHERE state = ANY($2)' : '';
-    const { rows } = await this.pool.query<{ row: unknown }>(
+    const { rows } = await this.query<{ row: unknown }>(
       `SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT $1`,
       states.length > 0 ? [filter.limit ?? null, states] : [filter.limit ?? null],
     );
@@ -135,13 +135,13 @@ export class PgJobStore implements JobStore {
 
   async listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]> {
     const { rows } = status
-      ? await this.pool.query<{ row: unknown }>('SELECT row FROM appointments WHERE status = $1 ORDER BY updated_at DESC', [status])
-      : await this.pool.query<{ row: unknown }>('SELECT row FROM appointments ORDER BY updated_at DESC');
+      ? await this.query<{ row: unknown }>('SELECT row FROM appointments WHERE status = $1 ORDER BY updated_at DESC', [status])
+      : await this.query<{ row: unknown }>('SELECT row FROM appointments ORDER BY updated_at DESC');
     return rows.map((r) => AppointmentRow.parse(r.row));
   }
 
   async listMessages(filter: { status?: MessageStatus; kind?: MessageKind; limit?: number } = {}): Promise<MessageRow[]> {
-    const { rows } = await this.pool.query<PgMessageRecord>(
+    const { rows } = await this.query<PgMessageRecord>(
       `SELECT * FROM messages WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2) ORDER BY id DESC LIMIT $3`,
       [filter.status ?? null, filter.kind ?? null, filter.limit ?? null],
     );
@@ -149,18 +149,18 @@ export class PgJobStore implements JobStore {
   }
 
   async getMessage(id: number): Promise<MessageRow | undefined> {
-    const { rows } = await this.pool.query<PgMessageRecord>('SELECT * FROM messages WHERE id = $1', [id]);
+    const { rows } = await this.query<PgMessageRecord>('SELECT * FROM messages WHERE id = $1', [id]);
     return rows[0] && pgMessageFrom(rows[0]);
   }
 
   async counts(now: string): Promise<StoreCounts> {
-    const tally = async (sql: string) => Object.fromEntries((await this.pool.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, r.n]));
-    const due = await this.pool.query<{ n: number; oldest: Date | null }>(
+    const tally = async (sql: string) => Object.fromEntries((await this.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, r.n]));
+    const due = await this.query<{ n: number; oldest: Date | null }>(
       `SELECT COUNT(*)::integer AS n, MIN(due_at) AS oldest FROM checks
        WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)`,
       [now, WORKABLE_STATES],
     );
-    const awaiting = await this.pool.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
+    const awaiting = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
     return {
       checks: await tally('SELECT state AS k, COUNT(*)::integer AS n FROM checks GROUP BY state'),
       messages: await tally(`SELECT kind || ':' || status AS k, COUNT(*)::integer AS n FROM messages GROUP BY kind, status`),
@@ -180,8 +180,15 @@ export class PgJobStore implements JobStore {
     });
   }
 
+  /** A statement of its own, outside a transaction: the server out of reach fails it as it fails a transaction, StoreUnavailableError. */
+  private query<R extends QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>> {
+    return this.pool.query<R>(text, values).catch((err: unknown) => {
+      throw storeError(err);
+    });
+  }
+
   async ping(): Promise<void> {
-    await this.pool.query('SELECT 1');
+    await this.query('SELECT 1');
   }
 
   async close(): Promise<void> {
@@ -193,7 +200,7 @@ export class PgJobStore implements JobStore {
 
   async extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {
     const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-    const { rowCount } = await this.pool.query('UPDATE checks SET lease_until = $3 WHERE key = $1 AND lease_owner = $2', [options.key, options.owner, until]);
+    const { rowCount } = await this.query('UPDATE checks SET lease_until = $3 WHERE key = $1 AND lease_owner = $2', [options.key, options.owner, until]);
     return (rowCount ?? 0) > 0;
   }
 }

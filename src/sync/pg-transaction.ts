@@ -21,8 +21,13 @@ export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Pro
   try {
     return await attempts(pool, work);
   } catch (err) {
-    throw connectionLost(err) ? new StoreUnavailableError(err) : err;
+    throw storeError(err);
   }
+}
+
+/** What a failed statement or transaction is thrown as: the server out of reach is StoreUnavailableError, anything else itself. */
+export function storeError(err: unknown): unknown {
+  return connectionLost(err) ? new StoreUnavailableError(err) : err;
 }
 
 async function attempts<T>(pool: Pool, work: (db: PoolClient) => Promise<T>): Promise<T> {

@@ -9,11 +9,13 @@ import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOu
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
+import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
 
 /**
@@ -94,10 +96,14 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { st
 
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
+/** The longest a service's answer waits in hand before the store is tried with it again: it holds a place of `concurrency`, and stop() waits for it. */
+const ANSWER_RETRY_MAX_MS = 1000;
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
+  /** The store, its outages told once (watchOutages). */
+  private readonly store: JobStore;
   private readonly loopBusy: () => number;
   /** The checks in hand, by key, with the step under way: one this worker is still working on is never started again. */
   private readonly inHand = new Map<string, Promise<void>>();
@@ -108,6 +114,8 @@ export class Worker {
   private kicked = false;
   /** Claims in a row the store failed: the worker waits longer after each, up to STORE_RETRY_MAX_MS. */
   private storeFailures = 0;
+  /** One of them failed for another reason than an outage, and was said: its end is said too. */
+  private claimFaulted = false;
   /**
    * Checks out of hand whose lease the store did not release (it was down): released before the
    * next claim, or no worker, this one included, would take them again until their leases ran out.
@@ -118,7 +126,7 @@ export class Worker {
     private readonly options: WorkerOptions,
     private readonly deps: WorkerDeps,
   ) {
-    const store = deps.store;
+    const store = (this.store = watchOutages(deps.store, deps.log));
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
     this.limiter = new RateLimiter(
@@ -164,12 +172,16 @@ export class Worker {
     const ticking = this.claimAndRun().then(
       (read) => {
         if (!read) return;
-        if (this.storeFailures > 0) this.deps.log.info({ failures: this.storeFailures }, 'the job store answers again');
+        if (this.claimFaulted) this.deps.log.info({ failures: this.storeFailures }, 'the worker reads the job store again');
         this.storeFailures = 0;
+        this.claimFaulted = false;
       },
       (err: unknown) => {
-        // Said once an outage, not at every look: the store being down is what healthz and metrics say meanwhile.
-        if (++this.storeFailures === 1) this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store; trying again, less and less often');
+        this.storeFailures++;
+        // Said once, not at every look: an outage by the store's watch, another failure here; meanwhile it is what healthz and metrics say.
+        if (storeOutage(err) || this.claimFaulted) return;
+        this.claimFaulted = true;
+        this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store; trying again, less and less often');
       },
     );
     this.ticking = ticking;
@@ -198,10 +210,10 @@ export class Worker {
     const free = this.room();
     if (free <= 0) return false;
     for (const key of this.unreleased) {
-      await this.deps.store.release(key, this.owner);
+      await this.store.release(key, this.owner);
       this.unreleased.delete(key);
     }
-    const rows = await this.deps.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
+    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
     for (const row of rows) {
       // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
       if (this.inHand.has(row.key)) continue;
@@ -214,7 +226,7 @@ export class Worker {
         .finally(() => {
           clearInterval(heartbeat);
           this.inHand.delete(row.key);
-          void this.deps.store.release(row.key, this.owner).catch(() => this.unreleased.add(row.key));
+          void this.store.release(row.key, this.owner).catch(() => this.unreleased.add(row.key));
           this.kick();
         });
       this.inHand.set(row.key, job);
@@ -233,10 +245,10 @@ export class Worker {
 
   private async extendLease(key: string): Promise<void> {
     try {
-      const held = await this.deps.store.extendLease({ key, owner: this.owner, now: this.now(), leaseMs: this.options.leaseMs });
+      const held = await this.store.extendLease({ key, owner: this.owner, now: this.now(), leaseMs: this.options.leaseMs });
       if (!held) this.deps.log.warn({ key }, 'the lease on a check in hand was lost; another worker may send it too');
     } catch (err) {
-      this.deps.log.warn({ key, err: errorText(err) }, 'could not extend the lease on a check in hand');
+      if (!storeOutage(err)) this.deps.log.warn({ key, err: errorText(err) }, 'could not extend the lease on a check in hand');
     }
   }
 
@@ -246,10 +258,13 @@ export class Worker {
    * backoff, and after maxAttempts such failures it is dead, for a person to look at.
    */
   private async stepFailed(row: CheckRow, err: unknown): Promise<void> {
+    // The store failed under the step, not the check: no attempt is used and no backoff waited. The
+    // check is taken again as it stands once the store answers (its lease released before the next claim).
+    if (storeOutage(err)) return;
     const detail = errorText(err);
     this.deps.log.error({ key: row.key, state: row.state, err: detail }, 'check step failed');
     try {
-      const current = await this.deps.store.transaction((tx) => tx.getCheck(row.key));
+      const current = await this.store.transaction((tx) => tx.getCheck(row.key));
       if (!current || current.round !== row.round || !WORKABLE_STATES.includes(current.state)) return;
       // A step that stored its outcome before the fault scheduled what comes next (a re-verification, a poll): that stands.
       if (current.dueAt === undefined || Date.parse(current.dueAt) > this.deps.now().getTime()) return;
@@ -261,6 +276,7 @@ export class Worker {
       }
       await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
     } catch (stored) {
+      if (storeOutage(stored)) return;
       this.deps.log.error({ key: row.key, err: errorText(stored) }, 'could not record a failed step; the check is tried again once the job store answers');
     }
   }
@@ -326,7 +342,7 @@ export class Worker {
         // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
         // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
         const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
-        await this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined });
+        await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
       }
     } catch (err) {
       await this.serviceFailed(sent, 'submitted', err);
@@ -427,7 +443,7 @@ export class Worker {
    */
   private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
-    const moved = await this.step(row, row.state, change);
+    const moved = await this.kept(() => this.step(row, row.state, change));
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
   }
@@ -513,9 +529,11 @@ export class Worker {
     try {
       const writer = await this.deps.writer();
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
-      const insuredUnder = async () => (await this.deps.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
+      const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder }));
     } catch (err) {
+      // The store failed under the write (its read of the patient's plans), not the chart.
+      if (storeOutage(err)) throw err;
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (!retryable) {
@@ -539,13 +557,13 @@ export class Worker {
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
-    const done = await this.step(row, 'result-stored', (current) =>
+    const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
       !chartCoverageChanged(current.check, row.check)
         ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
         : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
-    );
+    ));
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
@@ -603,13 +621,30 @@ export class Worker {
    */
   private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow) => Step)): Promise<CheckRow | undefined> {
     const now = this.deps.now();
-    return this.deps.store.transaction(async (tx) => {
+    return this.store.transaction(async (tx) => {
       const current = await tx.getCheck(row.key);
       if (!current || current.state !== from || current.round !== row.round) return undefined;
       const next = applyStep(current, typeof change === 'function' ? change(current) : change, now);
       await tx.putCheck(next);
       return next;
     });
+  }
+
+  /**
+   * Records what the service or the chart answered. The store out of reach, the answer is kept in
+   * hand, and the check's lease with it, until the store takes it: left to be claimed again, the
+   * check would be sent to the service (or written to the chart) a second time. Given up, as any
+   * step the store failed, only when the worker stops meanwhile.
+   */
+  private async kept<T>(record: () => Promise<T>): Promise<T> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await record();
+      } catch (err) {
+        if (!storeOutage(err) || !this.running) throw err;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** tries, ANSWER_RETRY_MAX_MS)));
+      }
+    }
   }
 
   private backoff(attempts: number): number {
@@ -670,8 +705,3 @@ function adviceOf(outcome: VerificationOutcome): string {
   return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
 }
 
-/** An error's first line, without anything it may quote from a body. */
-export function errorText(err: unknown): string {
-  const text = err instanceof Error ? err.message : String(err);
-  return text.split('\n')[0]?.slice(0, 300) ?? 'error';
-}

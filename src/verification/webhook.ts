@@ -48,6 +48,8 @@ export interface WebhookReceiverOptions {
    * after it resolves; if it throws, the answer is 500 so the service delivers again.
    */
   onUnreadable?(rawBody: string, reason: string): Promise<void>;
+  /** Whether a failure of onDelivery was said where it happened (serve's store outage, said once for all): then it is debug here, not a warning per delivery. */
+  alreadySaid?(err: unknown): boolean;
   maxBodyBytes?: number;
   log?: Log;
   /** Cut out of every delivery before it is kept or read: portal passwords sent inline, which a Failed result may quote. */
@@ -146,7 +148,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         return sendProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.
-      options.log?.warn({ err: err instanceof Error ? err.message : String(err) }, 'webhook delivery failed to commit');
+      options.log?.[options.alreadySaid?.(err) ? 'debug' : 'warn']({ err: err instanceof Error ? err.message : String(err) }, 'webhook delivery failed to commit');
       sendProblem(res, 500, 'Not committed', 'the result could not be stored; deliver again');
     });
   };

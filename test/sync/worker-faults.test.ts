@@ -3,6 +3,7 @@ import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
 import { until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
+import { StoreUnavailableError } from '../../src/sync/job-store';
 import type { CoverageInfo } from '../../src/domain';
 import { scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
@@ -375,6 +376,69 @@ describe('the worker when the job store does not answer', () => {
     down = false;
     expect((await rig.reach('lost-step', 'written', 5000)).state).toBe('written');
     expect(posts(rig.requests)).toHaveLength(1);
+  });
+});
+
+describe('the worker when the job store goes away under a step', () => {
+  const outages = [
+    ['PostgreSQL out of reach', () => new StoreUnavailableError(new Error('Connection terminated unexpectedly'))],
+    ['SQLite on a full disk', () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' })],
+  ] as const;
+  const said = ['the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers', 'the job store answers again'];
+  /** The warnings of the store's watch. */
+  const outageLines = () => rig.warnings.map((w) => w.msg).filter((msg) => msg.startsWith('the job store'));
+  /** The check once written or dead, read past the faults the test puts in the worker's way. */
+  const settled = (read: WorkerRig['store']['transaction'], key: string) =>
+    until(`check ${key} written or dead`, async () => {
+      const row = await read((tx) => tx.getCheck(key));
+      return (row?.state === 'written' || row?.state === 'dead') && row;
+    });
+
+  it.each(outages)('uses no attempt of a check whose step the store failed (%s): one allowed, it is verified, not given up', async (_store, outage) => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 1 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-one-attempt' }) });
+    await rig.addCheck('one-attempt');
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    // The step marking the check sent fails; the store answers the next transaction, which records a step's failure.
+    let calls = 0;
+    store.transaction = ((work) => (++calls === 1 ? Promise.reject(outage()) : read(work))) as typeof store.transaction;
+    rig.worker.start();
+    const row = await settled(read, 'one-attempt');
+    expect({ state: row.state, lastError: row.lastError }).toEqual({ state: 'written', lastError: undefined });
+    expect(posts(rig.requests)).toHaveLength(1);
+    expect(rig.errors).toEqual([]);
+    expect(outageLines()).toEqual(said);
+  });
+
+  it('keeps the service\'s answer while the store is away and records it once it is back: the check is not sent again', async () => {
+    let down = false;
+    let sent = 0;
+    rig = await startWorkerRig({
+      answer: (_req, res) => {
+        // Answered, and the store goes away before the answer is recorded.
+        if (++sent === 1) down = true;
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-kept' });
+      },
+    });
+    await rig.addCheck('kept');
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    // Away, the store fails every call, as one out of reach does.
+    for (const method of ['transaction', 'claimDue', 'release', 'extendLease'] as const) {
+      const real = (store[method] as (...args: unknown[]) => Promise<unknown>).bind(store);
+      Object.assign(store, { [method]: (...args: unknown[]) => (down ? Promise.reject(new StoreUnavailableError(new Error('connect ECONNREFUSED 127.0.0.1:5432'))) : real(...args)) });
+    }
+    rig.worker.start();
+    await until('the answer in hand', async () => down);
+    await sleep(400);
+    expect((await read((tx) => tx.getCheck('kept')))?.state).toBe('submitted');
+    down = false;
+    const row = await settled(read, 'kept');
+    expect({ state: row.state, correlationId: row.correlationId, attempts: row.attempts }).toEqual({ state: 'written', correlationId: 'ver-kept', attempts: 0 });
+    await sleep(200);
+    expect(posts(rig.requests)).toHaveLength(1);
+    expect(rig.errors).toEqual([]);
+    expect(outageLines()).toEqual(said);
   });
 });
 

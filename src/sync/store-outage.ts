@@ -1,0 +1,72 @@
+import { errorText } from './error-text';
+import { StoreUnavailableError, type JobStore } from './job-store';
+
+/**
+ * Whether the store failed as a whole rather than the work given it: out of reach
+ * (StoreUnavailableError), or SQLite's disk full or file held by another process past its
+ * busy_timeout. Nothing of the work is at fault; the same work once the store answers is the remedy.
+ * A constraint the work broke, or a fault of this program, is not one.
+ */
+export function storeOutage(err: unknown): boolean {
+  if (err instanceof StoreUnavailableError) return true;
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return code === 'SQLITE_FULL' || code === 'SQLITE_BUSY';
+}
+
+export interface OutageLog {
+  warn(obj: object, msg: string): void;
+}
+
+const watched = new WeakSet<JobStore>();
+
+/**
+ * The store, telling `log` of an outage once: a warning at the first call that meets it, and a line
+ * when a call is answered again, with how long it was away. Each step, release, poll and message
+ * that meets the outage meanwhile says nothing of its own (storeOutage tells them it is one): a
+ * restart of a second would otherwise be a page of errors. The line it is back is a warning too,
+ * so a log that shows the one shows the other. A store watched already is given as it is: one
+ * outage, one pair of lines, however many parts of the process use the store.
+ */
+export function watchOutages(store: JobStore, log: OutageLog, now: () => number = Date.now): JobStore {
+  if (watched.has(store)) return store;
+  let since: number | undefined;
+  /**
+   * Calls made so far, and how many had been when the outage began or ended: a call made before
+   * may be answered (or fail) after, which says nothing of the store since.
+   */
+  let calls = 0;
+  let callsBefore = 0;
+  const answered = (call: number) => {
+    if (since === undefined || call <= callsBefore) return;
+    log.warn({ outageMs: now() - since }, 'the job store answers again');
+    since = undefined;
+    callsBefore = calls;
+  };
+  const failed = (call: number, err: unknown): never => {
+    if (since === undefined && call > callsBefore && storeOutage(err)) {
+      since = now();
+      callsBefore = calls;
+      log.warn({ err: errorText(err) }, 'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers');
+    }
+    throw err;
+  };
+  const proxy = new Proxy(store, {
+    get(target, key) {
+      const value = Reflect.get(target, key, target) as unknown;
+      if (typeof value !== 'function') return value;
+      const method = (value as (...a: unknown[]) => unknown).bind(target);
+      // Closing answers nothing of whether the store is back.
+      if (key === 'close') return method;
+      return (...args: unknown[]) => {
+        const call = ++calls;
+        const result = method(...args);
+        return result instanceof Promise ? result.then(
+          (value: unknown) => (answered(call), value),
+          (err: unknown) => failed(call, err),
+        ) : result;
+      };
+    },
+  });
+  watched.add(proxy);
+  return proxy;
+}
