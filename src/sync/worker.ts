@@ -10,10 +10,10 @@ import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { ChartWriteError } from './chart-errors';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
+import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
 import type { EligibilityWriter } from './write-back';
 
 /**
@@ -582,7 +582,8 @@ export class Worker {
 
   private async reverify(row: CheckRow): Promise<void> {
     const round = row.round + 1;
-    await this.step(row, 'written', {
+    const { policy } = this.options;
+    await this.step(row, 'written', async (current, tx) => ({
       state: 'received',
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
@@ -591,8 +592,11 @@ export class Worker {
       reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
-      lastError: `verifying again before the visit: the last result is older than ${Math.round(this.options.policy.freshnessMs / 86_400_000)} days`,
-    });
+      lastError: `verifying again before the visit: the last result is older than ${Math.round(policy.freshnessMs / 86_400_000)} days`,
+      // Another visit of the coverage verified again since (its re-verification a day or two before) serves this one,
+      // if its result is still fresh at this visit: one it would take to be verified again before it does not.
+      ...(await freshResultFor(tx, current, { now: this.deps.now(), policy }, (fresh) => fresh.key !== row.key && reverifyAt(current, new Date(fresh.resultAt ?? 0), policy) === undefined)),
+    }));
   }
 
   // ------------------------------------------------------------------ helpers
@@ -601,12 +605,12 @@ export class Worker {
    * Moves the check from `from` to the step's state, if it is still in `from` at the same round.
    * Returns the check as stored, or undefined when it had moved on (cancelled, corrected).
    */
-  private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow) => Step)): Promise<CheckRow | undefined> {
+  private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow, tx: StoreTx) => Step | Promise<Step>)): Promise<CheckRow | undefined> {
     const now = this.deps.now();
     return this.deps.store.transaction(async (tx) => {
       const current = await tx.getCheck(row.key);
       if (!current || current.state !== from || current.round !== row.round) return undefined;
-      const next = applyStep(current, typeof change === 'function' ? change(current) : change, now);
+      const next = applyStep(current, typeof change === 'function' ? await change(current, tx) : change, now);
       await tx.putCheck(next);
       return next;
     });
