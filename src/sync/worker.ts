@@ -314,8 +314,12 @@ export class Worker {
 
     const attempts = row.attempts + 1;
     // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
-    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() });
-    if (!sent) return;
+    const sent = await this.step(
+      row,
+      row.state,
+      async (current, tx) => (current.state === 'received' && (await this.sharedVerification(tx, current))) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
+    );
+    if (sent?.state !== 'submitted') return;
     await this.limiter.take(portalId);
     try {
       if (mode === 'sync') {
@@ -331,6 +335,27 @@ export class Worker {
     } catch (err) {
       await this.serviceFailed(sent, 'submitted', err);
     }
+  }
+
+  /**
+   * A round still to be sent whose plan is verified for another visit: by a result that came since
+   * it was booked, which it takes (freshResultFor), or by a verification sent first (under way, or
+   * still to be sent and booked before it), which it waits for rather than send a second. Two
+   * visits of one plan booked together are one verification. Undefined: it is sent.
+   */
+  private async sharedVerification(tx: StoreTx, row: CheckRow): Promise<Step | undefined> {
+    const { policy, pollAfterMs } = this.options;
+    // A re-verification takes only a result still fresh on the visit's day, as reverify does.
+    const fresh = await freshResultFor(tx, row, { now: this.deps.now(), policy }, (other) => row.round === 0 || freshAtVisit(row, other, policy));
+    if (fresh) return { ...fresh, dueAt: this.now(), lastError: undefined };
+    const first = (await tx.verifying(row.coverageFingerprint)).find(
+      (other) =>
+        other.key !== row.key &&
+        // A visit in another year is another benefit period, most often: a result of the one would not serve the other.
+        other.check.dateOfService.slice(0, 4) === row.check.dateOfService.slice(0, 4) &&
+        (other.state !== 'received' || `${other.createdAt} ${other.key}` < `${row.createdAt} ${row.key}`),
+    );
+    return first && { state: 'received', dueAt: this.later(pollAfterMs), lastError: 'waiting for the verification of this plan under way for another visit' };
   }
 
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
@@ -595,7 +620,7 @@ export class Worker {
       lastError: `verifying again before the visit: the last result is older than ${Math.round(policy.freshnessMs / 86_400_000)} days`,
       // Another visit of the coverage verified again since (its re-verification a day or two before) serves this one,
       // if its result is still fresh at this visit: one it would take to be verified again before it does not.
-      ...(await freshResultFor(tx, current, { now: this.deps.now(), policy }, (fresh) => fresh.key !== row.key && reverifyAt(current, new Date(fresh.resultAt ?? 0), policy) === undefined)),
+      ...(await freshResultFor(tx, current, { now: this.deps.now(), policy }, (fresh) => fresh.key !== row.key && freshAtVisit(current, fresh, policy))),
     }));
   }
 
@@ -661,6 +686,11 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
   const next = { ...current, ...change, updatedAt: now.toISOString() } as Record<string, unknown>;
   for (const k of Object.keys(next)) if (next[k] === undefined) delete next[k];
   return next as CheckRow;
+}
+
+/** Whether another check's result is still fresh on this check's visit: one that is not would have it verified again before it. */
+function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): boolean {
+  return reverifyAt(row, new Date(fresh.resultAt ?? 0), policy) === undefined;
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
