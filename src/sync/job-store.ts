@@ -157,6 +157,8 @@ export interface StoreTx {
   sentUnder(externalId: string): Promise<CheckRow | undefined>;
   /** The checks of this coverage with a completed result taken at or after `since`, newest first. */
   freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]>;
+  /** The checks of this coverage whose verification is still to be sent or under way (received, submitted, awaiting-result). */
+  verifying(coverageFingerprint: string): Promise<CheckRow[]>;
 
   getMeta(key: string): Promise<string | undefined>;
   setMeta(key: string, value: string): Promise<void>;

@@ -325,6 +325,14 @@ class PgTx implements StoreTx {
     return rows.map((r) => CheckRow.parse(r.row)).filter(hasCompletedResult);
   }
 
+  async verifying(coverageFingerprint: string): Promise<CheckRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(
+      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND state IN ('received', 'submitted', 'awaiting-result')`,
+      [coverageFingerprint],
+    );
+    return rows.map((r) => CheckRow.parse(r.row));
+  }
+
   async getMeta(key: string): Promise<string | undefined> {
     const { rows } = await this.db.query<{ value: string }>('SELECT value FROM meta WHERE key = $1', [key]);
     return rows[0]?.value;

@@ -103,25 +103,33 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
     createdAt: existing?.createdAt ?? now,
     updatedAt: now,
   };
+  await tx.putCheck({ ...base, ...(await freshResultFor(tx, base, ctx)) });
+  return true;
+}
+
+/**
+ * A recent completed verification of this very coverage that tells of the check's visit
+ * (servesVisit), and `usable` takes, as the fields that make the check use it: it keeps no
+ * correlation id of its own (the verification is the other's) but gets a chart pair of its own,
+ * found by its key, while the other appointment's pair stays as it was. Undefined when none does.
+ */
+export async function freshResultFor(
+  tx: StoreTx,
+  row: CheckRow,
+  ctx: ScheduleContext,
+  usable: (fresh: CheckRow) => boolean = () => true,
+): Promise<Pick<CheckRow, 'state' | 'result' | 'resultAt' | 'mode' | 'reusedFrom'> | undefined> {
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
   // Not only the newest: in December, next year's visit verified yesterday tells nothing of this year's.
-  const fresh = (await tx.freshResults(coverageFingerprint, since)).find((row) => servesVisit(row, check.dateOfService));
-  if (fresh?.result !== undefined) {
-    // A recent completed verification of this very coverage serves this appointment too. It keeps
-    // no correlation id of its own (the verification is the other's) but gets a chart pair of its
-    // own, found by its key: the other appointment's pair stays as it was.
-    await tx.putCheck({
-      ...base,
-      state: 'result-stored',
-      result: fresh.result,
-      ...(fresh.resultAt !== undefined && { resultAt: fresh.resultAt }),
-      ...(fresh.mode !== undefined && { mode: fresh.mode }),
-      reusedFrom: fresh.correlationId ?? fresh.reusedFrom ?? fresh.key,
-    });
-    return true;
-  }
-  await tx.putCheck(base);
-  return true;
+  const fresh = (await tx.freshResults(row.coverageFingerprint, since)).find((other) => servesVisit(other, row.check.dateOfService) && usable(other));
+  if (fresh?.result === undefined) return undefined;
+  return {
+    state: 'result-stored',
+    result: fresh.result,
+    ...(fresh.resultAt !== undefined && { resultAt: fresh.resultAt }),
+    ...(fresh.mode !== undefined && { mode: fresh.mode }),
+    reusedFrom: fresh.correlationId ?? fresh.reusedFrom ?? fresh.key,
+  };
 }
 
 /** What the chart's Coverage states of a check that no new verification follows from: its order and the plan's dates. */

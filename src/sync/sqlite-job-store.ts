@@ -506,6 +506,7 @@ export class SqliteJobStore implements JobStore {
     // By the partial index of submitted checks (checks_submitted), the expression as it is indexed.
     const submittedUnder = db.prepare(`SELECT key, row FROM checks WHERE state = 'submitted' AND json_extract(row, '$.externalId') = ?`);
     const fresh = db.prepare(`SELECT key, row, result_at FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written')`);
+    const unfinished = db.prepare(`SELECT key, row FROM checks WHERE coverage_fingerprint = ? AND state IN ('received', 'submitted', 'awaiting-result')`);
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
     // One statement per combination of the columns changed (at most seven), prepared once.
@@ -585,6 +586,9 @@ export class SqliteJobStore implements JobStore {
       async freshResults(coverageFingerprint, since) {
         const newestFirst = (fresh.all(coverageFingerprint, since) as Array<KeyedRow & { result_at: string }>).sort((a, b) => byText(b.result_at, a.result_at));
         return newestFirst.map(checkOf).filter(hasCompletedResult);
+      },
+      async verifying(coverageFingerprint) {
+        return (unfinished.all(coverageFingerprint) as KeyedRow[]).map(checkOf);
       },
       async getMeta(key) {
         return (getMeta.get(key) as { value: string } | undefined)?.value;

@@ -11,10 +11,10 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore } from './job-store';
+import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
 
@@ -330,8 +330,12 @@ export class Worker {
 
     const attempts = row.attempts + 1;
     // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
-    const sent = await this.step(row, row.state, { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() });
-    if (!sent) return;
+    const sent = await this.step(
+      row,
+      row.state,
+      async (current, tx) => (current.state === 'received' && (await this.sharedVerification(tx, current))) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
+    );
+    if (sent?.state !== 'submitted') return;
     await this.limiter.take(portalId);
     try {
       if (mode === 'sync') {
@@ -347,6 +351,27 @@ export class Worker {
     } catch (err) {
       await this.serviceFailed(sent, 'submitted', err);
     }
+  }
+
+  /**
+   * A round still to be sent whose plan is verified for another visit: by a result that came since
+   * it was booked, which it takes (freshResultFor), or by a verification sent first (under way, or
+   * still to be sent and booked before it), which it waits for rather than send a second. Two
+   * visits of one plan booked together are one verification. Undefined: it is sent.
+   */
+  private async sharedVerification(tx: StoreTx, row: CheckRow): Promise<Step | undefined> {
+    const { policy, pollAfterMs } = this.options;
+    // A re-verification takes only a result still fresh on the visit's day, as reverify does.
+    const fresh = await freshResultFor(tx, row, { now: this.deps.now(), policy }, (other) => row.round === 0 || freshAtVisit(row, other, policy));
+    if (fresh) return { ...fresh, dueAt: this.now(), lastError: undefined };
+    const first = (await tx.verifying(row.coverageFingerprint)).find(
+      (other) =>
+        other.key !== row.key &&
+        // A visit in another year is another benefit period, most often: a result of the one would not serve the other.
+        other.check.dateOfService.slice(0, 4) === row.check.dateOfService.slice(0, 4) &&
+        (other.state !== 'received' || `${other.createdAt} ${other.key}` < `${row.createdAt} ${row.key}`),
+    );
+    return first && { state: 'received', dueAt: this.later(pollAfterMs), lastError: 'waiting for the verification of this plan under way for another visit' };
   }
 
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
@@ -600,7 +625,8 @@ export class Worker {
 
   private async reverify(row: CheckRow): Promise<void> {
     const round = row.round + 1;
-    await this.step(row, 'written', {
+    const { policy } = this.options;
+    await this.step(row, 'written', async (current, tx) => ({
       state: 'received',
       round,
       externalId: externalIdFor(row.key, row.fingerprint, round),
@@ -609,8 +635,11 @@ export class Worker {
       reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
-      lastError: `verifying again before the visit: the last result is older than ${Math.round(this.options.policy.freshnessMs / 86_400_000)} days`,
-    });
+      lastError: `verifying again before the visit: the last result is older than ${Math.round(policy.freshnessMs / 86_400_000)} days`,
+      // Another visit of the coverage verified again since (its re-verification a day or two before) serves this one,
+      // if its result is still fresh at this visit: one it would take to be verified again before it does not.
+      ...(await freshResultFor(tx, current, { now: this.deps.now(), policy }, (fresh) => fresh.key !== row.key && freshAtVisit(current, fresh, policy))),
+    }));
   }
 
   // ------------------------------------------------------------------ helpers
@@ -619,12 +648,12 @@ export class Worker {
    * Moves the check from `from` to the step's state, if it is still in `from` at the same round.
    * Returns the check as stored, or undefined when it had moved on (cancelled, corrected).
    */
-  private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow) => Step)): Promise<CheckRow | undefined> {
+  private async step(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow, tx: StoreTx) => Step | Promise<Step>)): Promise<CheckRow | undefined> {
     const now = this.deps.now();
     return this.store.transaction(async (tx) => {
       const current = await tx.getCheck(row.key);
       if (!current || current.state !== from || current.round !== row.round) return undefined;
-      const next = applyStep(current, typeof change === 'function' ? change(current) : change, now);
+      const next = applyStep(current, typeof change === 'function' ? await change(current, tx) : change, now);
       await tx.putCheck(next);
       return next;
     });
@@ -692,6 +721,11 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
   const next = { ...current, ...change, updatedAt: now.toISOString() } as Record<string, unknown>;
   for (const k of Object.keys(next)) if (next[k] === undefined) delete next[k];
   return next as CheckRow;
+}
+
+/** Whether another check's result is still fresh on this check's visit: one that is not would have it verified again before it. */
+function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): boolean {
+  return reverifyAt(row, new Date(fresh.resultAt ?? 0), policy) === undefined;
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */

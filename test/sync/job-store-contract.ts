@@ -193,6 +193,17 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(await keys('another coverage', '2026-11-19T00:00:00.000Z')).toEqual([]);
     });
 
+    it('finds the checks of a coverage whose verification is to be sent or under way', async () => {
+      await store.transaction(async (tx) => {
+        for (const state of ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'needs-attention', 'cancelled', 'dead'] as const) {
+          await tx.putCheck(checkRow(`elig_${state}`, { state }));
+        }
+      });
+      const keys = async (coverageFingerprint: string) => (await store.transaction((tx) => tx.verifying(coverageFingerprint))).map((r) => r.key).sort();
+      expect(await keys(checkRow('x').coverageFingerprint)).toEqual(['elig_awaiting-result', 'elig_received', 'elig_submitted']);
+      expect(await keys('another coverage')).toEqual([]);
+    });
+
     it('knows which booked appointments hold a check, as the appointments change', async () => {
       await store.transaction(async (tx) => {
         await tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_x', 'elig_y'] }));

@@ -114,6 +114,54 @@ describe('fresh results and re-verification before the visit', () => {
     expect(verificationPosts()).toBe(1);
   });
 
+  it('re-verifies a later visit with the result another visit of the coverage was re-verified with days before, not anew', async () => {
+    const book = await bookingOverMllp('P-10', '2026-12-01T12:00:00Z');
+    await book('APT-R1', '20261214093000');
+    await book('APT-R2', '20261216093000');
+    expect(verificationPosts()).toBe(1);
+    const visit = async (date: string) => (await h.store.listChecks()).find((r) => r.check.dateOfService === date);
+    expect((await visit('2026-12-16'))?.dueAt).toBe('2026-12-15T00:00:00.000Z');
+
+    clock = new Date('2026-12-13T06:00:00Z');
+    await until('the first visit re-verified', async () => (await visit('2026-12-14'))?.round === 1 && (await visit('2026-12-14'))?.state === 'written');
+    expect(verificationPosts()).toBe(2);
+
+    // Two days later the second visit's result is old, but the first's new one is two days old and tells of December 16.
+    clock = new Date('2026-12-15T06:00:00Z');
+    const second = await until('the second visit re-verified', async () => {
+      const row = await visit('2026-12-16');
+      return row?.round === 1 && row.state === 'written' && row;
+    });
+    expect(verificationPosts()).toBe(2);
+    expect(second.reusedFrom).toBe((await visit('2026-12-14'))?.correlationId);
+    expect(second.dueAt).toBeUndefined();
+  });
+
+  it('verifies two visits of one plan booked back to back once: the second waits for the first verification under way and takes its result', async () => {
+    clock = new Date('2026-12-01T12:00:00Z');
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    closing.push(() => listener.stop());
+    const booking = bookingsOf('P-11', '20261201090000');
+    const c = await client(port);
+    closing.unshift(async () => void c.socket.end());
+    // Cigna is asynchronous at the sandbox: the first verification is still under way when the second booking is sent.
+    const cigna = (m: string) => m.replace('|64246|Guardian|', '|62308|Cigna Dental|');
+    c.socket.write(frame(cigna(booking('T1', 'APT-T1', '20261207093000'))));
+    c.socket.write(frame(cigna(booking('T2', 'APT-T2', '20261209093000'))));
+    await c.waitFor(2);
+    const [first, second] = await until('both written', async () => {
+      // A second at each look: the one that waits looks again after pollAfterMs.
+      clock = new Date(clock.getTime() + 1000);
+      const rows = await h.store.listChecks({ states: ['written'] });
+      return rows.length === 2 && rows.sort((a, b) => a.check.dateOfService.localeCompare(b.check.dateOfService));
+    });
+    expect(verificationPosts()).toBe(1);
+    expect(second?.reusedFrom).toBe(first?.correlationId);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+  });
+
   it('verifies a visit in the next benefit year anew: a result counts what is used in its own year, and this year\'s maximum left is not next year\'s', async () => {
     const book = await bookingOverMllp('P-8', '2026-12-20T12:00:00Z');
     await book('APT-Y1', '20261230093000');

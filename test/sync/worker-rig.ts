@@ -114,7 +114,8 @@ export async function startWorkerRig(options: {
     errors,
     warnings,
     async addCheck(key, change = {}) {
-      await store.transaction((tx) => tx.putCheck(checkRow(key, { dueAt: new Date().toISOString(), ...change })));
+      // Each a plan of its own: checks of one plan wait for the one verification sent first.
+      await store.transaction((tx) => tx.putCheck(checkRow(key, { dueAt: new Date().toISOString(), coverageFingerprint: `coverage-${key}`, ...change })));
     },
     async check(key) {
       const row = await store.transaction((tx) => tx.getCheck(key));
