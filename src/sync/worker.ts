@@ -555,7 +555,7 @@ export class Worker {
       const writer = await this.deps.writer();
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
       const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
-      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder }));
+      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now() }));
     } catch (err) {
       // The store failed under the write (its read of the patient's plans), not the chart.
       if (storeOutage(err)) throw err;

@@ -49,6 +49,12 @@ export interface WriteOptions {
    * member id or a new plan would otherwise leave the old one active beside it.
    */
   insuredUnder?: (() => Promise<readonly string[] | undefined>) | undefined;
+  /**
+   * When a new pair is dated (its `created`): the sync's clock, which an embedder or a test may
+   * inject, so the chart's dates agree with the store's. Now when not given; a pair the chart
+   * already holds keeps its own.
+   */
+  at?: string | undefined;
 }
 
 export interface EligibilityWriter {
@@ -161,14 +167,14 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       toCoverageEligibilityRequest(
         check,
         { patient, coverage, ...(chart.insurer ? { insurer: chart.insurer } : {}) },
-        { correlationId, created: storedRequest?.created },
+        { correlationId, created: storedRequest?.created ?? options.at },
       ),
       check,
     );
     const response = toCoverageEligibilityResponse(
       outcome,
       { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
-      { created: storedResponse?.created, checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
+      { created: storedResponse?.created ?? options.at, checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
     const updates = [...updatesOfFound(parts, found, check, chart), ...(await endedBeside(parts, found, check, options.insuredUnder, client))];

@@ -69,7 +69,11 @@ describe('fresh results and re-verification before the visit', () => {
     expect(again.externalId).not.toBe(first.externalId);
     // The visit is tomorrow: nothing more is scheduled.
     expect(again.dueAt).toBeUndefined();
-    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
+    // Each pair is dated by the sync's clock, as the store's rows are, not by the machine's.
+    const created = async (type: string) => ((await searchFhir(h.fhir, type)) as Array<{ created?: string }>).map((r) => r.created).sort();
+    const rounds = ['2026-11-01T12:00:00.000Z', '2026-11-30T06:00:00.000Z'];
+    expect(await created('CoverageEligibilityResponse')).toEqual(rounds);
+    expect(await created('CoverageEligibilityRequest')).toEqual(rounds);
   });
 
   it('measures the lead time from the visit\'s midnight where the clinic is: a Sydney visit is verified again 24 hours before its day begins there', async () => {
