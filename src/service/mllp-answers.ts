@@ -1,7 +1,7 @@
 import { acknowledgements, type Ack, type AckCode, type CommitAckCode } from '../adapters/hl7/ack';
 import { rejection, type Hl7Problem } from '../adapters/hl7/hl7-errors';
 import { readMessageHeader } from '../adapters/hl7/message-header';
-import { StoreUnavailableError } from '../sync/job-store';
+import { storeOutage } from '../sync/store-outage';
 import { decodeFrame, encodeText, type Charsets } from './hl7-charset';
 import { batchAcknowledgement, readBatch } from './mllp-batch';
 import { frame, type DecodedFrame } from './mllp-framing';
@@ -75,10 +75,11 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
   try {
     return await context.handler(message);
   } catch (error) {
-    // Nothing wrong with the message: the store went away under it. Unanswered, as when it is down, it is sent again.
+    // Nothing wrong with the message: the store went away under it (or is full, or held past its busy_timeout).
+    // Unanswered, as when it is down, it is sent again; kept as a dead letter it would be answered AR, and not sent again.
     // The outage itself is said once by the store's watch (watchOutages), not for each message it turns away.
-    if (error instanceof StoreUnavailableError) {
-      context.log?.info({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store is out of reach; connection dropped without an ACK');
+    if (storeOutage(error)) {
+      context.log?.info({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store cannot take it now; connection dropped without an ACK');
       return undefined;
     }
     const kept = await deadLetter(context, { message, reason: 'the handler failed', error });

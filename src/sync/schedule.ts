@@ -1,4 +1,5 @@
 import { hash } from 'node:crypto';
+import * as z from 'zod';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import { dateAt, startOfDate } from '../adapters/local-date';
@@ -258,10 +259,13 @@ export function firstDateToCome(now: Date, timeZone: string | undefined): string
   return timeZone === undefined ? new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
 }
 
+/** The clinic an appointment's basis names: an HL7 one's always, a FHIR one's once it is read with one (rows stored before, none). */
+const AtClinic = z.looseObject({ clinicId: z.string() });
+
 /** Whether a stored appointment's visit is still to come where its clinic is (see firstDateToCome). */
 export function stillToCome(appointment: AppointmentRow, now: Date, policy: SchedulePolicy): boolean {
-  const clinicId = (appointment.basis as { clinicId?: unknown } | undefined)?.clinicId;
-  return appointment.dateOfService >= firstDateToCome(now, typeof clinicId === 'string' ? policy.timeZoneOf?.(clinicId) : undefined);
+  const clinicId = AtClinic.safeParse(appointment.basis).data?.clinicId;
+  return appointment.dateOfService >= firstDateToCome(now, clinicId === undefined ? undefined : policy.timeZoneOf?.(clinicId));
 }
 
 /**

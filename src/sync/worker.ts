@@ -610,7 +610,7 @@ export class Worker {
         this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
-      await this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` });
+      await this.kept(() => this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` }));
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;
     }
@@ -620,7 +620,8 @@ export class Worker {
       : !ended ? `no active Coverage of it in the chart to ${dropped ? 'end' : 'date'}`
       : dropped ? 'its Coverage ended in the chart'
       : 'its Coverage given them in the chart';
-    await this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` });
+    // Kept as a write's record is: claimed again, the Coverage would be ended again, and said to have had none active.
+    await this.kept(() => this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` }));
   }
 
   private async reverify(row: CheckRow): Promise<void> {

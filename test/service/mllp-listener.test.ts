@@ -12,6 +12,7 @@ import {
 } from '../../src/adapters/hl7';
 import { frame, FS, VT } from '../../src/service/mllp-framing';
 import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
+import { StoreUnavailableError } from '../../src/sync/job-store';
 import { listenerUnderTest, message, msa } from './mllp-client';
 
 /** Real sockets on loopback: a raw client speaks MLLP to the listener and reads every ACK frame. */
@@ -138,6 +139,22 @@ describe('MllpListener', () => {
     c.socket.write(frame(message('LOST?')));
     await c.closed;
     expect(c.acks).toEqual([]);
+  });
+
+  it.each([
+    ['PostgreSQL out of reach', () => new StoreUnavailableError(new Error('Connection terminated unexpectedly'))],
+    ['SQLite held by another process past its busy_timeout', () => Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' })],
+    ['SQLite on a full disk', () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' })],
+  ])('a message the store cannot take (%s) is not a dead letter: no ACK, the connection dropped, so it is sent again', async (_name, outage) => {
+    await start(async () => {
+      throw outage();
+    });
+    const c = await open();
+    c.socket.write(frame(message('LATER')));
+    // An ACK, where one is sent, comes before the connection would be dropped.
+    await Promise.race([c.closed, c.waitFor(1).catch(() => undefined)]);
+    expect(c.acks.map((a) => msa(a).code)).toEqual([]);
+    expect(deadLetters).toEqual([]);
   });
 
   it('acknowledges only after the result has been kept', async () => {

@@ -607,6 +607,41 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     expect(tries).toEqual([false, true, false]);
   });
 
+  it('keeps the chart\'s answer while the store is away and records it once it is back: the Coverage is not ended a second time', async () => {
+    const ends: boolean[] = [];
+    let away = false;
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-ended-away' }),
+      writer: (chart) => ({
+        write: (...args) => chart.write(...args),
+        async endCoverage(check, droppedAt) {
+          const ended = (await chart.endCoverage?.(check, droppedAt)) ?? false;
+          ends.push(ended);
+          // Ended in the chart, and the store goes away before that is recorded.
+          away = ends.length === 1;
+          return ended;
+        },
+      }),
+    });
+    const fhirCheck = checkRow('ended-away').check;
+    await rig.addCheck('ended-away', { check: { ...fhirCheck, source: { kind: 'hl7', messageControlId: 'M-1', messageType: 'SIU^S12', receivedAt: fhirCheck.source.receivedAt } } });
+    rig.worker.start();
+    const written = await rig.reach('ended-away', 'written', 10_000);
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    // Its first call after the end fails as a store out of reach does; the store answers the next.
+    store.transaction = ((work) => {
+      if (!away) return read(work);
+      away = false;
+      return Promise.reject(new StoreUnavailableError(new Error('Connection terminated unexpectedly')));
+    }) as typeof store.transaction;
+    const droppedAt = new Date().toISOString();
+    await read((tx) => tx.putCheck({ ...written, state: 'ending-coverage', dueAt: droppedAt, planDroppedAt: droppedAt }));
+    const withdrawn = await rig.reach('ended-away', 'cancelled', 10_000);
+    expect(withdrawn.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(ends).toEqual([true]);
+  });
+
   it('ends the Coverage a first write under way made when the patient turns self-pay meanwhile, rather than leave it active', async () => {
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
