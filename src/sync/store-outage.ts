@@ -19,13 +19,27 @@ export interface OutageLog {
 
 const watched = new WeakSet<JobStore>();
 
+/** The calls that take a lease (a claim, its release, its extension, a rate token) rather than store work. */
+const LEASES = new Set<PropertyKey>(['claimDue', 'release', 'extendLease', 'beginWork', 'takeRateToken']);
+
+/**
+ * How much of the store a call needs: 0 reads, 1 takes a lease, 2 stores work (a transaction).
+ * SQLite with its disk full or its file held still answers the lesser ones (reads go on beside
+ * the WAL, a claim with nothing due writes nothing): only a call that needs as much as the one
+ * that met the outage says the store is back.
+ */
+function needs(key: PropertyKey): number {
+  return key === 'transaction' ? 2 : LEASES.has(key) ? 1 : 0;
+}
+
 /**
  * The store, telling `log` of an outage once: a warning at the first call that meets it, and a line
- * when a call is answered again, with how long it was away. Each step, release, poll and message
- * that meets the outage meanwhile says nothing of its own (storeOutage tells them it is one): a
- * restart of a second would otherwise be a page of errors. The line it is back is a warning too,
- * so a log that shows the one shows the other. A store watched already is given as it is: one
- * outage, one pair of lines, however many parts of the process use the store.
+ * when a call that needs as much of the store (needs) is answered again, with how long it was away.
+ * Each step, release, poll and message that meets the outage meanwhile says nothing of its own
+ * (storeOutage tells them it is one): a restart of a second would otherwise be a page of errors.
+ * The line it is back is a warning too, so a log that shows the one shows the other. A store
+ * watched already is given as it is: one outage, one pair of lines, however many parts of the
+ * process use the store.
  */
 export function watchOutages(store: JobStore, log: OutageLog, now: () => number = Date.now): JobStore {
   if (watched.has(store)) return store;
@@ -36,16 +50,19 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
    */
   let calls = 0;
   let callsBefore = 0;
-  const answered = (call: number) => {
-    if (since === undefined || call <= callsBefore) return;
+  /** What the call that met the outage needed of the store (needs). */
+  let unmet = 0;
+  const answered = (call: number, need: number) => {
+    if (since === undefined || call <= callsBefore || need < unmet) return;
     log.warn({ outageMs: now() - since }, 'the job store answers again');
     since = undefined;
     callsBefore = calls;
   };
-  const failed = (call: number, err: unknown): never => {
+  const failed = (call: number, need: number, err: unknown): never => {
     if (since === undefined && call > callsBefore && storeOutage(err)) {
       since = now();
       callsBefore = calls;
+      unmet = need;
       log.warn({ err: errorText(err) }, 'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers');
     }
     throw err;
@@ -57,12 +74,13 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       const method = (value as (...a: unknown[]) => unknown).bind(target);
       // Closing answers nothing of whether the store is back.
       if (key === 'close') return method;
+      const need = needs(key);
       return (...args: unknown[]) => {
         const call = ++calls;
         const result = method(...args);
         return result instanceof Promise ? result.then(
-          (value: unknown) => (answered(call), value),
-          (err: unknown) => failed(call, err),
+          (value: unknown) => (answered(call, need), value),
+          (err: unknown) => failed(call, need, err),
         ) : result;
       };
     },

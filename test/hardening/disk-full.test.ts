@@ -116,6 +116,15 @@ describe('the store disk full', () => {
     throw new Error(`all ${texts.length} bookings were stored: the disk never filled`);
   }
 
+  /** The store's watch said the outage once, however many messages, claims and reads met it, and once that it was over. */
+  function expectOneOutage(logs: string[]) {
+    const said = logs.join('').split('\n').filter(Boolean).map((line) => (JSON.parse(line) as { msg: string }).msg);
+    expect(said.filter((msg) => msg.startsWith('the job store'))).toEqual([
+      'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers',
+      'the job store answers again',
+    ]);
+  }
+
   async function expectStoredOnceAndWritten(port: number, store: JobStore, texts: string[], refused: string[]) {
     for (const text of refused) expect(await sendOne(port, text)).toBe('AA');
     const raws = (await store.listMessages({ kind: 'hl7' })).map((m) => m.raw);
@@ -142,6 +151,7 @@ describe('the store disk full', () => {
       expect(sync.logs.join('')).not.toMatch(/message kept as a dead letter/);
       state.full = false;
       await expectStoredOnceAndWritten(sync.port, store, texts, refused);
+      expectOneOutage(sync.logs);
     } finally {
       await sync.close();
       await sqlite.close();
@@ -165,6 +175,7 @@ describe('the store disk full', () => {
       rmSync(filler);
       const sent = texts.slice(0, texts.length - refused.length + 1);
       await expectStoredOnceAndWritten(sync.port, store, sent, refused.slice(0, 1));
+      expectOneOutage(sync.logs);
     } finally {
       await sync.close();
       await store.close();
