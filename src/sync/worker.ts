@@ -96,7 +96,7 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { st
 
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
-/** The longest a service's answer waits in hand before the store is tried with it again: it holds a place of `concurrency`, and stop() waits for it. */
+/** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() waits for it. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
 export class Worker {
@@ -116,6 +116,8 @@ export class Worker {
   private storeFailures = 0;
   /** One of them failed for another reason than an outage, and was said: its end is said too. */
   private claimFaulted = false;
+  /** Steps in a row the store failed: each holds its check a little longer before it is given back (outagePause). */
+  private stepOutages = 0;
   /**
    * Checks out of hand whose lease the store did not release (it was down): released before the
    * next claim, or no worker, this one included, would take them again until their leases ran out.
@@ -222,7 +224,7 @@ export class Worker {
       const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
       heartbeat.unref();
       const job: Promise<void> = this.run(row)
-        .catch((err: unknown) => this.stepFailed(row, err))
+        .then(() => void (this.stepOutages = 0), (err: unknown) => this.stepFailed(row, err))
         .finally(() => {
           clearInterval(heartbeat);
           this.inHand.delete(row.key);
@@ -258,9 +260,9 @@ export class Worker {
    * backoff, and after maxAttempts such failures it is dead, for a person to look at.
    */
   private async stepFailed(row: CheckRow, err: unknown): Promise<void> {
-    // The store failed under the step, not the check: no attempt is used and no backoff waited. The
+    // The store failed under the step, not the check: no attempt is used and no backoff stored. The
     // check is taken again as it stands once the store answers (its lease released before the next claim).
-    if (storeOutage(err)) return;
+    if (storeOutage(err)) return this.outagePause();
     const detail = errorText(err);
     this.deps.log.error({ key: row.key, state: row.state, err: detail }, 'check step failed');
     try {
@@ -675,6 +677,18 @@ export class Worker {
         await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** tries, ANSWER_RETRY_MAX_MS)));
       }
     }
+  }
+
+  /**
+   * Holds a check whose step the store failed before it is given back: claims may answer while
+   * transactions fail (SQLite's file held or its disk full, a query on PostgreSQL timing out), and a check
+   * claimed again at once would call the service or the chart in a loop until the store took its
+   * step. From idleMs, longer at each such step in a row, up to ANSWER_RETRY_MAX_MS; none once stopping.
+   */
+  private async outagePause(): Promise<void> {
+    if (!this.running) return;
+    this.stepOutages++;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** (this.stepOutages - 1), ANSWER_RETRY_MAX_MS)));
   }
 
   private backoff(attempts: number): number {
