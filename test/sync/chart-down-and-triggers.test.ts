@@ -409,4 +409,29 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     clock = new Date('2026-11-25T12:00:00Z');
     expect(await h.sync.pollAppointments()).toBe(0);
   });
+
+  it('sees by polling an appointment moved beyond the poll window, and verifies nothing again for the day it left', async () => {
+    let clock = new Date('2026-11-30T12:00:00Z');
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 3, reverifyLeadDays: 1 } });
+    const chart = chartOf('primary-secondary'); // the visit: 2026-12-07
+    await h.fhir.seed(chart);
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const onTheSeventh = async () => (await h.store.listChecks()).filter((c) => c.check.dateOfService === '2026-12-07');
+    expect((await onTheSeventh()).map((c) => c.dueAt)).toEqual(['2026-12-06T00:00:00.000Z', '2026-12-06T00:00:00.000Z']);
+
+    // Moved to January: past the 14 days ahead the poll looks at.
+    clock = new Date('2026-12-01T12:00:00Z');
+    await h.fhir.seed(chart.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, start: '2027-01-20T11:00:00-06:00', end: '2027-01-20T12:00:00-06:00' }] : [])));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.dateOfService])).toEqual([['fhir|Appointment/appt-4004', '2027-01-20']]);
+    expect((await onTheSeventh()).map((c) => [c.state, c.dueAt])).toEqual([['written', undefined], ['written', undefined]]);
+    await until('the new day written', async () => (await h.store.listChecks({ states: ['written'] })).length === 4);
+    const sent = h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+
+    clock = new Date('2026-12-06T06:00:00Z');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(sent);
+    expect((await onTheSeventh()).map((c) => c.round)).toEqual([0, 0]);
+  });
 });
