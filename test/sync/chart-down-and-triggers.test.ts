@@ -101,6 +101,20 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await proxy.close();
   });
 
+  it('keeps a notification the sender sends again while the FHIR server is unreachable as one dead letter and one error line, not one a try', async () => {
+    const proxy = await behindProxy();
+    await h.fhir.seed(chartOf('primary-secondary'));
+    proxy.down = true;
+    const send = async () => (await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' })).status;
+    expect([await send(), await send(), await send()]).toEqual([500, 500, 500]);
+    proxy.down = false;
+    expect(await send()).toBe(200);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual([expect.stringMatching(/send it again$/)]);
+    expect(h.logs.filter((l) => l.includes('FHIR notification not stored'))).toHaveLength(1);
+    await proxy.close();
+  });
+
   it('keeps a notification the chart answers as it will again as a dead letter naming what was refused, answered 422 so it is not sent again, the appointment beside it handled', async () => {
     // A chart that redirects one appointment's read, and pages its patient's Coverages to another origin, then in a circle.
     let coverages: 'whole' | 'elsewhere' | 'circle' = 'whole';
