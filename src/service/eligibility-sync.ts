@@ -340,13 +340,16 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '), told);
       sendOutcome(res, 200, 'informational', results.join('; '), told);
     })().catch(async (err: unknown) => {
-      // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
-      if (!storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
-      if (raw !== undefined) {
-        const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
-        await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now() }).catch(() => undefined);
-      }
+      // Once a day: the sender sends it again while the chart is out of reach, and each try that fails so
+      // is no news, a letter and an error line of its own that stayed once one was handled. An id-only
+      // notification's path and empty body are the same at the next change: a later day keeps it again.
+      const receivedAt = now();
+      const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
+      const once = `${receivedAt.toISOString().slice(0, 10)}|${req.url ?? ''}|${raw ?? ''}|${reason}`;
+      const kept = raw === undefined || (await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt, once }).catch(() => true));
+      // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
+      if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not stored');
       sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
     });
   });

@@ -188,6 +188,12 @@ async function appointmentsVerifying(store: JobStore, coverage: string, at: Pres
   return found;
 }
 
+/** Whether the store holds this FHIR appointment, not cancelled. */
+async function stillHeld(store: JobStore, id: string): Promise<boolean> {
+  const held = await store.transaction((tx) => tx.getAppointment(`${FHIR_APPOINTMENT}${id}`));
+  return held !== undefined && held.status !== 'cancelled';
+}
+
 /** The patient's appointments the store holds still to come, not cancelled, by id. */
 async function heldAppointments(store: JobStore, patient: string, at: Present): Promise<string[]> {
   const held = await store.transaction((tx) => tx.appointmentsOfPatient(`fhir|${patient}`));
@@ -300,9 +306,14 @@ export async function appointmentsToPoll(
   const ids = new Set<string>();
   // What changed includes what will not happen any more, so its checks are withdrawn.
   const changedWindow = { ...window, status: [...verifiedStatuses(), ...willNotHappenStatuses()].join(',') };
-  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, _lastUpdated: `ge${previous.lastUpdated}` } : changedWindow);
+  // Since the last poll, past the window too: one held that was moved beyond it leaves its day, whose
+  // checks would be verified again for a visit no longer there. One booked beyond it waits for the window.
+  const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, date: `ge${from}`, _lastUpdated: `ge${previous.lastUpdated}` } : changedWindow);
   const appointments = sinceMark(changed, previous);
-  for (const { id } of appointments.fresh) ids.add(id);
+  for (const { id, resource } of appointments.fresh) {
+    const day = AppointmentHead.safeParse(resource).data?.start?.slice(0, 10);
+    if (day === undefined || day <= until || (await stillHeld(store, id))) ids.add(id);
+  }
   if (previous.horizon && previous.horizon < until) {
     const reached = await reader.search('Appointment', { ...window, date: [`gt${previous.horizon}`, `le${until}`] });
     for (const found of reached) {

@@ -101,6 +101,20 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await proxy.close();
   });
 
+  it('keeps a notification the sender sends again while the FHIR server is unreachable as one dead letter and one error line, not one a try', async () => {
+    const proxy = await behindProxy();
+    await h.fhir.seed(chartOf('primary-secondary'));
+    proxy.down = true;
+    const send = async () => (await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' })).status;
+    expect([await send(), await send(), await send()]).toEqual([500, 500, 500]);
+    proxy.down = false;
+    expect(await send()).toBe(200);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual([expect.stringMatching(/send it again$/)]);
+    expect(h.logs.filter((l) => l.includes('FHIR notification not stored'))).toHaveLength(1);
+    await proxy.close();
+  });
+
   it('keeps a notification the chart answers as it will again as a dead letter naming what was refused, answered 422 so it is not sent again, the appointment beside it handled', async () => {
     // A chart that redirects one appointment's read, and pages its patient's Coverages to another origin, then in a circle.
     let coverages: 'whole' | 'elsewhere' | 'circle' = 'whole';
@@ -408,5 +422,30 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     clock = new Date('2026-11-25T12:00:00Z');
     expect(await h.sync.pollAppointments()).toBe(0);
+  });
+
+  it('sees by polling an appointment moved beyond the poll window, and verifies nothing again for the day it left', async () => {
+    let clock = new Date('2026-11-30T12:00:00Z');
+    h = await startHarness({ now: () => clock, settings: { freshnessDays: 3, reverifyLeadDays: 1 } });
+    const chart = chartOf('primary-secondary'); // the visit: 2026-12-07
+    await h.fhir.seed(chart);
+    expect(await h.sync.pollAppointments()).toBe(1);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const onTheSeventh = async () => (await h.store.listChecks()).filter((c) => c.check.dateOfService === '2026-12-07');
+    expect((await onTheSeventh()).map((c) => c.dueAt)).toEqual(['2026-12-06T00:00:00.000Z', '2026-12-06T00:00:00.000Z']);
+
+    // Moved to January: past the 14 days ahead the poll looks at.
+    clock = new Date('2026-12-01T12:00:00Z');
+    await h.fhir.seed(chart.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, start: '2027-01-20T11:00:00-06:00', end: '2027-01-20T12:00:00-06:00' }] : [])));
+    expect(await h.sync.pollAppointments()).toBe(1);
+    expect((await h.store.listAppointments()).map((a) => [a.key, a.dateOfService])).toEqual([['fhir|Appointment/appt-4004', '2027-01-20']]);
+    expect((await onTheSeventh()).map((c) => [c.state, c.dueAt])).toEqual([['written', undefined], ['written', undefined]]);
+    await until('the new day written', async () => (await h.store.listChecks({ states: ['written'] })).length === 4);
+    const sent = h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+
+    clock = new Date('2026-12-06T06:00:00Z');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(sent);
+    expect((await onTheSeventh()).map((c) => c.round)).toEqual([0, 0]);
   });
 });
