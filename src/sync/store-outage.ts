@@ -67,22 +67,28 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
     }
     throw err;
   };
+  // Each method wrapped once, at its first use, not at every call: the store is on every hot path.
+  const wrapped = new Map<PropertyKey, { of: unknown; call: unknown }>();
   const proxy = new Proxy(store, {
     get(target, key) {
       const value = Reflect.get(target, key, target) as unknown;
       if (typeof value !== 'function') return value;
+      const known = wrapped.get(key);
+      // A method set on the store since (as tests do to make it fail) is wrapped anew.
+      if (known?.of === value) return known.call;
       const method = (value as (...a: unknown[]) => unknown).bind(target);
-      // Closing answers nothing of whether the store is back.
-      if (key === 'close') return method;
       const need = needs(key);
-      return (...args: unknown[]) => {
-        const call = ++calls;
+      // Closing answers nothing of whether the store is back.
+      const call = key === 'close' ? method : (...args: unknown[]) => {
+        const made = ++calls;
         const result = method(...args);
         return result instanceof Promise ? result.then(
-          (value: unknown) => (answered(call, need), value),
-          (err: unknown) => failed(call, need, err),
+          (answer: unknown) => (answered(made, need), answer),
+          (err: unknown) => failed(made, need, err),
         ) : result;
       };
+      wrapped.set(key, { of: value, call });
+      return call;
     },
   });
   watched.add(proxy);

@@ -674,7 +674,7 @@ export class Worker {
         return await record();
       } catch (err) {
         if (!storeOutage(err) || !this.running) throw err;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** tries, ANSWER_RETRY_MAX_MS)));
+        await this.outageWait(tries + 1);
       }
     }
   }
@@ -687,8 +687,12 @@ export class Worker {
    */
   private async outagePause(): Promise<void> {
     if (!this.running) return;
-    this.stepOutages++;
-    await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** (this.stepOutages - 1), ANSWER_RETRY_MAX_MS)));
+    await this.outageWait(++this.stepOutages);
+  }
+
+  /** The n-th wait in a row for a store out of reach: idleMs, doubling, up to ANSWER_RETRY_MAX_MS. */
+  private async outageWait(n: number): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** (n - 1), ANSWER_RETRY_MAX_MS)));
   }
 
   private backoff(attempts: number): number {
