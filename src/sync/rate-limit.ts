@@ -1,3 +1,5 @@
+import { storeOutage } from './store-outage';
+
 /**
  * Requests per second, as a token bucket: up to `perSecond` at once after a quiet spell, then
  * one every 1/perSecond seconds. One bucket for all requests and one per portal, so a slow payer
@@ -40,7 +42,7 @@ export class RateLimiter {
 
   /**
    * With `shared`, the buckets live in the job store, so every instance on one database draws
-   * from the same ones; without, each process keeps its own.
+   * from the same ones (its own while the store is out of reach); without, each process keeps its own.
    */
   constructor(
     private readonly limits: RateLimits,
@@ -59,7 +61,15 @@ export class RateLimiter {
   }
 
   private async reserve(bucket: string, perSecond: number): Promise<number> {
-    if (this.shared) return this.shared(bucket, perSecond);
+    if (this.shared) {
+      try {
+        return await this.shared(bucket, perSecond);
+      } catch (err) {
+        // The check is marked sent when it asks: failing it now would count an attempt the service
+        // never saw. While the store is away, this process's own bucket keeps the same rate.
+        if (!storeOutage(err)) throw err;
+      }
+    }
     let local = this.local.get(bucket);
     if (!local) this.local.set(bucket, (local = new TokenBucket(perSecond)));
     return local.reserve();

@@ -1,3 +1,4 @@
+import { StoreUnavailableError } from '../../src/sync/job-store';
 import { RateLimiter, TokenBucket } from '../../src/sync/rate-limit';
 
 describe('rate limits', () => {
@@ -21,5 +22,18 @@ describe('rate limits', () => {
     await limiter.take('deltadentalins');
     expect(asked).toEqual(['service@20', 'portal:deltadentalins@2']);
     expect(slept).toEqual([700]);
+  });
+
+  it('draws from its own bucket at the same rate while the store holding the shared ones is out of reach, and fails on any other fault', async () => {
+    const slept: number[] = [];
+    let fault: Error = new StoreUnavailableError(new Error('Connection terminated unexpectedly'));
+    const limiter = new RateLimiter({ perPortalPerSecond: 2 }, () => Promise.reject(fault), async (ms) => void slept.push(ms));
+    for (let i = 0; i < 4; i++) await limiter.take('deltadentalins');
+    // A burst of two, then 1/2 s apart (the bucket refills as the test runs: a few ms less at most).
+    expect(slept).toHaveLength(2);
+    expect(slept[0]).toBeGreaterThan(450);
+    expect(slept[1]).toBeGreaterThan(slept[0] as number);
+    fault = new Error('relation "rate_buckets" does not exist');
+    await expect(limiter.take('deltadentalins')).rejects.toThrow('rate_buckets');
   });
 });

@@ -473,6 +473,27 @@ describe('the worker when the job store goes away under a step', () => {
     expect(rig.errors).toEqual([]);
     expect(outageLines()).toEqual(said);
   });
+
+  it('uses no attempt when the store cannot give a check its rate-limit token: it goes with the process\'s own bucket, its attempts left to the service\'s failures', async () => {
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2, rateLimits: { perSecond: 50 } },
+      // One failure of the service's own, which the second attempt outlives.
+      answer: (_req, res) => (++n === 1 ? json(res, 503, { title: 'Service Unavailable', status: 503 }) : json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-token' })),
+    });
+    await rig.addCheck('token');
+    const { store } = rig;
+    const read = store.transaction.bind(store);
+    const take = store.takeRateToken.bind(store);
+    let tokens = 0;
+    store.takeRateToken = (...args) => (++tokens === 1 ? Promise.reject(new StoreUnavailableError(new Error('Connection terminated unexpectedly'))) : take(...args));
+    rig.worker.start();
+    const row = await settled(read, 'token');
+    expect({ state: row.state, lastError: row.lastError }).toEqual({ state: 'written', lastError: undefined });
+    expect(posts(rig.requests)).toHaveLength(2);
+    expect(rig.errors).toEqual([]);
+    expect(outageLines()).toEqual(said);
+  });
 });
 
 describe('the worker when something around it fails after a step is done', () => {
