@@ -23,7 +23,7 @@ export type { SmartBackendAuth } from './sync/fhir-auth';
 export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
-export { createEligibilitySync, SyncSettings, type EligibilitySync, type EligibilitySyncConfig } from './service/eligibility-sync';
+export { chartReader, createEligibilitySync, SyncSettings, type EligibilitySync, type EligibilitySyncConfig } from './service/eligibility-sync';
 export { startHttpServer, WEBHOOK_PATH, NOTIFICATION_PATH } from './service/http-server';
 export { createLogger, type Logger } from './service/logger';
 export { SqliteJobStore } from './sync/sqlite-job-store';
