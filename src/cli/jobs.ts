@@ -2,12 +2,12 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { loadHl7Mappings } from '../adapters/hl7';
-import { schedulePolicy, SyncSettings } from '../service/eligibility-sync';
+import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibility-sync';
 import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
-import { DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
+import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
-import { OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
+import { notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
@@ -119,31 +119,44 @@ export function registerJobs(program: Command, io: CliIo): void {
       }),
     );
 
-  common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored HL7 message again, e.g. a dead letter after a mapping fix'))
+  common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored message again: an HL7 one (a dead letter after a mapping fix), or a FHIR dead letter once the chart allows what it refused'))
     .action(async (id: number, opts: JobsOpts, command: Command) =>
       withStore(io, opts, command, async (store, fromFile) => {
         // Scheduled as serve schedules it: its freshness and re-verification settings, from the same config file.
         const routing = loadClinicRouting();
         const policy = schedulePolicy(fromFile.settings ?? SyncSettings.parse({}), routing);
-        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing, now: () => new Date(), policy });
-        if (opts.json) printRecord(io, { message: id, acks: done.ackCodes }, true);
-        else io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
-        // Refused again: a script replaying dead letters after a mapping fix must see that this one is not fixed.
-        const refused = done.ackCodes.filter((code) => code !== 'AA' && code !== 'CA');
-        if (refused.length > 0) throw new CliError(`jobs replay: message ${id} was answered ${refused.join('+')} again; its replay is kept as a dead letter (jobs messages --dead)`);
+        // The chart as serve reads it, for a FHIR letter only: an HL7 replay needs none.
+        const reader = async () => {
+          const chart = chartSettings(io.env, fromFile);
+          if (!chart) throw new ConfigError("DENTAL_ELIG_FHIR_URL: not set (nor fhirUrl in the config file); a FHIR letter's replay reads the chart serve reads");
+          return chartReader(chart);
+        };
+        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing, now: () => new Date(), policy, reader });
+        if (done.kind === 'hl7') {
+          if (opts.json) printRecord(io, { message: id, acks: done.ackCodes }, true);
+          else io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
+          // Refused again: a script replaying dead letters after a mapping fix must see that this one is not fixed.
+          const refused = done.ackCodes.filter((code) => code !== 'AA' && code !== 'CA');
+          if (refused.length > 0) throw new CliError(`jobs replay: message ${id} was answered ${refused.join('+')} again; its replay is kept as a dead letter (jobs messages --dead)`);
+          return;
+        }
+        if ('refused' in done) throw new CliError(`jobs replay: message ${id} was refused again (${done.refused}); it is kept as a dead letter (jobs messages --dead)`);
+        if (opts.json) printRecord(io, { message: id, read: done.read, fresh: done.fresh }, true);
+        else io.stdout.write(`message ${id}: replayed, ${done.read}${done.fresh ? '' : ' (nothing new: handled before)'}\n`);
       }),
     );
 
-  common(jobs.command('messages').description('Messages as received (HL7, webhooks, FHIR notifications); dead letters first'))
+  common(jobs.command('messages').description('Messages as received (HL7, webhooks, FHIR notifications), and whether jobs replay takes them; dead letters first'))
     .option('--dead', 'only dead letters')
     .action(async (opts: JobsOpts & { dead?: boolean }, command: Command) =>
       withStore(io, opts, command, async (store) => {
         const messages = await store.listMessages(opts.dead ? { status: 'dead' } : {});
-        const rows = messages.map(({ raw: _raw, answer: _answer, ...m }) => m);
+        const rows = messages.map(({ raw: _raw, answer: _answer, ...m }) => ({ ...m, replayable: notReplayed(m) === undefined }));
         printRows(io, rows, [
           ['ID', (m) => m.id],
           ['KIND', (m) => m.kind],
           ['STATUS', (m) => m.status],
+          ['REPLAY', (m) => (m.replayable ? 'yes' : 'no')],
           ['RECEIVED', (m) => m.receivedAt],
           ['DETAIL', (m) => m.detail],
         ], Boolean(opts.json));

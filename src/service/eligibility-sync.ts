@@ -19,8 +19,8 @@ import type { InlineCredentials } from '../verification/wire';
 import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
-import { deadLetter } from '../sync/dead-letters';
-import { appointmentsOfChanged, appointmentsToPoll, ingestFhirAppointment, type FhirIngested } from '../sync/ingest-fhir';
+import { deadLetter, refusedOn } from '../sync/dead-letters';
+import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
@@ -222,7 +222,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (!config.fhir.reader) return Promise.reject(new Error('no FHIR reader configured: FHIR triggers need fhir.baseUrl or fhir.reader'));
       return Promise.resolve(config.fhir.reader);
     }
-    return (reader ??= fhirKitReader(config.fhir.baseUrl, readerAuth(config.fhir)));
+    return (reader ??= chartReader(config.fhir));
   };
 
   const emit = (name: SyncEventName, event: SyncEvent) => {
@@ -273,10 +273,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   const fhirOptions = { routing, now, policy };
 
-  async function notifyAppointment(appointmentId: string, raw?: string): Promise<FhirIngested> {
-    const done = await ingestFhirAppointment(store, await getReader(), appointmentId, { ...fhirOptions, ...(raw !== undefined && { raw }) });
+  /** Counts an appointment read, and has the worker look for what it made due. */
+  const ingested = (done: FhirIngested) => {
     metrics.messages.inc({ type: 'fhir-notification', ack: done.duplicate ? 'duplicate' : 'stored' });
     worker.kick();
+  };
+
+  async function notifyAppointment(appointmentId: string): Promise<FhirIngested> {
+    const done = await ingestFhirAppointment(store, await getReader(), appointmentId, fhirOptions);
+    ingested(done);
     return done;
   }
 
@@ -298,42 +303,19 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const results: string[] = [];
       const refused: string[] = [];
       const received = raw;
-      // One resource that cannot be read is no reason to leave the others of the notification unread.
-      const each = async (reference: string, handle: () => Promise<string>) => {
-        try {
-          results.push(await handle());
-        } catch (err) {
-          if (!(err instanceof FhirInputError)) throw err;
-          await deadLetter(store, { kind: 'fhir-notification', raw: received, reason: `${reference}: ${err.message}`, receivedAt: now() });
-          refused.push(`${reference}: ${err.message}`);
-        }
-      };
       const { changed } = ids;
-      for (const id of changed.Appointment) {
-        await each(`Appointment/${id}`, async () => {
-          const done = await notifyAppointment(id, received);
-          return `${done.appointment}: ${done.status}`;
-        });
-      }
-      // A patient's details or coverages changed: their appointments already held are read again.
-      for (const type of ['Patient', 'Coverage'] as const) {
+      // Appointments first; a patient's details or coverages changed: their appointments already held are read again, but those read above.
+      for (const type of ['Appointment', 'Patient', 'Coverage'] as const) {
         for (const id of changed[type]) {
-          await each(`${type}/${id}`, async () => {
-            const { patient, appointments } = await appointmentsOfChanged(store, await getReader(), { type, id }, { now: now(), policy });
-            const gone = patient ? '' : 'the server no longer has it';
-            if (appointments.length === 0) return `${type}/${id}: ${gone || `no appointment of ${patient} held from today on`}`;
-            const read: string[] = [];
-            for (const appointmentId of appointments) {
-              // Named by the notification too: read once, above.
-              if (changed.Appointment.includes(appointmentId)) {
-                read.push(`Appointment/${appointmentId}: read above`);
-                continue;
-              }
-              const done = await notifyAppointment(appointmentId, received);
-              read.push(`${done.appointment}: ${done.status}`);
-            }
-            return `${type}/${id}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
-          });
+          // One resource that cannot be read is no reason to leave the others of the notification unread.
+          try {
+            results.push(await ingestFhirChange(store, await getReader(), { type, id }, { ...fhirOptions, raw: received, readAbove: changed.Appointment, ingested }));
+          } catch (err) {
+            if (!(err instanceof FhirInputError)) throw err;
+            const reason = refusedOn({ type, id }, err);
+            await deadLetter(store, { kind: 'fhir-notification', raw: received, reason, receivedAt: now() });
+            refused.push(reason);
+          }
         }
       }
       const told = (['Appointment', 'Patient', 'Coverage'] as const).filter((type) => changed[type].length > 0);
@@ -375,7 +357,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       } catch (err) {
         if (!(err instanceof FhirInputError)) throw err;
         const reference = `Appointment/${id}`;
-        const reason = `${reference}: ${err.message}`;
+        const reason = refusedOn({ type: 'Appointment', id }, err);
         // One awaiting insurance is read at every poll, and refused so at every poll: kept once, until the
         // store's appointment changes (the chart answered in between) or the refusal does.
         const held = await store.transaction((tx) => tx.getAppointment(`fhir|${reference}`));
@@ -579,6 +561,11 @@ function messageType(result: Hl7Result | undefined): string {
   const type = messageTypeOf(result.header);
   const unsupported = result.outcome.kind === 'reject' && result.outcome.problems.some((p) => p.code === 200 || p.code === 201);
   return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
+}
+
+/** The chart's reader, as the sync reads it (`jobs replay` too): its credentials and deadline. */
+export function chartReader(fhir: { baseUrl: string } & FhirWriterOptions): Promise<FhirReader> {
+  return fhirKitReader(fhir.baseUrl, readerAuth(fhir));
 }
 
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */

@@ -7,7 +7,7 @@ import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
-import { clientConfig, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { clientConfig, type ConfigFile, envFlag, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -57,15 +57,10 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (baseUrl && scheme === 'standard-webhooks' && !webhookSecret) {
     throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: not set; the service signs its webhooks with it (or set webhookScheme to bearer)');
   }
-  const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
-  for (const [name, url] of [['DENTAL_ELIG_BASE_URL', baseUrl], ['DENTAL_ELIG_FHIR_URL', fhirUrl]] as const) {
-    if (url !== undefined && !isHttpUrl(url)) throw new ConfigError(`${name}: must be an http(s) URL`);
-    if (url !== undefined && carriesCredentials(url)) throw new ConfigError(`${name}: credentials do not belong in the URL; set ${name === 'DENTAL_ELIG_FHIR_URL' ? 'DENTAL_ELIG_FHIR_TOKEN' : 'DENTAL_ELIG_API_KEY'}`);
-  }
-  // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one, below).
-  for (const [name, url, sent] of [['DENTAL_ELIG_FHIR_URL', fhirUrl, CHART_TRAFFIC], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint, TOKEN_TRAFFIC]] as const) {
-    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !client.allowInsecureHttp) throw new ConfigError(`${name}: ${plainHttpRefused(sent, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
-  }
+  if (baseUrl !== undefined && !isHttpUrl(baseUrl)) throw new ConfigError('DENTAL_ELIG_BASE_URL: must be an http(s) URL');
+  if (baseUrl !== undefined && carriesCredentials(baseUrl)) throw new ConfigError('DENTAL_ELIG_BASE_URL: credentials do not belong in the URL; set DENTAL_ELIG_API_KEY');
+  const fhir = chartSettings(env, fromFile);
+  const fhirUrl = fhir?.baseUrl;
   // Without the service's URL serve runs the sandbox in-process: its made-up eligibility belongs in no chart but one on this machine.
   if (fhirUrl !== undefined && !baseUrl && !onThisMachine(fhirUrl)) {
     throw new ConfigError(
@@ -76,12 +71,6 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   // Refused here, as setup and verify refuse it, rather than when serve builds its client.
   if (service) clientConfig(service);
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
-  const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;
-  const smartClient = env.DENTAL_ELIG_FHIR_CLIENT_ID;
-  const keyFile = env.DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE;
-  if (Boolean(smartClient) !== Boolean(keyFile)) throw new ConfigError('DENTAL_ELIG_FHIR_CLIENT_ID and DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE: SMART Backend Services needs both');
-  if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
-  const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...withoutUndefined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
   const store = storeLocation(env, overrides.store, fromFile.store);
   const logLevel = LogLevel.safeParse(env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info');
   if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
@@ -102,12 +91,35 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(service && { service }),
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
-    ...(fhirUrl && { fhir: { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }), ...(client.allowInsecureHttp && { allowInsecureHttp: true }) } }),
+    ...(fhir && { fhir }),
     ...(env.DENTAL_ELIG_NOTIFICATION_TOKEN && { notificationToken: env.DENTAL_ELIG_NOTIFICATION_TOKEN }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }), ...(previousSecret && { previousSecret }) },
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},
   };
+}
+
+/**
+ * The chart serve reads and writes, from the environment over the file: its URL, and a static
+ * token or SMART Backend Services; undefined for the embedded one. `jobs replay` reads it as serve does.
+ */
+export function chartSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): ServeConfig['fhir'] {
+  const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
+  const allowInsecureHttp = envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp;
+  if (fhirUrl !== undefined && !isHttpUrl(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: must be an http(s) URL');
+  if (fhirUrl !== undefined && carriesCredentials(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN');
+  // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one).
+  for (const [name, url, sent] of [['DENTAL_ELIG_FHIR_URL', fhirUrl, CHART_TRAFFIC], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint, TOKEN_TRAFFIC]] as const) {
+    if (url !== undefined && isPlainHttpAcrossNetwork(url) && !allowInsecureHttp) throw new ConfigError(`${name}: ${plainHttpRefused(sent, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
+  }
+  const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;
+  const smartClient = env.DENTAL_ELIG_FHIR_CLIENT_ID;
+  const keyFile = env.DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE;
+  if (Boolean(smartClient) !== Boolean(keyFile)) throw new ConfigError('DENTAL_ELIG_FHIR_CLIENT_ID and DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE: SMART Backend Services needs both');
+  if (smartClient && fhirToken) throw new ConfigError('DENTAL_ELIG_FHIR_TOKEN: give a static token or SMART Backend Services, not both');
+  const smart = smartClient && keyFile ? { clientId: smartClient, privateKey: readSecretFile('DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', keyFile), ...withoutUndefined({ keyId: fromFile.fhirKeyId, tokenEndpoint: fromFile.fhirTokenEndpoint }) } : undefined;
+  if (!fhirUrl) return undefined;
+  return { baseUrl: fhirUrl.replace(/\/+$/, ''), ...(fhirToken && { bearerToken: fhirToken }), ...(smart && { smart }), ...(allowInsecureHttp && { allowInsecureHttp: true }) };
 }
 
 const PortalCredentials = z.record(z.string().min(1), InlineCredentials);

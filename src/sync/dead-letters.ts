@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { FhirChange } from './ingest-fhir';
 import type { JobStore, MessageKind } from './job-store';
 
 /**
@@ -17,4 +18,20 @@ export async function deadLetter(store: JobStore, letter: { kind: MessageKind; r
     await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
     return true;
   });
+}
+
+/**
+ * The reason a FHIR letter keeps for a resource the chart refused (a notification's, a poll's
+ * appointment): it names the resource first, as the one its replay reads again.
+ */
+export function refusedOn(change: FhirChange, err: Error): string {
+  return `${change.type}/${change.id}: ${err.message}`;
+}
+
+const NAMED_CHANGE = /^(Appointment|Patient|Coverage)\/([A-Za-z0-9\-.]{1,64}): /;
+
+/** The resource a FHIR letter's detail names first (refusedOn), which `jobs replay` reads again; none for one the chart refused nothing of. */
+export function changeOf(detail: string | undefined): FhirChange | undefined {
+  const named = NAMED_CHANGE.exec(detail ?? '');
+  return named ? { type: named[1] as FhirChange['type'], id: named[2] as string } : undefined;
 }

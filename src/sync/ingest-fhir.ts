@@ -87,6 +87,39 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   });
 }
 
+/** What a notification names (a poll, an appointment): the road one resource is read by, and a dead letter's replay. */
+export interface FhirChange {
+  type: 'Appointment' | 'Patient' | 'Coverage';
+  id: string;
+}
+
+/**
+ * One resource a notification names, read and ingested: an appointment; or, for a patient whose
+ * details or coverages changed, their appointments held still to come (appointmentsOfChanged).
+ * Says what was done, in words that begin with the resource. `readAbove`: appointments the same
+ * notification names itself, read on their own; `ingested` hears of each appointment read.
+ */
+export async function ingestFhirChange(
+  store: JobStore,
+  reader: FhirReader,
+  change: FhirChange,
+  options: FhirIngestOptions & { raw?: string; readAbove?: readonly string[]; ingested?: (done: FhirIngested) => void },
+): Promise<string> {
+  const ingest = async (id: string) => {
+    const done = await ingestFhirAppointment(store, reader, id, options);
+    options.ingested?.(done);
+    return `${done.appointment}: ${done.status}`;
+  };
+  if (change.type === 'Appointment') return ingest(change.id);
+  const { patient, appointments } = await appointmentsOfChanged(store, reader, { type: change.type, id: change.id }, { now: options.now(), policy: options.policy });
+  const reference = `${change.type}/${change.id}`;
+  const gone = patient ? '' : 'the server no longer has it';
+  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
+  const read: string[] = [];
+  for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
+  return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
+}
+
 /**
  * A proposed, waitlisted or fulfilled appointment: no visit to verify for yet (or any more), and
  * none called off. The notification is kept as handled, saying why nothing was done; the

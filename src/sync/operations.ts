@@ -1,5 +1,10 @@
+import type { FhirReader } from '../adapters/fhir/in';
+import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { externalIdFor } from './schedule';
-import type { CheckRow, JobStore } from './job-store';
+import { changeOf, refusedOn } from './dead-letters';
+import { errorText } from './error-text';
+import type { CheckRow, JobStore, MessageRow } from './job-store';
+import { ingestFhirChange, type FhirChange, type FhirIngested } from './ingest-fhir';
 import { ingestHl7, type Hl7IngestOptions } from './ingest-hl7';
 
 /** States a person may send back to work: what waits for them, what gave up, what was withdrawn. */
@@ -23,16 +28,69 @@ export async function retryCheck(store: JobStore, key: string, now: Date): Promi
   });
 }
 
+export interface ReplayOptions extends Omit<Hl7IngestOptions, 'replayOf'> {
+  /** The chart, read again for a FHIR letter: opened only for one. */
+  reader?: () => Promise<FhirReader>;
+  /** Hears of each appointment a FHIR letter's replay read (a running sync kicks its worker). */
+  ingested?: (done: FhirIngested) => void;
+}
+
+/** An HL7 message's ACK codes; a FHIR letter's words for what was read, or why the chart refused it again. */
+export type Replayed = { kind: 'hl7'; ackCodes: string[] } | { kind: 'fhir-notification'; read: string; fresh: boolean } | { kind: 'fhir-notification'; refused: string };
+
 /**
- * Handles a stored HL7 message again, as if it had just arrived (after a mapping was fixed, say):
- * a dead letter gets its chance, and the earlier copy is marked as replayed.
+ * Handles a stored message again, as if it had just arrived: an HL7 message after a mapping was
+ * fixed, say (a dead letter gets its chance, and the earlier copy is marked as replayed); a FHIR
+ * letter once the chart lets the resource it refused be read (a key, a permission fixed): that
+ * resource is read again as its notification or poll read it, and the letter marked handled.
  */
-export async function replayMessage(store: JobStore, id: number, options: Hl7IngestOptions): Promise<{ ackCodes: string[] }> {
+export async function replayMessage(store: JobStore, id: number, options: ReplayOptions): Promise<Replayed> {
   const message = await store.getMessage(id);
   if (!message) throw new OperationError(`no message with id ${id}`);
-  if (message.kind !== 'hl7') throw new OperationError(`message ${id} is a ${message.kind}; only HL7 messages are replayed (a webhook is delivered again by the service)`);
-  const done = await ingestHl7(store, message.raw, { ...options, replayOf: id });
-  return { ackCodes: done.acks.map((a) => a.code) };
+  if (message.kind === 'hl7') {
+    const done = await ingestHl7(store, message.raw, { ...options, replayOf: id });
+    return { kind: 'hl7', ackCodes: done.acks.map((a) => a.code) };
+  }
+  const change = message.kind === 'fhir-notification' ? changeOf(message.detail) : undefined;
+  if (!change) throw new OperationError(`message ${id} ${notReplayed(message)}`);
+  return replayFhirLetter(store, message, change, options);
+}
+
+/** Why `jobs replay` does not take this message; undefined when it does. */
+export function notReplayed(message: Pick<MessageRow, 'kind' | 'detail'>): string | undefined {
+  if (message.kind === 'webhook') return 'is a webhook; the service delivers it again';
+  if (message.kind === 'fhir-notification' && changeOf(message.detail) === undefined) {
+    return 'is a FHIR notification that names no resource the chart refused (one unreadable, or one the sender was asked to send again)';
+  }
+  return undefined;
+}
+
+/**
+ * The resource a FHIR letter names, read again through the road its notification took: what was
+ * handled meanwhile (a later notification, the poll) is a duplicate and verifies nothing again.
+ * Refused again, the letter stays, with the chart's latest answer; the chart out of reach, it
+ * stays as it was.
+ */
+async function replayFhirLetter(store: JobStore, letter: MessageRow, change: FhirChange, options: ReplayOptions): Promise<Replayed> {
+  if (!options.reader) throw new OperationError(`message ${letter.id} is a FHIR notification, whose replay reads the chart: no FHIR reader was given`);
+  let fresh = false;
+  const ingested = (done: FhirIngested) => {
+    fresh ||= !done.duplicate;
+    options.ingested?.(done);
+  };
+  const reader = await options.reader();
+  let read: string;
+  try {
+    read = await ingestFhirChange(store, reader, change, { ...options, raw: letter.raw, ingested });
+  } catch (err) {
+    if (!(err instanceof FhirInputError)) throw new OperationError(`message ${letter.id} was not replayed (${errorText(err)}); it is kept: replay it once the chart answers`);
+    const refused = refusedOn(change, err);
+    await store.transaction((tx) => tx.updateMessage(letter.id, { detail: refused }));
+    return { kind: 'fhir-notification', refused };
+  }
+  // Its detail still names the resource first: replayed again, it is read again (a duplicate, once handled).
+  await store.transaction((tx) => tx.updateMessage(letter.id, { status: 'handled', detail: `${read} (replayed)` }));
+  return { kind: 'fhir-notification', read, fresh };
 }
 
 /** A request an operator made that cannot be done; its message names the key or id, never patient data. */

@@ -461,7 +461,7 @@ describe('HL7 v2 into the chart', () => {
 
     const mappings = loadHl7Mappings();
     const takesTraining = { ...mappings, defaultProfile: { ...mappings.defaultProfile, processingIds: ['P', 'T'] } };
-    expect(await replayMessage(h.store, kept?.id ?? -1, { mappings: takesTraining, routing: loadClinicRouting(), now: () => new Date(), policy: schedulePolicy(SyncSettings.parse({}), loadClinicRouting()) })).toEqual({ ackCodes: ['AA'] });
+    expect(await replayMessage(h.store, kept?.id ?? -1, { mappings: takesTraining, routing: loadClinicRouting(), now: () => new Date(), policy: schedulePolicy(SyncSettings.parse({}), loadClinicRouting()) })).toEqual({ kind: 'hl7', ackCodes: ['AA'] });
     await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
   });
 
