@@ -225,6 +225,35 @@ describe('HL7 v2 into the chart', () => {
     expect(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => c.period)).toEqual([{ start: `${year}-${monthOf}-01`, end: `${year}-${monthOf}-${lastDay}` }]);
   });
 
+  it('keeps the plan\'s dates through a message that leaves IN1-12 and IN1-13 empty, and clears from the Coverage those it sends as "" (HL7\'s null)', async () => {
+    await start();
+    const periods = async () => ((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => c.period);
+    const guardian = (from: string, to: string) => segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 12: from, 13: to, 17: 'SEL', 36: 'SBX-COMPLETE' });
+    const carried = async () => (await h.store.listChecks()).map((r) => r.check.coverage.period);
+    const year = VISIT.slice(0, 4);
+    expect(await send(siu('N1', 'P-23', 'APT-23', guardian('20200101', `${year}1231`)))).toEqual(['AA']);
+    await until('written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    const dated = { start: '2020-01-01', end: `${year}-12-31` };
+    expect(await periods()).toEqual([dated]);
+
+    // An A08 that leaves the dates empty says nothing of them: the record, the check and the Coverage keep them.
+    expect(await send(adt('N2', 'P-23', guardian('', '')))).toEqual(['AA']);
+    expect(await carried()).toEqual([dated]);
+    expect((await h.store.transaction((tx) => tx.getPatient('hl7|BSD-MAIN|SC|P-23')))?.coverages.map((c) => c.period)).toEqual([dated]);
+
+    // The effective date deleted, the expiration left empty: the Coverage keeps the end alone.
+    expect(await send(adt('N3', 'P-23', guardian('""', '')))).toEqual(['AA']);
+    await until('the start cleared', async () => (await periods())[0]?.start === undefined);
+    expect(await periods()).toEqual([{ end: `${year}-12-31` }]);
+
+    // Both deleted: the Coverage has no period any more, and the check says why.
+    expect(await send(adt('N4', 'P-23', guardian('', '""')))).toEqual(['AA']);
+    await until('the period cleared', async () => (await periods())[0] === undefined);
+    expect(await carried()).toEqual([{}]);
+    expect(verificationsSent()).toBe(1);
+    expect((await h.store.listChecks()).map((c) => [c.state, c.round])).toEqual([['written', 0]]);
+  });
+
   it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
