@@ -149,6 +149,8 @@ export interface StoreTx {
   appointmentsOfPatient(patientKey: string, except?: string): Promise<AppointmentRow[]>;
   /** Booked appointments (of any patient) that hold this check key. */
   appointmentsHolding(checkKey: string): Promise<AppointmentRow[]>;
+  /** Booked appointments (of any patient) that hold a check of this FHIR Coverage (its source's, e.g. Coverage/123). */
+  appointmentsVerifying(coverage: string): Promise<AppointmentRow[]>;
 
   getCheck(key: string): Promise<CheckRow | undefined>;
   putCheck(row: CheckRow): Promise<void>;

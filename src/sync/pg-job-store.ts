@@ -282,6 +282,15 @@ class PgTx implements StoreTx {
     return rows.map((r) => AppointmentRow.parse(r.row));
   }
 
+  async appointmentsVerifying(coverage: string): Promise<AppointmentRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(
+      `SELECT DISTINCT ON (a.key) a.row FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
+       WHERE c.row->'check'->'source'->>'coverage' = $1 AND a.status = 'booked'`,
+      [coverage],
+    );
+    return rows.map((r) => AppointmentRow.parse(r.row));
+  }
+
   async getCheck(key: string): Promise<CheckRow | undefined> {
     await lockKey(this.db, 'check', key);
     return checkWhere(this.db, 'key = $1', [key]);

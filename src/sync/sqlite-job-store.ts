@@ -100,6 +100,9 @@ const MIGRATIONS: readonly string[] = [
   `SELECT 1;`,
   // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
   `SELECT 1;`,
+  // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
+  // moved to another patient, it is the first patient's checks that are to go.
+  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage'));`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -489,6 +492,10 @@ export class SqliteJobStore implements JobStore {
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
+    const verifyingCoverage = db.prepare(
+      `SELECT DISTINCT a.* FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
+       WHERE json_extract(c.row, '$.check.source.coverage') = ? AND a.status = 'booked'`,
+    );
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
       `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
@@ -550,6 +557,9 @@ export class SqliteJobStore implements JobStore {
       },
       async appointmentsHolding(checkKey) {
         return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
+      },
+      async appointmentsVerifying(coverage) {
+        return (verifyingCoverage.all(coverage) as AppointmentRecord[]).map(appointmentFrom);
       },
       async getCheck(key) {
         const r = getCheck.get(key) as KeyedRow | undefined;
