@@ -315,6 +315,11 @@ class PgTx implements StoreTx {
     return checkWhere(this.db, `key = $1 AND state = 'submitted' AND row->>'externalId' = $2`, [rows[0].key, externalId]);
   }
 
+  async checksOfPatient(patientKey: string): Promise<CheckRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(`SELECT row FROM checks WHERE row->>'patientKey' = $1`, [patientKey]);
+    return rows.map((r) => CheckRow.parse(r.row));
+  }
+
   async checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined> {
     // Locked like getCheck: find the key, lock it, and read again in case the id moved meanwhile.
     for (;;) {

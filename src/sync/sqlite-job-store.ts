@@ -103,6 +103,8 @@ const MIGRATIONS: readonly string[] = [
   // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
   // moved to another patient, it is the first patient's checks that are to go.
   `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage'));`,
+  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
+  `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'));`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -496,6 +498,7 @@ export class SqliteJobStore implements JobStore {
       `SELECT DISTINCT a.* FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
        WHERE json_extract(c.row, '$.check.source.coverage') = ? AND a.status = 'booked'`,
     );
+    const ofPatientChecks = db.prepare(`SELECT key, row FROM checks WHERE json_extract(row, '$.patientKey') = ?`);
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
       `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
@@ -584,6 +587,9 @@ export class SqliteJobStore implements JobStore {
         if (body === null) dropResult.run(row.key);
         else putResult.run(row.key, body);
         checks.put(row, text);
+      },
+      async checksOfPatient(patientKey) {
+        return (ofPatientChecks.all(patientKey) as KeyedRow[]).map(checkOf);
       },
       async checkByCorrelationId(correlationId) {
         const r = byCorrelation.get(correlationId) as KeyedRow | undefined;

@@ -357,6 +357,50 @@ describe('HL7 v2 into the chart', () => {
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
   });
 
+  describe('ends the chart Coverage of a plan the PMS drops for a patient with no visit to come', () => {
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
+    const coverages = () => coveragesBy((c) => c.status);
+    const cignaCheck = async () => (await h.store.listChecks()).find((r) => r.check.coverage.payer.name === 'Cigna Dental');
+    const bookBoth = async (start: string) => {
+      expect(await send([msh('SIU^S12^SIU_S12', 'V1'), sch('APT-40', start), pid('P-40'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
+    };
+
+    it('its visit cancelled once its check was written: the Coverage ends, the check cancelled', async () => {
+      await start();
+      await bookBoth(VISIT);
+      expect(await send([msh('SIU^S15^SIU_S12', 'V2'), sch('APT-40'), pid('P-40')].join('\r'))).toEqual(['AA']);
+      expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('its check done', async () => (await cignaCheck())?.state === 'cancelled');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+
+      // A later change of the patient's record, the plan still not sent: it was ended once, and is left so.
+      const ended = await cignaCheck();
+      expect(await send([msh('ADT^A08^ADT_A01', 'V4'), pid('P-40', 'DOE^JANET'), ...insurance(guardian)].join('\r'))).toEqual(['AA']);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await cignaCheck()).toEqual(ended);
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      expect(verificationsSent()).toBe(2);
+    });
+
+    it('its visit over: the Coverage ends, the check that served the visit stays written', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      offset = 3 * 86_400_000;
+      expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('its check done', async () => (await cignaCheck())?.state === 'written');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      expect(verificationsSent()).toBe(2);
+    });
+  });
+
   it('dates the chart Coverage of a plan the PMS ends before the visit, and moves the other plan up, verifying nothing again', async () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];

@@ -242,6 +242,18 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(await verifying('Coverage/cov-c')).toEqual([]);
     });
 
+    it('finds the checks of a patient in every state, and no other patient\'s', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_1', { state: 'written' }));
+        await tx.putCheck(checkRow('elig_2', { state: 'cancelled' }));
+        await tx.putCheck(checkRow('elig_3', { patientKey: 'fhir|Patient/pat-other' }));
+      });
+      const of = (patientKey: string) => store.transaction(async (tx) => (await tx.checksOfPatient(patientKey)).map((r) => [r.key, r.state]).sort());
+      expect(await of('fhir|Patient/pat-ellen')).toEqual([['elig_1', 'written'], ['elig_2', 'cancelled']]);
+      expect(await of('fhir|Patient/pat-other')).toEqual([['elig_3', 'received']]);
+      expect(await of('fhir|Patient/pat-none')).toEqual([]);
+    });
+
     it('moves an appointment to the patient another was merged into, and keeps the merged one as a tombstone naming it', async () => {
       await store.transaction(async (tx) => {
         await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));
