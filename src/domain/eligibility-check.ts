@@ -60,9 +60,18 @@ export const PayerAsNamed = z
   .refine((p) => Boolean(p.name?.trim() || p.id?.trim()), { error: 'needs a payer name or id' });
 export type PayerAsNamed = z.infer<typeof PayerAsNamed>;
 
-/** The days a plan is in force, both included, as the source states them; either bound may be missing. */
+/**
+ * The days a plan is in force, both included, as the source states them; either bound may be
+ * missing. Neither: the source deleted the dates it had stated (HL7's null, ""), and the chart's
+ * Coverage loses its period, where a plan with no period at all leaves the Coverage's as it is.
+ */
 export const PlanPeriod = z.strictObject({ start: IsoDate.optional(), end: IsoDate.optional() });
 export type PlanPeriod = z.infer<typeof PlanPeriod>;
+
+/** Whether a period is one whose dates the source deleted (see PlanPeriod). */
+export function datesDeleted(period: PlanPeriod | undefined): boolean {
+  return period !== undefined && period.start === undefined && period.end === undefined;
+}
 
 /** Whether two periods state the same days (a FHIR Period's own id and extensions aside). */
 export function samePeriod(a: PlanPeriod | undefined, b: PlanPeriod | undefined): boolean {

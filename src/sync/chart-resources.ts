@@ -159,14 +159,16 @@ export function coverageResource(check: EligibilityCheck, refs: { patient: strin
  * dates sent by the PMS since the Coverage was written. Undefined when the check states nothing new, or
  * when the Coverage holds what a message received later stated (a check's result can arrive
  * hours after a newer message's, and must not turn the order back). What the check does not state
- * (a period when the PMS sends no dates, the status, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
+ * (a period when the PMS never sent dates, the status, the EHR's own identifiers, classes and extensions) is kept, and so is a subscriber
  * the EHR named for a dependant; the patient as subscriber is not, once no longer the subscriber.
+ * Dates the PMS deleted (`datesDeleted`, HL7's null) take the period away.
  */
-export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | undefined {
+export function updatedCoverage(stored: Coverage, fresh: Coverage, datesDeleted = false): Coverage | undefined {
   const storedAt = statedAt(stored, 'coverage-stated-at');
   const freshAt = statedAt(fresh, 'coverage-stated-at');
   if (storedAt && freshAt && Date.parse(storedAt) >= Date.parse(freshAt)) return undefined;
-  const { subscriber: storedSubscriber, ...kept } = stored;
+  const { subscriber: storedSubscriber, period: storedPeriod, ...kept } = stored;
+  const period = fresh.period ?? (datesDeleted ? undefined : storedPeriod);
   // Ended by this plugin when the PMS stopped sending its member id, and stated again since: active again.
   const ended = (e: Extension) => e.url === extensionUrl('coverage-ended');
   const endedAt = stored.status === 'cancelled' ? stored.extension?.find(ended)?.valueInstant : undefined;
@@ -183,7 +185,7 @@ export function updatedCoverage(stored: Coverage, fresh: Coverage): Coverage | u
     relationship: fresh.relationship,
     payor: fresh.payor,
     ...(classes ? { class: classes } : {}),
-    ...(fresh.period && { period: fresh.period }),
+    ...(period && { period }),
     order: fresh.order,
   };
   // When the message was received matters only with something it changed: bumping it alone would be a new version of the Coverage per check.

@@ -198,27 +198,17 @@ const FHIR_APPOINTMENT = 'fhir|Appointment/';
 const fhirAppointmentId = (key: string) => (key.startsWith(FHIR_APPOINTMENT) ? key.slice(FHIR_APPOINTMENT.length) : undefined);
 
 /**
- * The appointments booked still to come whose checks verify this Coverage: one the server no
- * longer has names no patient, so they are found by their checks (the schedule ahead, not the
- * store's history), and read again its checks are withdrawn. One transaction per appointment:
- * PostgreSQL locks each check read until its transaction ends, and the whole schedule's locks in
- * one would outgrow its lock table.
+ * The appointments booked still to come whose checks verify this Coverage, found by their checks:
+ * one the server no longer has names no patient, and one the chart moved to another patient
+ * names the other (the first patient's appointments are read again too, so its checks are
+ * withdrawn there, and the second's verify it).
  */
 async function appointmentsVerifying(store: JobStore, coverage: string, at: Present): Promise<string[]> {
-  const found: string[] = [];
-  for (const appointment of await store.listAppointments('booked')) {
-    const id = fhirAppointmentId(appointment.key);
-    if (id === undefined || !stillToCome(appointment, at.now, at.policy)) continue;
-    const verifies = await store.transaction(async (tx) => {
-      for (const key of appointment.checkKeys) {
-        const source = (await tx.getCheck(key))?.check.source;
-        if (source?.kind === 'fhir' && source.coverage === coverage) return true;
-      }
-      return false;
-    });
-    if (verifies) found.push(id);
-  }
-  return found;
+  const held = await store.transaction((tx) => tx.appointmentsVerifying(coverage));
+  return held.flatMap((a) => {
+    const id = fhirAppointmentId(a.key);
+    return id !== undefined && stillToCome(a, at.now, at.policy) ? [id] : [];
+  });
 }
 
 /** Whether the store holds this FHIR appointment, not cancelled. */
@@ -241,9 +231,9 @@ async function heldAppointments(store: JobStore, patient: string, at: Present): 
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
  * patient's appointments the store holds still to come at their clinics (stillToCome), booked or waiting for
  * insurance. Read again, one whose checks come out the same is a duplicate and changes nothing. A
- * Coverage names its patient as beneficiary; for one the server no longer has (deleted), the
- * appointments whose checks verify it are read again, so those checks are withdrawn (a poll does
- * not see deletions).
+ * Coverage names its patient as beneficiary; the appointments whose checks verify it are read
+ * again too, so a Coverage moved to another patient leaves the first patient's visits, and one the
+ * server no longer has (deleted) the visits it served (a poll does not see deletions).
  */
 export async function appointmentsOfChanged(
   store: JobStore,
@@ -259,7 +249,8 @@ export async function appointmentsOfChanged(
     if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
   }
   const patient = `Patient/${patientId}`;
-  return { patient, appointments: await heldAppointments(store, patient, at) };
+  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : [];
+  return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying])] };
 }
 
 /**
@@ -376,6 +367,10 @@ export async function appointmentsToPoll(
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
   for (const patient of changedPatients) {
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
+  }
+  // A Coverage moved to another patient: the first's appointments verifying it are read again too.
+  for (const { id: coverage } of coverages.fresh) {
+    for (const id of await appointmentsVerifying(store, `Coverage/${coverage}`, options)) ids.add(id);
   }
   const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
   return { ids: [...ids], cursor: JSON.stringify(cursor), unread };

@@ -18,7 +18,7 @@ import {
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import type { AppointmentRow, JobStore, StoreTx } from './job-store';
-import { scheduleAppointment, stillToCome, type AppointmentEvent, type ScheduleContext } from './schedule';
+import { endDroppedPlans, scheduleAppointment, stillToCome, type AppointmentEvent, type ScheduleContext } from './schedule';
 
 export interface Hl7IngestOptions {
   mappings: Hl7Mappings;
@@ -167,10 +167,13 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
 /**
  * The patient's record changed (an ADT, or a booking that states other details): their future
  * appointments, but `except`, are evaluated again, so a booking that waited for insurance gets its
- * checks and a corrected member id or name a new verification.
+ * checks and a corrected member id or name a new verification; and a plan it drops that no visit
+ * to come was verifying has its Coverage ended all the same (endDroppedPlans).
  */
 async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
-  return rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
+  const done = await rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
+  await endDroppedPlans(tx, patientKeyText(key), record, ctx.now.toISOString());
+  return done;
 }
 
 /**

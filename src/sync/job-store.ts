@@ -149,9 +149,13 @@ export interface StoreTx {
   appointmentsOfPatient(patientKey: string, except?: string): Promise<AppointmentRow[]>;
   /** Booked appointments (of any patient) that hold this check key. */
   appointmentsHolding(checkKey: string): Promise<AppointmentRow[]>;
+  /** Booked appointments (of any patient) that hold a check of this FHIR Coverage (its source's, e.g. Coverage/123). */
+  appointmentsVerifying(coverage: string): Promise<AppointmentRow[]>;
 
   getCheck(key: string): Promise<CheckRow | undefined>;
   putCheck(row: CheckRow): Promise<void>;
+  /** The checks made for this patient (their patientKey), in any state, unlocked: one to change is read again with getCheck. */
+  checksOfPatient(patientKey: string): Promise<CheckRow[]>;
   checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
   /** The check whose send under this externalId is under way (submitted: the service's answer not stored yet). */
   sentUnder(externalId: string): Promise<CheckRow | undefined>;

@@ -282,6 +282,15 @@ class PgTx implements StoreTx {
     return rows.map((r) => AppointmentRow.parse(r.row));
   }
 
+  async appointmentsVerifying(coverage: string): Promise<AppointmentRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(
+      `SELECT DISTINCT ON (a.key) a.row FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
+       WHERE c.row->'check'->'source'->>'coverage' = $1 AND a.status = 'booked'`,
+      [coverage],
+    );
+    return rows.map((r) => AppointmentRow.parse(r.row));
+  }
+
   async getCheck(key: string): Promise<CheckRow | undefined> {
     await lockKey(this.db, 'check', key);
     return checkWhere(this.db, 'key = $1', [key]);
@@ -304,6 +313,11 @@ class PgTx implements StoreTx {
     // Locked like getCheck, and read again: its send may have been answered meanwhile.
     await lockKey(this.db, 'check', rows[0].key);
     return checkWhere(this.db, `key = $1 AND state = 'submitted' AND row->>'externalId' = $2`, [rows[0].key, externalId]);
+  }
+
+  async checksOfPatient(patientKey: string): Promise<CheckRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(`SELECT row FROM checks WHERE row->>'patientKey' = $1`, [patientKey]);
+    return rows.map((r) => CheckRow.parse(r.row));
   }
 
   async checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined> {

@@ -72,6 +72,11 @@ const MIGRATIONS: readonly string[] = [
   `SELECT 1;`,
   // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
   `SELECT 1;`,
+  // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
+  // moved to another patient, it is the first patient's checks that are to go.
+  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks ((row->'check'->'source'->>'coverage'));`,
+  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
+  `CREATE INDEX IF NOT EXISTS checks_patient ON checks ((row->>'patientKey'));`,
 ];
 
 /** The version this program writes. */

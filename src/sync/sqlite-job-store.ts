@@ -100,6 +100,11 @@ const MIGRATIONS: readonly string[] = [
   `SELECT 1;`,
   // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
   `SELECT 1;`,
+  // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
+  // moved to another patient, it is the first patient's checks that are to go.
+  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage'));`,
+  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
+  `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'));`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -489,6 +494,11 @@ export class SqliteJobStore implements JobStore {
     const holding = db.prepare(
       `SELECT a.* FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ? AND a.status = 'booked'`,
     );
+    const verifyingCoverage = db.prepare(
+      `SELECT DISTINCT a.* FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
+       WHERE json_extract(c.row, '$.check.source.coverage') = ? AND a.status = 'booked'`,
+    );
+    const ofPatientChecks = db.prepare(`SELECT key, row FROM checks WHERE json_extract(row, '$.patientKey') = ?`);
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
       `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
@@ -551,6 +561,9 @@ export class SqliteJobStore implements JobStore {
       async appointmentsHolding(checkKey) {
         return (holding.all(checkKey) as AppointmentRecord[]).map(appointmentFrom);
       },
+      async appointmentsVerifying(coverage) {
+        return (verifyingCoverage.all(coverage) as AppointmentRecord[]).map(appointmentFrom);
+      },
       async getCheck(key) {
         const r = getCheck.get(key) as KeyedRow | undefined;
         return r && checkOf(r);
@@ -574,6 +587,9 @@ export class SqliteJobStore implements JobStore {
         if (body === null) dropResult.run(row.key);
         else putResult.run(row.key, body);
         checks.put(row, text);
+      },
+      async checksOfPatient(patientKey) {
+        return (ofPatientChecks.all(patientKey) as KeyedRow[]).map(checkOf);
       },
       async checkByCorrelationId(correlationId) {
         const r = byCorrelation.get(correlationId) as KeyedRow | undefined;

@@ -14,7 +14,7 @@ import { planHoldsVisit, whyEnding } from './chart-resources';
 import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
 
@@ -596,8 +596,14 @@ export class Worker {
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
   }
 
-  /** The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the chart is ended, then the check is cancelled. */
+  /**
+   * The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the
+   * chart is ended, then the check is cancelled; one written for a visit that is over (a plan
+   * dropped after it) stays written, its verification having served that visit.
+   */
   private async endCoverage(row: CheckRow): Promise<void> {
+    const { clinicId, dateOfService } = row.check;
+    const after = row.written !== undefined && dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId)) ? 'written' : 'cancelled';
     let ended: boolean | undefined;
     try {
       const writer = await this.deps.writer();
@@ -612,7 +618,7 @@ export class Worker {
         this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
-      await this.kept(() => this.step(row, 'ending-coverage', { state: 'cancelled', dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` }));
+      await this.kept(() => this.step(row, 'ending-coverage', { state: after, dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` }));
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;
     }
@@ -623,7 +629,7 @@ export class Worker {
       : dropped ? 'its Coverage ended in the chart'
       : 'its Coverage given them in the chart';
     // Kept as a write's record is: claimed again, the Coverage would be ended again, and said to have had none active.
-    await this.kept(() => this.step(row, 'ending-coverage', { state: 'cancelled', attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` }));
+    await this.kept(() => this.step(row, 'ending-coverage', { state: after, attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` }));
   }
 
   private async reverify(row: CheckRow): Promise<void> {

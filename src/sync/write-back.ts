@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { BundleEntry, Coverage, CoverageEligibilityRequest, CoverageEligibilityResponse, Organization, Patient, Resource } from 'fhir/r4';
 import * as z from 'zod';
-import type { EligibilityCheck } from '../domain';
+import { datesDeleted, type EligibilityCheck } from '../domain';
 import { describeIssue } from '../domain/issues';
 import { toCoverageEligibilityRequest, toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { insurerReference } from '../adapters/fhir/out/references';
@@ -306,7 +306,7 @@ function updatesOfFound(
     if (!stored?.id) return [];
     const resource =
       part.kind === 'patient' ? patientUpdate(stored as Patient, part.rekey, check)
-      : part.kind === 'coverage' ? coverageUpdate(stored as Coverage, part.rekey, chartCoverage(check, chart))
+      : part.kind === 'coverage' ? coverageUpdate(stored as Coverage, part.rekey, chartCoverage(check, chart), datesDeleted(check.coverage.period))
       : undefined;
     return resource && r4Errors(resource).length === 0 ? [{ resource, id: stored.id, version: stored.meta?.versionId }] : [];
   });
@@ -355,10 +355,10 @@ function patientUpdate(stored: Patient, rekey: Rekey | undefined, check: Eligibi
   return updatedPatient(base ?? stored, patientResource(check)) ?? base;
 }
 
-function coverageUpdate(stored: Coverage, rekey: Rekey | undefined, fresh: Coverage): Coverage | undefined {
+function coverageUpdate(stored: Coverage, rekey: Rekey | undefined, fresh: Coverage, datesDeleted: boolean): Coverage | undefined {
   const rekeyedCoverage = rekey && rekeyed(stored, rekey);
   const base = rekeyedCoverage && forBeneficiary(rekeyedCoverage, fresh.beneficiary);
-  return updatedCoverage(base ?? stored, fresh) ?? base;
+  return updatedCoverage(base ?? stored, fresh, datesDeleted) ?? base;
 }
 
 function once<T>(make: () => T): () => T {

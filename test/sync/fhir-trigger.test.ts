@@ -1,4 +1,4 @@
-import type { CoverageEligibilityResponse } from 'fhir/r4';
+import type { CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
 /** A FHIR appointment on the chart's server → checks → the service → CoverageEligibilityResponses on the same server. */
@@ -163,6 +163,45 @@ describe('FHIR-triggered eligibility', () => {
       const [appointment] = await h.store.listAppointments('booked');
       const held = (await h.store.listChecks()).filter((c) => appointment?.checkKeys.includes(c.key));
       expect(held.map((c) => (c.check.source.kind === 'fhir' ? c.check.source.coverage : undefined))).toEqual(['Coverage/cov-marco-delta']);
+    });
+
+    describe('a Coverage the chart moves to another patient', () => {
+      const lucia = [
+        { resourceType: 'Patient', id: 'pat-lucia', identifier: [{ system: 'urn:oid:2.16.840.1.113883.3.9999.2', value: 'MRN-100311' }], name: [{ family: 'Alvarez', given: ['Lucia'] }], gender: 'female', birthDate: '2015-06-01' },
+        { resourceType: 'Appointment', id: 'appt-5005', status: 'booked', start: `${visit}T14:00:00-06:00`, end: `${visit}T15:00:00-06:00`, participant: [{ actor: { reference: 'Patient/pat-lucia' }, status: 'accepted' }, { actor: { reference: 'Practitioner/prac-chen' }, status: 'accepted' }, { actor: { reference: 'Location/bright-smiles-main' }, status: 'accepted' }] },
+      ] as FhirResource[];
+      // The front desk filed the Aetna plan under Marco; it is his daughter's.
+      const moved = () => chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-aetna' ? [{ ...r, beneficiary: { reference: 'Patient/pat-lucia' }, relationship: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'child' }] }, order: 1 }] : []));
+      const heldBy = async () => {
+        const checks = await h.store.listChecks();
+        return Object.fromEntries((await h.store.listAppointments()).map((a) => [a.key, [a.status, ...a.checkKeys.map((k) => checks.find((c) => c.key === k)?.check.source).map((s) => (s?.kind === 'fhir' ? s.coverage : undefined))]]));
+      };
+      beforeEach(async () => {
+        await h.fhir.seed(lucia);
+        expect(await notify('/Appointment/appt-5005')).toEqual({ status: 200, said: 'Appointment/appt-5005: awaiting-insurance' });
+      });
+
+      it('leaves the first patient\'s appointment and verifies the second\'s, told of the Coverage', async () => {
+        await h.fhir.seed(moved());
+        expect(await notify('/Coverage/cov-marco-aetna')).toEqual({ status: 200, said: 'Coverage/cov-marco-aetna: Appointment/appt-5005: booked, Appointment/appt-4004: booked' });
+        await until('Lucia\'s written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.check.patient.firstName === 'Lucia'));
+        expect(await heldBy()).toEqual({
+          'fhir|Appointment/appt-4004': ['booked', 'Coverage/cov-marco-delta'],
+          'fhir|Appointment/appt-5005': ['booked', 'Coverage/cov-marco-aetna'],
+        });
+      });
+
+      it('does the same when a poll finds the Coverage changed', async () => {
+        await h.sync.pollAppointments();
+        await h.fhir.seed(moved());
+        // Only the Coverage changed since: Marco's appointment is read again for it, not for a change of its own.
+        expect(await h.sync.pollAppointments()).toBe(2);
+        await until('Lucia\'s written', async () => (await h.store.listChecks({ states: ['written'] })).some((c) => c.check.patient.firstName === 'Lucia'));
+        expect(await heldBy()).toEqual({
+          'fhir|Appointment/appt-4004': ['booked', 'Coverage/cov-marco-delta'],
+          'fhir|Appointment/appt-5005': ['booked', 'Coverage/cov-marco-aetna'],
+        });
+      });
     });
 
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {

@@ -225,6 +225,35 @@ describe('HL7 v2 into the chart', () => {
     expect(((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => c.period)).toEqual([{ start: `${year}-${monthOf}-01`, end: `${year}-${monthOf}-${lastDay}` }]);
   });
 
+  it('keeps the plan\'s dates through a message that leaves IN1-12 and IN1-13 empty, and clears from the Coverage those it sends as "" (HL7\'s null)', async () => {
+    await start();
+    const periods = async () => ((await searchFhir(h.fhir, 'Coverage')) as Coverage[]).map((c) => c.period);
+    const guardian = (from: string, to: string) => segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 12: from, 13: to, 17: 'SEL', 36: 'SBX-COMPLETE' });
+    const carried = async () => (await h.store.listChecks()).map((r) => r.check.coverage.period);
+    const year = VISIT.slice(0, 4);
+    expect(await send(siu('N1', 'P-23', 'APT-23', guardian('20200101', `${year}1231`)))).toEqual(['AA']);
+    await until('written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    const dated = { start: '2020-01-01', end: `${year}-12-31` };
+    expect(await periods()).toEqual([dated]);
+
+    // An A08 that leaves the dates empty says nothing of them: the record, the check and the Coverage keep them.
+    expect(await send(adt('N2', 'P-23', guardian('', '')))).toEqual(['AA']);
+    expect(await carried()).toEqual([dated]);
+    expect((await h.store.transaction((tx) => tx.getPatient('hl7|BSD-MAIN|SC|P-23')))?.coverages.map((c) => c.period)).toEqual([dated]);
+
+    // The effective date deleted, the expiration left empty: the Coverage keeps the end alone.
+    expect(await send(adt('N3', 'P-23', guardian('""', '')))).toEqual(['AA']);
+    await until('the start cleared', async () => (await periods())[0]?.start === undefined);
+    expect(await periods()).toEqual([{ end: `${year}-12-31` }]);
+
+    // Both deleted: the Coverage has no period any more, and the check says why.
+    expect(await send(adt('N4', 'P-23', guardian('', '""')))).toEqual(['AA']);
+    await until('the period cleared', async () => (await periods())[0] === undefined);
+    expect(await carried()).toEqual([{}]);
+    expect(verificationsSent()).toBe(1);
+    expect((await h.store.listChecks()).map((c) => [c.state, c.round])).toEqual([['written', 0]]);
+  });
+
   it('follows a swap of plans into the Coverage of a failure waiting for a person, without telling the person again', async () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
@@ -326,6 +355,50 @@ describe('HL7 v2 into the chart', () => {
     expect(dropped?.check.coverage.payer.name).toBe('Cigna Dental');
     expect(dropped?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
     expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+  });
+
+  describe('ends the chart Coverage of a plan the PMS drops for a patient with no visit to come', () => {
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
+    const coverages = () => coveragesBy((c) => c.status);
+    const cignaCheck = async () => (await h.store.listChecks()).find((r) => r.check.coverage.payer.name === 'Cigna Dental');
+    const bookBoth = async (start: string) => {
+      expect(await send([msh('SIU^S12^SIU_S12', 'V1'), sch('APT-40', start), pid('P-40'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
+    };
+
+    it('its visit cancelled once its check was written: the Coverage ends, the check cancelled', async () => {
+      await start();
+      await bookBoth(VISIT);
+      expect(await send([msh('SIU^S15^SIU_S12', 'V2'), sch('APT-40'), pid('P-40')].join('\r'))).toEqual(['AA']);
+      expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('its check done', async () => (await cignaCheck())?.state === 'cancelled');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+
+      // A later change of the patient's record, the plan still not sent: it was ended once, and is left so.
+      const ended = await cignaCheck();
+      expect(await send([msh('ADT^A08^ADT_A01', 'V4'), pid('P-40', 'DOE^JANET'), ...insurance(guardian)].join('\r'))).toEqual(['AA']);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await cignaCheck()).toEqual(ended);
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      expect(verificationsSent()).toBe(2);
+    });
+
+    it('its visit over: the Coverage ends, the check that served the visit stays written', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      offset = 3 * 86_400_000;
+      expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('its check done', async () => (await cignaCheck())?.state === 'written');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      expect(verificationsSent()).toBe(2);
+    });
   });
 
   it('dates the chart Coverage of a plan the PMS ends before the visit, and moves the other plan up, verifying nothing again', async () => {

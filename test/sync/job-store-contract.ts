@@ -223,6 +223,37 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.counts(NOW)).awaitingInsurance).toBe(1);
     });
 
+    it('knows which booked appointments hold a check of a FHIR Coverage, each once', async () => {
+      const source = check?.source;
+      if (source?.kind !== 'fhir') throw new Error('fixture gave no FHIR check');
+      const of = (key: string, coverage: string) => checkRow(key, { check: { ...checkRow(key).check, source: { ...source, coverage } } });
+      await store.transaction(async (tx) => {
+        await tx.putCheck(of('elig_a1', 'Coverage/cov-a'));
+        await tx.putCheck(of('elig_a2', 'Coverage/cov-a'));
+        await tx.putCheck(of('elig_b', 'Coverage/cov-b'));
+        await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_a1', 'elig_a2'] }));
+        await tx.putAppointment(appointment('apt-2', { checkKeys: ['elig_b'] }));
+        await tx.putAppointment(appointment('apt-3', { status: 'cancelled', checkKeys: ['elig_a1'] }));
+        await tx.putAppointment(appointment('apt-4', { dateOfService: '2026-12-02', checkKeys: ['elig_a2', 'elig_b'] }));
+      });
+      const verifying = (coverage: string) => store.transaction(async (tx) => (await tx.appointmentsVerifying(coverage)).map((a) => a.key).sort());
+      expect(await verifying('Coverage/cov-a')).toEqual(['apt-1', 'apt-4']);
+      expect(await verifying('Coverage/cov-b')).toEqual(['apt-2', 'apt-4']);
+      expect(await verifying('Coverage/cov-c')).toEqual([]);
+    });
+
+    it('finds the checks of a patient in every state, and no other patient\'s', async () => {
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_1', { state: 'written' }));
+        await tx.putCheck(checkRow('elig_2', { state: 'cancelled' }));
+        await tx.putCheck(checkRow('elig_3', { patientKey: 'fhir|Patient/pat-other' }));
+      });
+      const of = (patientKey: string) => store.transaction(async (tx) => (await tx.checksOfPatient(patientKey)).map((r) => [r.key, r.state]).sort());
+      expect(await of('fhir|Patient/pat-ellen')).toEqual([['elig_1', 'written'], ['elig_2', 'cancelled']]);
+      expect(await of('fhir|Patient/pat-other')).toEqual([['elig_3', 'received']]);
+      expect(await of('fhir|Patient/pat-none')).toEqual([]);
+    });
+
     it('moves an appointment to the patient another was merged into, and keeps the merged one as a tombstone naming it', async () => {
       await store.transaction(async (tx) => {
         await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));

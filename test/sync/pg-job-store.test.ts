@@ -51,6 +51,8 @@ async function downTo(db: Client, version: number): Promise<void> {
     5: 'DROP INDEX checks_submitted',
     6: 'SELECT 1',
     7: 'SELECT 1',
+    8: 'DROP INDEX checks_source_coverage',
+    9: 'DROP INDEX checks_patient',
   };
   for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);

@@ -21,7 +21,7 @@ import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from '.
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
-import { coveragesOfPatient, readInsurance, type InsuranceReading } from './read-insurance';
+import { coveragesOfPatient, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { samePlainData } from './plain-data';
 import { segmentLines } from './split-messages';
@@ -249,10 +249,10 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const found = await patientNamed(ctx, named);
   const { key, known } = found;
   const { patient, stated } = saidOf(found, named, read, insurance.present);
-  const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
+  const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
-  if (stated) ctx.warnings.push(...notInForce(insurance, dateOfService));
+  if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
   // Spreads last, as readPatient says why.
   const basis: AppointmentBasis = {
     clinicId,
@@ -313,7 +313,7 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const { key, known } = found;
   const { patient, stated } = saidOf(found, named, read, insurance.present);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
-  const coverages = stated ? insurance.coverages : coveragesOfPatient(known?.coverages ?? [], patient);
+  const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], stated || insuranceKnownIn(known));
   await options.store.put(key, updated);
   return { kind: 'record', coverageCount: coverages.length, insuranceReceived: stated, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };

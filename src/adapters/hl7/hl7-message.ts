@@ -52,16 +52,29 @@ export class Hl7Segment {
     if (this.shift === 1 && field <= 2) {
       return component === 1 && subcomponent === 1 && repetition === 0 ? this.mshDelimiterField(field) : '';
     }
-    // The first repetition is what nearly every read asks for: cut from the field, no array of repetitions.
-    const rep = repetition === 0 ? piece(this.fieldText(field), this.delimiters.repetition, 0) : this.repetitionsOf(field)[repetition];
-    const comp = rep && piece(rep, this.delimiters.component, component - 1);
-    const escaped = comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
+    const escaped = this.escaped(field, component, subcomponent, repetition);
     if (!escaped) return '';
     const decoded = unescape(this.decoder, this.utf8Hex ? utf8HexDecoded(escaped, this.delimiters.escape) : escaped, this.delimiters.escape);
     // A stray control character, raw or hex-escaped, is no part of a name or an id, and the chart's FHIR strings refuse it.
     const text = withoutControlCharacters(decoded);
     // "" is HL7's explicit null: the sender says there is no value.
     return text === '""' ? '' : text;
+  }
+
+  /**
+   * Whether a datum of the first repetition is HL7's null (""), which value() reads as empty: the
+   * sender says to delete what the receiver holds, where a datum left empty leaves it as it was.
+   */
+  isNull(field: number, component = 1, subcomponent = 1): boolean {
+    return !(this.shift === 1 && field <= 2) && this.escaped(field, component, subcomponent, 0)?.trim() === '""';
+  }
+
+  /** A datum as it stands in the segment, escape sequences and all. */
+  private escaped(field: number, component: number, subcomponent: number, repetition: number): string | undefined {
+    // The first repetition is what nearly every read asks for: cut from the field, no array of repetitions.
+    const rep = repetition === 0 ? piece(this.fieldText(field), this.delimiters.repetition, 0) : this.repetitionsOf(field)[repetition];
+    const comp = rep && piece(rep, this.delimiters.component, component - 1);
+    return comp && piece(comp, this.delimiters.subcomponent, subcomponent - 1);
   }
 
   /** Whether a field repeats: most do not, and a reader of repetitions then reads the first alone, splitting nothing. */

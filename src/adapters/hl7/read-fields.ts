@@ -24,6 +24,15 @@ export function firstValue(scope: readonly Hl7Segment[], paths: readonly FieldPa
   return undefined;
 }
 
+/**
+ * Whether the sender deletes the datum the paths name: none has a value and one holds HL7's null
+ * (""). An empty field is no such statement: it leaves what the receiver holds as it was.
+ */
+export function nulledAt(scope: readonly Hl7Segment[], paths: readonly FieldPath[]): boolean {
+  if (firstValue(scope, paths)) return false;
+  return paths.some((path) => scope.some((segment) => segment.name === path.segment && segment.isNull(path.field, path.component, path.subcomponent)));
+}
+
 /** The datum at a path, from the first repetition that has it: a sender may leave the first empty (IN1-3 as ~CDCA1). */
 function valueAt(segment: Hl7Segment, path: FieldPath): string {
   const { field, component = 1, subcomponent = 1 } = path;

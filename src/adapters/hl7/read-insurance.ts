@@ -1,12 +1,13 @@
-import type { CoverageOrder, KnownCoverage, PlanPeriod, Relationship, Subscriber } from '../../domain';
+import { samePeriod, type CoverageOrder, type KnownCoverage, type PlanPeriod, type Relationship, type Subscriber } from '../../domain';
 import { sameText } from '../clinic-routing';
 import { dayInPlan, ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
+import type { FieldPath } from './field-path';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
 import type { Hl7Profile } from './profile';
-import { firstValue, groupsOf, holdsAny, whereFound, whereMissing, type Where } from './read-fields';
+import { firstValue, groupsOf, holdsAny, nulledAt, whereFound, whereMissing, type Where } from './read-fields';
 import { readDate, readName, type PatientDemographics } from './read-patient';
 
 /**
@@ -21,7 +22,12 @@ export interface InsuranceReading {
   coverages: KnownCoverage[];
   /** The IN1 (its sequence) each coverage was read from, in the same order. */
   sequences: number[];
+  /** What the message did with each coverage's dates, in the same order: see keptPeriods. */
+  datesSent: Array<Record<keyof PlanPeriod, DateSent>>;
 }
+
+/** A plan date as sent: left empty, deleted (HL7's null, ""), or given (readable or not). */
+type DateSent = 'empty' | 'null' | 'given';
 
 export function readInsurance(
   message: Hl7Message,
@@ -51,13 +57,51 @@ export function readInsurance(
   // A loop, not flatMap: on Node 20 flatMap costs half a microsecond for three plans.
   const coverages: KnownCoverage[] = [];
   const sequences: number[] = [];
+  const datesSent: InsuranceReading['datesSent'] = [];
   ranked.forEach(({ group, coverage }, i) => {
     if (!coverage) return;
     const order = ORDERS[Math.min(i, ORDERS.length - 1)] as CoverageOrder;
     coverages.push({ ...coverage, coverage: { ...coverage.coverage, order } });
     sequences.push(group[0]?.sequence ?? 1);
+    datesSent.push({ start: dateSent(group, profile.insurance.planEffective), end: dateSent(group, profile.insurance.planExpiration) });
   });
-  return { present: all.length > 0, coverages, sequences };
+  return { present: all.length > 0, coverages, sequences, datesSent };
+}
+
+function dateSent(group: Hl7Segment[], paths: readonly FieldPath[]): DateSent {
+  return firstValue(group, paths) ? 'given' : nulledAt(group, paths) ? 'null' : 'empty';
+}
+
+/**
+ * The message's plans with the dates HL7 says it leaves as they were: a date field left empty
+ * changes nothing, so a plan on file (the same payer and member id, listed once there and here)
+ * keeps that date, while one sent as "" (HL7's null) is deleted (and one that cannot be read is
+ * none, as readPeriod says). A kept date that would end the plan before the message's other date
+ * begins it is not kept: a new start after the old end is a renewed plan. A plan left with no date
+ * by a deletion carries an empty period, which clears the chart Coverage's (undefined: no dates
+ * stated, and the Coverage's period is left alone).
+ */
+export function keptPeriods(reading: InsuranceReading, known: readonly KnownCoverage[]): KnownCoverage[] {
+  const once = (plans: readonly KnownCoverage[], plan: string) => plans.filter((other) => planKey(other) === plan).length === 1;
+  return reading.coverages.map((coverage, i) => {
+    const sent = reading.datesSent[i] ?? { start: 'empty', end: 'empty' };
+    const plan = planKey(coverage);
+    const before = once(reading.coverages, plan) && once(known, plan) ? known.find((other) => planKey(other) === plan)?.period : undefined;
+    const stated = coverage.period ?? {};
+    let start = stated.start ?? (sent.start === 'empty' ? before?.start : undefined);
+    let end = stated.end ?? (sent.end === 'empty' ? before?.end : undefined);
+    if (start !== undefined && end !== undefined && start > end) {
+      if (stated.start === undefined) start = undefined;
+      else if (stated.end === undefined) end = undefined;
+    }
+    if (start === undefined && end === undefined) {
+      return sent.start === 'null' || sent.end === 'null' ? { ...coverage, period: {} } : coverage;
+    }
+    const period: PlanPeriod = {};
+    if (start !== undefined) period.start = start;
+    if (end !== undefined) period.end = end;
+    return samePeriod(period, coverage.period) ? coverage : { ...coverage, period };
+  });
 }
 
 /** Whether two plans hold on some day together (a plan not read, or with no dates, holds on every day). */

@@ -142,6 +142,28 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(dated?.idempotencyKey).toBe(undated[0]?.idempotencyKey);
   });
 
+  it('keeps a plan date the message leaves empty, deletes one sent as "" (HL7\'s null), and keeps no expiration before a new effective date', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const in1 = (member: string, dates: [string, string]) => segment('IN1', { 1: '1', 3: '62308', 4: 'P1', 12: dates[0], 13: dates[1], 17: 'SEL', 36: member });
+    const periodAfter = async (...plans: string[]) => {
+      await run([msh('ADT^A08^ADT_A01'), PID, ...plans], store);
+      return (await store.get({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } }))?.coverages.map((c) => c.period);
+    };
+    expect(await periodAfter(in1('M-1', ['20240101', '20241231']))).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    expect(await periodAfter(in1('M-1', ['', '']))).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    expect(await periodAfter(in1('M-1', ['', '20250630']))).toEqual([{ start: '2024-01-01', end: '2025-06-30' }]);
+    expect(await periodAfter(in1('M-1', ['""', '']))).toEqual([{ end: '2025-06-30' }]);
+    // A renewal: the new effective date is after the expiration on file, which was the old plan's.
+    expect(await periodAfter(in1('M-1', ['20250701', '']))).toEqual([{ start: '2025-07-01' }]);
+    expect(await periodAfter(in1('M-1', ['', '20251231']))).toEqual([{ start: '2025-07-01', end: '2025-12-31' }]);
+    // A date that cannot be read is none, not the one on file (00000000, as some PMSs write no date).
+    expect(await periodAfter(in1('M-1', ['', '00000000']))).toEqual([{ start: '2025-07-01' }]);
+    // Both deleted: an empty period, which clears the chart Coverage's.
+    expect(await periodAfter(in1('M-1', ['""', '""']))).toEqual([{}]);
+    // Another member id is another plan: nothing of the one on file is kept for it.
+    expect(await periodAfter(in1('M-2', ['', '']))).toEqual([undefined]);
+  });
+
   it('rejects a fourth insurance rather than drop it', async () => {
     const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
     const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
