@@ -31,7 +31,7 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       (externalId
         ? ((await tx.sentUnder(externalId)) ?? (await tx.checkByCorrelationId(correlationId)) ?? (await tx.checkByCorrelationId(localCorrelationId(externalId))))
         : undefined);
-    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || awaitedByAPerson(row, delivery))) {
+    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });
       return { status: 'ignored', detail };
@@ -46,15 +46,14 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
 /**
  * A check left to a person because its verification stayed pending too long, or was given up (the
  * service failing until maxAttempts), still takes that verification's result when it comes: the
- * round is the same, and no result of it is stored yet (a given-up one's is written after the
- * failure the chart holds for it). One that is still pending changes nothing: the person was told
- * to look at the service.
+ * round is the same, and no result of it is stored yet. A given-up one's is written after the
+ * failure the chart holds for it, or in its place while that failure waits for the chart (a write
+ * of it under way records it written, and the result is written next). One that is still pending
+ * changes nothing: the person was told to look at the service.
  */
-function awaitedByAPerson(row: CheckRow, delivery: WebhookDelivery): boolean {
+function takesALateResult(row: CheckRow, delivery: WebhookDelivery): boolean {
   const { kind, verification } = delivery.outcome;
-  return (
-    row.state === 'needs-attention' &&
-    hasResult(kind) &&
-    (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId
-  );
+  if (!hasResult(kind)) return false;
+  if (row.state === 'result-stored') return row.correlationId === localCorrelationId(row.externalId);
+  return row.state === 'needs-attention' && (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId;
 }

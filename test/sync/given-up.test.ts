@@ -1,10 +1,11 @@
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { json } from '../support/http-server';
-import { searchFhir } from './harness';
+import { searchFhir, until } from './harness';
 import { r4Errors } from '../../src/adapters/fhir/validate';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { retryCheck } from '../../src/sync/operations';
+import type { EligibilityWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 
@@ -28,6 +29,17 @@ async function responses(): Promise<CoverageEligibilityResponse[]> {
   const found = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
   return found.sort((a, b) => Date.parse(a.created) - Date.parse(b.created));
 }
+
+/** The round's result, by webhook after all (its sends reached the service, whose answers were lost). */
+function lateResult(externalId: string, webhookId = 'msg_late', correlationId = 'ver-late') {
+  const body = { ...completed(correlationId), externalId };
+  return ingestWebhook(rig.store, rig.worker, { webhookId, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
+}
+
+/** The chart's writer, failing as a chart that is down while `down()` says so. */
+const downWhile = (down: () => boolean) => (chart: EligibilityWriter): EligibilityWriter => ({
+  write: (...args) => (down() ? Promise.reject(new ChartWriteError('the FHIR server answered 503', { retryable: true })) : chart.write(...args)),
+});
 
 const ADVICE = /could not be verified.*Verify the benefits on the payer's portal or by phone\. The operator sends the check again once the service answers/;
 
@@ -92,21 +104,17 @@ describe('a check the worker gives up on', () => {
   });
 
   it('takes a result whose webhook comes after the give-up, and writes it after the error response', async () => {
-    // The sends reached the service, whose answers were lost: its result comes by webhook after all.
     rig = await startWorkerRig({ worker: { asyncEnabled: true, maxAttempts: 2 }, answer: (_req, res) => json(res, 503, unavailable) });
     await rig.addCheck('late');
     rig.worker.start();
     const given = await rig.reach('late', 'needs-attention', 8000);
-    const body = { ...completed('ver-late'), externalId: given.externalId };
-    const delivery = { webhookId: 'msg_late', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
-    expect(await ingestWebhook(rig.store, rig.worker, delivery, new Date())).toMatchObject({ status: 'applied' });
+    expect(await lateResult(given.externalId)).toMatchObject({ status: 'applied' });
     rig.worker.kick();
     const row = await rig.reach('late', 'written', 5000);
     expect(row.correlationId).toBe('ver-late');
     expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
     // Another round's webhook finds no check by the failure this one held.
-    const stray = { ...body, correlationId: 'ver-stray', externalId: 'elig_00000000000000000000000000000000' };
-    expect((await ingestWebhook(rig.store, rig.worker, { ...delivery, webhookId: 'msg_stray', rawBody: JSON.stringify(stray), outcome: toOutcome(stray) }, new Date())).status).toBe('ignored');
+    expect((await lateResult('elig_00000000000000000000000000000000', 'msg_stray', 'ver-stray')).status).toBe('ignored');
   });
 
   it('keeps its error response in the store while the chart is down, and writes it when the chart is back', async () => {
@@ -114,9 +122,7 @@ describe('a check the worker gives up on', () => {
     rig = await startWorkerRig({
       worker: { maxAttempts: 2 },
       answer: (_req, res) => json(res, 503, unavailable),
-      writer: (chart) => ({
-        write: (...args) => (chartDown ? Promise.reject(new ChartWriteError('the FHIR server answered 503', { retryable: true })) : chart.write(...args)),
-      }),
+      writer: downWhile(() => chartDown),
     });
     await rig.addCheck('chart-down');
     rig.worker.start();
@@ -128,6 +134,49 @@ describe('a check the worker gives up on', () => {
     await rig.reach('chart-down', 'needs-attention', 5000);
     expect((await responses()).map((r) => r.outcome)).toEqual(['error']);
     expect(posts(rig.requests)).toHaveLength(2);
+  });
+
+  it('writes a result whose webhook comes while its error response waits for the chart in its place', async () => {
+    let chartDown = true;
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 2 },
+      answer: (_req, res) => json(res, 503, unavailable),
+      writer: downWhile(() => chartDown),
+    });
+    await rig.addCheck('late-to-a-down-chart');
+    rig.worker.start();
+    const waiting = await rig.reach('late-to-a-down-chart', 'result-stored', 8000);
+    expect(await lateResult(waiting.externalId)).toMatchObject({ status: 'applied' });
+    chartDown = false;
+    const row = await rig.reach('late-to-a-down-chart', 'written', 5000);
+    expect(row.correlationId).toBe('ver-late');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['complete']);
+  });
+
+  it('writes a result whose webhook comes while its error response is being written after it', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 2, leaseMs: 10_000 },
+      answer: (_req, res) => json(res, 503, unavailable),
+      writer: (chart) => ({
+        async write(check, outcome, refs, options) {
+          const written = await chart.write(check, outcome, refs, options);
+          // The error response is in the chart; its record waits until the webhook has come.
+          if (outcome.kind === 'failed') await held;
+          return written;
+        },
+      }),
+    });
+    await rig.addCheck('late-to-a-write');
+    rig.worker.start();
+    const waiting = await rig.reach('late-to-a-write', 'result-stored', 8000);
+    await until('the error response in the chart', async () => (await responses()).length === 1);
+    expect(await lateResult(waiting.externalId)).toMatchObject({ status: 'applied' });
+    release();
+    const row = await rig.reach('late-to-a-write', 'written', 5000);
+    expect(row.correlationId).toBe('ver-late');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
   });
 
   it('is never another visit\'s fresh result: a visit of the same plan booked after it is verified for itself', async () => {
