@@ -36,6 +36,15 @@ function lateResult(externalId: string, webhookId = 'msg_late', correlationId = 
   return ingestWebhook(rig.store, rig.worker, { webhookId, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
 }
 
+/** A written check's result gone stale before its visit: verified again now. */
+async function reverifyNow(key: string): Promise<void> {
+  await rig.store.transaction(async (tx) => {
+    const row = await tx.getCheck(key);
+    if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+  });
+  rig.worker.kick();
+}
+
 /** The chart's writer, failing as a chart that is down while `down()` says so. */
 const downWhile = (down: () => boolean) => (chart: EligibilityWriter): EligibilityWriter => ({
   write: (...args) => (down() ? Promise.reject(new ChartWriteError('the FHIR server answered 503', { retryable: true })) : chart.write(...args)),
@@ -76,12 +85,7 @@ describe('a check the worker gives up on', () => {
     await rig.addCheck('stale');
     rig.worker.start();
     await rig.reach('stale', 'written', 5000);
-    // Its result gone stale before the visit: verified again now.
-    await rig.store.transaction(async (tx) => {
-      const row = await tx.getCheck('stale');
-      if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
-    });
-    rig.worker.kick();
+    await reverifyNow('stale');
     const row = await rig.reach('stale', 'needs-attention', 8000);
     expect(row.round).toBe(1);
     const chart = await responses();
@@ -177,6 +181,30 @@ describe('a check the worker gives up on', () => {
     const row = await rig.reach('late-to-a-write', 'written', 5000);
     expect(row.correlationId).toBe('ver-late');
     expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
+  });
+
+  it('writes nothing for a re-verification given up after its plan was dropped: the Coverage is ended, the check withdrawn', async () => {
+    let dropped = false;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1 },
+      answer: async (_req, res, index) => {
+        if (index === 0) return json(res, 200, completed('ver-first'));
+        // The PMS drops the plan while the re-verification is at the service (scheduleAppointment's withdrawal).
+        await rig.store.transaction(async (tx) => {
+          const row = await tx.getCheck('dropped');
+          if (row) await tx.putCheck({ ...row, state: 'ending-coverage', dueAt: new Date().toISOString(), planDroppedAt: new Date().toISOString() });
+        });
+        dropped = true;
+        json(res, 503, unavailable);
+      },
+    });
+    await rig.addCheck('dropped');
+    rig.worker.start();
+    await rig.reach('dropped', 'written', 5000);
+    await reverifyNow('dropped');
+    await rig.reach('dropped', 'cancelled', 5000);
+    expect(dropped).toBe(true);
+    expect((await responses()).map((r) => r.outcome)).toEqual(['complete']);
   });
 
   it('is never another visit\'s fresh result: a visit of the same plan booked after it is verified for itself', async () => {
