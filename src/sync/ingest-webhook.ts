@@ -1,7 +1,7 @@
 import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import type { CheckRow, JobStore } from './job-store';
-import { applyStep, type SyncEvent, type SyncEventName, type Worker } from './worker';
+import { applyStep, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored'; detail: string };
 
@@ -24,11 +24,14 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     // A result may come before the answer to its send is stored (the service done sooner than its
     // answer reached us): the check is then known by the externalId it was sent under. That answer
     // may commit while this waits for the check (another instance's worker, on PostgreSQL): the
-    // check then has the correlation id, looked for again.
+    // check then has the correlation id, looked for again. A round given up before its result came
+    // holds the failure stored for it in the chart's place, found by that failure's id.
     const row =
       (await tx.checkByCorrelationId(correlationId)) ??
-      (externalId ? ((await tx.sentUnder(externalId)) ?? (await tx.checkByCorrelationId(correlationId))) : undefined);
-    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || awaitedByAPerson(row, delivery))) {
+      (externalId
+        ? ((await tx.sentUnder(externalId)) ?? (await tx.checkByCorrelationId(correlationId)) ?? (await tx.checkByCorrelationId(localCorrelationId(externalId))))
+        : undefined);
+    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });
       return { status: 'ignored', detail };
@@ -41,15 +44,16 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
 }
 
 /**
- * A check left to a person because its verification stayed pending too long still takes that
- * verification's result when it comes: the round is the same, and no result of it is stored yet.
- * One that is still pending changes nothing: the person was told to look at the service.
+ * A check left to a person because its verification stayed pending too long, or was given up (the
+ * service failing until maxAttempts), still takes that verification's result when it comes: the
+ * round is the same, and no result of it is stored yet. A given-up one's is written after the
+ * failure the chart holds for it, or in its place while that failure waits for the chart (a write
+ * of it under way records it written, and the result is written next). One that is still pending
+ * changes nothing: the person was told to look at the service.
  */
-function awaitedByAPerson(row: CheckRow, delivery: WebhookDelivery): boolean {
+function takesALateResult(row: CheckRow, delivery: WebhookDelivery): boolean {
   const { kind, verification } = delivery.outcome;
-  return (
-    row.state === 'needs-attention' &&
-    hasResult(kind) &&
-    (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId
-  );
+  if (!hasResult(kind)) return false;
+  if (row.state === 'result-stored') return row.correlationId === localCorrelationId(row.externalId);
+  return row.state === 'needs-attention' && (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId;
 }

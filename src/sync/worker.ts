@@ -94,6 +94,20 @@ export interface WorkerDeps {
 
 export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
 
+/** The states a check is verified in, before it has a result: given up in one, it is answered in the chart (giveUp). */
+const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-result'];
+
+/** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
+const NOT_VERIFIED = 'NotVerified';
+
+/**
+ * The correlation id of the failure this plugin stores for a round it could not verify, sent
+ * under `externalId`: a webhook of that round coming after all finds its check by it.
+ */
+export function localCorrelationId(externalId: string): string {
+  return `local-${externalId}`;
+}
+
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() waits for it. */
@@ -273,7 +287,7 @@ export class Worker {
       // A send the step already counted is not counted twice.
       const attempts = Math.max(current.attempts, row.attempts + 1);
       if (attempts >= this.options.maxAttempts) {
-        await this.giveUp(current, current.state, attempts, detail);
+        await this.giveUp(current, current.state, attempts, detail, 'This plugin failed at each attempt');
         return;
       }
       await this.step(current, current.state, { state: current.state, attempts, dueAt: this.later(this.backoff(attempts)), lastError: detail });
@@ -383,7 +397,7 @@ export class Worker {
       // The service holds another request under this externalId: a send whose answer was lost, its
       // body changed since (the payer catalog synced again, inline credentials rotated). Nothing in the
       // data is wrong, so it is not the front desk's to fix: this one goes as a verification of its own.
-      if (row.attempts >= this.options.maxAttempts) return this.giveUp(row, from, row.attempts, '422: the service refused each externalId');
+      if (row.attempts >= this.options.maxAttempts) return this.giveUp(row, from, row.attempts, '422: the service refused each externalId', 'The verification service refused each request for it');
       const round = row.round + 1;
       await this.step(row, from, { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: 'the service holds another request under this externalId; sending as a new verification' });
       return;
@@ -404,7 +418,7 @@ export class Worker {
       // The service does not know the verification: send it again under the same externalId, as
       // one more attempt, so a service that keeps forgetting it is not sent it forever.
       if (row.attempts >= this.options.maxAttempts) {
-        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification');
+        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification', 'The verification service lost the verification each time');
         return;
       }
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
@@ -426,7 +440,8 @@ export class Worker {
     if (from === 'submitted') {
       const usedUp = retryAfter === undefined ? row.attempts >= this.options.maxAttempts : this.pendingPast(row, retryAfter);
       if (usedUp) {
-        await this.giveUp(row, from, row.attempts, summary);
+        const why = retryAfter === undefined ? `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})` : 'The verification service put it off past the time a verification may wait';
+        await this.giveUp(row, from, row.attempts, summary, why);
         return;
       }
     }
@@ -457,8 +472,18 @@ export class Worker {
     if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
   }
 
-  /** Retries used up: the check is dead, in the list a person looks at. */
-  private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string): Promise<void> {
+  /**
+   * Retries used up. A check still being verified is answered in the chart as a check the service
+   * never saw is (storeLocalFailure): the front desk reads there that its benefits could not be
+   * verified, and why in short (`why`: the chart's words, no status text of the service's, no URL),
+   * and the check waits for a person (the `failed` event names its kind). One past that (the record
+   * of its write or its re-verification failing in this program) has nothing more to write: it is
+   * dead, `summary` saying why to the operator.
+   */
+  private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string, why: string): Promise<void> {
+    if (VERIFYING.includes(from)) {
+      return this.storeLocalFailure(row, NOT_VERIFIED, 'Benefits could not be verified', `${why}, ${attempts} ${attempts === 1 ? 'attempt' : 'attempts'} in all; given up ${this.now().slice(0, 16).replace('T', ' ')} UTC.`, from);
+    }
     const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts} attempts: ${summary}` });
     if (dead) this.emit('failed', { key: row.key, state: 'dead', detail: summary });
   }
@@ -524,7 +549,7 @@ export class Worker {
    * of the plugin's own kind, with advice for the front desk, under a local correlation id.
    */
   private async storeLocalFailure(row: CheckRow, kind: string, title: string, detail: string, from: CheckState = row.state): Promise<void> {
-    const verification = { correlationId: `local-${row.externalId}`, status: 'Failed', result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
+    const verification = { correlationId: localCorrelationId(row.externalId), status: 'Failed', completedAt: this.now(), result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
     await this.outcomeArrived({ ...row, state: from }, toOutcome(verification));
   }
 
@@ -585,9 +610,11 @@ export class Worker {
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
     const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
+      // The result of a round given up came by webhook while its failure was written: it is written next, after it.
+      current.correlationId !== row.correlationId ? { state: 'result-stored', written: ids, dueAt: this.now() }
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
-      !chartCoverageChanged(current.check, row.check)
+      : !chartCoverageChanged(current.check, row.check)
         ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
         : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
     ));

@@ -1,3 +1,4 @@
+import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
 import { WEBHOOK_PATH } from '../../src/service/http-server';
@@ -73,6 +74,19 @@ describe('webhooks and service faults', () => {
     await until('both checks written after the outage', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
     expect(h.sandbox.requestLog.filter((r) => r.status === 503).length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
+    h = await startHarness({ settings: { maxAttempts: 2 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+    await notify('appt-4004');
+    await until('both checks given up', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 2, 30_000);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => [r.outcome, r.error?.[0]?.code.coding?.at(-1)?.code])).toEqual([['error', 'NotVerified'], ['error', 'NotVerified']]);
+    expect(responses[0]?.disposition).toContain("Verify the benefits on the payer's portal or by phone.");
+    // Where operators look: the failures by kind.
+    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toContain('dental_elig_failures_total{kind="NotVerified"} 2');
   });
 
   it('ends a synchronous verification that timed out into Pending as Completed in the chart', async () => {

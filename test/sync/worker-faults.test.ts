@@ -112,13 +112,14 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
   });
 
-  it('gives a check the service throttles for longer than pendingGiveUpMs up', async () => {
+  it('gives a check the service throttles for longer than pendingGiveUpMs up, saying so in the chart', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
     await rig.addCheck('throttled-for-ever');
     rig.worker.start();
-    const row = await rig.reach('throttled-for-ever', 'dead', 8000);
+    const row = await rig.reach('throttled-for-ever', 'needs-attention', 8000);
     expect(posts(rig.requests)).toHaveLength(2);
-    expect(row.lastError).toMatch(/^gave up after .*: 429: Too many requests$/);
+    expect(row.lastError).toMatch(/^NotVerified: /);
+    expect(JSON.stringify(row.result)).toContain('The verification service put it off past the time a verification may wait');
   });
 });
 
@@ -137,14 +138,13 @@ describe('the worker waiting for an asynchronous result', () => {
     });
     await rig.addCheck('forgotten');
     rig.worker.start();
-    const dead = await rig.reach('forgotten', 'dead', 5000);
+    const given = await rig.reach('forgotten', 'needs-attention', 5000);
     await sleep(300);
     expect(posts(rig.requests)).toHaveLength(3);
     expect(gets(rig.requests)).toHaveLength(3);
-    expect(dead.attempts).toBe(3);
-    expect(dead.lastError).toMatch(/^gave up after 3 attempts: 404/);
-    expect(Date.parse(dead.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
-    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
+    expect(JSON.stringify(given.result)).toContain('The verification service lost the verification each time, 3 attempts in all');
+    expect(Date.parse(given.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
+    expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
   });
   it('polls at once when the send, repeated after its answer was lost, is answered with a verification already done', async () => {
     // The first send's answer never comes (the service took it); the same externalId sent again is
@@ -303,7 +303,7 @@ describe('the worker when a step fails for a reason of its own', () => {
     expect(rig.errors).toEqual([]);
   });
 
-  it('backs off after an unexpected error and gives the check up after maxAttempts, instead of claiming it again at once', async () => {
+  it('backs off after an unexpected error and gives the check up after maxAttempts, instead of claiming it again at once, saying so in the chart', async () => {
     let calls = 0;
     const resolver = {
       resolve: () => {
@@ -314,11 +314,30 @@ describe('the worker when a step fails for a reason of its own', () => {
     rig = await startWorkerRig({ resolver, worker: { maxAttempts: 3, backoff: { baseMs: 100, maxMs: 400 } }, answer: (_req, res) => json(res, 500, {}) });
     await rig.addCheck('buggy');
     rig.worker.start();
-    const dead = await rig.reach('buggy', 'dead', 5000);
+    const given = await rig.reach('buggy', 'needs-attention', 5000);
     await sleep(300);
     expect(calls).toBe(3);
-    expect(dead.lastError).toBe('gave up after 3 attempts: catalog index corrupted');
-    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'dead']]);
+    // The chart has the plugin's words, not the fault's.
+    expect(JSON.stringify(given.result)).toContain('This plugin failed at each attempt, 3 attempts in all');
+    expect(JSON.stringify(given.result)).not.toContain('catalog index');
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['failed', 'result-stored'], ['written', 'needs-attention'], ['needs-attention', 'needs-attention']]);
+  });
+
+  it('gives a check up as dead when what fails is the record of its write: nothing more can be written for it', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 2, backoff: { baseMs: 50, maxMs: 100 } }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-unrecorded' }) });
+    await rig.addCheck('unrecorded');
+    const { store } = rig;
+    const real = store.transaction.bind(store);
+    // Every record of a write fails, for a reason other than the store being away (a fault of this program's).
+    store.transaction = ((work) =>
+      real(async (tx) => {
+        const put = tx.putCheck.bind(tx);
+        return work(Object.assign(Object.create(tx) as typeof tx, { putCheck: (row: Parameters<typeof put>[0]) => (row.written ? Promise.reject(new Error('row too large')) : put(row)) }));
+      })) as typeof store.transaction;
+    rig.worker.start();
+    const dead = await rig.reach('unrecorded', 'dead', 5000);
+    expect(dead.lastError).toBe('gave up after 2 attempts: row too large');
+    expect(rig.events.map((e) => [e.name, e.event.state])).toEqual([['verified', 'result-stored'], ['failed', 'dead']]);
   });
 
   it('says which check the service failed and when it is tried again, quoting nothing the service wrote', async () => {

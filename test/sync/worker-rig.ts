@@ -24,6 +24,8 @@ import { checkRow } from './job-store-contract';
 export interface WorkerRig {
   worker: Worker;
   store: SqliteJobStore;
+  /** The chart the worker writes to. */
+  fhir: FhirServer;
   requests: RecordedRequest[];
   events: { name: SyncEventName; event: SyncEvent }[];
   errors: string[];
@@ -109,6 +111,7 @@ export async function startWorkerRig(options: {
   return {
     worker,
     store,
+    fhir,
     requests: service.requests,
     events,
     errors,

@@ -1,0 +1,223 @@
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { json } from '../support/http-server';
+import { searchFhir, until } from './harness';
+import { r4Errors } from '../../src/adapters/fhir/validate';
+import { ChartWriteError } from '../../src/sync/chart-errors';
+import { ingestWebhook } from '../../src/sync/ingest-webhook';
+import { retryCheck } from '../../src/sync/operations';
+import type { EligibilityWriter } from '../../src/sync/write-back';
+import { toOutcome } from '../../src/verification/outcome';
+import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
+
+/**
+ * A check the worker gives up on (the service failing until maxAttempts) is answered in the chart,
+ * where the front desk works: an error CoverageEligibilityResponse saying its benefits could not be
+ * verified and what to do, the check waiting for a person; a result that comes after all, by
+ * `jobs retry` or a late webhook, is written after it.
+ */
+let rig: WorkerRig;
+afterEach(async () => {
+  await rig.close();
+});
+
+/** A problem that quotes what was sent: it stays out of the chart. */
+const unavailable = { title: 'Unavailable for ELLEN RIVERA', status: 503 };
+const completed = (correlationId: string) => ({ ...(resultBody('completed-minimal') as object), correlationId });
+
+/** The chart's responses, oldest first. */
+async function responses(): Promise<CoverageEligibilityResponse[]> {
+  const found = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+  return found.sort((a, b) => Date.parse(a.created) - Date.parse(b.created));
+}
+
+/** The round's result, by webhook after all (its sends reached the service, whose answers were lost). */
+function lateResult(externalId: string, webhookId = 'msg_late', correlationId = 'ver-late') {
+  const body = { ...completed(correlationId), externalId };
+  return ingestWebhook(rig.store, rig.worker, { webhookId, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
+}
+
+/** A written check's result gone stale before its visit: verified again now. */
+async function reverifyNow(key: string): Promise<void> {
+  await rig.store.transaction(async (tx) => {
+    const row = await tx.getCheck(key);
+    if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+  });
+  rig.worker.kick();
+}
+
+/** The chart's writer, failing as a chart that is down while `down()` says so. */
+const downWhile = (down: () => boolean) => (chart: EligibilityWriter): EligibilityWriter => ({
+  write: (...args) => (down() ? Promise.reject(new ChartWriteError('the FHIR server answered 503', { retryable: true })) : chart.write(...args)),
+});
+
+const ADVICE = /could not be verified.*Verify the benefits on the payer's portal or by phone\. The operator sends the check again once the service answers/;
+
+describe('a check the worker gives up on', () => {
+  it('is answered in the chart: one error response, R4-valid, saying why in short and what to do', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 3 }, answer: (_req, res) => json(res, 503, unavailable) });
+    await rig.addCheck('unanswered');
+    rig.worker.start();
+    const row = await rig.reach('unanswered', 'needs-attention', 8000);
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(row.lastError).toMatch(/^NotVerified: Verify the benefits/);
+    expect(row.written?.verification).toBe(`local-${row.externalId}`);
+
+    const [response, ...more] = await responses();
+    expect(more).toEqual([]);
+    expect(r4Errors(response as CoverageEligibilityResponse)).toEqual([]);
+    expect(response?.outcome).toBe('error');
+    expect(response?.disposition).toMatch(/^Failed \(NotVerified\): Benefits could not be verified\. The verification service was unavailable or did not answer \(last: 503\), 3 attempts in all; given up \d{4}-\d\d-\d\d \d\d:\d\d UTC\./);
+    expect(response?.disposition?.replace(/\n/g, ' ')).toMatch(ADVICE);
+    expect(response?.error?.[0]?.code.coding?.map((c) => c.code)).toEqual(['42', 'NotVerified']);
+    // Neither what the service wrote (it may quote the patient) nor where it is.
+    expect(JSON.stringify(response)).not.toMatch(/ELLEN|127\.0\.0\.1|localhost/);
+
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(rig.events.map((e) => [e.name, e.event.state, e.event.failureKind])).toEqual([
+      ['failed', 'result-stored', 'NotVerified'],
+      ['written', 'needs-attention', undefined],
+      ['needs-attention', 'needs-attention', 'NotVerified'],
+    ]);
+  });
+
+  it('is written after the earlier result when it was a re-verification: the error response is the chart\'s newest', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 2 }, answer: (_req, res, index) => (index === 0 ? json(res, 200, completed('ver-first')) : json(res, 503, unavailable)) });
+    await rig.addCheck('stale');
+    rig.worker.start();
+    await rig.reach('stale', 'written', 5000);
+    await reverifyNow('stale');
+    const row = await rig.reach('stale', 'needs-attention', 8000);
+    expect(row.round).toBe(1);
+    const chart = await responses();
+    expect(chart.map((r) => r.outcome)).toEqual(['complete', 'error']);
+    expect(chart[1]?.disposition?.replace(/\n/g, ' ')).toMatch(ADVICE);
+  });
+
+  it('is verified again by jobs retry, and a result then is written after the error response', async () => {
+    let up = false;
+    rig = await startWorkerRig({ worker: { maxAttempts: 2 }, answer: (_req, res) => (up ? json(res, 200, completed('ver-retried')) : json(res, 503, unavailable)) });
+    await rig.addCheck('retried');
+    rig.worker.start();
+    await rig.reach('retried', 'needs-attention', 8000);
+    up = true;
+    await retryCheck(rig.store, 'retried', new Date());
+    rig.worker.kick();
+    const row = await rig.reach('retried', 'written', 5000);
+    expect(row.correlationId).toBe('ver-retried');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
+  });
+
+  it('takes a result whose webhook comes after the give-up, and writes it after the error response', async () => {
+    rig = await startWorkerRig({ worker: { asyncEnabled: true, maxAttempts: 2 }, answer: (_req, res) => json(res, 503, unavailable) });
+    await rig.addCheck('late');
+    rig.worker.start();
+    const given = await rig.reach('late', 'needs-attention', 8000);
+    expect(await lateResult(given.externalId)).toMatchObject({ status: 'applied' });
+    rig.worker.kick();
+    const row = await rig.reach('late', 'written', 5000);
+    expect(row.correlationId).toBe('ver-late');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
+    // Another round's webhook finds no check by the failure this one held.
+    expect((await lateResult('elig_00000000000000000000000000000000', 'msg_stray', 'ver-stray')).status).toBe('ignored');
+  });
+
+  it('keeps its error response in the store while the chart is down, and writes it when the chart is back', async () => {
+    let chartDown = true;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2 },
+      answer: (_req, res) => json(res, 503, unavailable),
+      writer: downWhile(() => chartDown),
+    });
+    await rig.addCheck('chart-down');
+    rig.worker.start();
+    const waiting = await rig.reach('chart-down', 'result-stored', 8000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await rig.check('chart-down')).state).toBe('result-stored');
+    expect(waiting.correlationId).toBe(`local-${waiting.externalId}`);
+    chartDown = false;
+    await rig.reach('chart-down', 'needs-attention', 5000);
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error']);
+    expect(posts(rig.requests)).toHaveLength(2);
+  });
+
+  it('writes a result whose webhook comes while its error response waits for the chart in its place', async () => {
+    let chartDown = true;
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 2 },
+      answer: (_req, res) => json(res, 503, unavailable),
+      writer: downWhile(() => chartDown),
+    });
+    await rig.addCheck('late-to-a-down-chart');
+    rig.worker.start();
+    const waiting = await rig.reach('late-to-a-down-chart', 'result-stored', 8000);
+    expect(await lateResult(waiting.externalId)).toMatchObject({ status: 'applied' });
+    chartDown = false;
+    const row = await rig.reach('late-to-a-down-chart', 'written', 5000);
+    expect(row.correlationId).toBe('ver-late');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['complete']);
+  });
+
+  it('writes a result whose webhook comes while its error response is being written after it', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 2, leaseMs: 10_000 },
+      answer: (_req, res) => json(res, 503, unavailable),
+      writer: (chart) => ({
+        async write(check, outcome, refs, options) {
+          const written = await chart.write(check, outcome, refs, options);
+          // The error response is in the chart; its record waits until the webhook has come.
+          if (outcome.kind === 'failed') await held;
+          return written;
+        },
+      }),
+    });
+    await rig.addCheck('late-to-a-write');
+    rig.worker.start();
+    const waiting = await rig.reach('late-to-a-write', 'result-stored', 8000);
+    await until('the error response in the chart', async () => (await responses()).length === 1);
+    expect(await lateResult(waiting.externalId)).toMatchObject({ status: 'applied' });
+    release();
+    const row = await rig.reach('late-to-a-write', 'written', 5000);
+    expect(row.correlationId).toBe('ver-late');
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
+  });
+
+  it('writes nothing for a re-verification given up after its plan was dropped: the Coverage is ended, the check withdrawn', async () => {
+    let dropped = false;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1 },
+      answer: async (_req, res, index) => {
+        if (index === 0) return json(res, 200, completed('ver-first'));
+        // The PMS drops the plan while the re-verification is at the service (scheduleAppointment's withdrawal).
+        await rig.store.transaction(async (tx) => {
+          const row = await tx.getCheck('dropped');
+          if (row) await tx.putCheck({ ...row, state: 'ending-coverage', dueAt: new Date().toISOString(), planDroppedAt: new Date().toISOString() });
+        });
+        dropped = true;
+        json(res, 503, unavailable);
+      },
+    });
+    await rig.addCheck('dropped');
+    rig.worker.start();
+    await rig.reach('dropped', 'written', 5000);
+    await reverifyNow('dropped');
+    await rig.reach('dropped', 'cancelled', 5000);
+    expect(dropped).toBe(true);
+    expect((await responses()).map((r) => r.outcome)).toEqual(['complete']);
+  });
+
+  it('is never another visit\'s fresh result: a visit of the same plan booked after it is verified for itself', async () => {
+    let up = false;
+    rig = await startWorkerRig({ worker: { maxAttempts: 2 }, answer: (_req, res) => (up ? json(res, 200, completed('ver-other')) : json(res, 503, unavailable)) });
+    await rig.addCheck('first-visit', { coverageFingerprint: 'one-plan' });
+    rig.worker.start();
+    await rig.reach('first-visit', 'needs-attention', 8000);
+    up = true;
+    await rig.addCheck('second-visit', { coverageFingerprint: 'one-plan' });
+    rig.worker.kick();
+    const second = await rig.reach('second-visit', 'written', 5000);
+    expect([second.correlationId, second.reusedFrom]).toEqual(['ver-other', undefined]);
+    expect(posts(rig.requests)).toHaveLength(3);
+  });
+});
