@@ -251,6 +251,8 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(adt('N4', 'P-23', guardian('', '""')))).toEqual(['AA']);
     await until('the period cleared', async () => (await periods())[0] === undefined);
     expect(await carried()).toEqual([{}]);
+    // The chart answers the write before the worker records it: the check is written once the store has that.
+    await until('written again', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
     expect(verificationsSent()).toBe(1);
     expect((await h.store.listChecks()).map((c) => [c.state, c.round])).toEqual([['written', 0]]);
   });
