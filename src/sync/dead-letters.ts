@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import type { FhirChange } from './ingest-fhir';
 import type { JobStore, MessageKind } from './job-store';
 
@@ -28,10 +29,11 @@ export function refusedOn(change: FhirChange, err: Error): string {
   return `${change.type}/${change.id}: ${err.message}`;
 }
 
-const NAMED_CHANGE = /^(Appointment|Patient|Coverage)\/([A-Za-z0-9\-.]{1,64}): /;
+const NAMED_CHANGE = /^(Appointment|Patient|Coverage)\/([^:/]+): /;
 
 /** The resource a FHIR letter's detail names first (refusedOn), which `jobs replay` reads again; none for one the chart refused nothing of. */
 export function changeOf(detail: string | undefined): FhirChange | undefined {
   const named = NAMED_CHANGE.exec(detail ?? '');
-  return named ? { type: named[1] as FhirChange['type'], id: named[2] as string } : undefined;
+  // An id the chart could not be read by (`.`, a path) names nothing to read again.
+  return named && FHIR_ID.test(named[2] as string) ? { type: named[1] as FhirChange['type'], id: named[2] as string } : undefined;
 }

@@ -88,7 +88,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
 
   return {
     async read(resourceType, id) {
-      // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` search.
+      // fhir-kit-client puts the id in the URL as given: `x/../Patient/p` would read another resource, `x?_id=…` or `.` search.
       if (!FHIR_ID.test(id)) throw new Error(`FHIR read ${resourceType}: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')`);
       return authorized({ resourceType, verb: 'read' }, async (requestOptions) => {
         try {

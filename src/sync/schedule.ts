@@ -253,32 +253,42 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * The Coverages this plugin wrote of plans the patient's record no longer names, for visits no
  * longer to come: over, or cancelled once their check was written. A dropped plan's check held by
  * a visit to come ends its Coverage as it is withdrawn (closingCheck); with none, the plan's
- * latest written check does (ending-coverage), once: one that ended it (planDroppedAt) is not
- * taken again, and a plan stated again and dropped again is ended by the check of a later visit,
- * whose write made it active again. Not for a patient every sender shares nor one merged into
- * another, as closingCheck. `record` is the patient's as the message leaves it. The keys of the checks taken.
+ * latest written check does (ending-coverage). Once: the plan's other written checks are marked
+ * as its drop seen (planDroppedAt) too, as one that ended it is, so the next change of the record
+ * does not end the Coverage again through an older visit's check (the EHR may have made it active
+ * again meanwhile); a plan stated again and dropped again is ended by the check whose write made
+ * it active again (the worker's write clears the mark). Not for a patient every sender shares nor
+ * one merged into another, as closingCheck. `record` is the patient's as the message leaves it.
+ * The keys of the checks taken.
  */
 export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: PatientInsuranceRecord, now: string): Promise<string[]> {
   if (record.mergedInto !== undefined) return [];
   const listed = new Set(record.coverages.map(planKey));
   const rows = await tx.checksOfPatient(patientKey);
   const ending = new Set(rows.filter((row) => row.state === 'ending-coverage').map((row) => planKey(row.check)));
-  const latest = new Map<string, CheckRow>();
+  const dropped = new Map<string, CheckRow[]>();
   for (const row of rows) {
     const plan = planKey(row.check);
-    if (row.state !== 'written' || row.planDroppedAt !== undefined || listed.has(plan) || ending.has(plan)) continue;
+    if (row.state !== 'written' || row.planDroppedAt !== undefined || listed.has(plan)) continue;
     if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) continue;
-    const other = latest.get(plan);
-    if (other === undefined || other.check.dateOfService < row.check.dateOfService) latest.set(plan, row);
+    dropped.set(plan, [...(dropped.get(plan) ?? []), row]);
   }
   const taken: string[] = [];
-  for (const { key } of latest.values()) {
-    // Read again, locked: another instance's worker may have moved it since.
-    const current = await tx.getCheck(key);
-    if (current?.state !== 'written' || current.planDroppedAt !== undefined) continue;
-    const { dueAt: _reverify, ...rest } = current;
-    await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(current.check) });
-    taken.push(key);
+  for (const [plan, written] of dropped) {
+    // A check of a visit to come ends it already (closingCheck): the others are only marked.
+    const latest = ending.has(plan) ? undefined : written.reduce((a, b) => (b.check.dateOfService > a.check.dateOfService ? b : a));
+    for (const { key } of written) {
+      // Read again, locked: another instance's worker may have moved it since.
+      const current = await tx.getCheck(key);
+      if (current?.state !== 'written' || current.planDroppedAt !== undefined) continue;
+      if (key !== latest?.key) {
+        await tx.putCheck({ ...current, planDroppedAt: now, updatedAt: now });
+        continue;
+      }
+      const { dueAt: _reverify, ...rest } = current;
+      await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(current.check) });
+      taken.push(key);
+    }
   }
   return taken;
 }

@@ -609,13 +609,14 @@ export class Worker {
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
+    // Written, the Coverage is active again: a later drop of its plan ends it again (endDroppedPlans).
     const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
       // The result of a round given up came by webhook while its failure was written: it is written next, after it.
       current.correlationId !== row.correlationId ? { state: 'result-stored', written: ids, dueAt: this.now() }
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
       : !chartCoverageChanged(current.check, row.check)
-        ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined }
+        ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined }
         : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
     ));
     if (done?.state !== state) return;

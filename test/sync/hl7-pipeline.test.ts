@@ -7,6 +7,7 @@ import { WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { replayMessage } from '../../src/sync/operations';
+import type { CheckState } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
 import { searchFhir, startHarness, startSyncInstance, until, type Harness } from './harness';
@@ -250,6 +251,8 @@ describe('HL7 v2 into the chart', () => {
     expect(await send(adt('N4', 'P-23', guardian('', '""')))).toEqual(['AA']);
     await until('the period cleared', async () => (await periods())[0] === undefined);
     expect(await carried()).toEqual([{}]);
+    // The chart answers the write before the worker records it: the check is written once the store has that.
+    await until('written again', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
     expect(verificationsSent()).toBe(1);
     expect((await h.store.listChecks()).map((c) => [c.state, c.round])).toEqual([['written', 0]]);
   });
@@ -398,6 +401,37 @@ describe('HL7 v2 into the chart', () => {
       expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
       expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
       expect(verificationsSent()).toBe(2);
+    });
+
+    // The plan's checks by visit, earliest first.
+    const cignaChecks = async () => (await h.store.listChecks()).filter((r) => r.check.coverage.payer.name === 'Cigna Dental').sort((a, b) => a.check.dateOfService.localeCompare(b.check.dateOfService));
+    /** Two visits booked with both plans and written, the first over by the time Cigna is dropped, the second over too or still to come; then another change of the record. */
+    const dropAfterTwoVisits = async (secondIn: number, secondDone: CheckState) => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      const booking = (id: string, appointment: string, start: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-41'), ...insurance(guardian, cigna)].join('\r');
+      expect(await send(booking('W1', 'APT-41A', visitIn(2)), booking('W2', 'APT-41B', visitIn(secondIn)))).toEqual(['AA', 'AA']);
+      await until('four written', async () => (await h.store.listChecks({ states: ['written'] })).length === 4);
+      offset = 4 * 86_400_000;
+      expect(await send(adt('W3', 'P-41', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('its check done', async () => (await cignaChecks())[1]?.state === secondDone);
+      expect((await cignaChecks()).map((r) => r.lastError)).toEqual([undefined, 'the PMS no longer sends this plan: its Coverage ended in the chart']);
+      const settled = await cignaChecks();
+
+      // Another change of the record, the plan still not sent: the Coverage was ended once, and is not ended again by the earlier visit's check.
+      expect(await send([msh('ADT^A08^ADT_A01', 'W4'), pid('P-41', 'DOE^JANET'), ...insurance(guardian)].join('\r'))).toEqual(['AA']);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await cignaChecks()).toEqual(settled);
+      expect(settled[0]?.state).toBe('written');
+    };
+
+    it('two visits over: the Coverage is ended once, by the later visit\'s check, not again by the earlier one at the next change', async () => {
+      await dropAfterTwoVisits(3, 'written');
+    });
+
+    it('one visit over and one to come: the Coverage is ended once, by the check of the visit to come', async () => {
+      await dropAfterTwoVisits(17, 'cancelled');
     });
   });
 

@@ -91,8 +91,11 @@ export class BundleIndex {
   }
 }
 
-/** R4's id: what a resource is read by, and nothing a URL would take for a path or a query. */
-export const FHIR_ID = /^[A-Za-z0-9\-.]{1,64}$/;
+/**
+ * R4's id: what a resource is read by, and nothing a URL would take for a path or a query. R4's
+ * pattern lets `.` and `..` through, which a URL takes as path steps (`Appointment/.` searches).
+ */
+export const FHIR_ID = /^(?!\.\.?$)[A-Za-z0-9\-.]{1,64}$/;
 
 /** `Type/id` from `http://host/base/Type/id[/_history/n]`. */
 export function relativeTail(url: string): string | undefined {

@@ -248,7 +248,7 @@ describe('checksFromServer over fhir-kit-client', () => {
     const chart = await startScriptedServer((_req, res) => void res.writeHead(200, { 'content-type': 'application/fhir+json' }).end(JSON.stringify({ resourceType: 'Patient', id: 'pat-marco' })));
     try {
       const reader = await fhirKitReader(`${chart.url}/fhir`);
-      for (const id of ['appt-4004/../../Patient/pat-marco', 'appt-4004?_elements=id', 'appt 4004', '']) {
+      for (const id of ['appt-4004/../../Patient/pat-marco', 'appt-4004?_elements=id', 'appt 4004', '', '.', '..']) {
         await expect(reader.read('Appointment', id)).rejects.toThrow("FHIR read Appointment: the id is not an R4 id (1 to 64 letters, digits, '-' and '.')");
       }
       expect(chart.requests).toEqual([]);
