@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { describeJsonSyntax } from '../verification/json-syntax';
 
 /**
@@ -38,6 +39,9 @@ const isChangedType = (type: string): type is ChangedType => (CHANGED_TYPES as r
 
 function changes(refs: Array<[ChangedType, string]>): NotificationIds {
   if (refs.length === 0) return { kind: 'heartbeat' };
+  // Read as a URL's path, . and .. would have the chart searched or its base read: the sender's mistake, not the chart's.
+  const unfit = refs.find(([, id]) => !FHIR_ID.test(id));
+  if (unfit) return { kind: 'invalid', reason: `${unfit[0]}.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)` };
   const changed: Changed = { Appointment: [], Patient: [], Coverage: [] };
   for (const [type, id] of refs) if (!changed[type].includes(id)) changed[type].push(id);
   return { kind: 'changes', changed };

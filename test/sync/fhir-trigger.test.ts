@@ -210,6 +210,13 @@ describe('FHIR-triggered eligibility', () => {
       expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient or Coverage' });
     });
 
+    it('refuses a notification naming an id R4 does not allow, as a mistake of the sender, not a chart to be tried again', async () => {
+      const refused = { status: 400, said: 'Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)' };
+      expect(await notify('', { resourceType: 'Appointment', id: '..' })).toEqual(refused);
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { resourceType: 'Appointment', id: 'appt 4004' } }] })).toEqual(refused);
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/.` }] })).toEqual(refused);
+    });
+
     it('names in its answer\'s expression the resource types the notification told of', async () => {
       const told = async (path: string, body?: object) => {
         const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', ...(body && { headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify(body) }) });
