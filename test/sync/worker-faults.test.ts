@@ -483,6 +483,18 @@ describe('the worker when the job store goes away under a step', () => {
     expect(lines).toEqual(lines.map((_, i) => said[i % 2]));
     expect(lines.length % 2).toBe(0);
   });
+
+  it('gives a check it pauses for the store back at once when it stops, not once the pause is over', async () => {
+    const { state } = await timingOut('stopped');
+    // Past the pauses of 20 to 640 ms: the one after the next write is a second long.
+    await sleep(1400);
+    const before = state.writes;
+    await until('the next write', async () => state.writes > before);
+    const stopping = Date.now();
+    await rig.worker.stop();
+    expect(Date.now() - stopping).toBeLessThan(400);
+    state.timingOut = false;
+  });
 });
 
 describe('the worker when something around it fails after a step is done', () => {
