@@ -334,9 +334,13 @@ export async function appointmentsToPoll(
   // checks would be verified again for a visit no longer there. One booked beyond it waits for the window.
   const changed = await reader.search('Appointment', previous.lastUpdated ? { ...changedWindow, date: `ge${from}`, _lastUpdated: `ge${previous.lastUpdated}` } : changedWindow);
   const appointments = sinceMark(changed, previous);
+  // Past the window is a day past its last in UTC: the search of the days it reaches next finds one by the
+  // server's reading of a date, in a zone of its own (Medplum's UTC: 1 AM on the 9th at +13:00 is on the
+  // 8th), and one the window's last day holds for the server is found by no later search.
+  const pastWindow = Date.parse(`${until}T00:00:00Z`) + 2 * 86_400_000;
   for (const { id, resource } of appointments.fresh) {
-    const day = AppointmentHead.safeParse(resource).data?.start?.slice(0, 10);
-    if (day === undefined || day <= until || (await stillHeld(store, id))) ids.add(id);
+    const start = Date.parse(AppointmentHead.safeParse(resource).data?.start ?? '');
+    if (Number.isNaN(start) || start < pastWindow || (await stillHeld(store, id))) ids.add(id);
   }
   if (previous.horizon && previous.horizon < until) {
     const reached = await reader.search('Appointment', { ...window, date: [`gt${previous.horizon}`, `le${until}`] });

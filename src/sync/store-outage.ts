@@ -1,5 +1,6 @@
+import type { PatientInsuranceRecord } from '../domain';
 import { errorText } from './error-text';
-import { StoreUnavailableError, type JobStore } from './job-store';
+import { StoreUnavailableError, type AppointmentRow, type CheckRow, type JobStore, type MessageRow, type NewMessage, type StoreTx } from './job-store';
 
 /**
  * Whether the store failed as a whole rather than the work given it: out of reach
@@ -19,22 +20,105 @@ export interface OutageLog {
 
 const watched = new WeakSet<JobStore>();
 
+/**
+ * How much of the store a call needs: 0 reads, 1 takes a lease, 2 changes what it holds. SQLite
+ * with its disk full still answers the lesser ones (reads go on beside the WAL; a claim of nothing,
+ * or a transaction that only reads, writes nothing): an outage ends when a call that needs as much
+ * as the most any call it failed needed is answered. PostgreSQL away, or SQLite's file held, fails
+ * the claims too (BEGIN IMMEDIATE), and a claim answered says it is back.
+ */
+type Need = 0 | 1 | 2;
+
 /** The calls that take a lease (a claim, its release, its extension, a rate token) rather than store work. */
 const LEASES = new Set<PropertyKey>(['claimDue', 'release', 'extendLease', 'beginWork', 'takeRateToken']);
 
 /**
- * How much of the store a call needs: 0 reads, 1 takes a lease, 2 stores work (a transaction).
- * SQLite with its disk full or its file held still answers the lesser ones (reads go on beside
- * the WAL, a claim with nothing due writes nothing): only a call that needs as much as the one
- * that met the outage says the store is back.
+ * A transaction's view of the store, noting in `writes` a change it asked for (`tried`) and one it
+ * made (`changed`): one without needs no more of the store than a claim. A message added is no
+ * change when it was kept before (INSERT OR IGNORE: a repeat, a dead letter kept once).
  */
-function needs(key: PropertyKey): number {
-  return key === 'transaction' ? 2 : LEASES.has(key) ? 1 : 0;
+class WatchedTx implements StoreTx {
+  constructor(
+    private readonly tx: StoreTx,
+    private readonly writes: { tried: boolean; changed: boolean },
+  ) {}
+
+  private change<T>(write: Promise<T>): Promise<T> {
+    this.writes.tried = this.writes.changed = true;
+    return write;
+  }
+
+  async addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }> {
+    this.writes.tried = true;
+    const added = await this.tx.addMessage(message);
+    if (!added.duplicate) this.writes.changed = true;
+    return added;
+  }
+
+  updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>) {
+    return this.change(this.tx.updateMessage(id, change));
+  }
+
+  getPatient(patientKey: string) {
+    return this.tx.getPatient(patientKey);
+  }
+
+  putPatient(patientKey: string, record: PatientInsuranceRecord) {
+    return this.change(this.tx.putPatient(patientKey, record));
+  }
+
+  getAppointment(key: string) {
+    return this.tx.getAppointment(key);
+  }
+
+  putAppointment(row: AppointmentRow) {
+    return this.change(this.tx.putAppointment(row));
+  }
+
+  appointmentsOfPatient(patientKey: string, except?: string) {
+    return this.tx.appointmentsOfPatient(patientKey, except);
+  }
+
+  appointmentsHolding(checkKey: string) {
+    return this.tx.appointmentsHolding(checkKey);
+  }
+
+  getCheck(key: string) {
+    return this.tx.getCheck(key);
+  }
+
+  putCheck(row: CheckRow) {
+    return this.change(this.tx.putCheck(row));
+  }
+
+  checkByCorrelationId(correlationId: string) {
+    return this.tx.checkByCorrelationId(correlationId);
+  }
+
+  sentUnder(externalId: string) {
+    return this.tx.sentUnder(externalId);
+  }
+
+  freshResults(coverageFingerprint: string, since: string) {
+    return this.tx.freshResults(coverageFingerprint, since);
+  }
+
+  verifying(coverageFingerprint: string) {
+    return this.tx.verifying(coverageFingerprint);
+  }
+
+  getMeta(key: string) {
+    return this.tx.getMeta(key);
+  }
+
+  setMeta(key: string, value: string) {
+    return this.change(this.tx.setMeta(key, value));
+  }
 }
 
 /**
  * The store, telling `log` of an outage once: a warning at the first call that meets it, and a line
- * when a call that needs as much of the store (needs) is answered again, with how long it was away.
+ * when a call that needs as much of the store (Need) is answered again, with how long it was away.
  * Each step, release, poll and message that meets the outage meanwhile says nothing of its own
  * (storeOutage tells them it is one): a restart of a second would otherwise be a page of errors.
  * The line it is back is a warning too, so a log that shows the one shows the other. A store
@@ -50,22 +134,35 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
    */
   let calls = 0;
   let callsBefore = 0;
-  /** What the call that met the outage needed of the store (needs). */
-  let unmet = 0;
-  const answered = (call: number, need: number) => {
+  /** The most a call the outage failed needed of the store (Need). */
+  let unmet: Need = 0;
+  const answered = (call: number, need: Need) => {
     if (since === undefined || call <= callsBefore || need < unmet) return;
     log.warn({ outageMs: now() - since }, 'the job store answers again');
     since = undefined;
     callsBefore = calls;
   };
-  const failed = (call: number, need: number, err: unknown): never => {
-    if (since === undefined && call > callsBefore && storeOutage(err)) {
+  const failed = (call: number, need: Need, err: unknown): never => {
+    if (!storeOutage(err)) throw err;
+    if (since !== undefined) unmet = need > unmet ? need : unmet;
+    else if (call > callsBefore) {
       since = now();
       callsBefore = calls;
       unmet = need;
       log.warn({ err: errorText(err) }, 'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers');
     }
     throw err;
+  };
+  const watch = <T>(made: number, result: Promise<T>, need: (answer: boolean) => Need): Promise<T> =>
+    result.then(
+      (answer) => (answered(made, need(true)), answer),
+      (err: unknown) => failed(made, need(false), err),
+    );
+  /** A transaction needs what it asked for (WatchedTx): a change, or no more than a claim. */
+  const transaction: JobStore['transaction'] = (work) => {
+    const made = ++calls;
+    const writes = { tried: false, changed: false };
+    return watch(made, store.transaction((tx) => work(new WatchedTx(tx, writes))), (answer) => ((answer ? writes.changed : writes.tried) ? 2 : 1));
   };
   // Each method wrapped once, at its first use, not at every call: the store is on every hot path.
   const wrapped = new Map<PropertyKey, { of: unknown; call: unknown }>();
@@ -77,15 +174,12 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       // A method set on the store since (as tests do to make it fail) is wrapped anew.
       if (known?.of === value) return known.call;
       const method = (value as (...a: unknown[]) => unknown).bind(target);
-      const need = needs(key);
+      const need: Need = LEASES.has(key) ? 1 : 0;
       // Closing answers nothing of whether the store is back.
-      const call = key === 'close' ? method : (...args: unknown[]) => {
+      const call = key === 'close' ? method : key === 'transaction' ? transaction : (...args: unknown[]) => {
         const made = ++calls;
         const result = method(...args);
-        return result instanceof Promise ? result.then(
-          (answer: unknown) => (answered(made, need), answer),
-          (err: unknown) => failed(made, need, err),
-        ) : result;
+        return result instanceof Promise ? watch(made, result, () => need) : result;
       };
       wrapped.set(key, { of: value, call });
       return call;

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as z from 'zod';
 import type { PayerResolver } from '../domain';
 import { describeIssue } from '../domain/issues';
@@ -110,7 +111,7 @@ export function localCorrelationId(externalId: string): string {
 
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
-/** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() waits for it. */
+/** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
 export class Worker {
@@ -132,6 +133,8 @@ export class Worker {
   private claimFaulted = false;
   /** Steps in a row the store failed: each holds its check a little longer before it is given back (outagePause). */
   private stepOutages = 0;
+  /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
+  private stopping = new AbortController();
   /**
    * Checks out of hand whose lease the store did not release (it was down): released before the
    * next claim, or no worker, this one included, would take them again until their leases ran out.
@@ -154,12 +157,14 @@ export class Worker {
   start(): void {
     if (this.running) return;
     this.running = true;
+    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     this.kick();
   }
 
   /** Stops taking checks and waits for the ones in hand; their leases are released. */
   async stop(): Promise<void> {
     this.running = false;
+    this.stopping.abort();
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
     await Promise.allSettled([...this.inHand.values()]);
@@ -724,9 +729,10 @@ export class Worker {
     await this.outageWait(++this.stepOutages);
   }
 
-  /** The n-th wait in a row for a store out of reach: idleMs, doubling, up to ANSWER_RETRY_MAX_MS. */
+  /** The n-th wait in a row for a store out of reach: idleMs, doubling, up to ANSWER_RETRY_MAX_MS, or until stop(). */
   private async outageWait(n: number): Promise<void> {
-    await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.idleMs * 2 ** (n - 1), ANSWER_RETRY_MAX_MS)));
+    const ms = Math.min(this.options.idleMs * 2 ** (n - 1), ANSWER_RETRY_MAX_MS);
+    await sleep(ms, undefined, { signal: this.stopping.signal }).catch(() => undefined);
   }
 
   private backoff(attempts: number): number {

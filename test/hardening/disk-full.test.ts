@@ -7,7 +7,7 @@ import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server'
 import { createLogger } from '../../src/service/logger';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
-import type { JobStore } from '../../src/sync/job-store';
+import type { JobStore, StoreTx } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { client, msa } from '../service/mllp-client';
 import { booking } from '../support/bookings';
@@ -21,12 +21,18 @@ import { startSyncInstance, until } from '../sync/harness';
  */
 const SQLITE_FULL = () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
 
-/** A store whose transactions fail as SQLite's do on a full disk while `full` is true. */
+/**
+ * A store whose changes fail as SQLite's do on a full disk while `full` is true: a transaction that
+ * only reads, and a claim, are answered all the same.
+ */
 function fillable(store: JobStore) {
   const state = { full: false };
+  const refuse = () => Promise.reject(SQLITE_FULL());
+  const changes = new Set<PropertyKey>(['addMessage', 'updateMessage', 'putPatient', 'putAppointment', 'putCheck', 'setMeta']);
+  const filled = (tx: StoreTx) => new Proxy(tx, { get: (target, key) => (state.full && changes.has(key) ? refuse : Reflect.get(target, key, target)) });
   const wrapped = new Proxy(store, {
     get(target, key, receiver) {
-      if (key === 'transaction' && state.full) return () => Promise.reject(SQLITE_FULL());
+      if (key === 'transaction') return <T>(work: (tx: StoreTx) => Promise<T>) => target.transaction((tx) => work(filled(tx)));
       const value = Reflect.get(target, key, receiver) as unknown;
       return typeof value === 'function' ? value.bind(target) : value;
     },
@@ -98,6 +104,8 @@ describe('the store disk full', () => {
     return {
       port,
       logs,
+      /** A FHIR poll (its errors are the store's, said by its watch). */
+      poll: () => instance.sync.pollAppointments().catch(() => undefined),
       async close() {
         await mllp.stop();
         await instance.close();
@@ -143,6 +151,9 @@ describe('the store disk full', () => {
       state.full = true;
       const refused = await sendUntilRefused(sync.port, store, texts.slice(1));
       expect(refused).toHaveLength(3);
+      // A FHIR poll reads its cursor in a transaction the full disk answers: the store is not back for a change.
+      await sync.poll();
+      expect(await sendOne(sync.port, refused[0] as string)).toBeUndefined();
       // By the store's watch, with the reason; a message turned away is not a dead letter (it would be answered AR).
       const logs = sync.logs.join('');
       expect(logs).toMatch(/"err":"database or disk is full","msg":"the job store is out of reach/);

@@ -448,4 +448,18 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(sent);
     expect((await onTheSeventh()).map((c) => c.round)).toEqual([0, 0]);
   });
+
+  it('finds by polling an appointment booked on the last day the window reaches, though at its own offset it is the day after', async () => {
+    let clock = new Date('2026-11-24T12:00:00Z'); // the window: to December 8
+    h = await startHarness({ now: () => clock });
+    const chart = chartOf('primary-secondary');
+    await h.fhir.seed(chart);
+    expect(await h.sync.pollAppointments()).toBe(1);
+    // Booked since for 1 AM on December 9 at +13:00, December 8 at noon UTC: in the window, as the server reads a date.
+    await h.fhir.seed(chart.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, id: 'appt-dawn', start: '2026-12-09T01:00:00+13:00', end: '2026-12-09T02:00:00+13:00' }] : [])));
+    const found = await h.sync.pollAppointments();
+    clock = new Date('2026-11-25T12:00:00Z');
+    expect(found + (await h.sync.pollAppointments())).toBe(1);
+    expect((await h.store.listAppointments()).map((a) => a.key).sort()).toEqual(['fhir|Appointment/appt-4004', 'fhir|Appointment/appt-dawn']);
+  });
 });

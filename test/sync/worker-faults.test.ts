@@ -460,37 +460,59 @@ describe('the worker when the job store goes away under a step', () => {
     expect(outageLines()).toEqual(said);
   });
 
-  it('pauses a check whose step the store failed while its claims go on, rather than taking it again at once: the chart is not called in a loop', async () => {
-    let held = false;
-    let writes = 0;
+  /**
+   * A rig whose check's chart write reads the patient's plans through the store, whose transactions from that
+   * first write on fail while its claims answer, as PostgreSQL's do when their queries time out (a SQLite file
+   * another process holds fails the claims too, at BEGIN IMMEDIATE, and the worker then looks less and less often).
+   */
+  async function timingOut(key: string) {
+    const state = { timingOut: false, writes: 0 };
     rig = await startWorkerRig({
-      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-held' }),
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${key}` }),
       writer: (chart) => ({
         async write(check, outcome, refs, options) {
-          // The write reads the patient's plans through the store, which from the first write on another process holds.
-          if (++writes === 1) held = true;
+          if (++state.writes === 1) state.timingOut = true;
           await options?.insuredUnder?.();
           return chart.write(check, outcome, refs, options);
         },
       }),
     });
-    await rig.addCheck('held');
+    await rig.addCheck(key);
     const { store } = rig;
     const read = store.transaction.bind(store);
-    // Its file held by another process: SQLite's transactions fail past busy_timeout, its claims of nothing and its reads answer.
-    const busy = () => Promise.reject(Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' }));
-    store.transaction = ((work) => (held ? busy() : read(work))) as typeof store.transaction;
+    const timedOut = () => Promise.reject(new StoreUnavailableError(new Error('Query read timeout')));
+    store.transaction = ((work) => (state.timingOut ? timedOut() : read(work))) as typeof store.transaction;
     rig.worker.start();
-    await until('the store held', async () => held);
+    await until('the store timing out', async () => state.timingOut);
+    return { state, read };
+  }
+
+  it('pauses a check whose step the store failed while its claims go on, rather than taking it again at once: the chart is not called in a loop', async () => {
+    const { state, read } = await timingOut('held');
     await sleep(1500);
-    const heldFor = writes;
-    held = false;
+    const heldFor = state.writes;
+    state.timingOut = false;
     const row = await settled(read, 'held');
     expect({ state: row.state, attempts: row.attempts, lastError: row.lastError }).toEqual({ state: 'written', attempts: 0, lastError: undefined });
     // Each pause longer than the last, from idleMs (20 ms) up to a second: a handful of writes in 1.5 s, not one per claim.
     expect(heldFor).toBeLessThanOrEqual(8);
     expect(rig.errors).toEqual([]);
-    expect(outageLines()).toEqual(said);
+    // A claim answered after transactions that asked for no change failed is the store answering: each time said so.
+    const lines = outageLines();
+    expect(lines).toEqual(lines.map((_, i) => said[i % 2]));
+    expect(lines.length % 2).toBe(0);
+  });
+
+  it('gives a check it pauses for the store back at once when it stops, not once the pause is over', async () => {
+    const { state } = await timingOut('stopped');
+    // Past the pauses of 20 to 640 ms: the one after the next write is a second long.
+    await sleep(1400);
+    const before = state.writes;
+    await until('the next write', async () => state.writes > before);
+    const stopping = Date.now();
+    await rig.worker.stop();
+    expect(Date.now() - stopping).toBeLessThan(400);
+    state.timingOut = false;
   });
 
   it('uses no attempt when the store cannot give a check its rate-limit token: it goes with the process\'s own bucket, its attempts left to the service\'s failures', async () => {
