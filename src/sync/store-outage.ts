@@ -83,12 +83,20 @@ class WatchedTx implements StoreTx {
     return this.tx.appointmentsHolding(checkKey);
   }
 
+  appointmentsVerifying(coverage: string) {
+    return this.tx.appointmentsVerifying(coverage);
+  }
+
   getCheck(key: string) {
     return this.tx.getCheck(key);
   }
 
   putCheck(row: CheckRow) {
     return this.change(this.tx.putCheck(row));
+  }
+
+  checksOfPatient(patientKey: string) {
+    return this.tx.checksOfPatient(patientKey);
   }
 
   checkByCorrelationId(correlationId: string) {
