@@ -394,7 +394,8 @@ describe('HL7 v2 into the chart', () => {
       let offset = 0;
       await start({ now: () => new Date(Date.now() + offset) });
       await bookBoth(visitIn(2));
-      offset = 3 * 86_400_000;
+      // Over where it is any day now: the clinic's zone unknown, a visit is over once its date has ended at UTC−12.
+      offset = 4 * 86_400_000;
       expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
       await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
       await until('its check done', async () => (await cignaCheck())?.state === 'written');
@@ -412,7 +413,8 @@ describe('HL7 v2 into the chart', () => {
       const booking = (id: string, appointment: string, start: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-41'), ...insurance(guardian, cigna)].join('\r');
       expect(await send(booking('W1', 'APT-41A', visitIn(2)), booking('W2', 'APT-41B', visitIn(secondIn)))).toEqual(['AA', 'AA']);
       await until('four written', async () => (await h.store.listChecks({ states: ['written'] })).length === 4);
-      offset = 4 * 86_400_000;
+      // Both over at UTC−12 (a third day's visit, whatever the hour), or the second still to come.
+      offset = 5 * 86_400_000;
       expect(await send(adt('W3', 'P-41', ...insurance(guardian)))).toEqual(['AA']);
       await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
       await until('its check done', async () => (await cignaChecks())[1]?.state === secondDone);
