@@ -1,3 +1,5 @@
+const { availableParallelism } = require('node:os');
+
 /** Jest runs the TypeScript sources through swc (no type check; `npm run typecheck` does that). */
 module.exports = {
   testEnvironment: 'node',
@@ -15,6 +17,10 @@ module.exports = {
   },
   transformIgnorePatterns: ['/node_modules/(?!fhir-kit-client/)'],
   testTimeout: 20000,
+  // Half the cores, as Jest's default, but never fewer than two workers: most suites spend their
+  // time waiting on sockets, timers and child processes, and one worker on a 2-core machine (CI's)
+  // left the second core idle for most of the run.
+  maxWorkers: Math.max(2, Math.floor(availableParallelism() / 2)),
   // Every log line the suite writes is kept and searched for patient data and secrets (test/hardening/).
   setupFiles: ['<rootDir>/test/hardening/log-capture.ts'],
   globalSetup: '<rootDir>/test/hardening/log-scan.setup.ts',
