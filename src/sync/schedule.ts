@@ -253,7 +253,7 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * The Coverages this plugin wrote of plans the patient's record no longer names, for visits no
  * longer to come: over, or cancelled once their check was written. A dropped plan's check held by
  * a visit to come ends its Coverage as it is withdrawn (closingCheck); with none, the plan's
- * latest written check does (ending-coverage), once: one that ended it (planDroppedAt) is not
+ * latest check whose write is in the chart does (restsInChart; ending-coverage), once: one that ended it (planDroppedAt) is not
  * taken again, and a plan stated again and dropped again is ended by the check of a later visit,
  * whose write made it active again. Not for a patient every sender shares nor one merged into
  * another, as closingCheck. `record` is the patient's as the message leaves it. The keys of the checks taken.
@@ -266,7 +266,7 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   const latest = new Map<string, CheckRow>();
   for (const row of rows) {
     const plan = planKey(row.check);
-    if (row.state !== 'written' || row.planDroppedAt !== undefined || listed.has(plan) || ending.has(plan)) continue;
+    if (!restsInChart(row) || row.planDroppedAt !== undefined || listed.has(plan) || ending.has(plan)) continue;
     if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) continue;
     const other = latest.get(plan);
     if (other === undefined || other.check.dateOfService < row.check.dateOfService) latest.set(plan, row);
@@ -275,12 +275,21 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   for (const { key } of latest.values()) {
     // Read again, locked: another instance's worker may have moved it since.
     const current = await tx.getCheck(key);
-    if (current?.state !== 'written' || current.planDroppedAt !== undefined) continue;
+    if (current === undefined || !restsInChart(current) || current.planDroppedAt !== undefined) continue;
     const { dueAt: _reverify, ...rest } = current;
     await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(current.check) });
     taken.push(key);
   }
   return taken;
+}
+
+/**
+ * A check done with, whose write made its plan's Coverage in the chart: written, or answered there
+ * with a failure and waiting for a person (a check given up, a payer's refusal), whose error
+ * response made the Coverage as a result's would.
+ */
+function restsInChart(row: CheckRow): boolean {
+  return row.state === 'written' || (row.state === 'needs-attention' && row.written !== undefined);
 }
 
 /**
