@@ -546,10 +546,11 @@ export class Worker {
 
   /**
    * A check the service never saw (or refused) is still answered in the chart: a Failed outcome
-   * of the plugin's own kind, with advice for the front desk, under a local correlation id.
+   * of the plugin's own kind, with advice for the front desk, under a local correlation id. It has
+   * no completedAt: no verification completed, and the chart would show that time as when one did.
    */
   private async storeLocalFailure(row: CheckRow, kind: string, title: string, detail: string, from: CheckState = row.state): Promise<void> {
-    const verification = { correlationId: localCorrelationId(row.externalId), status: 'Failed', completedAt: this.now(), result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
+    const verification = { correlationId: localCorrelationId(row.externalId), status: 'Failed', result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
     await this.outcomeArrived({ ...row, state: from }, toOutcome(verification));
   }
 
