@@ -253,8 +253,9 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * The Coverages this plugin wrote of plans the patient's record no longer names, for visits no
  * longer to come: over, or cancelled once their check was written. A dropped plan's check held by
  * a visit to come ends its Coverage as it is withdrawn (closingCheck); with none, the plan's
- * latest check whose write is in the chart does (restsInChart; ending-coverage), once: one that ended it (planDroppedAt) is not
- * taken again, and a plan stated again and dropped again is ended by the check of a later visit,
+ * latest check whose write is in the chart does (restsInChart; ending-coverage), once: when the
+ * plan's latest check is one that ended it (planDroppedAt), nothing is taken, not an earlier visit's
+ * check either, and a plan stated again and dropped again is ended by the check of a later visit,
  * whose write made it active again. Not for a patient every sender shares nor one merged into
  * another, as closingCheck. `record` is the patient's as the message leaves it. The keys of the checks taken.
  */
@@ -266,13 +267,14 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   const latest = new Map<string, CheckRow>();
   for (const row of rows) {
     const plan = planKey(row.check);
-    if (!restsInChart(row) || row.planDroppedAt !== undefined || listed.has(plan) || ending.has(plan)) continue;
+    if (!(restsInChart(row) || row.planDroppedAt !== undefined) || listed.has(plan) || ending.has(plan)) continue;
     if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) continue;
     const other = latest.get(plan);
     if (other === undefined || other.check.dateOfService < row.check.dateOfService) latest.set(plan, row);
   }
   const taken: string[] = [];
-  for (const { key } of latest.values()) {
+  for (const { key, planDroppedAt } of latest.values()) {
+    if (planDroppedAt !== undefined) continue;
     // Read again, locked: another instance's worker may have moved it since.
     const current = await tx.getCheck(key);
     if (current === undefined || !restsInChart(current) || current.planDroppedAt !== undefined) continue;

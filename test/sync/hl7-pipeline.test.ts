@@ -400,6 +400,27 @@ describe('HL7 v2 into the chart', () => {
       expect(verificationsSent()).toBe(2);
     });
 
+    it('two visits of the plan over: the Coverage is ended once, through the later visit\'s check, and the earlier one is left as it is', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      expect(await send([msh('SIU^S12^SIU_S12', 'Y1'), sch('APT-42', visitIn(2)), pid('P-42'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      expect(await send([msh('SIU^S12^SIU_S12', 'Y2'), sch('APT-43', visitIn(3)), pid('P-42'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('all four written', async () => (await h.store.listChecks({ states: ['written'] })).length === 4);
+      const cignaChecks = async () => (await h.store.listChecks()).filter((r) => r.check.coverage.payer.name === 'Cigna Dental').sort((a, b) => a.check.dateOfService.localeCompare(b.check.dateOfService));
+
+      offset = 5 * 86_400_000;
+      expect(await send(adt('Y3', 'P-42', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
+      await until('the later check back to written', async () => (await cignaChecks())[1]?.state === 'written');
+      const [earlier] = await cignaChecks();
+      expect(earlier?.planDroppedAt).toBeUndefined();
+
+      // Another change of the record, the plan still not sent: nothing more is ended, nothing rewritten.
+      expect(await send([msh('ADT^A08^ADT_A01', 'Y4'), pid('P-42', 'DOE^JANET'), ...insurance(guardian)].join('\r'))).toEqual(['AA']);
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await cignaChecks())[0]).toEqual(earlier);
+    });
+
     it('its check given up, its error response written, its visit over: the Coverage that write made ends, the check cancelled', async () => {
       let offset = 0;
       await start({ settings: { maxAttempts: 1 }, now: () => new Date(Date.now() + offset) });
