@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type PatientInsuranceRecord } from '
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
+import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -286,12 +286,14 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
 }
 
 /**
- * A check done with, whose write made its plan's Coverage in the chart: written, or answered there
- * with a failure and waiting for a person (a check given up, a payer's refusal), whose error
- * response made the Coverage as a result's would.
+ * A check done with, whose write made its plan's Coverage in the chart: written, or waiting for a
+ * person with a pair written (an error response, a check given up or a payer's refusal, makes the
+ * Coverage as a result does), or such a failure written whose visit was cancelled since. Not a
+ * cancelled one whose written result is no failure: ended, its visit over, it would come back written.
  */
 function restsInChart(row: CheckRow): boolean {
-  return row.state === 'written' || (row.state === 'needs-attention' && row.written !== undefined);
+  if (row.state === 'written') return true;
+  return row.written !== undefined && (row.state === 'needs-attention' || (row.state === 'cancelled' && resultKindOf(row) === 'failed'));
 }
 
 /**

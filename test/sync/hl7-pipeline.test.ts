@@ -401,6 +401,19 @@ describe('HL7 v2 into the chart', () => {
       expect(verificationsSent()).toBe(2);
     });
 
+    it('its check given up, its error response written, its visit cancelled: the Coverage that write made ends', async () => {
+      await start({ settings: { maxAttempts: 1 } });
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+      expect(await send([msh('SIU^S12^SIU_S12', 'Z1'), sch('APT-44'), pid('P-44'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both given up and answered in the chart', async () => (await h.store.listChecks({ states: ['needs-attention'] })).filter((r) => r.written).length === 2);
+      expect(await send([msh('SIU^S15^SIU_S12', 'Z2'), sch('APT-44'), pid('P-44')].join('\r'))).toEqual(['AA']);
+      expect(await send(adt('Z3', 'P-44', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      await until('its check done', async () => (await cignaCheck())?.state === 'cancelled' && (await cignaCheck())?.planDroppedAt !== undefined);
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
+
     it('two visits of the plan over: the Coverage is ended once, through the later visit\'s check, and the earlier one is left as it is', async () => {
       let offset = 0;
       await start({ now: () => new Date(Date.now() + offset) });
