@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { EligibilityCheck, PatientInsuranceRecord } from '../domain';
-import { outcomeKindOf } from '../verification/outcome';
+import { outcomeKindOf, type OutcomeKind } from '../verification/outcome';
 
 /**
  * The job store is the pipeline's source of truth: every message as received, the patients'
@@ -259,8 +259,13 @@ export function schemaRefusal(found: number, known: number, upgrade: boolean): s
 
 /** Whether a stored verification body is a completed one (a result that may serve another appointment). */
 export function hasCompletedResult(row: CheckRow): boolean {
+  return resultKindOf(row) === 'completed';
+}
+
+/** The kind of the check's result (its status), undefined while it has none. */
+export function resultKindOf(row: CheckRow): OutcomeKind | undefined {
   const status = (row.result as { status?: unknown } | undefined)?.status;
-  return typeof status === 'string' && outcomeKindOf(status) === 'completed';
+  return typeof status === 'string' ? outcomeKindOf(status) : undefined;
 }
 
 /** A rate bucket as a store keeps it: tokens left (below zero while requests wait their turn) at a time. */

@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type PatientInsuranceRecord } from '
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import type { AppointmentRow, AppointmentStatus, CheckRow, StoreTx } from './job-store';
+import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -253,8 +253,8 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * The Coverages this plugin wrote of plans the patient's record no longer names, for visits no
  * longer to come: over, or cancelled once their check was written. A dropped plan's check held by
  * a visit to come ends its Coverage as it is withdrawn (closingCheck); with none, the plan's
- * latest written check does (ending-coverage). Once: the plan's other written checks are marked
- * as its drop seen (planDroppedAt) too, as one that ended it is, so the next change of the record
+ * latest check whose write is in the chart does (restsInChart; ending-coverage). Once: the plan's
+ * other such checks are marked as its drop seen (planDroppedAt) too, as one that ended it is, so the next change of the record
  * does not end the Coverage again through an older visit's check (the EHR may have made it active
  * again meanwhile); a plan stated again and dropped again is ended by the check whose write made
  * it active again (the worker's write clears the mark). Not for a patient every sender shares nor
@@ -269,7 +269,7 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   const dropped = new Map<string, CheckRow[]>();
   for (const row of rows) {
     const plan = planKey(row.check);
-    if (row.state !== 'written' || row.planDroppedAt !== undefined || listed.has(plan)) continue;
+    if (!restsInChart(row) || row.planDroppedAt !== undefined || listed.has(plan)) continue;
     if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) continue;
     dropped.set(plan, [...(dropped.get(plan) ?? []), row]);
   }
@@ -280,7 +280,7 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
     for (const { key } of written) {
       // Read again, locked: another instance's worker may have moved it since.
       const current = await tx.getCheck(key);
-      if (current?.state !== 'written' || current.planDroppedAt !== undefined) continue;
+      if (current === undefined || !restsInChart(current) || current.planDroppedAt !== undefined) continue;
       if (key !== latest?.key) {
         await tx.putCheck({ ...current, planDroppedAt: now, updatedAt: now });
         continue;
@@ -291,6 +291,17 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
     }
   }
   return taken;
+}
+
+/**
+ * A check done with, whose write made its plan's Coverage in the chart: written, or waiting for a
+ * person with a pair written (an error response, a check given up or a payer's refusal, makes the
+ * Coverage as a result does), or such a failure written whose visit was cancelled since. Not a
+ * cancelled one whose written result is no failure: ended, its visit over, it would come back written.
+ */
+function restsInChart(row: CheckRow): boolean {
+  if (row.state === 'written') return true;
+  return row.written !== undefined && (row.state === 'needs-attention' || (row.state === 'cancelled' && resultKindOf(row) === 'failed'));
 }
 
 /**

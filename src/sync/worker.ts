@@ -12,7 +12,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
+import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
@@ -551,10 +551,11 @@ export class Worker {
 
   /**
    * A check the service never saw (or refused) is still answered in the chart: a Failed outcome
-   * of the plugin's own kind, with advice for the front desk, under a local correlation id.
+   * of the plugin's own kind, with advice for the front desk, under a local correlation id. It has
+   * no completedAt: no verification completed, and the chart would show that time as when one did.
    */
   private async storeLocalFailure(row: CheckRow, kind: string, title: string, detail: string, from: CheckState = row.state): Promise<void> {
-    const verification = { correlationId: localCorrelationId(row.externalId), status: 'Failed', completedAt: this.now(), result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
+    const verification = { correlationId: localCorrelationId(row.externalId), status: 'Failed', result: { type: `https://dental-elig.dev/problems/${kind}`, title, detail } };
     await this.outcomeArrived({ ...row, state: from }, toOutcome(verification));
   }
 
@@ -632,11 +633,14 @@ export class Worker {
   /**
    * The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the
    * chart is ended, then the check is cancelled; one written for a visit that is over (a plan
-   * dropped after it) stays written, its verification having served that visit.
+   * dropped after it) stays written, its verification having served that visit. One whose written
+   * result is a failure (given up, refused by the payer) served it with nothing: the plan gone and
+   * the visit over, it is left neither to a person nor to a retry of the checks given up.
    */
   private async endCoverage(row: CheckRow): Promise<void> {
     const { clinicId, dateOfService } = row.check;
-    const after = row.written !== undefined && dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId)) ? 'written' : 'cancelled';
+    const served = row.written !== undefined && resultKindOf(row) !== 'failed' && dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId));
+    const after = served ? 'written' : 'cancelled';
     let ended: boolean | undefined;
     try {
       const writer = await this.deps.writer();

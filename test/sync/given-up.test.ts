@@ -71,6 +71,8 @@ describe('a check the worker gives up on', () => {
     expect(response?.error?.[0]?.code.coding?.map((c) => c.code)).toEqual(['42', 'NotVerified']);
     // Neither what the service wrote (it may quote the patient) nor where it is.
     expect(JSON.stringify(response)).not.toMatch(/ELLEN|127\.0\.0\.1|localhost/);
+    // Nor a time the verification completed at, which an EHR would show as when the benefits were verified.
+    expect((response?.extension ?? []).map((e) => e.url.split('/').at(-1))).not.toContain('verification-completed');
 
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(rig.events.map((e) => [e.name, e.event.state, e.event.failureKind])).toEqual([

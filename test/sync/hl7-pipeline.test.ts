@@ -435,6 +435,36 @@ describe('HL7 v2 into the chart', () => {
     it('one visit over and one to come: the Coverage is ended once, by the check of the visit to come', async () => {
       await dropAfterTwoVisits(17, 'cancelled');
     });
+
+    it('its check given up, its error response written, its visit cancelled: the Coverage that write made ends', async () => {
+      await start({ settings: { maxAttempts: 1 } });
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+      expect(await send([msh('SIU^S12^SIU_S12', 'Z1'), sch('APT-44'), pid('P-44'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both given up and answered in the chart', async () => (await h.store.listChecks({ states: ['needs-attention'] })).filter((r) => r.written).length === 2);
+      expect(await send([msh('SIU^S15^SIU_S12', 'Z2'), sch('APT-44'), pid('P-44')].join('\r'))).toEqual(['AA']);
+      expect(await send(adt('Z3', 'P-44', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      await until('its check done', async () => (await cignaCheck())?.state === 'cancelled' && (await cignaCheck())?.planDroppedAt !== undefined);
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
+
+    it('its check given up, its error response written, its visit over: the Coverage that write made ends, the check cancelled', async () => {
+      let offset = 0;
+      await start({ settings: { maxAttempts: 1 }, now: () => new Date(Date.now() + offset) });
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+      expect(await send([msh('SIU^S12^SIU_S12', 'W1'), sch('APT-41', visitIn(2)), pid('P-41'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both given up and answered in the chart', async () => (await h.store.listChecks({ states: ['needs-attention'] })).filter((r) => r.written).length === 2);
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'active' });
+
+      offset = 4 * 86_400_000;
+      expect(await send(adt('W2', 'P-41', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      // Nothing left for a person to do: a retry of every check given up once the service is back does not send it.
+      await until('its check done', async () => (await cignaCheck())?.state === 'cancelled');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
   });
 
   it('dates the chart Coverage of a plan the PMS ends before the visit, and moves the other plan up, verifying nothing again', async () => {
