@@ -154,8 +154,8 @@ export interface StoreTx {
 
   getCheck(key: string): Promise<CheckRow | undefined>;
   putCheck(row: CheckRow): Promise<void>;
-  /** The checks made for this patient (their patientKey), in any state, unlocked: one to change is read again with getCheck. */
-  checksOfPatient(patientKey: string): Promise<CheckRow[]>;
+  /** The checks made for this patient (their patientKey) in one of `states`, unlocked: one to change is read again with getCheck. */
+  checksOfPatient(patientKey: string, states: readonly CheckState[]): Promise<CheckRow[]>;
   checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
   /** The check whose send under this externalId is under way (submitted: the service's answer not stored yet). */
   sentUnder(externalId: string): Promise<CheckRow | undefined>;

@@ -10,6 +10,7 @@ import {
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
+  type CheckState,
   type JobStore,
   type MessageKind,
   type MessageRecord,
@@ -315,8 +316,8 @@ class PgTx implements StoreTx {
     return checkWhere(this.db, `key = $1 AND state = 'submitted' AND row->>'externalId' = $2`, [rows[0].key, externalId]);
   }
 
-  async checksOfPatient(patientKey: string): Promise<CheckRow[]> {
-    const { rows } = await this.db.query<{ row: unknown }>(`SELECT row FROM checks WHERE row->>'patientKey' = $1`, [patientKey]);
+  async checksOfPatient(patientKey: string, states: readonly CheckState[]): Promise<CheckRow[]> {
+    const { rows } = await this.db.query<{ row: unknown }>(`SELECT row FROM checks WHERE row->>'patientKey' = $1 AND state = ANY($2)`, [patientKey, states]);
     return rows.map((r) => CheckRow.parse(r.row));
   }
 

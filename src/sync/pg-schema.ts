@@ -73,8 +73,9 @@ const MIGRATIONS: readonly string[] = [
   // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
   `SELECT 1;`,
   // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
-  // moved to another patient, it is the first patient's checks that are to go.
-  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks ((row->'check'->'source'->>'coverage'));`,
+  // moved to another patient, it is the first patient's checks that are to go. Only checks read from a FHIR Coverage have one:
+  // an HL7 booking writes no entry.
+  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks ((row->'check'->'source'->>'coverage')) WHERE (row->'check'->'source'->>'coverage') IS NOT NULL;`,
   // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
   `CREATE INDEX IF NOT EXISTS checks_patient ON checks ((row->>'patientKey'));`,
 ];

@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type PatientInsuranceRecord } from '
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type StoreTx } from './job-store';
+import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -264,7 +264,8 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
 export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: PatientInsuranceRecord, now: string): Promise<string[]> {
   if (record.mergedInto !== undefined) return [];
   const listed = new Set(record.coverages.map(planKey));
-  const rows = await tx.checksOfPatient(patientKey);
+  // Only these: a booking's new checks, or any still being verified, are not read (a record changes at most bookings).
+  const rows = await tx.checksOfPatient(patientKey, RESTING_OR_ENDING);
   const ending = new Set(rows.filter((row) => row.state === 'ending-coverage').map((row) => planKey(row.check)));
   const dropped = new Map<string, CheckRow[]>();
   for (const row of rows) {
@@ -292,6 +293,9 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   }
   return taken;
 }
+
+/** The states of a check restsInChart may take, and of one ending its plan's Coverage. */
+const RESTING_OR_ENDING: readonly CheckState[] = ['written', 'needs-attention', 'cancelled', 'ending-coverage'];
 
 /**
  * A check done with, whose write made its plan's Coverage in the chart: written, or waiting for a

@@ -101,8 +101,9 @@ const MIGRATIONS: readonly string[] = [
   // Nor here: checks may now hold their plan's dates (check.coverage.period), which no earlier version reads.
   `SELECT 1;`,
   // A FHIR Coverage changed finds the appointments its checks serve by the index (appointmentsVerifying), not by reading every check:
-  // moved to another patient, it is the first patient's checks that are to go.
-  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage'));`,
+  // moved to another patient, it is the first patient's checks that are to go. Only checks read from a FHIR Coverage have one:
+  // an HL7 booking writes no entry.
+  `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage')) WHERE json_extract(row, '$.check.source.coverage') IS NOT NULL;`,
   // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
   `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'));`,
 ];
@@ -498,7 +499,7 @@ export class SqliteJobStore implements JobStore {
       `SELECT DISTINCT a.* FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
        WHERE json_extract(c.row, '$.check.source.coverage') = ? AND a.status = 'booked'`,
     );
-    const ofPatientChecks = db.prepare(`SELECT key, row FROM checks WHERE json_extract(row, '$.patientKey') = ?`);
+    const ofPatientChecks = db.prepare(`SELECT key, row FROM checks WHERE json_extract(row, '$.patientKey') = ? AND state IN (SELECT value FROM json_each(?))`);
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
       `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
@@ -588,8 +589,8 @@ export class SqliteJobStore implements JobStore {
         else putResult.run(row.key, body);
         checks.put(row, text);
       },
-      async checksOfPatient(patientKey) {
-        return (ofPatientChecks.all(patientKey) as KeyedRow[]).map(checkOf);
+      async checksOfPatient(patientKey, states) {
+        return (ofPatientChecks.all(patientKey, JSON.stringify(states)) as KeyedRow[]).map(checkOf);
       },
       async checkByCorrelationId(correlationId) {
         const r = byCorrelation.get(correlationId) as KeyedRow | undefined;

@@ -1,6 +1,6 @@
 import type { PatientInsuranceRecord } from '../domain';
 import { errorText } from './error-text';
-import { StoreUnavailableError, type AppointmentRow, type CheckRow, type JobStore, type MessageRow, type NewMessage, type StoreTx } from './job-store';
+import { StoreUnavailableError, type AppointmentRow, type CheckRow, type CheckState, type JobStore, type MessageRow, type NewMessage, type StoreTx } from './job-store';
 
 /**
  * Whether the store failed as a whole rather than the work given it: out of reach
@@ -95,8 +95,8 @@ class WatchedTx implements StoreTx {
     return this.change(this.tx.putCheck(row));
   }
 
-  checksOfPatient(patientKey: string) {
-    return this.tx.checksOfPatient(patientKey);
+  checksOfPatient(patientKey: string, states: readonly CheckState[]) {
+    return this.tx.checksOfPatient(patientKey, states);
   }
 
   checkByCorrelationId(correlationId: string) {

@@ -1,7 +1,7 @@
 import { checksFromBundle } from '../../src/adapters/fhir/in';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { PatientInsuranceRecord } from '../../src/domain';
-import type { AppointmentRow, CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
+import type { AppointmentRow, CheckRow, CheckState, JobStore, StoreTx } from '../../src/sync/job-store';
 import { fingerprints } from '../../src/sync/schedule';
 import { chartOf } from './harness';
 
@@ -242,14 +242,17 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(await verifying('Coverage/cov-c')).toEqual([]);
     });
 
-    it('finds the checks of a patient in every state, and no other patient\'s', async () => {
+    it('finds the checks of a patient in the states asked for, and no other patient\'s', async () => {
       await store.transaction(async (tx) => {
         await tx.putCheck(checkRow('elig_1', { state: 'written' }));
         await tx.putCheck(checkRow('elig_2', { state: 'cancelled' }));
+        await tx.putCheck(checkRow('elig_4', { state: 'received' }));
         await tx.putCheck(checkRow('elig_3', { patientKey: 'fhir|Patient/pat-other' }));
       });
-      const of = (patientKey: string) => store.transaction(async (tx) => (await tx.checksOfPatient(patientKey)).map((r) => [r.key, r.state]).sort());
-      expect(await of('fhir|Patient/pat-ellen')).toEqual([['elig_1', 'written'], ['elig_2', 'cancelled']]);
+      const of = (patientKey: string, states: CheckState[] = ['written', 'cancelled', 'received']) =>
+        store.transaction(async (tx) => (await tx.checksOfPatient(patientKey, states)).map((r) => [r.key, r.state]).sort());
+      expect(await of('fhir|Patient/pat-ellen')).toEqual([['elig_1', 'written'], ['elig_2', 'cancelled'], ['elig_4', 'received']]);
+      expect(await of('fhir|Patient/pat-ellen', ['written', 'needs-attention'])).toEqual([['elig_1', 'written']]);
       expect(await of('fhir|Patient/pat-other')).toEqual([['elig_3', 'received']]);
       expect(await of('fhir|Patient/pat-none')).toEqual([]);
     });
