@@ -131,7 +131,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
       // What a booking says of the patient (a corrected name, a new member id) is the record now, as after an ADT:
       // their other appointments to come are verified with it, not with what was said when they were booked.
       if (!outcome.record) return own;
-      const others = await reevaluateAppointments(tx, outcome.patientKey, outcome.record, ctx, event.key);
+      const others = await reevaluateAppointments(tx, outcome, outcome.record, ctx, event.key);
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
@@ -147,7 +147,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
     }
     case 'record':
       // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks.
-      return outcome.record ? reevaluateAppointments(tx, outcome.patientKey, outcome.record, ctx) : { created: [], withdrawn: [] };
+      return outcome.record ? reevaluateAppointments(tx, outcome, outcome.record, ctx) : { created: [], withdrawn: [] };
     case 'merge': {
       const created: string[] = [];
       const withdrawn: string[] = [];
@@ -170,9 +170,15 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
  * checks and a corrected member id or name a new verification; and a plan it drops that no visit
  * to come was verifying has its Coverage ended all the same (endDroppedPlans).
  */
-async function reevaluateAppointments(tx: StoreTx, key: PatientKey, record: PatientInsuranceRecord, ctx: ScheduleContext, except?: string) {
+async function reevaluateAppointments(
+  tx: StoreTx,
+  { patientKey: key, dropsPlan }: { patientKey: PatientKey; dropsPlan?: true },
+  record: PatientInsuranceRecord,
+  ctx: ScheduleContext,
+  except?: string,
+) {
   const done = await rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
-  await endDroppedPlans(tx, patientKeyText(key), record, ctx.now.toISOString());
+  if (dropsPlan) await endDroppedPlans(tx, patientKeyText(key), record, ctx.now.toISOString());
   return done;
 }
 

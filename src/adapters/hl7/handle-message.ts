@@ -21,7 +21,7 @@ import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from '.
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
-import { coveragesOfPatient, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
+import { coveragesOfPatient, droppedPlan, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { samePlainData } from './plain-data';
 import { segmentLines } from './split-messages';
@@ -61,6 +61,8 @@ export type Hl7Outcome =
        * (or none were): their other appointments are built again from it. Absent when nothing changed.
        */
       record?: PatientInsuranceRecord;
+      /** A plan on file that the record no longer lists: its Coverage in the chart may be ended (see droppedPlan). */
+      dropsPlan?: true;
     }
   | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
   | {
@@ -70,6 +72,8 @@ export type Hl7Outcome =
       patientKey: PatientKey;
       /** As a booking's: the record this message leaves, when it states other details than were on file. */
       record?: PatientInsuranceRecord;
+      /** As a booking's. */
+      dropsPlan?: true;
     }
   | {
       kind: 'merge';
@@ -281,6 +285,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
     // check but not a provider, so each rebuild would swap its provider and verify it again.
     ...(!sameDetails(known, record) && { record }),
+    ...(droppedPlan(known?.coverages, coverages) && { dropsPlan: true }),
   };
 }
 
@@ -316,7 +321,14 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const updated = recordOf(ctx, patient, coverages, known?.appointments ?? [], stated || insuranceKnownIn(known));
   await options.store.put(key, updated);
-  return { kind: 'record', coverageCount: coverages.length, insuranceReceived: stated, patientKey: key, ...(!sameDetails(known, updated) && { record: updated }) };
+  return {
+    kind: 'record',
+    coverageCount: coverages.length,
+    insuranceReceived: stated,
+    patientKey: key,
+    ...(!sameDetails(known, updated) && { record: updated }),
+    ...(droppedPlan(known?.coverages, coverages) && { dropsPlan: true }),
+  };
 }
 
 /**

@@ -104,6 +104,17 @@ export function keptPeriods(reading: InsuranceReading, known: readonly KnownCove
   });
 }
 
+/**
+ * Whether a plan on file is not among `now`'s (by payer and member id): the one case in which a
+ * Coverage this plugin wrote may have to end with no visit to come. A patient new to the store has
+ * none on file, so most bookings read no checks for it.
+ */
+export function droppedPlan(onFile: readonly KnownCoverage[] | undefined, now: readonly KnownCoverage[]): boolean {
+  if (!onFile || onFile.length === 0) return false;
+  const listed = new Set(now.map(planKey));
+  return onFile.some((plan) => !listed.has(planKey(plan)));
+}
+
 /** Whether two plans hold on some day together (a plan not read, or with no dates, holds on every day). */
 function togetherInForce(one: KnownCoverage | undefined, other: KnownCoverage | undefined): boolean {
   if (!one || !other) return true;
