@@ -283,7 +283,9 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
       const current = await tx.getCheck(key);
       if (current === undefined || !restsInChart(current) || current.planDroppedAt !== undefined) continue;
       if (key !== latest?.key) {
-        await tx.putCheck({ ...current, planDroppedAt: now, updatedAt: now });
+        // One waiting for a person is left to none, as the latest is once its Coverage is ended (endCoverage): the plan is gone, its visit over.
+        const withdrawn = current.state === 'needs-attention' && { state: 'cancelled' as const, dueAt: undefined, lastError: whyEnding(current.check) };
+        await tx.putCheck({ ...current, ...withdrawn, planDroppedAt: now, updatedAt: now });
         continue;
       }
       const { dueAt: _reverify, ...rest } = current;

@@ -6,7 +6,7 @@ import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync
 import { WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
-import { replayMessage } from '../../src/sync/operations';
+import { replayMessage, retryCheck } from '../../src/sync/operations';
 import type { CheckState } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
@@ -463,6 +463,36 @@ describe('HL7 v2 into the chart', () => {
       // Nothing left for a person to do: a retry of every check given up once the service is back does not send it.
       await until('its check done', async () => (await cignaCheck())?.state === 'cancelled');
       expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
+
+    it('two visits given up, their error responses written, both over: no check of the plan is left to a person, nor sent again by a retry of those given up', async () => {
+      let offset = 0;
+      await start({ settings: { maxAttempts: 1 }, now: () => new Date(Date.now() + offset) });
+      // The service away until the checks are given up, back for a retry of them.
+      let serviceDown = true;
+      const sends = /^\/v2\/insurance-verification/;
+      h.sandbox.injectFault({ path: Object.assign(new RegExp(sends), { test: (path: string) => serviceDown && sends.test(path) }), status: 503, times: Infinity });
+      const booking = (id: string, appointment: string, start: string) => [msh('SIU^S12^SIU_S12', id), sch(appointment, start), pid('P-45'), ...insurance(guardian, cigna)].join('\r');
+      expect(await send(booking('X1', 'APT-45A', visitIn(2)), booking('X2', 'APT-45B', visitIn(3)))).toEqual(['AA', 'AA']);
+      await until('four given up and answered in the chart', async () => (await h.store.listChecks({ states: ['needs-attention'] })).filter((r) => r.written).length === 4);
+
+      offset = 5 * 86_400_000;
+      expect(await send(adt('X3', 'P-45', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      await until('its checks done', async () => (await cignaChecks()).every((r) => r.state === 'cancelled'));
+
+      // The service back, every check given up sent again (jobs retry --state needs-attention): Guardian's alone.
+      serviceDown = false;
+      const sent = verificationsSent();
+      for (const row of await h.store.listChecks({ states: ['needs-attention'] })) await retryCheck(h.store, row.key, new Date());
+      await until('Guardian verified again', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(verificationsSent() - sent).toBe(1);
+      expect((await cignaChecks()).map((r) => [r.state, r.lastError])).toEqual([
+        ['cancelled', 'the PMS no longer sends this plan'],
+        ['cancelled', 'the PMS no longer sends this plan: its Coverage ended in the chart'],
+      ]);
       expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
     });
   });
