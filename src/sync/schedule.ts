@@ -296,6 +296,20 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
   return taken;
 }
 
+/**
+ * Whether the patient's record, as the PMS has left it, no longer lists the plan a check verified:
+ * a plan dropped while the check was still under way for a visit already over, which
+ * endDroppedPlans, run at the drop, could not take (its write was not in the chart yet). HL7
+ * patients of one sender, not merged, as there.
+ */
+export async function planDroppedSince(tx: StoreTx, row: CheckRow): Promise<boolean> {
+  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
+  const record = await tx.getPatient(row.patientKey);
+  if (!record || record.mergedInto !== undefined) return false;
+  const plan = planKey(row.check);
+  return !record.coverages.some((listed) => planKey(listed) === plan);
+}
+
 /** The states of a check restsInChart may take, and of one ending its plan's Coverage. */
 const RESTING_OR_ENDING: readonly CheckState[] = ['written', 'needs-attention', 'cancelled', 'ending-coverage'];
 

@@ -15,7 +15,7 @@ import { planHoldsVisit, whyEnding } from './chart-resources';
 import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, type SchedulePolicy } from './schedule';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
 
@@ -616,15 +616,17 @@ export class Worker {
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
     // Written, the Coverage is active again: a later drop of its plan ends it again (endDroppedPlans).
-    const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
+    const done = await this.kept(() => this.step(row, 'result-stored', async (current, tx): Promise<Step> =>
       // The result of a round given up came by webhook while its failure was written: it is written next, after it.
       current.correlationId !== row.correlationId ? { state: 'result-stored', written: ids, dueAt: this.now() }
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
-      : !chartCoverageChanged(current.check, row.check)
-        ? { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined }
-        : { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() },
+      : chartCoverageChanged(current.check, row.check) ? { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() }
+      // Dropped by the PMS while this was under way for a visit over: the Coverage this write made active is ended now.
+      : (await planDroppedSince(tx, current)) ? { state: 'ending-coverage', written: ids, attempts: 0, dueAt: this.now(), planDroppedAt: this.now(), lastError: whyEnding(current.check) }
+      : { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined },
     ));
+    if (done?.state === 'ending-coverage') this.emit('written', { key: row.key, state: done.state, correlationId: row.correlationId, outcome: outcome.kind });
     if (done?.state !== state) return;
     this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
     if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });

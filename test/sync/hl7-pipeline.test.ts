@@ -449,6 +449,23 @@ describe('HL7 v2 into the chart', () => {
       expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
     });
 
+    it('its check still under way when the PMS drops the plan after the visit: the Coverage its write makes is ended once written', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      // Both verifications held at the service while the visit passes and the PMS drops Cigna.
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, delayMs: 2500, times: 2 });
+      expect(await send([msh('SIU^S12^SIU_S12', 'U1'), sch('APT-46', visitIn(2)), pid('P-46'), ...insurance(guardian, cigna)].join('\r'))).toEqual(['AA']);
+      await until('both sent', async () => (await h.store.listChecks({ states: ['submitted'] })).length === 2);
+      offset = 5 * 86_400_000;
+      expect(await send(adt('U2', 'P-46', ...insurance(guardian)))).toEqual(['AA']);
+      expect((await cignaCheck())?.state).toBe('submitted');
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 10_000);
+      await until('its check done', async () => (await cignaCheck())?.state === 'written');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      expect(verificationsSent()).toBe(2);
+    });
+
     it('its check given up, its error response written, its visit over: the Coverage that write made ends, the check cancelled', async () => {
       let offset = 0;
       await start({ settings: { maxAttempts: 1 }, now: () => new Date(Date.now() + offset) });
