@@ -4,7 +4,7 @@ import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import { dateAt, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
-import { samePeriod, type EligibilityCheck, type PatientInsuranceRecord } from '../domain';
+import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
@@ -235,15 +235,12 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
  */
 async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | undefined> {
   if (row.state !== 'written' && !WITHDRAWABLE.has(row.state)) return undefined;
-  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return undefined;
-  const record = await tx.getPatient(row.patientKey);
-  if (record === undefined || record.mergedInto !== undefined) return undefined;
-  const plan = planKey(row.check);
-  const listed = record.coverages.filter((known) => planKey(known) === plan);
-  const [first] = listed;
+  const onRecord = await planOnRecord(tx, row);
+  if (onRecord === undefined) return undefined;
+  const [first] = onRecord.listed;
   if (first === undefined) return row;
-  if (listed.some((known) => dayInPlan(known, row.check.dateOfService) === 'within')) return undefined;
-  const period = spanOf(first, record.coverages);
+  if (onRecord.listed.some((known) => dayInPlan(known, row.check.dateOfService) === 'within')) return undefined;
+  const period = spanOf(first, onRecord.plans);
   const dated = { ...row, check: { ...row.check, coverage: { ...row.check.coverage, ...(period && { period }) } } };
   // Listed twice with a gap the visit falls in: the Coverage's one period, from first to last, says no more.
   return planHoldsVisit(dated.check) ? undefined : dated;
@@ -299,15 +296,25 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
 /**
  * Whether the patient's record, as the PMS has left it, no longer lists the plan a check verified:
  * a plan dropped while the check was still under way for a visit already over, which
- * endDroppedPlans, run at the drop, could not take (its write was not in the chart yet). HL7
- * patients of one sender, not merged, as there.
+ * endDroppedPlans, run at the drop, could not take (its write was not in the chart yet). Only
+ * where the record speaks for the check's Coverage (planOnRecord), as at a withdrawal.
  */
 export async function planDroppedSince(tx: StoreTx, row: CheckRow): Promise<boolean> {
-  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return false;
+  return (await planOnRecord(tx, row))?.listed.length === 0;
+}
+
+/**
+ * The patient's plans as the PMS has left them, and those of them that are the check's plan (its
+ * payer and member id, the Coverage's key). Undefined where the record does not speak for the
+ * check's Coverage: not an HL7 patient, one every sender shares (their record holds one sender's
+ * plans), one merged into another (whose written checks stay as they are), or none on file.
+ */
+async function planOnRecord(tx: StoreTx, row: CheckRow): Promise<{ plans: KnownCoverage[]; listed: KnownCoverage[] } | undefined> {
+  if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) return undefined;
   const record = await tx.getPatient(row.patientKey);
-  if (!record || record.mergedInto !== undefined) return false;
+  if (record === undefined || record.mergedInto !== undefined) return undefined;
   const plan = planKey(row.check);
-  return !record.coverages.some((listed) => planKey(listed) === plan);
+  return { plans: record.coverages, listed: record.coverages.filter((known) => planKey(known) === plan) };
 }
 
 /** The states of a check restsInChart may take, and of one ending its plan's Coverage. */
