@@ -626,10 +626,10 @@ export class Worker {
       : (await planDroppedSince(tx, current)) ? { state: 'ending-coverage', written: ids, attempts: 0, dueAt: this.now(), planDroppedAt: this.now(), lastError: whyEnding(current.check) }
       : { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined },
     ));
-    if (done?.state === 'ending-coverage') this.emit('written', { key: row.key, state: done.state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (done?.state !== state) return;
-    this.emit('written', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
+    // Written either way; a failure whose plan is gone is left to no person (endCoverage).
+    if (done?.state !== state && done?.state !== 'ending-coverage') return;
+    this.emit('written', { key: row.key, state: done.state, correlationId: row.correlationId, outcome: outcome.kind });
+    if (done.state === state && needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
   }
 
   /**
