@@ -80,8 +80,13 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
     apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
     timeoutMs: fromFile.timeoutMs,
     maxRetries: fromFile.maxRetries,
-    allowInsecureHttp: envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp,
+    allowInsecureHttp: insecureHttpAllowed(env, fromFile),
   });
+}
+
+/** Whether plain http:// to another host is allowed, for the service and the chart alike: the environment over the file. */
+export function insecureHttpAllowed(env: NodeJS.ProcessEnv, fromFile: ConfigFile): boolean | undefined {
+  return envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp;
 }
 
 /**

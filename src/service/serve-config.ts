@@ -7,7 +7,7 @@ import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
-import { clientConfig, type ConfigFile, envFlag, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { clientConfig, type ConfigFile, insecureHttpAllowed, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -105,7 +105,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
  */
 export function chartSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): ServeConfig['fhir'] {
   const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
-  const allowInsecureHttp = envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp;
+  const allowInsecureHttp = insecureHttpAllowed(env, fromFile);
   if (fhirUrl !== undefined && !isHttpUrl(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: must be an http(s) URL');
   if (fhirUrl !== undefined && carriesCredentials(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN');
   // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one).
