@@ -270,6 +270,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   });
 
   metrics.inHand = () => worker.busy;
+  metrics.serviceUp = () => worker.service.since === undefined;
 
   const fhirOptions = { routing, now, policy };
 
@@ -455,7 +456,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         (err: unknown) => `failing: ${errorText(err)}`,
       );
       const fhir = await fhirHealth(config.fhir);
-      const service = lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
+      const out = worker.service.since;
+      const service = out ? `not answering since ${out.toISOString()}: checks wait for it` : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     start(): Promise<void> {

@@ -35,17 +35,22 @@ export class SyncMetrics {
 
   /** How many checks this process's worker holds: at the concurrency when the pipeline is saturated. */
   inHand: () => number = () => 0;
+  /** Whether the worker finds the verification service answering (ServiceOutage). */
+  serviceUp: () => boolean = () => true;
 
   constructor(store: JobStore, now: () => Date) {
-    const inHand = () => this.inHand();
-    new Gauge({
-      name: 'dental_elig_checks_in_hand',
-      help: 'Checks the worker holds right now (at most the concurrency)',
-      registers: [this.registry],
-      collect() {
-        this.set(inHand());
-      },
-    });
+    // Read from this process when scraped: what the worker holds now, not a count kept beside it.
+    const live = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(read());
+        },
+      });
+    live('dental_elig_checks_in_hand', 'Checks the worker holds right now (at most the concurrency)', () => this.inHand());
+    live('dental_elig_service_up', 'Whether the worker finds the verification service answering (0: out, checks waiting for it; one call at a time tries it)', () => (this.serviceUp() ? 1 : 0));
     const checks = new Gauge({ name: 'dental_elig_checks', help: 'Checks by state', labelNames: ['state'], registers: [this.registry] });
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });

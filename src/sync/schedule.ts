@@ -341,6 +341,16 @@ export function firstDateToCome(now: Date, timeZone: string | undefined): string
   return timeZone === undefined ? new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
 }
 
+/**
+ * Whether the visit's date has begun where its clinic is; where that is not known, anywhere on
+ * Earth (UTC+14): what this tells is owed to the front desk on the visit's day, better early than late.
+ */
+export function visitDayCome(check: EligibilityCheck, now: Date, policy: SchedulePolicy): boolean {
+  const timeZone = policy.timeZoneOf?.(check.clinicId);
+  const today = timeZone === undefined ? new Date(now.getTime() + 14 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
+  return check.dateOfService <= today;
+}
+
 /** The clinic an appointment's basis names: an HL7 one's always, a FHIR one's once it is read with one (rows stored before, none). */
 const AtClinic = z.looseObject({ clinicId: z.string() });
 

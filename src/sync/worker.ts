@@ -15,7 +15,8 @@ import { planHoldsVisit, whyEnding } from './chart-resources';
 import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
 
@@ -140,12 +141,15 @@ export class Worker {
    * next claim, or no worker, this one included, would take them again until their leases ran out.
    */
   private readonly unreleased = new Set<string>();
+  /** The service as this worker's calls find it: while it is out, checks wait for it in the store. */
+  readonly service: ServiceOutage;
 
   constructor(
     private readonly options: WorkerOptions,
     private readonly deps: WorkerDeps,
   ) {
     const store = (this.store = watchOutages(deps.store, deps.log));
+    this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log);
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
     this.limiter = new RateLimiter(
@@ -349,28 +353,34 @@ export class Worker {
       return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
     }
 
-    const attempts = row.attempts + 1;
-    // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
-    const sent = await this.step(
-      row,
-      row.state,
-      async (current, tx) => (current.state === 'received' && (await this.sharedVerification(tx, current))) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
-    );
-    if (sent?.state !== 'submitted') return;
-    await this.limiter.take(portalId);
+    const pass = this.service.admit(this.urgent(row));
+    if (pass === 'hold') return this.hold(row, row.state, { state: row.state });
     try {
-      if (mode === 'sync') {
-        const outcome = await this.timed('service', 'verify', () => this.deps.client.verify(body));
-        await this.outcomeArrived(sent, outcome);
-      } else {
-        const accepted = await this.timed('service', 'request verification', () => this.deps.client.requestVerification(body));
-        // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
-        // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
-        const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
-        await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
+      const attempts = row.attempts + 1;
+      // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
+      const sent = await this.step(
+        row,
+        row.state,
+        async (current, tx) => (current.state === 'received' && (await this.sharedVerification(tx, current))) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
+      );
+      if (sent?.state !== 'submitted') return;
+      await this.limiter.take(portalId);
+      try {
+        if (mode === 'sync') {
+          const outcome = await this.serviceCall(pass, 'verify', () => this.deps.client.verify(body));
+          await this.outcomeArrived(sent, outcome);
+        } else {
+          const accepted = await this.serviceCall(pass, 'request verification', () => this.deps.client.requestVerification(body));
+          // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
+          // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
+          const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
+          await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
+        }
+      } catch (err) {
+        await this.serviceFailed(sent, 'submitted', err);
       }
-    } catch (err) {
-      await this.serviceFailed(sent, 'submitted', err);
+    } finally {
+      this.service.done(pass);
     }
   }
 
@@ -438,6 +448,10 @@ export class Worker {
       this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
+    }
+    // The service out, this failure one of those that say so: the check waits for it, its send not counted.
+    if (this.service.since && !this.urgent(row)) {
+      return this.hold(row, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
     // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
@@ -566,9 +580,11 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    await this.limiter.take(row.portalId);
+    const pass = this.service.admit(this.urgent(row));
+    if (pass === 'hold') return this.hold(row, 'awaiting-result', { state: 'awaiting-result' });
     try {
-      const outcome = await this.timed('service', 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      await this.limiter.take(row.portalId);
+      const outcome = await this.serviceCall(pass, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -577,6 +593,8 @@ export class Worker {
       await this.outcomeArrived(row, outcome);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
+    } finally {
+      this.service.done(pass);
     }
   }
 
@@ -721,6 +739,34 @@ export class Worker {
         if (!storeOutage(err) || !this.running) throw err;
         await this.outageWait(tries + 1);
       }
+    }
+  }
+
+  /**
+   * A check whose call would go to a service found out waits for it: looked at again after the
+   * next call that tries the service, its attempts as they were. `failure`: the one that found it out.
+   */
+  private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
+    const since = this.service.since?.toISOString().slice(0, 16).replace('T', ' ');
+    const wait = this.service.holdFor((this.deps.random ?? Math.random)());
+    const why = `the verification service has not answered since ${since} UTC; waiting for it, no attempt used`;
+    await this.step(row, from, { ...change, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
+  }
+
+  /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */
+  private urgent(row: CheckRow): boolean {
+    return visitDayCome(row.check, this.deps.now(), this.options.policy);
+  }
+
+  /** A call to the service, its answer or failure told to the outage watch. */
+  private async serviceCall<T>(pass: Pass, operation: string, call: () => Promise<T>): Promise<T> {
+    try {
+      const answer = await this.timed('service', operation, call);
+      this.service.answered();
+      return answer;
+    } catch (err) {
+      this.service.failed(err, pass);
+      throw err;
     }
   }
 

@@ -76,6 +76,30 @@ describe('webhooks and service faults', () => {
     expect(h.sandbox.requestLog.filter((r) => r.status === 503).length).toBeGreaterThanOrEqual(6);
   });
 
+  it('waits out a service away for longer than the checks\' attempts last, healthz and metrics saying so meanwhile', async () => {
+    // The client's own retries off, so that each 503 is an attempt of the worker's.
+    h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    // Two checks of three attempts each: given up after six failures, were each counted.
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: 12 });
+    await notify('appt-4004');
+    const health = await until('healthz saying the service is out', async () => {
+      const answer = await fetch(`${h.httpUrl}/healthz`);
+      const body = (await answer.json()) as { service: string };
+      return /^not answering since \d{4}-\d\d-\d\dT/.test(body.service) && answer.status;
+    });
+    // A restart would not help: checks wait for the service in the store.
+    expect(health).toBe(200);
+    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toMatch(/^dental_elig_service_up 0$/m);
+    await until('both checks written once the service answers', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.outcome)).toEqual(['complete', 'complete']);
+    expect(h.sandbox.requestLog.filter((r) => r.status === 503)).toHaveLength(12);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_service_up 1$/m);
+    expect(metrics).not.toContain('NotVerified');
+  });
+
   it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
     h = await startHarness({ settings: { maxAttempts: 2 } });
     await h.fhir.seed(chartOf('primary-secondary'));

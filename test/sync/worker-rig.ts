@@ -31,6 +31,8 @@ export interface WorkerRig {
   errors: string[];
   /** The worker's warnings, each its message and fields. */
   warnings: Array<{ msg: string; fields: object }>;
+  /** The worker's lines at info, each its message and fields. */
+  infos: Array<{ msg: string; fields: object }>;
   /** Stores a check of the `self` fixture chart under `key`, due now (the contract's checkRow). */
   addCheck(key: string, change?: Partial<CheckRow>): Promise<void>;
   check(key: string): Promise<CheckRow>;
@@ -89,6 +91,7 @@ export async function startWorkerRig(options: {
   const events: WorkerRig['events'] = [];
   const errors: string[] = [];
   const warnings: WorkerRig['warnings'] = [];
+  const infos: WorkerRig['infos'] = [];
   const resolver = options.resolver ?? resolved(options.payerName);
   const worker = new Worker(
     { ...RIG_OPTIONS, ...options.worker },
@@ -101,7 +104,7 @@ export async function startWorkerRig(options: {
       ...(options.random && { random: options.random }),
       ...(options.loopBusy && { loopBusy: options.loopBusy }),
       ...(options.arriving && { arriving: options.arriving }),
-      log: { info: () => undefined, warn: (fields, msg) => warnings.push({ msg, fields }), error: (_obj, msg) => errors.push(msg) },
+      log: { info: (fields, msg) => infos.push({ msg, fields }), warn: (fields, msg) => warnings.push({ msg, fields }), error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => {
         events.push({ name, event });
         options.onEvent?.(name);
@@ -116,6 +119,7 @@ export async function startWorkerRig(options: {
     events,
     errors,
     warnings,
+    infos,
     async addCheck(key, change = {}) {
       // Each a plan of its own: checks of one plan wait for the one verification sent first.
       await store.transaction((tx) => tx.putCheck(checkRow(key, { dueAt: new Date().toISOString(), coverageFingerprint: `coverage-${key}`, ...change })));

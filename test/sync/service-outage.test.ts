@@ -1,0 +1,175 @@
+import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { json } from '../support/http-server';
+import { searchFhir, until } from './harness';
+import { checkRow } from './job-store-contract';
+import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
+import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
+import { ServiceError } from '../../src/verification/errors';
+
+/**
+ * The verification service away for longer than a check's attempts last: the checks wait for it in
+ * the store, one call at a time tries it, and once it answers each is verified and written once.
+ * A check whose visit is today is not held: the front desk is told it could not be verified, in
+ * time to call the payer.
+ */
+
+const failure = (status: number | undefined, retryAfterMs?: number) =>
+  new ServiceError({ operation: 'verify', ...(status !== undefined && { status }), problem: { title: 'x' }, ...(status === undefined && { code: 'ECONNREFUSED' }), ...(retryAfterMs !== undefined && { retryAfterMs }) });
+
+describe('ServiceOutage', () => {
+  let clock = 0;
+  const log = { info: jest.fn(), warn: jest.fn() };
+  const watch = () => new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log);
+  beforeEach(() => {
+    clock = 1_000_000;
+    jest.clearAllMocks();
+  });
+
+  it('is out after failures in a row that say so, and an answer between starts the count again', () => {
+    const w = watch();
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    w.answered();
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go');
+    expect(w.since).toBeUndefined();
+    expect(w.admit(false)).toBe('go');
+    w.failed(failure(504), 'go');
+    expect(w.since).toEqual(new Date(clock));
+    expect(log.warn).toHaveBeenCalledTimes(1);
+  });
+
+  it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
+    const w = watch();
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
+    w.failed(failure(429), 'go');
+    expect(w.since).toBeUndefined();
+    w.failed(failure(422), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
+    expect(w.since).toBeUndefined();
+    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
+    expect(w.since).toBeUndefined();
+    w.failed(new Error('a fault of this program'), 'go');
+    w.failed(failure(502), 'go');
+    expect(w.since).toBeDefined();
+  });
+
+  it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    expect(w.admit(false)).toBe('hold');
+    // A visit today goes all the same.
+    expect(w.admit(true)).toBe('go');
+    const waits: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const from = clock;
+      while (w.admit(false) !== 'probe') clock += 10;
+      waits.push(clock - from);
+      expect(w.admit(false)).toBe('hold');
+      w.failed(failure(503), 'probe');
+      w.done('probe');
+    }
+    expect(waits.slice(0, 5)).toEqual([100, 200, 400, 800, 1600]);
+    expect(waits.slice(-2)).toEqual([60_000, 60_000]);
+    // The calls that were under way fail too: they put the next probe off no further.
+    const next = clock + 60_000;
+    w.failed(failure(503), 'go');
+    w.failed(failure(undefined), 'go');
+    clock = next;
+    expect(w.admit(false)).toBe('probe');
+    w.failed(failure(503, 120_000), 'probe');
+    w.done('probe');
+    clock += 60_000;
+    expect(w.admit(false)).toBe('hold');
+    clock += 60_000;
+    expect(w.admit(false)).toBe('probe');
+    w.answered();
+    w.done('probe');
+    expect(w.since).toBeUndefined();
+    expect(w.admit(false)).toBe('go');
+    expect(log.info).toHaveBeenCalledWith(expect.objectContaining({ outageMs: expect.any(Number) }), expect.stringMatching(/answers again/));
+  });
+});
+
+describe('a service away longer than the checks\' attempts last', () => {
+  let rig: WorkerRig;
+  afterEach(async () => {
+    await rig.close();
+  });
+
+  const unavailable = { title: 'Unavailable', status: 503 };
+  const completed = (n: number) => ({ ...(resultBody('completed-minimal') as object), correlationId: `ver-${n}` });
+  /** A day `days` from now, UTC. */
+  const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
+  const addVisit = (key: string, dateOfService: string) => rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService } });
+
+  it('holds the batch in the store without using its attempts, tries it one call at a time, and verifies each once when it is back', async () => {
+    let down = true;
+    let verified = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
+      answer: (_req, res) => (down ? json(res, 503, unavailable) : json(res, 200, completed(++verified))),
+    });
+    const keys = Array.from({ length: 8 }, (_, i) => `later-${i}`);
+    for (const key of keys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the service found out', async () => rig.worker.service.since !== undefined);
+    const atOutage = posts(rig.requests).length;
+    // Three attempts with backoff of 50 to 400 ms are used up within a second: three seconds hold each check many times over.
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const duringOutage = posts(rig.requests).length - atOutage;
+    // One call at a time, each 50, 100, 200, 400, 400... ms after the last: not each check at its own backoff.
+    expect(duringOutage).toBeGreaterThanOrEqual(4);
+    expect(duringOutage).toBeLessThanOrEqual(12);
+    const held = await Promise.all(keys.map((key) => rig.check(key)));
+    expect(held.map((row) => row.state).filter((state) => state !== 'received')).toEqual([]);
+    expect(held.every((row) => row.attempts < 3)).toBe(true);
+    expect(held.some((row) => /has not answered since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
+    expect(rig.events).toEqual([]);
+
+    down = false;
+    for (const key of keys) await rig.reach(key, 'written', 8000);
+    expect(rig.worker.service.since).toBeUndefined();
+    const chart = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?_count=50')) as CoverageEligibilityResponse[];
+    expect(chart.map((r) => r.outcome)).toEqual(keys.map(() => 'complete'));
+    // Each verified once: one answered send per check.
+    expect(verified).toBe(keys.length);
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toHaveLength(1);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
+    expect(rig.events.filter((e) => e.name === 'failed')).toEqual([]);
+  });
+
+  it('does not hold a check whose visit is today: it is given up in time and the chart says so, while the later ones wait', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } }, answer: (_req, res) => json(res, 503, unavailable) });
+    for (let i = 0; i < 6; i++) await addVisit(`later-${i}`, inDays(10));
+    await addVisit('today', inDays(0));
+    rig.worker.start();
+    const today = await rig.reach('today', 'needs-attention', 8000);
+    expect(today.lastError).toMatch(/^NotVerified/);
+    expect(rig.worker.service.since).toBeDefined();
+    const later = await Promise.all(Array.from({ length: 6 }, (_, i) => rig.check(`later-${i}`)));
+    expect(later.map((row) => row.state)).toEqual(later.map(() => 'received'));
+    const chart = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(chart.map((r) => [r.outcome, r.error?.[0]?.code.coding?.at(-1)?.code])).toEqual([['error', 'NotVerified']]);
+  });
+
+  it('gives up a check the service fails alone while it answers the others, as before', async () => {
+    let verified = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: OUTAGE_AFTER + 2, backoff: { baseMs: 20, maxMs: 60 }, concurrency: 2 },
+      answer: (req, res) => (req.body.includes('ext-choked') ? json(res, 500, { title: 'Internal error', status: 500 }) : json(res, 200, completed(++verified))),
+    });
+    await addVisit('choked', inDays(10));
+    // Others keep coming while it fails: each answered between its sends.
+    let n = 0;
+    const others = setInterval(() => void addVisit(`other-${n++}`, inDays(10)).then(() => rig.worker.kick()), 15);
+    try {
+      rig.worker.start();
+      const row = await rig.reach('choked', 'needs-attention', 10_000);
+      expect(row.lastError).toMatch(/^NotVerified/);
+      expect(posts(rig.requests).length - verified).toBe(OUTAGE_AFTER + 2);
+    } finally {
+      clearInterval(others);
+    }
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
+  });
+});
