@@ -39,6 +39,8 @@ function saysOut(err: ServiceError): boolean | undefined {
  */
 export class ServiceOutage {
   private inRow = 0;
+  /** When the failures in a row began: the service has not answered since. */
+  private failingSince = 0;
   private outSince: number | undefined;
   private nextProbe = 0;
   private probes = 0;
@@ -49,9 +51,11 @@ export class ServiceOutage {
     private readonly backoff: { baseMs: number; maxMs: number },
     private readonly now: () => number,
     private readonly log: OutageWatchLog,
+    /** Told when the service answers again, with when it was found failing. */
+    private readonly back: (since: Date) => void = () => undefined,
   ) {}
 
-  /** When the service was found out; undefined while it answers. */
+  /** When the failures that found the service out began; undefined while it answers. */
   get since(): Date | undefined {
     return this.outSince === undefined ? undefined : new Date(this.outSince);
   }
@@ -80,9 +84,11 @@ export class ServiceOutage {
     this.inRow = 0;
     if (this.outSince === undefined) return;
     this.log.info({ outageMs: this.now() - this.outSince, held: this.heldChecks }, 'the verification service answers again; the checks held for it go on');
+    const since = new Date(this.outSince);
     this.outSince = undefined;
     this.probes = 0;
     this.heldChecks = 0;
+    this.back(since);
   }
 
   /**
@@ -95,11 +101,11 @@ export class ServiceOutage {
     const out = saysOut(err);
     if (out === false) return this.answered();
     if (out === undefined) return;
-    this.inRow++;
+    if (this.inRow++ === 0) this.failingSince = this.now();
     const retryAfter = this.now() + (err.retryAfterMs ?? 0);
     if (this.outSince === undefined) {
       if (this.inRow < OUTAGE_AFTER) return;
-      this.outSince = this.now();
+      this.outSince = this.failingSince;
       this.log.warn({ failures: this.inRow, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
     } else if (pass !== 'probe') {
       this.nextProbe = Math.max(this.nextProbe, retryAfter);

@@ -16,6 +16,7 @@ import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type Job
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { retryCheck } from './operations';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -149,7 +150,7 @@ export class Worker {
     private readonly deps: WorkerDeps,
   ) {
     const store = (this.store = watchOutages(deps.store, deps.log));
-    this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log);
+    this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, (since) => void this.sendAgainGivenUp(since));
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
     this.limiter = new RateLimiter(
@@ -753,6 +754,30 @@ export class Worker {
     await this.step(row, from, { ...change, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }
 
+  /**
+   * The checks given up as not verified while the service was away (their visits' days had come,
+   * so they were not held) are sent again once it answers, those whose visits are still to come:
+   * the front desk was told in time, and the chart now gets the result after that error response.
+   */
+  private async sendAgainGivenUp(since: Date): Promise<void> {
+    try {
+      const now = this.deps.now();
+      const rows = await this.store.listChecks({ states: ['needs-attention'] });
+      const { timeZoneOf } = this.options.policy;
+      const givenUp = rows.filter(
+        (row) =>
+          givenUpHere(row) &&
+          Date.parse(row.resultAt ?? '') >= since.getTime() &&
+          row.check.dateOfService >= firstDateToCome(now, timeZoneOf?.(row.check.clinicId)),
+      );
+      for (const row of givenUp) await retryCheck(this.store, row.key, now);
+      if (givenUp.length > 0) this.deps.log.info({ checks: givenUp.length }, 'checks given up while the service was away are sent again');
+      this.kick();
+    } catch (err) {
+      this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+    }
+  }
+
   /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */
   private urgent(row: CheckRow): boolean {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
@@ -837,6 +862,12 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
 /** Whether another check's result is still fresh on this check's visit: one that is not would have it verified again before it. */
 function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): boolean {
   return reverifyAt(row, new Date(fresh.resultAt ?? 0), policy) === undefined;
+}
+
+/** Whether a check's result is this plugin's not-verified failure of its round (giveUp), not an answer of the service's. */
+function givenUpHere(row: CheckRow): boolean {
+  if ((row.result as { correlationId?: unknown } | undefined)?.correlationId !== localCorrelationId(row.externalId)) return false;
+  return failureKindIn(toOutcome(row.result)) === NOT_VERIFIED;
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */

@@ -101,14 +101,18 @@ describe('a service away longer than the checks\' attempts last', () => {
   /** A day `days` from now, UTC. */
   const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
   const addVisit = (key: string, dateOfService: string) => rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService } });
-
-  it('holds the batch in the store without using its attempts, tries it one call at a time, and verifies each once when it is back', async () => {
-    let down = true;
-    let verified = 0;
+  /** A rig whose service answers 503 until `down` is false, then a result numbering each one it verified. */
+  async function awayRig() {
+    const service = { down: true, verified: 0 };
     rig = await startWorkerRig({
       worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
-      answer: (_req, res) => (down ? json(res, 503, unavailable) : json(res, 200, completed(++verified))),
+      answer: (_req, res) => (service.down ? json(res, 503, unavailable) : json(res, 200, completed(++service.verified))),
     });
+    return service;
+  }
+
+  it('holds the batch in the store without using its attempts, tries it one call at a time, and verifies each once when it is back', async () => {
+    const service = await awayRig();
     const keys = Array.from({ length: 8 }, (_, i) => `later-${i}`);
     for (const key of keys) await addVisit(key, inDays(10));
     rig.worker.start();
@@ -121,25 +125,26 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(duringOutage).toBeGreaterThanOrEqual(4);
     expect(duringOutage).toBeLessThanOrEqual(12);
     const held = await Promise.all(keys.map((key) => rig.check(key)));
-    expect(held.map((row) => row.state).filter((state) => state !== 'received')).toEqual([]);
+    // Waiting to be sent, or the one call trying the service under way.
+    expect(held.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
     expect(held.every((row) => row.attempts < 3)).toBe(true);
     expect(held.some((row) => /has not answered since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
     expect(rig.events).toEqual([]);
 
-    down = false;
+    service.down = false;
     for (const key of keys) await rig.reach(key, 'written', 8000);
     expect(rig.worker.service.since).toBeUndefined();
     const chart = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?_count=50')) as CoverageEligibilityResponse[];
     expect(chart.map((r) => r.outcome)).toEqual(keys.map(() => 'complete'));
     // Each verified once: one answered send per check.
-    expect(verified).toBe(keys.length);
+    expect(service.verified).toBe(keys.length);
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toHaveLength(1);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
     expect(rig.events.filter((e) => e.name === 'failed')).toEqual([]);
   });
 
-  it('does not hold a check whose visit is today: it is given up in time and the chart says so, while the later ones wait', async () => {
-    rig = await startWorkerRig({ worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } }, answer: (_req, res) => json(res, 503, unavailable) });
+  it('does not hold a check whose visit is today: it is given up in time, the chart says so, and it is sent again once the service is back', async () => {
+    const service = await awayRig();
     for (let i = 0; i < 6; i++) await addVisit(`later-${i}`, inDays(10));
     await addVisit('today', inDays(0));
     rig.worker.start();
@@ -147,9 +152,20 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(today.lastError).toMatch(/^NotVerified/);
     expect(rig.worker.service.since).toBeDefined();
     const later = await Promise.all(Array.from({ length: 6 }, (_, i) => rig.check(`later-${i}`)));
-    expect(later.map((row) => row.state)).toEqual(later.map(() => 'received'));
-    const chart = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
-    expect(chart.map((r) => [r.outcome, r.error?.[0]?.code.coding?.at(-1)?.code])).toEqual([['error', 'NotVerified']]);
+    expect(later.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
+    const told = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(told.map((r) => [r.outcome, r.error?.[0]?.code.coding?.at(-1)?.code])).toEqual([['error', 'NotVerified']]);
+
+    service.down = false;
+    const again = await rig.reach('today', 'written', 8000);
+    expect(again.round).toBe(today.round + 1);
+    for (let i = 0; i < 6; i++) await rig.reach(`later-${i}`, 'written', 8000);
+    const all = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?_count=50')) as CoverageEligibilityResponse[];
+    expect(all.filter((r) => r.outcome === 'complete')).toHaveLength(7);
+    // Today's visit: the error the front desk was shown, then the result, newest.
+    const todays = all.filter((r) => r.identifier?.some((i) => i.value === 'today')).sort((a, b) => Date.parse(a.created) - Date.parse(b.created));
+    expect(todays.map((r) => r.outcome)).toEqual(['error', 'complete']);
+    expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
   });
 
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
