@@ -26,6 +26,17 @@ export function dateAt(at: Date, timeZone: string): string {
   return formatter(timeZone).format(at);
 }
 
+/** Minute formatters by time zone, as costly to build. */
+const minutes = new Map<string, Intl.DateTimeFormat>();
+
+/** The date and minute it is in `timeZone` at `at`, as YYYY-MM-DD HH:MM. */
+export function minuteAt(at: Date, timeZone: string): string {
+  let format = minutes.get(timeZone);
+  if (!format) minutes.set(timeZone, (format = new Intl.DateTimeFormat('en-CA', { timeZone, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' })));
+  const part = Object.fromEntries(format.formatToParts(at).map((p) => [p.type, p.value]));
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}`;
+}
+
 /**
  * The instant a YYYY-MM-DD date begins in `timeZone`: its midnight there, or, where the clocks skip
  * midnight (Santiago's spring change), the first instant the date has. The offset is read twice: on

@@ -4,6 +4,7 @@ import * as z from 'zod';
 import type { PayerResolver } from '../domain';
 import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { minuteAt } from '../adapters/local-date';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
@@ -461,7 +462,8 @@ export class Worker {
       const usedUp = retryAfter === undefined ? row.attempts >= this.options.maxAttempts : this.pendingPast(row, retryAfter);
       if (usedUp) {
         const why = retryAfter === undefined ? `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})` : 'The verification service put it off past the time a verification may wait';
-        await this.giveUp(row, from, row.attempts, summary, why);
+        // Sends put off are not counted: how many there were says nothing.
+        await this.giveUp(row, from, retryAfter === undefined ? row.attempts : undefined, summary, why);
         return;
       }
     }
@@ -500,11 +502,15 @@ export class Worker {
    * of its write or its re-verification failing in this program) has nothing more to write: it is
    * dead, `summary` saying why to the operator.
    */
-  private async giveUp(row: CheckRow, from: CheckState, attempts: number, summary: string, why: string): Promise<void> {
+  private async giveUp(row: CheckRow, from: CheckState, attempts: number | undefined, summary: string, why: string): Promise<void> {
     if (VERIFYING.includes(from)) {
-      return this.storeLocalFailure(row, NOT_VERIFIED, 'Benefits could not be verified', `${why}, ${attempts} ${attempts === 1 ? 'attempt' : 'attempts'} in all; given up ${this.now().slice(0, 16).replace('T', ' ')} UTC.`, from);
+      // When, as the front desk reads its clock: the clinic's time where its zone is known.
+      const timeZone = this.options.policy.timeZoneOf?.(row.check.clinicId);
+      const at = timeZone === undefined ? `${this.now().slice(0, 16).replace('T', ' ')} UTC` : `${minuteAt(this.deps.now(), timeZone)} (${timeZone})`;
+      const count = attempts === undefined ? '' : `, ${attempts} ${attempts === 1 ? 'attempt' : 'attempts'} in all`;
+      return this.storeLocalFailure(row, NOT_VERIFIED, 'Benefits could not be verified', `${why}${count}; given up ${at}.`, from);
     }
-    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts} attempts: ${summary}` });
+    const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts ?? 'its'} attempts: ${summary}` });
     if (dead) this.emit('failed', { key: row.key, state: 'dead', detail: summary });
   }
 
@@ -877,6 +883,8 @@ function chartMayTakeIt(err: unknown): boolean {
 
 function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.kind !== 'failed') return outcome.kind;
+  // The front desk's advice is in the chart; the operator reading jobs list wants why and when.
+  if (outcome.failure.kind === NOT_VERIFIED && outcome.problem.detail) return `${NOT_VERIFIED}: ${outcome.problem.detail}`;
   const advice = `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}`;
   return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
 }

@@ -50,7 +50,7 @@ const downWhile = (down: () => boolean) => (chart: EligibilityWriter): Eligibili
   write: (...args) => (down() ? Promise.reject(new ChartWriteError('the FHIR server answered 503', { retryable: true })) : chart.write(...args)),
 });
 
-const ADVICE = /could not be verified.*Verify the benefits on the payer's portal or by phone\. The operator sends the check again once the service answers/;
+const ADVICE = /could not be verified.*Verify the benefits on the payer's portal or by phone\. The check is sent again once the service answers/;
 
 describe('a check the worker gives up on', () => {
   it('is answered in the chart: one error response, R4-valid, saying why in short and what to do', async () => {
@@ -59,7 +59,8 @@ describe('a check the worker gives up on', () => {
     rig.worker.start();
     const row = await rig.reach('unanswered', 'needs-attention', 8000);
     expect(posts(rig.requests)).toHaveLength(3);
-    expect(row.lastError).toMatch(/^NotVerified: Verify the benefits/);
+    // For the operator (jobs list): why and when; the front desk's advice is in the chart.
+    expect(row.lastError).toMatch(/^NotVerified: The verification service was unavailable or did not answer \(last: 503\), 3 attempts in all; given up \d{4}-\d\d-\d\d \d\d:\d\d UTC\.$/);
     expect(row.written?.verification).toBe(`local-${row.externalId}`);
 
     const [response, ...more] = await responses();
@@ -80,6 +81,20 @@ describe('a check the worker gives up on', () => {
       ['written', 'needs-attention', undefined],
       ['needs-attention', 'needs-attention', 'NotVerified'],
     ]);
+  });
+
+  it('says when it was given up on the clinic\'s clock where the clinic\'s zone is known', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, policy: { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000, timeZoneOf: () => 'Pacific/Kiritimati' } },
+      answer: (_req, res) => json(res, 503, unavailable),
+    });
+    await rig.addCheck('kiritimati');
+    rig.worker.start();
+    await rig.reach('kiritimati', 'needs-attention', 8000);
+    const [response] = await responses();
+    // UTC+14: the clinic's date and hour, not UTC's.
+    const there = new Date(Date.now() + 14 * 3_600_000).toISOString().slice(0, 13).replace('T', ' ');
+    expect(response?.disposition).toMatch(new RegExp(`1 attempt in all; given up ${there}:\\d\\d \\(Pacific/Kiritimati\\)\\.`));
   });
 
   it('is written after the earlier result when it was a re-verification: the error response is the chart\'s newest', async () => {
