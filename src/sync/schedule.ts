@@ -342,13 +342,12 @@ export function firstDateToCome(now: Date, timeZone: string | undefined): string
 }
 
 /**
- * Whether the visit's date has begun where its clinic is; where that is not known, anywhere on
- * Earth (UTC+14): what this tells is owed to the front desk on the visit's day, better early than late.
+ * Whether the visit's date has begun where its clinic is; where that is not known, at UTC, as
+ * reverifyAt takes it (a US clinic's visit from the evening before, an Australian one's from mid-morning).
  */
 export function visitDayCome(check: EligibilityCheck, now: Date, policy: SchedulePolicy): boolean {
   const timeZone = policy.timeZoneOf?.(check.clinicId);
-  const today = timeZone === undefined ? new Date(now.getTime() + 14 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
-  return check.dateOfService <= today;
+  return check.dateOfService <= (timeZone === undefined ? now.toISOString().slice(0, 10) : dateAt(now, timeZone));
 }
 
 /** The clinic an appointment's basis names: an HL7 one's always, a FHIR one's once it is read with one (rows stored before, none). */

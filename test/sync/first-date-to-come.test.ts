@@ -5,7 +5,7 @@ import { fhirKitReader } from '../../src/sync/fhir-reader';
 import { appointmentsOfChanged, ingestFhirAppointment } from '../../src/sync/ingest-fhir';
 import { ingestHl7 } from '../../src/sync/ingest-hl7';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
-import { firstDateToCome, reverifyAt } from '../../src/sync/schedule';
+import { firstDateToCome, reverifyAt, visitDayCome } from '../../src/sync/schedule';
 import { segment } from '../adapters/hl7/segment';
 import { storePerTest } from '../support/sqlite-store';
 import { chartOf } from './harness';
@@ -27,6 +27,19 @@ test('the first date to come is the earliest date anywhere: a day behind UTC unt
   expect(firstDateToCome(EVENING, undefined)).toBe('2026-11-30');
   expect(firstDateToCome(new Date('2026-12-01T11:59:59Z'), undefined)).toBe('2026-11-30');
   expect(firstDateToCome(new Date('2026-12-01T12:00:00Z'), undefined)).toBe('2026-12-01');
+});
+
+test('a visit\'s day has come on the clinic\'s calendar where its zone is known, on UTC\'s where it is not', () => {
+  const visit = { ...checkRow('k').check, dateOfService: '2026-12-01' };
+  const inZone = (timeZone: string) => ({ ...policy, timeZoneOf: () => timeZone });
+  // 21:00 in New York on 30 November: not yet there, already at UTC.
+  expect(visitDayCome(visit, EVENING, inZone('America/New_York'))).toBe(false);
+  expect(visitDayCome(visit, EVENING, policy)).toBe(true);
+  // 08:00 on 1 December in Sydney (+11) is still 30 November at UTC.
+  expect(visitDayCome(visit, new Date('2026-11-30T21:00:00Z'), inZone('Australia/Sydney'))).toBe(true);
+  expect(visitDayCome(visit, new Date('2026-11-30T21:00:00Z'), policy)).toBe(false);
+  // A visit whose day is over has come too.
+  expect(visitDayCome(visit, new Date('2026-12-09T12:00:00Z'), policy)).toBe(true);
 });
 
 test('where the clinic\'s zone is known, the first date to come is the date it is there, on both sides of the date line', () => {
