@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsu
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type CheckState, type StoreTx } from './job-store';
+import { type AppointmentRow, type AppointmentStatus, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -323,12 +323,12 @@ const RESTING_OR_ENDING: readonly CheckState[] = ['written', 'needs-attention', 
 /**
  * A check done with, whose write made its plan's Coverage in the chart: written, or waiting for a
  * person with a pair written (an error response, a check given up or a payer's refusal, makes the
- * Coverage as a result does), or such a failure written whose visit was cancelled since. Not a
- * cancelled one whose written result is no failure: ended, its visit over, it would come back written.
+ * Coverage as a result does), or withdrawn with a pair written: its visit cancelled once a failure
+ * was written, or while a re-verification was under way, the earlier result still in the chart.
  */
 function restsInChart(row: CheckRow): boolean {
   if (row.state === 'written') return true;
-  return row.written !== undefined && (row.state === 'needs-attention' || (row.state === 'cancelled' && resultKindOf(row) === 'failed'));
+  return row.written !== undefined && (row.state === 'needs-attention' || row.state === 'cancelled');
 }
 
 /**

@@ -436,6 +436,30 @@ describe('HL7 v2 into the chart', () => {
       await dropAfterTwoVisits(17, 'cancelled');
     });
 
+    it('its check being verified again when its visit was cancelled: the Coverage its earlier result made ends, the check cancelled', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      // The result gone stale before the visit: Cigna is verified again, its send held at the service while the visit is cancelled.
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, delayMs: 2500, times: 1 });
+      await h.store.transaction(async (tx) => {
+        const row = await tx.getCheck((await cignaCheck())?.key ?? '');
+        if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+      });
+      await until('its re-verification sent', async () => (await cignaCheck())?.state === 'submitted');
+      expect(await send([msh('SIU^S15^SIU_S12', 'R2'), sch('APT-40', visitIn(2)), pid('P-40')].join('\r'))).toEqual(['AA']);
+      expect((await cignaCheck())?.state).toBe('cancelled');
+
+      // Dropped once the cancelled visit's date is over: the check comes back to no visit, so neither written nor verified again.
+      offset = 4 * 86_400_000;
+      expect(await send(adt('R3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      await until('its check done', async () => (await cignaCheck())?.planDroppedAt !== undefined && (await cignaCheck())?.dueAt === undefined);
+      expect((await cignaCheck())?.state).toBe('cancelled');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
+
     it('its check given up, its error response written, its visit cancelled: the Coverage that write made ends', async () => {
       await start({ settings: { maxAttempts: 1 } });
       h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
