@@ -640,7 +640,10 @@ export class Worker {
    * the visit over, it is left neither to a person nor to a retry of the checks given up.
    */
   private async endCoverage(row: CheckRow): Promise<void> {
-    const after = async (current: CheckRow, tx: StoreTx): Promise<CheckState> => ((await this.servedItsVisit(current, tx)) ? 'written' : 'cancelled');
+    // Done, unless the PMS spoke again meanwhile (a plan being dated dropped since: endDroppedPlans): its last word is carried out next.
+    const done = (change: Omit<Step, 'state'>) => async (current: CheckRow, tx: StoreTx): Promise<Step> =>
+      current.planDroppedAt !== row.planDroppedAt ? { state: 'ending-coverage', attempts: 0, dueAt: this.now() }
+      : { ...change, state: (await this.servedItsVisit(current, tx)) ? 'written' : 'cancelled' };
     let ended: boolean | undefined;
     try {
       const writer = await this.deps.writer();
@@ -655,7 +658,7 @@ export class Worker {
         this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
-      await this.kept(() => this.step(row, 'ending-coverage', async (current, tx) => ({ state: await after(current, tx), dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` })));
+      await this.kept(() => this.step(row, 'ending-coverage', done({ dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` })));
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;
     }
@@ -666,7 +669,7 @@ export class Worker {
       : dropped ? 'its Coverage ended in the chart'
       : 'its Coverage given them in the chart';
     // Kept as a write's record is: claimed again, the Coverage would be ended again, and said to have had none active.
-    await this.kept(() => this.step(row, 'ending-coverage', async (current, tx) => ({ state: await after(current, tx), attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` })));
+    await this.kept(() => this.step(row, 'ending-coverage', done({ attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` })));
   }
 
   /**
