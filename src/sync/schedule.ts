@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsu
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import { type AppointmentRow, type AppointmentStatus, type CheckRow, type CheckState, type StoreTx } from './job-store';
+import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -258,13 +258,21 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * now drops is ended all the same, its Coverage cancelled rather than dated (asDropped): dated
  * already, through its latest check as any; still being dated, by the check dating it. Not for a
  * patient every sender shares nor one merged into another, as closingCheck. `record` is the
- * patient's as the message leaves it. The keys of the checks taken.
+ * patient's as the message leaves it, `droppedMemberIds` those of the plans it drops
+ * (droppedMemberIds). The keys of the checks taken.
  */
-export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: PatientInsuranceRecord, now: string): Promise<string[]> {
+export async function endDroppedPlans(
+  tx: StoreTx,
+  patientKey: string,
+  record: PatientInsuranceRecord,
+  droppedMemberIds: readonly string[],
+  now: string,
+): Promise<string[]> {
   if (record.mergedInto !== undefined) return [];
   const listed = new Set(record.coverages.map(planKey));
-  // Only these: a booking's new checks, or any still being verified, are not read (a record changes at most bookings).
-  const rows = (await tx.checksOfPatient(patientKey, RESTING_OR_ENDING)).filter((row) => !listed.has(planKey(row.check)) && row.check.source.kind === 'hl7' && !sharedPatient(row.check));
+  // Only these: a booking's new checks, or any still being verified, are not read (a record changes at most bookings);
+  // nor the checks of the plans still listed, a patient's years of history.
+  const rows = (await tx.checksOfPatient(patientKey, droppedMemberIds, RESTING_OR_ENDING)).filter((row) => !listed.has(planKey(row.check)) && row.check.source.kind === 'hl7' && !sharedPatient(row.check));
   const taken: string[] = [];
   const ending = new Set<string>();
   for (const { key, state, check } of rows) {
@@ -278,7 +286,7 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
     await tx.putCheck({ ...current, check: undated, attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(undated) });
     taken.push(key);
   }
-  const dropped = new Map<string, CheckRow[]>();
+  const dropped = new Map<string, CheckOfPlan[]>();
   for (const row of rows) {
     if (!restsInChart(row) || dropSeen(row)) continue;
     const plan = planKey(row.check);
@@ -307,7 +315,7 @@ export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: P
 }
 
 /** Whether the check's mark is of its plan's drop: one of its plan's dates moved off its visit (a Coverage dated) is not. */
-function dropSeen(row: CheckRow): boolean {
+function dropSeen(row: Pick<CheckOfPlan, 'planDroppedAt' | 'check'>): boolean {
   return row.planDroppedAt !== undefined && planHoldsVisit(row.check);
 }
 
@@ -354,7 +362,7 @@ const RESTING_OR_ENDING: readonly CheckState[] = ['written', 'needs-attention', 
  * Coverage as a result does), or withdrawn with a pair written: its visit cancelled once a failure
  * was written, or while a re-verification was under way, the earlier result still in the chart.
  */
-function restsInChart(row: CheckRow): boolean {
+function restsInChart(row: { state: CheckState; written?: unknown }): boolean {
   if (row.state === 'written') return true;
   return row.written !== undefined && (row.state === 'needs-attention' || row.state === 'cancelled');
 }

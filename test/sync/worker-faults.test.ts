@@ -736,7 +736,7 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     await dating;
     const { memberId: _m, ...person } = written.check.patient;
     const record = { patient: person, coverages: [], appointments: [], updatedAt: new Date().toISOString(), messageControlId: 'M-2' };
-    await rig.store.transaction((tx) => endDroppedPlans(tx, written.patientKey, record, new Date(Date.parse(datedAt) + 1).toISOString()));
+    await rig.store.transaction((tx) => endDroppedPlans(tx, written.patientKey, record, [written.check.subscriber.memberId], new Date(Date.parse(datedAt) + 1).toISOString()));
     release();
     await until('its check done', async () => (await rig.check('dated')).state === 'cancelled');
     expect((await rig.check('dated')).lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
