@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Coverage, CoverageClass, Extension, Identifier as FhirIdentifier, Organization, Patient, Reference } from 'fhir/r4';
-import { samePeriod, type EligibilityCheck, type Identifier } from '../domain';
+import { samePeriod, type EligibilityCheck, type Identifier, type PlanPeriod } from '../domain';
 import { dayInPlan } from '../adapters/hl7';
 import { payerIdSystem } from '../adapters/fhir/in/payer';
 import { extensionUrl } from '../adapters/fhir/out/extensions';
@@ -217,7 +217,7 @@ export function endedCoverage(stored: Coverage, check: EligibilityCheck, insured
  * Whether the check's plan, by the dates it carries, is in force on its visit: one the PMS ended
  * before the visit (or begins after it), withdrawn for that, has its Coverage dated rather than cancelled.
  */
-export function planHoldsVisit(check: EligibilityCheck): boolean {
+export function planHoldsVisit(check: { dateOfService: string; coverage: { period?: PlanPeriod | undefined } }): boolean {
   return dayInPlan(check.coverage, check.dateOfService) === 'within';
 }
 
@@ -255,7 +255,7 @@ export function droppedCoverage(stored: Coverage, droppedAt: string): Coverage |
 }
 
 /** Whether the patient is known by an identifier every sender shares (an OID or URI authority): one sender's record says nothing of another's plans. */
-export function sharedPatient(check: EligibilityCheck): boolean {
+export function sharedPatient(check: { patient: { identifiers: readonly Pick<Identifier, 'system'>[] } }): boolean {
   return globalSystem(firstIdentifier(check).system) !== undefined;
 }
 
@@ -319,7 +319,7 @@ function patientIdentifier(check: EligibilityCheck): SystemAndValue {
   return { system: system ?? '', value: value ?? '' };
 }
 
-function firstIdentifier(check: EligibilityCheck): Identifier {
+function firstIdentifier<T extends Pick<Identifier, 'system'>>(check: { patient: { identifiers: readonly T[] } }): T {
   const first = check.patient.identifiers[0];
   if (!first) throw new ChartWriteError('Patient.identifier: the check carries no patient identifier to find the chart\'s Patient by', { retryable: false });
   return first;

@@ -172,13 +172,13 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
  */
 async function reevaluateAppointments(
   tx: StoreTx,
-  { patientKey: key, dropsPlan }: { patientKey: PatientKey; dropsPlan?: true },
+  { patientKey: key, droppedMemberIds }: { patientKey: PatientKey; droppedMemberIds?: readonly string[] },
   record: PatientInsuranceRecord,
   ctx: ScheduleContext,
   except?: string,
 ) {
   const done = await rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
-  if (dropsPlan) await endDroppedPlans(tx, patientKeyText(key), record, ctx.now.toISOString());
+  if (droppedMemberIds) await endDroppedPlans(tx, patientKeyText(key), record, droppedMemberIds, ctx.now.toISOString());
   return done;
 }
 

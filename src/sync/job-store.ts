@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { EligibilityCheck, PatientInsuranceRecord } from '../domain';
+import { EligibilityCheck, PatientInsuranceRecord, PlanPeriod } from '../domain';
 import { outcomeKindOf, type OutcomeKind } from '../verification/outcome';
 
 /**
@@ -68,6 +68,64 @@ export const CheckRow = z.strictObject({
   updatedAt: z.string(),
 });
 export type CheckRow = z.infer<typeof CheckRow>;
+
+/**
+ * A check as a patient's history is read for the Coverages of plans the PMS dropped
+ * (checksOfPatient): what it says of its plan and of its write in the chart, and no more. Neither
+ * its verification body nor its request's people: read and parsed for each of a patient's checks,
+ * years of them, at each message that drops a plan, they were most of its cost.
+ */
+export const CheckOfPlan = z.strictObject({
+  key: z.string().min(1),
+  state: CheckState,
+  /** Whether a pair of its is in the chart (CheckRow's written). */
+  written: z.literal(true).optional(),
+  planDroppedAt: z.string().optional(),
+  check: z.strictObject({
+    dateOfService: z.string(),
+    source: z.strictObject({ kind: z.enum(['hl7', 'fhir']) }),
+    /** The first identifier's system alone: whether every sender shares the patient. */
+    patient: z.strictObject({ identifiers: z.array(z.strictObject({ system: z.string().optional() })) }),
+    coverage: z.strictObject({ payer: z.strictObject({ id: z.string().optional(), name: z.string().optional() }), period: PlanPeriod.optional() }),
+    subscriber: z.strictObject({ memberId: z.string() }),
+  }),
+});
+export type CheckOfPlan = z.infer<typeof CheckOfPlan>;
+
+/** A CheckOfPlan as both stores select it, each field by its path in the row's JSON (null where it has none). */
+export interface CheckOfPlanRecord {
+  key: string;
+  state: string;
+  written: boolean | number;
+  plan_dropped_at: string | null;
+  date_of_service: string;
+  source_kind: string;
+  patient_system: string | null;
+  payer_id: string | null;
+  payer_name: string | null;
+  period_start: string | null;
+  period_end: string | null;
+  member_id: string;
+}
+
+export function checkOfPlanFrom(r: CheckOfPlanRecord): CheckOfPlan {
+  const given = <T>(value: T | null) => value ?? undefined;
+  // A period with neither bound (its dates deleted) holds every visit, as none does.
+  const period = r.period_start !== null || r.period_end !== null ? { start: given(r.period_start), end: given(r.period_end) } : undefined;
+  return CheckOfPlan.parse({
+    key: r.key,
+    state: r.state,
+    written: r.written ? true : undefined,
+    planDroppedAt: given(r.plan_dropped_at),
+    check: {
+      dateOfService: r.date_of_service,
+      source: { kind: r.source_kind },
+      patient: { identifiers: [{ system: given(r.patient_system) }] },
+      coverage: { payer: { id: given(r.payer_id), name: given(r.payer_name) }, period },
+      subscriber: { memberId: r.member_id },
+    },
+  });
+}
 
 export const AppointmentStatus = z.enum(['booked', 'awaiting-insurance', 'self-pay', 'cancelled']);
 export type AppointmentStatus = z.infer<typeof AppointmentStatus>;
@@ -154,8 +212,11 @@ export interface StoreTx {
 
   getCheck(key: string): Promise<CheckRow | undefined>;
   putCheck(row: CheckRow): Promise<void>;
-  /** The checks made for this patient (their patientKey) in one of `states`, unlocked: one to change is read again with getCheck. */
-  checksOfPatient(patientKey: string, states: readonly CheckState[]): Promise<CheckRow[]>;
+  /**
+   * The checks made for this patient (their patientKey) under one of these subscriber member ids, in
+   * one of `states`, as CheckOfPlan, unlocked: one to change is read again with getCheck.
+   */
+  checksOfPatient(patientKey: string, memberIds: readonly string[], states: readonly CheckState[]): Promise<CheckOfPlan[]>;
   checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined>;
   /** The check whose send under this externalId is under way (submitted: the service's answer not stored yet). */
   sentUnder(externalId: string): Promise<CheckRow | undefined>;

@@ -5,11 +5,14 @@ import {
   CheckRow,
   MessageRow,
   WORKABLE_STATES,
+  checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
+  type CheckOfPlan,
+  type CheckOfPlanRecord,
   type CheckState,
   type JobStore,
   type MessageKind,
@@ -316,9 +319,20 @@ class PgTx implements StoreTx {
     return checkWhere(this.db, `key = $1 AND state = 'submitted' AND row->>'externalId' = $2`, [rows[0].key, externalId]);
   }
 
-  async checksOfPatient(patientKey: string, states: readonly CheckState[]): Promise<CheckRow[]> {
-    const { rows } = await this.db.query<{ row: unknown }>(`SELECT row FROM checks WHERE row->>'patientKey' = $1 AND state = ANY($2)`, [patientKey, states]);
-    return rows.map((r) => CheckRow.parse(r.row));
+  async checksOfPatient(patientKey: string, memberIds: readonly string[], states: readonly CheckState[]): Promise<CheckOfPlan[]> {
+    // What a patient's history says of their plans (CheckOfPlan): neither the body nor the request's people cross the wire.
+    // The row read once for its three fields (json_to_record): each path into a json row parses all of it again, body and all.
+    const { rows } = await this.db.query<CheckOfPlanRecord>(
+      `SELECT key, state, f.written IS NOT NULL AS written, f."planDroppedAt" AS plan_dropped_at, f."check"->>'dateOfService' AS date_of_service,
+         f."check"#>>'{source,kind}' AS source_kind, f."check"#>>'{patient,identifiers,0,system}' AS patient_system,
+         f."check"#>>'{coverage,payer,id}' AS payer_id, f."check"#>>'{coverage,payer,name}' AS payer_name,
+         f."check"#>>'{coverage,period,start}' AS period_start, f."check"#>>'{coverage,period,end}' AS period_end,
+         f."check"#>>'{subscriber,memberId}' AS member_id
+       FROM checks, json_to_record(row) AS f(written json, "planDroppedAt" text, "check" jsonb)
+       WHERE row->>'patientKey' = $1 AND row->'check'->'subscriber'->>'memberId' = ANY($2) AND state = ANY($3)`,
+      [patientKey, memberIds, states],
+    );
+    return rows.map(checkOfPlanFrom);
   }
 
   async checkByCorrelationId(correlationId: string): Promise<CheckRow | undefined> {

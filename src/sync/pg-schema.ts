@@ -76,8 +76,10 @@ const MIGRATIONS: readonly string[] = [
   // moved to another patient, it is the first patient's checks that are to go. Only checks read from a FHIR Coverage have one:
   // an HL7 booking writes no entry.
   `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks ((row->'check'->'source'->>'coverage')) WHERE (row->'check'->'source'->>'coverage') IS NOT NULL;`,
-  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
-  `CREATE INDEX IF NOT EXISTS checks_patient ON checks ((row->>'patientKey'));`,
+  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient and the plan's
+  // member id (checksOfPatient), not among the patient's years of checks. Unreleased, so changed in place (a database made with the
+  // patient alone finds the same checks, reading the others).
+  `CREATE INDEX IF NOT EXISTS checks_patient ON checks ((row->>'patientKey'), (row->'check'->'subscriber'->>'memberId'));`,
 ];
 
 /** The version this program writes. */

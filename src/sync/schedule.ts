@@ -8,7 +8,7 @@ import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsu
 import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import { resultKindOf, type AppointmentRow, type AppointmentStatus, type CheckRow, type CheckState, type StoreTx } from './job-store';
+import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -254,43 +254,79 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * other such checks are marked as its drop seen (planDroppedAt) too, as one that ended it is, so the next change of the record
  * does not end the Coverage again through an older visit's check (the EHR may have made it active
  * again meanwhile); a plan stated again and dropped again is ended by the check whose write made
- * it active again (the worker's write clears the mark). Not for a patient every sender shares nor
- * one merged into another, as closingCheck. `record` is the patient's as the message leaves it.
- * The keys of the checks taken.
+ * it active again (the worker's write clears the mark). A plan the PMS ended before the visit and
+ * now drops is ended all the same, its Coverage cancelled rather than dated (asDropped): dated
+ * already, through its latest check as any; still being dated, by the check dating it. Not for a
+ * patient every sender shares nor one merged into another, as closingCheck. `record` is the
+ * patient's as the message leaves it, `droppedMemberIds` those of the plans it drops
+ * (droppedMemberIds). The keys of the checks taken.
  */
-export async function endDroppedPlans(tx: StoreTx, patientKey: string, record: PatientInsuranceRecord, now: string): Promise<string[]> {
+export async function endDroppedPlans(
+  tx: StoreTx,
+  patientKey: string,
+  record: PatientInsuranceRecord,
+  droppedMemberIds: readonly string[],
+  now: string,
+): Promise<string[]> {
   if (record.mergedInto !== undefined) return [];
   const listed = new Set(record.coverages.map(planKey));
-  // Only these: a booking's new checks, or any still being verified, are not read (a record changes at most bookings).
-  const rows = await tx.checksOfPatient(patientKey, RESTING_OR_ENDING);
-  const ending = new Set(rows.filter((row) => row.state === 'ending-coverage').map((row) => planKey(row.check)));
-  const dropped = new Map<string, CheckRow[]>();
+  // Only these: a booking's new checks, or any still being verified, are not read (a record changes at most bookings);
+  // nor the checks of the plans still listed, a patient's years of history.
+  const rows = (await tx.checksOfPatient(patientKey, droppedMemberIds, RESTING_OR_ENDING)).filter((row) => !listed.has(planKey(row.check)) && row.check.source.kind === 'hl7' && !sharedPatient(row.check));
+  const taken: string[] = [];
+  const ending = new Set<string>();
+  for (const { key, state, check } of rows) {
+    if (state !== 'ending-coverage') continue;
+    ending.add(planKey(check));
+    if (planHoldsVisit(check)) continue;
+    // Being dated: the PMS's last word is the drop (the worker, dating it meanwhile, ends it again as this says: endCoverage).
+    const current = await tx.getCheck(key);
+    if (current?.state !== 'ending-coverage' || planHoldsVisit(current.check)) continue;
+    const undated = asDropped(current.check);
+    await tx.putCheck({ ...current, check: undated, attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(undated) });
+    taken.push(key);
+  }
+  const dropped = new Map<string, CheckOfPlan[]>();
   for (const row of rows) {
+    if (!restsInChart(row) || dropSeen(row)) continue;
     const plan = planKey(row.check);
-    if (!restsInChart(row) || row.planDroppedAt !== undefined || listed.has(plan)) continue;
-    if (row.check.source.kind !== 'hl7' || sharedPatient(row.check)) continue;
     dropped.set(plan, [...(dropped.get(plan) ?? []), row]);
   }
-  const taken: string[] = [];
   for (const [plan, written] of dropped) {
     // A check of a visit to come ends it already (closingCheck): the others are only marked.
     const latest = ending.has(plan) ? undefined : written.reduce((a, b) => (b.check.dateOfService > a.check.dateOfService ? b : a));
     for (const { key } of written) {
       // Read again, locked: another instance's worker may have moved it since.
       const current = await tx.getCheck(key);
-      if (current === undefined || !restsInChart(current) || current.planDroppedAt !== undefined) continue;
+      if (current === undefined || !restsInChart(current) || dropSeen(current)) continue;
+      const check = asDropped(current.check);
       if (key !== latest?.key) {
         // One waiting for a person is left to none, as the latest is once its Coverage is ended (endCoverage): the plan is gone, its visit over.
-        const withdrawn = current.state === 'needs-attention' && { state: 'cancelled' as const, dueAt: undefined, lastError: whyEnding(current.check) };
-        await tx.putCheck({ ...current, ...withdrawn, planDroppedAt: now, updatedAt: now });
+        const withdrawn = current.state === 'needs-attention' && { state: 'cancelled' as const, dueAt: undefined, lastError: whyEnding(check) };
+        await tx.putCheck({ ...current, check, ...withdrawn, planDroppedAt: now, updatedAt: now });
         continue;
       }
       const { dueAt: _reverify, ...rest } = current;
-      await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(current.check) });
+      await tx.putCheck({ ...rest, check, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(check) });
       taken.push(key);
     }
   }
   return taken;
+}
+
+/** Whether the check's mark is of its plan's drop: one of its plan's dates moved off its visit (a Coverage dated) is not. */
+function dropSeen(row: Pick<CheckOfPlan, 'planDroppedAt' | 'check'>): boolean {
+  return row.planDroppedAt !== undefined && planHoldsVisit(row.check);
+}
+
+/**
+ * A check of a plan the PMS no longer sends: without the dates a plan ended before the visit gave
+ * it (the Coverage keeps them: droppedCoverage), so it is ended as a plan dropped is, cancelled,
+ * not dated.
+ */
+function asDropped(check: EligibilityCheck): EligibilityCheck {
+  const { period: _dates, ...coverage } = check.coverage;
+  return planHoldsVisit(check) ? check : { ...check, coverage };
 }
 
 /**
@@ -323,12 +359,12 @@ const RESTING_OR_ENDING: readonly CheckState[] = ['written', 'needs-attention', 
 /**
  * A check done with, whose write made its plan's Coverage in the chart: written, or waiting for a
  * person with a pair written (an error response, a check given up or a payer's refusal, makes the
- * Coverage as a result does), or such a failure written whose visit was cancelled since. Not a
- * cancelled one whose written result is no failure: ended, its visit over, it would come back written.
+ * Coverage as a result does), or withdrawn with a pair written: its visit cancelled once a failure
+ * was written, or while a re-verification was under way, the earlier result still in the chart.
  */
-function restsInChart(row: CheckRow): boolean {
+function restsInChart(row: { state: CheckState; written?: unknown }): boolean {
   if (row.state === 'written') return true;
-  return row.written !== undefined && (row.state === 'needs-attention' || (row.state === 'cancelled' && resultKindOf(row) === 'failed'));
+  return row.written !== undefined && (row.state === 'needs-attention' || row.state === 'cancelled');
 }
 
 /**

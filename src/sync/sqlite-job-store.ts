@@ -6,12 +6,14 @@ import {
   CheckRow,
   MessageRow,
   WORKABLE_STATES,
+  checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
   schemaRefusal,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
+  type CheckOfPlanRecord,
   type JobStore,
   type MessageKind,
   type MessageRecord,
@@ -104,8 +106,10 @@ const MIGRATIONS: readonly string[] = [
   // moved to another patient, it is the first patient's checks that are to go. Only checks read from a FHIR Coverage have one:
   // an HL7 booking writes no entry.
   `CREATE INDEX IF NOT EXISTS checks_source_coverage ON checks (json_extract(row, '$.check.source.coverage')) WHERE json_extract(row, '$.check.source.coverage') IS NOT NULL;`,
-  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient (checksOfPatient).
-  `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'));`,
+  // A plan the PMS drops for a patient with no visit to come finds the check that wrote its Coverage by the patient and the plan's
+  // member id (checksOfPatient), not among the patient's years of checks. Unreleased, so changed in place (a store made with the
+  // patient alone finds the same checks, reading the others).
+  `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'), json_extract(row, '$.check.subscriber.memberId'));`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -499,7 +503,17 @@ export class SqliteJobStore implements JobStore {
       `SELECT DISTINCT a.* FROM checks c JOIN appointment_checks l ON l.check_key = c.key JOIN appointments a ON a.key = l.appointment_key
        WHERE json_extract(c.row, '$.check.source.coverage') = ? AND a.status = 'booked'`,
     );
-    const ofPatientChecks = db.prepare(`SELECT key, row FROM checks WHERE json_extract(row, '$.patientKey') = ? AND state IN (SELECT value FROM json_each(?))`);
+    // What a patient's history says of their plans (CheckOfPlan): neither the body, in check_results, nor the request's people.
+    const ofPatientChecks = db.prepare(
+      `SELECT key, state, json_extract(row, '$.written') IS NOT NULL AS written, json_extract(row, '$.planDroppedAt') AS plan_dropped_at,
+         json_extract(row, '$.check.dateOfService') AS date_of_service, json_extract(row, '$.check.source.kind') AS source_kind,
+         json_extract(row, '$.check.patient.identifiers[0].system') AS patient_system,
+         json_extract(row, '$.check.coverage.payer.id') AS payer_id, json_extract(row, '$.check.coverage.payer.name') AS payer_name,
+         json_extract(row, '$.check.coverage.period.start') AS period_start, json_extract(row, '$.check.coverage.period.end') AS period_end,
+         json_extract(row, '$.check.subscriber.memberId') AS member_id
+       FROM checks WHERE json_extract(row, '$.patientKey') = ? AND json_extract(row, '$.check.subscriber.memberId') IN (SELECT value FROM json_each(?))
+         AND state IN (SELECT value FROM json_each(?))`,
+    );
     const getCheck = db.prepare('SELECT key, row FROM checks WHERE key = ?');
     const putCheck = db.prepare(
       `INSERT INTO checks (key, state, row, correlation_id, coverage_fingerprint, result_at, due_at, updated_at)
@@ -589,8 +603,8 @@ export class SqliteJobStore implements JobStore {
         else putResult.run(row.key, body);
         checks.put(row, text);
       },
-      async checksOfPatient(patientKey, states) {
-        return (ofPatientChecks.all(patientKey, JSON.stringify(states)) as KeyedRow[]).map(checkOf);
+      async checksOfPatient(patientKey, memberIds, states) {
+        return (ofPatientChecks.all(patientKey, JSON.stringify(memberIds), JSON.stringify(states)) as CheckOfPlanRecord[]).map(checkOfPlanFrom);
       },
       async checkByCorrelationId(correlationId) {
         const r = byCorrelation.get(correlationId) as KeyedRow | undefined;

@@ -95,8 +95,8 @@ class WatchedTx implements StoreTx {
     return this.change(this.tx.putCheck(row));
   }
 
-  checksOfPatient(patientKey: string, states: readonly CheckState[]) {
-    return this.tx.checksOfPatient(patientKey, states);
+  checksOfPatient(patientKey: string, memberIds: readonly string[], states: readonly CheckState[]) {
+    return this.tx.checksOfPatient(patientKey, memberIds, states);
   }
 
   checkByCorrelationId(correlationId: string) {

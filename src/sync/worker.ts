@@ -659,15 +659,16 @@ export class Worker {
 
   /**
    * The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the
-   * chart is ended, then the check is cancelled; one written for a visit that is over (a plan
-   * dropped after it) stays written, its verification having served that visit. One whose written
+   * chart is ended, then the check is cancelled; one written for a visit that is over and was not
+   * cancelled (a plan dropped after it) stays written, its verification having served that visit. One whose written
    * result is a failure (given up, refused by the payer) served it with nothing: the plan gone and
    * the visit over, it is left neither to a person nor to a retry of the checks given up.
    */
   private async endCoverage(row: CheckRow): Promise<void> {
-    const { clinicId, dateOfService } = row.check;
-    const served = row.written !== undefined && resultKindOf(row) !== 'failed' && dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId));
-    const after = served ? 'written' : 'cancelled';
+    // Done, unless the PMS spoke again meanwhile (a plan being dated dropped since: endDroppedPlans): its last word is carried out next.
+    const done = (change: Omit<Step, 'state'>) => async (current: CheckRow, tx: StoreTx): Promise<Step> =>
+      current.planDroppedAt !== row.planDroppedAt ? { state: 'ending-coverage', attempts: 0, dueAt: this.now() }
+      : { ...change, state: (await this.servedItsVisit(current, tx)) ? 'written' : 'cancelled' };
     let ended: boolean | undefined;
     try {
       const writer = await this.deps.writer();
@@ -682,7 +683,7 @@ export class Worker {
         this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
-      await this.kept(() => this.step(row, 'ending-coverage', { state: after, dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` }));
+      await this.kept(() => this.step(row, 'ending-coverage', done({ dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` })));
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;
     }
@@ -693,7 +694,19 @@ export class Worker {
       : dropped ? 'its Coverage ended in the chart'
       : 'its Coverage given them in the chart';
     // Kept as a write's record is: claimed again, the Coverage would be ended again, and said to have had none active.
-    await this.kept(() => this.step(row, 'ending-coverage', { state: after, attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` }));
+    await this.kept(() => this.step(row, 'ending-coverage', done({ attempts: 0, dueAt: undefined, lastError: `${whyEnding(row.check)}: ${what}` })));
+  }
+
+  /**
+   * Whether the check's written result served its visit: the visit over and still booked (a
+   * cancelled one, its re-verification withdrawn midway say, was served by nothing), and what was
+   * written no failure.
+   */
+  private async servedItsVisit(row: CheckRow, tx: StoreTx): Promise<boolean> {
+    const { clinicId, dateOfService } = row.check;
+    if (row.written === undefined || resultKindOf(row) === 'failed') return false;
+    if (dateOfService >= firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId))) return false;
+    return (await tx.appointmentsHolding(row.key)).length > 0;
   }
 
   private async reverify(row: CheckRow): Promise<void> {

@@ -73,3 +73,9 @@ test("SQLite store: a check's life, CPU per check", async () => {
   print(measured);
   expect(measured.counts.written).toBeGreaterThan(0);
 });
+
+test('a plan dropped for a patient with years of checks, on both stores', async () => {
+  const measured = await measureInProcess(path.join(__dirname, 'dropped-plan.measure.ts'));
+  print(measured);
+  expect(measured.counts.rounds).toBeGreaterThan(0);
+});

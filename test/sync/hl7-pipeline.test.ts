@@ -10,6 +10,7 @@ import { replayMessage, retryCheck } from '../../src/sync/operations';
 import type { CheckState } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
+import { switchableProxy } from '../support/switchable-proxy';
 import { searchFhir, startHarness, startSyncInstance, until, type Harness } from './harness';
 
 /**
@@ -436,6 +437,30 @@ describe('HL7 v2 into the chart', () => {
       await dropAfterTwoVisits(17, 'cancelled');
     });
 
+    it('its check being verified again when its visit was cancelled: the Coverage its earlier result made ends, the check cancelled', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      // The result gone stale before the visit: Cigna is verified again, its send held at the service while the visit is cancelled.
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, delayMs: 2500, times: 1 });
+      await h.store.transaction(async (tx) => {
+        const row = await tx.getCheck((await cignaCheck())?.key ?? '');
+        if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+      });
+      await until('its re-verification sent', async () => (await cignaCheck())?.state === 'submitted');
+      expect(await send([msh('SIU^S15^SIU_S12', 'R2'), sch('APT-40', visitIn(2)), pid('P-40')].join('\r'))).toEqual(['AA']);
+      expect((await cignaCheck())?.state).toBe('cancelled');
+
+      // Dropped once the cancelled visit's date is over: the check comes back to no visit, so neither written nor verified again.
+      offset = 4 * 86_400_000;
+      expect(await send(adt('R3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 5000);
+      await until('its check done', async () => (await cignaCheck())?.planDroppedAt !== undefined && (await cignaCheck())?.dueAt === undefined);
+      expect((await cignaCheck())?.state).toBe('cancelled');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    });
+
     it('its check given up, its error response written, its visit cancelled: the Coverage that write made ends', async () => {
       await start({ settings: { maxAttempts: 1 } });
       h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
@@ -514,28 +539,86 @@ describe('HL7 v2 into the chart', () => {
     });
   });
 
-  it('dates the chart Coverage of a plan the PMS ends before the visit, and moves the other plan up, verifying nothing again', async () => {
-    await start();
+  describe('a plan the PMS ends before the visit', () => {
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
     const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE-2'];
     const coverages = () => coveragesBy((c) => ({ status: c.status, order: c.order, period: c.period }));
-    expect(await send(siu('T1', 'P-32', 'APT-32', ...insurance(guardian, cigna)))).toEqual(['AA']);
-    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
-
-    // The registration says Guardian ended a week before the visit.
+    const guardianCheck = async () => (await h.store.listChecks()).find((r) => r.check.coverage.payer.name === 'Guardian');
+    // Guardian ended a week before the visit.
     const ended = visitIn(10).slice(0, 8);
-    const endedEarly = segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 13: ended, 17: 'SEL', 36: 'SBX-COMPLETE' });
-    expect(await send(adt('T2', 'P-32', endedEarly, segment('IN1', { 1: '2', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-COMPLETE-2' })))).toEqual(['AA']);
-    await until('the ended plan withdrawn', async () => (await h.store.listChecks({ states: ['cancelled'] })).length === 1);
-    const [withdrawn] = await h.store.listChecks({ states: ['cancelled'] });
-    expect(withdrawn?.lastError).toBe("the plan's dates no longer hold the visit: its Coverage given them in the chart");
     const iso = `${ended.slice(0, 4)}-${ended.slice(4, 6)}-${ended.slice(6, 8)}`;
-    await until('Cigna moved up', async () => (await coverages())['Cigna Dental']?.order === 1);
-    expect(await coverages()).toEqual({
-      Guardian: { status: 'active', order: 1, period: { end: iso } },
-      'Cigna Dental': { status: 'active', order: 1, period: undefined },
+    /** Both plans booked and written, then the registration saying Guardian ended before the visit; `between` (the chart taken down) before that. */
+    const bookThenEndGuardian = async (between = () => {}) => {
+      expect(await send(siu('T1', 'P-32', 'APT-32', ...insurance(guardian, cigna)))).toEqual(['AA']);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      between();
+      const endedEarly = segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 13: ended, 17: 'SEL', 36: 'SBX-COMPLETE' });
+      expect(await send(adt('T2', 'P-32', endedEarly, segment('IN1', { 1: '2', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-COMPLETE-2' })))).toEqual(['AA']);
+    };
+    /** The registration then dropping Guardian: its Coverage is cancelled (the dates it was given kept, `period`), once, and Cigna's left as it is. */
+    const dropGuardian = async (period: Coverage['period'], sent = () => {}) => {
+      expect(await send(adt('T3', 'P-32', ...insurance(cigna)))).toEqual(['AA']);
+      sent();
+      await until('the dropped plan ended', async () => (await coverages()).Guardian?.status === 'cancelled', 5000);
+      const settled = await until('its check done', async () => {
+        const row = await guardianCheck();
+        return row?.state === 'cancelled' && row.lastError === 'the PMS no longer sends this plan: its Coverage ended in the chart' && row;
+      });
+      await until('Cigna moved up', async () => (await coverages())['Cigna Dental']?.order === 1);
+      expect(await coverages()).toEqual({
+        Guardian: { status: 'cancelled', order: 1, period },
+        'Cigna Dental': { status: 'active', order: 1, period: undefined },
+      });
+
+      expect(verificationsSent()).toBe(2);
+
+      // The registration then dropping Cigna too (a patient now paying for themselves): Guardian's, ended once, is left so.
+      expect(await send(adt('T4', 'P-32', 'IN1|1'))).toEqual(['AA']);
+      await until('Cigna ended', async () => (await coverages())['Cigna Dental']?.status === 'cancelled', 5000);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await guardianCheck()).toEqual(settled);
+      expect((await coverages()).Guardian).toEqual({ status: 'cancelled', order: 1, period });
+    };
+
+    it('dates its chart Coverage, and moves the other plan up, verifying nothing again', async () => {
+      await start();
+      await bookThenEndGuardian();
+      await until('the ended plan withdrawn', async () => (await h.store.listChecks({ states: ['cancelled'] })).length === 1);
+      const [withdrawn] = await h.store.listChecks({ states: ['cancelled'] });
+      expect(withdrawn?.lastError).toBe("the plan's dates no longer hold the visit: its Coverage given them in the chart");
+      await until('Cigna moved up', async () => (await coverages())['Cigna Dental']?.order === 1);
+      expect(await coverages()).toEqual({
+        Guardian: { status: 'active', order: 1, period: { end: iso } },
+        'Cigna Dental': { status: 'active', order: 1, period: undefined },
+      });
+      expect(verificationsSent()).toBe(2);
     });
-    expect(verificationsSent()).toBe(2);
+
+    it('dropped once its Coverage was dated: the Coverage is cancelled, its dates kept', async () => {
+      await start();
+      await bookThenEndGuardian();
+      await until('the ended plan dated', async () => (await coverages()).Guardian?.period?.end === iso && (await guardianCheck())?.state === 'cancelled');
+      await dropGuardian({ end: iso });
+    });
+
+    it('dropped while its Coverage was still to be dated, the chart down: the Coverage is cancelled', async () => {
+      let proxy: Awaited<ReturnType<typeof switchableProxy>> | undefined;
+      await start({
+        fhirVia: async (url) => {
+          proxy = await switchableProxy(Number(new URL(url).port));
+          return url.replace(`:${new URL(url).port}/`, `:${proxy.port}/`);
+        },
+      });
+      if (!proxy) throw new Error('no proxy');
+      const chart = proxy;
+      try {
+        await bookThenEndGuardian(() => (chart.down = true));
+        await until('its dating failing', async () => (await guardianCheck())?.state === 'ending-coverage' && /ending its Coverage failed/.test((await guardianCheck())?.lastError ?? ''), 5000);
+        await dropGuardian(undefined, () => (chart.down = false));
+      } finally {
+        await chart.close();
+      }
+    });
   });
 
   it('withdraws a check the appointment no longer needs when it is cancelled before it is sent', async () => {

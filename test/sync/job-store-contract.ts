@@ -242,19 +242,46 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(await verifying('Coverage/cov-c')).toEqual([]);
     });
 
-    it('finds the checks of a patient in the states asked for, and no other patient\'s', async () => {
+    it('finds the checks of a patient under the member ids and in the states asked for, and no other patient\'s', async () => {
+      if (!check) throw new Error('fixture gave no check');
+      const under = (memberId: string) => ({ ...check, subscriber: { ...check.subscriber, memberId } });
       await store.transaction(async (tx) => {
         await tx.putCheck(checkRow('elig_1', { state: 'written' }));
         await tx.putCheck(checkRow('elig_2', { state: 'cancelled' }));
         await tx.putCheck(checkRow('elig_4', { state: 'received' }));
         await tx.putCheck(checkRow('elig_3', { patientKey: 'fhir|Patient/pat-other' }));
+        await tx.putCheck(checkRow('elig_5', { state: 'written', check: under('OTHER-PLAN') }));
       });
-      const of = (patientKey: string, states: CheckState[] = ['written', 'cancelled', 'received']) =>
-        store.transaction(async (tx) => (await tx.checksOfPatient(patientKey, states)).map((r) => [r.key, r.state]).sort());
+      const member = check?.subscriber.memberId ?? '';
+      const of = (patientKey: string, states: CheckState[] = ['written', 'cancelled', 'received'], memberIds = [member]) =>
+        store.transaction(async (tx) => (await tx.checksOfPatient(patientKey, memberIds, states)).map((r) => [r.key, r.state]).sort());
       expect(await of('fhir|Patient/pat-ellen')).toEqual([['elig_1', 'written'], ['elig_2', 'cancelled'], ['elig_4', 'received']]);
       expect(await of('fhir|Patient/pat-ellen', ['written', 'needs-attention'])).toEqual([['elig_1', 'written']]);
+      expect(await of('fhir|Patient/pat-ellen', ['written'], ['OTHER-PLAN', 'NONE'])).toEqual([['elig_5', 'written']]);
+      expect(await of('fhir|Patient/pat-ellen', ['written'], [])).toEqual([]);
       expect(await of('fhir|Patient/pat-other')).toEqual([['elig_3', 'received']]);
       expect(await of('fhir|Patient/pat-none')).toEqual([]);
+    });
+
+    it('reads of a patient\'s check what it says of its plan and its write, without its verification body', async () => {
+      if (!check) throw new Error('fixture gave no check');
+      const dated = { ...check, coverage: { ...check.coverage, payer: { id: '62308', name: 'Cigna Dental' }, period: { end: '2026-11-30' } } };
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_w', { state: 'cancelled', check: dated, written: { requestId: 'req', responseId: 'res' }, planDroppedAt: NOW, result: { status: 'Completed', big: 'x'.repeat(4000) } }));
+        await tx.putCheck(checkRow('elig_u', { state: 'written', check: { ...check, coverage: { ...check.coverage, period: {} } } }));
+      });
+      const read = await store.transaction((tx) => tx.checksOfPatient('fhir|Patient/pat-ellen', [check?.subscriber.memberId ?? ''], ['written', 'cancelled']));
+      const plan = (payer: { id?: string; name?: string }, period?: { start?: string; end?: string }) => ({
+        dateOfService: check?.dateOfService,
+        source: { kind: 'fhir' },
+        patient: { identifiers: [{ system: check?.patient.identifiers[0]?.system }] },
+        coverage: { payer, period },
+        subscriber: { memberId: check?.subscriber.memberId },
+      });
+      expect(read.sort((a, b) => a.key.localeCompare(b.key))).toEqual([
+        { key: 'elig_u', state: 'written', written: undefined, planDroppedAt: undefined, check: plan(check.coverage.payer) },
+        { key: 'elig_w', state: 'cancelled', written: true, planDroppedAt: NOW, check: plan({ id: '62308', name: 'Cigna Dental' }, { start: undefined, end: '2026-11-30' }) },
+      ]);
     });
 
     it('moves an appointment to the patient another was merged into, and keeps the merged one as a tombstone naming it', async () => {

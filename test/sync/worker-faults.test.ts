@@ -1,11 +1,12 @@
 import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
-import { until } from './harness';
+import type { Coverage } from 'fhir/r4';
+import { searchFhir, until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { StoreUnavailableError } from '../../src/sync/job-store';
 import type { CoverageInfo } from '../../src/domain';
-import { scheduleAppointment } from '../../src/sync/schedule';
+import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
@@ -702,6 +703,48 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     await rig.store.transaction((tx) => tx.putCheck({ ...withdrawn, state: 'ending-coverage', dueAt: new Date().toISOString(), planDroppedAt: droppedAt }));
     expect((await rig.reach('dropped', 'cancelled', 10_000)).lastError).toBe('the PMS no longer sends this plan: no active Coverage of it in the chart to end');
     expect(tries).toEqual([false, true, false]);
+  });
+
+  it('cancels the Coverage of a plan the PMS drops while the worker is dating it: the drop, its last word, is carried out next', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let reached: () => void = () => undefined;
+    const dating = new Promise<void>((resolve) => (reached = resolve));
+    const ends: Array<{ dated: boolean; ended: boolean }> = [];
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-dated' }),
+      writer: (chart) => ({
+        write: (...args) => chart.write(...args),
+        async endCoverage(check, droppedAt) {
+          // The first, dating it, reaches the chart only after the PMS has dropped the plan.
+          if (ends.length === 0) (reached(), await held);
+          const ended = (await chart.endCoverage?.(check, droppedAt)) ?? false;
+          ends.push({ dated: check.coverage.period !== undefined, ended });
+          return ended;
+        },
+      }),
+    });
+    // An HL7 patient of one sender (a namespace, not a URI), whose record speaks for their plans.
+    const fhirCheck = checkRow('dated').check;
+    const patient = { ...fhirCheck.patient, identifiers: [{ system: 'SC', type: 'MR', value: 'P-77' }] };
+    await rig.addCheck('dated', { check: { ...fhirCheck, patient, source: { kind: 'hl7', messageControlId: 'M-1', messageType: 'SIU^S12', sendingFacility: 'BSD-MAIN', receivedAt: fhirCheck.source.receivedAt } } });
+    rig.worker.start();
+    const written = await rig.reach('dated', 'written', 10_000);
+    // The PMS ends the plan the day before the visit (closingCheck), then drops it while the worker is dating its Coverage.
+    const end = new Date(Date.parse(`${written.check.dateOfService}T00:00:00Z`) - 86_400_000).toISOString().slice(0, 10);
+    const datedAt = new Date().toISOString();
+    const dated = { ...written.check, coverage: { ...written.check.coverage, period: { end } } };
+    await rig.store.transaction((tx) => tx.putCheck({ ...written, check: dated, state: 'ending-coverage', dueAt: datedAt, planDroppedAt: datedAt }));
+    await dating;
+    const { memberId: _m, ...person } = written.check.patient;
+    const record = { patient: person, coverages: [], appointments: [], updatedAt: new Date().toISOString(), messageControlId: 'M-2' };
+    await rig.store.transaction((tx) => endDroppedPlans(tx, written.patientKey, record, [written.check.subscriber.memberId], new Date(Date.parse(datedAt) + 1).toISOString()));
+    release();
+    await until('its check done', async () => (await rig.check('dated')).state === 'cancelled');
+    expect((await rig.check('dated')).lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+    expect(ends).toEqual([{ dated: true, ended: true }, { dated: false, ended: true }]);
+    const coverage = (await searchFhir(rig.fhir, 'Coverage')).find((c) => (c as Coverage).period?.end === end) as Coverage | undefined;
+    expect(coverage?.status).toBe('cancelled');
   });
 
   it('keeps the chart\'s answer while the store is away and records it once it is back: the Coverage is not ended a second time', async () => {

@@ -3,6 +3,7 @@ import {
   idempotencyKey,
   type CoverageOrder,
   type KnownCoverage,
+  type PayerAsNamed,
   type PayerResolver,
   type PlanPeriod,
   type Provider,
@@ -86,7 +87,7 @@ const isDate = (day: string | undefined): day is string => day !== undefined;
 export const ORDERS: readonly CoverageOrder[] = ['primary', 'secondary', 'tertiary'];
 
 /** A plan as a check's key knows it: the payer (its id, else its name) and the subscriber's member id. */
-export function planKey({ coverage, subscriber }: KnownCoverage): string {
+export function planKey({ coverage, subscriber }: { coverage: { payer: PayerAsNamed }; subscriber: { memberId: string } }): string {
   return `${coverage.payer.id ?? coverage.payer.name?.toUpperCase() ?? ''}\u0000${subscriber.memberId}`;
 }
 

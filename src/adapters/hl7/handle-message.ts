@@ -21,7 +21,7 @@ import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from '.
 import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
-import { coveragesOfPatient, droppedPlan, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
+import { coveragesOfPatient, droppedMemberIds, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { samePlainData } from './plain-data';
 import { segmentLines } from './split-messages';
@@ -61,8 +61,8 @@ export type Hl7Outcome =
        * (or none were): their other appointments are built again from it. Absent when nothing changed.
        */
       record?: PatientInsuranceRecord;
-      /** A plan on file that the record no longer lists: its Coverage in the chart may be ended (see droppedPlan). */
-      dropsPlan?: true;
+      /** The member ids of plans on file that the record no longer lists: their Coverages in the chart may be ended (see droppedMemberIds). */
+      droppedMemberIds?: string[];
     }
   | { kind: 'cancel'; appointmentId: string; keys: string[]; patientKey?: PatientKey }
   | {
@@ -73,7 +73,7 @@ export type Hl7Outcome =
       /** As a booking's: the record this message leaves, when it states other details than were on file. */
       record?: PatientInsuranceRecord;
       /** As a booking's. */
-      dropsPlan?: true;
+      droppedMemberIds?: string[];
     }
   | {
       kind: 'merge';
@@ -285,7 +285,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     // Rebuilding the other visits' checks when nothing changed is not free: two visits that day share a
     // check but not a provider, so each rebuild would swap its provider and verify it again.
     ...(!sameDetails(known, record) && { record }),
-    ...(droppedPlan(known?.coverages, coverages) && { dropsPlan: true }),
+    ...dropped(known?.coverages, coverages),
   };
 }
 
@@ -327,8 +327,14 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
     insuranceReceived: stated,
     patientKey: key,
     ...(!sameDetails(known, updated) && { record: updated }),
-    ...(droppedPlan(known?.coverages, coverages) && { dropsPlan: true }),
+    ...dropped(known?.coverages, coverages),
   };
+}
+
+/** The outcome's droppedMemberIds, where the record drops a plan on file. */
+function dropped(onFile: readonly KnownCoverage[] | undefined, now: readonly KnownCoverage[]): { droppedMemberIds?: string[] } {
+  const memberIds = droppedMemberIds(onFile, now);
+  return memberIds.length > 0 ? { droppedMemberIds: memberIds } : {};
 }
 
 /**

@@ -105,14 +105,14 @@ export function keptPeriods(reading: InsuranceReading, known: readonly KnownCove
 }
 
 /**
- * Whether a plan on file is not among `now`'s (by payer and member id): the one case in which a
- * Coverage this plugin wrote may have to end with no visit to come. A patient new to the store has
- * none on file, so most bookings read no checks for it.
+ * The member ids of the plans on file that are not among `now`'s (by payer and member id): the one
+ * case in which a Coverage this plugin wrote may have to end with no visit to come, and the checks
+ * to look at for it, those of these member ids alone (checksOfPatient), not the patient's whole
+ * history. A patient new to the store has none on file, so most bookings read no checks for it.
  */
-export function droppedPlan(onFile: readonly KnownCoverage[] | undefined, now: readonly KnownCoverage[]): boolean {
-  if (!onFile || onFile.length === 0) return false;
+export function droppedMemberIds(onFile: readonly KnownCoverage[] | undefined, now: readonly KnownCoverage[]): string[] {
   const listed = new Set(now.map(planKey));
-  return onFile.some((plan) => !listed.has(planKey(plan)));
+  return [...new Set((onFile ?? []).filter((plan) => !listed.has(planKey(plan))).map((plan) => plan.subscriber.memberId))];
 }
 
 /** Whether two plans hold on some day together (a plan not read, or with no dates, holds on every day). */
