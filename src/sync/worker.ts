@@ -368,10 +368,10 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, 'verify', () => this.deps.client.verify(body));
+          const outcome = await this.serviceCall(pass, row.key, 'verify', () => this.deps.client.verify(body));
           await this.outcomeArrived(sent, outcome);
         } else {
-          const accepted = await this.serviceCall(pass, 'request verification', () => this.deps.client.requestVerification(body));
+          const accepted = await this.serviceCall(pass, row.key, 'request verification', () => this.deps.client.requestVerification(body));
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
@@ -585,7 +585,7 @@ export class Worker {
     if (pass === 'hold') return this.hold(row, 'awaiting-result', { state: 'awaiting-result' });
     try {
       await this.limiter.take(row.portalId);
-      const outcome = await this.serviceCall(pass, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      const outcome = await this.serviceCall(pass, row.key, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -783,14 +783,14 @@ export class Worker {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
   }
 
-  /** A call to the service, its answer or failure told to the outage watch. */
-  private async serviceCall<T>(pass: Pass, operation: string, call: () => Promise<T>): Promise<T> {
+  /** A call to the service for the check `key`, its answer or failure told to the outage watch. */
+  private async serviceCall<T>(pass: Pass, key: string, operation: string, call: () => Promise<T>): Promise<T> {
     try {
       const answer = await this.timed('service', operation, call);
       this.service.answered();
       return answer;
     } catch (err) {
-      this.service.failed(err, pass);
+      this.service.failed(err, pass, key);
       throw err;
     }
   }

@@ -27,35 +27,44 @@ describe('ServiceOutage', () => {
 
   it('is out after failures in a row that say so, and an answer between starts the count again', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
     w.answered();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`);
     expect(w.since).toBeUndefined();
     expect(w.admit(false)).toBe('go');
-    w.failed(failure(504), 'go');
+    w.failed(failure(504), 'go', 'check-last');
     expect(w.since).toEqual(new Date(clock));
     expect(log.warn).toHaveBeenCalledTimes(1);
   });
 
+  it('takes one check failing again and again, with no other sent, for that check\'s and not the service', () => {
+    const w = watch();
+    for (let i = 0; i < 3 * OUTAGE_AFTER; i++) w.failed(failure(500), 'go', 'choked');
+    for (let i = 2; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
+    expect(w.since).toBeUndefined();
+    w.failed(failure(503), 'go', 'check-last');
+    expect(w.since).toBeDefined();
+  });
+
   it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
-    w.failed(failure(429), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    w.failed(failure(429), 'go', 'check-last');
     expect(w.since).toBeUndefined();
-    w.failed(failure(422), 'go');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
+    w.failed(failure(422), 'go', 'check-last');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
     expect(w.since).toBeUndefined();
-    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
+    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go', 'check-last');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
     expect(w.since).toBeUndefined();
-    w.failed(new Error('a fault of this program'), 'go');
-    w.failed(failure(502), 'go');
+    w.failed(new Error('a fault of this program'), 'go', 'check-last');
+    w.failed(failure(502), 'go', 'check-last');
     expect(w.since).toBeDefined();
   });
 
   it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After', () => {
     const w = watch();
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
     expect(w.admit(false)).toBe('hold');
     // A visit today goes all the same.
     expect(w.admit(true)).toBe('go');
@@ -65,18 +74,18 @@ describe('ServiceOutage', () => {
       while (w.admit(false) !== 'probe') clock += 10;
       waits.push(clock - from);
       expect(w.admit(false)).toBe('hold');
-      w.failed(failure(503), 'probe');
+      w.failed(failure(503), 'probe', 'check-probe');
       w.done('probe');
     }
     expect(waits.slice(0, 5)).toEqual([100, 200, 400, 800, 1600]);
     expect(waits.slice(-2)).toEqual([60_000, 60_000]);
     // The calls that were under way fail too: they put the next probe off no further.
     const next = clock + 60_000;
-    w.failed(failure(503), 'go');
-    w.failed(failure(undefined), 'go');
+    w.failed(failure(503), 'go', 'check-last');
+    w.failed(failure(undefined), 'go', 'check-last');
     clock = next;
     expect(w.admit(false)).toBe('probe');
-    w.failed(failure(503, 120_000), 'probe');
+    w.failed(failure(503, 120_000), 'probe', 'check-probe');
     w.done('probe');
     clock += 60_000;
     expect(w.admit(false)).toBe('hold');
@@ -186,6 +195,20 @@ describe('a service away longer than the checks\' attempts last', () => {
     } finally {
       clearInterval(others);
     }
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
+  });
+
+  it('gives up a check the service fails alone when no other is being sent (a quiet night): its failures are not the service out', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: OUTAGE_AFTER + 3, backoff: { baseMs: 20, maxMs: 60 } },
+      answer: (_req, res) => json(res, 500, { title: 'Internal error', status: 500 }),
+    });
+    await addVisit('choked', inDays(10));
+    rig.worker.start();
+    const row = await rig.reach('choked', 'needs-attention', 8000);
+    expect(row.lastError).toMatch(/^NotVerified/);
+    expect(posts(rig.requests)).toHaveLength(OUTAGE_AFTER + 3);
+    expect(rig.worker.service.since).toBeUndefined();
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
   });
 });
