@@ -16,7 +16,7 @@ import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type Job
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
-import { retryCheck } from './operations';
+import { retryAsRead } from './operations';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -770,8 +770,9 @@ export class Worker {
           Date.parse(row.resultAt ?? '') >= since.getTime() &&
           row.check.dateOfService >= firstDateToCome(now, timeZoneOf?.(row.check.clinicId)),
       );
-      for (const row of givenUp) await retryCheck(this.store, row.key, now);
-      if (givenUp.length > 0) this.deps.log.info({ checks: givenUp.length }, 'checks given up while the service was away are sent again');
+      let sent = 0;
+      for (const row of givenUp) if (await retryAsRead(this.store, row, now)) sent++;
+      if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();
     } catch (err) {
       this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');

@@ -4,6 +4,7 @@ import { searchFhir, until } from './harness';
 import { checkRow } from './job-store-contract';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
+import { retryCheck } from '../../src/sync/operations';
 import { ServiceError } from '../../src/verification/errors';
 
 /**
@@ -175,6 +176,26 @@ describe('a service away longer than the checks\' attempts last', () => {
     const todays = all.filter((r) => r.identifier?.some((i) => i.value === 'today')).sort((a, b) => Date.parse(a.created) - Date.parse(b.created));
     expect(todays.map((r) => r.outcome)).toEqual(['error', 'complete']);
     expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
+  });
+
+  it('sends again each check given up while the service was away, though an operator retried one of them as they were read', async () => {
+    const service = await awayRig();
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    for (const key of ['today-a', 'today-b', 'today-c']) await addVisit(key, inDays(0));
+    rig.worker.start();
+    const given = await Promise.all(['today-a', 'today-b', 'today-c'].map((key) => rig.reach(key, 'needs-attention', 8000)));
+    // `jobs retry` on the first of them, between the worker's reading of the checks given up and its sending them again.
+    const list = rig.store.listChecks.bind(rig.store);
+    rig.store.listChecks = async (filter) => {
+      const rows = await list(filter);
+      const first = rows[0];
+      if (first) await retryCheck(rig.store, first.key, new Date());
+      return rows;
+    };
+    service.down = false;
+    const again = await Promise.all(['today-a', 'today-b', 'today-c'].map((key) => rig.reach(key, 'written', 8000)));
+    expect(again.map((row) => row.round)).toEqual(given.map((row) => row.round + 1));
+    expect(rig.warnings.filter((w) => /could not be sent again/.test(w.msg))).toEqual([]);
   });
 
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
