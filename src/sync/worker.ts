@@ -758,11 +758,13 @@ export class Worker {
    * The checks given up as not verified while the service was away (their visits' days had come,
    * so they were not held) are sent again once it answers, those whose visits are still to come:
    * the front desk was told in time, and the chart now gets the result after that error response.
+   * One whose error response the chart has not taken yet (it was away too) is sent again as well:
+   * its result is written in its stead.
    */
   private async sendAgainGivenUp(since: Date): Promise<void> {
     try {
       const now = this.deps.now();
-      const rows = await this.store.listChecks({ states: ['needs-attention'] });
+      const rows = await this.store.listChecks({ states: ['needs-attention', 'result-stored'] });
       const { timeZoneOf } = this.options.policy;
       const givenUp = rows.filter(
         (row) =>

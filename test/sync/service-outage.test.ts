@@ -4,7 +4,9 @@ import { searchFhir, until } from './harness';
 import { checkRow } from './job-store-contract';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
+import { ChartWriteError } from '../../src/sync/chart-errors';
 import { retryCheck } from '../../src/sync/operations';
+import type { EligibilityWriter } from '../../src/sync/write-back';
 import { ServiceError } from '../../src/verification/errors';
 
 /**
@@ -112,11 +114,12 @@ describe('a service away longer than the checks\' attempts last', () => {
   const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
   const addVisit = (key: string, dateOfService: string) => rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService } });
   /** A rig whose service answers 503 until `down` is false, then a result numbering each one it verified. */
-  async function awayRig() {
+  async function awayRig(writer?: (chart: EligibilityWriter) => EligibilityWriter) {
     const service = { down: true, verified: 0 };
     rig = await startWorkerRig({
       worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
       answer: (_req, res) => (service.down ? json(res, 503, unavailable) : json(res, 200, completed(++service.verified))),
+      ...(writer && { writer }),
     });
     return service;
   }
@@ -196,6 +199,26 @@ describe('a service away longer than the checks\' attempts last', () => {
     const again = await Promise.all(['today-a', 'today-b', 'today-c'].map((key) => rig.reach(key, 'written', 8000)));
     expect(again.map((row) => row.round)).toEqual(given.map((row) => row.round + 1));
     expect(rig.warnings.filter((w) => /could not be sent again/.test(w.msg))).toEqual([]);
+  });
+
+  it('sends again a check given up while the service was away whose error response the chart, away too, had not taken yet', async () => {
+    // The practice's line down: neither the service nor the chart answers.
+    const chart = { down: true };
+    const service = await awayRig((fhir) => ({ write: (...args) => (chart.down ? Promise.reject(new ChartWriteError('the FHIR server did not answer', { retryable: true })) : fhir.write(...args)) }));
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    await addVisit('today', inDays(0));
+    rig.worker.start();
+    const given = await until('today given up, its error response waiting for the chart', async () => {
+      const row = await rig.check('today');
+      return row.state === 'result-stored' && /chart write failed/.test(row.lastError ?? '') && row;
+    }, 8000);
+    service.down = false;
+    await until('the service found back', async () => rig.worker.service.since === undefined && service.verified > 0, 8000);
+    chart.down = false;
+    const again = await rig.reach('today', 'written', 8000);
+    expect(again.round).toBe(given.round + 1);
+    const todays = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?identifier=today')) as CoverageEligibilityResponse[];
+    expect(todays.map((r) => r.outcome)).toEqual(['complete']);
   });
 
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
