@@ -764,7 +764,7 @@ export class Worker {
   private async sendAgainGivenUp(since: Date): Promise<void> {
     try {
       const now = this.deps.now();
-      const rows = await this.store.listChecks({ states: ['needs-attention', 'result-stored'] });
+      const rows = await this.changedSince(['needs-attention', 'result-stored'], since);
       const { timeZoneOf } = this.options.policy;
       const givenUp = rows.filter(
         (row) =>
@@ -778,6 +778,19 @@ export class Worker {
       this.kick();
     } catch (err) {
       this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+    }
+  }
+
+  /**
+   * The checks in `states` changed since `since`, and some before: read newest first, in pages
+   * growing until one reaches past it, not every one the store has kept (needs-attention holds
+   * every refusal of months, each read with its result, while MLLP and webhooks wait on the loop).
+   */
+  private async changedSince(states: CheckState[], since: Date): Promise<CheckRow[]> {
+    for (let limit = 64; ; limit *= 4) {
+      const rows = await this.store.listChecks({ states, limit });
+      const oldest = rows.at(-1);
+      if (rows.length < limit || oldest === undefined || Date.parse(oldest.updatedAt) < since.getTime()) return rows;
     }
   }
 

@@ -221,6 +221,28 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(todays.map((r) => r.outcome)).toEqual(['complete']);
   });
 
+  it('reads, to send them again, the checks given up since the service went, not every needs-attention check of months', async () => {
+    const service = await awayRig();
+    const dayAgo = new Date(Date.now() - 86_400_000).toISOString();
+    await rig.store.transaction(async (tx) => {
+      for (let i = 0; i < 400; i++) await tx.putCheck(checkRow(`refused-${i}`, { state: 'needs-attention', dueAt: undefined, createdAt: dayAgo, updatedAt: dayAgo, lastError: 'PatientNotFound' }));
+    });
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    await addVisit('today', inDays(0));
+    rig.worker.start();
+    await rig.reach('today', 'needs-attention', 8000);
+    const list = rig.store.listChecks.bind(rig.store);
+    let read = 0;
+    rig.store.listChecks = async (filter) => {
+      const rows = await list(filter);
+      read += rows.length;
+      return rows;
+    };
+    service.down = false;
+    await rig.reach('today', 'written', 8000);
+    expect(read).toBeLessThan(100);
+  });
+
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
     let verified = 0;
     rig = await startWorkerRig({
