@@ -101,7 +101,11 @@ export class ServiceOutage {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
     if (out === false) return this.answered();
-    if (out === undefined) return;
+    // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
+    if (out === undefined) {
+      if (this.outSince !== undefined && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
+      return;
+    }
     if (this.failing.size === 0) this.failingSince = this.now();
     this.failing.add(key);
     const retryAfter = this.now() + (err.retryAfterMs ?? 0);

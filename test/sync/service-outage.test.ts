@@ -65,7 +65,7 @@ describe('ServiceOutage', () => {
     expect(w.since).toBeDefined();
   });
 
-  it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After', () => {
+  it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After (a 429\'s too)', () => {
     const w = watch();
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
     expect(w.admit(false)).toBe('hold');
@@ -88,12 +88,15 @@ describe('ServiceOutage', () => {
     w.failed(failure(undefined), 'go', 'check-last');
     clock = next;
     expect(w.admit(false)).toBe('probe');
-    w.failed(failure(503, 120_000), 'probe', 'check-probe');
-    w.done('probe');
-    clock += 60_000;
-    expect(w.admit(false)).toBe('hold');
-    clock += 60_000;
-    expect(w.admit(false)).toBe('probe');
+    // A 429 ends nothing, but the next probe waits as long as it asks too.
+    for (const status of [503, 429]) {
+      w.failed(failure(status, 120_000), 'probe', 'check-probe');
+      w.done('probe');
+      clock += 60_000;
+      expect([status, w.admit(false)]).toEqual([status, 'hold']);
+      clock += 60_000;
+      expect(w.admit(false)).toBe('probe');
+    }
     w.answered();
     w.done('probe');
     expect(w.since).toBeUndefined();
