@@ -746,12 +746,15 @@ export class Worker {
   /**
    * A check whose call would go to a service found out waits for it: looked at again after the
    * next call that tries the service, its attempts as they were. `failure`: the one that found it out.
+   * One still to be sent has its round's wait at the service (pendingGiveUpMs) start again at its
+   * next send: held longer than that, it would be given to a person at its first Pending answer.
    */
   private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
     const since = this.service.since?.toISOString().slice(0, 16).replace('T', ' ');
     const wait = this.service.holdFor((this.deps.random ?? Math.random)());
     const why = `the verification service has not answered since ${since} UTC; waiting for it, no attempt used`;
-    await this.step(row, from, { ...change, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
+    const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
+    await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }
 
   /**

@@ -246,6 +246,33 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(read).toBeLessThan(100);
   });
 
+  it('does not count the time a check was held against its wait at the service: one held longer than pendingGiveUpMs is polled until its result, not given to a person', async () => {
+    const service = { down: true };
+    const polled = new Map<string, number>();
+    let accepted = 0;
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pendingGiveUpMs: 2000, backoff: { baseMs: 50, maxMs: 400 } },
+      answer: (req, res) => {
+        if (service.down) return json(res, 503, unavailable);
+        if (req.method === 'POST') return json(res, 202, { correlationId: `ver-${++accepted}`, status: 'Pending' });
+        const id = req.url.split('/').at(-1) ?? '';
+        polled.set(id, (polled.get(id) ?? 0) + 1);
+        return json(res, 200, polled.get(id) === 1 ? { correlationId: id, status: 'Pending' } : { ...(resultBody('completed-minimal') as object), correlationId: id });
+      },
+    });
+    const keys = Array.from({ length: 6 }, (_, i) => `later-${i}`);
+    for (const key of keys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the service found out', async () => rig.worker.service.since !== undefined);
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    service.down = false;
+    const done = await Promise.all(keys.map((key) => until(`${key} done`, async () => {
+      const row = await rig.check(key);
+      return (row.state === 'written' || row.state === 'needs-attention') && row;
+    }, 8000)));
+    expect(done.map((row) => [row.key, row.state, row.state === 'written' ? '' : row.lastError])).toEqual(keys.map((key) => [key, 'written', '']));
+  });
+
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
     let verified = 0;
     rig = await startWorkerRig({
