@@ -1,9 +1,9 @@
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 
 /**
- * Checks failing in a row that make the service out: one check's sends failing alone (a request
- * the service chokes on, the only one sent on a quiet night) is that check's to give up, however
- * often it is sent; several checks failing with no answer between is the service.
+ * Failures in a row, of more than one check, that make the service out: one check's sends failing
+ * alone (a request the service chokes on, the only one sent on a quiet night) is that check's to
+ * give up, however often it is sent; checks failing with no answer between is the service.
  */
 export const OUTAGE_AFTER = 5;
 /** The longest between two calls that try a service found out: it is found back within this. */
@@ -29,15 +29,16 @@ function saysOut(err: ServiceError): boolean | undefined {
 }
 
 /**
- * The verification service as the worker's calls find it. Out once the calls of OUTAGE_AFTER
- * checks fail in a row (saysOut) with no answer between, until a call is answered: meanwhile one
- * call at a time tries it (`probe`), each later than the one before (from backoff.baseMs, doubling, up to a minute, and
+ * The verification service as the worker's calls find it. Out after OUTAGE_AFTER failures in a
+ * row (saysOut), of more than one check, with no answer between, until a call is answered: meanwhile
+ * one call at a time tries it (`probe`), each later than the one before (from backoff.baseMs, doubling, up to a minute, and
  * no sooner than a Retry-After), and the others wait (`hold`) without using their check's
  * attempts. A batch booked while the service is away then waits for it in the store, rather than
  * being given up check by check once their attempts run out, each into the chart as not verified.
  * Said once when it goes, once when it is back.
  */
 export class ServiceOutage {
+  private inRow = 0;
   /** The checks whose calls failed since the last answer. */
   private readonly failing = new Set<string>();
   /** When the failures in a row began: the service has not answered since. */
@@ -82,6 +83,7 @@ export class ServiceOutage {
 
   /** A call the service answered, in any way but a failure that says it is out. */
   answered(): void {
+    this.inRow = 0;
     this.failing.clear();
     if (this.outSince === undefined) return;
     this.log.info({ outageMs: this.now() - this.outSince, held: this.heldChecks }, 'the verification service answers again; the checks held for it go on');
@@ -106,13 +108,13 @@ export class ServiceOutage {
       if (this.outSince !== undefined && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
       return;
     }
-    if (this.failing.size === 0) this.failingSince = this.now();
+    if (this.inRow++ === 0) this.failingSince = this.now();
     this.failing.add(key);
     const retryAfter = this.now() + (err.retryAfterMs ?? 0);
     if (this.outSince === undefined) {
-      if (this.failing.size < OUTAGE_AFTER) return;
+      if (this.inRow < OUTAGE_AFTER || this.failing.size < 2) return;
       this.outSince = this.failingSince;
-      this.log.warn({ checks: this.failing.size, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
     } else if (pass !== 'probe') {
       this.nextProbe = Math.max(this.nextProbe, retryAfter);
       return;
