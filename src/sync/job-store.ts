@@ -282,6 +282,7 @@ export interface JobStore {
   release(key: string, owner: string): Promise<void>;
   /** When the next check falls due, for a worker deciding how long to sleep. */
   nextDueAt(): Promise<string | undefined>;
+  /** The checks in the filter's states, the last changed first. */
   listChecks(filter?: CheckFilter): Promise<CheckRow[]>;
   listAppointments(status?: AppointmentStatus): Promise<AppointmentRow[]>;
   listMessages(filter?: { status?: MessageStatus; kind?: MessageKind; limit?: number }): Promise<MessageRow[]>;

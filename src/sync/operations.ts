@@ -19,13 +19,32 @@ export async function retryCheck(store: JobStore, key: string, now: Date): Promi
     const row = await tx.getCheck(key);
     if (!row) throw new OperationError(`no check with key ${key}`);
     if (!RETRYABLE_STATES.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is retried when it is ${RETRYABLE_STATES.join(', ')}`);
-    const round = row.round + 1;
-    // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
-    const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, ...rest } = row;
-    const next: CheckRow = { ...rest, state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
+    const next = nextRound(row, now);
     await tx.putCheck(next);
     return next;
   });
+}
+
+/**
+ * Retries a check the worker read, if it is still as read (its state and round): one retried
+ * since (by an operator's jobs retry, or by another instance), or moved on, is left as it is, not
+ * sent a second time. Whether it was retried.
+ */
+export async function retryAsRead(store: JobStore, read: Pick<CheckRow, 'key' | 'state' | 'round'>, now: Date): Promise<boolean> {
+  return store.transaction(async (tx) => {
+    const row = await tx.getCheck(read.key);
+    if (row?.state !== read.state || row.round !== read.round) return false;
+    await tx.putCheck(nextRound(row, now));
+    return true;
+  });
+}
+
+/** The check as a new verification, due now. */
+function nextRound(row: CheckRow, now: Date): CheckRow {
+  const round = row.round + 1;
+  // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
+  const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, ...rest } = row;
+  return { ...rest, state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
 export interface ReplayOptions extends Omit<Hl7IngestOptions, 'replayOf'> {

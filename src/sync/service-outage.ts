@@ -1,9 +1,9 @@
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 
 /**
- * Failures in a row, across checks, that make the service out: one check's sends failing alone
- * (a request the service chokes on) is that check's to give up; several checks failing with no
- * answer between is the service.
+ * Failures in a row, of more than one check, that make the service out: one check's sends failing
+ * alone (a request the service chokes on, the only one sent on a quiet night) is that check's to
+ * give up, however often it is sent; checks failing with no answer between is the service.
  */
 export const OUTAGE_AFTER = 5;
 /** The longest between two calls that try a service found out: it is found back within this. */
@@ -29,9 +29,9 @@ function saysOut(err: ServiceError): boolean | undefined {
 }
 
 /**
- * The verification service as the worker's calls find it. Out after OUTAGE_AFTER failures in a row
- * (saysOut) with no answer between, until a call is answered: meanwhile one call at a time tries
- * it (`probe`), each later than the one before (from backoff.baseMs, doubling, up to a minute, and
+ * The verification service as the worker's calls find it. Out after OUTAGE_AFTER failures in a
+ * row (saysOut), of more than one check, with no answer between, until a call is answered: meanwhile
+ * one call at a time tries it (`probe`), each later than the one before (from backoff.baseMs, doubling, up to a minute, and
  * no sooner than a Retry-After), and the others wait (`hold`) without using their check's
  * attempts. A batch booked while the service is away then waits for it in the store, rather than
  * being given up check by check once their attempts run out, each into the chart as not verified.
@@ -39,6 +39,8 @@ function saysOut(err: ServiceError): boolean | undefined {
  */
 export class ServiceOutage {
   private inRow = 0;
+  /** The checks whose calls failed since the last answer. */
+  private readonly failing = new Set<string>();
   /** When the failures in a row began: the service has not answered since. */
   private failingSince = 0;
   private outSince: number | undefined;
@@ -82,6 +84,7 @@ export class ServiceOutage {
   /** A call the service answered, in any way but a failure that says it is out. */
   answered(): void {
     this.inRow = 0;
+    this.failing.clear();
     if (this.outSince === undefined) return;
     this.log.info({ outageMs: this.now() - this.outSince, held: this.heldChecks }, 'the verification service answers again; the checks held for it go on');
     const since = new Date(this.outSince);
@@ -92,21 +95,26 @@ export class ServiceOutage {
   }
 
   /**
-   * A call that failed: counted when the failure says the service is out, an answer when it says
-   * the service is there. Only a probe's failure puts the next probe off further: the calls under
-   * way when the service went fail together, and say no more than the first.
+   * A call of the check `key` that failed: counted when the failure says the service is out, an
+   * answer when it says the service is there. Only a probe's failure puts the next probe off
+   * further: the calls under way when the service went fail together, and say no more than the first.
    */
-  failed(err: unknown, pass: Pass): void {
+  failed(err: unknown, pass: Pass, key: string): void {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
     if (out === false) return this.answered();
-    if (out === undefined) return;
+    // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
+    if (out === undefined) {
+      if (this.outSince !== undefined && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
+      return;
+    }
     if (this.inRow++ === 0) this.failingSince = this.now();
+    this.failing.add(key);
     const retryAfter = this.now() + (err.retryAfterMs ?? 0);
     if (this.outSince === undefined) {
-      if (this.inRow < OUTAGE_AFTER) return;
+      if (this.inRow < OUTAGE_AFTER || this.failing.size < 2) return;
       this.outSince = this.failingSince;
-      this.log.warn({ failures: this.inRow, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
     } else if (pass !== 'probe') {
       this.nextProbe = Math.max(this.nextProbe, retryAfter);
       return;

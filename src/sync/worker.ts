@@ -17,7 +17,7 @@ import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type Job
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
-import { retryCheck } from './operations';
+import { retryAsRead } from './operations';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -369,10 +369,10 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, 'verify', () => this.deps.client.verify(body));
+          const outcome = await this.serviceCall(pass, row.key, 'verify', () => this.deps.client.verify(body));
           await this.outcomeArrived(sent, outcome);
         } else {
-          const accepted = await this.serviceCall(pass, 'request verification', () => this.deps.client.requestVerification(body));
+          const accepted = await this.serviceCall(pass, row.key, 'request verification', () => this.deps.client.requestVerification(body));
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
@@ -591,7 +591,7 @@ export class Worker {
     if (pass === 'hold') return this.hold(row, 'awaiting-result', { state: 'awaiting-result' });
     try {
       await this.limiter.take(row.portalId);
-      const outcome = await this.serviceCall(pass, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      const outcome = await this.serviceCall(pass, row.key, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -765,23 +765,28 @@ export class Worker {
   /**
    * A check whose call would go to a service found out waits for it: looked at again after the
    * next call that tries the service, its attempts as they were. `failure`: the one that found it out.
+   * One still to be sent has its round's wait at the service (pendingGiveUpMs) start again at its
+   * next send: held longer than that, it would be given to a person at its first Pending answer.
    */
   private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
     const since = this.service.since?.toISOString().slice(0, 16).replace('T', ' ');
     const wait = this.service.holdFor((this.deps.random ?? Math.random)());
     const why = `the verification service has not answered since ${since} UTC; waiting for it, no attempt used`;
-    await this.step(row, from, { ...change, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
+    const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
+    await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }
 
   /**
    * The checks given up as not verified while the service was away (their visits' days had come,
    * so they were not held) are sent again once it answers, those whose visits are still to come:
    * the front desk was told in time, and the chart now gets the result after that error response.
+   * One whose error response the chart has not taken yet (it was away too) is sent again as well:
+   * its result is written in its stead.
    */
   private async sendAgainGivenUp(since: Date): Promise<void> {
     try {
       const now = this.deps.now();
-      const rows = await this.store.listChecks({ states: ['needs-attention'] });
+      const rows = await this.changedSince(['needs-attention', 'result-stored'], since);
       const { timeZoneOf } = this.options.policy;
       const givenUp = rows.filter(
         (row) =>
@@ -789,11 +794,25 @@ export class Worker {
           Date.parse(row.resultAt ?? '') >= since.getTime() &&
           row.check.dateOfService >= firstDateToCome(now, timeZoneOf?.(row.check.clinicId)),
       );
-      for (const row of givenUp) await retryCheck(this.store, row.key, now);
-      if (givenUp.length > 0) this.deps.log.info({ checks: givenUp.length }, 'checks given up while the service was away are sent again');
+      let sent = 0;
+      for (const row of givenUp) if (await retryAsRead(this.store, row, now)) sent++;
+      if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();
     } catch (err) {
       this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+    }
+  }
+
+  /**
+   * The checks in `states` changed since `since`, and some before: read newest first, in pages
+   * growing until one reaches past it, not every one the store has kept (needs-attention holds
+   * every refusal of months, each read with its result, while MLLP and webhooks wait on the loop).
+   */
+  private async changedSince(states: CheckState[], since: Date): Promise<CheckRow[]> {
+    for (let limit = 64; ; limit *= 4) {
+      const rows = await this.store.listChecks({ states, limit });
+      const oldest = rows.at(-1);
+      if (rows.length < limit || oldest === undefined || Date.parse(oldest.updatedAt) < since.getTime()) return rows;
     }
   }
 
@@ -802,14 +821,14 @@ export class Worker {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
   }
 
-  /** A call to the service, its answer or failure told to the outage watch. */
-  private async serviceCall<T>(pass: Pass, operation: string, call: () => Promise<T>): Promise<T> {
+  /** A call to the service for the check `key`, its answer or failure told to the outage watch. */
+  private async serviceCall<T>(pass: Pass, key: string, operation: string, call: () => Promise<T>): Promise<T> {
     try {
       const answer = await this.timed('service', operation, call);
       this.service.answered();
       return answer;
     } catch (err) {
-      this.service.failed(err, pass);
+      this.service.failed(err, pass, key);
       throw err;
     }
   }

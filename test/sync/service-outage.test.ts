@@ -4,6 +4,9 @@ import { searchFhir, until } from './harness';
 import { checkRow } from './job-store-contract';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
+import { ChartWriteError } from '../../src/sync/chart-errors';
+import { retryCheck } from '../../src/sync/operations';
+import type { EligibilityWriter } from '../../src/sync/write-back';
 import { ServiceError } from '../../src/verification/errors';
 
 /**
@@ -27,35 +30,43 @@ describe('ServiceOutage', () => {
 
   it('is out after failures in a row that say so, and an answer between starts the count again', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
     w.answered();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`);
     expect(w.since).toBeUndefined();
     expect(w.admit(false)).toBe('go');
-    w.failed(failure(504), 'go');
+    w.failed(failure(504), 'go', 'check-last');
     expect(w.since).toEqual(new Date(clock));
     expect(log.warn).toHaveBeenCalledTimes(1);
   });
 
-  it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
+  it('takes one check failing again and again, with no other sent, for that check\'s and not the service', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
-    w.failed(failure(429), 'go');
+    for (let i = 0; i < 3 * OUTAGE_AFTER; i++) w.failed(failure(500), 'go', 'choked');
     expect(w.since).toBeUndefined();
-    w.failed(failure(422), 'go');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
-    expect(w.since).toBeUndefined();
-    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go');
-    expect(w.since).toBeUndefined();
-    w.failed(new Error('a fault of this program'), 'go');
-    w.failed(failure(502), 'go');
+    w.failed(failure(503), 'go', 'other');
     expect(w.since).toBeDefined();
   });
 
-  it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After', () => {
+  it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
     const w = watch();
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    w.failed(failure(429), 'go', 'check-last');
+    expect(w.since).toBeUndefined();
+    w.failed(failure(422), 'go', 'check-last');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    expect(w.since).toBeUndefined();
+    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go', 'check-last');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    expect(w.since).toBeUndefined();
+    w.failed(new Error('a fault of this program'), 'go', 'check-last');
+    w.failed(failure(502), 'go', 'check-last');
+    expect(w.since).toBeDefined();
+  });
+
+  it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After (a 429\'s too)', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
     expect(w.admit(false)).toBe('hold');
     // A visit today goes all the same.
     expect(w.admit(true)).toBe('go');
@@ -65,23 +76,26 @@ describe('ServiceOutage', () => {
       while (w.admit(false) !== 'probe') clock += 10;
       waits.push(clock - from);
       expect(w.admit(false)).toBe('hold');
-      w.failed(failure(503), 'probe');
+      w.failed(failure(503), 'probe', 'check-probe');
       w.done('probe');
     }
     expect(waits.slice(0, 5)).toEqual([100, 200, 400, 800, 1600]);
     expect(waits.slice(-2)).toEqual([60_000, 60_000]);
     // The calls that were under way fail too: they put the next probe off no further.
     const next = clock + 60_000;
-    w.failed(failure(503), 'go');
-    w.failed(failure(undefined), 'go');
+    w.failed(failure(503), 'go', 'check-last');
+    w.failed(failure(undefined), 'go', 'check-last');
     clock = next;
     expect(w.admit(false)).toBe('probe');
-    w.failed(failure(503, 120_000), 'probe');
-    w.done('probe');
-    clock += 60_000;
-    expect(w.admit(false)).toBe('hold');
-    clock += 60_000;
-    expect(w.admit(false)).toBe('probe');
+    // A 429 ends nothing, but the next probe waits as long as it asks too.
+    for (const status of [503, 429]) {
+      w.failed(failure(status, 120_000), 'probe', 'check-probe');
+      w.done('probe');
+      clock += 60_000;
+      expect([status, w.admit(false)]).toEqual([status, 'hold']);
+      clock += 60_000;
+      expect(w.admit(false)).toBe('probe');
+    }
     w.answered();
     w.done('probe');
     expect(w.since).toBeUndefined();
@@ -102,11 +116,12 @@ describe('a service away longer than the checks\' attempts last', () => {
   const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
   const addVisit = (key: string, dateOfService: string) => rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService } });
   /** A rig whose service answers 503 until `down` is false, then a result numbering each one it verified. */
-  async function awayRig() {
+  async function awayRig(writer?: (chart: EligibilityWriter) => EligibilityWriter) {
     const service = { down: true, verified: 0 };
     rig = await startWorkerRig({
       worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
       answer: (_req, res) => (service.down ? json(res, 503, unavailable) : json(res, 200, completed(++service.verified))),
+      ...(writer && { writer }),
     });
     return service;
   }
@@ -168,6 +183,95 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
   });
 
+  it('sends again each check given up while the service was away, though an operator retried one of them as they were read', async () => {
+    const service = await awayRig();
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    for (const key of ['today-a', 'today-b', 'today-c']) await addVisit(key, inDays(0));
+    rig.worker.start();
+    const given = await Promise.all(['today-a', 'today-b', 'today-c'].map((key) => rig.reach(key, 'needs-attention', 8000)));
+    // `jobs retry` on the first of them, between the worker's reading of the checks given up and its sending them again.
+    const list = rig.store.listChecks.bind(rig.store);
+    rig.store.listChecks = async (filter) => {
+      const rows = await list(filter);
+      const first = rows[0];
+      if (first) await retryCheck(rig.store, first.key, new Date());
+      return rows;
+    };
+    service.down = false;
+    const again = await Promise.all(['today-a', 'today-b', 'today-c'].map((key) => rig.reach(key, 'written', 8000)));
+    expect(again.map((row) => row.round)).toEqual(given.map((row) => row.round + 1));
+    expect(rig.warnings.filter((w) => /could not be sent again/.test(w.msg))).toEqual([]);
+  });
+
+  it('sends again a check given up while the service was away whose error response the chart, away too, had not taken yet', async () => {
+    // The practice's line down: neither the service nor the chart answers.
+    const chart = { down: true };
+    const service = await awayRig((fhir) => ({ write: (...args) => (chart.down ? Promise.reject(new ChartWriteError('the FHIR server did not answer', { retryable: true })) : fhir.write(...args)) }));
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    await addVisit('today', inDays(0));
+    rig.worker.start();
+    const given = await until('today given up, its error response waiting for the chart', async () => {
+      const row = await rig.check('today');
+      return row.state === 'result-stored' && /chart write failed/.test(row.lastError ?? '') && row;
+    }, 8000);
+    service.down = false;
+    await until('the service found back', async () => rig.worker.service.since === undefined && service.verified > 0, 8000);
+    chart.down = false;
+    const again = await rig.reach('today', 'written', 8000);
+    expect(again.round).toBe(given.round + 1);
+    const todays = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?identifier=today')) as CoverageEligibilityResponse[];
+    expect(todays.map((r) => r.outcome)).toEqual(['complete']);
+  });
+
+  it('reads, to send them again, the checks given up since the service went, not every needs-attention check of months', async () => {
+    const service = await awayRig();
+    const dayAgo = new Date(Date.now() - 86_400_000).toISOString();
+    await rig.store.transaction(async (tx) => {
+      for (let i = 0; i < 400; i++) await tx.putCheck(checkRow(`refused-${i}`, { state: 'needs-attention', dueAt: undefined, createdAt: dayAgo, updatedAt: dayAgo, lastError: 'PatientNotFound' }));
+    });
+    for (let i = 0; i < 5; i++) await addVisit(`later-${i}`, inDays(10));
+    await addVisit('today', inDays(0));
+    rig.worker.start();
+    await rig.reach('today', 'needs-attention', 8000);
+    const list = rig.store.listChecks.bind(rig.store);
+    let read = 0;
+    rig.store.listChecks = async (filter) => {
+      const rows = await list(filter);
+      read += rows.length;
+      return rows;
+    };
+    service.down = false;
+    await rig.reach('today', 'written', 8000);
+    expect(read).toBeLessThan(100);
+  });
+
+  it('does not count the time a check was held against its wait at the service: one held longer than pendingGiveUpMs is polled until its result, not given to a person', async () => {
+    const service = { down: true };
+    const polled = new Map<string, number>();
+    let accepted = 0;
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, pendingGiveUpMs: 2000, backoff: { baseMs: 50, maxMs: 400 } },
+      answer: (req, res) => {
+        if (service.down) return json(res, 503, unavailable);
+        if (req.method === 'POST') return json(res, 202, { correlationId: `ver-${++accepted}`, status: 'Pending' });
+        const id = req.url.split('/').at(-1) ?? '';
+        polled.set(id, (polled.get(id) ?? 0) + 1);
+        return json(res, 200, polled.get(id) === 1 ? { correlationId: id, status: 'Pending' } : { ...(resultBody('completed-minimal') as object), correlationId: id });
+      },
+    });
+    const keys = Array.from({ length: 6 }, (_, i) => `later-${i}`);
+    for (const key of keys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the service found out', async () => rig.worker.service.since !== undefined);
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    service.down = false;
+    const done = await Promise.all(keys.map((key) => until(`${key} done`, async () => {
+      const row = await rig.check(key);
+      return (row.state === 'written' || row.state === 'needs-attention') && row;
+    }, 8000)));
+    expect(done.map((row) => [row.key, row.state, row.state === 'written' ? '' : row.lastError])).toEqual(keys.map((key) => [key, 'written', '']));
+  });
+
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
     let verified = 0;
     rig = await startWorkerRig({
@@ -186,6 +290,20 @@ describe('a service away longer than the checks\' attempts last', () => {
     } finally {
       clearInterval(others);
     }
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
+  });
+
+  it('gives up a check the service fails alone when no other is being sent (a quiet night): its failures are not the service out', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: OUTAGE_AFTER + 3, backoff: { baseMs: 20, maxMs: 60 } },
+      answer: (_req, res) => json(res, 500, { title: 'Internal error', status: 500 }),
+    });
+    await addVisit('choked', inDays(10));
+    rig.worker.start();
+    const row = await rig.reach('choked', 'needs-attention', 8000);
+    expect(row.lastError).toMatch(/^NotVerified/);
+    expect(posts(rig.requests)).toHaveLength(OUTAGE_AFTER + 3);
+    expect(rig.worker.service.since).toBeUndefined();
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
   });
 });
