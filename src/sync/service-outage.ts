@@ -30,12 +30,12 @@ function saysOut(err: ServiceError): boolean | undefined {
 
 /**
  * The verification service as the worker's calls find it. Out after OUTAGE_AFTER failures in a
- * row (saysOut), of more than one check, with no answer between, until a call is answered: meanwhile
- * one call at a time tries it (`probe`), each later than the one before (from backoff.baseMs, doubling, up to a minute, and
- * no sooner than a Retry-After), and the others wait (`hold`) without using their check's
- * attempts. A batch booked while the service is away then waits for it in the store, rather than
- * being given up check by check once their attempts run out, each into the chart as not verified.
- * Said once when it goes, once when it is back.
+ * row (saysOut), of more than one check, with no answer between, until a call is answered:
+ * meanwhile one call at a time tries it (`probe`), each later than the one before (from
+ * backoff.baseMs, doubling, up to a minute, and no sooner than a Retry-After), and the others wait
+ * (`hold`) without using their check's attempts. A batch booked while the service is away then
+ * waits for it in the store, rather than being given up check by check once their attempts run
+ * out, each into the chart as not verified. Said once when it goes, once when it is back.
  */
 export class ServiceOutage {
   private inRow = 0;
