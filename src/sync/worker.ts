@@ -427,8 +427,9 @@ export class Worker {
     if (err.code === UNREADABLE_ANSWER) {
       // Sent again, it would be answered the same: a person reads what the service sent, kept as the check's result.
       const summary = `${err.problem.title ?? 'unreadable answer'}: ${err.problem.detail ?? 'the service answered with a body this plugin cannot read'}`;
-      const moved = await this.step(row, from, { state: 'needs-attention', dueAt: undefined, result: err.received, lastError: summary });
-      if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'answer unreadable' });
+      if (await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, result: err.received, lastError: summary })) {
+        this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'answer unreadable' });
+      }
       return;
     }
     if (status === 404 && from === 'awaiting-result') {
@@ -446,7 +447,7 @@ export class Worker {
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
       // Said only when the check moved: a webhook may have applied its result meanwhile.
-      if (!(await this.step(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
+      if (!(await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
       this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
@@ -490,7 +491,7 @@ export class Worker {
   }
 
   private async pendingTooLong(row: CheckRow): Promise<void> {
-    const moved = await this.step(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
+    const moved = await this.toPerson(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
     if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
   }
 
@@ -620,7 +621,7 @@ export class Worker {
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (!retryable) {
-        if (await this.step(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
+        if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
           this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
         }
         return;
@@ -648,13 +649,30 @@ export class Worker {
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
       : chartCoverageChanged(current.check, row.check) ? { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() }
       // Dropped by the PMS while this was under way for a visit over: the Coverage this write made active is ended now.
-      : (await planDroppedSince(tx, current)) ? { state: 'ending-coverage', written: ids, attempts: 0, dueAt: this.now(), planDroppedAt: this.now(), lastError: whyEnding(current.check) }
+      : (await planDroppedSince(tx, current)) ? { ...this.droppedSince(current), written: ids }
       : { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined },
     ));
     // Written either way; a failure whose plan is gone is left to no person (endCoverage).
     if (done?.state !== state && done?.state !== 'ending-coverage') return;
     this.emit('written', { key: row.key, state: done.state, correlationId: row.correlationId, outcome: outcome.kind });
     if (done.state === state && needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
+  }
+
+  /** Where a check whose Coverage is in the chart goes once its plan was dropped while it was under way for a visit over: to end it (endCoverage). */
+  private droppedSince(row: CheckRow): Step {
+    return { state: 'ending-coverage', attempts: 0, dueAt: this.now(), planDroppedAt: this.now(), lastError: whyEnding(row.check) };
+  }
+
+  /**
+   * The check to a person with nothing written: one whose earlier round's pair is in the chart (a
+   * re-verification refused, left pending, unreadable or its write refused) and whose plan the PMS
+   * dropped while it was under way for a visit over ends that Coverage instead, as a write would:
+   * endDroppedPlans could not take it under way, and no later message looks at a plan gone.
+   * Whether it went to a person.
+   */
+  private async toPerson(row: CheckRow, from: CheckState, change: Step): Promise<boolean> {
+    const moved = await this.step(row, from, async (current, tx) => (current.written !== undefined && (await planDroppedSince(tx, current)) ? this.droppedSince(current) : change));
+    return moved?.state === 'needs-attention';
   }
 
   /**

@@ -437,17 +437,22 @@ describe('HL7 v2 into the chart', () => {
       await dropAfterTwoVisits(17, 'cancelled');
     });
 
-    it('its check being verified again when its visit was cancelled: the Coverage its earlier result made ends, the check cancelled', async () => {
-      let offset = 0;
-      await start({ now: () => new Date(Date.now() + offset) });
-      await bookBoth(visitIn(2));
-      // The result gone stale before the visit: Cigna is verified again, its send held at the service while the visit is cancelled.
-      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, delayMs: 2500, times: 1 });
+    /** Cigna's result gone stale: verified again, its send held at the service a while, then answered (or refused with `status`). */
+    const reverifyCignaHeld = async (status?: number) => {
+      h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, delayMs: 2500, times: 1, ...(status !== undefined && { status }) });
       await h.store.transaction(async (tx) => {
         const row = await tx.getCheck((await cignaCheck())?.key ?? '');
         if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
       });
       await until('its re-verification sent', async () => (await cignaCheck())?.state === 'submitted');
+    };
+
+    it('its check being verified again when its visit was cancelled: the Coverage its earlier result made ends, the check cancelled', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      // The result gone stale before the visit: Cigna is verified again, its send held at the service while the visit is cancelled.
+      await reverifyCignaHeld();
       expect(await send([msh('SIU^S15^SIU_S12', 'R2'), sch('APT-40', visitIn(2)), pid('P-40')].join('\r'))).toEqual(['AA']);
       expect((await cignaCheck())?.state).toBe('cancelled');
 
@@ -474,6 +479,14 @@ describe('HL7 v2 into the chart', () => {
       expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
     });
 
+    /** Cigna's Coverage ended, once its check was done with, which stays written: its visit over, its result served it. */
+    const cignaEndedItsVisitServed = async () => {
+      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 10_000);
+      await until('its check done', async () => (await cignaCheck())?.state === 'written');
+      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
+      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+    };
+
     it('its check still under way when the PMS drops the plan after the visit: the Coverage its write makes is ended once written', async () => {
       let offset = 0;
       await start({ now: () => new Date(Date.now() + offset) });
@@ -484,11 +497,21 @@ describe('HL7 v2 into the chart', () => {
       offset = 5 * 86_400_000;
       expect(await send(adt('U2', 'P-46', ...insurance(guardian)))).toEqual(['AA']);
       expect((await cignaCheck())?.state).toBe('submitted');
-      await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled', 10_000);
-      await until('its check done', async () => (await cignaCheck())?.state === 'written');
-      expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
-      expect(await coverages()).toEqual({ Guardian: 'active', 'Cigna Dental': 'cancelled' });
+      await cignaEndedItsVisitServed();
       expect(verificationsSent()).toBe(2);
+    });
+
+    it('its check being verified again past its visit when the PMS drops the plan, then left to a person unwritten: the Coverage its earlier result made ends', async () => {
+      let offset = 0;
+      await start({ now: () => new Date(Date.now() + offset) });
+      await bookBoth(visitIn(2));
+      // Cigna verified again before the visit, its send held at the service past it and then refused (a portal's key revoked).
+      await reverifyCignaHeld(403);
+      offset = 4 * 86_400_000;
+      expect(await send(adt('Y2', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      expect((await cignaCheck())?.state).toBe('submitted');
+      // No later message looks at Cigna again: the Coverage its first result made is ended as the refusal lands.
+      await cignaEndedItsVisitServed();
     });
 
     it('its check given up, its error response written, its visit over: the Coverage that write made ends, the check cancelled', async () => {
