@@ -275,19 +275,22 @@ export async function endDroppedPlans(
   const rows = (await tx.checksOfPatient(patientKey, droppedMemberIds, RESTING_OR_ENDING)).filter((row) => !listed.has(planKey(row.check)) && row.check.source.kind === 'hl7' && !sharedPatient(row.check));
   const taken: string[] = [];
   const ending = new Set<string>();
-  for (const { key, state, check } of rows) {
+  const resting: Array<CheckOfPlan | CheckRow> = rows.filter((row) => row.state !== 'ending-coverage');
+  for (const { key, state } of rows) {
     if (state !== 'ending-coverage') continue;
-    ending.add(planKey(check));
-    if (planHoldsVisit(check)) continue;
-    // Being dated: the PMS's last word is the drop (the worker, dating it meanwhile, ends it again as this says: endCoverage).
+    // Read again, locked: a worker (on PostgreSQL, since the read above) may have done with it, a dating then resting in the chart as any check.
     const current = await tx.getCheck(key);
-    if (current?.state !== 'ending-coverage' || planHoldsVisit(current.check)) continue;
+    if (current === undefined) continue;
+    if (current.state !== 'ending-coverage') resting.push(current);
+    if (current.state === 'ending-coverage' || dropSeen(current)) ending.add(planKey(current.check));
+    if (current.state !== 'ending-coverage' || planHoldsVisit(current.check)) continue;
+    // Being dated: the PMS's last word is the drop (the worker, dating it meanwhile, ends it again as this says: endCoverage).
     const undated = asDropped(current.check);
     await tx.putCheck({ ...current, check: undated, attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(undated) });
     taken.push(key);
   }
-  const dropped = new Map<string, CheckOfPlan[]>();
-  for (const row of rows) {
+  const dropped = new Map<string, Array<CheckOfPlan | CheckRow>>();
+  for (const row of resting) {
     if (!restsInChart(row) || dropSeen(row)) continue;
     const plan = planKey(row.check);
     dropped.set(plan, [...(dropped.get(plan) ?? []), row]);

@@ -1,9 +1,10 @@
 import { Client } from 'pg';
-import type { CheckRow, JobStore } from '../../src/sync/job-store';
+import type { CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
 import { LIVE_NAMESPACE, LiveLock } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
+import { endDroppedPlans } from '../../src/sync/schedule';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
@@ -422,6 +423,54 @@ describe('PgJobStore with two instances on one database', () => {
     expect(waited).toBe(true);
     const row = await a.transaction((tx) => tx.getCheck('elig_1'));
     expect([row?.state, row?.attempts]).toEqual(['result-stored', 1]);
+  });
+
+  it("cancels the Coverage of a plan the PMS drops while the other instance's worker finishes dating it, between the drop reading the plan's checks and taking them", async () => {
+    // An HL7 patient of one sender, booked with a plan twice: a visit over, and one the PMS then ended the plan before (its Coverage being dated).
+    const ofHl7 = (key: string, change: Partial<CheckRow>): CheckRow => {
+      const row = checkRow(key);
+      const patient = { ...row.check.patient, identifiers: [{ system: 'SC', type: 'MR', value: 'P-77' }] };
+      const source = { kind: 'hl7' as const, messageControlId: 'M-1', messageType: 'SIU^S12', sendingFacility: 'BSD-MAIN', receivedAt: NOW };
+      return { ...row, patientKey: 'hl7|BSD-MAIN|SC|P-77', ...change, check: { ...row.check, ...change.check, patient, source } };
+    };
+    const written = { requestId: 'req', responseId: 'res' };
+    const base = checkRow('elig_x').check;
+    await a.transaction(async (tx) => {
+      await tx.putCheck(ofHl7('elig_over', { state: 'written', written, dueAt: undefined, check: { ...base, dateOfService: '2026-10-01' } }));
+      const ended = { ...base, dateOfService: '2026-12-01', coverage: { ...base.coverage, period: { end: '2026-11-30' } } };
+      await tx.putCheck(ofHl7('elig_dated', { state: 'ending-coverage', written, dueAt: NOW, planDroppedAt: NOW, check: ended }));
+    });
+    const worker = new Worker(RIG_OPTIONS, {
+      store: b,
+      client: { verify: unused, requestVerification: unused, getVerification: unused },
+      resolver: unused,
+      writer: async () => ({ write: unused, endCoverage: async () => true }),
+      now: () => new Date(),
+      log: { info: () => undefined, warn: () => undefined, error: () => undefined },
+      emit: () => undefined,
+    });
+    // The drop at a reads the plan's checks, then the worker at b finishes the dating before the drop takes them.
+    const dropAt = new Date().toISOString();
+    const record = { patient: base.patient, coverages: [], appointments: [], updatedAt: dropAt, messageControlId: 'M-2' };
+    const taken = await a.transaction(async (tx) => {
+      const racing: StoreTx = Object.create(tx, {
+        checksOfPatient: {
+          value: async (...args: Parameters<StoreTx['checksOfPatient']>) => {
+            const rows = await tx.checksOfPatient(...args);
+            worker.start();
+            await until('the dating done at b', async () => (await b.transaction((other) => other.getCheck('elig_dated')))?.state === 'cancelled');
+            await worker.stop();
+            return rows;
+          },
+        },
+      });
+      return endDroppedPlans(racing, 'hl7|BSD-MAIN|SC|P-77', record, [base.subscriber.memberId], dropAt);
+    });
+    // Its Coverage, dated, is cancelled next, the dates it was given kept: the PMS's last word is the drop.
+    expect(taken).toEqual(['elig_dated']);
+    const dated = await a.transaction((tx) => tx.getCheck('elig_dated'));
+    expect([dated?.state, dated?.planDroppedAt, dated?.check.coverage.period]).toEqual(['ending-coverage', dropAt, undefined]);
+    expect((await a.transaction((tx) => tx.getCheck('elig_over')))?.planDroppedAt).toBe(dropAt);
   });
 
   it("applies a webhook that came before its send's answer when that answer commits at the other instance while the webhook waits for the check", async () => {
