@@ -392,9 +392,14 @@ export function visitDayCome(check: EligibilityCheck, now: Date, policy: Schedul
 /** The clinic an appointment's basis names: an HL7 one's always, a FHIR one's once it is read with one (rows stored before, none). */
 const AtClinic = z.looseObject({ clinicId: z.string() });
 
+/** The clinic a stored appointment is at, as its basis says. */
+export function clinicOf(appointment: AppointmentRow): string | undefined {
+  return AtClinic.safeParse(appointment.basis).data?.clinicId;
+}
+
 /** Whether a stored appointment's visit is still to come where its clinic is (see firstDateToCome). */
 export function stillToCome(appointment: AppointmentRow, now: Date, policy: SchedulePolicy): boolean {
-  const clinicId = AtClinic.safeParse(appointment.basis).data?.clinicId;
+  const clinicId = clinicOf(appointment);
   return appointment.dateOfService >= firstDateToCome(now, clinicId === undefined ? undefined : policy.timeZoneOf?.(clinicId));
 }
 

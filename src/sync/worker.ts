@@ -16,7 +16,7 @@ import { planHoldsVisit, whyEnding } from './chart-resources';
 import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
@@ -716,15 +716,18 @@ export class Worker {
   }
 
   /**
-   * Whether the check's written result served its visit: the visit over and still booked (a
-   * cancelled one, its re-verification withdrawn midway say, was served by nothing), and what was
-   * written no failure.
+   * Whether the check's written result served its visit: the visit over and not cancelled (a
+   * cancelled or moved one, its re-verification withdrawn midway say, was served by nothing), and
+   * what was written no failure. Its appointment may hold it no longer and still have taken place:
+   * sent again after the visit without its plan (an S14 at checkout).
    */
   private async servedItsVisit(row: CheckRow, tx: StoreTx): Promise<boolean> {
     const { clinicId, dateOfService } = row.check;
     if (row.written === undefined || resultKindOf(row) === 'failed') return false;
     if (dateOfService >= firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(clinicId))) return false;
-    return (await tx.appointmentsHolding(row.key)).length > 0;
+    if ((await tx.appointmentsHolding(row.key)).length > 0) return true;
+    const visits = await tx.appointmentsOfPatient(row.patientKey);
+    return visits.some((visit) => visit.dateOfService === dateOfService && visit.status !== 'cancelled' && clinicOf(visit) === clinicId);
   }
 
   private async reverify(row: CheckRow): Promise<void> {

@@ -391,13 +391,17 @@ describe('HL7 v2 into the chart', () => {
       expect(verificationsSent()).toBe(2);
     });
 
-    it('its visit over: the Coverage ends, the check that served the visit stays written', async () => {
+    it.each([
+      ['an A08', () => adt('V3', 'P-40', ...insurance(guardian))],
+      ['its visit sent again without the plan (an S14 at checkout)', (visit: string) => [msh('SIU^S14^SIU_S12', 'V3'), sch('APT-40', visit), pid('P-40'), ...insurance(guardian)].join('\r')],
+    ])('its visit over, the plan dropped by %s: the Coverage ends, the check that served the visit stays written', async (_by, drop) => {
       let offset = 0;
       await start({ now: () => new Date(Date.now() + offset) });
-      await bookBoth(visitIn(2));
+      const visit = visitIn(2);
+      await bookBoth(visit);
       // Over where it is any day now: the clinic's zone unknown, a visit is over once its date has ended at UTC−12.
       offset = 4 * 86_400_000;
-      expect(await send(adt('V3', 'P-40', ...insurance(guardian)))).toEqual(['AA']);
+      expect(await send(drop(visit))).toEqual(['AA']);
       await until('the dropped plan ended', async () => (await coverages())['Cigna Dental'] === 'cancelled');
       await until('its check done', async () => (await cignaCheck())?.state === 'written');
       expect((await cignaCheck())?.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
