@@ -248,7 +248,7 @@ class PgTx implements StoreTx {
   async putPatient(patientKey: string, record: PatientInsuranceRecord): Promise<void> {
     await this.db.query('INSERT INTO patients (patient_key, record) VALUES ($1, $2) ON CONFLICT (patient_key) DO UPDATE SET record = excluded.record', [
       patientKey,
-      JSON.stringify(record),
+      jsonText(record),
     ]);
   }
 
@@ -264,7 +264,7 @@ class PgTx implements StoreTx {
       `INSERT INTO appointments (key, patient_key, date_of_service, status, row, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (key) DO UPDATE SET patient_key = excluded.patient_key, date_of_service = excluded.date_of_service,
          status = excluded.status, row = excluded.row, updated_at = excluded.updated_at`,
-      [valid.key, valid.patientKey, valid.dateOfService, valid.status, JSON.stringify(valid), valid.updatedAt],
+      [valid.key, valid.patientKey, valid.dateOfService, valid.status, jsonText(valid), valid.updatedAt],
     );
     await this.db.query('DELETE FROM appointment_checks WHERE appointment_key = $1', [valid.key]);
     await this.db.query('INSERT INTO appointment_checks (appointment_key, check_key) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING', [valid.key, valid.checkKeys]);
@@ -307,7 +307,7 @@ class PgTx implements StoreTx {
        ON CONFLICT (key) DO UPDATE SET state = excluded.state, row = excluded.row, correlation_id = excluded.correlation_id,
          coverage_fingerprint = excluded.coverage_fingerprint, result_at = excluded.result_at, due_at = excluded.due_at,
          updated_at = excluded.updated_at`,
-      [valid.key, valid.state, JSON.stringify(valid), valid.correlationId ?? null, valid.coverageFingerprint, valid.resultAt ?? null, valid.dueAt ?? null, valid.updatedAt],
+      [valid.key, valid.state, jsonText(valid), valid.correlationId ?? null, valid.coverageFingerprint, valid.resultAt ?? null, valid.dueAt ?? null, valid.updatedAt],
     );
   }
 
@@ -379,6 +379,19 @@ async function checkWhere(db: Queryable, where: string, params: unknown[]): Prom
 
 /** The messages table as PostgreSQL returns it: a bigint id as text, the raw text and dedupe key as bytes. */
 type PgMessageRecord = Omit<MessageRecord, 'id' | 'raw' | 'dedupe_key'> & { id: string; raw: Buffer; dedupe_key: Buffer };
+
+/**
+ * A document as a json column takes it. `json` keeps a \u0000 escape as written, but every `->>`
+ * on the document (the expression indexes, each query's filters) fails on one anywhere in it
+ * ("cannot be converted to text"): a NUL a service result or a chart's resource carried (a broken
+ * payer page, a hostile sender) would keep its check, patient or appointment out of the store for
+ * good. It is kept as U+FFFD, the character for one that could not be kept. Each escape is read
+ * from the left, so an escaped backslash before "u0000" (a text that says \u0000) stays as it is.
+ */
+function jsonText(value: unknown): string {
+  const text = JSON.stringify(value);
+  return text.includes('\\u0000') ? text.replace(/\\\\|\\u0000/g, (escape) => (escape === '\\u0000' ? '\\ufffd' : escape)) : text;
+}
 
 function pgMessageFrom(r: PgMessageRecord): MessageRow {
   return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8'), dedupe_key: r.dedupe_key.toString('utf8') });

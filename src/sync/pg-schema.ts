@@ -7,7 +7,8 @@ import { inTransaction } from './pg-transaction';
  * The PostgreSQL job store's schema, one migration per version. Each check, appointment and
  * patient is one JSON document (`row`, `record`) as the SQLite store keeps it; the columns beside
  * it are what queries select, lock and order by. Times that are compared are timestamptz;
- * `json` (not jsonb) keeps a document as it was written, \u0000 escapes and all; a message's raw
+ * `json` (not jsonb) keeps a document as it was written, but for a NUL, which no query could read
+ * (pg-job-store's jsonText keeps U+FFFD in its place); a message's raw
  * text and dedupe key are bytea because PostgreSQL text cannot hold the NUL a broken sender may put in them.
  */
 const MIGRATIONS: readonly string[] = [

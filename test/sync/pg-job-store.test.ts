@@ -71,6 +71,16 @@ describe('PgJobStore with two instances on one database', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it('keeps a check whose result carries a NUL, which PostgreSQL cannot give as text, with U+FFFD in its place', async () => {
+    // A payer's page with a NUL in a name, as the service passed it on; beside it a text that only says \u0000.
+    const result = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-nul', note: 'SMITH\u0000JR', quoted: 'C:\\u0000' };
+    await a.transaction((tx) => tx.putCheck(checkRow('nul', { state: 'written', result, resultAt: NOW, correlationId: 'ver-nul' })));
+    const [kept] = await b.listChecks({ states: ['written'] });
+    expect(kept?.key).toBe('nul');
+    expect(kept?.result).toMatchObject({ note: 'SMITH\uFFFDJR', quoted: 'C:\\u0000' });
+    expect((await b.transaction((tx) => tx.checkByCorrelationId('ver-nul')))?.key).toBe('nul');
+  });
+
   it('creates the schema once when both start together, at the version this program writes', async () => {
     expect(await a.schemaVersion()).toBe(PG_SCHEMA_VERSION);
     const db = new Client({ connectionString: url });
