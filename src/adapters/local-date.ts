@@ -29,12 +29,17 @@ export function dateAt(at: Date, timeZone: string): string {
 /** Minute formatters by time zone, as costly to build. */
 const minutes = new Map<string, Intl.DateTimeFormat>();
 
-/** The date and minute it is in `timeZone` at `at`, as YYYY-MM-DD HH:MM. */
+/**
+ * The date and minute it is in `timeZone` at `at`, with the clocks' offset from UTC, as YYYY-MM-DD
+ * HH:MM UTC±HH:MM: the hour a fall change repeats (Chicago's 01:00 to 02:00) is told apart.
+ */
 export function minuteAt(at: Date, timeZone: string): string {
   let format = minutes.get(timeZone);
   if (!format) minutes.set(timeZone, (format = new Intl.DateTimeFormat('en-CA', { timeZone, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' })));
   const part = Object.fromEntries(format.formatToParts(at).map((p) => [p.type, p.value]));
-  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}`;
+  const offset = offsetAt(at.getTime(), timeZone) / 60_000;
+  const hhmm = `${String(Math.floor(Math.abs(offset) / 60)).padStart(2, '0')}:${String(Math.abs(offset) % 60).padStart(2, '0')}`;
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute} UTC${offset < 0 ? '-' : '+'}${hhmm}`;
 }
 
 /**

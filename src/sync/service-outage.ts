@@ -53,13 +53,28 @@ export class ServiceOutage {
     private readonly backoff: { baseMs: number; maxMs: number },
     private readonly now: () => number,
     private readonly log: OutageWatchLog,
-    /** Told when the service answers again, with when it was found failing. */
-    private readonly back: (since: Date) => void = () => undefined,
+    private readonly told: {
+      /** Told when the service is found out, with when it was found failing. */
+      went?: (since: Date) => void;
+      /** Told when the service answers again, with when it was found failing. */
+      back?: (since: Date) => void;
+    } = {},
   ) {}
 
   /** When the failures that found the service out began; undefined while it answers. */
   get since(): Date | undefined {
     return this.outSince === undefined ? undefined : new Date(this.outSince);
+  }
+
+  /**
+   * Out since `since`, as a process before this one found it (killed or restarted meanwhile, or
+   * another instance on the store): its first call tries the service, and an answer ends it as it
+   * ends one found here, those given up since then sent again.
+   */
+  resume(since: Date): void {
+    if (this.outSince !== undefined) return;
+    this.outSince = since.getTime();
+    this.log.warn({ since: since.toISOString() }, 'the verification service was not answering when this worker started; checks wait for it without using their attempts, one call at a time tries it');
   }
 
   /** The pass for a call about to go; `urgent` goes whatever the service's state (it uses its attempts as before). */
@@ -91,7 +106,7 @@ export class ServiceOutage {
     this.outSince = undefined;
     this.probes = 0;
     this.heldChecks = 0;
-    this.back(since);
+    this.told.back?.(since);
   }
 
   /**
@@ -115,6 +130,7 @@ export class ServiceOutage {
       if (this.inRow < OUTAGE_AFTER || this.failing.size < 2) return;
       this.outSince = this.failingSince;
       this.log.warn({ failures: this.inRow, checks: this.failing.size, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+      this.told.went?.(new Date(this.outSince));
     } else if (pass !== 'probe') {
       this.nextProbe = Math.max(this.nextProbe, retryAfter);
       return;

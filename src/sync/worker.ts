@@ -116,6 +116,12 @@ export function localCorrelationId(externalId: string): string {
 const STORE_RETRY_MAX_MS = 30_000;
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
+/**
+ * When the service was found out, kept in the store until it answers again: a worker started
+ * meanwhile (serve restarted, another instance) takes the outage up, and the checks given up since
+ * then are sent again, not only those given up since this worker found it.
+ */
+const SERVICE_OUT_SINCE = 'service-out-since';
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
@@ -138,6 +144,8 @@ export class Worker {
   private stepOutages = 0;
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
+  /** The outage a worker before this one found, being read at start (takeUpOutage). */
+  private takingUp: Promise<void> | undefined;
   /**
    * Checks out of hand whose lease the store did not release (it was down): released before the
    * next claim, or no worker, this one included, would take them again until their leases ran out.
@@ -151,7 +159,10 @@ export class Worker {
     private readonly deps: WorkerDeps,
   ) {
     const store = (this.store = watchOutages(deps.store, deps.log));
-    this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, (since) => void this.sendAgainGivenUp(since));
+    this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, {
+      went: (since) => void this.keepOutage(since),
+      back: (since) => void this.sendAgainGivenUp(since),
+    });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
     this.limiter = new RateLimiter(
@@ -164,13 +175,15 @@ export class Worker {
     if (this.running) return;
     this.running = true;
     if (this.stopping.signal.aborted) this.stopping = new AbortController();
-    this.kick();
+    // Before the first claim: with the service still out, its first call is the one trying it.
+    this.takingUp = this.takeUpOutage().finally(() => this.kick());
   }
 
   /** Stops taking checks and waits for the ones in hand; their leases are released. */
   async stop(): Promise<void> {
     this.running = false;
     this.stopping.abort();
+    await this.takingUp;
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
     await Promise.allSettled([...this.inHand.values()]);
@@ -804,9 +817,16 @@ export class Worker {
    * One whose error response the chart has not taken yet (it was away too) is sent again as well:
    * its result is written in its stead.
    */
-  private async sendAgainGivenUp(since: Date): Promise<void> {
+  private async sendAgainGivenUp(found: Date): Promise<void> {
     try {
       const now = this.deps.now();
+      // The outage is over for every worker: the earliest any found it is taken, and forgotten.
+      const kept = await this.store.transaction(async (tx) => {
+        const at = await tx.getMeta(SERVICE_OUT_SINCE);
+        if (at) await tx.setMeta(SERVICE_OUT_SINCE, '');
+        return at;
+      });
+      const since = kept && Date.parse(kept) < found.getTime() ? new Date(kept) : found;
       const rows = await this.changedSince(['needs-attention', 'result-stored'], since);
       const { timeZoneOf } = this.options.policy;
       const givenUp = rows.filter(
@@ -821,6 +841,28 @@ export class Worker {
       this.kick();
     } catch (err) {
       this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+    }
+  }
+
+  /** Keeps when the service was found out, unless another worker found it earlier (SERVICE_OUT_SINCE). */
+  private async keepOutage(since: Date): Promise<void> {
+    try {
+      await this.store.transaction(async (tx) => {
+        const kept = await tx.getMeta(SERVICE_OUT_SINCE);
+        if (!kept || Date.parse(kept) > since.getTime()) await tx.setMeta(SERVICE_OUT_SINCE, since.toISOString());
+      });
+    } catch (err) {
+      if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when the verification service was found out');
+    }
+  }
+
+  /** The outage a worker before this one found and the store keeps, taken up (SERVICE_OUT_SINCE); the store out of reach, this worker's calls find it. */
+  private async takeUpOutage(): Promise<void> {
+    try {
+      const since = await this.store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE));
+      if (since) this.service.resume(new Date(since));
+    } catch (err) {
+      if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');
     }
   }
 

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { clinicTimeZone, loadClinicRouting, resolveClinic, type ClinicRouting } from '../../src/adapters/clinic-routing';
-import { dateAt, dateOfStart, startOfDate } from '../../src/adapters/local-date';
+import { dateAt, dateOfStart, minuteAt, startOfDate } from '../../src/adapters/local-date';
 
 /** Two clinics that both call a chair OP1, as most dental clinics do. */
 const routing: ClinicRouting = {
@@ -125,5 +125,14 @@ describe('the practice\'s time zone', () => {
     expect(start('2026-09-07', 'America/Santiago')).toBe('2026-09-07T03:00:00.000Z');
     expect(dateAt(new Date('2026-11-30T13:59:59.999Z'), 'Pacific/Guam')).toBe('2026-11-30');
     expect(dateAt(new Date('2026-11-30T14:00:00Z'), 'Pacific/Guam')).toBe('2026-12-01');
+  });
+
+  it('tells the minute on the practice\'s clock with its offset: the hour a fall change repeats is told apart', () => {
+    // Chicago's clocks go from 02:00 CDT back to 01:00 CST on 1 November 2026: 01:30 comes twice.
+    expect(minuteAt(new Date('2026-11-01T06:30:00Z'), 'America/Chicago')).toBe('2026-11-01 01:30 UTC-05:00');
+    expect(minuteAt(new Date('2026-11-01T07:30:00Z'), 'America/Chicago')).toBe('2026-11-01 01:30 UTC-06:00');
+    expect(minuteAt(new Date('2026-03-08T08:00:00Z'), 'America/Chicago')).toBe('2026-03-08 03:00 UTC-05:00');
+    expect(minuteAt(new Date('2026-11-25T00:00:00Z'), 'Asia/Kolkata')).toBe('2026-11-25 05:30 UTC+05:30');
+    expect(minuteAt(new Date('2026-11-25T00:00:00Z'), 'UTC')).toBe('2026-11-25 00:00 UTC+00:00');
   });
 });

@@ -94,7 +94,7 @@ describe('a check the worker gives up on', () => {
     const [response] = await responses();
     // UTC+14: the clinic's date and hour, not UTC's.
     const there = new Date(Date.now() + 14 * 3_600_000).toISOString().slice(0, 13).replace('T', ' ');
-    expect(response?.disposition).toMatch(new RegExp(`1 attempt in all; given up ${there}:\\d\\d \\(Pacific/Kiritimati\\)\\.`));
+    expect(response?.disposition).toMatch(new RegExp(`1 attempt in all; given up ${there}:\\d\\d UTC\\+14:00 \\(Pacific/Kiritimati\\)\\.`));
   });
 
   it('is written after the earlier result when it was a re-verification: the error response is the chart\'s newest', async () => {

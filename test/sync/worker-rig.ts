@@ -38,6 +38,8 @@ export interface WorkerRig {
   check(key: string): Promise<CheckRow>;
   /** Waits until the check is in `state`, and gives it as stored then. */
   reach(key: string, state: CheckState, timeoutMs?: number): Promise<CheckRow>;
+  /** Stops the worker and puts a new one, not started, on the same store, service and chart: serve restarted. */
+  restart(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -93,7 +95,7 @@ export async function startWorkerRig(options: {
   const warnings: WorkerRig['warnings'] = [];
   const infos: WorkerRig['infos'] = [];
   const resolver = options.resolver ?? resolved(options.payerName);
-  const worker = new Worker(
+  const newWorker = () => new Worker(
     { ...RIG_OPTIONS, ...options.worker },
     {
       store,
@@ -111,8 +113,8 @@ export async function startWorkerRig(options: {
       },
     },
   );
-  return {
-    worker,
+  const rig: WorkerRig = {
+    worker: newWorker(),
     store,
     fhir,
     requests: service.requests,
@@ -135,14 +137,19 @@ export async function startWorkerRig(options: {
         return row?.state === state && row;
       }, timeoutMs);
     },
+    async restart() {
+      await rig.worker.stop();
+      rig.worker = newWorker();
+    },
     async close() {
-      await worker.stop();
+      await rig.worker.stop();
       await service.close();
       await fhir.close();
       await store.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  return rig;
 }
 
 /** The paths of the requests that sent a verification (sync or async); bodies, with patient data, stay out of test output. */
