@@ -144,6 +144,8 @@ export class Worker {
   private stepOutages = 0;
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
+  /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
+  private outageKept: Promise<void> = Promise.resolve();
   /** The outage a worker before this one found, being read at start (takeUpOutage). */
   private takingUp: Promise<void> | undefined;
   /**
@@ -160,7 +162,7 @@ export class Worker {
   ) {
     const store = (this.store = watchOutages(deps.store, deps.log));
     this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, {
-      went: (since) => void this.keepOutage(since),
+      went: (since) => void (this.outageKept = this.keepOutage(since)),
       back: (since) => void this.sendAgainGivenUp(since),
     });
     const headroom = new LoopHeadroom();
@@ -820,7 +822,9 @@ export class Worker {
   private async sendAgainGivenUp(found: Date): Promise<void> {
     try {
       const now = this.deps.now();
-      // The outage is over for every worker: the earliest any found it is taken, and forgotten.
+      // The outage is over for every worker: the earliest any found it is taken, and forgotten. On
+      // PostgreSQL the keeping of it, still under way (an answer right after it was found), would commit after.
+      await this.outageKept;
       const kept = await this.store.transaction(async (tx) => {
         const at = await tx.getMeta(SERVICE_OUT_SINCE);
         if (at) await tx.setMeta(SERVICE_OUT_SINCE, '');

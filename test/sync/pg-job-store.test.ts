@@ -1,4 +1,5 @@
 import { Client } from 'pg';
+import type { PayerResolver } from '../../src/domain';
 import type { CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
@@ -9,6 +10,7 @@ import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { Worker } from '../../src/sync/worker';
+import { ServiceError } from '../../src/verification/errors';
 import { toOutcome } from '../../src/verification/outcome';
 import { until } from './harness';
 import { resultBody, RIG_OPTIONS } from './worker-rig';
@@ -481,6 +483,46 @@ describe('PgJobStore with two instances on one database', () => {
     const dated = await a.transaction((tx) => tx.getCheck('elig_dated'));
     expect([dated?.state, dated?.planDroppedAt, dated?.check.coverage.period]).toEqual(['ending-coverage', dropAt, undefined]);
     expect((await a.transaction((tx) => tx.getCheck('elig_over')))?.planDroppedAt).toBe(dropAt);
+  });
+
+  it('leaves no outage in the store when the service answers while the store is still keeping when it was found out', async () => {
+    for (let i = 0; i < 3; i++) await a.transaction((tx) => tx.putCheck(checkRow(`elig_${i}`, { coverageFingerprint: `coverage-${i}` })));
+    // The store slow to take when the service was found out, as a pool under load is: the service answers meanwhile.
+    const kept = gate();
+    const slowStore: JobStore = Object.create(b, {
+      transaction: {
+        writable: true,
+        configurable: true,
+        value: <T>(work: (tx: StoreTx) => Promise<T>) =>
+          b.transaction((tx) =>
+            work(Object.create(tx, { setMeta: { writable: true, configurable: true, value: async (key: string, value: string) => (value ? kept.opened : Promise.resolve()).then(() => tx.setMeta(key, value)) } })),
+          ),
+      },
+    });
+    let calls = 0;
+    const infos: string[] = [];
+    const worker = new Worker(RIG_OPTIONS, {
+      store: slowStore,
+      client: {
+        // Five failures of three checks find it out; the probe after them is answered (a 400: the service is there).
+        verify: async () => {
+          throw new ServiceError({ operation: 'verify', status: ++calls <= 5 ? 503 : 400, problem: { title: calls <= 5 ? 'unavailable' : 'bad request' } });
+        },
+        requestVerification: unused,
+        getVerification: unused,
+      },
+      resolver: () => ({ resolve: () => ({ status: 'resolved', name: 'Guardian', commonPayerId: '64246', supportsAsync: false, asyncPortals: [], syncPortals: ['portal-a'] }) }) as unknown as PayerResolver,
+      writer: unused,
+      now: () => new Date(),
+      log: { info: (_fields, msg) => infos.push(msg), warn: () => undefined, error: () => undefined },
+      emit: () => undefined,
+    });
+    worker.start();
+    await until('the service answering again', async () => infos.some((msg) => /answers again/.test(msg)));
+    kept.open();
+    await worker.stop();
+    // Kept after its end was read, it would be taken up by the next worker started, a day later say.
+    await until('the outage forgotten', async () => (await a.transaction((tx) => tx.getMeta('service-out-since'))) === '');
   });
 
   it("applies a webhook that came before its send's answer when that answer commits at the other instance while the webhook waits for the check", async () => {
