@@ -18,6 +18,7 @@ import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
+import { forgetOutageStart, givenUpSince, keepOutageStart, keptOutageStart } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -116,12 +117,6 @@ export function localCorrelationId(externalId: string): string {
 const STORE_RETRY_MAX_MS = 30_000;
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
-/**
- * When the service was found out, kept in the store until it answers again: a worker started
- * meanwhile (serve restarted, another instance) takes the outage up, and the checks given up since
- * then are sent again, not only those given up since this worker found it.
- */
-const SERVICE_OUT_SINCE = 'service-out-since';
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
@@ -822,25 +817,13 @@ export class Worker {
   private async sendAgainGivenUp(found: Date): Promise<void> {
     try {
       const now = this.deps.now();
-      // The outage is over for every worker: the earliest any found it is taken, and forgotten. On
-      // PostgreSQL the keeping of it, still under way (an answer right after it was found), would commit after.
+      // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
+      // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
-      const kept = await this.store.transaction(async (tx) => {
-        const at = await tx.getMeta(SERVICE_OUT_SINCE);
-        if (at) await tx.setMeta(SERVICE_OUT_SINCE, '');
-        return at;
-      });
-      const since = kept && Date.parse(kept) < found.getTime() ? new Date(kept) : found;
-      const rows = await this.changedSince(['needs-attention', 'result-stored'], since);
-      const { timeZoneOf } = this.options.policy;
-      const givenUp = rows.filter(
-        (row) =>
-          givenUpHere(row) &&
-          Date.parse(row.resultAt ?? '') >= since.getTime() &&
-          row.check.dateOfService >= firstDateToCome(now, timeZoneOf?.(row.check.clinicId)),
-      );
+      const kept = await forgetOutageStart(this.store);
+      const since = kept && kept < found ? kept : found;
       let sent = 0;
-      for (const row of givenUp) if (await retryAsRead(this.store, row, now)) sent++;
+      for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUpHere)) if (await retryAsRead(this.store, row, now)) sent++;
       if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();
     } catch (err) {
@@ -848,38 +831,22 @@ export class Worker {
     }
   }
 
-  /** Keeps when the service was found out, unless another worker found it earlier (SERVICE_OUT_SINCE). */
+  /** Keeps when the service was found out (outage-record), so a worker started meanwhile takes the outage up. */
   private async keepOutage(since: Date): Promise<void> {
     try {
-      await this.store.transaction(async (tx) => {
-        const kept = await tx.getMeta(SERVICE_OUT_SINCE);
-        if (!kept || Date.parse(kept) > since.getTime()) await tx.setMeta(SERVICE_OUT_SINCE, since.toISOString());
-      });
+      await keepOutageStart(this.store, since);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when the verification service was found out');
     }
   }
 
-  /** The outage a worker before this one found and the store keeps, taken up (SERVICE_OUT_SINCE); the store out of reach, this worker's calls find it. */
+  /** The outage a worker before this one found, taken up; the store out of reach, this worker's calls find it. */
   private async takeUpOutage(): Promise<void> {
     try {
-      const since = await this.store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE));
-      if (since) this.service.resume(new Date(since));
+      const since = await keptOutageStart(this.store);
+      if (since) this.service.resume(since);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');
-    }
-  }
-
-  /**
-   * The checks in `states` changed since `since`, and some before: read newest first, in pages
-   * growing until one reaches past it, not every one the store has kept (needs-attention holds
-   * every refusal of months, each read with its result, while MLLP and webhooks wait on the loop).
-   */
-  private async changedSince(states: CheckState[], since: Date): Promise<CheckRow[]> {
-    for (let limit = 64; ; limit *= 4) {
-      const rows = await this.store.listChecks({ states, limit });
-      const oldest = rows.at(-1);
-      if (rows.length < limit || oldest === undefined || Date.parse(oldest.updatedAt) < since.getTime()) return rows;
     }
   }
 
