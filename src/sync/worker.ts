@@ -141,6 +141,8 @@ export class Worker {
   private stopping = new AbortController();
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
   private outageKept: Promise<void> = Promise.resolve();
+  /** The checks given up while the service was away, being sent again now that it answers (sendAgainGivenUp): stop() waits for them. */
+  private sendingAgain: Promise<void> = Promise.resolve();
   /** The outage a worker before this one found, being read at start (takeUpOutage). */
   private takingUp: Promise<void> | undefined;
   /**
@@ -158,7 +160,7 @@ export class Worker {
     const store = (this.store = watchOutages(deps.store, deps.log));
     this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, {
       went: (since) => void (this.outageKept = this.keepOutage(since)),
-      back: (since) => void this.sendAgainGivenUp(since),
+      back: (since) => void (this.sendingAgain = this.sendAgainGivenUp(since)),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -184,6 +186,9 @@ export class Worker {
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
     await Promise.allSettled([...this.inHand.values()]);
+    // Begun by the calls just waited for, on a store the caller closes once this returns.
+    await this.outageKept;
+    await this.sendingAgain;
   }
 
   /** Look for due work now (new checks were stored, a webhook arrived). */

@@ -233,6 +233,32 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.warnings.filter((w) => /could not be sent again/.test(w.msg))).toEqual([]);
   });
 
+  it('stops once the checks given up while the service was away are sent again, not while they are being read, so the store closed after it is not read closed', async () => {
+    const { service } = await todayGivenUp();
+    // The store slow to read them (PostgreSQL over the network, a large needs-attention), released by the test.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reading = false;
+    const list = rig.store.listChecks.bind(rig.store);
+    rig.store.listChecks = async (filter) => {
+      reading = true;
+      await released;
+      return list(filter);
+    };
+    service.down = false;
+    await until('the checks given up being read', async () => reading, 8000);
+    let stopped = false;
+    const stopping = rig.worker.stop().then(() => void (stopped = true));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(stopped).toBe(false);
+    release();
+    await stopping;
+    // Sent again before stop() returned: queued for the next worker, nothing said of a store it found closed.
+    expect((await rig.check('today')).state).toBe('received');
+    expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
+    expect(rig.warnings.filter((w) => /could not be sent again/.test(w.msg))).toEqual([]);
+  });
+
   it('sends again a check given up while the service was away whose error response the chart, away too, had not taken yet', async () => {
     // The practice's line down: neither the service nor the chart answers.
     const chart = { down: true };
