@@ -107,7 +107,7 @@ export interface EligibilitySync {
   readonly logger: Logger;
   /** Loads the payer catalog and starts the worker (and the FHIR poll, when set); one that fails closes what the sync opened: create another to try again. */
   start(): Promise<void>;
-  /** Stops taking work, waits for the checks in hand, closes what it opened. */
+  /** Stops taking work (after a start under way), waits for the checks in hand, closes what it opened. */
   stop(): Promise<void>;
 }
 
@@ -468,6 +468,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     },
     async stop(): Promise<void> {
       stopping = true;
+      // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
+      await starting?.catch(() => undefined);
       if (pollTimer) clearTimeout(pollTimer);
       await polling;
       await worker.stop();

@@ -187,6 +187,29 @@ describe('start() called twice at once', () => {
     expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite-worker'))).toBe(true);
   });
 
+  it('stops a start still under way once it is done: no worker is left claiming checks from the store after stop()', async () => {
+    // A store handed over stays open after stop(): a worker started behind it would work it on, unseen.
+    const store = SqliteJobStore.open(dataDir);
+    const claim = store.claimDue.bind(store);
+    let claims = 0;
+    store.claimDue = async (options) => {
+      claims++;
+      return claim(options);
+    };
+    const catalog = new PayerCatalog({ syncedAt: '2026-11-24T00:00:00Z', payers: [], portals: [] });
+    const sync = createEligibilitySync({ store, dataDir, catalog, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, settings: { idleMs: 10 }, logger: createLogger({ level: 'silent' }) });
+    try {
+      const starting = sync.start();
+      await sync.stop();
+      await starting;
+      const atStop = claims;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(claims).toBe(atStop);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('starts once, both calls resolving, and stops once', async () => {
     const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
     await expect(Promise.all([sync.start(), sync.start()])).resolves.toEqual([undefined, undefined]);
