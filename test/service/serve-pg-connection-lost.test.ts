@@ -36,7 +36,11 @@ it('gives no ACK and keeps no dead letter for a message whose transaction lost i
     await until('the booking waiting on the lock', async () => {
       const { rowCount } = await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pg_blocking_pids(pid) @> ARRAY[pg_backend_pid()]');
       return (rowCount ?? 0) > 0;
-    }, 45_000);
+    }, 45_000).catch(async (err: unknown) => {
+      // Twice in CI the booking never reached the lock: what serve's connections were doing then is what to look at (SQL text only: parameters are not shown).
+      const { rows } = await db.query("SELECT state, wait_event_type, wait_event, left(query, 100) AS query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()");
+      throw new Error(`${(err as Error).message}; the database's other connections: ${JSON.stringify(rows)}`);
+    });
     await db.query('ROLLBACK');
 
     await Promise.race([sender.closed, sender.waitFor(1, 10_000)]).catch(() => undefined);
