@@ -321,15 +321,15 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
     expect(answers.filter((ack) => msa(ack).code !== 'AA')).toEqual([]);
     await allWritten(d, 45_000);
     await expectEachVerifiedAndWrittenOnce(d, 'PR', answers);
-    // The server away is said by each instance once, and once more when it is back: no step, release or message says it again.
+    // The server away is said by each instance that met it once, and once more when it is back: no step, release or message says it again.
+    // An instance whose checks in hand all waited on the service through a fast restart reads nothing of the store meanwhile, and meets none.
     expect(errors(d)).toEqual([]);
     const warnings = errors(d, 40).map((line) => ({ instance: line.slice(0, line.indexOf(':')), ...(JSON.parse(line.slice(line.indexOf('{'))) as { msg: string; outageMs?: number }) }));
-    for (const { name } of d.instances) {
-      expect(warnings.filter((w) => w.instance === name).map((w) => w.msg)).toEqual([
-        'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers',
-        'the job store answers again',
-      ]);
+    const said = d.instances.map(({ name }) => warnings.filter((w) => w.instance === name).map((w) => w.msg));
+    for (const msgs of said) {
+      expect([[], ['the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers', 'the job store answers again']]).toContainEqual(msgs);
     }
+    expect(said.some((msgs) => msgs.length > 0)).toBe(true);
     // An answer of the service the store could not take as the server went is kept until it can: no check is sent twice.
     const again = [...postsByExternalId(d).values()].filter((sent) => sent.length > 1).length;
     expect(again).toBe(0);
