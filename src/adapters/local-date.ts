@@ -31,9 +31,11 @@ const minutes = new Map<string, Intl.DateTimeFormat>();
 
 /**
  * The date and minute it is in `timeZone` at `at`, with the clocks' offset from UTC, as YYYY-MM-DD
- * HH:MM UTC±HH:MM: the hour a fall change repeats (Chicago's 01:00 to 02:00) is told apart.
+ * HH:MM UTC±HH:MM: the hour a fall change repeats (Chicago's 01:00 to 02:00) is told apart. With no
+ * zone, UTC's, as YYYY-MM-DD HH:MM UTC.
  */
-export function minuteAt(at: Date, timeZone: string): string {
+export function minuteAt(at: Date, timeZone?: string): string {
+  if (timeZone === undefined) return `${at.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
   let format = minutes.get(timeZone);
   if (!format) minutes.set(timeZone, (format = new Intl.DateTimeFormat('en-CA', { timeZone, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' })));
   const part = Object.fromEntries(format.formatToParts(at).map((p) => [p.type, p.value]));

@@ -25,7 +25,7 @@ export interface OutageWatchLog {
  */
 function saysOut(err: ServiceError): boolean | undefined {
   if (err.status === 429) return undefined;
-  return err.code !== UNREADABLE_ANSWER && (err.status === undefined || err.status === 408 || err.status === 425 || err.status >= 500);
+  return err.code !== UNREADABLE_ANSWER && err.mayPassLater;
 }
 
 /**

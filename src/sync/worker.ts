@@ -457,7 +457,7 @@ export class Worker {
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
       return;
     }
-    const retryable = status === undefined || status === 408 || status === 425 || status === 429 || status >= 500;
+    const retryable = err.mayPassLater;
     const summary = `${status ?? err.code ?? 'network'}: ${err.problem.title ?? 'service error'}`;
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
@@ -522,7 +522,7 @@ export class Worker {
     if (VERIFYING.includes(from)) {
       // When, as the front desk reads its clock: the clinic's time where its zone is known.
       const timeZone = this.options.policy.timeZoneOf?.(row.check.clinicId);
-      const at = timeZone === undefined ? `${this.now().slice(0, 16).replace('T', ' ')} UTC` : `${minuteAt(this.deps.now(), timeZone)} (${timeZone})`;
+      const at = timeZone === undefined ? minuteAt(this.deps.now()) : `${minuteAt(this.deps.now(), timeZone)} (${timeZone})`;
       const count = attempts === undefined ? '' : `, ${attempts} ${attempts === 1 ? 'attempt' : 'attempts'} in all`;
       return this.storeLocalFailure(row, NOT_VERIFIED, 'Benefits could not be verified', `${why}${count}; given up ${at}.`, from);
     }
@@ -805,9 +805,9 @@ export class Worker {
    * next send: held longer than that, it would be given to a person at its first Pending answer.
    */
   private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
-    const since = this.service.since?.toISOString().slice(0, 16).replace('T', ' ');
+    const since = this.service.since;
     const wait = this.service.holdFor((this.deps.random ?? Math.random)());
-    const why = `the verification service has not answered since ${since} UTC; waiting for it, no attempt used`;
+    const why = `the verification service has not answered since ${since && minuteAt(since)}; waiting for it, no attempt used`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }

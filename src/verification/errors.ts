@@ -49,6 +49,12 @@ export class ServiceError extends Error {
     this.received = args.received;
   }
 
+  /** Whether the same request later may pass: no answer (a timeout, a refused or reset connection), 408, 425, 429 or 5xx. */
+  get mayPassLater(): boolean {
+    const status = this.status;
+    return status === undefined || status === 408 || status === 425 || status === 429 || status >= 500;
+  }
+
   /** Field-level failures of a 422, as `field: message` lines. */
   get fieldErrors(): string[] {
     return (this.problem.errors ?? []).map(describeFieldError);
