@@ -24,6 +24,8 @@ export interface ServeConfig {
   httpPort: number;
   /** Absent: run the sandbox in-process. */
   service?: ClientConfigInput;
+  /** The file's per-attempt timeout and retries, for the in-process sandbox too: a rehearsal on it behaves as against the service. */
+  serviceTuning?: Pick<ClientConfigInput, 'timeoutMs' | 'maxRetries'>;
   customerId?: string;
   /** Absent: serve the embedded FHIR server at /fhir on the HTTP port. */
   fhir?: { baseUrl: string; bearerToken?: string; smart?: { clientId: string; privateKey: string; keyId?: string; tokenEndpoint?: string }; allowInsecureHttp?: boolean };
@@ -89,6 +91,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     mllpPort: overrides.mllpPort ?? fromFile.mllpPort ?? 2575,
     httpPort: overrides.httpPort ?? fromFile.httpPort ?? 8090,
     ...(service && { service }),
+    serviceTuning: withoutUndefined({ timeoutMs: client.timeoutMs, maxRetries: client.maxRetries }),
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhir && { fhir }),

@@ -57,7 +57,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     sync = createEligibilitySync({
       store,
       dataDir: config.dataDir,
-      service: config.service ?? { baseUrl: sandbox?.url as string, apiKey: sandbox?.apiKey as string },
+      service: config.service ?? { ...config.serviceTuning, baseUrl: sandbox?.url as string, apiKey: sandbox?.apiKey as string },
       // The embedded chart is this process, on whatever address serve listens on (0.0.0.0, a LAN address): nothing crosses a network.
       fhir: config.fhir ?? { baseUrl: fhirUrl, allowInsecureHttp: true },
       webhook: config.webhook.scheme === 'bearer' ? { scheme: 'bearer', token: config.webhook.token } : { scheme: 'standard-webhooks', secret: secret as string, ...(config.webhook.previousSecret && { previousSecret: config.webhook.previousSecret }) },

@@ -41,6 +41,23 @@ describe('serve on the in-process sandbox', () => {
     expect(said.at(-1)?.ms).toBeGreaterThanOrEqual(0);
   });
 
+  it('calls the in-process sandbox with the config file\'s retries, as it would the service', async () => {
+    const configFile = path.join(dir, 'config.json');
+    writeFileSync(configFile, JSON.stringify({ maxRetries: 0 }));
+    const lines: string[] = [];
+    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
+    const serving = await serve(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'warn' }, { configFile, dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    try {
+      // SBX-503: answered 503 every time.
+      await serving.sync.receiveHl7(bookingFor('R0', 'SBX-503'));
+      await until('the worker told of the failure', async () => lines.some((line) => line.includes('the service failed; will retry')));
+      // With its default of 4 the client would have retried it first, a second apart.
+      expect(lines.filter((line) => /retry \d of \d/.test(line))).toEqual([]);
+    } finally {
+      await serving.close();
+    }
+  });
+
   it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {
     const config = loadServeConfig({ DENTAL_ELIG_NOTIFICATION_TOKEN: 'notification-token', DENTAL_ELIG_LOG_LEVEL: 'silent' }, { dataDir: dir, mllpPort: 0, httpPort: 0 });
     const serving = await serve(config, { line: () => {} });
