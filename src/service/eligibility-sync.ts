@@ -270,7 +270,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   });
 
   metrics.inHand = () => worker.busy;
-  metrics.serviceUp = () => worker.service.since === undefined;
+  // One payer portal out is not the service down: its checks wait, and healthz says which.
+  metrics.serviceUp = () => worker.service.since === undefined || worker.service.portal !== undefined;
 
   const fhirOptions = { routing, now, policy };
 
@@ -457,7 +458,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       );
       const fhir = await fhirHealth(config.fhir);
       const out = worker.service.since;
-      const service = out ? `not answering since ${out.toISOString()}: checks wait for it` : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
+      const portal = worker.service.portal;
+      const service = !out
+        ? lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`
+        : portal === undefined
+          ? `not answering since ${out.toISOString()}: checks wait for it`
+          : `not answering for payer portal ${portal} since ${out.toISOString()}: its checks wait for it, the others go on`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     start(): Promise<void> {

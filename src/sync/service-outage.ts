@@ -36,14 +36,26 @@ function saysOut(err: ServiceError): boolean | undefined {
  * (`hold`) without using their check's attempts. A batch booked while the service is away then
  * waits for it in the store, rather than being given up check by check once their attempts run
  * out, each into the chart as not verified. Said once when it goes, once when it is back.
+ *
+ * Failures all of one payer portal's calls (5xx or time-outs of its verifications, the service
+ * answering the others' meanwhile or nothing else being sent) are that portal out, not the
+ * service: only its checks wait and try it, and only its answer ends it. The checks of other
+ * portals go on, rather than being held until a probe happened to be one of theirs, again at each
+ * such streak. A request that never reached the service (refused, no such host), a call of no
+ * known portal, or failures of two portals make it the service.
  */
 export class ServiceOutage {
   private inRow = 0;
   /** The checks whose calls failed since the last answer. */
   private readonly failing = new Set<string>();
+  /** Their portals; `wholeService` once one of them says the service itself is away. */
+  private readonly failingPortals = new Set<string>();
+  private wholeService = false;
   /** When the failures in a row began: the service has not answered since. */
   private failingSince = 0;
   private outSince: number | undefined;
+  /** The one portal found out, or undefined for the whole service. */
+  private scope: string | undefined;
   private nextProbe = 0;
   private probes = 0;
   private probing = false;
@@ -54,16 +66,26 @@ export class ServiceOutage {
     private readonly now: () => number,
     private readonly log: OutageWatchLog,
     private readonly told: {
-      /** Told when the service is found out, with when it was found failing. */
+      /** Told when the service (or one portal) is found out, with when it was found failing. */
       went?: (since: Date) => void;
-      /** Told when the service answers again, with when it was found failing. */
-      back?: (since: Date) => void;
+      /** Told when it answers again, with when it was found failing and the portal it was, if only one. */
+      back?: (since: Date, portal: string | undefined) => void;
     } = {},
   ) {}
 
-  /** When the failures that found the service out began; undefined while it answers. */
+  /** When the failures that found the service (or one portal) out began; undefined while it answers. */
   get since(): Date | undefined {
     return this.outSince === undefined ? undefined : new Date(this.outSince);
+  }
+
+  /** The one payer portal found out, the service answering the others; undefined while none is, or the whole service is out. */
+  get portal(): string | undefined {
+    return this.outSince === undefined ? undefined : this.scope;
+  }
+
+  /** Whether the outage is one a call to `portal` waits for. */
+  covers(portal: string | undefined): boolean {
+    return this.outSince !== undefined && (this.scope === undefined || this.scope === portal);
   }
 
   /**
@@ -74,12 +96,13 @@ export class ServiceOutage {
   resume(since: Date): void {
     if (this.outSince !== undefined) return;
     this.outSince = since.getTime();
+    this.scope = undefined;
     this.log.warn({ since: since.toISOString() }, 'the verification service was not answering when this worker started; checks wait for it without using their attempts, one call at a time tries it');
   }
 
-  /** The pass for a call about to go; `urgent` goes whatever the service's state (it uses its attempts as before). */
-  admit(urgent: boolean): Pass {
-    if (this.outSince === undefined || urgent) return 'go';
+  /** The pass for a call to `portal` about to go; `urgent` goes whatever the service's state (it uses its attempts as before). */
+  admit(urgent: boolean, portal: string | undefined): Pass {
+    if (urgent || !this.covers(portal)) return 'go';
     if (this.probing || this.now() < this.nextProbe) return 'hold';
     this.probing = true;
     return 'probe';
@@ -96,47 +119,70 @@ export class ServiceOutage {
     return Math.max(0, this.nextProbe - this.now()) + Math.round(random * this.probeWait());
   }
 
-  /** A call the service answered, in any way but a failure that says it is out. */
-  answered(): void {
+  /** A call to `portal` the service answered, in any way but a failure that says it is out. */
+  answered(portal: string | undefined): void {
     this.inRow = 0;
     this.failing.clear();
-    if (this.outSince === undefined) return;
-    this.log.info({ outageMs: this.now() - this.outSince, held: this.heldChecks }, 'the verification service answers again; the checks held for it go on');
-    const since = new Date(this.outSince);
+    this.failingPortals.clear();
+    this.wholeService = false;
+    if (!this.covers(portal)) return;
+    const scope = this.portal;
+    this.log.info({ outageMs: this.now() - (this.outSince as number), held: this.heldChecks, ...(scope !== undefined && { portalId: scope }) }, scope === undefined ? 'the verification service answers again; the checks held for it go on' : "the verification service answers again for the payer portal; its checks held go on");
+    const since = new Date(this.outSince as number);
     this.outSince = undefined;
+    this.scope = undefined;
     this.probes = 0;
     this.heldChecks = 0;
-    this.told.back?.(since);
+    this.told.back?.(since, scope);
   }
 
   /**
-   * A call of the check `key` that failed: counted when the failure says the service is out, an
-   * answer when it says the service is there. Only a probe's failure puts the next probe off
-   * further: the calls under way when the service went fail together, and say no more than the first.
+   * A call of the check `key` to `portal` that failed: counted when the failure says the service
+   * is out, an answer when it says the service is there. Only a probe's failure puts the next
+   * probe off further: the calls under way when the service went fail together, and say no more
+   * than the first.
    */
-  failed(err: unknown, pass: Pass, key: string): void {
+  failed(err: unknown, pass: Pass, key: string, portal: string | undefined): void {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
-    if (out === false) return this.answered();
+    if (out === false) return this.answered(portal);
     // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
     if (out === undefined) {
-      if (this.outSince !== undefined && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
+      if (this.covers(portal) && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
       return;
     }
     if (this.inRow++ === 0) this.failingSince = this.now();
     this.failing.add(key);
+    if (portal === undefined || err.notSent) this.wholeService = true;
+    else this.failingPortals.add(portal);
     const retryAfter = this.now() + (err.retryAfterMs ?? 0);
-    if (this.outSince === undefined) {
-      if (this.inRow < OUTAGE_AFTER || this.failing.size < 2) return;
-      this.outSince = this.failingSince;
-      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure: err.status ?? err.code ?? 'network' }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
-      this.told.went?.(new Date(this.outSince));
-    } else if (pass !== 'probe') {
-      this.nextProbe = Math.max(this.nextProbe, retryAfter);
-      return;
+    if (!(this.inRow >= OUTAGE_AFTER && this.failing.size >= 2 && this.found(err))) {
+      if (!this.covers(portal)) return;
+      if (pass !== 'probe') {
+        this.nextProbe = Math.max(this.nextProbe, retryAfter);
+        return;
+      }
     }
     this.nextProbe = Math.max(this.now() + this.probeWait(), retryAfter);
     this.probes++;
+  }
+
+  /** The failures in a row say the service, or one portal, is out: whether that is news (out, or out more widely, from now). */
+  private found(err: ServiceError): boolean {
+    const portal = this.wholeService || this.failingPortals.size > 1 ? undefined : [...this.failingPortals][0];
+    if (this.outSince !== undefined && (this.scope === undefined || this.scope === portal)) return false;
+    const failure = err.status ?? err.code ?? 'network';
+    if (portal !== undefined) {
+      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure, portalId: portal }, "the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on");
+    } else {
+      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+    }
+    // One portal's outage become the service's keeps its start, kept already: the service has not answered that portal since.
+    const widened = this.outSince !== undefined;
+    this.outSince ??= this.failingSince;
+    this.scope = portal;
+    if (!widened) this.told.went?.(new Date(this.outSince));
+    return true;
   }
 
   private probeWait(): number {

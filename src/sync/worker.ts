@@ -160,7 +160,7 @@ export class Worker {
     const store = (this.store = watchOutages(deps.store, deps.log));
     this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, {
       went: (since) => void (this.outageKept = this.keepOutage(since)),
-      back: (since) => void (this.sendingAgain = this.sendAgainGivenUp(since)),
+      back: (since, portal) => void (this.sendingAgain = this.sendAgainGivenUp(since, portal)),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -370,7 +370,7 @@ export class Worker {
       return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
     }
 
-    const pass = this.service.admit(this.urgent(row));
+    const pass = this.service.admit(this.urgent(row), portalId);
     if (pass === 'hold') return this.hold(row, row.state, { state: row.state });
     try {
       const attempts = row.attempts + 1;
@@ -384,10 +384,10 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, row.key, 'verify', () => this.deps.client.verify(body));
+          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body));
           await this.outcomeArrived(sent, outcome);
         } else {
-          const accepted = await this.serviceCall(pass, row.key, 'request verification', () => this.deps.client.requestVerification(body));
+          const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body));
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
@@ -468,7 +468,7 @@ export class Worker {
       return;
     }
     // The service out, this failure one of those that say so: the check waits for it, its send not counted.
-    if (this.service.since && !this.urgent(row)) {
+    if (this.service.covers(row.portalId) && !this.urgent(row)) {
       return this.hold(row, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
@@ -603,11 +603,11 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    const pass = this.service.admit(this.urgent(row));
+    const pass = this.service.admit(this.urgent(row), row.portalId);
     if (pass === 'hold') return this.hold(row, 'awaiting-result', { state: 'awaiting-result' });
     try {
       await this.limiter.take(row.portalId);
-      const outcome = await this.serviceCall(pass, row.key, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      const outcome = await this.serviceCall(pass, row.key, row.portalId, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -807,7 +807,8 @@ export class Worker {
   private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
     const since = this.service.since;
     const wait = this.service.holdFor((this.deps.random ?? Math.random)());
-    const why = `the verification service has not answered since ${since && minuteAt(since)}; waiting for it, no attempt used`;
+    const portal = this.service.portal;
+    const why = `the verification service has not answered${portal === undefined ? '' : ` for payer portal ${portal}`} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }
@@ -819,7 +820,7 @@ export class Worker {
    * One whose error response the chart has not taken yet (it was away too) is sent again as well:
    * its result is written in its stead.
    */
-  private async sendAgainGivenUp(found: Date): Promise<void> {
+  private async sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
     try {
       const now = this.deps.now();
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
@@ -828,7 +829,9 @@ export class Worker {
       const kept = await forgetOutageStart(this.store);
       const since = kept && kept < found ? kept : found;
       let sent = 0;
-      for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUpHere)) if (await retryAsRead(this.store, row, now)) sent++;
+      // One portal's outage: the checks of others given up meanwhile failed for their own reasons.
+      const givenUp = (row: CheckRow) => givenUpHere(row) && (portal === undefined || row.portalId === portal);
+      for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
       if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();
     } catch (err) {
@@ -861,13 +864,13 @@ export class Worker {
   }
 
   /** A call to the service for the check `key`, its answer or failure told to the outage watch. */
-  private async serviceCall<T>(pass: Pass, key: string, operation: string, call: () => Promise<T>): Promise<T> {
+  private async serviceCall<T>(pass: Pass, key: string, portal: string | undefined, operation: string, call: () => Promise<T>): Promise<T> {
     try {
       const answer = await this.timed('service', operation, call);
-      this.service.answered();
+      this.service.answered(portal);
       return answer;
     } catch (err) {
-      this.service.failed(err, pass, key);
+      this.service.failed(err, pass, key, portal);
       throw err;
     }
   }

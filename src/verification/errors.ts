@@ -16,6 +16,11 @@ const describeFieldError = (e: FieldError) => `${e.field ?? '(field)'}: ${e.mess
  */
 export const UNREADABLE_ANSWER = 'unreadable_answer';
 
+const NOT_SENT_CODES: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** Whether a transport failure came before the request could reach the service (refused, no such host, no route, no connection in time): nothing was sent, so nothing was done. */
+export const sentNothing = (code: string | undefined): boolean => NOT_SENT_CODES.has(code ?? '');
+
 export class ServiceError extends Error {
   readonly status: number | undefined;
   readonly problem: ProblemDetails;
@@ -53,6 +58,11 @@ export class ServiceError extends Error {
   get mayPassLater(): boolean {
     const status = this.status;
     return status === undefined || status === 408 || status === 425 || status === 429 || status >= 500;
+  }
+
+  /** Whether the request never reached the service: no connection could be made, so nothing was done. */
+  get notSent(): boolean {
+    return this.status === undefined && sentNothing(this.code);
   }
 
   /** Field-level failures of a 422, as `field: message` lines. */

@@ -2,7 +2,7 @@ import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import type * as z from 'zod';
 import { describeIssue } from '../domain/issues';
 import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
-import { ServiceError, UNREADABLE_ANSWER } from './errors';
+import { sentNothing, ServiceError, UNREADABLE_ANSWER } from './errors';
 import { normaliseProblem } from './outcome';
 import { redacted } from './redact';
 import { ProblemDetails } from './wire';
@@ -47,9 +47,6 @@ const RETRY_ERROR_CODES = [
   'UND_ERR_HEADERS_TIMEOUT',
   'UND_ERR_BODY_TIMEOUT',
 ];
-
-/** Failures before a request could reach the service: nothing was sent, so nothing was done. */
-const NOT_SENT_CODES: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /**
  * The most of an answer read: a verification body is 10 to 30 KB, a listing page less than a MB. One
@@ -146,7 +143,7 @@ export class ServiceHttp {
         const what = describeTransportError(code);
         const { retries } = tally;
         // A request that may have reached the service is not repeated unless it is idempotent: the person is told to look first.
-        const mayHaveBeenDone = !opts.idempotent && !NOT_SENT_CODES.has(code ?? '') ? '; it may have been done all the same: look before trying again' : '';
+        const mayHaveBeenDone = !opts.idempotent && !sentNothing(code) ? '; it may have been done all the same: look before trying again' : '';
         throw new ServiceError({
           operation: opts.operation,
           code,

@@ -7,6 +7,7 @@ import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { retryCheck } from '../../src/sync/operations';
 import type { EligibilityWriter } from '../../src/sync/write-back';
+import type { PayerResolver } from '../../src/domain';
 import { ServiceError } from '../../src/verification/errors';
 
 /**
@@ -30,77 +31,128 @@ describe('ServiceOutage', () => {
 
   it('is out after failures in a row that say so, and an answer between starts the count again', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
-    w.answered();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`);
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    w.answered('a');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`, 'a');
     expect(w.since).toBeUndefined();
-    expect(w.admit(false)).toBe('go');
-    w.failed(failure(504), 'go', 'check-last');
+    expect(w.admit(false, 'a')).toBe('go');
+    w.failed(failure(504), 'go', 'check-last', 'a');
     expect(w.since).toEqual(new Date(clock));
     expect(log.warn).toHaveBeenCalledTimes(1);
   });
 
   it('takes one check failing again and again, with no other sent, for that check\'s and not the service', () => {
     const w = watch();
-    for (let i = 0; i < 3 * OUTAGE_AFTER; i++) w.failed(failure(500), 'go', 'choked');
+    for (let i = 0; i < 3 * OUTAGE_AFTER; i++) w.failed(failure(500), 'go', 'choked', 'a');
     expect(w.since).toBeUndefined();
-    w.failed(failure(503), 'go', 'other');
+    w.failed(failure(503), 'go', 'other', 'a');
     expect(w.since).toBeDefined();
   });
 
   it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
     const w = watch();
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
-    w.failed(failure(429), 'go', 'check-last');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
+    w.failed(failure(429), 'go', 'check-last', 'a');
     expect(w.since).toBeUndefined();
-    w.failed(failure(422), 'go', 'check-last');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    w.failed(failure(422), 'go', 'check-last', 'a');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
     expect(w.since).toBeUndefined();
-    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go', 'check-last');
-    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`);
+    w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go', 'check-last', 'a');
+    for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
     expect(w.since).toBeUndefined();
-    w.failed(new Error('a fault of this program'), 'go', 'check-last');
-    w.failed(failure(502), 'go', 'check-last');
+    w.failed(new Error('a fault of this program'), 'go', 'check-last', 'a');
+    w.failed(failure(502), 'go', 'check-last', 'a');
     expect(w.since).toBeDefined();
   });
 
   it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After (a 429\'s too)', () => {
     const w = watch();
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`);
-    expect(w.admit(false)).toBe('hold');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    expect(w.admit(false, 'a')).toBe('hold');
     // A visit today goes all the same.
-    expect(w.admit(true)).toBe('go');
+    expect(w.admit(true, 'a')).toBe('go');
     const waits: number[] = [];
     for (let i = 0; i < 12; i++) {
       const from = clock;
-      while (w.admit(false) !== 'probe') clock += 10;
+      while (w.admit(false, 'a') !== 'probe') clock += 10;
       waits.push(clock - from);
-      expect(w.admit(false)).toBe('hold');
-      w.failed(failure(503), 'probe', 'check-probe');
+      expect(w.admit(false, 'a')).toBe('hold');
+      w.failed(failure(503), 'probe', 'check-probe', 'a');
       w.done('probe');
     }
     expect(waits.slice(0, 5)).toEqual([100, 200, 400, 800, 1600]);
     expect(waits.slice(-2)).toEqual([60_000, 60_000]);
     // The calls that were under way fail too: they put the next probe off no further.
     const next = clock + 60_000;
-    w.failed(failure(503), 'go', 'check-last');
-    w.failed(failure(undefined), 'go', 'check-last');
+    w.failed(failure(503), 'go', 'check-last', 'a');
+    w.failed(failure(undefined), 'go', 'check-last', 'a');
     clock = next;
-    expect(w.admit(false)).toBe('probe');
+    expect(w.admit(false, 'a')).toBe('probe');
     // A 429 ends nothing, but the next probe waits as long as it asks too.
     for (const status of [503, 429]) {
-      w.failed(failure(status, 120_000), 'probe', 'check-probe');
+      w.failed(failure(status, 120_000), 'probe', 'check-probe', 'a');
       w.done('probe');
       clock += 60_000;
-      expect([status, w.admit(false)]).toEqual([status, 'hold']);
+      expect([status, w.admit(false, 'a')]).toEqual([status, 'hold']);
       clock += 60_000;
-      expect(w.admit(false)).toBe('probe');
+      expect(w.admit(false, 'a')).toBe('probe');
     }
-    w.answered();
+    w.answered('a');
     w.done('probe');
     expect(w.since).toBeUndefined();
-    expect(w.admit(false)).toBe('go');
+    expect(w.admit(false, 'a')).toBe('go');
     expect(log.info).toHaveBeenCalledWith(expect.objectContaining({ outageMs: expect.any(Number) }), expect.stringMatching(/answers again/));
+  });
+  it('takes failures all of one payer portal\'s calls for that portal out: the others go, and only its answer ends it', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    expect([w.since, w.portal]).toEqual([new Date(clock), 'a']);
+    expect(w.admit(false, 'a')).toBe('hold');
+    expect(w.admit(false, 'b')).toBe('go');
+    expect(w.admit(false, undefined)).toBe('go');
+    // Another portal answering says nothing of this one.
+    w.answered('b');
+    expect(w.covers('a')).toBe(true);
+    expect(back).not.toHaveBeenCalled();
+    clock += 100;
+    expect(w.admit(false, 'a')).toBe('probe');
+    w.answered('a');
+    w.done('probe');
+    expect([w.since, w.portal, w.covers('a')]).toEqual([undefined, undefined, false]);
+    expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
+  });
+
+  it('takes failures of two portals, of a call of no known portal, or a request that never reached the service for the service out', () => {
+    const of = (portals: (string | undefined)[], err = failure(503)) => {
+      const w = watch();
+      portals.forEach((portal, i) => w.failed(err, 'go', `check-${i}`, portal));
+      return [w.since !== undefined, w.portal];
+    };
+    expect(of(['a', 'a', 'a', 'a', 'b'])).toEqual([true, undefined]);
+    expect(of(['a', 'a', undefined, 'a', 'a'])).toEqual([true, undefined]);
+    // Refused: ECONNREFUSED, nothing sent.
+    expect(of(['a', 'a', 'a', 'a', 'a'], failure(undefined))).toEqual([true, undefined]);
+    // Timed out waiting for an answer: the portal's verification may be what is slow.
+    const timedOut = new ServiceError({ operation: 'verify', code: 'UND_ERR_HEADERS_TIMEOUT', problem: { title: 'Timed out' } });
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(timedOut, 'go', `check-${i}`, 'a');
+    expect(w.portal).toBe('a');
+  });
+
+  it('takes one portal\'s outage for the service\'s once another portal\'s calls fail in the same row, keeping its start', () => {
+    const went = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { went });
+    const start = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    expect(w.portal).toBe('a');
+    clock += 1000;
+    // Other portals' checks go meanwhile, and now fail too, with no answer between.
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `other-${i}`, 'b');
+    expect([w.since, w.portal]).toEqual([new Date(start), undefined]);
+    expect(w.admit(false, 'b')).toBe('hold');
+    expect(went).toHaveBeenCalledTimes(1);
+    expect(log.warn).toHaveBeenCalledTimes(2);
   });
 });
 
@@ -143,7 +195,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     // Waiting to be sent, or the one call trying the service under way.
     expect(held.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
     expect(held.every((row) => row.attempts < 3)).toBe(true);
-    expect(held.some((row) => /has not answered since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
+    expect(held.some((row) => /has not answered for payer portal portal-a since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
     expect(rig.events).toEqual([]);
 
     service.down = false;
@@ -326,6 +378,46 @@ describe('a service away longer than the checks\' attempts last', () => {
       return (row.state === 'written' || row.state === 'needs-attention') && row;
     }, 8000)));
     expect(done.map((row) => [row.key, row.state, row.state === 'written' ? '' : row.lastError])).toEqual(keys.map((key) => [key, 'written', '']));
+  });
+
+  it('does not hold the checks of other payer portals while one portal\'s verifications fail: they are sent at once, and the service is not found out and back at each', async () => {
+    const portalOf = (name: string | undefined) => (name === 'Slow Dental' ? 'portal-slow' : 'portal-a');
+    const resolver = {
+      resolve: ({ name }: { name?: string }) => ({ status: 'resolved', name, commonPayerId: '64246', supportsAsync: true, asyncPortals: [portalOf(name)], syncPortals: [portalOf(name)] }),
+    } as unknown as PayerResolver;
+    const slow = { down: true };
+    let verified = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
+      resolver,
+      answer: (req, res) => (slow.down && req.body.includes('portal-slow') ? json(res, 503, unavailable) : json(res, 200, completed(++verified))),
+    });
+    const addOf = (key: string, name: string) => {
+      const { check } = checkRow(key);
+      return rig.addCheck(key, { check: { ...check, dateOfService: inDays(10), coverage: { ...check.coverage, payer: { ...check.coverage.payer, name } } } });
+    };
+    const slowKeys = ['slow-0', 'slow-1', 'slow-2'];
+    for (const key of slowKeys) await addOf(key, 'Slow Dental');
+    rig.worker.start();
+    await until('the slow portal found out', async () => rig.worker.service.portal === 'portal-slow');
+    const goodKeys = Array.from({ length: 6 }, (_, i) => `good-${i}`);
+    for (const key of goodKeys) await addOf(key, 'Guardian');
+    rig.worker.kick();
+    for (const key of goodKeys) await rig.reach(key, 'written', 5000);
+    const sentFor = (key: string) => rig.requests.filter((r) => r.method === 'POST' && r.body.includes(`ext-${key}`)).length;
+    expect(goodKeys.map(sentFor)).toEqual(goodKeys.map(() => 1));
+    // Found once, for the one portal, and not ended by the others' answers.
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg)).map((w) => (w.fields as { portalId?: string }).portalId)).toEqual(['portal-slow']);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toEqual([]);
+    const held = await Promise.all(slowKeys.map((key) => rig.check(key)));
+    expect(held.every((row) => row.attempts < 3 && row.state !== 'needs-attention')).toBe(true);
+    expect(held.some((row) => /has not answered for payer portal portal-slow since .*; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
+
+    slow.down = false;
+    for (const key of slowKeys) await rig.reach(key, 'written', 8000);
+    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
+    expect(rig.events.filter((e) => e.name === 'failed' || e.name === 'needs-attention')).toEqual([]);
   });
 
   it('gives up a check the service fails alone while it answers the others, as before', async () => {

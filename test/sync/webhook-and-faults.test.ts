@@ -2,6 +2,7 @@ import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
 import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { booking, bookingFor } from '../support/bookings';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
 /**
@@ -74,6 +75,31 @@ describe('webhooks and service faults', () => {
     await until('both checks written after the outage', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
     expect(h.sandbox.requestLog.filter((r) => r.status === 503).length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('says one payer portal out in /healthz, not the service, and verifies other payers\' bookings meanwhile', async () => {
+    // Each 503 an attempt of the worker's (the client's own retries off), a second apart (the sandbox's Retry-After).
+    h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
+    // SBX-503: the service answers 503 to each, three patients of Cigna Dental's portal.
+    for (const id of ['OUT1', 'OUT2', 'OUT3']) await h.sync.receiveHl7(bookingFor(id, 'SBX-503').replace('DOE^JANE', `DOE^${id}`));
+    const said = await until('healthz saying the portal is out', async () => {
+      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+      return /^not answering for payer portal \S+ since \d{4}-\d\d-\d\dT.*: its checks wait for it, the others go on$/.test(service) && service;
+    });
+    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toMatch(/^dental_elig_service_up 1$/m);
+    // Guardian and MetLife: verified while Cigna's portal is out, not held for it.
+    await h.sync.receiveHl7(booking('PORTAL', 0));
+    await h.sync.receiveHl7(booking('PORTAL', 3));
+    const written = await until('the other payers\' checks written', async () => {
+      const rows = await h.store.listChecks({ states: ['written'] });
+      return rows.length === 2 && rows;
+    });
+    expect(written.map((row) => row.check.coverage.payer.name).sort()).toEqual(['Guardian', 'MetLife']);
+    const held = await h.store.listChecks({ states: ['received', 'submitted'] });
+    expect(held.map((row) => row.check.coverage.payer.name)).toEqual(['Cigna Dental', 'Cigna Dental', 'Cigna Dental']);
+    expect(held.every((row) => row.attempts < 3)).toBe(true);
+    // The same outage still: the other payers' answers did not end it.
+    expect(((await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string }).service).toBe(said);
   });
 
   it('waits out a service away for longer than the checks\' attempts last, healthz and metrics saying so meanwhile', async () => {
