@@ -107,7 +107,7 @@ export interface EligibilitySync {
   readonly logger: Logger;
   /** Loads the payer catalog and starts the worker (and the FHIR poll, when set); one that fails closes what the sync opened: create another to try again. */
   start(): Promise<void>;
-  /** Stops taking work (after a start under way), waits for the checks in hand, closes what it opened. */
+  /** Stops taking work (after a start under way), waits for the checks in hand, closes what it opened; called again, it is the same stop. */
   stop(): Promise<void>;
 }
 
@@ -383,7 +383,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let pollTimer: NodeJS.Timeout | undefined;
   /** The poll under way, timed or a heartbeat's, which stop() waits for. */
   let polling: Promise<void> | undefined;
-  let stopping = false;
+  /** The stop under way or done: see stop(). */
+  let stopping: Promise<void> | undefined;
   let stopped = false;
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
@@ -472,14 +473,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // Called again, or twice at once, it is the same start: two would load and save the catalog over each other.
       return (starting ??= startOnce());
     },
-    async stop(): Promise<void> {
-      stopping = true;
-      // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
-      await starting?.catch(() => undefined);
-      if (pollTimer) clearTimeout(pollTimer);
-      await polling;
-      await worker.stop();
-      await closeOwned();
+    stop(): Promise<void> {
+      // Called again, or twice at once (a shutdown signal and a failed probe), it is the same stop: no caller returns before the store is closed.
+      return (stopping ??= stopOnce());
     },
   });
   /**
@@ -489,6 +485,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
    */
   function running(): void {
     if (stopped && ownsStore) throw new Error('this eligibility sync is stopped: nothing more is received (create another)');
+  }
+  async function stopOnce(): Promise<void> {
+    // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
+    await starting?.catch(() => undefined);
+    if (pollTimer) clearTimeout(pollTimer);
+    await polling;
+    await worker.stop();
+    await closeOwned();
   }
   async function startOnce(): Promise<void> {
     try {

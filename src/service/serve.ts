@@ -88,6 +88,14 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     }
     const advice = youngGenerationAdvice();
     if (advice) logger.warn(advice);
+    let closing: Promise<void> | undefined;
+    const closeOnce = async () => {
+      // In the JSON log too, where a log pipeline sees a stop it was asked for apart from a crash.
+      const asked = Date.now();
+      logger.info('stopping: listeners close, checks in hand finish');
+      await closeAll();
+      logger.info({ ms: Date.now() - asked }, 'stopped');
+    };
     return {
       sync: started,
       mllp: mllpAddress,
@@ -95,12 +103,9 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       fhirUrl,
       serviceUrl: config.service?.baseUrl ?? (sandbox?.url as string),
       ...(embeddedFhir && { embeddedChart: embeddedFhir }),
-      async close() {
-        // In the JSON log too, where a log pipeline sees a stop it was asked for apart from a crash.
-        const asked = Date.now();
-        logger.info('stopping: listeners close, checks in hand finish');
-        await closeAll();
-        logger.info({ ms: Date.now() - asked }, 'stopped');
+      close() {
+        // Called again, or twice at once (a signal and a test's cleanup), it is the same stop: closed in order once, no caller returning before.
+        return (closing ??= closeOnce());
       },
     };
   } catch (err) {

@@ -1,7 +1,9 @@
+import { Webhook } from 'standardwebhooks';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { bookingFor } from '../support/bookings';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
+import { resultBody } from '../sync/worker-rig';
 
 describe('observability', () => {
   let h: Harness;
@@ -74,6 +76,26 @@ describe('observability', () => {
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_failures_total\{kind="PatientNotFound"\} 1$/m);
+  });
+
+  it('counts each outcome a check stored: one given up as NotVerified and answered by its late webhook counts under both', async () => {
+    // A counter cannot take back the give-up it counted, which the failed event told when it came.
+    h = await startHarness({ settings: { maxAttempts: 2, pendingGiveUpMs: 200 } });
+    await h.sync.receiveHl7(bookingFor('G1', 'SBX-503'));
+    const given = await until('the check given up', async () => (await h.store.listChecks({ states: ['needs-attention'] }))[0]);
+    // Its round's result after all: the service had taken a send whose answer was lost.
+    const body = JSON.stringify({ ...(resultBody('completed-minimal') as object), correlationId: 'ver-late', externalId: given.externalId });
+    const at = new Date();
+    const headers = { 'content-type': 'application/json', 'webhook-id': 'msg_late', 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(h.secret).sign('msg_late', at, body) };
+    expect((await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body })).status).toBe(204);
+    await until('the late result written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_failures_total\{kind="NotVerified"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="completed"\} 1$/m);
+    // Where the check is now: the gauge by state.
+    expect(metrics).toMatch(/^dental_elig_checks\{state="written"\} 1$/m);
+    expect(metrics).not.toMatch(/^dental_elig_checks\{state="needs-attention"\}/m);
   });
 
   it('says the chart is unreachable when the FHIR server is down', async () => {

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
 import { loadServeConfig } from '../../src/service/serve-config';
 import { bookingFor } from '../support/bookings';
-import { until } from '../sync/harness';
+import { nobodyHolds, until } from '../sync/harness';
 
 /** serve on its in-process sandbox, as README's "The sync service" runs it with nothing but a data dir. */
 describe('serve on the in-process sandbox', () => {
@@ -56,6 +56,18 @@ describe('serve on the in-process sandbox', () => {
     } finally {
       await serving.close();
     }
+  });
+
+  it('stops once for two close() calls at once: each returns once the store is closed, and a later one at once', async () => {
+    const lines: string[] = [];
+    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
+    const serving = await serve(loadServeConfig({}, { dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    const first = serving.close();
+    await serving.close();
+    expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
+    await first;
+    await serving.close();
+    expect(lines.map((line) => (JSON.parse(line) as { msg: string }).msg).filter((msg) => msg.startsWith('stop'))).toEqual(['stopping: listeners close, checks in hand finish', 'stopped']);
   });
 
   it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {

@@ -210,6 +210,19 @@ describe('start() called twice at once', () => {
     }
   });
 
+  it('stops once for two stop() calls at once: each returns once the store is closed, and a later one at once', async () => {
+    // A shutdown signal and a failed health probe may both stop the sync: the second caller then exits or opens the data dir again.
+    const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
+    await sync.start();
+    const first = sync.stop();
+    await sync.stop();
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite'))).toBe(true);
+    expect(nobodyHolds(path.join(dataDir, 'dental-elig.sqlite-worker'))).toBe(true);
+    await first;
+    expect(sync.stop()).toBe(sync.stop());
+    await sync.stop();
+  });
+
   it('starts once, both calls resolving, and stops once', async () => {
     const sync = createEligibilitySync({ dataDir, service: { baseUrl: sandbox.url, apiKey: sandbox.apiKey }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, logger: createLogger({ level: 'silent' }) });
     await expect(Promise.all([sync.start(), sync.start()])).resolves.toEqual([undefined, undefined]);
