@@ -42,7 +42,7 @@ function saysOut(err: ServiceError): boolean | undefined {
  * service: only its checks wait and try it, and only its answer ends it. The checks of other
  * portals go on, rather than being held until a probe happened to be one of theirs, again at each
  * such streak. A request that never reached the service (refused, no such host), a call of no
- * known portal, or failures of two portals make it the service.
+ * known portal, failures of two portals, or another portal found out while one is make it the service.
  */
 export class ServiceOutage {
   private inRow = 0;
@@ -169,7 +169,9 @@ export class ServiceOutage {
 
   /** The failures in a row say the service, or one portal, is out: whether that is news (out, or out more widely, from now). */
   private found(err: ServiceError): boolean {
-    const portal = this.wholeService || this.failingPortals.size > 1 ? undefined : [...this.failingPortals][0];
+    const one = this.wholeService || this.failingPortals.size > 1 ? undefined : [...this.failingPortals][0];
+    // Another portal's row while one is out is two portals out, the first not having answered since: the service.
+    const portal = this.outSince !== undefined && this.scope !== one ? undefined : one;
     if (this.outSince !== undefined && (this.scope === undefined || this.scope === portal)) return false;
     const failure = err.status ?? err.code ?? 'network';
     if (portal !== undefined) {

@@ -154,6 +154,20 @@ describe('ServiceOutage', () => {
     expect(went).toHaveBeenCalledTimes(1);
     expect(log.warn).toHaveBeenCalledTimes(2);
   });
+
+  it('takes a second portal found out while one is for the service\'s, not for that portal\'s alone: the first has not answered', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    const start = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    clock += 1000;
+    // A third portal answers, then b's calls fail in a row of their own.
+    w.answered('c');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `other-${i}`, 'b');
+    expect([w.since, w.portal, w.covers('a'), w.covers('b')]).toEqual([new Date(start), undefined, true, true]);
+    w.answered('c');
+    expect(back).toHaveBeenCalledWith(new Date(start), undefined);
+  });
 });
 
 describe('a service away longer than the checks\' attempts last', () => {
