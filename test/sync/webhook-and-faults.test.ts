@@ -123,7 +123,7 @@ describe('webhooks and service faults', () => {
     expect(h.sandbox.requestLog.filter((r) => r.status === 503)).toHaveLength(12);
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).toMatch(/^dental_elig_service_up 1$/m);
-    expect(metrics).not.toContain('NotVerified');
+    expect(metrics).not.toMatch(/outcome="failed"|kind="NotVerified"/);
   });
 
   it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
