@@ -37,22 +37,21 @@ function saysOut(err: ServiceError): boolean | undefined {
  * waits for it in the store, rather than being given up check by check once their attempts run
  * out, each into the chart as not verified. Said once when it goes, once when it is back.
  *
- * Failures all of one payer portal's calls (5xx or time-outs of its verifications, the service
- * answering the others' meanwhile or nothing else being sent) are that portal out, not the
- * service: only its checks wait and try it, and only its answer ends it. The checks of other
+ * OUTAGE_AFTER failures in a row of one payer portal's calls (5xx or time-outs of its
+ * verifications), counted until that portal answers, whatever the others' calls get meanwhile,
+ * are that portal out, not the service: only its checks wait and try it, and only its answer ends it. The checks of other
  * portals go on, rather than being held until a probe happened to be one of theirs, again at each
  * such streak. A request that never reached the service (refused, no such host), a call of no
  * known portal, failures of two portals, or another portal found out while one is make it the service.
  */
 export class ServiceOutage {
-  private inRow = 0;
-  /** The checks whose calls failed since the last answer. */
-  private readonly failing = new Set<string>();
+  /** The failures since the service last answered any call. */
+  private row = new FailureRow();
   /** Their portals; `wholeService` once one of them says the service itself is away. */
   private readonly failingPortals = new Set<string>();
   private wholeService = false;
-  /** When the failures in a row began: the service has not answered since. */
-  private failingSince = 0;
+  /** The failures of each portal's calls since it last answered: on a busy day the other portals' answers come between them. */
+  private readonly portalRows = new Map<string, FailureRow>();
   private outSince: number | undefined;
   /** The one portal found out, or undefined for the whole service. */
   private scope: string | undefined;
@@ -121,10 +120,10 @@ export class ServiceOutage {
 
   /** A call to `portal` the service answered, in any way but a failure that says it is out. */
   answered(portal: string | undefined): void {
-    this.inRow = 0;
-    this.failing.clear();
+    this.row = new FailureRow();
     this.failingPortals.clear();
     this.wholeService = false;
+    if (portal !== undefined) this.portalRows.delete(portal);
     if (!this.covers(portal)) return;
     const scope = this.portal;
     this.log.info({ outageMs: this.now() - (this.outSince as number), held: this.heldChecks, ...(scope !== undefined && { portalId: scope }) }, scope === undefined ? 'the verification service answers again; the checks held for it go on' : "the verification service answers again for the payer portal; its checks held go on");
@@ -151,12 +150,22 @@ export class ServiceOutage {
       if (this.covers(portal) && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
       return;
     }
-    if (this.inRow++ === 0) this.failingSince = this.now();
-    this.failing.add(key);
+    const at = this.now();
+    this.row.add(key, at);
+    let portalRow: FailureRow | undefined;
     if (portal === undefined || err.notSent) this.wholeService = true;
-    else this.failingPortals.add(portal);
-    const retryAfter = this.now() + (err.retryAfterMs ?? 0);
-    if (!(this.inRow >= OUTAGE_AFTER && this.failing.size >= 2 && this.found(err))) {
+    else {
+      this.failingPortals.add(portal);
+      portalRow = this.portalRows.get(portal) ?? new FailureRow();
+      this.portalRows.set(portal, portalRow);
+      portalRow.add(key, at);
+    }
+    const retryAfter = at + (err.retryAfterMs ?? 0);
+    const found =
+      this.row.saysOut && (this.wholeService || this.failingPortals.size > 1)
+        ? this.found(err, undefined, this.row)
+        : portalRow?.saysOut === true && this.found(err, portal, portalRow);
+    if (!found) {
       if (!this.covers(portal)) return;
       if (pass !== 'probe') {
         this.nextProbe = Math.max(this.nextProbe, retryAfter);
@@ -168,20 +177,19 @@ export class ServiceOutage {
   }
 
   /** The failures in a row say the service, or one portal, is out: whether that is news (out, or out more widely, from now). */
-  private found(err: ServiceError): boolean {
-    const one = this.wholeService || this.failingPortals.size > 1 ? undefined : [...this.failingPortals][0];
+  private found(err: ServiceError, one: string | undefined, row: FailureRow): boolean {
     // Another portal's row while one is out is two portals out, the first not having answered since: the service.
     const portal = this.outSince !== undefined && this.scope !== one ? undefined : one;
     if (this.outSince !== undefined && (this.scope === undefined || this.scope === portal)) return false;
     const failure = err.status ?? err.code ?? 'network';
     if (portal !== undefined) {
-      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure, portalId: portal }, "the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on");
+      this.log.warn({ failures: row.count, checks: row.checks.size, failure, portalId: portal }, "the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on");
     } else {
-      this.log.warn({ failures: this.inRow, checks: this.failing.size, failure }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+      this.log.warn({ failures: row.count, checks: row.checks.size, failure }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
     }
     // One portal's outage become the service's keeps its start, kept already: the service has not answered that portal since.
     const widened = this.outSince !== undefined;
-    this.outSince ??= this.failingSince;
+    this.outSince ??= row.since;
     this.scope = portal;
     if (!widened) this.told.went?.(new Date(this.outSince));
     return true;
@@ -189,5 +197,22 @@ export class ServiceOutage {
 
   private probeWait(): number {
     return Math.min(this.backoff.maxMs, PROBE_MAX_MS, this.backoff.baseMs * 2 ** this.probes);
+  }
+}
+
+/** Failures in a row, with no answer between: how many, of which checks, since when. */
+class FailureRow {
+  count = 0;
+  since = 0;
+  readonly checks = new Set<string>();
+
+  add(key: string, at: number): void {
+    if (this.count++ === 0) this.since = at;
+    this.checks.add(key);
+  }
+
+  /** Enough to say it is out: OUTAGE_AFTER failures, of more than one check. */
+  get saysOut(): boolean {
+    return this.count >= OUTAGE_AFTER && this.checks.size >= 2;
   }
 }

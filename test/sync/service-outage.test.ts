@@ -123,6 +123,23 @@ describe('ServiceOutage', () => {
     expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
   });
 
+  it('finds one portal out on a busy day: the other portals\' answers between its failures do not start its count again', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) {
+      w.failed(failure(503), 'go', `check-${i % 3}`, 'a');
+      w.answered('b');
+    }
+    expect([w.since, w.portal]).toEqual([new Date(clock), 'a']);
+    expect(w.admit(false, 'b')).toBe('go');
+    // Its own answer does: one failing alone again after it is not the portal out.
+    const v = watch();
+    for (let i = 0; i < 2 * OUTAGE_AFTER; i++) {
+      v.failed(failure(503), 'go', `check-${i % 3}`, 'a');
+      if (i % 2) v.answered('a');
+    }
+    expect(v.since).toBeUndefined();
+  });
+
   it('takes failures of two portals, of a call of no known portal, or a request that never reached the service for the service out', () => {
     const of = (portals: (string | undefined)[], err = failure(503)) => {
       const w = watch();
