@@ -128,6 +128,8 @@ export class ServiceOutage {
     const scope = this.portal;
     this.log.info({ outageMs: this.now() - (this.outSince as number), held: this.heldChecks, ...(scope !== undefined && { portalId: scope }) }, scope === undefined ? 'the verification service answers again; the checks held for it go on' : "the verification service answers again for the payer portal; its checks held go on");
     const since = new Date(this.outSince as number);
+    // The portals' failures while the service was away were its own: a portal's count starts again, or one failure after would find it out, since before.
+    if (scope === undefined) this.portalRows.clear();
     this.outSince = undefined;
     this.scope = undefined;
     this.probes = 0;

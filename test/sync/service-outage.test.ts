@@ -185,6 +185,25 @@ describe('ServiceOutage', () => {
     w.answered('c');
     expect(back).toHaveBeenCalledWith(new Date(start), undefined);
   });
+
+  it('starts each portal\'s count again once the service answers after it was out: their failures meanwhile were the service\'s', () => {
+    const went = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { went });
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, i % 2 ? 'a' : 'b');
+    expect([w.since, w.portal]).toEqual([new Date(clock), undefined]);
+    // Its probes of portal a fail for an hour; one of portal b's is answered.
+    for (let i = 0; i < OUTAGE_AFTER; i++) {
+      clock += 60_000;
+      w.failed(failure(503), 'probe', `check-${i}`, 'a');
+    }
+    w.answered('b');
+    expect(w.since).toBeUndefined();
+    // One of a's checks, held until now, fails once: not a row.
+    clock += 1000;
+    w.failed(failure(503), 'go', 'check-1', 'a');
+    expect([w.since, w.portal]).toEqual([undefined, undefined]);
+    expect(went).toHaveBeenCalledTimes(1);
+  });
 });
 
 describe('a service away longer than the checks\' attempts last', () => {
