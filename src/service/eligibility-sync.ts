@@ -271,7 +271,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
-  metrics.serviceUp = () => worker.service.since === undefined || worker.service.portal !== undefined;
+  metrics.serviceUp = () => worker.service.since === undefined;
 
   const fhirOptions = { routing, now, policy };
 
@@ -459,12 +459,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       );
       const fhir = await fhirHealth(config.fhir);
       const out = worker.service.since;
-      const portal = worker.service.portal;
-      const service = !out
-        ? lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`
-        : portal === undefined
-          ? `not answering since ${out.toISOString()}: checks wait for it`
-          : `not answering for payer portal ${portal} since ${out.toISOString()}: its checks wait for it, the others go on`;
+      const portals = worker.service.portalsOut;
+      const service = out
+        ? `not answering since ${out.toISOString()}: checks wait for it`
+        : portals.length > 0
+          ? `not answering for payer portal ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
+          : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     start(): Promise<void> {

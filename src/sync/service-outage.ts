@@ -6,6 +6,8 @@ import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
  * give up, however often it is sent; checks failing with no answer between is the service.
  */
 export const OUTAGE_AFTER = 5;
+/** Failures further apart than this are not in a row: a check failing now and then for hours, on a quiet night or a quiet portal, is not an outage. */
+const ROW_SPAN_MS = 10 * 60_000;
 /** The longest between two calls that try a service found out: it is found back within this. */
 const PROBE_MAX_MS = 60_000;
 
@@ -37,12 +39,13 @@ function saysOut(err: ServiceError): boolean | undefined {
  * waits for it in the store, rather than being given up check by check once their attempts run
  * out, each into the chart as not verified. Said once when it goes, once when it is back.
  *
- * OUTAGE_AFTER failures in a row of one payer portal's calls (5xx or time-outs of its
- * verifications), counted until that portal answers, whatever the others' calls get meanwhile,
- * are that portal out, not the service: only its checks wait and try it, and only its answer ends it. The checks of other
- * portals go on, rather than being held until a probe happened to be one of theirs, again at each
- * such streak. A request that never reached the service (refused, no such host), a call of no
- * known portal, failures of two portals, or another portal found out while one is make it the service.
+ * A payer portal is out on its own after OUTAGE_AFTER failures in a row of the verifications sent
+ * to it (5xx or time-outs), counted until it answers, whatever the other portals' calls get
+ * meanwhile: only its checks wait and try it, its answer ends it, and the other portals' checks go
+ * on, rather than being held until a probe happened to be one of theirs. Two portals out at once
+ * are two such outages. The whole service is out when the failures in a row across every call come
+ * from two portals or more, or one says the service itself is away: a request that never reached
+ * it (refused, no such host), or a call of no portal (a poll: it reads the service, not the portal).
  */
 export class ServiceOutage {
   /** The failures since the service last answered any call. */
@@ -52,39 +55,47 @@ export class ServiceOutage {
   private wholeService = false;
   /** The failures of each portal's calls since it last answered: on a busy day the other portals' answers come between them. */
   private readonly portalRows = new Map<string, FailureRow>();
-  private outSince: number | undefined;
-  /** The one portal found out, or undefined for the whole service. */
-  private scope: string | undefined;
-  private nextProbe = 0;
-  private probes = 0;
-  private probing = false;
-  private heldChecks = 0;
+  /** The whole service out. */
+  private service: Outage | undefined;
+  /** The portals out on their own. */
+  private readonly portals = new Map<string, Outage>();
 
   constructor(
     private readonly backoff: { baseMs: number; maxMs: number },
     private readonly now: () => number,
     private readonly log: OutageWatchLog,
     private readonly told: {
-      /** Told when the service (or one portal) is found out, with when it was found failing. */
+      /** Told when the service or a portal is found out, with when it was found failing. */
       went?: (since: Date) => void;
-      /** Told when it answers again, with when it was found failing and the portal it was, if only one. */
+      /** Told when it answers again, with when it was found failing and the portal, if only one was out. */
       back?: (since: Date, portal: string | undefined) => void;
     } = {},
   ) {}
 
-  /** When the failures that found the service (or one portal) out began; undefined while it answers. */
+  /** When the failures that found the whole service out began; undefined while it answers (a portal out on its own or none). */
   get since(): Date | undefined {
-    return this.outSince === undefined ? undefined : new Date(this.outSince);
+    return this.service && new Date(this.service.since);
   }
 
-  /** The one payer portal found out, the service answering the others; undefined while none is, or the whole service is out. */
-  get portal(): string | undefined {
-    return this.outSince === undefined ? undefined : this.scope;
+  /** The portals out on their own, and since when. */
+  get portalsOut(): Array<{ portal: string; since: Date }> {
+    return [...this.portals].map(([portal, outage]) => ({ portal, since: new Date(outage.since) }));
   }
 
-  /** Whether the outage is one a call to `portal` waits for. */
+  /** Whether anything is out: the service, or a portal. */
+  get anyOut(): boolean {
+    return this.service !== undefined || this.portals.size > 0;
+  }
+
+  /** Since when the outage a call to `portal` (undefined: of no portal) waits for began; undefined when it need not wait. */
+  outFor(portal: string | undefined): Date | undefined {
+    const outage = this.covering(portal);
+    return outage && new Date(outage.since);
+  }
+
+  /** Whether a call to `portal` waits for an outage. */
   covers(portal: string | undefined): boolean {
-    return this.outSince !== undefined && (this.scope === undefined || this.scope === portal);
+    return this.covering(portal) !== undefined;
   }
 
   /**
@@ -93,29 +104,32 @@ export class ServiceOutage {
    * ends one found here, those given up since then sent again.
    */
   resume(since: Date): void {
-    if (this.outSince !== undefined) return;
-    this.outSince = since.getTime();
-    this.scope = undefined;
+    if (this.service) return;
+    this.service = new Outage(since.getTime());
     this.log.warn({ since: since.toISOString() }, 'the verification service was not answering when this worker started; checks wait for it without using their attempts, one call at a time tries it');
   }
 
-  /** The pass for a call to `portal` about to go; `urgent` goes whatever the service's state (it uses its attempts as before). */
-  admit(urgent: boolean, portal: string | undefined): Pass {
-    if (urgent || !this.covers(portal)) return 'go';
-    if (this.probing || this.now() < this.nextProbe) return 'hold';
-    this.probing = true;
+  /** The pass for the check `key`'s call to `portal` about to go; `urgent` goes whatever is out (it uses its attempts as before). */
+  admit(urgent: boolean, portal: string | undefined, key: string): Pass {
+    const outage = this.covering(portal);
+    if (urgent || !outage) return 'go';
+    if (outage.prober !== undefined || this.now() < outage.nextProbe) return 'hold';
+    outage.prober = key;
     return 'probe';
   }
 
-  /** The call a pass let go is over: a probe's place is free again. */
-  done(pass: Pass): void {
-    if (pass === 'probe') this.probing = false;
+  /** The check `key`'s call a pass let go is over: a probe's place is free again. */
+  done(pass: Pass, key: string): void {
+    if (pass !== 'probe') return;
+    for (const outage of [this.service, ...this.portals.values()]) if (outage?.prober === key) outage.prober = undefined;
   }
 
-  /** How long a check held now waits before it is looked at again: past the next probe, spread over the wait between probes, so the held ones do not all come at once. */
-  holdFor(random: number): number {
-    this.heldChecks++;
-    return Math.max(0, this.nextProbe - this.now()) + Math.round(random * this.probeWait());
+  /** How long a check whose call to `portal` is held waits before it is looked at again: past the next probe, spread over the wait between probes, so the held ones do not all come at once. */
+  holdFor(random: number, portal: string | undefined): number {
+    const outage = this.covering(portal);
+    if (!outage) return 0;
+    outage.held++;
+    return Math.max(0, outage.nextProbe - this.now()) + Math.round(random * this.probeWait(outage));
   }
 
   /** A call to `portal` the service answered, in any way but a failure that says it is out. */
@@ -124,17 +138,22 @@ export class ServiceOutage {
     this.failingPortals.clear();
     this.wholeService = false;
     if (portal !== undefined) this.portalRows.delete(portal);
-    if (!this.covers(portal)) return;
-    const scope = this.portal;
-    this.log.info({ outageMs: this.now() - (this.outSince as number), held: this.heldChecks, ...(scope !== undefined && { portalId: scope }) }, scope === undefined ? 'the verification service answers again; the checks held for it go on' : "the verification service answers again for the payer portal; its checks held go on");
-    const since = new Date(this.outSince as number);
-    // The portals' failures while the service was away were its own: a portal's count starts again, or one failure after would find it out, since before.
-    if (scope === undefined) this.portalRows.clear();
-    this.outSince = undefined;
-    this.scope = undefined;
-    this.probes = 0;
-    this.heldChecks = 0;
-    this.told.back?.(since, scope);
+    const whole = this.service;
+    const own = portal === undefined ? undefined : this.portals.get(portal);
+    if (!whole && !own) return;
+    const now = this.now();
+    if (whole) {
+      this.log.info({ outageMs: now - whole.since, held: whole.held }, 'the verification service answers again; the checks held for it go on');
+      this.service = undefined;
+      // The portals' failures while the service was away were its own: a portal's count starts again, or one failure after would find it out, since before.
+      this.portalRows.clear();
+    }
+    if (own) {
+      this.log.info({ outageMs: now - own.since, held: own.held, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
+      this.portals.delete(portal as string);
+    }
+    const since = Math.min(whole?.since ?? Infinity, own?.since ?? Infinity);
+    this.told.back?.(new Date(since), whole ? undefined : portal);
   }
 
   /**
@@ -147,17 +166,19 @@ export class ServiceOutage {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
     if (out === false) return this.answered(portal);
+    const at = this.now();
     // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
     if (out === undefined) {
-      if (this.covers(portal) && pass === 'probe') this.nextProbe = Math.max(this.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait()));
+      const outage = this.covering(portal);
+      if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, at + (err.retryAfterMs ?? this.probeWait(outage)));
       return;
     }
-    const at = this.now();
-    this.row.add(key, at);
     let portalRow: FailureRow | undefined;
+    // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two.
+    if (portal === undefined || err.notSent || !this.portals.has(portal)) this.row.add(key, at);
     if (portal === undefined || err.notSent) this.wholeService = true;
     else {
-      this.failingPortals.add(portal);
+      if (!this.portals.has(portal)) this.failingPortals.add(portal);
       portalRow = this.portalRows.get(portal) ?? new FailureRow();
       this.portalRows.set(portal, portalRow);
       portalRow.add(key, at);
@@ -165,41 +186,59 @@ export class ServiceOutage {
     const retryAfter = at + (err.retryAfterMs ?? 0);
     const found =
       this.row.saysOut && (this.wholeService || this.failingPortals.size > 1)
-        ? this.found(err, undefined, this.row)
-        : portalRow?.saysOut === true && this.found(err, portal, portalRow);
-    if (!found) {
-      if (!this.covers(portal)) return;
-      if (pass !== 'probe') {
-        this.nextProbe = Math.max(this.nextProbe, retryAfter);
-        return;
-      }
+        ? this.find(err, undefined, this.row)
+        : portalRow?.saysOut
+          ? this.find(err, portal, portalRow)
+          : undefined;
+    const outage = found ?? this.covering(portal);
+    if (!outage) return;
+    if (!found && pass !== 'probe') {
+      outage.nextProbe = Math.max(outage.nextProbe, retryAfter);
+      return;
     }
-    this.nextProbe = Math.max(this.now() + this.probeWait(), retryAfter);
-    this.probes++;
+    outage.nextProbe = Math.max(at + this.probeWait(outage), retryAfter);
+    outage.probes++;
   }
 
-  /** The failures in a row say the service, or one portal, is out: whether that is news (out, or out more widely, from now). */
-  private found(err: ServiceError, one: string | undefined, row: FailureRow): boolean {
-    // Another portal's row while one is out is two portals out, the first not having answered since: the service.
-    const portal = this.outSince !== undefined && this.scope !== one ? undefined : one;
-    if (this.outSince !== undefined && (this.scope === undefined || this.scope === portal)) return false;
+  /** The outage the failures in a row say, when it is news: the whole service's (`portal` undefined), or one portal's while the service answers. */
+  private find(err: ServiceError, portal: string | undefined, row: FailureRow): Outage | undefined {
+    if (this.service || (portal !== undefined && this.portals.has(portal))) return undefined;
+    const outage = new Outage(row.since);
     const failure = err.status ?? err.code ?? 'network';
-    if (portal !== undefined) {
-      this.log.warn({ failures: row.count, checks: row.checks.size, failure, portalId: portal }, "the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on");
-    } else {
+    if (portal === undefined) {
+      this.service = outage;
       this.log.warn({ failures: row.count, checks: row.checks.size, failure }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
+    } else {
+      this.portals.set(portal, outage);
+      // Its failures say no more of the service: the row across portals starts again without them.
+      this.row = new FailureRow();
+      this.failingPortals.clear();
+      this.log.warn({ failures: row.count, checks: row.checks.size, failure, portalId: portal }, 'the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on');
     }
-    // One portal's outage become the service's keeps its start, kept already: the service has not answered that portal since.
-    const widened = this.outSince !== undefined;
-    this.outSince ??= row.since;
-    this.scope = portal;
-    if (!widened) this.told.went?.(new Date(this.outSince));
-    return true;
+    this.told.went?.(new Date(outage.since));
+    return outage;
   }
 
-  private probeWait(): number {
-    return Math.min(this.backoff.maxMs, PROBE_MAX_MS, this.backoff.baseMs * 2 ** this.probes);
+  /** The outage a call to `portal` waits for: the whole service's, or its portal's. */
+  private covering(portal: string | undefined): Outage | undefined {
+    return this.service ?? (portal === undefined ? undefined : this.portals.get(portal));
   }
+
+  private probeWait(outage: Outage): number {
+    return Math.min(this.backoff.maxMs, PROBE_MAX_MS, this.backoff.baseMs * 2 ** outage.probes);
+  }
+}
+
+/** One outage, the whole service's or a portal's: since when, and the one call at a time that tries it. */
+class Outage {
+  nextProbe = 0;
+  probes = 0;
+  /** The check whose call is trying it now. */
+  prober: string | undefined;
+  /** How many times a check was held for it. */
+  held = 0;
+
+  constructor(readonly since: number) {}
 }
 
 /** Failures in a row, with no answer between: how many, of which checks, since when. */
@@ -209,7 +248,12 @@ class FailureRow {
   readonly checks = new Set<string>();
 
   add(key: string, at: number): void {
-    if (this.count++ === 0) this.since = at;
+    if (this.count === 0 || at - this.since > ROW_SPAN_MS) {
+      this.count = 0;
+      this.checks.clear();
+      this.since = at;
+    }
+    this.count++;
     this.checks.add(key);
   }
 

@@ -370,8 +370,8 @@ export class Worker {
       return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
     }
 
-    const pass = this.service.admit(this.urgent(row), portalId);
-    if (pass === 'hold') return this.hold(row, row.state, { state: row.state });
+    const pass = this.service.admit(this.urgent(row), portalId, row.key);
+    if (pass === 'hold') return this.hold(row, portalId, row.state, { state: row.state });
     try {
       const attempts = row.attempts + 1;
       // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
@@ -397,7 +397,7 @@ export class Worker {
         await this.serviceFailed(sent, 'submitted', err);
       }
     } finally {
-      this.service.done(pass);
+      this.service.done(pass, row.key);
     }
   }
 
@@ -468,8 +468,9 @@ export class Worker {
       return;
     }
     // The service out, this failure one of those that say so: the check waits for it, its send not counted.
-    if (this.service.covers(row.portalId) && !this.urgent(row)) {
-      return this.hold(row, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
+    const portal = from === 'awaiting-result' ? undefined : row.portalId;
+    if (this.service.covers(portal) && !this.urgent(row)) {
+      return this.hold(row, portal, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
     // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
@@ -603,11 +604,12 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    const pass = this.service.admit(this.urgent(row), row.portalId);
-    if (pass === 'hold') return this.hold(row, 'awaiting-result', { state: 'awaiting-result' });
+    // A poll reads the service, not the payer's portal: it waits only for the whole service.
+    const pass = this.service.admit(this.urgent(row), undefined, row.key);
+    if (pass === 'hold') return this.hold(row, undefined, 'awaiting-result', { state: 'awaiting-result' });
     try {
       await this.limiter.take(row.portalId);
-      const outcome = await this.serviceCall(pass, row.key, row.portalId, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -617,7 +619,7 @@ export class Worker {
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
     } finally {
-      this.service.done(pass);
+      this.service.done(pass, row.key);
     }
   }
 
@@ -804,11 +806,11 @@ export class Worker {
    * One still to be sent has its round's wait at the service (pendingGiveUpMs) start again at its
    * next send: held longer than that, it would be given to a person at its first Pending answer.
    */
-  private async hold(row: CheckRow, from: CheckState, change: Step, failure?: string): Promise<void> {
-    const since = this.service.since;
-    const wait = this.service.holdFor((this.deps.random ?? Math.random)());
-    const portal = this.service.portal;
-    const why = `the verification service has not answered${portal === undefined ? '' : ` for payer portal ${portal}`} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
+  private async hold(row: CheckRow, portal: string | undefined, from: CheckState, change: Step, failure?: string): Promise<void> {
+    const since = this.service.outFor(portal);
+    const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal);
+    const what = this.service.since === undefined && portal !== undefined ? ` for payer portal ${portal}` : '';
+    const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }
@@ -826,11 +828,13 @@ export class Worker {
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
       // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
-      const kept = await forgetOutageStart(this.store);
+      // Forgotten once nothing is out: a portal still out is taken up from it after a restart.
+      const kept = this.service.anyOut ? undefined : await forgetOutageStart(this.store);
       const since = kept && kept < found ? kept : found;
       let sent = 0;
-      // One portal's outage: the checks of others given up meanwhile failed for their own reasons.
-      const givenUp = (row: CheckRow) => givenUpHere(row) && (portal === undefined || row.portalId === portal);
+      // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
+      // whose portal is still out would only fail again, and be written into the chart as not verified again.
+      const givenUp = (row: CheckRow) => givenUpHere(row) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
       for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
       if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();

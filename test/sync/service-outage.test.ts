@@ -35,7 +35,7 @@ describe('ServiceOutage', () => {
     w.answered('a');
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`, 'a');
     expect(w.since).toBeUndefined();
-    expect(w.admit(false, 'a')).toBe('go');
+    expect(w.admit(false, 'a', 'check-probe')).toBe('go');
     w.failed(failure(504), 'go', 'check-last', 'a');
     expect(w.since).toEqual(new Date(clock));
     expect(log.warn).toHaveBeenCalledTimes(1);
@@ -44,41 +44,41 @@ describe('ServiceOutage', () => {
   it('takes one check failing again and again, with no other sent, for that check\'s and not the service', () => {
     const w = watch();
     for (let i = 0; i < 3 * OUTAGE_AFTER; i++) w.failed(failure(500), 'go', 'choked', 'a');
-    expect(w.since).toBeUndefined();
+    expect(w.covers('a')).toBe(false);
     w.failed(failure(503), 'go', 'other', 'a');
-    expect(w.since).toBeDefined();
+    expect(w.covers('a')).toBe(true);
   });
 
   it('takes a 4xx or an unreadable answer for the service answering, and a 429 for neither', () => {
     const w = watch();
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
     w.failed(failure(429), 'go', 'check-last', 'a');
-    expect(w.since).toBeUndefined();
+    expect(w.covers('a')).toBe(false);
     w.failed(failure(422), 'go', 'check-last', 'a');
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
-    expect(w.since).toBeUndefined();
+    expect(w.covers('a')).toBe(false);
     w.failed(new ServiceError({ operation: 'verify', code: 'unreadable_answer', problem: {} }), 'go', 'check-last', 'a');
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(500), 'go', `check-${i}`, 'a');
-    expect(w.since).toBeUndefined();
+    expect(w.covers('a')).toBe(false);
     w.failed(new Error('a fault of this program'), 'go', 'check-last', 'a');
     w.failed(failure(502), 'go', 'check-last', 'a');
-    expect(w.since).toBeDefined();
+    expect(w.covers('a')).toBe(true);
   });
 
   it('lets one call at a time try it, each later than the last, up to a minute, no sooner than a Retry-After (a 429\'s too)', () => {
     const w = watch();
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
-    expect(w.admit(false, 'a')).toBe('hold');
+    expect(w.admit(false, 'a', 'check-probe')).toBe('hold');
     // A visit today goes all the same.
-    expect(w.admit(true, 'a')).toBe('go');
+    expect(w.admit(true, 'a', 'check-probe')).toBe('go');
     const waits: number[] = [];
     for (let i = 0; i < 12; i++) {
       const from = clock;
-      while (w.admit(false, 'a') !== 'probe') clock += 10;
+      while (w.admit(false, 'a', 'check-probe') !== 'probe') clock += 10;
       waits.push(clock - from);
-      expect(w.admit(false, 'a')).toBe('hold');
+      expect(w.admit(false, 'a', 'check-probe')).toBe('hold');
       w.failed(failure(503), 'probe', 'check-probe', 'a');
-      w.done('probe');
+      w.done('probe', 'check-probe');
     }
     expect(waits.slice(0, 5)).toEqual([100, 200, 400, 800, 1600]);
     expect(waits.slice(-2)).toEqual([60_000, 60_000]);
@@ -87,39 +87,45 @@ describe('ServiceOutage', () => {
     w.failed(failure(503), 'go', 'check-last', 'a');
     w.failed(failure(undefined), 'go', 'check-last', 'a');
     clock = next;
-    expect(w.admit(false, 'a')).toBe('probe');
+    expect(w.admit(false, 'a', 'check-probe')).toBe('probe');
     // A 429 ends nothing, but the next probe waits as long as it asks too.
     for (const status of [503, 429]) {
       w.failed(failure(status, 120_000), 'probe', 'check-probe', 'a');
-      w.done('probe');
+      w.done('probe', 'check-probe');
       clock += 60_000;
-      expect([status, w.admit(false, 'a')]).toEqual([status, 'hold']);
+      expect([status, w.admit(false, 'a', 'check-probe')]).toEqual([status, 'hold']);
       clock += 60_000;
-      expect(w.admit(false, 'a')).toBe('probe');
+      expect(w.admit(false, 'a', 'check-probe')).toBe('probe');
     }
     w.answered('a');
-    w.done('probe');
-    expect(w.since).toBeUndefined();
-    expect(w.admit(false, 'a')).toBe('go');
+    w.done('probe', 'check-probe');
+    expect(w.covers('a')).toBe(false);
+    expect(w.admit(false, 'a', 'check-probe')).toBe('go');
     expect(log.info).toHaveBeenCalledWith(expect.objectContaining({ outageMs: expect.any(Number) }), expect.stringMatching(/answers again/));
   });
+  /** What is out: the whole service since, and the portals out on their own. */
+  const out = (w: ServiceOutage) => [w.since, w.portalsOut.map((p) => p.portal)];
+
   it('takes failures all of one payer portal\'s calls for that portal out: the others go, and only its answer ends it', () => {
     const back = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
-    expect([w.since, w.portal]).toEqual([new Date(clock), 'a']);
-    expect(w.admit(false, 'a')).toBe('hold');
-    expect(w.admit(false, 'b')).toBe('go');
-    expect(w.admit(false, undefined)).toBe('go');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(w.outFor('a')).toEqual(new Date(clock));
+    expect(w.admit(false, 'a', 'check-1')).toBe('hold');
+    expect(w.admit(false, 'b', 'check-b')).toBe('go');
+    // A poll reads the service, not the portal.
+    expect(w.admit(false, undefined, 'check-1')).toBe('go');
     // Another portal answering says nothing of this one.
     w.answered('b');
     expect(w.covers('a')).toBe(true);
     expect(back).not.toHaveBeenCalled();
     clock += 100;
-    expect(w.admit(false, 'a')).toBe('probe');
+    expect(w.admit(false, 'a', 'check-1')).toBe('probe');
+    expect(w.admit(false, 'a', 'check-2')).toBe('hold');
     w.answered('a');
-    w.done('probe');
-    expect([w.since, w.portal, w.covers('a')]).toEqual([undefined, undefined, false]);
+    w.done('probe', 'check-1');
+    expect([...out(w), w.covers('a')]).toEqual([undefined, [], false]);
     expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
   });
 
@@ -129,69 +135,96 @@ describe('ServiceOutage', () => {
       w.failed(failure(503), 'go', `check-${i % 3}`, 'a');
       w.answered('b');
     }
-    expect([w.since, w.portal]).toEqual([new Date(clock), 'a']);
-    expect(w.admit(false, 'b')).toBe('go');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(w.admit(false, 'b', 'check-b')).toBe('go');
     // Its own answer does: one failing alone again after it is not the portal out.
     const v = watch();
     for (let i = 0; i < 2 * OUTAGE_AFTER; i++) {
       v.failed(failure(503), 'go', `check-${i % 3}`, 'a');
       if (i % 2) v.answered('a');
     }
-    expect(v.since).toBeUndefined();
+    expect(out(v)).toEqual([undefined, []]);
   });
 
-  it('takes failures of two portals, of a call of no known portal, or a request that never reached the service for the service out', () => {
+  it('does not take failures further apart than ten minutes for a row: a check failing now and then on a quiet portal is not an outage', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) {
+      w.failed(failure(503), 'go', 'choked', 'a');
+      clock += 3_600_000;
+    }
+    w.failed(failure(503), 'go', 'another', 'a');
+    expect(out(w)).toEqual([undefined, []]);
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(w.outFor('a')).toEqual(new Date(clock));
+  });
+
+  it('takes failures of two portals, of a call of no portal, or a request that never reached the service for the service out', () => {
     const of = (portals: (string | undefined)[], err = failure(503)) => {
       const w = watch();
       portals.forEach((portal, i) => w.failed(err, 'go', `check-${i}`, portal));
-      return [w.since !== undefined, w.portal];
+      return out(w);
     };
-    expect(of(['a', 'a', 'a', 'a', 'b'])).toEqual([true, undefined]);
-    expect(of(['a', 'a', undefined, 'a', 'a'])).toEqual([true, undefined]);
+    expect(of(['a', 'a', 'a', 'a', 'b'])).toEqual([new Date(clock), []]);
+    expect(of(['a', 'a', undefined, 'a', 'a'])).toEqual([new Date(clock), []]);
     // Refused: ECONNREFUSED, nothing sent.
-    expect(of(['a', 'a', 'a', 'a', 'a'], failure(undefined))).toEqual([true, undefined]);
+    expect(of(['a', 'a', 'a', 'a', 'a'], failure(undefined))).toEqual([new Date(clock), []]);
     // Timed out waiting for an answer: the portal's verification may be what is slow.
     const timedOut = new ServiceError({ operation: 'verify', code: 'UND_ERR_HEADERS_TIMEOUT', problem: { title: 'Timed out' } });
-    const w = watch();
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(timedOut, 'go', `check-${i}`, 'a');
-    expect(w.portal).toBe('a');
+    expect(of(['a', 'a', 'a', 'a', 'a'], timedOut)).toEqual([undefined, ['a']]);
   });
 
-  it('takes one portal\'s outage for the service\'s once another portal\'s calls fail in the same row, keeping its start', () => {
+  it('keeps two portals out on their own at once while a third answers: each held, tried and ended by its own answer', () => {
     const went = jest.fn();
-    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { went });
-    const start = clock;
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
-    expect(w.portal).toBe('a');
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { went, back });
+    const startA = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `a-${i}`, 'a');
     clock += 1000;
-    // Other portals' checks go meanwhile, and now fail too, with no answer between.
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `other-${i}`, 'b');
-    expect([w.since, w.portal]).toEqual([new Date(start), undefined]);
-    expect(w.admit(false, 'b')).toBe('hold');
-    expect(went).toHaveBeenCalledTimes(1);
+    // b's calls fail right after, with no answer between, and again after c's answer: a is out already, so this is b's row, not two portals'.
+    for (let i = 0; i < OUTAGE_AFTER; i++) {
+      w.failed(failure(503), 'go', `b-${i}`, 'b');
+      if (i === 2) w.answered('c');
+    }
+    expect(out(w)).toEqual([undefined, ['a', 'b']]);
+    // a's first try is due (100 ms after it was found), b's not yet; one call at a time each.
+    expect([w.admit(false, 'a', 'a-0'), w.admit(false, 'a', 'a-1'), w.admit(false, 'b', 'b-0'), w.admit(false, 'c', 'c-0')]).toEqual(['probe', 'hold', 'hold', 'go']);
+    clock += 200;
+    expect(w.admit(false, 'b', 'b-0')).toBe('probe');
+    w.failed(failure(503), 'probe', 'a-0', 'a');
+    w.done('probe', 'a-0');
+    w.answered('b');
+    w.done('probe', 'b-0');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(back).toHaveBeenCalledWith(new Date(startA + 1000), 'b');
+    w.answered('c');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(went).toHaveBeenCalledTimes(2);
     expect(log.warn).toHaveBeenCalledTimes(2);
+    expect(w.outFor('a')).toEqual(new Date(startA));
   });
 
-  it('takes a second portal found out while one is for the service\'s, not for that portal\'s alone: the first has not answered', () => {
+  it('holds every call, a portal out on its own or not, while the whole service is out, and ends both with one telling when a call of that portal is answered', () => {
     const back = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
-    const start = clock;
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    const startA = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `a-${i}`, 'a');
     clock += 1000;
-    // A third portal answers, then b's calls fail in a row of their own.
-    w.answered('c');
-    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `other-${i}`, 'b');
-    expect([w.since, w.portal, w.covers('a'), w.covers('b')]).toEqual([new Date(start), undefined, true, true]);
-    w.answered('c');
-    expect(back).toHaveBeenCalledWith(new Date(start), undefined);
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `c-${i}`, 'c');
+    expect(out(w)).toEqual([new Date(clock), ['a']]);
+    expect([w.admit(false, 'c', 'c-9'), w.admit(false, undefined, 'c-9')]).toEqual(['hold', 'hold']);
+    w.answered('a');
+    expect(out(w)).toEqual([undefined, []]);
+    expect(back).toHaveBeenCalledTimes(1);
+    expect(back).toHaveBeenCalledWith(new Date(startA), undefined);
   });
 
   it('starts each portal\'s count again once the service answers after it was out: their failures meanwhile were the service\'s', () => {
     const went = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { went });
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, i % 2 ? 'a' : 'b');
-    expect([w.since, w.portal]).toEqual([new Date(clock), undefined]);
-    // Its probes of portal a fail for an hour; one of portal b's is answered.
+    expect(out(w)).toEqual([new Date(clock), []]);
+    // Its probes of portal a fail for a while; one of portal b's is answered.
     for (let i = 0; i < OUTAGE_AFTER; i++) {
       clock += 60_000;
       w.failed(failure(503), 'probe', `check-${i}`, 'a');
@@ -201,7 +234,7 @@ describe('ServiceOutage', () => {
     // One of a's checks, held until now, fails once: not a row.
     clock += 1000;
     w.failed(failure(503), 'go', 'check-1', 'a');
-    expect([w.since, w.portal]).toEqual([undefined, undefined]);
+    expect(out(w)).toEqual([undefined, []]);
     expect(went).toHaveBeenCalledTimes(1);
   });
 });
@@ -233,7 +266,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     const keys = Array.from({ length: 8 }, (_, i) => `later-${i}`);
     for (const key of keys) await addVisit(key, inDays(10));
     rig.worker.start();
-    await until('the service found out', async () => rig.worker.service.since !== undefined);
+    await until('the service found out', async () => rig.worker.service.outFor('portal-a') !== undefined);
     const atOutage = posts(rig.requests).length;
     // Three attempts with backoff of 50 to 400 ms are used up within a second: three seconds hold each check many times over.
     await new Promise((resolve) => setTimeout(resolve, 3000));
@@ -250,7 +283,7 @@ describe('a service away longer than the checks\' attempts last', () => {
 
     service.down = false;
     for (const key of keys) await rig.reach(key, 'written', 8000);
-    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.worker.service.outFor('portal-a')).toBeUndefined();
     const chart = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse?_count=50')) as CoverageEligibilityResponse[];
     expect(chart.map((r) => r.outcome)).toEqual(keys.map(() => 'complete'));
     // Each verified once: one answered send per check.
@@ -272,7 +305,7 @@ describe('a service away longer than the checks\' attempts last', () => {
   it('does not hold a check whose visit is today: it is given up in time, the chart says so, and it is sent again once the service is back', async () => {
     const { service, today } = await todayGivenUp();
     expect(today.lastError).toMatch(/^NotVerified/);
-    expect(rig.worker.service.since).toBeDefined();
+    expect(rig.worker.service.outFor('portal-a')).toBeDefined();
     const later = await Promise.all(Array.from({ length: 6 }, (_, i) => rig.check(`later-${i}`)));
     expect(later.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
     const told = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
@@ -292,7 +325,7 @@ describe('a service away longer than the checks\' attempts last', () => {
 
   it('takes the outage up after a restart: a check given up before it is sent again once the service answers the new worker', async () => {
     const { service, today } = await todayGivenUp();
-    const since = rig.worker.service.since;
+    const since = rig.worker.service.outFor('portal-a');
     expect(since).toBeDefined();
 
     // Restarted while it is out; back before the new worker has sent anything.
@@ -304,14 +337,14 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.warnings.filter((w) => /not answering when this worker started/.test(w.msg)).map((w) => w.fields)).toEqual([{ since: since?.toISOString() }]);
     expect(again.round).toBe(today.round + 1);
     for (let i = 0; i < 6; i++) await rig.reach(`later-${i}`, 'written', 8000);
-    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.worker.service.outFor('portal-a')).toBeUndefined();
     expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
 
     // Over for every worker: the next one starts with the service answering.
     await rig.restart();
     rig.worker.start();
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.worker.service.outFor('portal-a')).toBeUndefined();
   });
 
   it('sends again each check given up while the service was away, though an operator retried one of them as they were read', async () => {
@@ -373,7 +406,7 @@ describe('a service away longer than the checks\' attempts last', () => {
       return row.state === 'result-stored' && /chart write failed/.test(row.lastError ?? '') && row;
     }, 8000);
     service.down = false;
-    await until('the service found back', async () => rig.worker.service.since === undefined && service.verified > 0, 8000);
+    await until('the service found back', async () => rig.worker.service.outFor('portal-a') === undefined && service.verified > 0, 8000);
     chart.down = false;
     const again = await rig.reach('today', 'written', 8000);
     expect(again.round).toBe(given.round + 1);
@@ -420,7 +453,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     const keys = Array.from({ length: 6 }, (_, i) => `later-${i}`);
     for (const key of keys) await addVisit(key, inDays(10));
     rig.worker.start();
-    await until('the service found out', async () => rig.worker.service.since !== undefined);
+    await until('the service found out', async () => rig.worker.service.outFor('portal-a') !== undefined);
     await new Promise((resolve) => setTimeout(resolve, 2500));
     service.down = false;
     const done = await Promise.all(keys.map((key) => until(`${key} done`, async () => {
@@ -449,7 +482,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     const slowKeys = ['slow-0', 'slow-1', 'slow-2'];
     for (const key of slowKeys) await addOf(key, 'Slow Dental');
     rig.worker.start();
-    await until('the slow portal found out', async () => rig.worker.service.portal === 'portal-slow');
+    await until('the slow portal found out', async () => rig.worker.service.portalsOut.some((p) => p.portal === 'portal-slow'));
     const goodKeys = Array.from({ length: 6 }, (_, i) => `good-${i}`);
     for (const key of goodKeys) await addOf(key, 'Guardian');
     rig.worker.kick();
@@ -465,7 +498,7 @@ describe('a service away longer than the checks\' attempts last', () => {
 
     slow.down = false;
     for (const key of slowKeys) await rig.reach(key, 'written', 8000);
-    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.worker.service.anyOut).toBe(false);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
     expect(rig.events.filter((e) => e.name === 'failed' || e.name === 'needs-attention')).toEqual([]);
   });
@@ -501,7 +534,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     const row = await rig.reach('choked', 'needs-attention', 8000);
     expect(row.lastError).toMatch(/^NotVerified/);
     expect(posts(rig.requests)).toHaveLength(OUTAGE_AFTER + 3);
-    expect(rig.worker.service.since).toBeUndefined();
+    expect(rig.worker.service.outFor('portal-a')).toBeUndefined();
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toEqual([]);
   });
 });
