@@ -50,9 +50,6 @@ function saysOut(err: ServiceError): boolean | undefined {
 export class ServiceOutage {
   /** The failures since the service last answered any call. */
   private row = new FailureRow();
-  /** Their portals; `wholeService` once one of them says the service itself is away. */
-  private readonly failingPortals = new Set<string>();
-  private wholeService = false;
   /** The failures of each portal's calls since it last answered: on a busy day the other portals' answers come between them. */
   private readonly portalRows = new Map<string, FailureRow>();
   /** The whole service out. */
@@ -135,8 +132,6 @@ export class ServiceOutage {
   /** A call to `portal` the service answered, in any way but a failure that says it is out. */
   answered(portal: string | undefined): void {
     this.row = new FailureRow();
-    this.failingPortals.clear();
-    this.wholeService = false;
     if (portal !== undefined) this.portalRows.delete(portal);
     const whole = this.service;
     const own = portal === undefined ? undefined : this.portals.get(portal);
@@ -174,18 +169,17 @@ export class ServiceOutage {
       return;
     }
     let portalRow: FailureRow | undefined;
+    const ofPortal = err.notSent ? undefined : portal;
     // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two.
-    if (portal === undefined || err.notSent || !this.portals.has(portal)) this.row.add(key, at);
-    if (portal === undefined || err.notSent) this.wholeService = true;
-    else {
-      if (!this.portals.has(portal)) this.failingPortals.add(portal);
-      portalRow = this.portalRows.get(portal) ?? new FailureRow();
-      this.portalRows.set(portal, portalRow);
-      portalRow.add(key, at);
+    if (ofPortal === undefined || !this.portals.has(ofPortal)) this.row.add(key, at, ofPortal);
+    if (ofPortal !== undefined) {
+      portalRow = this.portalRows.get(ofPortal) ?? new FailureRow();
+      this.portalRows.set(ofPortal, portalRow);
+      portalRow.add(key, at, ofPortal);
     }
     const retryAfter = at + (err.retryAfterMs ?? 0);
     const found =
-      this.row.saysOut && (this.wholeService || this.failingPortals.size > 1)
+      this.row.saysOut && this.row.ofService
         ? this.find(err, undefined, this.row)
         : portalRow?.saysOut
           ? this.find(err, portal, portalRow)
@@ -212,7 +206,6 @@ export class ServiceOutage {
       this.portals.set(portal, outage);
       // Its failures say no more of the service: the row across portals starts again without them.
       this.row = new FailureRow();
-      this.failingPortals.clear();
       this.log.warn({ failures: row.count, checks: row.checks.size, failure, portalId: portal }, 'the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on');
     }
     this.told.went?.(new Date(outage.since));
@@ -241,20 +234,29 @@ class Outage {
   constructor(readonly since: number) {}
 }
 
-/** Failures in a row, with no answer between: how many, of which checks, since when. */
+/** Failures in a row, with no answer between: how many, of which checks and portals, since when. */
 class FailureRow {
   count = 0;
   since = 0;
   readonly checks = new Set<string>();
+  /** Their portals, undefined for a failure that says the service itself is away: kept with the count, or one from before a row started again would make it the service's. */
+  private readonly portals = new Set<string | undefined>();
 
-  add(key: string, at: number): void {
+  add(key: string, at: number, portal: string | undefined): void {
     if (this.count === 0 || at - this.since > ROW_SPAN_MS) {
       this.count = 0;
       this.checks.clear();
+      this.portals.clear();
       this.since = at;
     }
     this.count++;
     this.checks.add(key);
+    this.portals.add(portal);
+  }
+
+  /** Whether its failures are the service's, not one portal's: of two portals or more, or one says the service itself is away. */
+  get ofService(): boolean {
+    return this.portals.has(undefined) || this.portals.size > 1;
   }
 
   /** Enough to say it is out: OUTAGE_AFTER failures, of more than one check. */

@@ -159,6 +159,28 @@ describe('ServiceOutage', () => {
     expect(w.outFor('a')).toEqual(new Date(clock));
   });
 
+  it('takes a portal\'s failures for that portal out, not the service, whatever failed before its row started again', () => {
+    // Another portal's failure, or a poll's, more than ten minutes before.
+    for (const before of ['b', undefined]) {
+      const w = watch();
+      w.failed(failure(503), 'go', 'before', before);
+      clock += 11 * 60_000;
+      for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `a-${i}`, 'a');
+      expect([before, ...out(w)]).toEqual([before, undefined, ['a']]);
+    }
+    // A poll's failure in the row that found portal a out, the row across portals started again without it.
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) {
+      w.failed(failure(503), 'go', `a-${i}`, 'a');
+      w.answered('c');
+    }
+    w.failed(failure(503), 'go', 'polled', undefined);
+    w.failed(failure(503), 'go', 'a-last', 'a');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `b-${i % 2}`, 'b');
+    expect(out(w)).toEqual([undefined, ['a', 'b']]);
+  });
+
   it('takes failures of two portals, of a call of no portal, or a request that never reached the service for the service out', () => {
     const of = (portals: (string | undefined)[], err = failure(503)) => {
       const w = watch();
