@@ -1,32 +1,64 @@
+import * as z from 'zod';
 import type { CheckRow, JobStore } from './job-store';
 import { firstDateToCome, type SchedulePolicy } from './schedule';
 
 /**
- * What the store keeps of an outage of the verification service (ServiceOutage): when it was found,
- * until it answers again, so that a worker started meanwhile (serve restarted, another instance)
- * takes it up, and the checks given up since then are the ones sent again.
+ * What the store keeps of the verification service's outages (ServiceOutage): when the whole
+ * service and each payer portal out on its own were found out, until each answers again, so that
+ * a worker started meanwhile (serve restarted, another instance) takes them up, and the checks
+ * given up since then are the ones sent again. An ISO time alone, as the first version kept, is
+ * the whole service's.
  */
 const SERVICE_OUT_SINCE = 'service-out-since';
 
-/** Keeps when the service was found out, unless a worker found it earlier. */
-export async function keepOutageStart(store: JobStore, since: Date): Promise<void> {
+const KeptOutages = z.object({ service: z.iso.datetime().optional(), portals: z.record(z.string(), z.iso.datetime()).default({}) });
+type KeptOutages = z.infer<typeof KeptOutages>;
+
+/** The outages kept; nothing for a value this program cannot read (it is only a hint: the worker's calls find the service as it is). */
+function readKept(value: string | undefined): KeptOutages {
+  if (!value) return { portals: {} };
+  if (!value.startsWith('{')) return Number.isNaN(Date.parse(value)) ? { portals: {} } : { service: new Date(value).toISOString(), portals: {} };
+  try {
+    const kept = KeptOutages.safeParse(JSON.parse(value));
+    return kept.success ? kept.data : { portals: {} };
+  } catch {
+    return { portals: {} };
+  }
+}
+
+const isEmpty = (kept: KeptOutages) => kept.service === undefined && Object.keys(kept.portals).length === 0;
+const writeKept = (kept: KeptOutages) => (isEmpty(kept) ? '' : JSON.stringify(kept));
+
+/** Keeps when the service (`portal` undefined) or a portal was found out, unless a worker found it earlier. */
+export async function keepOutageStart(store: JobStore, since: Date, portal?: string): Promise<void> {
   await store.transaction(async (tx) => {
-    const kept = await tx.getMeta(SERVICE_OUT_SINCE);
-    if (!kept || Date.parse(kept) > since.getTime()) await tx.setMeta(SERVICE_OUT_SINCE, since.toISOString());
+    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
+    const at = portal === undefined ? kept.service : kept.portals[portal];
+    if (at !== undefined && Date.parse(at) <= since.getTime()) return;
+    if (portal === undefined) kept.service = since.toISOString();
+    else kept.portals[portal] = since.toISOString();
+    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(kept));
   });
 }
 
-/** When a worker found the service out, as the store keeps it; undefined when none did, or it answered since. */
-export async function keptOutageStart(store: JobStore): Promise<Date | undefined> {
-  const kept = await store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE));
-  return kept ? new Date(kept) : undefined;
+/** The outages workers found, as the store keeps them: the whole service's and each portal's start; none answered since. */
+export async function keptOutages(store: JobStore): Promise<{ service?: Date; portals: Array<{ portal: string; since: Date }> }> {
+  const kept = readKept(await store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE)));
+  return {
+    ...(kept.service !== undefined && { service: new Date(kept.service) }),
+    portals: Object.entries(kept.portals).map(([portal, since]) => ({ portal, since: new Date(since) })),
+  };
 }
 
-/** The outage over for every worker: when the first found it, and it is forgotten. */
-export async function forgetOutageStart(store: JobStore): Promise<Date | undefined> {
+/** The service's outage (`portal` undefined) or a portal's over for every worker: when the first found it, and it is forgotten. */
+export async function forgetOutageStart(store: JobStore, portal?: string): Promise<Date | undefined> {
   const kept = await store.transaction(async (tx) => {
-    const at = await tx.getMeta(SERVICE_OUT_SINCE);
-    if (at) await tx.setMeta(SERVICE_OUT_SINCE, '');
+    const all = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
+    const at = portal === undefined ? all.service : all.portals[portal];
+    if (at === undefined) return undefined;
+    if (portal === undefined) delete all.service;
+    else delete all.portals[portal];
+    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(all));
     return at;
   });
   return kept ? new Date(kept) : undefined;

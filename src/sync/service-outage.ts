@@ -62,9 +62,9 @@ export class ServiceOutage {
     private readonly now: () => number,
     private readonly log: OutageWatchLog,
     private readonly told: {
-      /** Told when the service or a portal is found out, with when it was found failing. */
-      went?: (since: Date) => void;
-      /** Told when it answers again, with when it was found failing and the portal, if only one was out. */
+      /** Told when the service (`portal` undefined) or a portal is found out, with when it was found failing. */
+      went?: (since: Date, portal: string | undefined) => void;
+      /** Told when it answers again, with when it was found failing: once for the service's outage, once for a portal's. */
       back?: (since: Date, portal: string | undefined) => void;
     } = {},
   ) {}
@@ -100,9 +100,16 @@ export class ServiceOutage {
    * another instance on the store): its first call tries the service, and an answer ends it as it
    * ends one found here, those given up since then sent again.
    */
-  resume(since: Date): void {
+  resume(since: Date, portal?: string): void {
+    const at = since.getTime();
+    if (portal !== undefined) {
+      if (this.portals.has(portal)) return;
+      this.portals.set(portal, new Outage(at));
+      this.log.warn({ since: since.toISOString(), portalId: portal }, 'the verification service was not answering for one payer portal when this worker started; its checks wait for it without using their attempts, one call at a time tries it');
+      return;
+    }
     if (this.service) return;
-    this.service = new Outage(since.getTime());
+    this.service = new Outage(at);
     this.log.warn({ since: since.toISOString() }, 'the verification service was not answering when this worker started; checks wait for it without using their attempts, one call at a time tries it');
   }
 
@@ -147,8 +154,9 @@ export class ServiceOutage {
       this.log.info({ outageMs: now - own.since, held: own.held, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
       this.portals.delete(portal as string);
     }
-    const since = Math.min(whole?.since ?? Infinity, own?.since ?? Infinity);
-    this.told.back?.(new Date(since), whole ? undefined : portal);
+    // Each told apart: the checks given up since the service went are every portal's, those since the portal went only its.
+    if (whole) this.told.back?.(new Date(whole.since), undefined);
+    if (own) this.told.back?.(new Date(own.since), portal);
   }
 
   /**
@@ -208,13 +216,17 @@ export class ServiceOutage {
       this.row = new FailureRow();
       this.log.warn({ failures: row.count, checks: row.checks.size, failure, portalId: portal }, 'the verification service is not answering for one payer portal; its checks wait for it without using their attempts, one call at a time tries it, the others go on');
     }
-    this.told.went?.(new Date(outage.since));
+    this.told.went?.(new Date(outage.since), portal);
     return outage;
   }
 
-  /** The outage a call to `portal` waits for: the whole service's, or its portal's. */
+  /**
+   * The outage a call to `portal` waits for: its portal's, out on its own, or the whole service's.
+   * A portal out on its own is tried by its own calls while the service is out too: one of them
+   * trying the service would fail for the portal and say nothing of the service.
+   */
   private covering(portal: string | undefined): Outage | undefined {
-    return this.service ?? (portal === undefined ? undefined : this.portals.get(portal));
+    return (portal === undefined ? undefined : this.portals.get(portal)) ?? this.service;
   }
 
   private probeWait(outage: Outage): number {
@@ -238,17 +250,19 @@ class Outage {
 class FailureRow {
   count = 0;
   since = 0;
+  private last = 0;
   readonly checks = new Set<string>();
   /** Their portals, undefined for a failure that says the service itself is away: kept with the count, or one from before a row started again would make it the service's. */
   private readonly portals = new Set<string | undefined>();
 
   add(key: string, at: number, portal: string | undefined): void {
-    if (this.count === 0 || at - this.since > ROW_SPAN_MS) {
+    if (this.count === 0 || at - this.last > ROW_SPAN_MS) {
       this.count = 0;
       this.checks.clear();
       this.portals.clear();
       this.since = at;
     }
+    this.last = at;
     this.count++;
     this.checks.add(key);
     this.portals.add(portal);

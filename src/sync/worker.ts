@@ -18,7 +18,7 @@ import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
-import { forgetOutageStart, givenUpSince, keepOutageStart, keptOutageStart } from './outage-record';
+import { forgetOutageStart, givenUpSince, keepOutageStart, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -159,8 +159,9 @@ export class Worker {
   ) {
     const store = (this.store = watchOutages(deps.store, deps.log));
     this.service = new ServiceOutage(options.backoff, () => deps.now().getTime(), deps.log, {
-      went: (since) => void (this.outageKept = this.keepOutage(since)),
-      back: (since, portal) => void (this.sendingAgain = this.sendAgainGivenUp(since, portal)),
+      went: (since, portal) => void (this.outageKept = this.outageKept.then(() => this.keepOutage(since, portal))),
+      // One after the other: an outage of the service and one of a portal may end at one answer.
+      back: (since, portal) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainGivenUp(since, portal))),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -809,7 +810,7 @@ export class Worker {
   private async hold(row: CheckRow, portal: string | undefined, from: CheckState, change: Step, failure?: string): Promise<void> {
     const since = this.service.outFor(portal);
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal);
-    const what = this.service.since === undefined && portal !== undefined ? ` for payer portal ${portal}` : '';
+    const what = this.service.portalsOut.some((p) => p.portal === portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
@@ -828,8 +829,7 @@ export class Worker {
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
       // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
-      // Forgotten once nothing is out: a portal still out is taken up from it after a restart.
-      const kept = this.service.anyOut ? undefined : await forgetOutageStart(this.store);
+      const kept = await forgetOutageStart(this.store, portal);
       const since = kept && kept < found ? kept : found;
       let sent = 0;
       // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
@@ -843,10 +843,10 @@ export class Worker {
     }
   }
 
-  /** Keeps when the service was found out (outage-record), so a worker started meanwhile takes the outage up. */
-  private async keepOutage(since: Date): Promise<void> {
+  /** Keeps when the service or a portal was found out (outage-record), so a worker started meanwhile takes the outage up. */
+  private async keepOutage(since: Date, portal: string | undefined): Promise<void> {
     try {
-      await keepOutageStart(this.store, since);
+      await keepOutageStart(this.store, since, portal);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when the verification service was found out');
     }
@@ -855,8 +855,9 @@ export class Worker {
   /** The outage a worker before this one found, taken up; the store out of reach, this worker's calls find it. */
   private async takeUpOutage(): Promise<void> {
     try {
-      const since = await keptOutageStart(this.store);
-      if (since) this.service.resume(since);
+      const kept = await keptOutages(this.store);
+      if (kept.service) this.service.resume(kept.service);
+      for (const { portal, since } of kept.portals) this.service.resume(since, portal);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');
     }

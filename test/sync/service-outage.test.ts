@@ -1,9 +1,14 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { json } from '../support/http-server';
 import { searchFhir, until } from './harness';
 import { checkRow } from './job-store-contract';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
+import { forgetOutageStart, keepOutageStart, keptOutages } from '../../src/sync/outage-record';
 import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
+import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { retryCheck } from '../../src/sync/operations';
 import type { EligibilityWriter } from '../../src/sync/write-back';
@@ -226,7 +231,7 @@ describe('ServiceOutage', () => {
     expect(w.outFor('a')).toEqual(new Date(startA));
   });
 
-  it('holds every call, a portal out on its own or not, while the whole service is out, and ends both with one telling when a call of that portal is answered', () => {
+  it('holds every call while the whole service is out, and ends it and a portal out on its own, each told apart, when a call of that portal is answered', () => {
     const back = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
     const startA = clock;
@@ -237,8 +242,54 @@ describe('ServiceOutage', () => {
     expect([w.admit(false, 'c', 'c-9'), w.admit(false, undefined, 'c-9')]).toEqual(['hold', 'hold']);
     w.answered('a');
     expect(out(w)).toEqual([undefined, []]);
-    expect(back).toHaveBeenCalledTimes(1);
-    expect(back).toHaveBeenCalledWith(new Date(startA), undefined);
+    // Told apart: the checks given up since the service went are every portal's, those since a went only a's.
+    expect(back.mock.calls).toEqual([[new Date(startA + 1000), undefined], [new Date(startA), 'a']]);
+  });
+
+  it('tries a portal out on its own with its own calls while the whole service is out, so that the service\'s try is not one bound to fail', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `a-${i}`, 'a');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `c-${i}`, 'c');
+    expect(out(w)).toEqual([new Date(clock), ['a']]);
+    clock += 150;
+    // One try each: a's by one of a's checks, the service's by anyone else's.
+    expect([w.admit(false, 'a', 'a-0'), w.admit(false, 'c', 'c-0'), w.admit(false, 'a', 'a-1'), w.admit(false, undefined, 'c-1')]).toEqual(['probe', 'probe', 'hold', 'hold']);
+    // a failing again is a's: the service's try, still under way, is answered and ends its outage alone.
+    w.failed(failure(503), 'probe', 'a-0', 'a');
+    w.done('probe', 'a-0');
+    expect(w.admit(false, 'a', 'a-1')).toBe('hold');
+    w.answered('c');
+    w.done('probe', 'c-0');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(w.admit(false, 'c', 'c-1')).toBe('go');
+  });
+
+  it('keeps in the store the service\'s start and each portal\'s, forgets each apart, and reads a start kept as an ISO time alone as the service\'s', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-outage-record-'));
+    const store = SqliteJobStore.open(dir);
+    try {
+      const at = (minute: number) => new Date(Date.UTC(2026, 10, 25, 9, minute));
+      await keepOutageStart(store, at(5), 'a');
+      await keepOutageStart(store, at(3), 'a');
+      await keepOutageStart(store, at(4), 'a');
+      await keepOutageStart(store, at(7));
+      await keepOutageStart(store, at(6), 'b');
+      expect(await keptOutages(store)).toEqual({ service: at(7), portals: [{ portal: 'a', since: at(3) }, { portal: 'b', since: at(6) }] });
+      expect(await forgetOutageStart(store, 'a')).toEqual(at(3));
+      expect(await forgetOutageStart(store, 'a')).toBeUndefined();
+      expect(await forgetOutageStart(store)).toEqual(at(7));
+      expect(await keptOutages(store)).toEqual({ portals: [{ portal: 'b', since: at(6) }] });
+      await forgetOutageStart(store, 'b');
+      expect(await store.transaction((tx) => tx.getMeta('service-out-since'))).toBe('');
+      // As the version before kept it.
+      await store.transaction((tx) => tx.setMeta('service-out-since', at(1).toISOString()));
+      expect(await keptOutages(store)).toEqual({ service: at(1), portals: [] });
+      await store.transaction((tx) => tx.setMeta('service-out-since', '{"portals":{"a":"yesterday"}}'));
+      expect(await keptOutages(store)).toEqual({ portals: [] });
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('starts each portal\'s count again once the service answers after it was out: their failures meanwhile were the service\'s', () => {
@@ -356,7 +407,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     rig.worker.start();
     const again = await rig.reach('today', 'written', 8000);
     // Taken up from when the worker before found it, its first call the one trying it.
-    expect(rig.warnings.filter((w) => /not answering when this worker started/.test(w.msg)).map((w) => w.fields)).toEqual([{ since: since?.toISOString() }]);
+    expect(rig.warnings.filter((w) => /not answering for one payer portal when this worker started/.test(w.msg)).map((w) => w.fields)).toEqual([{ since: since?.toISOString(), portalId: 'portal-a' }]);
     expect(again.round).toBe(today.round + 1);
     for (let i = 0; i < 6; i++) await rig.reach(`later-${i}`, 'written', 8000);
     expect(rig.worker.service.outFor('portal-a')).toBeUndefined();
