@@ -162,6 +162,14 @@ describe('ServiceOutage', () => {
     for (let i = 0; i < OUTAGE_AFTER - 1; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
     expect(out(w)).toEqual([undefined, ['a']]);
     expect(w.outFor('a')).toEqual(new Date(clock));
+    // Three minutes apart, twelve in all: each within ten of the one before, a row.
+    const v = watch();
+    const start = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) {
+      v.failed(failure(503), 'go', `check-${i}`, 'b');
+      clock += 180_000;
+    }
+    expect(v.outFor('b')).toEqual(new Date(start));
   });
 
   it('takes a portal\'s failures for that portal out, not the service, whatever failed before its row started again', () => {
