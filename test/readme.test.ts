@@ -69,6 +69,10 @@ describe('README', () => {
     expect(ci).toMatch(/^npm test$/m);
   });
 
+  it('keeps no merge conflict left in it: a table row said twice, one of them stale', () => {
+    expect(readme).not.toMatch(/^(<{7}|={7}|>{7})( |$)/m);
+  });
+
   it('names every key the config file takes, serve\'s settings among them', () => {
     // The keys a secret would go in are refused by name, not taken.
     const taken = Object.entries(ConfigFile.shape).filter(([key, schema]) => key !== '$comment' && !(schema.unwrap() instanceof z.ZodNever));
