@@ -460,10 +460,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const fhir = await fhirHealth(config.fhir);
       const out = worker.service.since;
       const portals = worker.service.portalsOut;
+      const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;
+      // A portal out on its own before the service went stays out once it is back: said meanwhile too.
       const service = out
-        ? `not answering since ${out.toISOString()}: checks wait for it`
+        ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
         : portals.length > 0
-          ? `not answering for payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
+          ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
           : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },

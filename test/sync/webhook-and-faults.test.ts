@@ -102,6 +102,25 @@ describe('webhooks and service faults', () => {
     expect(((await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string }).service).toBe(said);
   });
 
+  it('says in /healthz a payer portal out on its own while the whole service is out too', async () => {
+    h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
+    for (const id of ['OUT1', 'OUT2', 'OUT3']) await h.sync.receiveHl7(bookingFor(id, 'SBX-503').replace('DOE^JANE', `DOE^${id}`));
+    const portal = await until('healthz saying the portal is out', async () => {
+      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+      return /^not answering for (payer portal \S+ since \S+):/.exec(service)?.[1];
+    });
+    // Guardian's and MetLife's failures: two portals, the whole service.
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity, retryAfterSeconds: 0 });
+    await h.sync.receiveHl7(booking('AWAY', 0));
+    await h.sync.receiveHl7(booking('AWAY', 3));
+    const service = await until('healthz saying the service is out', async () => {
+      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+      return service.startsWith('not answering since') && service;
+    });
+    expect(service).toMatch(new RegExp(`^not answering since \\S+: checks wait for it, and for ${portal.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`));
+    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toMatch(/^dental_elig_service_up 0$/m);
+  });
+
   it('waits out a service away for longer than the checks\' attempts last, healthz and metrics saying so meanwhile', async () => {
     // The client's own retries off, so that each 503 is an attempt of the worker's.
     h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
