@@ -129,10 +129,10 @@ export class ServiceOutage {
   }
 
   /** How long a check whose call to `portal` is held waits before it is looked at again: past the next probe, spread over the wait between probes, so the held ones do not all come at once. */
-  holdFor(random: number, portal: string | undefined): number {
+  holdFor(random: number, portal: string | undefined, key: string): number {
     const outage = this.covering(portal);
     if (!outage) return 0;
-    outage.held++;
+    outage.held.add(key);
     return Math.max(0, outage.nextProbe - this.now()) + Math.round(random * this.probeWait(outage));
   }
 
@@ -145,13 +145,13 @@ export class ServiceOutage {
     if (!whole && !own) return;
     const now = this.now();
     if (whole) {
-      this.log.info({ outageMs: now - whole.since, held: whole.held }, 'the verification service answers again; the checks held for it go on');
+      this.log.info({ outageMs: now - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
       this.service = undefined;
       // The portals' failures while the service was away were its own: a portal's count starts again, or one failure after would find it out, since before.
       this.portalRows.clear();
     }
     if (own) {
-      this.log.info({ outageMs: now - own.since, held: own.held, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
+      this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
       this.portals.delete(portal as string);
     }
     // Each told apart: the checks given up since the service went are every portal's, those since the portal went only its.
@@ -240,8 +240,8 @@ class Outage {
   probes = 0;
   /** The check whose call is trying it now. */
   prober: string | undefined;
-  /** How many times a check was held for it. */
-  held = 0;
+  /** The checks held for it (a count of holds would read as checks: each is held again and again). */
+  readonly held = new Set<string>();
 
   constructor(readonly since: number) {}
 }

@@ -371,6 +371,10 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(service.verified).toBe(keys.length);
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toHaveLength(1);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
+    // How many checks were held, each held many times over in three seconds.
+    const checksHeld = (rig.infos.find((i) => /answers again/.test(i.msg))?.fields as { held: number }).held;
+    expect(checksHeld).toBeGreaterThan(0);
+    expect(checksHeld).toBeLessThanOrEqual(keys.length);
     expect(rig.events.filter((e) => e.name === 'failed')).toEqual([]);
   });
 
