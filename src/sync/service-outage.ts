@@ -90,6 +90,11 @@ export class ServiceOutage {
     return outage && new Date(outage.since);
   }
 
+  /** Whether `portal` is out on its own (the whole service out or not). */
+  portalOut(portal: string | undefined): boolean {
+    return portal !== undefined && this.portals.has(portal);
+  }
+
   /** Whether a call to `portal` waits for an outage. */
   covers(portal: string | undefined): boolean {
     return this.covering(portal) !== undefined;
@@ -179,7 +184,7 @@ export class ServiceOutage {
     let portalRow: FailureRow | undefined;
     const ofPortal = err.notSent ? undefined : portal;
     // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two.
-    if (ofPortal === undefined || !this.portals.has(ofPortal)) this.row.add(key, at, ofPortal);
+    if (!this.portalOut(ofPortal)) this.row.add(key, at, ofPortal);
     if (ofPortal !== undefined) {
       portalRow = this.portalRows.get(ofPortal) ?? new FailureRow();
       this.portalRows.set(ofPortal, portalRow);
@@ -204,7 +209,7 @@ export class ServiceOutage {
 
   /** The outage the failures in a row say, when it is news: the whole service's (`portal` undefined), or one portal's while the service answers. */
   private find(err: ServiceError, portal: string | undefined, row: FailureRow): Outage | undefined {
-    if (this.service || (portal !== undefined && this.portals.has(portal))) return undefined;
+    if (this.service || this.portalOut(portal)) return undefined;
     const outage = new Outage(row.since);
     const failure = err.status ?? err.code ?? 'network';
     if (portal === undefined) {

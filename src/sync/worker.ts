@@ -810,7 +810,7 @@ export class Worker {
   private async hold(row: CheckRow, portal: string | undefined, from: CheckState, change: Step, failure?: string): Promise<void> {
     const since = this.service.outFor(portal);
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
-    const what = this.service.portalsOut.some((p) => p.portal === portal) ? ` for payer portal ${portal}` : '';
+    const what = this.service.portalOut(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
