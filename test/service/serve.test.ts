@@ -13,6 +13,14 @@ describe('serve on the in-process sandbox', () => {
   beforeEach(() => (dir = mkdtempSync(path.join(tmpdir(), 'elig-serve-'))));
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
+  /** serve on the data dir with `env` (and a config file), its JSON log lines kept. */
+  async function serveLogged(env: NodeJS.ProcessEnv = {}, configFile?: string) {
+    const lines: string[] = [];
+    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
+    const serving = await serve(loadServeConfig(env, { ...(configFile && { configFile }), dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    return { serving, lines };
+  }
+
   it('gives the sandbox the bearer token its webhooks must carry when webhookScheme is bearer', async () => {
     const configFile = path.join(dir, 'config.json');
     // A webhook deadline far past the test's wait: only a delivered webhook completes the check in time.
@@ -32,9 +40,7 @@ describe('serve on the in-process sandbox', () => {
   });
 
   it('says in its JSON log that it was asked to stop, and when it has', async () => {
-    const lines: string[] = [];
-    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
-    const serving = await serve(loadServeConfig({}, { dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    const { serving, lines } = await serveLogged();
     await serving.close();
     const said = lines.map((line) => JSON.parse(line) as { msg: string; ms?: number });
     expect(said.slice(-2).map((l) => l.msg)).toEqual(['stopping: listeners close, checks in hand finish', 'stopped']);
@@ -44,9 +50,7 @@ describe('serve on the in-process sandbox', () => {
   it('calls the in-process sandbox with the config file\'s retries, as it would the service', async () => {
     const configFile = path.join(dir, 'config.json');
     writeFileSync(configFile, JSON.stringify({ maxRetries: 0 }));
-    const lines: string[] = [];
-    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
-    const serving = await serve(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'warn' }, { configFile, dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    const { serving, lines } = await serveLogged({ DENTAL_ELIG_LOG_LEVEL: 'warn' }, configFile);
     try {
       // SBX-503: answered 503 every time.
       await serving.sync.receiveHl7(bookingFor('R0', 'SBX-503'));
@@ -59,9 +63,7 @@ describe('serve on the in-process sandbox', () => {
   });
 
   it('stops once for two close() calls at once: each returns once the store is closed, and a later one at once', async () => {
-    const lines: string[] = [];
-    const destination = { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream;
-    const serving = await serve(loadServeConfig({}, { dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {}, destination });
+    const { serving, lines } = await serveLogged();
     const first = serving.close();
     await serving.close();
     expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
