@@ -10,6 +10,8 @@ export const OUTAGE_AFTER = 5;
 const ROW_SPAN_MS = 10 * 60_000;
 /** The longest between two calls that try a service found out: it is found back within this. */
 const PROBE_MAX_MS = 60_000;
+/** How long a check found failing on its own is left out of the rows: past its attempts and its round's wait at the service, at the defaults. */
+const ALONE_MS = 24 * 60 * 60_000;
 
 /** What a call to the service may do now: go, go as the one call that tries a service found out, or wait. */
 export type Pass = 'go' | 'probe' | 'hold';
@@ -46,6 +48,8 @@ function saysOut(err: ServiceError): boolean | undefined {
  * are two such outages. The whole service is out when the failures in a row across every call come
  * from two portals or more, or one says the service itself is away: a request that never reached
  * it (refused, no such host), or a call of no portal (a poll: it reads the service, not the portal).
+ * The checks that failed in an outage another check's answer ended fail on their own (a member id
+ * the portal chokes on): they are not counted until answered (`alone`).
  */
 export class ServiceOutage {
   /** The failures since the service last answered any call. */
@@ -56,6 +60,12 @@ export class ServiceOutage {
   private service: Outage | undefined;
   /** The portals out on their own. */
   private readonly portals = new Map<string, Outage>();
+  /**
+   * The checks that failed in an outage another check's answer ended, and since when: their
+   * failures are their own (a member id the payer's portal chokes on), not counted in a row until
+   * they are answered, or they would find their portal out again each time it came back.
+   */
+  private readonly alone = new Map<string, number>();
 
   constructor(
     private readonly backoff: { baseMs: number; maxMs: number },
@@ -109,22 +119,37 @@ export class ServiceOutage {
     const at = since.getTime();
     if (portal !== undefined) {
       if (this.portals.has(portal)) return;
-      this.portals.set(portal, new Outage(at));
+      this.portals.set(portal, new Outage(at, this.now()));
       this.log.warn({ since: since.toISOString(), portalId: portal }, 'the verification service was not answering for one payer portal when this worker started; its checks wait for it without using their attempts, one call at a time tries it');
       return;
     }
     if (this.service) return;
-    this.service = new Outage(at);
+    this.service = new Outage(at, this.now());
     this.log.warn({ since: since.toISOString() }, 'the verification service was not answering when this worker started; checks wait for it without using their attempts, one call at a time tries it');
   }
 
   /** The pass for the check `key`'s call to `portal` about to go; `urgent` goes whatever is out (it uses its attempts as before). */
   admit(urgent: boolean, portal: string | undefined, key: string): Pass {
     const outage = this.covering(portal);
+    if (outage) outage.asked = this.now();
     if (urgent || !outage) return 'go';
     if (outage.prober !== undefined || this.now() < outage.nextProbe) return 'hold';
     outage.prober = key;
     return 'probe';
+  }
+
+  /**
+   * Whether the worker tries the whole service itself now, with a call `key` of no check: it is out
+   * and no check has come to try it for two waits past its try's time (those held were answered by
+   * webhook or cancelled, or none is left), so that /healthz and the gauge do not say it out until
+   * the next booking. A portal out on its own has no such call: only a verification tries it.
+   */
+  tryItself(key: string): boolean {
+    const outage = this.service;
+    if (!outage || outage.prober !== undefined) return false;
+    if (this.now() < Math.max(outage.nextProbe, outage.asked) + 2 * this.probeWait(outage)) return false;
+    outage.prober = key;
+    return true;
   }
 
   /** The check `key`'s call a pass let go is over: a probe's place is free again. */
@@ -141,8 +166,9 @@ export class ServiceOutage {
     return Math.max(0, outage.nextProbe - this.now()) + Math.round(random * this.probeWait(outage));
   }
 
-  /** A call to `portal` the service answered, in any way but a failure that says it is out. */
-  answered(portal: string | undefined): void {
+  /** A call of the check `key` to `portal` the service answered, in any way but a failure that says it is out. */
+  answered(portal: string | undefined, key: string): void {
+    this.alone.delete(key);
     this.row = new FailureRow();
     if (portal !== undefined) this.portalRows.delete(portal);
     const whole = this.service;
@@ -159,6 +185,7 @@ export class ServiceOutage {
       this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
       this.portals.delete(portal as string);
     }
+    this.leaveAlone([...(whole?.failed ?? []), ...(own?.failed ?? [])], key, now);
     // Each told apart: the checks given up since the service went are every portal's, those since the portal went only its.
     if (whole) this.told.back?.(new Date(whole.since), undefined);
     if (own) this.told.back?.(new Date(own.since), portal);
@@ -173,7 +200,7 @@ export class ServiceOutage {
   failed(err: unknown, pass: Pass, key: string, portal: string | undefined): void {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
-    if (out === false) return this.answered(portal);
+    if (out === false) return this.answered(portal, key);
     const at = this.now();
     // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
     if (out === undefined) {
@@ -181,6 +208,21 @@ export class ServiceOutage {
       if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, at + (err.retryAfterMs ?? this.probeWait(outage)));
       return;
     }
+    const found = this.isAlone(key, at) ? undefined : this.counted(err, key, at, portal);
+    const outage = found ?? this.covering(portal);
+    if (!outage) return;
+    const retryAfter = at + (err.retryAfterMs ?? 0);
+    if (!found && pass !== 'probe') {
+      outage.nextProbe = Math.max(outage.nextProbe, retryAfter);
+      return;
+    }
+    outage.failed.add(key);
+    outage.nextProbe = Math.max(at + this.probeWait(outage), retryAfter);
+    outage.probes++;
+  }
+
+  /** A failure that says the service is out counted in the rows: the outage they say, when it is news. */
+  private counted(err: ServiceError, key: string, at: number, portal: string | undefined): Outage | undefined {
     let portalRow: FailureRow | undefined;
     const ofPortal = err.notSent ? undefined : portal;
     // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two.
@@ -190,27 +232,26 @@ export class ServiceOutage {
       this.portalRows.set(ofPortal, portalRow);
       portalRow.add(key, at, ofPortal);
     }
-    const retryAfter = at + (err.retryAfterMs ?? 0);
-    const found =
-      this.row.saysOut && this.row.ofService
-        ? this.find(err, undefined, this.row)
-        : portalRow?.saysOut
-          ? this.find(err, portal, portalRow)
-          : undefined;
-    const outage = found ?? this.covering(portal);
-    if (!outage) return;
-    if (!found && pass !== 'probe') {
-      outage.nextProbe = Math.max(outage.nextProbe, retryAfter);
-      return;
-    }
-    outage.nextProbe = Math.max(at + this.probeWait(outage), retryAfter);
-    outage.probes++;
+    if (this.row.saysOut && this.row.ofService) return this.find(err, undefined, this.row);
+    return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
+  }
+
+  /** Whether the check `key` failed in an outage another check's answer ended, less than ALONE_MS ago. */
+  private isAlone(key: string, at: number): boolean {
+    const since = this.alone.get(key);
+    return since !== undefined && at - since < ALONE_MS;
+  }
+
+  /** The checks that failed in an outage the check `answering` ended are left out of the rows; those left out long ago are forgotten. */
+  private leaveAlone(failed: string[], answering: string, now: number): void {
+    for (const [key, since] of this.alone) if (now - since >= ALONE_MS) this.alone.delete(key);
+    for (const key of failed) if (key !== answering) this.alone.set(key, now);
   }
 
   /** The outage the failures in a row say, when it is news: the whole service's (`portal` undefined), or one portal's while the service answers. */
   private find(err: ServiceError, portal: string | undefined, row: FailureRow): Outage | undefined {
     if (this.service || this.portalOut(portal)) return undefined;
-    const outage = new Outage(row.since);
+    const outage = new Outage(row.since, this.now(), row.checks);
     const failure = err.status ?? err.code ?? 'network';
     if (portal === undefined) {
       this.service = outage;
@@ -243,12 +284,23 @@ export class ServiceOutage {
 class Outage {
   nextProbe = 0;
   probes = 0;
+  /** When a check last came to call it: held ones come again and again until it ends. */
+  asked: number;
   /** The check whose call is trying it now. */
   prober: string | undefined;
   /** The checks held for it (a count of holds would read as checks: each is held again and again). */
   readonly held = new Set<string>();
+  /** The checks whose calls failed in it: those that found it, and those that tried it in vain. */
+  readonly failed: Set<string>;
 
-  constructor(readonly since: number) {}
+  constructor(
+    readonly since: number,
+    at: number,
+    foundBy: Iterable<string> = [],
+  ) {
+    this.asked = at;
+    this.failed = new Set(foundBy);
+  }
 }
 
 /** Failures in a row, with no answer between: how many, of which checks and portals, since when. */

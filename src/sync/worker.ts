@@ -78,7 +78,8 @@ export interface WorkerOptions {
 
 export interface WorkerDeps {
   store: JobStore;
-  client: Pick<VerificationClient, 'verify' | 'requestVerification' | 'getVerification'>;
+  /** listPayers: a read of the service, with which the worker tries it itself while it is out and no check is left to (tryItself). */
+  client: Pick<VerificationClient, 'verify' | 'requestVerification' | 'getVerification' | 'listPayers'>;
   resolver: () => PayerResolver;
   writer: () => Promise<EligibilityWriter>;
   now: () => Date;
@@ -115,6 +116,8 @@ export function localCorrelationId(externalId: string): string {
 
 /** The longest a worker waits before it looks at a job store that has not answered again. */
 const STORE_RETRY_MAX_MS = 30_000;
+/** The key the worker's own try of the service goes under: no check's (a check's key is never empty). */
+const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
@@ -143,6 +146,8 @@ export class Worker {
   private outageKept: Promise<void> = Promise.resolve();
   /** The checks given up while the service was away, being sent again now that it answers (sendAgainGivenUp): stop() waits for them. */
   private sendingAgain: Promise<void> = Promise.resolve();
+  /** The worker's own try of the service while it is out and no check is left to try it (tryItself). */
+  private tryingItself: Promise<void> = Promise.resolve();
   /** The outage a worker before this one found, being read at start (takeUpOutage). */
   private takingUp: Promise<void> | undefined;
   /**
@@ -187,6 +192,7 @@ export class Worker {
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
     await Promise.allSettled([...this.inHand.values()]);
+    await this.tryingItself;
     // Begun by the calls just waited for, on a store the caller closes once this returns.
     await this.outageKept;
     await this.sendingAgain;
@@ -230,6 +236,7 @@ export class Worker {
     this.ticking = ticking;
     await ticking;
     this.ticking = undefined;
+    this.tryItself();
     if (!this.running || this.timer) return;
     // A kick during a failing claim may be the store answering again (a message just stored): look at once.
     const wait = this.kicked ? 0 : this.storeFailures > 0 ? Math.min(this.options.idleMs * 2 ** this.storeFailures, STORE_RETRY_MAX_MS) : this.options.idleMs;
@@ -863,6 +870,17 @@ export class Worker {
     }
   }
 
+  /**
+   * The whole service out with no check left to try it: the worker tries it with a read of the
+   * payer network. Any answer, whatever it says, is the service there (its end sends again the
+   * checks given up meanwhile); a failure puts the next try off, as a check's does.
+   */
+  private tryItself(): void {
+    if (!this.running || !this.service.tryItself(NO_CHECK)) return;
+    const over = () => this.service.done('probe', NO_CHECK);
+    this.tryingItself = this.serviceCall('probe', NO_CHECK, undefined, 'list payer network', () => this.deps.client.listPayers({ limit: 1 })).then(over, over);
+  }
+
   /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */
   private urgent(row: CheckRow): boolean {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
@@ -872,7 +890,7 @@ export class Worker {
   private async serviceCall<T>(pass: Pass, key: string, portal: string | undefined, operation: string, call: () => Promise<T>): Promise<T> {
     try {
       const answer = await this.timed('service', operation, call);
-      this.service.answered(portal);
+      this.service.answered(portal, key);
       return answer;
     } catch (err) {
       this.service.failed(err, pass, key, portal);

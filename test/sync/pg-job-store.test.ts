@@ -454,7 +454,7 @@ describe('PgJobStore with two instances on one database', () => {
     });
     const worker = new Worker(RIG_OPTIONS, {
       store: b,
-      client: { verify: unused, requestVerification: unused, getVerification: unused },
+      client: { verify: unused, requestVerification: unused, getVerification: unused, listPayers: unused },
       resolver: unused,
       writer: async () => ({ write: unused, endCoverage: async () => true }),
       now: () => new Date(),
@@ -510,6 +510,7 @@ describe('PgJobStore with two instances on one database', () => {
         },
         requestVerification: unused,
         getVerification: unused,
+        listPayers: unused,
       },
       resolver: () => ({ resolve: () => ({ status: 'resolved', name: 'Guardian', commonPayerId: '64246', supportsAsync: false, asyncPortals: [], syncPortals: ['portal-a'] }) }) as unknown as PayerResolver,
       writer: unused,
@@ -531,7 +532,7 @@ describe('PgJobStore with two instances on one database', () => {
     const answer = await heldAtA((row) => ({ ...row, state: 'awaiting-result', correlationId: 'ver-1' }));
     const worker = new Worker(RIG_OPTIONS, {
       store: b,
-      client: { verify: unused, requestVerification: unused, getVerification: unused },
+      client: { verify: unused, requestVerification: unused, getVerification: unused, listPayers: unused },
       resolver: unused,
       writer: unused,
       now: () => new Date(),

@@ -37,7 +37,7 @@ describe('ServiceOutage', () => {
   it('is out after failures in a row that say so, and an answer between starts the count again', () => {
     const w = watch();
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
-    w.answered('a');
+    w.answered('a', 'answering-a');
     for (let i = 1; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `check-${i}`, 'a');
     expect(w.since).toBeUndefined();
     expect(w.admit(false, 'a', 'check-probe')).toBe('go');
@@ -102,7 +102,7 @@ describe('ServiceOutage', () => {
       clock += 60_000;
       expect(w.admit(false, 'a', 'check-probe')).toBe('probe');
     }
-    w.answered('a');
+    w.answered('a', 'answering-a');
     w.done('probe', 'check-probe');
     expect(w.covers('a')).toBe(false);
     expect(w.admit(false, 'a', 'check-probe')).toBe('go');
@@ -122,13 +122,13 @@ describe('ServiceOutage', () => {
     // A poll reads the service, not the portal.
     expect(w.admit(false, undefined, 'check-1')).toBe('go');
     // Another portal answering says nothing of this one.
-    w.answered('b');
+    w.answered('b', 'answering-b');
     expect(w.covers('a')).toBe(true);
     expect(back).not.toHaveBeenCalled();
     clock += 100;
     expect(w.admit(false, 'a', 'check-1')).toBe('probe');
     expect(w.admit(false, 'a', 'check-2')).toBe('hold');
-    w.answered('a');
+    w.answered('a', 'answering-a');
     w.done('probe', 'check-1');
     expect([...out(w), w.covers('a')]).toEqual([undefined, [], false]);
     expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
@@ -138,7 +138,7 @@ describe('ServiceOutage', () => {
     const w = watch();
     for (let i = 0; i < OUTAGE_AFTER; i++) {
       w.failed(failure(503), 'go', `check-${i % 3}`, 'a');
-      w.answered('b');
+      w.answered('b', 'answering-b');
     }
     expect(out(w)).toEqual([undefined, ['a']]);
     expect(w.admit(false, 'b', 'check-b')).toBe('go');
@@ -146,7 +146,7 @@ describe('ServiceOutage', () => {
     const v = watch();
     for (let i = 0; i < 2 * OUTAGE_AFTER; i++) {
       v.failed(failure(503), 'go', `check-${i % 3}`, 'a');
-      if (i % 2) v.answered('a');
+      if (i % 2) v.answered('a', 'answering-a');
     }
     expect(out(v)).toEqual([undefined, []]);
   });
@@ -185,7 +185,7 @@ describe('ServiceOutage', () => {
     const w = watch();
     for (let i = 0; i < OUTAGE_AFTER - 1; i++) {
       w.failed(failure(503), 'go', `a-${i}`, 'a');
-      w.answered('c');
+      w.answered('c', 'answering-c');
     }
     w.failed(failure(503), 'go', 'polled', undefined);
     w.failed(failure(503), 'go', 'a-last', 'a');
@@ -219,7 +219,7 @@ describe('ServiceOutage', () => {
     // b's calls fail right after, with no answer between, and again after c's answer: a is out already, so this is b's row, not two portals'.
     for (let i = 0; i < OUTAGE_AFTER; i++) {
       w.failed(failure(503), 'go', `b-${i}`, 'b');
-      if (i === 2) w.answered('c');
+      if (i === 2) w.answered('c', 'answering-c');
     }
     expect(out(w)).toEqual([undefined, ['a', 'b']]);
     // a's first try is due (100 ms after it was found), b's not yet; one call at a time each.
@@ -228,11 +228,11 @@ describe('ServiceOutage', () => {
     expect(w.admit(false, 'b', 'b-0')).toBe('probe');
     w.failed(failure(503), 'probe', 'a-0', 'a');
     w.done('probe', 'a-0');
-    w.answered('b');
+    w.answered('b', 'answering-b');
     w.done('probe', 'b-0');
     expect(out(w)).toEqual([undefined, ['a']]);
     expect(back).toHaveBeenCalledWith(new Date(startA + 1000), 'b');
-    w.answered('c');
+    w.answered('c', 'answering-c');
     expect(out(w)).toEqual([undefined, ['a']]);
     expect(went).toHaveBeenCalledTimes(2);
     expect(log.warn).toHaveBeenCalledTimes(2);
@@ -248,7 +248,7 @@ describe('ServiceOutage', () => {
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(undefined), 'go', `c-${i}`, 'c');
     expect(out(w)).toEqual([new Date(clock), ['a']]);
     expect([w.admit(false, 'c', 'c-9'), w.admit(false, undefined, 'c-9')]).toEqual(['hold', 'hold']);
-    w.answered('a');
+    w.answered('a', 'answering-a');
     expect(out(w)).toEqual([undefined, []]);
     // Told apart: the checks given up since the service went are every portal's, those since a went only a's.
     expect(back.mock.calls).toEqual([[new Date(startA + 1000), undefined], [new Date(startA), 'a']]);
@@ -266,7 +266,7 @@ describe('ServiceOutage', () => {
     w.failed(failure(503), 'probe', 'a-0', 'a');
     w.done('probe', 'a-0');
     expect(w.admit(false, 'a', 'a-1')).toBe('hold');
-    w.answered('c');
+    w.answered('c', 'answering-c');
     w.done('probe', 'c-0');
     expect(out(w)).toEqual([undefined, ['a']]);
     expect(w.admit(false, 'c', 'c-1')).toBe('go');
@@ -310,13 +310,84 @@ describe('ServiceOutage', () => {
       clock += 60_000;
       w.failed(failure(503), 'probe', `check-${i}`, 'a');
     }
-    w.answered('b');
+    w.answered('b', 'answering-b');
     expect(w.since).toBeUndefined();
     // One of a's checks, held until now, fails once: not a row.
     clock += 1000;
-    w.failed(failure(503), 'go', 'check-1', 'a');
+    w.failed(failure(503), 'go', 'check-held', 'a');
     expect(out(w)).toEqual([undefined, []]);
     expect(went).toHaveBeenCalledTimes(1);
+  });
+
+  it('leaves out of the rows the checks that failed in an outage another check\'s answer ended, until each is answered: a member id its portal chokes on does not find it out again and again', () => {
+    const w = watch();
+    const failAll = (keys: string[]) => keys.forEach((key) => w.failed(failure(503), 'go', key, 'a'));
+    const bad = ['bad-0', 'bad-1', 'bad-2', 'bad-3'];
+    failAll([...bad, 'bad-0']);
+    expect(w.portalOut('a')).toBe(true);
+    clock += 100;
+    expect(w.admit(false, 'a', 'bad-4')).toBe('probe');
+    w.failed(failure(503), 'probe', 'bad-4', 'a');
+    w.done('probe', 'bad-4');
+    clock += 60_000;
+    expect(w.admit(false, 'a', 'good')).toBe('probe');
+    w.answered('a', 'good');
+    w.done('probe', 'good');
+    // Those that found it and the probe that failed fail on, round after round: their own failures.
+    for (let round = 0; round < 3; round++) failAll([...bad, 'bad-4']);
+    expect(w.anyOut).toBe(false);
+    // The one that ended it is counted as any other: with one of those answered since, they are a row.
+    w.answered('a', 'bad-1');
+    failAll(['good', 'bad-1', 'bad-0', 'good', 'bad-1']);
+    expect(w.anyOut).toBe(false);
+    w.failed(failure(503), 'go', 'good', 'a');
+    expect(w.portalOut('a')).toBe(true);
+  });
+
+  it('lets the worker try the whole service itself once no check has come to try it for two waits past its try\'s time, one call at a time, and never a portal out on its own', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, i % 2 ? 'a' : 'b');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'c');
+    expect(out(w)).toEqual([new Date(clock), []]);
+    // Its try is due in 100 ms, a wait is 200 ms then: nobody has come 500 ms on.
+    clock += 499;
+    expect(w.tryItself('')).toBe(false);
+    clock += 1;
+    expect(w.tryItself('')).toBe(true);
+    expect(w.tryItself('')).toBe(false);
+    expect(w.admit(false, 'a', 'check-1')).toBe('hold');
+    w.failed(failure(503), 'probe', '', undefined);
+    w.done('probe', '');
+    // A check held comes again before the next try (due in 200 ms, a wait 400 ms then): two waits past that, nobody has come since.
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-1')).toBe('hold');
+    clock += 899;
+    expect(w.tryItself('')).toBe(false);
+    clock += 1;
+    expect(w.tryItself('')).toBe(true);
+    w.answered(undefined, '');
+    expect(w.since).toBeUndefined();
+    expect(back).toHaveBeenCalledWith(expect.any(Date), undefined);
+
+    const p = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) p.failed(failure(503), 'go', `check-${i}`, 'a');
+    clock += 3_600_000;
+    expect([p.portalOut('a'), p.tryItself('')]).toEqual([true, false]);
+  });
+
+  it('counts again, a day on, a check left out of the rows', () => {
+    const w = watch();
+    const bad = ['bad-0', 'bad-1', 'bad-2', 'bad-3', 'bad-4'];
+    bad.forEach((key) => w.failed(failure(503), 'go', key, 'a'));
+    clock += 100;
+    w.answered('a', 'good');
+    clock += 24 * 60 * 60_000 - 1;
+    bad.forEach((key) => w.failed(failure(503), 'go', key, 'a'));
+    expect(w.anyOut).toBe(false);
+    clock += 1;
+    bad.forEach((key) => w.failed(failure(503), 'go', key, 'a'));
+    expect(w.portalOut('a')).toBe(true);
   });
 });
 
@@ -586,6 +657,55 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.worker.service.anyOut).toBe(false);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
     expect(rig.events.filter((e) => e.name === 'failed' || e.name === 'needs-attention')).toEqual([]);
+  });
+
+  it('gives up the checks a payer portal fails every time once another check of it is answered, rather than finding the portal out again and again', async () => {
+    let verified = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
+      answer: (req, res) => (req.body.includes('ext-bad') ? json(res, 503, unavailable) : json(res, 200, completed(++verified))),
+    });
+    const badKeys = ['bad-0', 'bad-1', 'bad-2', 'bad-3'];
+    for (const key of badKeys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the portal found out', async () => rig.worker.service.portalOut('portal-a'));
+    await addVisit('good', inDays(10));
+    rig.worker.kick();
+    await rig.reach('good', 'written', 8000);
+    const given = await Promise.all(badKeys.map((key) => rig.reach(key, 'needs-attention', 8000)));
+    expect(given.map((row) => row.lastError?.match(/^NotVerified/)?.[0])).toEqual(badKeys.map(() => 'NotVerified'));
+    expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toHaveLength(1);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
+    expect(rig.worker.service.anyOut).toBe(false);
+  });
+
+  it('tries the whole service itself while it is out and no check is left to try it, and ends the outage on its answer', async () => {
+    const resolver = {
+      resolve: ({ name }: { name?: string }) => ({ status: 'resolved', name, commonPayerId: '64246', supportsAsync: false, asyncPortals: [], syncPortals: [name === 'Guardian' ? 'portal-a' : 'portal-b'] }),
+    } as unknown as PayerResolver;
+    const service = { down: true };
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2, backoff: { baseMs: 50, maxMs: 400 } },
+      resolver,
+      answer: (_req, res) => (service.down ? json(res, 503, unavailable) : json(res, 200, completed(1))),
+    });
+    // Visits today are not held: their attempts used, they are given up, and none is left to try the service.
+    const keys = ['today-0', 'today-1', 'today-2', 'today-3'];
+    for (const [i, key] of keys.entries()) {
+      const { check } = checkRow(key);
+      await rig.addCheck(key, { check: { ...check, dateOfService: inDays(0), coverage: { ...check.coverage, payer: { ...check.coverage.payer, name: i % 2 ? 'Guardian' : 'Aetna' } } } });
+    }
+    rig.worker.start();
+    for (const key of keys) await rig.reach(key, 'needs-attention', 5000);
+    expect(rig.worker.service.since).toBeDefined();
+    const reads = () => rig.requests.filter((r) => r.method === 'GET' && r.url.startsWith('/v2/network/payers'));
+    await until('the worker tries the service itself', async () => reads().length >= 2);
+    expect(rig.worker.service.since).toBeDefined();
+
+    service.down = false;
+    await until('the service found back', async () => rig.worker.service.since === undefined);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
+    expect(posts(rig.requests).length).toBeGreaterThan(0);
   });
 
   it('gives up a check the service fails alone while it answers the others, as before', async () => {
