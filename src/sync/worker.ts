@@ -818,7 +818,7 @@ export class Worker {
     const since = this.service.outFor(portal);
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
     const what = this.service.portalOut(portal) ? ` for payer portal ${portal}` : '';
-    const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, no attempt used`;
+    const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
   }

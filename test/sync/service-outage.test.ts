@@ -430,7 +430,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     // Waiting to be sent, or the one call trying the service under way.
     expect(held.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
     expect(held.every((row) => row.attempts < 3)).toBe(true);
-    expect(held.some((row) => /has not answered for payer portal portal-a since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
+    expect(held.some((row) => /has not answered for payer portal portal-a since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, the wait using no attempt/.test(row.lastError ?? ''))).toBe(true);
     expect(rig.events).toEqual([]);
 
     service.down = false;
@@ -650,7 +650,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toEqual([]);
     const held = await Promise.all(slowKeys.map((key) => rig.check(key)));
     expect(held.every((row) => row.attempts < 3 && row.state !== 'needs-attention')).toBe(true);
-    expect(held.some((row) => /has not answered for payer portal portal-slow since .*; waiting for it, no attempt used/.test(row.lastError ?? ''))).toBe(true);
+    expect(held.some((row) => /has not answered for payer portal portal-slow since .*; waiting for it, the wait using no attempt/.test(row.lastError ?? ''))).toBe(true);
 
     slow.down = false;
     for (const key of slowKeys) await rig.reach(key, 'written', 8000);
