@@ -358,6 +358,27 @@ describe('SqliteJobStore', () => {
     await next.close();
   });
 
+  it('closes the file and lets go of the work lock when closing the WAL fails, and says so once', async () => {
+    const store = SqliteJobStore.open(dir);
+    await store.beginWork();
+    await store.transaction((tx) => tx.setMeta('k', 'kept'));
+    // close(2) failing with EIO (a network file system, a disk going): the descriptor is gone all the same.
+    const real = fs.closeSync;
+    jest.spyOn(fs, 'closeSync').mockImplementationOnce((fd) => {
+      real(fd);
+      throw Object.assign(new Error('EIO: i/o error, close'), { code: 'EIO' });
+    });
+    await expect(store.close()).rejects.toThrow('EIO: i/o error, close');
+    jest.restoreAllMocks();
+    expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
+    const next = SqliteJobStore.open(dir);
+    expect(await next.beginWork()).toBe(0);
+    expect(await next.transaction((tx) => tx.getMeta('k'))).toBe('kept');
+    await next.close();
+    // What was closed stays closed: called again, nothing is closed twice.
+    await store.close();
+  });
+
   it('upgrades no file another process works: a serve of the version before goes on with the schema it knows', async () => {
     const working = SqliteJobStore.open(dir);
     await working.transaction((tx) => tx.putCheck(checkRow('elig_1')));
