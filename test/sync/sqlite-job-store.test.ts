@@ -6,7 +6,7 @@ import { Database } from '../../src/sync/sqlite-driver';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { checkRow, jobStoreContract, NOW } from './job-store-contract';
-import { nobodyHolds, until } from './harness';
+import { nextCloseFails, nobodyHolds, until } from './harness';
 
 /** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
 jobStoreContract('SqliteJobStore', async () => {
@@ -362,12 +362,8 @@ describe('SqliteJobStore', () => {
     const store = SqliteJobStore.open(dir);
     await store.beginWork();
     await store.transaction((tx) => tx.setMeta('k', 'kept'));
-    // close(2) failing with EIO (a network file system, a disk going): the descriptor is gone all the same.
-    const real = fs.closeSync;
-    jest.spyOn(fs, 'closeSync').mockImplementationOnce((fd) => {
-      real(fd);
-      throw Object.assign(new Error('EIO: i/o error, close'), { code: 'EIO' });
-    });
+    // Closing the WAL fails.
+    nextCloseFails();
     await expect(store.close()).rejects.toThrow('EIO: i/o error, close');
     jest.restoreAllMocks();
     expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
