@@ -4,6 +4,7 @@ import { withoutUndefined } from '../service/config-file';
 import { keepHeapNearLive } from '../service/heap-growth';
 import { loadServeConfig } from '../service/serve-config';
 import { serve } from '../service/serve';
+import { errorText } from '../sync/error-text';
 import { CliError, port, type CliIo } from './io';
 import { ENV, readsEnvironment, type EnvVar } from './service-context';
 import { stopped } from './stopped';
@@ -45,7 +46,10 @@ export function registerServe(program: Command, io: CliIo): void {
         throw new CliError(`serve: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
       }
       await stopped(io.signal);
-      await serving.close();
+      // A part that failed to close (each named in the log) is a stop that did not go cleanly: not exit 0.
+      await serving.close().catch((err: unknown) => {
+        throw new CliError(`serve: ${errorText(err)}; see the log`);
+      });
       io.stdout.write('stopped\n');
     });
   readsEnvironment(command, SERVE_ENV);

@@ -1,5 +1,7 @@
 import * as path from 'node:path';
 import type { FhirResource } from 'fhir/r4';
+import { closeEach, type Closing } from '../close-each';
+import { errorText } from '../sync/error-text';
 import { openJobStore } from '../sync/open-store';
 import { httpOrigin, isLoopbackHost } from '../url-checks';
 import { createEligibilitySync, type EligibilitySync } from './eligibility-sync';
@@ -19,6 +21,7 @@ export interface Serving {
   serviceUrl: string;
   /** The embedded FHIR server, when it is the chart: puts an EHR's existing resources in place, unvalidated. */
   embeddedChart?: { seed(resources: readonly FhirResource[]): Promise<void> };
+  /** Stops every part, whatever one of them throws; rejects after, naming those that failed (each logged). */
   close(): Promise<void>;
 }
 
@@ -30,15 +33,18 @@ export interface Serving {
  */
 export async function serve(config: ServeConfig, log: { line(text: string): void; destination?: NodeJS.WritableStream }): Promise<Serving> {
   const logger = createLogger({ level: config.logLevel, ...(log.destination && { destination: log.destination }) });
-  const closers: (() => Promise<void>)[] = [];
+  const closers: Closing[] = [];
+  /** Closes what started, the last first, each whatever the others throw; says which failed, and gives their names. */
   const closeAll = async () => {
-    for (const close of closers.reverse()) await close().catch(() => undefined);
+    const failed = await closeEach([...closers].reverse());
+    for (const { name, error } of failed) logger.error({ err: errorText(error) }, `closing ${name} failed`);
+    return failed.map(({ name }) => name);
   };
   try {
     // The simulator and the embedded FHIR server load only when they are used.
     const sandboxModule = config.service && config.fhir ? undefined : await import('../sandbox-entry.js');
     const sandbox = config.service ? undefined : await sandboxModule?.startSandbox({ seed: true, ...(config.customerId && { customerId: config.customerId }) });
-    if (sandbox) closers.push(() => sandbox.close());
+    if (sandbox) closers.push({ name: 'the sandbox', close: () => sandbox.close() });
     const embeddedFhir = config.fhir ? undefined : sandboxModule?.createFhirHandler({ basePath: '/fhir', validate: true });
     const secret = config.webhook.scheme === 'standard-webhooks' ? (config.webhook.secret ?? sandboxModule?.generateWebhookSecret()) : undefined;
 
@@ -51,9 +57,9 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       await http.close();
       throw err;
     });
-    closers.push(() => store.close());
+    closers.push({ name: 'the job store', close: () => store.close() });
     // Closed before the store: a request under way is answered from a store still open.
-    closers.push(() => http.close());
+    closers.push({ name: 'the HTTP server', close: () => http.close() });
     sync = createEligibilitySync({
       store,
       dataDir: config.dataDir,
@@ -70,7 +76,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
 
     const started = sync;
     await started.start();
-    closers.push(() => started.stop());
+    closers.push({ name: 'the worker', close: () => started.stop() });
     const mllp = new MllpListener({
       host: config.host,
       port: config.mllpPort,
@@ -79,7 +85,7 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       onDeadLetter: (letter) => started.deadLetterHl7(letter),
     });
     const mllpAddress = await mllp.start();
-    closers.push(() => mllp.stop());
+    closers.push({ name: 'the MLLP listener', close: () => mllp.stop() });
     log.line(`listening: mllp ${mllpAddress.host}:${mllpAddress.port}`);
     log.line(`listening: http ${http.host}:${http.port}`);
     logger.info({ dataDir: path.resolve(config.dataDir), sandbox: Boolean(sandbox), embeddedFhir: Boolean(embeddedFhir) }, 'serving');
@@ -93,7 +99,12 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       // In the JSON log too, where a log pipeline sees a stop it was asked for apart from a crash.
       const asked = Date.now();
       logger.info('stopping: listeners close, checks in hand finish');
-      await closeAll();
+      const failed = await closeAll();
+      if (failed.length > 0) {
+        // Said, not swallowed: a part left open (a lock, a file) is the operator's to look at before the next start.
+        logger.error({ ms: Date.now() - asked, failed }, 'stopped with errors');
+        throw new Error(`stopped with errors: closing ${failed.join(', ')} failed`);
+      }
       logger.info({ ms: Date.now() - asked }, 'stopped');
     };
     return {

@@ -1,5 +1,6 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import * as path from 'node:path';
+import { closeEach } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
 import {
   AppointmentRow,
@@ -449,12 +450,22 @@ export class SqliteJobStore implements JobStore {
   async close(): Promise<void> {
     // A batch still waiting for its turn commits first.
     await this.serial(() => this.commitBatch()).catch(() => undefined);
-    await this.wal.close();
-    await this.checkpointer.close();
-    if (this.db.open) this.db.close();
-    // Last: another process may work the file once what this one committed is all in it.
-    this.workLock?.close();
+    // Each closed whatever the one before throws: a WAL that failed to close left the file open
+    // and the work lock held, so no other process could work the file, and a second close failed again.
+    const [first] = await closeEach([
+      { name: 'the WAL', close: () => this.wal.close() },
+      { name: 'the checkpointing thread', close: () => this.checkpointer.close() },
+      { name: 'the database', close: () => (this.db.open ? this.db.close() : undefined) },
+      // Last: another process may work the file once what this one committed is all in it.
+      { name: 'the work lock', close: () => this.releaseWorkLock() },
+    ]);
+    if (first) throw first.error;
+  }
+
+  private releaseWorkLock(): void {
+    const lock = this.workLock;
     this.workLock = undefined;
+    lock?.close();
   }
 
   private serial<T>(step: () => Promise<T>): Promise<T> {

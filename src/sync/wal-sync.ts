@@ -92,8 +92,10 @@ export class WalSync {
   /** Waits for the syncs under way, then closes the WAL. */
   async close(): Promise<void> {
     while (this.running.size > 0) await Promise.allSettled([...this.running]);
-    if (this.fd !== undefined) closeSync(this.fd);
+    const fd = this.fd;
+    // Forgotten first: a descriptor whose close failed is gone all the same (Linux, POSIX after EIO), and closing it again could close another file's.
     this.fd = undefined;
+    if (fd !== undefined) closeSync(fd);
   }
 
   private join(): Promise<void> {

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
 import { loadServeConfig } from '../../src/service/serve-config';
 import { bookingFor } from '../support/bookings';
-import { nobodyHolds, until } from '../sync/harness';
+import { nextCloseFails, nobodyHolds, until } from '../sync/harness';
 
 /** serve on its in-process sandbox, as README's "The sync service" runs it with nothing but a data dir. */
 describe('serve on the in-process sandbox', () => {
@@ -70,6 +70,28 @@ describe('serve on the in-process sandbox', () => {
     await first;
     await serving.close();
     expect(lines.map((line) => (JSON.parse(line) as { msg: string }).msg).filter((msg) => msg.startsWith('stop'))).toEqual(['stopping: listeners close, checks in hand finish', 'stopped']);
+  });
+
+  it('closes every part when one fails to, says which in an error line, and that it stopped with errors, to every caller', async () => {
+    const { serving, lines } = await serveLogged();
+    // The store's WAL failing to close.
+    nextCloseFails();
+    try {
+      const first = serving.close();
+      await expect(serving.close()).rejects.toThrow('stopped with errors: closing the job store failed');
+      await expect(first).rejects.toThrow('stopped with errors: closing the job store failed');
+    } finally {
+      jest.restoreAllMocks();
+    }
+    const said = lines.map((line) => JSON.parse(line) as { level: number; msg: string; err?: string; failed?: string[] });
+    expect(said.filter((l) => l.level >= 50).map(({ msg, err, failed }) => ({ msg, err, failed }))).toEqual([
+      { msg: 'closing the job store failed', err: 'EIO: i/o error, close', failed: undefined },
+      { msg: 'stopped with errors', err: undefined, failed: ['the job store'] },
+    ]);
+    expect(said.map((l) => l.msg)).not.toContain('stopped');
+    // The rest closed all the same: the file let go, the listeners gone.
+    expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
+    await expect(fetch(`http://127.0.0.1:${serving.http.port}/healthz`)).rejects.toThrow();
   });
 
   it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import fs, { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Database } from '../../src/sync/sqlite-driver';
@@ -140,6 +140,15 @@ export async function searchFhir(fhir: FhirServer, query: string): Promise<FhirR
   const res = await fetch(`${fhir.url}/${query}`);
   const bundle = (await res.json()) as Bundle;
   return (bundle.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : []));
+}
+
+/** The next close(2) fails with EIO, as on a network file system or a failing disk: its descriptor gone all the same, as Linux leaves it. */
+export function nextCloseFails(): void {
+  const real = fs.closeSync;
+  jest.spyOn(fs, 'closeSync').mockImplementationOnce((fd) => {
+    real(fd);
+    throw Object.assign(new Error('EIO: i/o error, close'), { code: 'EIO' });
+  });
 }
 
 /** Whether another connection could take the SQLite file for itself: no connection of this process (or another) is left on it. */

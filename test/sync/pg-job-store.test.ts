@@ -1,4 +1,4 @@
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
 import type { PayerResolver } from '../../src/domain';
 import type { CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
@@ -228,6 +228,25 @@ describe('PgJobStore with two instances on one database', () => {
       expect(await claim(a, 'a')).toEqual(['elig_2']);
       expect(await leaseLock('elig_2')).toBe(key);
       expect(await claim(b, 'b')).toEqual([]);
+    });
+
+    it('lets go of its live lock when ending its pool fails, and says so once', async () => {
+      await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
+      await a.beginWork();
+      expect(await claim(a, 'a')).toEqual(['elig_1']);
+      const key = await leaseLock('elig_1');
+      const end = Pool.prototype.end as (this: Pool) => Promise<void>;
+      jest.spyOn(Pool.prototype, 'end').mockImplementationOnce(async function (this: Pool) {
+        await end.call(this);
+        throw new Error('ending the pool failed');
+      } as unknown as Pool['end']);
+      await expect(a.close()).rejects.toThrow('ending the pool failed');
+      jest.restoreAllMocks();
+      expect(await holders(key)).toEqual([]);
+      // A looks gone: B takes its check at once. Closed again, A says nothing more.
+      await b.beginWork();
+      expect(await claim(b, 'b')).toEqual(['elig_1']);
+      await a.close();
     });
 
     it('keeps its lock connections through a database idle_session_timeout', async () => {

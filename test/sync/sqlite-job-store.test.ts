@@ -6,7 +6,7 @@ import { Database } from '../../src/sync/sqlite-driver';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { checkRow, jobStoreContract, NOW } from './job-store-contract';
-import { nobodyHolds, until } from './harness';
+import { nextCloseFails, nobodyHolds, until } from './harness';
 
 /** The SQLite store on a real file in a temporary folder, opened as the service opens it. */
 jobStoreContract('SqliteJobStore', async () => {
@@ -356,6 +356,23 @@ describe('SqliteJobStore', () => {
     expect(await next.beginWork()).toBe(0);
     expect(await next.claimDue({ now: NOW, limit: 10, owner: 'other', leaseMs: 60_000 })).toEqual([]);
     await next.close();
+  });
+
+  it('closes the file and lets go of the work lock when closing the WAL fails, and says so once', async () => {
+    const store = SqliteJobStore.open(dir);
+    await store.beginWork();
+    await store.transaction((tx) => tx.setMeta('k', 'kept'));
+    // Closing the WAL fails.
+    nextCloseFails();
+    await expect(store.close()).rejects.toThrow('EIO: i/o error, close');
+    jest.restoreAllMocks();
+    expect(nobodyHolds(path.join(dir, 'dental-elig.sqlite'))).toBe(true);
+    const next = SqliteJobStore.open(dir);
+    expect(await next.beginWork()).toBe(0);
+    expect(await next.transaction((tx) => tx.getMeta('k'))).toBe('kept');
+    await next.close();
+    // What was closed stays closed: called again, nothing is closed twice.
+    await store.close();
   });
 
   it('upgrades no file another process works: a serve of the version before goes on with the schema it knows', async () => {
