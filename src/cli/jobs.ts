@@ -52,7 +52,7 @@ export function registerJobs(program: Command, io: CliIo): void {
     .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
       withStore(io, opts, command, async (store) => {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
-        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state)];
+        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
@@ -226,9 +226,10 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   return rows.filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || kinds[i] === kind)).map((row) => row.key);
 }
 
-function parseState(text: string): CheckState {
+/** `also`: what the option takes beside a check's state, named with them when the text is neither. */
+function parseState(text: string, also: string[] = []): CheckState {
   const parsed = CheckState.safeParse(text);
-  if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${CheckState.options.join(', ')})`, 2);
+  if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${[...CheckState.options, ...also].join(', ')})`, 2);
   return parsed.data;
 }
 

@@ -41,6 +41,12 @@ describe('dental-elig jobs', () => {
     expect((JSON.parse(run.stdout) as Array<{ state: string }>).map((r) => r.state)).toEqual(['awaiting-insurance']);
     const received = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ state: string }>;
     expect(received.map((r) => r.state)).toEqual(['received']);
+    // A state mistyped is told the states it may be, awaiting-insurance among them as --help says.
+    expect(await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting'])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: --state: awaiting is not a state (received, submitted, awaiting-result, result-stored, written, needs-attention, ending-coverage, cancelled, dead, awaiting-insurance)\n',
+    });
   });
 
   it('shows one check, and retries only what a person may send back', async () => {
