@@ -12,7 +12,18 @@ import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
+import { ENV, readsEnvironment, type EnvVar } from './service-context';
 import { printRecord, printRows } from './table';
+
+/** What `jobs replay` reads beyond the store: the chart serve reads, for a FHIR letter, and the mappings an HL7 one is handled by. */
+const REPLAY_ENV: readonly EnvVar[] = [
+  ENV.fhirUrl,
+  ENV.fhirToken,
+  ENV.fhirClientId,
+  ENV.fhirKeyFile,
+  [ENV.insecure[0], '1, true or yes allows a plain http:// chart URL for a host other than this machine'],
+  ENV.mappings,
+];
 
 /** A booking's state, not a check's: the rows jobs list shows for bookings without insurance yet. */
 const AWAITING_INSURANCE = 'awaiting-insurance';
@@ -30,8 +41,8 @@ interface JobsOpts {
  */
 export function registerJobs(program: Command, io: CliIo): void {
   const jobs = program.command('jobs').description('Inspect and act on the job store of `serve` (reads DENTAL_ELIG_DATA_DIR, DENTAL_ELIG_STORE and the config file serve reads)');
-  const common = (c: Command) =>
-    c
+  const common = (c: Command, reads: readonly EnvVar[] = []) =>
+    readsEnvironment(c, [ENV.dataDir, ENV.store, ENV.config, ...reads])
       .option('--data-dir <dir>', 'the data dir serve runs on (default .dental-elig/data)')
       .option('--store <location>', 'the job store serve uses: a SQLite file or postgres://user@host/db (password from PGPASSWORD or DENTAL_ELIG_STORE)')
       .option('--json', 'print JSON');
@@ -41,7 +52,7 @@ export function registerJobs(program: Command, io: CliIo): void {
     .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
       withStore(io, opts, command, async (store) => {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
-        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state)];
+        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
@@ -93,7 +104,7 @@ export function registerJobs(program: Command, io: CliIo): void {
       }),
     );
 
-  common(jobs.command('retry').argument('[job...]', 'check keys from jobs list').description(`Verify checks again now (${RETRYABLE_STATES.join(', ')}): the ones named, or every one in a state`))
+  common(jobs.command('retry').argument('[job...]', 'check keys from jobs list').description(`Verify checks again now (${RETRYABLE_STATES.join(', ')}): the ones named, or every one in a state`), [ENV.mappings])
     .option('--state <state>', `instead of naming checks: every check in this state (${RETRYABLE_STATES.join(', ')})`)
     .option('--failure-kind <kind>', 'with --state: only those whose result failed with this kind, e.g. InvalidCredentials after the portal credentials were fixed (mappings/failure-kinds.json)')
     .option('--portal <portalId>', 'with --state: only those sent to this portal')
@@ -119,7 +130,7 @@ export function registerJobs(program: Command, io: CliIo): void {
       }),
     );
 
-  common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored message again: an HL7 one (a dead letter after a mapping fix), or a FHIR dead letter once the chart allows what it refused'))
+  common(jobs.command('replay').argument('<message>', 'a message id (jobs messages / jobs list --json)', whole('message')).description('Handle a stored message again: an HL7 one (a dead letter after a mapping fix), or a FHIR dead letter once the chart allows what it refused'), REPLAY_ENV)
     .action(async (id: number, opts: JobsOpts, command: Command) =>
       withStore(io, opts, command, async (store, fromFile) => {
         // Scheduled as serve schedules it: its freshness and re-verification settings, from the same config file.
@@ -215,9 +226,10 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   return rows.filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || kinds[i] === kind)).map((row) => row.key);
 }
 
-function parseState(text: string): CheckState {
+/** `also`: what the option takes beside a check's state, named with them when the text is neither. */
+function parseState(text: string, also: string[] = []): CheckState {
   const parsed = CheckState.safeParse(text);
-  if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${CheckState.options.join(', ')})`, 2);
+  if (!parsed.success) throw new CliError(`--state: ${text.slice(0, 30)} is not a state (${[...CheckState.options, ...also].join(', ')})`, 2);
   return parsed.data;
 }
 

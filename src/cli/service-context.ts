@@ -15,6 +15,13 @@ export const ENV = {
   password: ['DENTAL_ELIG_PORTAL_PASSWORD', 'the portal password (or --password-stdin)'],
   catalog: ['DENTAL_ELIG_CATALOG', 'the payer catalog file (default .dental-elig/catalog.json)'],
   config: ['DENTAL_ELIG_CONFIG', 'the settings file (or --config; default ./dental-elig.config.json)'],
+  fhirUrl: ['DENTAL_ELIG_FHIR_URL', "the chart's FHIR base (or fhirUrl in the config file)"],
+  fhirToken: ['DENTAL_ELIG_FHIR_TOKEN', 'a static bearer token for the FHIR server'],
+  fhirClientId: ['DENTAL_ELIG_FHIR_CLIENT_ID', 'SMART Backend Services client id, with DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE'],
+  fhirKeyFile: ['DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', "the SMART client's private key, PEM"],
+  dataDir: ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],
+  store: ['DENTAL_ELIG_STORE', 'the job store, e.g. postgres://user:password@host/db (or --store, without the password)'],
+  mappings: ['DENTAL_ELIG_MAPPINGS', "a copy of mappings/ to run with (default: the package's own)"],
 } as const satisfies Record<string, EnvVar>;
 
 /** What every command that talks to the service reads. */

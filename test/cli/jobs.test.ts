@@ -41,6 +41,12 @@ describe('dental-elig jobs', () => {
     expect((JSON.parse(run.stdout) as Array<{ state: string }>).map((r) => r.state)).toEqual(['awaiting-insurance']);
     const received = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'received', '--json'])).stdout) as Array<{ state: string }>;
     expect(received.map((r) => r.state)).toEqual(['received']);
+    // A state mistyped is told the states it may be, awaiting-insurance among them as --help says.
+    expect(await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting'])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: --state: awaiting is not a state (received, submitted, awaiting-result, result-stored, written, needs-attention, ending-coverage, cancelled, dead, awaiting-insurance)\n',
+    });
   });
 
   it('shows one check, and retries only what a person may send back', async () => {
@@ -187,5 +193,13 @@ describe('dental-elig jobs', () => {
     const run = await cli(['jobs', 'list', '--data-dir', typo]);
     expect(run).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: cannot open the job store (no job store at ${path.join(typo, 'dental-elig.sqlite')}; serve creates it)\n` });
     expect(existsSync(typo)).toBe(false);
+  });
+
+  it("names in each command's --help the variables it reads: the store's, and for replay the chart serve reads and the mappings", async () => {
+    const variables = async (command: string) => [...(await cli(['jobs', command, '--help'])).stdout.matchAll(/^ {2}(DENTAL_ELIG_[A-Z_]+) +\S/gm)].map((m) => m[1]);
+    const store = ['DENTAL_ELIG_DATA_DIR', 'DENTAL_ELIG_STORE', 'DENTAL_ELIG_CONFIG'];
+    for (const command of ['list', 'show', 'messages']) expect(await variables(command)).toEqual(store);
+    expect(await variables('retry')).toEqual([...store, 'DENTAL_ELIG_MAPPINGS']);
+    expect(await variables('replay')).toEqual([...store, 'DENTAL_ELIG_FHIR_URL', 'DENTAL_ELIG_FHIR_TOKEN', 'DENTAL_ELIG_FHIR_CLIENT_ID', 'DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP', 'DENTAL_ELIG_MAPPINGS']);
   });
 });
