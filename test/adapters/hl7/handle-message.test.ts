@@ -448,6 +448,14 @@ describe('the patient insurance store', () => {
     expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
   });
 
+  it('takes a discontinuation (S16) and a deletion (S17) for a cancellation: the visit will not happen', async () => {
+    for (const event of ['SIU^S16', 'SIU^S17']) {
+      const store = new InMemoryPatientInsuranceStore();
+      const [booked] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID, delta], store));
+      expect((await run([msh(event, 'S2'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [booked?.idempotencyKey] });
+    }
+  });
+
   it('takes an empty IN1 (its set id alone) for no insurance, saying so in the ACK, where one with anything in it is read', async () => {
     const store = new InMemoryPatientInsuranceStore();
     await run(adt('A04', 'E1', delta), store);
