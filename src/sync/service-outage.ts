@@ -48,7 +48,7 @@ function saysOut(err: ServiceError): boolean | undefined {
  * are two such outages. The whole service is out when the failures in a row across every call come
  * from two portals or more, or one says the service itself is away: a request that never reached
  * it (refused, no such host), or a call of no portal (a poll: it reads the service, not the portal).
- * The checks that failed in an outage another check's answer ended fail on their own (a member id
+ * The checks that failed in a portal's outage another check's answer ended fail on their own (a member id
  * the portal chokes on): they are not counted until answered (`alone`).
  */
 export class ServiceOutage {
@@ -61,7 +61,7 @@ export class ServiceOutage {
   /** The portals out on their own. */
   private readonly portals = new Map<string, Outage>();
   /**
-   * The checks that failed in an outage another check's answer ended, and since when: their
+   * The checks that failed in a portal's outage another check's answer ended, and since when: their
    * failures are their own (a member id the payer's portal chokes on), not counted in a row until
    * they are answered, or they would find their portal out again each time it came back.
    */
@@ -185,7 +185,8 @@ export class ServiceOutage {
       this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
       this.portals.delete(portal as string);
     }
-    this.leaveAlone([...(whole?.failed ?? []), ...(own?.failed ?? [])], key, now);
+    // Only a portal's: a member id chokes one portal, and the whole service's outage was found by two portals or the service itself away.
+    if (own) this.leaveAlone(own.failed, key, now);
     // Each told apart: the checks given up since the service went are every portal's, those since the portal went only its.
     if (whole) this.told.back?.(new Date(whole.since), undefined);
     if (own) this.told.back?.(new Date(own.since), portal);
@@ -208,7 +209,9 @@ export class ServiceOutage {
       if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, at + (err.retryAfterMs ?? this.probeWait(outage)));
       return;
     }
-    const found = this.isAlone(key, at) ? undefined : this.counted(err, key, at, portal);
+    // A check left out fails on its own only at its portal: a request that never reached the service, or a call of no portal, says the service away whoever made it.
+    const own = !err.notSent && portal !== undefined && this.isAlone(key, at);
+    const found = own ? undefined : this.counted(err, key, at, portal);
     const outage = found ?? this.covering(portal);
     if (!outage) return;
     const retryAfter = at + (err.retryAfterMs ?? 0);
@@ -236,14 +239,14 @@ export class ServiceOutage {
     return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
   }
 
-  /** Whether the check `key` failed in an outage another check's answer ended, less than ALONE_MS ago. */
+  /** Whether the check `key` failed in a portal's outage another check's answer ended, less than ALONE_MS ago. */
   private isAlone(key: string, at: number): boolean {
     const since = this.alone.get(key);
     return since !== undefined && at - since < ALONE_MS;
   }
 
-  /** The checks that failed in an outage the check `answering` ended are left out of the rows; those left out long ago are forgotten. */
-  private leaveAlone(failed: string[], answering: string, now: number): void {
+  /** The checks that failed in a portal's outage the check `answering` ended are left out of the rows; those left out long ago are forgotten. */
+  private leaveAlone(failed: Iterable<string>, answering: string, now: number): void {
     for (const [key, since] of this.alone) if (now - since >= ALONE_MS) this.alone.delete(key);
     for (const key of failed) if (key !== answering) this.alone.set(key, now);
   }

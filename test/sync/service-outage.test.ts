@@ -376,6 +376,27 @@ describe('ServiceOutage', () => {
     expect([p.portalOut('a'), p.tryItself('')]).toEqual([true, false]);
   });
 
+  it('leaves none out once the whole service answers, and counts a refused call of one left out: the service away again minutes on is found by the same checks', () => {
+    const w = watch();
+    const checks = ['check-0', 'check-1', 'check-2', 'check-3', 'check-4'];
+    checks.forEach((key, i) => w.failed(failure(503), 'go', key, i % 2 ? 'a' : 'b'));
+    expect(w.since).toEqual(new Date(clock));
+    clock += 100;
+    w.answered('a', 'good');
+    expect(w.anyOut).toBe(false);
+    clock += 60_000;
+    checks.forEach((key, i) => w.failed(failure(503), 'go', key, i % 2 ? 'a' : 'b'));
+    expect(w.since).toEqual(new Date(clock));
+
+    const p = watch();
+    checks.forEach((key) => p.failed(failure(503), 'go', key, 'a'));
+    clock += 100;
+    p.answered('a', 'good');
+    clock += 60_000;
+    checks.forEach((key) => p.failed(failure(undefined), 'go', key, 'a'));
+    expect(p.since).toEqual(new Date(clock));
+  });
+
   it('counts again, a day on, a check left out of the rows', () => {
     const w = watch();
     const bad = ['bad-0', 'bad-1', 'bad-2', 'bad-3', 'bad-4'];
