@@ -10,6 +10,8 @@ export const OUTAGE_AFTER = 5;
 const ROW_SPAN_MS = 10 * 60_000;
 /** The longest between two calls that try a service found out: it is found back within this. */
 const PROBE_MAX_MS = 60_000;
+/** How late a check held may come back (the worker busy, its claim waiting for a tick) and still be the one to try an outage before those that failed in it. */
+const UNTRIED_LATE_MS = 1000;
 /** How long a check found failing on its own is left out of the rows: past its attempts and its round's wait at the service, at the defaults. */
 const ALONE_MS = 24 * 60 * 60_000;
 
@@ -133,7 +135,7 @@ export class ServiceOutage {
     const outage = this.covering(portal);
     if (outage) outage.asked = this.now();
     if (urgent || !outage) return 'go';
-    if (outage.prober !== undefined || this.now() < outage.nextProbe) return 'hold';
+    if (outage.prober !== undefined || this.now() < outage.nextProbe || this.untriedWaits(outage, key)) return 'hold';
     outage.prober = key;
     return 'probe';
   }
@@ -162,8 +164,9 @@ export class ServiceOutage {
   holdFor(random: number, portal: string | undefined, key: string): number {
     const outage = this.covering(portal);
     if (!outage) return 0;
-    outage.held.add(key);
-    return Math.max(0, outage.nextProbe - this.now()) + Math.round(random * this.probeWait(outage));
+    const wait = Math.max(0, outage.nextProbe - this.now()) + Math.round(random * this.probeWait(outage));
+    outage.held.set(key, this.now() + wait);
+    return wait;
   }
 
   /** A call of the check `key` to `portal` the service answered, in any way but a failure that says it is out. */
@@ -224,6 +227,19 @@ export class ServiceOutage {
     outage.probes++;
   }
 
+  /**
+   * Whether the check `key`, which failed in `outage` already, leaves the try to one that has not
+   * and is held for it (due back, or due back within a wait or UNTRIED_LATE_MS ago: a check answered
+   * meanwhile by webhook, or cancelled, never comes): checks a portal fails every time would
+   * otherwise try it again and again while a good one held among them waits its turn.
+   */
+  private untriedWaits(outage: Outage, key: string): boolean {
+    if (!outage.failed.has(key)) return false;
+    const late = this.now() - Math.max(this.probeWait(outage), UNTRIED_LATE_MS);
+    for (const [other, due] of outage.held) if (due >= late && !outage.failed.has(other)) return true;
+    return false;
+  }
+
   /** A failure that says the service is out counted in the rows: the outage they say, when it is news. */
   private counted(err: ServiceError, key: string, at: number, portal: string | undefined): Outage | undefined {
     let portalRow: FailureRow | undefined;
@@ -237,6 +253,11 @@ export class ServiceOutage {
     }
     if (this.row.saysOut && this.row.ofService) return this.find(err, undefined, this.row);
     return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
+  }
+
+  /** Whether the check `key`'s failures at its portal are its own: it failed in the portal's outage another check's answer ended, and has not been answered since. */
+  failsAlone(key: string): boolean {
+    return this.isAlone(key, this.now());
   }
 
   /** Whether the check `key` failed in a portal's outage another check's answer ended, less than ALONE_MS ago. */
@@ -291,8 +312,8 @@ class Outage {
   asked: number;
   /** The check whose call is trying it now. */
   prober: string | undefined;
-  /** The checks held for it (a count of holds would read as checks: each is held again and again). */
-  readonly held = new Set<string>();
+  /** The checks held for it, each with when it is due back (a count of holds would read as checks: each is held again and again). */
+  readonly held = new Map<string, number>();
   /** The checks whose calls failed in it: those that found it, and those that tried it in vain. */
   readonly failed: Set<string>;
 

@@ -483,12 +483,15 @@ export class Worker {
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
     // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
     const retryAfter = err.retryAfterMs;
+    // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
+    // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
+    const putOff = from === 'submitted' && retryAfter !== undefined && !this.service.failsAlone(row.key);
     if (from === 'submitted') {
-      const usedUp = retryAfter === undefined ? row.attempts >= this.options.maxAttempts : this.pendingPast(row, retryAfter);
+      const usedUp = putOff ? this.pendingPast(row, retryAfter) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const why = retryAfter === undefined ? `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})` : 'The verification service put it off past the time a verification may wait';
+        const why = putOff ? 'The verification service put it off past the time a verification may wait' : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         // Sends put off are not counted: how many there were says nothing.
-        await this.giveUp(row, from, retryAfter === undefined ? row.attempts : undefined, summary, why);
+        await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
         return;
       }
     }
@@ -499,7 +502,7 @@ export class Worker {
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
     const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0);
-    if (!(await this.step(row, from, { state: next, ...(from === 'submitted' && retryAfter !== undefined && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
+    if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.
     this.deps.log.warn({ key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait }, 'the service failed; will retry');
   }
