@@ -485,7 +485,9 @@ export class Worker {
     const retryAfter = err.retryAfterMs;
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
-    const putOff = from === 'submitted' && retryAfter !== undefined && !this.service.failsAlone(row.key);
+    // A 429 is put off still: the service asking for less says nothing of the check (those that found their portal out
+    // are left alone too, and the burst of them sent once it answers would be given up for it).
+    const putOff = from === 'submitted' && retryAfter !== undefined && (status === 429 || !this.service.failsAlone(row.key));
     if (from === 'submitted') {
       const usedUp = putOff ? this.pendingPast(row, retryAfter) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {

@@ -445,6 +445,14 @@ describe('a service away longer than the checks\' attempts last', () => {
   /** A day `days` from now, UTC. */
   const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
   const addVisit = (key: string, dateOfService: string) => rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService } });
+  /** Each check once written or given up, and whether it was written or why not. */
+  const settled = async (keys: string[], timeoutMs: number) => {
+    const done = await Promise.all(keys.map((key) => until(`${key} done`, async () => {
+      const row = await rig.check(key);
+      return (row.state === 'written' || row.state === 'needs-attention') && row;
+    }, timeoutMs)));
+    return done.map((row) => [row.key, row.state, row.state === 'written' ? '' : row.lastError]);
+  };
   /** A rig whose service answers 503 until `down` is false, then a result numbering each one it verified. */
   async function awayRig(writer?: (chart: EligibilityWriter) => EligibilityWriter) {
     const service = { down: true, verified: 0 };
@@ -655,11 +663,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     await until('the service found out', async () => rig.worker.service.outFor('portal-a') !== undefined);
     await new Promise((resolve) => setTimeout(resolve, 2500));
     service.down = false;
-    const done = await Promise.all(keys.map((key) => until(`${key} done`, async () => {
-      const row = await rig.check(key);
-      return (row.state === 'written' || row.state === 'needs-attention') && row;
-    }, 8000)));
-    expect(done.map((row) => [row.key, row.state, row.state === 'written' ? '' : row.lastError])).toEqual(keys.map((key) => [key, 'written', '']));
+    expect(await settled(keys, 8000)).toEqual(keys.map((key) => [key, 'written', '']));
   });
 
   it('does not hold the checks of other payer portals while one portal\'s verifications fail: they are sent at once, and the service is not found out and back at each', async () => {
@@ -721,6 +725,33 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg))).toHaveLength(1);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toHaveLength(1);
     expect(rig.worker.service.anyOut).toBe(false);
+  });
+
+  it('puts off, using no attempt, the sends the service asks for less of (429) of the checks that found a portal out, once another check\'s answer ended it', async () => {
+    const portal = { down: true, answered: false };
+    const limited = new Map<string, number>();
+    let verified = 0;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } },
+      answer: (req, res) => {
+        if (portal.down) return json(res, 503, unavailable);
+        // The portal back, the first send is answered and the burst of the others held for it is asked to slow down, twice each.
+        const key = /ext-(k-\d)/.exec(req.body)?.[1] ?? '';
+        if (portal.answered && (limited.get(key) ?? 0) < 2) {
+          limited.set(key, (limited.get(key) ?? 0) + 1);
+          return json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '1' });
+        }
+        portal.answered = true;
+        return json(res, 200, completed(++verified));
+      },
+    });
+    const keys = ['k-0', 'k-1', 'k-2', 'k-3'];
+    for (const key of keys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the portal found out', async () => rig.worker.service.portalOut('portal-a'));
+    portal.down = false;
+    expect(await settled(keys, 10_000)).toEqual(keys.map((key) => [key, 'written', '']));
+    expect([...limited.values()].filter((n) => n === 2)).toHaveLength(keys.length - 1);
   });
 
   it('tries the whole service itself while it is out and no check is left to try it, and ends the outage on its answer', async () => {
