@@ -55,6 +55,7 @@ describe('dental-elig convert hl7', () => {
     const rescheduled = JSON.parse((await convert('molarpms-siu-s13-reschedule')).stdout) as EligibilityCheck[];
     expect(rescheduled.map((c) => [c.source.kind === 'hl7' && c.source.messageControlId, c.dateOfService])).toEqual([['MP-0011', '2024-06-21']]);
     expect(JSON.parse((await convert('molarpms-siu-s15-cancel')).stdout)).toEqual([]);
+    expect(JSON.parse((await convert('molarpms-siu-s16-discontinue')).stdout)).toEqual([]);
     expect(JSON.parse((await convert('molarpms-siu-s17-delete-without-patient')).stdout)).toEqual([]);
   });
 

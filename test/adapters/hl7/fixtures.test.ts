@@ -47,7 +47,7 @@ describe('the corpus', () => {
     const versions = new Set(all().map((r) => readMessageHeader(r.text)?.version));
     for (const v of ['2.3', '2.4', '2.5', '2.5.1', '2.6', '2.7', '2.8']) expect(versions).toContain(v);
     const events = new Set(all().map((r) => `${readMessageHeader(r.text)?.messageCode}^${readMessageHeader(r.text)?.triggerEvent}`));
-    for (const e of ['SIU^S12', 'SIU^S13', 'SIU^S14', 'SIU^S15', 'SIU^S17', 'SIU^S26', 'ADT^A04', 'ADT^A08', 'ADT^A28', 'ADT^A31', 'ADT^A40']) expect(events).toContain(e);
+    for (const e of ['SIU^S12', 'SIU^S13', 'SIU^S14', 'SIU^S15', 'SIU^S16', 'SIU^S17', 'SIU^S26', 'ADT^A04', 'ADT^A08', 'ADT^A28', 'ADT^A31', 'ADT^A40']) expect(events).toContain(e);
   });
 
   it('covers CR, LF and CRLF files, batches, file batches and several messages per file', () => {
