@@ -107,6 +107,11 @@ export class ServiceOutage {
     return portal !== undefined && this.portals.has(portal);
   }
 
+  /** Whether the check `key`'s failures at its portal are its own: it failed in the portal's outage another check's answer ended, and has not been answered since. */
+  failsAlone(key: string): boolean {
+    return this.isAlone(key, this.now());
+  }
+
   /** Whether a call to `portal` waits for an outage. */
   covers(portal: string | undefined): boolean {
     return this.covering(portal) !== undefined;
@@ -253,11 +258,6 @@ export class ServiceOutage {
     }
     if (this.row.saysOut && this.row.ofService) return this.find(err, undefined, this.row);
     return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
-  }
-
-  /** Whether the check `key`'s failures at its portal are its own: it failed in the portal's outage another check's answer ended, and has not been answered since. */
-  failsAlone(key: string): boolean {
-    return this.isAlone(key, this.now());
   }
 
   /** Whether the check `key` failed in a portal's outage another check's answer ended, less than ALONE_MS ago. */
