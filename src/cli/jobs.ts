@@ -47,7 +47,8 @@ export function registerJobs(program: Command, io: CliIo): void {
       .option('--store <location>', 'the job store serve uses: a SQLite file or postgres://user@host/db (password from PGPASSWORD or DENTAL_ELIG_STORE)')
       .option('--json', 'print JSON');
 
-  common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'))
+  // The failureKind column classifies a failed result by mappings/failure-kinds.json.
+  common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
     .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
       withStore(io, opts, command, async (store) => {

@@ -195,11 +195,11 @@ describe('dental-elig jobs', () => {
     expect(existsSync(typo)).toBe(false);
   });
 
-  it("names in each command's --help the variables it reads: the store's, and for replay the chart serve reads and the mappings", async () => {
+  it("names in each command's --help the variables it reads: the store's, for list and retry the mappings (failure kinds), and for replay the chart serve reads and the mappings", async () => {
     const variables = async (command: string) => [...(await cli(['jobs', command, '--help'])).stdout.matchAll(/^ {2}(DENTAL_ELIG_[A-Z_]+) +\S/gm)].map((m) => m[1]);
     const store = ['DENTAL_ELIG_DATA_DIR', 'DENTAL_ELIG_STORE', 'DENTAL_ELIG_CONFIG'];
-    for (const command of ['list', 'show', 'messages']) expect(await variables(command)).toEqual(store);
-    expect(await variables('retry')).toEqual([...store, 'DENTAL_ELIG_MAPPINGS']);
+    for (const command of ['show', 'messages']) expect(await variables(command)).toEqual(store);
+    for (const command of ['list', 'retry']) expect(await variables(command)).toEqual([...store, 'DENTAL_ELIG_MAPPINGS']);
     expect(await variables('replay')).toEqual([...store, 'DENTAL_ELIG_FHIR_URL', 'DENTAL_ELIG_FHIR_TOKEN', 'DENTAL_ELIG_FHIR_CLIENT_ID', 'DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP', 'DENTAL_ELIG_MAPPINGS']);
   });
 });
