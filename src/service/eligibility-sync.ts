@@ -26,6 +26,7 @@ import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
 import type { JobStore } from '../sync/job-store';
 import { storeOutage, watchOutages } from '../sync/store-outage';
+import { closeEach } from '../close-each';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
@@ -376,8 +377,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const closeOwned = async () => {
     if (stopped) return;
     stopped = true;
-    if (ownsClient) await client.close();
-    if (ownsStore) await store.close();
+    const [first] = await closeEach([
+      ...(ownsClient ? [{ name: 'the service client', close: () => client.close() }] : []),
+      ...(ownsStore ? [{ name: 'the job store', close: () => store.close() }] : []),
+    ]);
+    if (first) throw first.error;
   };
 
   let pollTimer: NodeJS.Timeout | undefined;
@@ -504,8 +508,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const orphaned = await store.beginWork();
       if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
     } catch (err) {
-      // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client).
-      await closeOwned();
+      // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client),
+      // and the start's failure is the one given: a close failing after it is said in the log.
+      await closeOwned().catch((closing: unknown) => logger.error({ err: errorText(closing) }, 'closing what this sync opened failed after its start failed'));
       throw err;
     }
     worker.start();

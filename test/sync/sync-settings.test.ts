@@ -5,6 +5,7 @@ import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { VerificationClient } from '../../src/verification/client';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
 import { freshModules } from '../support/fresh-modules';
 import { nobodyHolds } from './harness';
@@ -145,6 +146,18 @@ describe('a sync that fails to be created or started', () => {
     expect(nobodyHolds(storeFile())).toBe(true);
     await expect(sync.start()).rejects.toThrow(/stopped \(or failed to start\); create another/);
     await sync.stop();
+  });
+
+  it('closes its store when start() fails and closing its service client fails too, and gives the start\'s failure', async () => {
+    const clientClose = jest.spyOn(VerificationClient.prototype, 'close').mockRejectedValueOnce(new Error('the client would not close'));
+    try {
+      const sync = createEligibilitySync(config());
+      await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
+      expect(clientClose).toHaveBeenCalledTimes(1);
+      expect(nobodyHolds(storeFile())).toBe(true);
+    } finally {
+      clientClose.mockRestore();
+    }
   });
 
   it('closes its store when another process works it, and a second sync starts once that one is gone', async () => {
