@@ -27,7 +27,8 @@ const Bundle = z.looseObject({
   entry: z.array(z.looseObject({ fullUrl: z.string().optional(), resource: Resource.optional(), request: z.looseObject({ url: z.string().optional() }).optional() })).optional(),
 });
 
-const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+// Any id: changes() refuses one R4 does not allow, where passed over here a path naming it was taken for a heartbeat.
+const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([^/?#]+)(?:\/_history\/[^/?#]+)?(?:[?#].*)?$/;
 
 /** The type and id a reference or URL names, when it is one of the types a change is read for. */
 function changedRef(ref: string | undefined): [ChangedType, string] | undefined {
