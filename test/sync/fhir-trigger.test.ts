@@ -221,6 +221,11 @@ describe('FHIR-triggered eligibility', () => {
       expect((await h.store.listMessages({ status: 'dead' })).length).toBe(5);
     });
 
+    it('names where a Bundle it cannot read is wrong, not its resourceType', async () => {
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: { fullUrl: `${h.fhir.url}/Appointment/appt-4004` } })).toEqual({ status: 400, said: 'Bundle.entry: Invalid input: expected array, received object' });
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { id: 'appt-4004' } }] })).toEqual({ status: 400, said: 'Bundle.entry[0].resource.resourceType: Invalid input: expected string, received undefined' });
+    });
+
     it('names in its answer\'s expression the resource types the notification told of', async () => {
       const told = async (path: string, body?: object) => {
         const res = await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', ...(body && { headers: { 'content-type': 'application/fhir+json' }, body: JSON.stringify(body) }) });
