@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
+import { pathOf } from '../adapters/fhir/in/shapes';
 import { describeJsonSyntax } from '../verification/json-syntax';
 
 /**
@@ -27,7 +28,8 @@ const Bundle = z.looseObject({
   entry: z.array(z.looseObject({ fullUrl: z.string().optional(), resource: Resource.optional(), request: z.looseObject({ url: z.string().optional() }).optional() })).optional(),
 });
 
-const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+// Any id: changes() refuses one R4 does not allow, where passed over here a path naming it was taken for a heartbeat.
+const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([^/?#]+)(?:\/_history\/[^/?#]+)?(?:[?#].*)?$/;
 
 /** The type and id a reference or URL names, when it is one of the types a change is read for. */
 function changedRef(ref: string | undefined): [ChangedType, string] | undefined {
@@ -56,12 +58,20 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   } catch {
     return { kind: 'invalid', reason: `body is ${describeJsonSyntax(body)}` };
   }
-  const bundle = Bundle.safeParse(json);
-  if (bundle.success) {
+  const resource = Resource.safeParse(json);
+  if (!resource.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };
+  const type = resource.data.resourceType;
+  if (type === 'Bundle') {
+    const bundle = Bundle.safeParse(json);
+    // Where it is wrong: told its resourceType is not one read, the sender would look in the wrong place.
+    if (!bundle.success) {
+      const issue = bundle.error.issues[0];
+      return { kind: 'invalid', reason: `${pathOf('Bundle', issue?.path ?? [])}: ${issue?.message ?? 'invalid'}` };
+    }
     const refs: Array<[ChangedType, string]> = [];
     for (const entry of bundle.data.entry ?? []) {
-      const type = entry.resource?.resourceType;
-      if (type && isChangedType(type) && entry.resource?.id) refs.push([type, entry.resource.id]);
+      const entryType = entry.resource?.resourceType;
+      if (entryType && isChangedType(entryType) && entry.resource?.id) refs.push([entryType, entry.resource.id]);
       else for (const ref of [entry.fullUrl, entry.request?.url, ...eventFocuses(entry.resource)]) {
         const found = changedRef(ref);
         if (found) refs.push(found);
@@ -69,9 +79,6 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
     }
     return changes(refs);
   }
-  const resource = Resource.safeParse(json);
-  if (!resource.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };
-  const type = resource.data.resourceType;
   if (!isChangedType(type)) return { kind: 'invalid', reason: `resourceType ${type.slice(0, 40)} is not Appointment, Patient or Coverage` };
   const id = resource.data.id ?? (fromPath?.[0] === type ? fromPath[1] : undefined);
   return id ? changes([[type, id]]) : { kind: 'invalid', reason: `${type}.id missing` };

@@ -215,6 +215,15 @@ describe('FHIR-triggered eligibility', () => {
       expect(await notify('', { resourceType: 'Appointment', id: '..' })).toEqual(refused);
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { resourceType: 'Appointment', id: 'appt 4004' } }] })).toEqual(refused);
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/.` }] })).toEqual(refused);
+      // Named in the path, as id-only senders do, it is no heartbeat: answered 200 and polled, the letter was lost.
+      expect(await notify('/Appointment/appt_4004!')).toEqual(refused);
+      expect(await notify(`/Appointment/${'a'.repeat(65)}`)).toEqual(refused);
+      expect((await h.store.listMessages({ status: 'dead' })).length).toBe(5);
+    });
+
+    it('names where a Bundle it cannot read is wrong, not its resourceType', async () => {
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: { fullUrl: `${h.fhir.url}/Appointment/appt-4004` } })).toEqual({ status: 400, said: 'Bundle.entry: Invalid input: expected array, received object' });
+      expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { id: 'appt-4004' } }] })).toEqual({ status: 400, said: 'Bundle.entry[0].resource.resourceType: Invalid input: expected string, received undefined' });
     });
 
     it('names in its answer\'s expression the resource types the notification told of', async () => {
