@@ -334,8 +334,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const once = `${receivedAt.toISOString().slice(0, 10)}|${req.url ?? ''}|${raw ?? ''}|${reason}`;
       const kept = raw === undefined || (await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt, once }).catch(() => true));
       // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
-      if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not stored');
-      sendOutcome(res, 500, 'exception', 'the notification could not be stored; send it again');
+      if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not handled; the sender was asked to send it again');
+      sendOutcome(res, 500, 'exception', 'the notification could not be handled now; send it again');
     });
   });
 

@@ -111,7 +111,7 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(await send()).toBe(200);
     await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.detail)).toEqual([expect.stringMatching(/send it again$/)]);
-    expect(h.logs.filter((l) => l.includes('FHIR notification not stored'))).toHaveLength(1);
+    expect(h.logs.filter((l) => l.includes('FHIR notification not handled'))).toHaveLength(1);
     await proxy.close();
   });
 
@@ -141,7 +141,7 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(dead.map((m) => m.detail).sort()).toEqual([circles, leaves, redirected].sort());
       // What was searched by (the patient, in the next link's query) is in none of them, nor in the log.
       expect(JSON.stringify([dead.map((m) => m.detail), h.logs])).not.toMatch(/pat-marco|page=2/);
-      expect(h.logs.join('\n')).not.toMatch(/FHIR notification not stored/);
+      expect(h.logs.join('\n')).not.toMatch(/FHIR notification not handled/);
     } finally {
       await chart.close();
     }
@@ -170,7 +170,7 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(dead.map((m) => m.detail).sort()).toEqual([forbidden, login, unsupported].sort());
       // Throttled, the chart may answer later: the sender is asked to send it again.
       coverageSearch = 429;
-      expect(await notify('/Appointment/appt-4004')).toEqual([500, 'the notification could not be stored; send it again']);
+      expect(await notify('/Appointment/appt-4004')).toEqual([500, 'the notification could not be handled now; send it again']);
       // What was searched by, and the chart's diagnostics, are in no dead letter nor the log.
       expect(JSON.stringify([(await h.store.listMessages({ status: 'dead' })).map((m) => m.detail), h.logs])).not.toMatch(/pat-marco/);
     } finally {
