@@ -50,8 +50,10 @@ export function registerJobs(program: Command, io: CliIo): void {
   // The failureKind column classifies a failed result by mappings/failure-kinds.json.
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
-    .action(async (opts: JobsOpts & { state?: string }, command: Command) =>
-      withStore(io, opts, command, async (store) => {
+    .action(async (opts: JobsOpts & { state?: string }, command: Command) => {
+      // Read before the store, as serve reads it at start: a copy of mappings/ it cannot use is said, not a blank column.
+      failureKinds();
+      return withStore(io, opts, command, async (store) => {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
         const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
@@ -70,8 +72,8 @@ export function registerJobs(program: Command, io: CliIo): void {
           ['NEXT', (r) => r.due],
           ['LAST ERROR', (r) => r.lastError],
         ], Boolean(opts.json));
-      }),
-    );
+      });
+    });
 
   common(jobs.command('show').argument('<job>', 'a check key (elig_…) from jobs list').description('One check: state, attempts, verification, chart resources'))
     .action(async (key: string, opts: JobsOpts, command: Command) =>

@@ -152,6 +152,8 @@ describe('the dental-elig executable', () => {
         writeFileSync(path.join(mappings, file), '{ "kinds": ');
         const refused = await runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0');
         expect([refused.code, refused.stdout, refused.stderr]).toEqual([2, '', expect.stringMatching(new RegExp(`^dental-elig: mappings/${file.replace('.', '\\.')}: cannot be read as JSON \\([^\n]*\\)\n$`))]);
+        // jobs list classifies failed results by failure-kinds.json: said at once, not a blank column.
+        if (file === 'failure-kinds.json') expect(await runWith({ DENTAL_ELIG_MAPPINGS: mappings }, 'jobs', 'list', '--data-dir', dir)).toEqual({ code: 2, stdout: '', stderr: refused.stderr });
         cpSync(path.join(projectRoot, 'mappings', file), path.join(mappings, file));
       }
     } finally {
