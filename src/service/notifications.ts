@@ -17,7 +17,8 @@ export type Changed = Record<ChangedType, string[]>;
 export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage'] as const;
 type ChangedType = (typeof CHANGED_TYPES)[number];
 
-const Resource = z.looseObject({ resourceType: z.string(), id: z.string().optional() });
+const Typed = z.looseObject({ resourceType: z.string() });
+const Resource = Typed.extend({ id: z.string().optional() });
 /** The backport's SubscriptionStatus: parameter notification-event, part focus. */
 const SubscriptionStatus = z.looseObject({
   resourceType: z.literal('Parameters'),
@@ -58,16 +59,12 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   } catch {
     return { kind: 'invalid', reason: `body is ${describeJsonSyntax(body)}` };
   }
-  const resource = Resource.safeParse(json);
-  if (!resource.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };
-  const type = resource.data.resourceType;
+  const typed = Typed.safeParse(json);
+  if (!typed.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };
+  const type = typed.data.resourceType;
   if (type === 'Bundle') {
     const bundle = Bundle.safeParse(json);
-    // Where it is wrong: told its resourceType is not one read, the sender would look in the wrong place.
-    if (!bundle.success) {
-      const issue = bundle.error.issues[0];
-      return { kind: 'invalid', reason: `${pathOf('Bundle', issue?.path ?? [])}: ${issue?.message ?? 'invalid'}` };
-    }
+    if (!bundle.success) return unreadable('Bundle', bundle.error);
     const refs: Array<[ChangedType, string]> = [];
     for (const entry of bundle.data.entry ?? []) {
       const entryType = entry.resource?.resourceType;
@@ -80,8 +77,16 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
     return changes(refs);
   }
   if (!isChangedType(type)) return { kind: 'invalid', reason: `resourceType ${type.slice(0, 40)} is not Appointment, Patient or Coverage` };
+  const resource = Resource.safeParse(json);
+  if (!resource.success) return unreadable(type, resource.error);
   const id = resource.data.id ?? (fromPath?.[0] === type ? fromPath[1] : undefined);
   return id ? changes([[type, id]]) : { kind: 'invalid', reason: `${type}.id missing` };
+}
+
+/** Where it is wrong: told its resourceType is missing or not one read, the sender would look in the wrong place. */
+function unreadable(type: string, error: z.ZodError): NotificationIds {
+  const issue = error.issues[0];
+  return { kind: 'invalid', reason: `${pathOf(type, issue?.path ?? [])}: ${issue?.message ?? 'invalid'}` };
 }
 
 function eventFocuses(resource: unknown): Array<string | undefined> {

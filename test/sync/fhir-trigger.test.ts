@@ -221,9 +221,13 @@ describe('FHIR-triggered eligibility', () => {
       expect((await h.store.listMessages({ status: 'dead' })).length).toBe(5);
     });
 
-    it('names where a Bundle it cannot read is wrong, not its resourceType', async () => {
+    it('names where a Bundle or a resource it cannot read is wrong, not its resourceType', async () => {
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: { fullUrl: `${h.fhir.url}/Appointment/appt-4004` } })).toEqual({ status: 400, said: 'Bundle.entry: Invalid input: expected array, received object' });
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { id: 'appt-4004' } }] })).toEqual({ status: 400, said: 'Bundle.entry[0].resource.resourceType: Invalid input: expected string, received undefined' });
+      // An id that is a number was refused as a body with no resourceType, the one field it has right.
+      expect(await notify('', { resourceType: 'Appointment', id: 4004 })).toEqual({ status: 400, said: 'Appointment.id: Invalid input: expected string, received number' });
+      // The Bundle's own id is not read: its entries are.
+      expect(await notify('', { resourceType: 'Bundle', id: 7, type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/.` }] })).toEqual({ status: 400, said: 'Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)' });
     });
 
     it('names in its answer\'s expression the resource types the notification told of', async () => {
