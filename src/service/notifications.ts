@@ -45,9 +45,10 @@ function changes(refs: Array<[ChangedType, string]>): NotificationIds {
   // Read as a URL's path, . and .. would have the chart searched or its base read: the sender's mistake, not the chart's.
   const unfit = refs.find(([, id]) => !FHIR_ID.test(id));
   if (unfit) return { kind: 'invalid', reason: `${unfit[0]}.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)` };
-  const changed: Changed = { Appointment: [], Patient: [], Coverage: [] };
-  for (const [type, id] of refs) if (!changed[type].includes(id)) changed[type].push(id);
-  return { kind: 'changes', changed };
+  // A Set: a 1 MiB Bundle names some 30,000, and looking each up in an array held the event loop over a second.
+  const seen: Record<ChangedType, Set<string>> = { Appointment: new Set(), Patient: new Set(), Coverage: new Set() };
+  for (const [type, id] of refs) seen[type].add(id);
+  return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage] } };
 }
 
 export function subscriptionNotificationIds(body: string, url: string): NotificationIds {
