@@ -29,8 +29,9 @@ const Bundle = z.looseObject({
   entry: z.array(z.looseObject({ fullUrl: z.string().optional(), resource: Resource.optional(), request: z.looseObject({ url: z.string().optional() }).optional() })).optional(),
 });
 
-// Any id: changes() refuses one R4 does not allow, where passed over here a path naming it was taken for a heartbeat.
-const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([^/?#]+)(?:\/_history\/[^/?#]+)?(?:[?#].*)?$/;
+// Any id: changes() refuses one R4 does not allow, where passed over here a path naming it was taken for a heartbeat
+// (a trailing slash too, which had the path name nothing).
+const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([^/?#]+)(?:\/_history\/[^/?#]+)?\/?(?:[?#].*)?$/;
 
 /** The type and id a reference or URL names, when it is one of the types a change is read for. */
 function changedRef(ref: string | undefined): [ChangedType, string] | undefined {

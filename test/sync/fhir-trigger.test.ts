@@ -218,7 +218,9 @@ describe('FHIR-triggered eligibility', () => {
       // Named in the path, as id-only senders do, it is no heartbeat: answered 200 and polled, the letter was lost.
       expect(await notify('/Appointment/appt_4004!')).toEqual(refused);
       expect(await notify(`/Appointment/${'a'.repeat(65)}`)).toEqual(refused);
-      expect((await h.store.listMessages({ status: 'dead' })).length).toBe(5);
+      // A trailing slash had the path name nothing: a heartbeat again.
+      expect(await notify('/Appointment/appt_4004!/')).toEqual(refused);
+      expect((await h.store.listMessages({ status: 'dead' })).length).toBe(6);
     });
 
     it('names where a Bundle or a resource it cannot read is wrong, not its resourceType', async () => {
@@ -238,6 +240,7 @@ describe('FHIR-triggered eligibility', () => {
       expect(await told('/Coverage/cov-marco-aetna')).toEqual(['Coverage']);
       expect(await told('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Coverage/cov-marco-delta` }, { fullUrl: `${h.fhir.url}/Patient/pat-marco` }] })).toEqual(['Patient', 'Coverage']);
       expect(await told('/Appointment/appt-4004')).toEqual(['Appointment']);
+      expect(await told('/Patient/pat-marco/')).toEqual(['Patient']);
       // Nothing read: an answer about the body itself names no resource.
       expect(await told('', { resourceType: 'Observation', id: 'obs-1' })).toBeUndefined();
     });
