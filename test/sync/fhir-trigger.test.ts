@@ -218,12 +218,18 @@ describe('FHIR-triggered eligibility', () => {
       // Named in the path, as id-only senders do, it is no heartbeat: answered 200 and polled, the letter was lost.
       expect(await notify('/Appointment/appt_4004!')).toEqual(refused);
       expect(await notify(`/Appointment/${'a'.repeat(65)}`)).toEqual(refused);
-      expect((await h.store.listMessages({ status: 'dead' })).length).toBe(5);
+      // A trailing slash had the path name nothing: a heartbeat again.
+      expect(await notify('/Appointment/appt_4004!/')).toEqual(refused);
+      expect((await h.store.listMessages({ status: 'dead' })).length).toBe(6);
     });
 
-    it('names where a Bundle it cannot read is wrong, not its resourceType', async () => {
+    it('names where a Bundle or a resource it cannot read is wrong, not its resourceType', async () => {
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: { fullUrl: `${h.fhir.url}/Appointment/appt-4004` } })).toEqual({ status: 400, said: 'Bundle.entry: Invalid input: expected array, received object' });
       expect(await notify('', { resourceType: 'Bundle', type: 'history', entry: [{ resource: { id: 'appt-4004' } }] })).toEqual({ status: 400, said: 'Bundle.entry[0].resource.resourceType: Invalid input: expected string, received undefined' });
+      // An id that is a number was refused as a body with no resourceType, the one field it has right.
+      expect(await notify('', { resourceType: 'Appointment', id: 4004 })).toEqual({ status: 400, said: 'Appointment.id: Invalid input: expected string, received number' });
+      // The Bundle's own id is not read: its entries are.
+      expect(await notify('', { resourceType: 'Bundle', id: 7, type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/.` }] })).toEqual({ status: 400, said: 'Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)' });
     });
 
     it('names in its answer\'s expression the resource types the notification told of', async () => {
@@ -234,6 +240,7 @@ describe('FHIR-triggered eligibility', () => {
       expect(await told('/Coverage/cov-marco-aetna')).toEqual(['Coverage']);
       expect(await told('', { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Coverage/cov-marco-delta` }, { fullUrl: `${h.fhir.url}/Patient/pat-marco` }] })).toEqual(['Patient', 'Coverage']);
       expect(await told('/Appointment/appt-4004')).toEqual(['Appointment']);
+      expect(await told('/Patient/pat-marco/')).toEqual(['Patient']);
       // Nothing read: an answer about the body itself names no resource.
       expect(await told('', { resourceType: 'Observation', id: 'obs-1' })).toBeUndefined();
     });
