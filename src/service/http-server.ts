@@ -27,7 +27,10 @@ export async function startHttpServer(
   const server = createServer((req, res) => {
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
-    const pathname = new URL(req.url ?? '/', 'http://x').pathname;
+    // A request target such as // is no URL: new URL throws, and thrown in this listener it ended the process.
+    const requested = req.url ?? '/';
+    if (!URL.canParse(requested, 'http://x')) return problem(res, 400, 'the request target is not a URL path');
+    const pathname = new URL(requested, 'http://x').pathname;
     const mount = options.mounts?.find((m) => pathname === m.prefix || pathname.startsWith(`${m.prefix}/`));
     if (mount) {
       Promise.resolve(mount.handle(req, res)).catch(() => problem(res, 500, 'internal error'));
