@@ -45,3 +45,12 @@ export const TOKEN_TRAFFIC = 'the client assertion and the access token';
 export function plainHttpRefused(sent: string, allow: string): string {
   return `plain http to a host other than this machine would send ${sent} unencrypted; use https, or allow it explicitly (${allow})`;
 }
+
+/**
+ * A request's target (req.url) as a URL, or undefined where it is none (//, /\\): new URL throws
+ * on such, and thrown in a request listener it ends the process, from anyone who reaches the port.
+ */
+export function requestUrl(target: string | undefined, base: string): URL | undefined {
+  const text = target ?? '/';
+  return URL.canParse(text, base) ? new URL(text, base) : undefined;
+}

@@ -12,7 +12,7 @@ import type { Bundle, CapabilityStatement, FhirResource, OperationOutcome, Resou
 import { FhirInputError, operationOutcome, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { indexR4Definitions, loadR4Validation, r4Errors } from '../adapters/fhir/validate';
 import { RollbackRepository } from './rollback-repository';
-import { httpOrigin } from '../url-checks';
+import { httpOrigin, requestUrl } from '../url-checks';
 
 export interface FhirHandlerOptions {
   /** Where the FHIR base sits on the server that mounts the handler. Default /fhir/R4. */
@@ -91,8 +91,8 @@ export function createFhirHandler(options: FhirHandlerOptions = {}): FhirHandler
   };
 
   async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://fhir.invalid');
-    if (url.pathname !== basePath && !url.pathname.startsWith(`${basePath}/`)) {
+    const url = requestUrl(req.url, 'http://fhir.invalid');
+    if (!url || url.pathname !== basePath && !url.pathname.startsWith(`${basePath}/`)) {
       send(res, 404, outcome('not-found', `not a FHIR endpoint: the base is ${basePath}`));
       return;
     }

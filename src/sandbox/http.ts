@@ -7,6 +7,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { HttpProblem, notFound, unauthorized, invalidField, unprocessable, fieldError } from './problems';
 import type { CustomerRec } from './state';
+import { requestUrl } from '../url-checks';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -96,7 +97,7 @@ export class Front {
   };
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://sandbox.invalid');
+    const url = requestUrl(req.url, 'http://sandbox.invalid') ?? new URL('/', 'http://sandbox.invalid');
     const method = (req.method ?? 'GET').toUpperCase();
     const entry: LoggedRequest = { at: this.options.now().toISOString(), method, path: `${url.pathname}${url.search}`, status: 0 };
     this.log.push(entry);

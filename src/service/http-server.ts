@@ -4,6 +4,7 @@ import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { isLoopbackHost } from '../url-checks';
 import { carriesBearer } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
+import { requestUrl } from '../url-checks';
 
 export const WEBHOOK_PATH = '/webhooks/insurance-verification';
 export const NOTIFICATION_PATH = '/fhir-notifications';
@@ -27,10 +28,9 @@ export async function startHttpServer(
   const server = createServer((req, res) => {
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
-    // A request target such as // is no URL: new URL throws, and thrown in this listener it ended the process.
-    const requested = req.url ?? '/';
-    if (!URL.canParse(requested, 'http://x')) return problem(res, 400, 'the request target is not a URL path');
-    const pathname = new URL(requested, 'http://x').pathname;
+    const url = requestUrl(req.url, 'http://x');
+    if (!url) return problem(res, 400, 'the request target is not a URL path');
+    const { pathname } = url;
     const mount = options.mounts?.find((m) => pathname === m.prefix || pathname.startsWith(`${m.prefix}/`));
     if (mount) {
       Promise.resolve(mount.handle(req, res)).catch(() => problem(res, 500, 'internal error'));

@@ -8,7 +8,7 @@ import type { Log } from './http';
 import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
-import { httpOrigin } from '../url-checks';
+import { httpOrigin, requestUrl } from '../url-checks';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -161,7 +161,7 @@ export async function startWebhookServer(
   const path = options.path ?? '/webhooks/verification';
   const handler = createWebhookHandler(options);
   const server = createServer((req, res) => {
-    if (new URL(req.url ?? '/', 'http://x').pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
+    if (requestUrl(req.url, 'http://x')?.pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);
   });
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));

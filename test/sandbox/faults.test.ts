@@ -1,5 +1,6 @@
 import { request } from 'undici';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
+import { NO_URL_PATH, rawRequest } from '../support/http-server';
 import { call, FAST, verificationBody } from './helpers';
 
 let sb: Sandbox;
@@ -79,4 +80,10 @@ test('a webhook secret that is not whsec_<base64> is refused when configured, na
   const started = startSandbox({ webhook: { url: 'http://127.0.0.1:9/x', secret: 'not base64!' } });
   await expect(started).rejects.toThrow('webhook.secret');
   await started.then((s) => s.close()).catch(() => undefined);
+});
+
+test('a request target that is no URL path, such as //, is answered, and the sandbox serves on', async () => {
+  // new URL threw on it in the request's handler, a rejection nobody caught, which ended the process.
+  expect((await rawRequest(sb.url, NO_URL_PATH)).split('\r\n')[0]).toMatch(/^HTTP\/1\.1 4\d\d /);
+  expect((await request(`${sb.url}/v2/network/payers`, { headers: { authorization: `Bearer ${sb.apiKey}` } })).statusCode).toBe(200);
 });

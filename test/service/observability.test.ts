@@ -1,8 +1,8 @@
-import * as net from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { bookingFor } from '../support/bookings';
+import { NO_URL_PATH, rawRequest } from '../support/http-server';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
 import { resultBody } from '../sync/worker-rig';
 
@@ -130,13 +130,8 @@ describe('observability', () => {
   it('answers 400 to a request target that is no URL path, such as //, and serves on', async () => {
     const started = await startHarness();
     try {
-      const { port } = new URL(started.httpUrl);
-      // Sent raw: fetch would make a URL of it. new URL threw on it in the request listener, which ended the process.
-      const said = await new Promise<string>((resolve, reject) => {
-        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end('GET // HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
-        let text = '';
-        socket.on('data', (d) => (text += String(d))).on('end', () => resolve(text)).on('error', reject);
-      });
+      // new URL threw on it in the request listener, which ended the process.
+      const said = await rawRequest(started.httpUrl, NO_URL_PATH);
       expect(said.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
       expect(said).toContain('"detail":"the request target is not a URL path"');
       expect((await fetch(`${started.httpUrl}/healthz`)).status).toBe(200);

@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import * as net from 'node:net';
 import type { AddressInfo } from 'node:net';
 
 export interface RecordedRequest {
@@ -53,4 +54,20 @@ export function streamLarge(res: ServerResponse, mb: number, options: { declared
     res.once('drain', () => write(n - 1));
   };
   write(mb);
+}
+
+/** A request whose target is no URL path: new URL throws on //. */
+export const NO_URL_PATH = 'GET // HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+
+/**
+ * Sends `request` as written on a socket of its own and gives back what was answered: fetch would
+ * make a URL of a target such as //, which a server must refuse rather than throw on.
+ */
+export function rawRequest(baseUrl: string, request: string): Promise<string> {
+  const { hostname, port } = new URL(baseUrl);
+  return new Promise<string>((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () => socket.end(request));
+    let text = '';
+    socket.on('data', (d) => (text += String(d))).on('end', () => resolve(text)).on('error', reject);
+  });
 }

@@ -4,6 +4,8 @@ import { checkWebhookConfig } from '../../src/sandbox/webhooks';
 import { loadServeConfig } from '../../src/service/serve-config';
 import { createWebhookHandler, notAWebhookSecret, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
 
+import { NO_URL_PATH, rawRequest } from '../support/http-server';
+
 const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
 const body = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } });
 
@@ -182,6 +184,14 @@ describe('verification webhook receiver', () => {
       expect((await post(url, body, { authorization: 'Bearer   tok-abc' })).status).toBe(204);
       expect((await post(url, body, { authorization: 'Bearer tok-abc' })).status).toBe(204);
       expect(deliveries[0]?.webhookId).toBe('corr-1:Completed');
+    });
+  });
+
+  it('answers a request target that is no URL path, such as //, and receives on', async () => {
+    await withReceiver({}, async (url) => {
+      // new URL threw on it in the request listener, which ended the embedder's process.
+      expect((await rawRequest(url, NO_URL_PATH)).split('\r\n')[0]).toBe('HTTP/1.1 404 Not Found');
+      expect((await fetch(url, { method: 'POST', body: 'x' })).status).toBeGreaterThanOrEqual(400);
     });
   });
 
