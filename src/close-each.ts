@@ -19,3 +19,9 @@ export async function closeEach(parts: readonly Closing[]): Promise<Array<{ name
   }
   return failed;
 }
+
+/** closeEach for a caller that takes one error: every part closed all the same, then the first failure thrown. */
+export async function closeEachOrThrow(parts: readonly Closing[]): Promise<void> {
+  const [first] = await closeEach(parts);
+  if (first) throw first.error;
+}

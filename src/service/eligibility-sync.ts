@@ -26,7 +26,7 @@ import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
 import type { JobStore } from '../sync/job-store';
 import { storeOutage, watchOutages } from '../sync/store-outage';
-import { closeEach } from '../close-each';
+import { closeEachOrThrow } from '../close-each';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
@@ -377,11 +377,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const closeOwned = async () => {
     if (stopped) return;
     stopped = true;
-    const [first] = await closeEach([
+    await closeEachOrThrow([
       ...(ownsClient ? [{ name: 'the service client', close: () => client.close() }] : []),
       ...(ownsStore ? [{ name: 'the job store', close: () => store.close() }] : []),
     ]);
-    if (first) throw first.error;
   };
 
   let pollTimer: NodeJS.Timeout | undefined;

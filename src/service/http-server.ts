@@ -1,10 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
-import { isLoopbackHost } from '../url-checks';
+import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
-import { requestUrl } from '../url-checks';
 
 export const WEBHOOK_PATH = '/webhooks/insurance-verification';
 export const NOTIFICATION_PATH = '/fhir-notifications';

@@ -1,5 +1,5 @@
 import { Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
-import { closeEach } from '../close-each';
+import { closeEachOrThrow } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
 import {
   AppointmentRow,
@@ -200,11 +200,10 @@ export class PgJobStore implements JobStore {
     if (this.closed) return;
     this.closed = true;
     // The live lock let go whatever ending the pool throws: held on, it kept this instance looking alive, its leases from the others.
-    const [first] = await closeEach([
+    await closeEachOrThrow([
       { name: 'the pool', close: () => this.pool.end() },
       { name: 'the live lock', close: () => this.live?.close() },
     ]);
-    if (first) throw first.error;
   }
 
   async extendLease(options: { key: string; owner: string; now: string; leaseMs: number }): Promise<boolean> {

@@ -1,6 +1,6 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import * as path from 'node:path';
-import { closeEach } from '../close-each';
+import { closeEachOrThrow } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
 import {
   AppointmentRow,
@@ -452,14 +452,13 @@ export class SqliteJobStore implements JobStore {
     await this.serial(() => this.commitBatch()).catch(() => undefined);
     // Each closed whatever the one before throws: a WAL that failed to close left the file open
     // and the work lock held, so no other process could work the file, and a second close failed again.
-    const [first] = await closeEach([
+    await closeEachOrThrow([
       { name: 'the WAL', close: () => this.wal.close() },
       { name: 'the checkpointing thread', close: () => this.checkpointer.close() },
       { name: 'the database', close: () => (this.db.open ? this.db.close() : undefined) },
       // Last: another process may work the file once what this one committed is all in it.
       { name: 'the work lock', close: () => this.releaseWorkLock() },
     ]);
-    if (first) throw first.error;
   }
 
   private releaseWorkLock(): void {
