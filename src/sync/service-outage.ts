@@ -109,7 +109,8 @@ export class ServiceOutage {
 
   /** Whether the check `key`'s failures at its portal are its own: it failed in the portal's outage another check's answer ended, and has not been answered since. */
   failsAlone(key: string): boolean {
-    return this.isAlone(key, this.now());
+    const since = this.alone.get(key);
+    return since !== undefined && this.now() - since < ALONE_MS;
   }
 
   /** Whether a call to `portal` waits for an outage. */
@@ -218,7 +219,7 @@ export class ServiceOutage {
       return;
     }
     // A check left out fails on its own only at its portal: a request that never reached the service, or a call of no portal, says the service away whoever made it.
-    const own = !err.notSent && portal !== undefined && this.isAlone(key, at);
+    const own = !err.notSent && portal !== undefined && this.failsAlone(key);
     const found = own ? undefined : this.counted(err, key, at, portal);
     const outage = found ?? this.covering(portal);
     if (!outage) return;
@@ -258,12 +259,6 @@ export class ServiceOutage {
     }
     if (this.row.saysOut && this.row.ofService) return this.find(err, undefined, this.row);
     return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
-  }
-
-  /** Whether the check `key` failed in a portal's outage another check's answer ended, less than ALONE_MS ago. */
-  private isAlone(key: string, at: number): boolean {
-    const since = this.alone.get(key);
-    return since !== undefined && at - since < ALONE_MS;
   }
 
   /** The checks that failed in a portal's outage the check `answering` ended are left out of the rows; those left out long ago are forgotten. */
