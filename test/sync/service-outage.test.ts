@@ -441,6 +441,8 @@ describe('a service away longer than the checks\' attempts last', () => {
   });
 
   const unavailable = { title: 'Unavailable', status: 503 };
+  /** The attempts a check has used: the one call trying the service, under way, counts its send until it is held again, the send given back. */
+  const attemptsUsed = (row: { state: string; attempts: number }) => row.attempts - (row.state === 'submitted' ? 1 : 0);
   const completed = (n: number) => ({ ...(resultBody('completed-minimal') as object), correlationId: `ver-${n}` });
   /** A day `days` from now, UTC. */
   const inDays = (days: number) => new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
@@ -480,7 +482,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     const held = await Promise.all(keys.map((key) => rig.check(key)));
     // Waiting to be sent, or the one call trying the service under way.
     expect(held.map((row) => row.state).filter((state) => state !== 'received' && state !== 'submitted')).toEqual([]);
-    expect(held.every((row) => row.attempts < 3)).toBe(true);
+    expect(held.every((row) => attemptsUsed(row) < 3)).toBe(true);
     expect(held.some((row) => /has not answered for payer portal portal-a since \d{4}-\d\d-\d\d \d\d:\d\d UTC; waiting for it, the wait using no attempt/.test(row.lastError ?? ''))).toBe(true);
     expect(rig.events).toEqual([]);
 
@@ -696,7 +698,7 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.warnings.filter((w) => /not answering/.test(w.msg)).map((w) => (w.fields as { portalId?: string }).portalId)).toEqual(['portal-slow']);
     expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toEqual([]);
     const held = await Promise.all(slowKeys.map((key) => rig.check(key)));
-    expect(held.every((row) => row.attempts < 3 && row.state !== 'needs-attention')).toBe(true);
+    expect(held.every((row) => attemptsUsed(row) < 3 && row.state !== 'needs-attention')).toBe(true);
     expect(held.some((row) => /has not answered for payer portal portal-slow since .*; waiting for it, the wait using no attempt/.test(row.lastError ?? ''))).toBe(true);
 
     slow.down = false;
