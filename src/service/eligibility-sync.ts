@@ -294,9 +294,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       raw = await readText(req, 1024 * 1024);
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
-      if (ids.kind === 'invalid') {
+      if (ids.kind === 'invalid' || ids.kind === 'too-many') {
         await deadLetter(store, { kind: 'fhir-notification', raw, reason: ids.reason, receivedAt: now() });
-        return sendOutcome(res, 400, 'invalid', ids.reason);
+        return ids.kind === 'invalid' ? sendOutcome(res, 400, 'invalid', ids.reason) : sendOutcome(res, 413, 'too-costly', ids.reason);
       }
       if (ids.kind === 'heartbeat') {
         // An id-only R4 notification names nothing: look for what changed, after answering, as a

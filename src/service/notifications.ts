@@ -12,7 +12,7 @@ import { describeJsonSyntax } from '../verification/json-syntax';
  * 1.0), and whose SubscriptionStatus (a Parameters) names each event's focus (id-only from STU 1.1
  * names it nowhere else). All are read here.
  */
-export type NotificationIds = { kind: 'changes'; changed: Changed } | { kind: 'heartbeat' } | { kind: 'invalid'; reason: string };
+export type NotificationIds = { kind: 'changes'; changed: Changed } | { kind: 'heartbeat' } | { kind: 'invalid'; reason: string } | { kind: 'too-many'; reason: string };
 export type Changed = Record<ChangedType, string[]>;
 export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage'] as const;
 type ChangedType = (typeof CHANGED_TYPES)[number];
@@ -39,6 +39,14 @@ function changedRef(ref: string | undefined): [ChangedType, string] | undefined 
   return match ? [match[1] as ChangedType, match[2] as string] : undefined;
 }
 
+/**
+ * The most resources one notification is read for. Each is read from the chart inside the HTTP
+ * request, one after another, some 10 ms each against a chart on this machine and more across a
+ * network: a 1 MiB Bundle names 32,000, minutes of reads whose sender times out and sends it all
+ * again. Servers send a notification per change, a backport batch a few; past this many it is refused.
+ */
+export const MAX_CHANGES = 100;
+
 const isChangedType = (type: string): type is ChangedType => (CHANGED_TYPES as readonly string[]).includes(type);
 
 function changes(refs: Array<[ChangedType, string]>): NotificationIds {
@@ -49,6 +57,10 @@ function changes(refs: Array<[ChangedType, string]>): NotificationIds {
   // A Set: a 1 MiB Bundle names some 30,000, and looking each up in an array held the event loop over a second.
   const seen: Record<ChangedType, Set<string>> = { Appointment: new Set(), Patient: new Set(), Coverage: new Set() };
   for (const [type, id] of refs) seen[type].add(id);
+  const count = seen.Appointment.size + seen.Patient.size + seen.Coverage.size;
+  if (count > MAX_CHANGES) {
+    return { kind: 'too-many', reason: `names ${count} resources, more than the ${MAX_CHANGES} one notification is read for: send them in several, or let the poll (fhirPollIntervalMs) find them` };
+  }
   return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage] } };
 }
 

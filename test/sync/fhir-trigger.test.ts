@@ -1,4 +1,5 @@
 import type { CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
+import { MAX_CHANGES } from '../../src/service/notifications';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
 /** A FHIR appointment on the chart's server → checks → the service → CoverageEligibilityResponses on the same server. */
@@ -345,6 +346,23 @@ describe('FHIR-triggered eligibility', () => {
     expect((await h.store.listAppointments()).map((a) => [a.key, a.status])).toEqual([['fhir|Appointment/appt-4004', 'cancelled']]);
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled', 'cancelled']);
     expect(await h.store.listMessages({ status: 'dead' })).toEqual([]);
+  });
+
+  it('refuses a notification naming more resources than one is read for, 413, reading none of them, and keeps it as a dead letter', async () => {
+    const entry = Array.from({ length: MAX_CHANGES }, (_, i) => ({ fullUrl: `${h.fhir.url}/Appointment/appt-${i}` }));
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt-4004` }, ...entry] }),
+    });
+    expect(res.status).toBe(413);
+    const outcome = (await res.json()) as { issue: { code: string; diagnostics: string }[] };
+    expect(outcome.issue[0]).toMatchObject({ code: 'too-costly', diagnostics: expect.stringMatching(/^names 101 resources, more than the 100 /) });
+    // appt-4004, on the chart, was not read: no check.
+    expect(await h.store.listChecks()).toEqual([]);
+    const dead = await h.store.listMessages({ status: 'dead' });
+    expect(dead.map((m) => [m.kind, m.detail])).toEqual([['fhir-notification', outcome.issue[0]?.diagnostics]]);
+    expect(dead[0]?.raw).toContain('appt-4004');
   });
 
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
