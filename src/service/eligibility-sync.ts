@@ -304,9 +304,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         return sendOutcome(res, 200, 'informational', `heartbeat: ${pollInBackground()}`);
       }
       const results: string[] = [];
-      const refused: string[] = [];
       const received = raw;
-      const { changed } = ids;
+      const { changed, unfit } = ids;
+      // Kept as one letter, replayed by no one: an id R4 does not allow names nothing the chart can be read for.
+      if (unfit.length > 0) await deadLetter(store, { kind: 'fhir-notification', raw, reason: unfit.join('; '), receivedAt: now() });
+      const refused = [...unfit];
       // Appointments first; a patient's details or coverages changed: their appointments already held are read again, but those read above.
       for (const type of ['Appointment', 'Patient', 'Coverage'] as const) {
         for (const id of changed[type]) {

@@ -12,7 +12,11 @@ import { describeJsonSyntax } from '../verification/json-syntax';
  * 1.0), and whose SubscriptionStatus (a Parameters) names each event's focus (id-only from STU 1.1
  * names it nowhere else). All are read here.
  */
-export type NotificationIds = { kind: 'changes'; changed: Changed } | { kind: 'heartbeat' } | { kind: 'invalid'; reason: string } | { kind: 'too-many'; reason: string };
+export type NotificationIds =
+  | { kind: 'changes'; changed: Changed; /** Why some of what it names cannot be read (an id R4 does not allow), the rest read. */ unfit: string[] }
+  | { kind: 'heartbeat' }
+  | { kind: 'invalid'; reason: string }
+  | { kind: 'too-many'; reason: string };
 export type Changed = Record<ChangedType, string[]>;
 export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage'] as const;
 type ChangedType = (typeof CHANGED_TYPES)[number];
@@ -52,16 +56,20 @@ const isChangedType = (type: string): type is ChangedType => (CHANGED_TYPES as r
 function changes(refs: Array<[ChangedType, string]>): NotificationIds {
   if (refs.length === 0) return { kind: 'heartbeat' };
   // Read as a URL's path, . and .. would have the chart searched or its base read: the sender's mistake, not the chart's.
-  const unfit = refs.find(([, id]) => !FHIR_ID.test(id));
-  if (unfit) return { kind: 'invalid', reason: `${unfit[0]}.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)` };
+  // It is no reason to leave unread what else the notification names, which the sender, told 4xx, would not send again.
+  const unfit = new Set<string>();
   // A Set: a 1 MiB Bundle names some 30,000, and looking each up in an array held the event loop over a second.
   const seen: Record<ChangedType, Set<string>> = { Appointment: new Set(), Patient: new Set(), Coverage: new Set() };
-  for (const [type, id] of refs) seen[type].add(id);
+  for (const [type, id] of refs) {
+    if (FHIR_ID.test(id)) seen[type].add(id);
+    else unfit.add(`${type}.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)`);
+  }
   const count = seen.Appointment.size + seen.Patient.size + seen.Coverage.size;
   if (count > MAX_CHANGES) {
     return { kind: 'too-many', reason: `names ${count} resources, more than the ${MAX_CHANGES} one notification is read for: send them in several, or let the poll (fhirPollIntervalMs) find them` };
   }
-  return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage] } };
+  if (count === 0) return { kind: 'invalid', reason: [...unfit].join('; ') };
+  return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage] }, unfit: [...unfit] };
 }
 
 export function subscriptionNotificationIds(body: string, url: string): NotificationIds {

@@ -21,6 +21,12 @@ describe('reading what a FHIR notification names', () => {
     expect(subscriptionNotificationIds(bundleOf(Array.from({ length: 500 }, () => 'a0')), '/fhir-notifications').kind).toBe('changes');
   });
 
+  it('reads what a Bundle names beside an id R4 does not allow, saying why that one is not read, and refuses one naming nothing else', () => {
+    const reason = 'Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)';
+    expect(subscriptionNotificationIds(bundleOf(['a 1', 'a2', '..']), '/fhir-notifications')).toEqual({ kind: 'changes', changed: { Appointment: ['a2'], Patient: [], Coverage: [] }, unfit: [reason] });
+    expect(subscriptionNotificationIds(bundleOf(['a 1', '..']), '/fhir-notifications')).toEqual({ kind: 'invalid', reason });
+  });
+
   it('reads a Bundle as large as a notification may be without holding the event loop on each id', () => {
     // Under 1 MiB, the most serve reads: some 32,000 entries. Looking each id up among those before it
     // held the event loop 1.2 s (71c46d9); how long it takes is measured, not asserted: here, what it says.

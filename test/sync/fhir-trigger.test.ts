@@ -333,6 +333,21 @@ describe('FHIR-triggered eligibility', () => {
     expect(dead.map((m) => m.detail)).toEqual([expect.stringMatching(/^Appointment\/gone: /)]);
   });
 
+  it('handles the appointments of a notification beside an id R4 does not allow, 422 naming it, and keeps the notification as a dead letter', async () => {
+    // Refused whole (400), the good appointment was never read, and the sender, told it erred, does not send it again.
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt_4004!` }, { fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] }),
+    });
+    expect(res.status).toBe(422);
+    const outcome = (await res.json()) as { issue: { diagnostics: string }[] };
+    expect(outcome.issue[0]?.diagnostics).toBe('Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..); Appointment/appt-4004: booked');
+    expect(await h.store.listChecks()).toHaveLength(2);
+    const dead = await h.store.listMessages({ status: 'dead' });
+    expect(dead.map((m) => [m.detail, m.raw.includes('appt_4004!')])).toEqual([['Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)', true]]);
+  });
+
   it('cancels an appointment the server no longer has (deleted), withdrawing its checks, as a cancellation would', async () => {
     // Held back: the checks wait to be sent when the appointment goes.
     await h.sync.stop();
