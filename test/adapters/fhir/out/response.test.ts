@@ -276,6 +276,13 @@ describe('toCoverageEligibilityResponse', () => {
     expect(implant?.allowedString).toBe('42.5%');
   });
 
+  it("writes a v1 percentage that is no number, such as Not covered, as the item's plan-pays value, where the front desk reads it", () => {
+    const ortho = items(outputOf('v1-legacy-percentages')).find((i) => i.category?.text === 'Orthodontics');
+    expect(ortho?.benefit).toEqual([{ type: ortho?.benefit?.[0]?.type, allowedString: 'Not covered' }]);
+    expect(codes(ortho?.benefit?.[0]?.type)).toEqual(['https://dental-elig.dev/fhir/CodeSystem/benefit-type#plan-pays-percent']);
+    expect((outputOf('v1-legacy-percentages').extension ?? []).filter((e) => e.url.endsWith('/unmapped-element'))).toEqual([]);
+  });
+
   it('codes categories in X12 service types, adding ex-benefitcategory only where it has the code', () => {
     const categories = items(outputOf('completed-full'))
       .filter((i) => i.name === 'Coinsurance' && i.category)
