@@ -398,6 +398,25 @@ describe('toCoverageEligibilityResponse', () => {
     expect(response.disposition).toContain('Not retrieved: Deductibles were not shown on the portal for this member; Service history page timed out;');
   });
 
+  it("reads a portal's blank plan name, detail or disclaimer as none given: the disposition and error[] say what is there, never 'Plan  :  .'", () => {
+    const partial = convert({
+      correlationId: 'ver-1',
+      status: 'Partial',
+      result: { plan: { name: ' ', status: '' }, contexts: [{ detail: ' ', dataPoint: 'coinsurance', portalId: 'aetnadental' }], disclaimers: [{ type: ' ', text: ' ' }] },
+    });
+    expect(partial.disposition).toBe('Partial. Not retrieved: coinsurance.');
+    expect(partial.error?.map((e) => e.code.text)).toEqual(['coinsurance was not retrieved']);
+    const failed = convert({
+      correlationId: 'ver-2',
+      status: 'Failed',
+      result: { type: 'https://errors.verification.example/SiteMaintenance', title: ' ', detail: '', upstreamErrors: [{ detail: ' ', portalId: 'aetnadental' }], errors: [{ field: 'subscriber.memberId', message: ' ', code: 'invalid_value' }] },
+    });
+    expect(failed.disposition).toBe('Failed (SiteMaintenance). Upstream: aetnadental. Fields: subscriber.memberId: invalid_value. The payer portal is down for maintenance.');
+    expect(failed.error?.slice(1).map((e) => e.code.text)).toEqual(['aetnadental failed', 'invalid (invalid_value)']);
+    expect(validateR4(partial)).toEqual([]);
+    expect(validateR4(failed)).toEqual([]);
+  });
+
   it('puts a failure\'s kind (X12 AAA03 where one fits), title, detail and every upstream error in error[] and disposition', () => {
     const response = outputOf('failed-patient-not-found');
     expect(codes(response.error?.[0]?.code)).toEqual([
