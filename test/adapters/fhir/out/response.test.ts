@@ -224,6 +224,21 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it("writes no identifier of a system alone, nor an assigned office or provider of nothing, for a portal's blank office, NPI or tax id", () => {
+    const blank = ' ';
+    const response = convert({
+      correlationId: 'ver-1',
+      status: 'Completed',
+      result: {
+        plan: { status: 'Active', assignment: { office: { name: blank, officeId: blank, address: { line1: blank, city: '' } }, provider: { firstName: blank, npi: blank } } },
+        verificationProvider: { firstName: 'Grace', lastName: 'Chen', taxId: blank, participation: { status: 'Participating' } },
+      },
+    });
+    expect(response.contained).toEqual([{ resourceType: 'Practitioner', id: 'verification-provider', name: [{ family: 'Chen', given: ['Grace'] }] }]);
+    expect(response.insurance?.[0]?.extension?.map((e) => e.url.split('/').pop())).toEqual(['plan']);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('keeps a benefit period the portal gives reversed as it came, rather than write a Period R4 refuses (per-1), and writes the rest', () => {
     const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
     body.result.plan.benefitPeriod = { start: '2026-12-31', end: '2026-01-01' };
