@@ -411,7 +411,8 @@ export const Coinsurance = z.looseObject({
   category: Opt(Str),
   network: Opt(Str),
   procedureCodes: Opt(z.array(Str)),
-  percentage: Opt(z.looseObject({ final: Opt(PercentRange) })),
+  /** finalText: a v1 percentage that is no number ("Not covered"), as outcome.ts keeps it. */
+  percentage: Opt(z.looseObject({ final: Opt(PercentRange), finalText: Opt(Str) })),
 });
 export type Coinsurance = z.infer<typeof Coinsurance>;
 

@@ -3,7 +3,7 @@ import type { Coinsurance, PercentRange } from '../../../verification/wire';
 import { benefitTypeConcept, mappedConcept } from './codes';
 import { extension } from './extensions';
 import { itemSubject } from './item-subject';
-import { defined, percent } from './values';
+import { defined, percent, present } from './values';
 
 /**
  * One item per coinsurance entry. percentage.final is the share the PLAN pays, stored as given
@@ -14,12 +14,18 @@ import { defined, percent } from './values';
 export function coinsuranceItem(c: Coinsurance): Item {
   const subject = itemSubject(c.category, c.procedureCodes);
   const final = c.percentage?.final;
+  const text = present(c.percentage?.finalText);
   return {
     ...subject,
     name: 'Coinsurance',
     network: mappedConcept('network', c.network),
-    benefit: final ? [percentBenefit(final)] : [],
+    benefit: final ? [percentBenefit(final)] : text ? [textBenefit(text)] : [],
   };
+}
+
+/** A v1 percentage that is no number, "Not covered" above all, is what the front desk must read on the item: as given, not in unmapped-element. */
+function textBenefit(text: string): Benefit {
+  return { type: benefitTypeConcept('coinsurance'), allowedString: text };
 }
 
 function percentBenefit(final: PercentRange): Benefit {

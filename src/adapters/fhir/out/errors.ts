@@ -8,13 +8,13 @@ import type { VerificationOutcome } from '../../../verification/outcome';
 import type { Context, Disclaimer } from '../../../verification/wire';
 import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
 import { extension } from './extensions';
-import { defined, uriOf } from './values';
+import { defined, present, uriOf } from './values';
 
 type Failed = Extract<VerificationOutcome, { kind: 'failed' }>;
 
 export function contextErrors(contexts: Context[]): ResponseError[] {
   return contexts.map((c) => ({
-    code: issueConcept('context', c.detail ?? `${c.dataPoint ?? c.portalId ?? 'a data point'} was not retrieved`),
+    code: issueConcept('context', present(c.detail) ?? `${present(c.dataPoint) ?? present(c.portalId) ?? 'a data point'} was not retrieved`),
     extension: defined([
       c.dataPoint ? extension('data-point', { valueString: c.dataPoint }) : undefined,
       c.portalId ? extension('portal', { valueString: c.portalId }) : undefined,
@@ -34,11 +34,11 @@ export function failureErrors({ problem, failure }: Failed): ResponseError[] {
     ]),
   };
   const upstream = (problem.upstreamErrors ?? []).map((u) => ({
-    code: issueConcept('upstream', u.detail ?? `${u.portalId ?? 'an upstream source'} failed`),
+    code: issueConcept('upstream', present(u.detail) ?? `${present(u.portalId) ?? 'an upstream source'} failed`),
     extension: defined([u.portalId ? extension('portal', { valueString: u.portalId }) : undefined]),
   }));
   const fields = (problem.errors ?? []).map((e) => ({
-    code: issueConcept('field', `${e.message ?? 'invalid'}${e.code ? ` (${e.code})` : ''}`),
+    code: issueConcept('field', `${present(e.message) ?? 'invalid'}${present(e.code) ? ` (${e.code})` : ''}`),
     extension: defined([e.field ? extension('error-field', { valueString: e.field }) : undefined]),
   }));
   return [kind, ...upstream, ...fields];
@@ -51,20 +51,23 @@ export function disposition(outcome: VerificationOutcome): string {
     case 'completed':
     case 'partial': {
       const { plan, contexts, disclaimers } = outcome.result;
+      const [name, planStatus] = [present(plan?.name), present(plan?.status)];
       return sentences([
         `${status}.`,
-        plan?.status || plan?.name ? `Plan${plan.name ? ` ${plan.name}` : ''}${plan.status ? `: ${plan.status}` : ''}.` : undefined,
-        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => c.detail ?? c.dataPoint ?? c.portalId ?? 'unnamed'))}` : undefined,
+        planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
+        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'))}` : undefined,
         ...(disclaimers ?? []).map(disclaimerText),
       ]);
     }
     case 'failed': {
       const { problem, failure } = outcome;
       return sentences([
-        `${status} (${failure.kind})${problem.title ? `: ${problem.title}` : ''}.`,
-        problem.detail ?? undefined,
-        problem.upstreamErrors?.length ? `Upstream: ${list(problem.upstreamErrors.map((u) => u.detail ?? u.portalId ?? 'unnamed'))}` : undefined,
-        problem.errors?.length ? `Fields: ${list(problem.errors.map((e) => `${e.field ?? '(field)'}: ${e.message ?? e.code ?? 'invalid'}`))}` : undefined,
+        `${status} (${failure.kind})${present(problem.title) ? `: ${problem.title}` : ''}.`,
+        present(problem.detail),
+        problem.upstreamErrors?.length ? `Upstream: ${list(problem.upstreamErrors.map((u) => present(u.detail) ?? present(u.portalId) ?? 'unnamed'))}` : undefined,
+        problem.errors?.length
+          ? `Fields: ${list(problem.errors.map((e) => `${present(e.field) ?? '(field)'}: ${present(e.message) ?? present(e.code) ?? 'invalid'}`))}`
+          : undefined,
         failure.advice,
       ]);
     }
@@ -76,8 +79,9 @@ export function disposition(outcome: VerificationOutcome): string {
 }
 
 function disclaimerText(d: Disclaimer): string | undefined {
-  if (!d.text) return d.type ? `${d.type}.` : undefined;
-  return d.type ? `${d.type}: ${d.text}` : d.text;
+  const [type, text] = [present(d.type), present(d.text)];
+  if (!text) return type ? `${type}.` : undefined;
+  return type ? `${type}: ${text}` : text;
 }
 
 const sentences = (parts: Array<string | undefined>) => defined(parts).join(' ');

@@ -4,7 +4,7 @@ import { systemUrl } from '../systems';
 import { planInforce } from './codes';
 import { complexExtension } from './extensions';
 import type { ResponseParts } from './parts';
-import { address, defined, fhirDate, humanName, stringValue } from './values';
+import { address, defined, fhirDate, humanName, present, stringValue } from './values';
 
 type Person = NonNullable<VerificationResult['patient']>;
 
@@ -47,30 +47,31 @@ export function insuranceFor(result: VerificationResult, coverage: Reference, pa
 /** The office and/or provider the plan assigns the member to (DHMO), as contained Location and Practitioner. */
 function assignment(a: NonNullable<VerificationResult['plan']>['assignment'], parts: ResponseParts): Extension | undefined {
   if (!a) return undefined;
-  const office = a.office;
-  const officeAddress = address(office?.address);
+  // A blank name or id names nothing: an identifier of a system alone, or a Location of nothing, is not written.
+  const [officeName, officeId] = [present(a.office?.name), present(a.office?.officeId)];
+  const officeAddress = address(a.office?.address);
   const officeRef =
-    office && (office.name || office.officeId || officeAddress)
+    officeName || officeId || officeAddress
       ? parts.contain(
           {
             resourceType: 'Location',
             id: 'assigned-office',
-            name: office.name ?? undefined,
+            name: officeName,
             address: officeAddress,
-            identifier: office.officeId ? [{ system: systemUrl('clinicId'), value: office.officeId }] : undefined,
+            identifier: officeId ? [{ system: systemUrl('clinicId'), value: officeId }] : undefined,
           },
-          office.name ?? undefined,
+          officeName,
         )
       : undefined;
-  const provider = a.provider;
-  const providerName = humanName(provider?.firstName, undefined, provider?.lastName);
+  const providerName = humanName(present(a.provider?.firstName), undefined, present(a.provider?.lastName));
+  const npi = present(a.provider?.npi);
   const providerRef =
-    provider && (providerName || provider.npi)
+    providerName || npi
       ? parts.contain({
           resourceType: 'Practitioner',
           id: 'assigned-provider',
           name: providerName ? [providerName] : undefined,
-          identifier: provider.npi ? [{ system: systemUrl('npi'), value: provider.npi }] : undefined,
+          identifier: npi ? [{ system: systemUrl('npi'), value: npi }] : undefined,
         })
       : undefined;
   return complexExtension('plan-assignment', {

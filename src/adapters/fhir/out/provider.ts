@@ -3,7 +3,7 @@ import type { VerificationProvider } from '../../../verification/wire';
 import { systemUrl } from '../systems';
 import { categoryConcept, mappedConcept } from './codes';
 import type { ResponseParts } from './parts';
-import { address, humanName } from './values';
+import { address, humanName, present } from './values';
 
 /**
  * The provider the verification was run for, as a contained Practitioner (name, address, tax
@@ -12,13 +12,15 @@ import { address, humanName } from './values';
 export function providerItem(p: VerificationProvider, parts: ResponseParts): Item {
   const name = humanName(p.firstName, p.middleName, p.lastName);
   const postal = address(p.address);
+  // A blank tax id names nothing: an identifier of a system alone is not written.
+  const taxId = present(p.taxId);
   const provider = parts.contain({
     resourceType: 'Practitioner',
     id: 'verification-provider',
     name: name ? [name] : undefined,
     address: postal ? [postal] : undefined,
-    identifier: p.taxId
-      ? [{ type: { coding: [{ system: systemUrl('identifierType'), code: 'TAX', display: 'Tax ID number' }] }, system: systemUrl('taxId'), value: p.taxId }]
+    identifier: taxId
+      ? [{ type: { coding: [{ system: systemUrl('identifierType'), code: 'TAX', display: 'Tax ID number' }] }, system: systemUrl('taxId'), value: taxId }]
       : undefined,
   });
   return {

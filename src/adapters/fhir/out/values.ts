@@ -66,9 +66,10 @@ export function humanName(first: Maybe<string>, middle: Maybe<string>, last: May
 
 export function address(a: Maybe<{ line1?: Maybe<string>; line2?: Maybe<string>; city?: Maybe<string>; state?: Maybe<string>; postalCode?: Maybe<string> }>): Address | undefined {
   if (!a) return undefined;
-  const line = [a.line1, a.line2].filter((l): l is string => Boolean(l));
-  if (line.length === 0 && !a.city && !a.state && !a.postalCode) return undefined;
-  return { line, city: a.city ?? undefined, state: a.state ?? undefined, postalCode: a.postalCode ?? undefined };
+  const line = said([a.line1 ?? '', a.line2 ?? '']);
+  const [city, state, postalCode] = [present(a.city), present(a.state), present(a.postalCode)];
+  if (line.length === 0 && !city && !state && !postalCode) return undefined;
+  return { line, city, state, postalCode };
 }
 
 /** A URI as FHIR takes it, without whitespace: a service's "https://e.example/Site Maintenance" with its spaces percent-encoded, as a browser sends it. */

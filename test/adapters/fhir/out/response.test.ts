@@ -224,6 +224,21 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(body, bare)).toThrow('insurer: the result names no payer: give an Organization reference');
   });
 
+  it("writes no identifier of a system alone, nor an assigned office or provider of nothing, for a portal's blank office, NPI or tax id", () => {
+    const blank = ' ';
+    const response = convert({
+      correlationId: 'ver-1',
+      status: 'Completed',
+      result: {
+        plan: { status: 'Active', assignment: { office: { name: blank, officeId: blank, address: { line1: blank, city: '' } }, provider: { firstName: blank, npi: blank } } },
+        verificationProvider: { firstName: 'Grace', lastName: 'Chen', taxId: blank, participation: { status: 'Participating' } },
+      },
+    });
+    expect(response.contained).toEqual([{ resourceType: 'Practitioner', id: 'verification-provider', name: [{ family: 'Chen', given: ['Grace'] }] }]);
+    expect(response.insurance?.[0]?.extension?.map((e) => e.url.split('/').pop())).toEqual(['plan']);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('keeps a benefit period the portal gives reversed as it came, rather than write a Period R4 refuses (per-1), and writes the rest', () => {
     const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
     body.result.plan.benefitPeriod = { start: '2026-12-31', end: '2026-01-01' };
@@ -274,6 +289,13 @@ describe('toCoverageEligibilityResponse', () => {
     });
     const implant = coinsurance.find((i) => i.productOrService)?.benefit?.[0];
     expect(implant?.allowedString).toBe('42.5%');
+  });
+
+  it("writes a v1 percentage that is no number, such as Not covered, as the item's plan-pays value, where the front desk reads it", () => {
+    const ortho = items(outputOf('v1-legacy-percentages')).find((i) => i.category?.text === 'Orthodontics');
+    expect(ortho?.benefit).toEqual([{ type: ortho?.benefit?.[0]?.type, allowedString: 'Not covered' }]);
+    expect(codes(ortho?.benefit?.[0]?.type)).toEqual(['https://dental-elig.dev/fhir/CodeSystem/benefit-type#plan-pays-percent']);
+    expect((outputOf('v1-legacy-percentages').extension ?? []).filter((e) => e.url.endsWith('/unmapped-element'))).toEqual([]);
   });
 
   it('codes categories in X12 service types, adding ex-benefitcategory only where it has the code', () => {
@@ -389,6 +411,25 @@ describe('toCoverageEligibilityResponse', () => {
       [['https://dental-elig.dev/fhir/CodeSystem/verification-issue#not-retrieved'], 'Frequencies are only available by phone for this plan.'],
     ]);
     expect(response.disposition).toContain('Not retrieved: Deductibles were not shown on the portal for this member; Service history page timed out;');
+  });
+
+  it("reads a portal's blank plan name, detail or disclaimer as none given: the disposition and error[] say what is there, never 'Plan  :  .'", () => {
+    const partial = convert({
+      correlationId: 'ver-1',
+      status: 'Partial',
+      result: { plan: { name: ' ', status: '' }, contexts: [{ detail: ' ', dataPoint: 'coinsurance', portalId: 'aetnadental' }], disclaimers: [{ type: ' ', text: ' ' }] },
+    });
+    expect(partial.disposition).toBe('Partial. Not retrieved: coinsurance.');
+    expect(partial.error?.map((e) => e.code.text)).toEqual(['coinsurance was not retrieved']);
+    const failed = convert({
+      correlationId: 'ver-2',
+      status: 'Failed',
+      result: { type: 'https://errors.verification.example/SiteMaintenance', title: ' ', detail: '', upstreamErrors: [{ detail: ' ', portalId: 'aetnadental' }], errors: [{ field: 'subscriber.memberId', message: ' ', code: 'invalid_value' }] },
+    });
+    expect(failed.disposition).toBe('Failed (SiteMaintenance). Upstream: aetnadental. Fields: subscriber.memberId: invalid_value. The payer portal is down for maintenance.');
+    expect(failed.error?.slice(1).map((e) => e.code.text)).toEqual(['aetnadental failed', 'invalid (invalid_value)']);
+    expect(validateR4(partial)).toEqual([]);
+    expect(validateR4(failed)).toEqual([]);
   });
 
   it('puts a failure\'s kind (X12 AAA03 where one fits), title, detail and every upstream error in error[] and disposition', () => {
