@@ -21,7 +21,8 @@ export function frequencyItem(f: Frequency, path: string, parts: ResponseParts):
     ...subject,
     name: 'Frequency limit',
     description: f.description ?? undefined,
-    term: mappedConcept('term', f.period),
+    // Coded annual, once every three calendar years would read as once a year: the term's code is for one period.
+    term: f.periodLength != null && f.periodLength !== 1 && unit ? { text: f.period ?? undefined } : mappedConcept('term', f.period),
     benefit: [
       {
         type: benefitTypeConcept('frequency'),

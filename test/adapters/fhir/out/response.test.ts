@@ -329,6 +329,24 @@ describe('toCoverageEligibilityResponse', () => {
     ]);
   });
 
+  it('says a frequency over several years is one, not coded annual: once every three calendar years', () => {
+    const frequency = (period: string, periodLength?: number) => ({ procedureCodes: ['D0330'], category: 'Diagnostic', limit: 1, period, ...(periodLength !== undefined && { periodLength }) });
+    const response = convert({
+      correlationId: 'ver-years',
+      status: 'Completed',
+      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { frequencies: [frequency('CalendarYear', 3), frequency('BenefitYear', 1), frequency('CalendarYear')] } },
+    });
+    const limits = items(response).filter((i) => i.name === 'Frequency limit');
+    const years = (value: number) => [{ url: `${extensionBase()}frequency-period`, valueDuration: { value, unit: 'years', system: 'http://unitsofmeasure.org', code: 'a' } }];
+    expect(limits.map((i) => [i.term, i.benefit?.[0]?.extension])).toEqual([
+      [{ text: 'CalendarYear' }, years(3)],
+      [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'BenefitYear' }, years(1)],
+      [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'CalendarYear' }, undefined],
+    ]);
+    expect(JSON.stringify(response)).not.toContain('unmapped-element');
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('never codes an entry of several procedures as dental care as a whole: codes no one category holds, or only general dental care (implants), name their codes and claim no category', () => {
     const coinsurance = (procedureCodes: string[], start: number) => ({ network: 'InNetwork', procedureCodes, percentage: { final: { start, end: start } } });
     const response = convert({
