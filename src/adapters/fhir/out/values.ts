@@ -10,11 +10,19 @@ import { systemUrl } from '../systems';
 const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
 const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
 
+/**
+ * A date a service wrote as a date-time at midnight, as .NET writes a DateTime (2026-05-12T00:00:00)
+ * and Java one with Z or an offset: the day it names is the day written. Any other time of day
+ * stays an error: which day it meant depends on a zone the service does not say.
+ */
+const MIDNIGHT = /^(\d{4}-\d{2}-\d{2})T00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d{2}:?\d{2})?$/;
+
 /** A blank date is one the portal does not know, as present() reads any blank value: none, not a malformed one. */
 export function fhirDate(value: string | null | undefined, path: string): string | undefined {
   if (value == null || present(value) === undefined) return undefined;
-  if (!FHIR_DATE.test(value)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
-  return value;
+  const date = MIDNIGHT.exec(value)?.[1] ?? value;
+  if (!FHIR_DATE.test(date)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
+  return date;
 }
 
 /** A time needs its offset in FHIR; the service's timestamps carry one. */

@@ -476,6 +476,20 @@ describe('toCoverageEligibilityResponse', () => {
     ]);
   });
 
+  it('reads a date written as midnight, as .NET and Java services write dates, as the day written, and refuses another time of day', () => {
+    const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
+    body.result.plan.effectiveDate = '2024-01-01T00:00:00';
+    body.result.plan.benefitPeriod = { start: '2026-01-01T00:00:00Z', end: '2026-12-31T00:00:00.000-05:00' };
+    const response = convert(body);
+    const insurance = response.insurance?.[0];
+    const planPart = (name: string) => insurance?.extension?.find((e) => e.url.endsWith('/plan'))?.extension?.find((e) => e.url === name)?.valueDate;
+    expect([insurance?.benefitPeriod, planPart('effectiveDate')]).toEqual([{ start: '2026-01-01', end: '2026-12-31' }, '2024-01-01']);
+    expect(JSON.stringify(response)).not.toMatch(/T00:00/);
+    expect(validateR4(response)).toEqual([]);
+    body.result.plan.effectiveDate = '2024-01-01T05:00:00Z';
+    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
+  });
+
   it('refuses a malformed date, naming the result element', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string } } };
     body.result.plan.effectiveDate = '01/01/2024';
