@@ -32,6 +32,8 @@ const Timestamp = Str.transform((text) => {
 });
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
+/** Digits a service may write as a JSON number (a tooth 14, a group number 123456, a ZIP 60601): read as their text. */
+const Digits = z.union([Str, z.number().transform(String)]);
 
 // ---------------------------------------------------------------- shared pieces
 
@@ -49,7 +51,7 @@ const AddressOut = z.looseObject({
   line2: Opt(Str),
   city: Opt(Str),
   state: Opt(Str),
-  postalCode: Opt(Str),
+  postalCode: Opt(Digits),
 });
 
 /**
@@ -446,38 +448,41 @@ export type WaitingPeriod = z.infer<typeof WaitingPeriod>;
 export const HistoryEntry = z.looseObject({
   procedureCode: Opt(Str),
   date: Opt(Str),
-  tooth: Opt(Str),
+  tooth: Opt(Digits),
   surface: Opt(Str),
 });
 export type HistoryEntry = z.infer<typeof HistoryEntry>;
 
+/** A list that holds a null where a service had nothing to write: the nulls, which say nothing, left out. */
+const ListOf = <T extends z.ZodType>(item: T) => z.array(item.nullable()).transform((items) => items.filter((i) => i !== null) as Array<z.output<T>>);
+
 export const BenefitData = z.looseObject({
-  maximums: Opt(z.array(Maximum)),
-  deductibles: Opt(z.array(Deductible)),
-  coinsurance: Opt(z.array(Coinsurance)),
-  frequencies: Opt(z.array(Frequency)),
-  ageLimits: Opt(z.array(AgeLimit)),
-  waitingPeriods: Opt(z.array(WaitingPeriod)),
-  history: Opt(z.array(HistoryEntry)),
+  maximums: Opt(ListOf(Maximum)),
+  deductibles: Opt(ListOf(Deductible)),
+  coinsurance: Opt(ListOf(Coinsurance)),
+  frequencies: Opt(ListOf(Frequency)),
+  ageLimits: Opt(ListOf(AgeLimit)),
+  waitingPeriods: Opt(ListOf(WaitingPeriod)),
+  history: Opt(ListOf(HistoryEntry)),
 });
 export type BenefitData = z.infer<typeof BenefitData>;
 
 export const PlanAssignment = z.looseObject({
-  office: Opt(z.looseObject({ name: Opt(Str), address: Opt(AddressOut), officeId: Opt(Str) })),
-  provider: Opt(z.looseObject({ firstName: Opt(Str), lastName: Opt(Str), npi: Opt(Str) })),
+  office: Opt(z.looseObject({ name: Opt(Str), address: Opt(AddressOut), officeId: Opt(Digits) })),
+  provider: Opt(z.looseObject({ firstName: Opt(Str), lastName: Opt(Str), npi: Opt(Digits) })),
 });
 export type PlanAssignment = z.infer<typeof PlanAssignment>;
 
 export const Plan = z.looseObject({
   name: Opt(Str),
   type: Opt(Str), // PPO | DHMO | Indemnity | Medicaid | Medicare
-  groupNumber: Opt(Str),
+  groupNumber: Opt(Digits),
   groupName: Opt(Str),
   status: Opt(Str), // Active | Inactive
   effectiveDate: Opt(Str),
   terminationDate: Opt(Str),
   benefitPeriod: Opt(z.looseObject({ start: Opt(Str), end: Opt(Str) })),
-  payer: Opt(z.looseObject({ name: Opt(Str), payerId: Opt(Str), phone: Opt(Str) })),
+  payer: Opt(z.looseObject({ name: Opt(Str), payerId: Opt(Digits), phone: Opt(Digits) })),
   assignment: Opt(PlanAssignment),
 });
 export type Plan = z.infer<typeof Plan>;
@@ -486,7 +491,7 @@ export const VerificationProvider = z.looseObject({
   firstName: Opt(Str),
   middleName: Opt(Str),
   lastName: Opt(Str),
-  taxId: Opt(Str),
+  taxId: Opt(Digits),
   address: Opt(AddressOut),
   /** Participating | Non-Participating */
   participation: Opt(z.looseObject({ status: Opt(Str) })),
@@ -504,7 +509,7 @@ const ResultPerson = z.looseObject({
   firstName: Opt(Str),
   lastName: Opt(Str),
   dateOfBirth: Opt(Str),
-  memberId: Opt(Str),
+  memberId: Opt(Digits),
   relationship: Opt(Str),
 });
 
@@ -514,9 +519,9 @@ export const VerificationResult = z.looseObject({
   subscriber: Opt(ResultPerson),
   plan: Opt(Plan),
   data: Opt(BenefitData),
-  contexts: Opt(z.array(Context)),
+  contexts: Opt(ListOf(Context)),
   verificationProvider: Opt(VerificationProvider),
-  disclaimers: Opt(z.array(Disclaimer)),
+  disclaimers: Opt(ListOf(Disclaimer)),
 });
 export type VerificationResult = z.infer<typeof VerificationResult>;
 

@@ -103,6 +103,23 @@ describe('toOutcome is permissive with what portals really send', () => {
     expect(failed.kind === 'failed' && failed.problem.upstreamErrors).toEqual([{ portalId: 'p1' }]);
   });
 
+  it('reads digits a service writes as JSON numbers as their text, and leaves out the nulls of a list', () => {
+    const o = toOutcome({
+      correlationId: 'c',
+      status: 'Completed',
+      result: {
+        subscriber: { memberId: 778899001 },
+        plan: { groupNumber: 123456, payer: { name: 'Delta Dental', payerId: 94276 }, assignment: { office: { officeId: 17, address: { postalCode: 60601 } } } },
+        data: { maximums: [null, { amount: 1500 }], history: [{ procedureCode: 'D2740', tooth: 14 }, null] },
+        disclaimers: [null],
+      },
+    });
+    expect(o.kind === 'completed' && [o.result.subscriber?.memberId, o.result.plan?.groupNumber, o.result.plan?.payer?.payerId, o.result.plan?.assignment?.office?.officeId, o.result.plan?.assignment?.office?.address?.postalCode]).toEqual(['778899001', '123456', '94276', '17', '60601']);
+    expect(o.kind === 'completed' && [o.result.data?.maximums, o.result.data?.history, o.result.disclaimers]).toEqual([[{ amount: 1500 }], [{ procedureCode: 'D2740', tooth: '14' }], []]);
+    // A number where words are meant is still no text: the result is refused naming the field.
+    expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: { plan: { name: 7 } } })).toThrow(/expected string, received number/);
+  });
+
   it('keeps a v1 percentage that is no number as finalText, with a warning', () => {
     const o = toOutcome({ correlationId: 'c', status: 'Completed', result: { data: { coinsurance: [{ category: 'Major', percentage: { final: 'Not covered' } }] } } });
     expect(o.kind === 'completed' && o.result.data?.coinsurance?.[0]?.percentage).toEqual({ finalText: 'Not covered' });
