@@ -10,6 +10,7 @@ import { NOTIFICATION_PATH } from '../service/http-server';
 import type { CheckRow } from '../sync/job-store';
 import { frame, MllpDecoder } from '../service/mllp-framing';
 import { toOutcome } from '../verification/outcome';
+import { entries } from '../verification/wire';
 import type { CliIo } from './io';
 import { formatTable } from './table';
 import { httpOrigin } from '../url-checks';
@@ -145,7 +146,7 @@ function annualMaximumLeft(c: CheckRow): string {
   if (c.result === undefined) return '';
   const outcome = toOutcome(c.result);
   if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
-  const maximums = outcome.result.data?.maximums ?? [];
+  const maximums = entries(outcome.result.data?.maximums, (m) => m);
   const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '')) ?? maximums[0];
   return typeof annual?.remainingAmount === 'number' ? `$${annual.remainingAmount.toFixed(2)}` : '';
 }

@@ -3,12 +3,14 @@ import { describeIssue } from '../domain/issues';
 import type { VerificationClient } from '../verification/client';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
-import { VerificationRequest } from '../verification/wire';
+import { entries, VerificationRequest } from '../verification/wire';
 import { CliError, inputName, parseJsonInput, printable, readInput, say, whole, type CliIo } from './io';
 import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
 
 const counted = (n: number | undefined, one: string, many: string) => (n === undefined ? undefined : `${n} ${n === 1 ? one : many}`);
+/** How many entries a list of the result holds, its nulls left out. */
+const listed = (list: ReadonlyArray<unknown> | null | undefined) => (list == null ? undefined : entries(list, () => 1).length);
 
 /** What a person wants to see of an outcome first; --json gives all of it. */
 export function summarise(outcome: VerificationOutcome): Record<string, unknown> {
@@ -24,10 +26,10 @@ export function summarise(outcome: VerificationOutcome): Record<string, unknown>
         planStatus: plan?.status,
         payer: plan?.payer?.name,
         // Counts, not money: the amounts and percentages are in --json.
-        maximums: counted(data?.maximums?.length, 'entry (amounts: --json)', 'entries (amounts: --json)'),
-        coinsurance: counted(data?.coinsurance?.length, 'category (percentages: --json)', 'categories (percentages: --json)'),
+        maximums: counted(listed(data?.maximums), 'entry (amounts: --json)', 'entries (amounts: --json)'),
+        coinsurance: counted(listed(data?.coinsurance), 'category (percentages: --json)', 'categories (percentages: --json)'),
         participation: verificationProvider?.participation?.status,
-        gaps: contexts?.map((c) => c.detail),
+        gaps: contexts && entries(contexts, (c) => c.detail),
       };
     }
     case 'failed':

@@ -5,13 +5,7 @@
  * Sandbox, so it cannot be mistaken for a real one.
  */
 import { createHash } from 'node:crypto';
-import type {
-  BenefitData,
-  Coinsurance,
-  ProblemDetails,
-  VerificationRequest,
-  VerificationResult,
-} from '../verification/wire';
+import { entries, type BenefitData, type Coinsurance, type ProblemDetails, type VerificationRequest, type VerificationResult } from '../verification/wire';
 import type { SandboxPayer } from './network';
 import { problemType } from './problems';
 
@@ -287,14 +281,14 @@ export function minimalResult(ctx: ResultContext): VerificationResult {
 /** SBX-OUT-OF-NETWORK: a Non-Participating provider; figures out of network. */
 export function outOfNetworkResult(ctx: ResultContext): VerificationResult {
   const base = derivedResult(ctx);
-  const oon = (entries: Array<Record<string, unknown>> | null | undefined) => (entries ?? []).map((e) => ({ ...e, network: 'OutOfNetwork' }));
+  const oon = (list: ReadonlyArray<Record<string, unknown> | null> | null | undefined) => entries(list, (e) => ({ ...e, network: 'OutOfNetwork' }));
   return {
     ...base,
     data: {
       ...base.data,
       maximums: oon(base.data?.maximums),
       deductibles: oon(base.data?.deductibles),
-      coinsurance: (base.data?.coinsurance ?? []).map((c) => ({
+      coinsurance: entries(base.data?.coinsurance, (c) => ({
         ...c,
         network: 'OutOfNetwork',
         percentage: pct(Math.max(0, (c.percentage?.final?.start ?? 0) - 20), Math.max(0, (c.percentage?.final?.end ?? 0) - 20)),

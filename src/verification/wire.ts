@@ -453,8 +453,16 @@ export const HistoryEntry = z.looseObject({
 });
 export type HistoryEntry = z.infer<typeof HistoryEntry>;
 
-/** A list that holds a null where a service had nothing to write: the nulls, which say nothing, left out. */
-const ListOf = <T extends z.ZodType>(item: T) => z.array(item.nullable()).transform((items) => items.filter((i) => i !== null) as Array<z.output<T>>);
+/**
+ * A list that may hold a null where a service had nothing to write. The nulls stay in place, so
+ * what is said of an entry names its index as sent; each reader passes them over (entries).
+ */
+const ListOf = <T extends z.ZodType>(item: T) => z.array(item.nullable());
+
+/** A list's entries that are not null, mapped with their index as sent. */
+export function entries<T, R>(list: ReadonlyArray<T | null> | null | undefined, map: (entry: T, index: number) => R): R[] {
+  return (list ?? []).flatMap((entry, index) => (entry === null ? [] : [map(entry, index)]));
+}
 
 export const BenefitData = z.looseObject({
   maximums: Opt(ListOf(Maximum)),

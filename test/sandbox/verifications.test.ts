@@ -47,9 +47,9 @@ describe('results', () => {
     const result = VerificationResult.parse(body.result);
     expect(missingElements(VerificationResult, [result], 'result')).toEqual(['result.contexts']);
     expect(result.verificationProvider?.participation?.status).toBe('Participating');
-    expect(result.disclaimers?.map((d) => d.type)).toEqual(expect.arrayContaining(['CarryOverDetails', 'Sandbox']));
+    expect(result.disclaimers?.map((d) => d?.type)).toEqual(expect.arrayContaining(['CarryOverDetails', 'Sandbox']));
     expect(result.data?.maximums?.[0]).toMatchObject({ carryoverAmount: 250, remainingCarryoverAmount: 250 });
-    const ranges = result.data?.coinsurance?.map((c) => c.percentage?.final) ?? [];
+    const ranges = result.data?.coinsurance?.map((c) => c?.percentage?.final) ?? [];
     expect(ranges).toContainEqual({ start: 50, end: 60 });
     expect(ranges).toContainEqual({ start: 100, end: 100 });
     expect(result.plan?.assignment?.office?.officeId).toBe('cln_sandbox_main');
@@ -98,7 +98,7 @@ describe('results', () => {
     expect(Object.keys(minimal).sort()).toEqual(['data', 'disclaimers', 'plan']);
     const oon = VerificationResult.parse((await verified('SBX-OUT-OF-NETWORK')).result);
     expect(oon.verificationProvider?.participation?.status).toBe('Non-Participating');
-    expect(new Set(oon.data?.coinsurance?.map((c) => c.network))).toEqual(new Set(['OutOfNetwork']));
+    expect(new Set(oon.data?.coinsurance?.map((c) => c?.network))).toEqual(new Set(['OutOfNetwork']));
   });
 
   test('legacy v1 shapes are served for the client to normalise', async () => {
@@ -119,13 +119,13 @@ describe('results', () => {
     expect(result.plan).toMatchObject({ status: 'Active', groupNumber: 'GRP-778812', payer: { payerId: 'CDCA1' }, benefitPeriod: { start: '2026-01-01', end: '2026-12-31' } });
     const max = result.data?.maximums?.[0];
     expect((max?.amount ?? 0) - (max?.usedAmount ?? 0)).toBe(max?.remainingAmount);
-    expect(result.data?.coinsurance?.some((c) => c.category === 'Orthodontics')).toBe(false);
+    expect(result.data?.coinsurance?.some((c) => c?.category === 'Orthodontics')).toBe(false);
     expect(result.disclaimers).toContainEqual(expect.objectContaining({ type: 'Sandbox' }));
 
     const child = VerificationResult.parse(
       (await verified('DD7654321', { patient: { firstName: 'Max', lastName: 'Whitaker', dateOfBirth: '2015-06-01' }, subscriber: { ...verificationBody('DD7654321').subscriber, relationship: 'Child' } })).result,
     );
-    expect(child.data?.coinsurance?.some((c) => c.category === 'Orthodontics')).toBe(true);
+    expect(child.data?.coinsurance?.some((c) => c?.category === 'Orthodontics')).toBe(true);
   });
 
   test('a DHMO plan names the assigned office; a Medicaid plan has no maximums', async () => {

@@ -141,7 +141,7 @@ describe('insurance verification', () => {
     const outcome = await client.verify(request('SBX-COMPLETE', { externalId: 'ext-sync-1' }));
     expect(outcome.kind).toBe('completed');
     if (outcome.kind !== 'completed') return;
-    expect(outcome.result.data?.coinsurance?.some((c) => (c.percentage?.final?.start ?? 0) < (c.percentage?.final?.end ?? 0))).toBe(true);
+    expect(outcome.result.data?.coinsurance?.some((c) => (c?.percentage?.final?.start ?? 0) < (c?.percentage?.final?.end ?? 0))).toBe(true);
     expect(outcome.result.plan?.assignment).toBeTruthy();
     expect(outcome.result.verificationProvider?.participation?.status).toBe('Participating');
   });

@@ -78,7 +78,7 @@ describe('toOutcome', () => {
         },
       },
     });
-    expect(o.kind === 'completed' && o.result.data?.coinsurance?.map((c) => c.percentage?.final)).toEqual([
+    expect(o.kind === 'completed' && o.result.data?.coinsurance?.map((c) => c?.percentage?.final)).toEqual([
       { start: 80, end: 80 },
       { start: 50, end: 60 },
       { start: 100, end: 100 },
@@ -103,7 +103,7 @@ describe('toOutcome is permissive with what portals really send', () => {
     expect(failed.kind === 'failed' && failed.problem.upstreamErrors).toEqual([{ portalId: 'p1' }]);
   });
 
-  it('reads digits a service writes as JSON numbers as their text, and leaves out the nulls of a list', () => {
+  it('reads digits a service writes as JSON numbers as their text, and a null in a list, which the chart\'s writer passes over', () => {
     const o = toOutcome({
       correlationId: 'c',
       status: 'Completed',
@@ -115,7 +115,7 @@ describe('toOutcome is permissive with what portals really send', () => {
       },
     });
     expect(o.kind === 'completed' && [o.result.subscriber?.memberId, o.result.plan?.groupNumber, o.result.plan?.payer?.payerId, o.result.plan?.assignment?.office?.officeId, o.result.plan?.assignment?.office?.address?.postalCode]).toEqual(['778899001', '123456', '94276', '17', '60601']);
-    expect(o.kind === 'completed' && [o.result.data?.maximums, o.result.data?.history, o.result.disclaimers]).toEqual([[{ amount: 1500 }], [{ procedureCode: 'D2740', tooth: '14' }], []]);
+    expect(o.kind === 'completed' && [o.result.data?.maximums, o.result.data?.history, o.result.disclaimers]).toEqual([[null, { amount: 1500 }], [{ procedureCode: 'D2740', tooth: '14' }, null], [null]]);
     // A number where words are meant is still no text: the result is refused naming the field.
     expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: { plan: { name: 7 } } })).toThrow(/expected string, received number/);
   });

@@ -5,15 +5,15 @@
  */
 import type { CoverageEligibilityResponseError as ResponseError } from 'fhir/r4';
 import type { VerificationOutcome } from '../../../verification/outcome';
-import type { Context, Disclaimer } from '../../../verification/wire';
+import { entries, type Context, type Disclaimer } from '../../../verification/wire';
 import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
 import { extension } from './extensions';
 import { defined, present, uriOf } from './values';
 
 type Failed = Extract<VerificationOutcome, { kind: 'failed' }>;
 
-export function contextErrors(contexts: Context[]): ResponseError[] {
-  return contexts.map((c) => ({
+export function contextErrors(contexts: ReadonlyArray<Context | null> | null | undefined): ResponseError[] {
+  return entries(contexts, (c) => ({
     code: issueConcept('context', present(c.detail) ?? `${present(c.dataPoint) ?? present(c.portalId) ?? 'a data point'} was not retrieved`),
     extension: defined([
       c.dataPoint ? extension('data-point', { valueString: c.dataPoint }) : undefined,
@@ -55,8 +55,8 @@ export function disposition(outcome: VerificationOutcome): string {
       return sentences([
         `${status}.`,
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
-        contexts?.length ? `Not retrieved: ${list(contexts.map((c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'))}` : undefined,
-        ...(disclaimers ?? []).map(disclaimerText),
+        ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed')),
+        ...entries(disclaimers, disclaimerText),
       ]);
     }
     case 'failed': {
@@ -87,3 +87,4 @@ function disclaimerText(d: Disclaimer): string | undefined {
 const sentences = (parts: Array<string | undefined>) => defined(parts).join(' ');
 /** Details are sentences of their own; joined, they lose their full stops to one at the end. */
 const list = (details: string[]) => `${details.map((d) => d.trim().replace(/\.+$/, '')).join('; ')}.`;
+const notRetrieved = (details: string[]) => (details.length > 0 ? [`Not retrieved: ${list(details)}`] : []);

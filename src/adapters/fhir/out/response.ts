@@ -1,6 +1,6 @@
 import type { CoverageEligibilityResponse, CoverageEligibilityResponseInsuranceItem as Item, Reference } from 'fhir/r4';
 import type { VerificationOutcome } from '../../../verification/outcome';
-import { ProblemDetails, Verification, VerificationResult } from '../../../verification/wire';
+import { entries, ProblemDetails, Verification, VerificationResult } from '../../../verification/wire';
 import { FhirInputError } from '../operation-outcome';
 import { systemUrl } from '../systems';
 import { failureInforce } from './codes';
@@ -78,7 +78,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     extension: defined([
       created ? extension('verification-created', { valueDateTime: created }) : undefined,
       completed ? extension('verification-completed', { valueDateTime: completed }) : undefined,
-      ...(result?.disclaimers ?? []).map((d) => complexExtension('disclaimer', { type: stringValue(d.type), text: stringValue(d.text) })),
+      ...entries(result?.disclaimers, (d) => complexExtension('disclaimer', { type: stringValue(d.type), text: stringValue(d.text) })),
       ...[...unmapped, ...parts.unmapped].map((u) =>
         complexExtension('unmapped-element', { path: { valueString: u.path }, value: { valueString: JSON.stringify(u.value) } }),
       ),
@@ -102,7 +102,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
       phone: payer?.phone,
     }),
     insurance: [insurance],
-    error: outcome.kind === 'failed' ? failureErrors(outcome) : contextErrors(result?.contexts ?? []),
+    error: outcome.kind === 'failed' ? failureErrors(outcome) : contextErrors(result?.contexts),
   };
   return prune(response);
 }
@@ -111,13 +111,13 @@ function items(result: VerificationResult, parts: ResponseParts): Item[] {
   const data = result.data ?? {};
   const at = (list: string) => (i: number) => `result.data.${list}[${i}]`;
   return [
-    ...(data.maximums ?? []).map(maximumItem),
-    ...(data.deductibles ?? []).map(deductibleItem),
-    ...(data.coinsurance ?? []).map(coinsuranceItem),
-    ...(data.frequencies ?? []).map((f, i) => frequencyItem(f, at('frequencies')(i), parts)),
-    ...(data.ageLimits ?? []).map(ageLimitItem),
-    ...(data.waitingPeriods ?? []).map((w, i) => waitingPeriodItem(w, at('waitingPeriods')(i))),
-    ...(data.history ?? []).map((h, i) => historyItem(h, at('history')(i))),
+    ...entries(data.maximums, (m) => maximumItem(m)),
+    ...entries(data.deductibles, (d) => deductibleItem(d)),
+    ...entries(data.coinsurance, (c) => coinsuranceItem(c)),
+    ...entries(data.frequencies, (f, i) => frequencyItem(f, at('frequencies')(i), parts)),
+    ...entries(data.ageLimits, (a) => ageLimitItem(a)),
+    ...entries(data.waitingPeriods, (w, i) => waitingPeriodItem(w, at('waitingPeriods')(i))),
+    ...entries(data.history, (h, i) => historyItem(h, at('history')(i))),
     ...(result.verificationProvider ? [providerItem(result.verificationProvider, parts)] : []),
   ];
 }

@@ -490,6 +490,20 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
   });
 
+  it('passes over the nulls of a result\'s lists, naming an entry it refuses by its index as sent', () => {
+    const result = (history: unknown[]) => ({
+      correlationId: 'ver-nulls',
+      status: 'Partial',
+      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { maximums: [null, { type: 'Annual', amount: 1500 }], history }, contexts: [null, { dataPoint: 'history' }], disclaimers: [null] },
+    });
+    const response = convert(result([null, { procedureCode: 'D2740', date: '2026-03-02', tooth: 14 }]));
+    expect(items(response).map((i) => i.name)).toEqual(['Maximum', 'Service history']);
+    expect(response.error?.map((e) => e.code.text)).toEqual(['history was not retrieved']);
+    expect(response.disposition).toBe('Partial. Plan: Active. Not retrieved: history.');
+    expect(validateR4(response)).toEqual([]);
+    expect(() => convert(result([null, { procedureCode: 'D2740', date: '03/02/2026' }]))).toThrow('result.data.history[1].date: must be a date (YYYY-MM-DD)');
+  });
+
   it('refuses a malformed date, naming the result element', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string } } };
     body.result.plan.effectiveDate = '01/01/2024';
