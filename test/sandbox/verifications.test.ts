@@ -41,11 +41,12 @@ function missingElements(schema: z.ZodType, values: unknown[], path: string, out
 }
 
 describe('results', () => {
-  test('SBX-COMPLETE carries every element of the result shape (contexts belong to Partial)', async () => {
+  test('SBX-COMPLETE carries every element of the result shape (contexts belong to Partial; finalText to v1)', async () => {
     const body = await verified('SBX-COMPLETE');
     expect(body).toMatchObject({ status: 'Completed', correlationId: expect.any(String), completedAt: expect.any(String), sandbox: true });
     const result = VerificationResult.parse(body.result);
-    expect(missingElements(VerificationResult, [result], 'result')).toEqual(['result.contexts']);
+    // finalText is what outcome.ts keeps of a v1 percentage that is no number ("Not covered"): no v2 result writes it.
+    expect(missingElements(VerificationResult, [result], 'result')).toEqual(['result.data.coinsurance[].percentage.finalText', 'result.contexts']);
     expect(result.verificationProvider?.participation?.status).toBe('Participating');
     expect(result.disclaimers?.map((d) => d?.type)).toEqual(expect.arrayContaining(['CarryOverDetails', 'Sandbox']));
     expect(result.data?.maximums?.[0]).toMatchObject({ carryoverAmount: 250, remainingCarryoverAmount: 250 });
