@@ -4,7 +4,7 @@ import type { VerificationClient } from '../verification/client';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { VerificationRequest } from '../verification/wire';
-import { CliError, inputName, parseJsonInput, printable, readInput, say, whole, type CliIo } from './io';
+import { CliError, inputName, parseJsonInput, progressLine, readInput, say, whole, type CliIo } from './io';
 import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
 
@@ -142,14 +142,9 @@ export function registerVerify(program: Command, io: CliIo): void {
 }
 
 async function waitFor(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number }): Promise<VerificationOutcome> {
-  io.stderr.write(`queued ${correlationId}; polling`);
-  const outcome = await client.waitForVerification(correlationId, {
-    firstDelayMs: opts.firstDelayMs,
-    timeoutMs: opts.timeoutMs,
-    onPoll: (status) => io.stderr.write(` ${printable(status)}`),
-  });
-  io.stderr.write('\n');
-  return outcome;
+  return progressLine(io, `queued ${correlationId}; polling`, (add) =>
+    client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add }),
+  );
 }
 
 /** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */

@@ -208,6 +208,13 @@ describe('secrets and bad input', () => {
     expect(run.stderr).toMatch(/^queued \S+; polling Pending.*\ndental-elig: verification \S+: still Pending after 100 ms\n$/s);
   });
 
+  it('ends the validating line before a poll that fails, so the failure is a line of its own', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/credentials-validations\//, status: 404 });
+    const run = await cli(['setup', 'credentials', 'validate', '--clinic', 'cln_sandbox_main', '--portal', 'deltadentalins', '--wait', '--first-delay-ms', '0'], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^validating credentials \(\S+\)\ndental-elig: get credentials validation failed with 404 - [^\n]+\n$/);
+  });
+
   it('refuses an NPI whose check digit is wrong before sending it', async () => {
     const before = sandbox.requestLog.length;
     const run = await cli(['setup', 'clinic', 'create', '--organization', 'org_1', '--name', 'X', '--npi', '1234567890'], env);

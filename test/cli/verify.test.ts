@@ -111,6 +111,15 @@ describe('verify', () => {
     expect(run.stderr).toMatch(/^dental-elig: get insurance verification failed with 404 - [^\n]+\n$/);
   });
 
+  it('ends the polling line before a failure or a warning, so each is a line of its own', async () => {
+    const unknown = await cli(['verify', 'get', 'nope', '--wait'], env);
+    expect(unknown).toEqual({ code: 1, stdout: '', stderr: 'queued nope; polling\ndental-elig: get insurance verification failed with 404 - Not Found: no insurance verification has this id\n' });
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 503, retryAfterSeconds: 0 });
+    const retried = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify(body('SBX-MINIMAL')));
+    expect(retried.code).toBe(0);
+    expect(retried.stderr).toMatch(/^queued \S+; polling\ndental-elig: warning: get insurance verification: GET \S+ answered 503; retry 1 of 4 in \d\.\d s\n(Pending )*Completed\n$/);
+  });
+
   it('names the file, line and column of a body that is not JSON, never its content', async () => {
     const file = path.join(dir, 'bad.json');
     await writeFile(file, '{\n  "patient": {"lastName":Whitaker,"firstName":"Ellen"}\n}');

@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
 import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
-import { CliError, printable, whole, type CliIo } from '../io';
+import { CliError, progressLine, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -123,13 +123,13 @@ export function registerCredentials(setup: Command, io: CliIo): void {
           if (!opts.json) io.stdout.write('next: --wait polls for the outcome; this id is the validation\'s, not the registration\'s\n');
           return;
         }
-        io.stderr.write(`validating credentials (${requested.correlationId})`);
-        const final = await client.waitForCredentialsValidation(requested.correlationId, {
-          firstDelayMs: opts.firstDelayMs,
-          timeoutMs: opts.timeoutMs,
-          onPoll: (status, elapsed) => io.stderr.write(` ${printable(status)} ${Math.round(elapsed / 1000)}s`),
-        });
-        io.stderr.write('\n');
+        const final = await progressLine(io, `validating credentials (${requested.correlationId})`, (add) =>
+          client.waitForCredentialsValidation(requested.correlationId, {
+            firstDelayMs: opts.firstDelayMs,
+            timeoutMs: opts.timeoutMs,
+            onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
+          }),
+        );
         printRecord(io, final, Boolean(opts.json));
         const kind = validationKindOf(final.status);
         if (kind === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
