@@ -611,6 +611,21 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('refuses a verification or a validation fetched by its correlationId whose body names another', async () => {
+    // Read as the one asked for, another patient's result would be written into this patient's chart.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 200, req.url.includes('credentials') ? { correlationId: 'val_8', status: 'Valid' } : { correlationId: 'corr_8', status: 'Completed', result: { plan: { name: 'PPO' } } }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      await expect(client.getVerification('corr_7')).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: 'get insurance verification failed with 200 - Unexpected response body: correlationId: is not the one asked for' });
+      await expect(client.getCredentialsValidation('val_7')).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: expect.stringContaining('correlationId: is not the one asked for') });
+      expect((await client.getVerification('CORR_8')).verification.correlationId).toBe('corr_8');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
     const statuses = ['Queued', 'InProgress', 'Success'];
     const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));
