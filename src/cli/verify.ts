@@ -9,6 +9,11 @@ import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
 
 const counted = (n: number | undefined, one: string, many: string) => (n === undefined ? undefined : `${n} ${n === 1 ? one : many}`);
+/** The entries that say something, or nothing when none does: an empty list is no line of its own. */
+const named = (texts: Array<string | null | undefined> | undefined) => {
+  const said = (texts ?? []).filter((t): t is string => Boolean(t));
+  return said.length ? said : undefined;
+};
 
 /** What a person wants to see of an outcome first; --json gives all of it. */
 export function summarise(outcome: VerificationOutcome): Record<string, unknown> {
@@ -27,11 +32,15 @@ export function summarise(outcome: VerificationOutcome): Record<string, unknown>
         maximums: counted(data?.maximums?.length, 'entry (amounts: --json)', 'entries (amounts: --json)'),
         coinsurance: counted(data?.coinsurance?.length, 'category (percentages: --json)', 'categories (percentages: --json)'),
         participation: verificationProvider?.participation?.status,
-        gaps: contexts?.map((c) => c.detail),
+        gaps: named(contexts?.map((c) => c.detail ?? c.dataPoint ?? c.portalId)),
       };
     }
-    case 'failed':
-      return { ...base, failure: outcome.failure.kind, action: outcome.failure.action, title: outcome.problem.title, detail: outcome.problem.detail };
+    case 'failed': {
+      const { problem, failure } = outcome;
+      // Each source's own failure: the detail may only say that one or more failed.
+      const upstream = named(problem.upstreamErrors?.map((u) => (u.portalId && u.detail ? `${u.portalId}: ${u.detail}` : (u.detail ?? u.portalId))));
+      return { ...base, failure: failure.kind, action: failure.action, title: problem.title, detail: problem.detail, upstream };
+    }
     case 'pending':
       return base;
     case 'unknown':
