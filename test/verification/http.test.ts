@@ -103,6 +103,19 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('says what each upstream source said in the message of an error answer, once', async () => {
+    const server = await startScriptedServer((_req, res) =>
+      json(res, 503, { title: 'Service Unavailable', detail: 'One or more sources failed: clearinghouse down', upstreamErrors: [{ detail: 'Delta portal under maintenance', portalId: 'deltadentalins' }, { detail: 'clearinghouse down' }, {}] }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k', maxRetries: 0 });
+    try {
+      const err = (await client.verify({ ...INLINE_REQUEST, externalId: 'ext-up' }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe('verify insurance failed with 503 - Service Unavailable: One or more sources failed: clearinghouse down - upstream: Delta portal under maintenance');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('cuts the API key and the portal passwords it sent out of problem details that quote them', async () => {
     // A service that quotes what it was sent: the key it refused, the body it could not take.
     const server = await startScriptedServer((req, res) =>
