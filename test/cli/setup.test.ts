@@ -223,6 +223,23 @@ describe('secrets and bad input', () => {
     expect((await cli([...inline, '--clinic', 'cln_sandbox_main', '--password-stdin'], env, 'x\n')).stderr).toBe('dental-elig: --clinic: validates the stored password; a password goes with --username\n');
   });
 
+  it('lists the portals of a payer as the payer catalog takes them, synchronous ones unless the feature says it is not supported', async () => {
+    const payers = [
+      { primaryPayerId: 'AAA111', name: 'Quiet Dental', features: { insuranceVerificationSynchronous: { portals: ['quietportal'] } } },
+      { primaryPayerId: 'BBB222', name: 'Async Dental', features: { insuranceVerificationSynchronous: { supported: false, portals: ['off'] }, insuranceVerificationAsynchronous: { supported: true, portals: ['asyncportal'] } } },
+    ];
+    const server = await startScriptedServer((_req, res) => json(res, 200, { items: payers, nextCursor: null }));
+    try {
+      const run = await cli(['setup', 'payers', 'list'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(run.stdout.split('\n').slice(1, 3).map((line) => line.split(/\s{2,}/))).toEqual([
+        ['Quiet Dental', 'AAA111', 'no', 'quietportal'],
+        ['Async Dental', 'BBB222', 'yes', 'asyncportal'],
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('cuts the password it validates out of the polled result that quotes it', async () => {
     const server = await startScriptedServer((req, res) =>
       req.method === 'POST'
