@@ -239,7 +239,7 @@ describe('README, run as written against servers it starts', () => {
     const walk = freshWalk();
     try {
       await walkBlocks(walk, section('Onboarding a practice'));
-      expect(walk.ran.filter((c) => c.includes('npx dental-elig'))).toHaveLength(13);
+      expect(walk.ran.filter((c) => c.includes('npx dental-elig'))).toHaveLength(14);
       expect([...walk.ids.keys()].sort()).toEqual(['CLINIC_ID', 'CORRELATION_ID', 'ORG_ID', 'REGISTERED_EMAIL', 'REGISTRATION_ID']);
       expect(existsSync(path.join(walk.cwd, '.dental-elig', 'catalog.json'))).toBe(true);
     } finally {

@@ -39,9 +39,30 @@ export function printable(text: string): string {
   return text.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ');
 }
 
+/** The outputs whose stderr has a progress line under way (progressLine): a line said meanwhile starts on a line of its own. */
+const openLines = new WeakSet<CliIo>();
+
 /** One line on stderr, `dental-elig: ` before it: an error, a warning or a note. */
 export function say(io: CliIo, text: string): void {
+  if (openLines.delete(io)) io.stderr.write('\n');
   io.stderr.write(`dental-elig: ${printable(text)}\n`);
+}
+
+/**
+ * A line on stderr that shows a wait as it goes: `head`, then each word `run` adds. It is ended
+ * however the wait ends, so the line of a failure (or of a retry's warning) is one of its own.
+ */
+export async function progressLine<T>(io: CliIo, head: string, run: (add: (word: string) => void) => Promise<T>): Promise<T> {
+  io.stderr.write(printable(head));
+  openLines.add(io);
+  try {
+    return await run((word) => {
+      io.stderr.write(openLines.has(io) ? ` ${printable(word)}` : printable(word));
+      openLines.add(io);
+    });
+  } finally {
+    if (openLines.delete(io)) io.stderr.write('\n');
+  }
 }
 
 /** Reads a file argument, `-` meaning standard input. */

@@ -33,11 +33,12 @@ export function readsEnvironment(command: Command, vars: readonly EnvVar[]): Com
   return command.addHelpText('after', `\nEnvironment:\n${vars.map(([name, what]) => `  ${name.padEnd(width)}  ${what}`).join('\n')}\n`);
 }
 
-/** Commands that talk to the service run inside this: it builds the client and closes it. */
+/** Commands that talk to the service run inside this: it builds the client (cutting `secrets` out of every answer) and closes it. */
 export async function withService<T>(
   io: CliIo,
   command: Command,
   run: (client: VerificationClient, settings: CliSettings) => Promise<T>,
+  options: { secrets?: readonly string[] } = {},
 ): Promise<T> {
   const settings = loadSettings(io.env, command.optsWithGlobals<{ config?: string }>().config);
   const client = new VerificationClient(settings.client, {
@@ -45,6 +46,7 @@ export async function withService<T>(
       warn: (_obj, msg) => say(io, `warning: ${msg}`),
       debug: () => undefined,
     },
+    ...options,
   });
   try {
     return await run(client, settings);

@@ -4,13 +4,18 @@ import type { VerificationClient } from '../verification/client';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { entries, VerificationRequest } from '../verification/wire';
-import { CliError, inputName, parseJsonInput, printable, readInput, say, whole, type CliIo } from './io';
+import { CliError, inputName, parseJsonInput, progressLine, readInput, say, whole, type CliIo } from './io';
 import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
 import { printRecord } from './table';
 
 const counted = (n: number | undefined, one: string, many: string) => (n === undefined ? undefined : `${n} ${n === 1 ? one : many}`);
 /** How many entries a list of the result holds, its nulls left out. */
 const listed = (list: ReadonlyArray<unknown> | null | undefined) => (list == null ? undefined : entries(list, () => 1).length);
+/** The entries that say something, or nothing when none does: an empty list is no line of its own. */
+const named = (texts: Array<string | null | undefined> | undefined) => {
+  const said = (texts ?? []).filter((t): t is string => Boolean(t));
+  return said.length ? said : undefined;
+};
 
 /** What a person wants to see of an outcome first; --json gives all of it. */
 export function summarise(outcome: VerificationOutcome): Record<string, unknown> {
@@ -29,11 +34,15 @@ export function summarise(outcome: VerificationOutcome): Record<string, unknown>
         maximums: counted(listed(data?.maximums), 'entry (amounts: --json)', 'entries (amounts: --json)'),
         coinsurance: counted(listed(data?.coinsurance), 'category (percentages: --json)', 'categories (percentages: --json)'),
         participation: verificationProvider?.participation?.status,
-        gaps: contexts && entries(contexts, (c) => c.detail),
+        gaps: named(entries(contexts, (c) => c.detail ?? c.dataPoint ?? c.portalId)),
       };
     }
-    case 'failed':
-      return { ...base, failure: outcome.failure.kind, action: outcome.failure.action, title: outcome.problem.title, detail: outcome.problem.detail };
+    case 'failed': {
+      const { problem, failure } = outcome;
+      // Each source's own failure: the detail may only say that one or more failed.
+      const upstream = named(problem.upstreamErrors?.map((u) => (u.portalId && u.detail ? `${u.portalId}: ${u.detail}` : (u.detail ?? u.portalId))));
+      return { ...base, failure: failure.kind, action: failure.action, title: problem.title, detail: problem.detail, upstream };
+    }
     case 'pending':
       return base;
     case 'unknown':
@@ -144,14 +153,9 @@ export function registerVerify(program: Command, io: CliIo): void {
 }
 
 async function waitFor(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number }): Promise<VerificationOutcome> {
-  io.stderr.write(`queued ${correlationId}; polling`);
-  const outcome = await client.waitForVerification(correlationId, {
-    firstDelayMs: opts.firstDelayMs,
-    timeoutMs: opts.timeoutMs,
-    onPoll: (status) => io.stderr.write(` ${printable(status)}`),
-  });
-  io.stderr.write('\n');
-  return outcome;
+  return progressLine(io, `queued ${correlationId}; polling`, (add) =>
+    client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add }),
+  );
 }
 
 /** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */

@@ -309,13 +309,21 @@ function strict<T extends z.ZodType>(schema: T, value: unknown, operation: strin
 /**
  * A body fetched by its correlationId. The interface shows only status and result for the GET of a
  * verification, and nothing of a validation's: one that does not repeat the id is the one asked for.
+ * One that names another is refused: its result is another patient's (a proxy's cache, a service
+ * fault), and read as this one's it would be written into this patient's chart. A UUID the service
+ * writes in capitals is the same id.
  */
-function askedFor<T extends z.ZodType>(schema: T, correlationId: string) {
-  return z.preprocess((body) => {
-    if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
-    const given = (body as { correlationId?: unknown }).correlationId;
-    return given === undefined || given === null ? { ...body, correlationId } : body;
-  }, schema);
+function askedFor<T extends z.ZodType<{ correlationId: string }>>(schema: T, correlationId: string) {
+  return z
+    .preprocess((body) => {
+      if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
+      const given = (body as { correlationId?: unknown }).correlationId;
+      return given === undefined || given === null ? { ...body, correlationId } : body;
+    }, schema)
+    .refine((body) => body.correlationId.toLowerCase() === correlationId.toLowerCase(), {
+      error: 'is not the one asked for',
+      path: ['correlationId'],
+    });
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

@@ -76,5 +76,7 @@ function describe(operation: string, status: number | undefined, problem: Proble
   const text = [problem.title, problem.detail].filter(Boolean).join(': ');
   // A service that writes its one field error into detail as well is not quoted twice.
   const fields = (problem.errors ?? []).map(describeFieldError).filter((f) => !text.includes(f)).join('; ');
-  return [head, text, fields].filter(Boolean).join(' - ');
+  // What each source said: a 503's detail may only say that one or more failed.
+  const upstream = (problem.upstreamErrors ?? []).map((u) => u.detail).filter((d): d is string => Boolean(d) && !text.includes(d as string)).join('; ');
+  return [head, text, fields, upstream && `upstream: ${upstream}`].filter(Boolean).join(' - ');
 }

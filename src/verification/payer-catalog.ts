@@ -184,17 +184,28 @@ function pick(candidates: Payer[] | undefined, matchedBy: PayerMatch, name: stri
   };
 }
 
-function resolved(payer: Payer, matchedBy: PayerMatch): PayerResolution {
+/**
+ * The portals a payer takes each mode on. Synchronous is the service's default, so its portals
+ * count unless the feature says it is not supported; asynchronous only when it says it is.
+ */
+export function portalsOf(payer: Payer): { syncPortals: string[]; asyncPortals: string[] } {
   const sync = payer.features?.[FEATURE_SYNC];
   const async = payer.features?.[FEATURE_ASYNC];
-  const asyncPortals = async?.supported ? (async.portals ?? []) : [];
+  return {
+    syncPortals: sync?.supported === false ? [] : (sync?.portals ?? []),
+    asyncPortals: async?.supported ? (async.portals ?? []) : [],
+  };
+}
+
+function resolved(payer: Payer, matchedBy: PayerMatch): PayerResolution {
+  const { syncPortals, asyncPortals } = portalsOf(payer);
   return {
     status: 'resolved',
     matchedBy,
     primaryPayerId: payer.primaryPayerId,
     ...(payer.commonPayerId ? { commonPayerId: payer.commonPayerId } : {}),
     name: payer.name,
-    syncPortals: sync?.supported === false ? [] : (sync?.portals ?? []),
+    syncPortals,
     asyncPortals,
     supportsAsync: asyncPortals.length > 0,
   };

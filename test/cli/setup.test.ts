@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { cli } from '../support/cli';
-import { startScriptedServer } from '../support/http-server';
+import { json, startScriptedServer } from '../support/http-server';
 
 let sandbox: Sandbox;
 let env: NodeJS.ProcessEnv;
@@ -206,6 +206,65 @@ describe('secrets and bad input', () => {
     const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '20', '--timeout-ms', '100'], env, JSON.stringify(body));
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^queued \S+; polling Pending.*\ndental-elig: verification \S+: still Pending after 100 ms\n$/s);
+  });
+
+  it('validates credentials before they are stored, as the service recommends, the password from the environment', async () => {
+    const inline = ['setup', 'credentials', 'validate', '--portal', 'deltadentalins', '--wait', '--first-delay-ms', '0'];
+    const valid = await cli([...inline, '--username', 'lakeside'], { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-7' });
+    expect(valid.code).toBe(0);
+    expect(field(valid.stdout, 'status')).toBe('Valid');
+    // The sandbox refuses a password with 'wrong' in it: these credentials, not the ones stored, were tried.
+    const refused = await cli([...inline, '--username', 'lakeside', '--password-stdin'], env, 'wrong-pass-7\n');
+    expect(refused.code).toBe(1);
+    expect(field(refused.stdout, 'status')).toBe('Invalid');
+    expect(refused.stdout + refused.stderr).not.toContain('wrong-pass-7');
+    expect(await cli(inline, env)).toMatchObject({ code: 2, stderr: 'dental-elig: validate: give --clinic (the credentials stored for it) or --username (credentials not stored yet), one of them\n' });
+    expect((await cli([...inline, '--username', 'lakeside'], env)).stderr).toBe('dental-elig: password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin\n');
+    expect((await cli([...inline, '--clinic', 'cln_sandbox_main', '--password-stdin'], env, 'x\n')).stderr).toBe('dental-elig: --clinic: validates the stored password; a password goes with --username\n');
+  });
+
+  it('lists the portals of a payer as the payer catalog takes them, synchronous ones unless the feature says it is not supported', async () => {
+    const payers = [
+      { primaryPayerId: 'AAA111', name: 'Quiet Dental', features: { insuranceVerificationSynchronous: { portals: ['quietportal'] } } },
+      { primaryPayerId: 'BBB222', name: 'Async Dental', features: { insuranceVerificationSynchronous: { supported: false, portals: ['off'] }, insuranceVerificationAsynchronous: { supported: true, portals: ['asyncportal'] } } },
+    ];
+    const server = await startScriptedServer((_req, res) => json(res, 200, { items: payers, nextCursor: null }));
+    try {
+      const run = await cli(['setup', 'payers', 'list'], { ...env, DENTAL_ELIG_BASE_URL: server.url });
+      expect(run.stdout.split('\n').slice(1, 3).map((line) => line.split(/\s{2,}/))).toEqual([
+        ['Quiet Dental', 'AAA111', 'no', 'quietportal'],
+        ['Async Dental', 'BBB222', 'yes', 'asyncportal'],
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('cuts the password it validates out of the polled result that quotes it', async () => {
+    const server = await startScriptedServer((req, res) =>
+      req.method === 'POST'
+        ? json(res, 202, { correlationId: 'val_9', status: 'Pending' })
+        : json(res, 200, { correlationId: 'val_9', status: 'Invalid', result: { title: 'Invalid credentials', detail: 'login lakeside/quoted-pass-9 refused' } }),
+    );
+    try {
+      const run = await cli(
+        ['setup', 'credentials', 'validate', '--portal', 'metdental', '--username', 'lakeside', '--wait', '--first-delay-ms', '0', '--json'],
+        { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'quoted-pass-9' },
+      );
+      expect(JSON.parse(server.requests[0]?.body ?? '')).toEqual({ portalId: 'metdental', credentials: { username: 'lakeside', password: 'quoted-pass-9' } });
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain('validation val_9: Invalid - login lakeside/[redacted] refused');
+      expect(run.stdout + run.stderr).not.toContain('quoted-pass-9');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('ends the validating line before a poll that fails, so the failure is a line of its own', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/credentials-validations\//, status: 404 });
+    const run = await cli(['setup', 'credentials', 'validate', '--clinic', 'cln_sandbox_main', '--portal', 'deltadentalins', '--wait', '--first-delay-ms', '0'], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/^validating credentials \(\S+\)\ndental-elig: get credentials validation failed with 404 - [^\n]+\n$/);
   });
 
   it('refuses an NPI whose check digit is wrong before sending it', async () => {

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { cli } from '../support/cli';
+import { json, startScriptedServer } from '../support/http-server';
 
 let sandbox: Sandbox;
 let env: NodeJS.ProcessEnv;
@@ -109,6 +110,37 @@ describe('verify', () => {
     const run = await cli(['verify', 'get', 'nope'], env);
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^dental-elig: get insurance verification failed with 404 - [^\n]+\n$/);
+  });
+
+  it('ends the polling line before a failure or a warning, so each is a line of its own', async () => {
+    const unknown = await cli(['verify', 'get', 'nope', '--wait'], env);
+    expect(unknown).toEqual({ code: 1, stdout: '', stderr: 'queued nope; polling\ndental-elig: get insurance verification failed with 404 - Not Found: no insurance verification has this id\n' });
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 503, retryAfterSeconds: 0 });
+    const retried = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify(body('SBX-MINIMAL')));
+    expect(retried.code).toBe(0);
+    expect(retried.stderr).toMatch(/^queued \S+; polling\ndental-elig: warning: get insurance verification: GET \S+ answered 503; retry 1 of 4 in \d\.\d s\n(Pending )*Completed\n$/);
+  });
+
+  it('shows what each source said of a failure, and each gap of a Partial result by what names it', async () => {
+    const answers: Record<string, unknown> = {
+      '/v2/insurance-verifications/ver_f': {
+        correlationId: 'ver_f',
+        status: 'Failed',
+        result: { type: 'https://errors.example/Upstream', title: 'Upstream error', detail: 'One or more sources failed.', upstreamErrors: [{ portalId: 'deltadentalins', detail: 'benefits page timed out' }, { detail: 'clearinghouse down' }, {}] },
+      },
+      '/v2/insurance-verifications/ver_p': { correlationId: 'ver_p', status: 'Partial', result: { data: {}, contexts: [{ dataPoint: 'frequencies' }, { portalId: 'metdental' }] } },
+      '/v2/insurance-verifications/ver_q': { correlationId: 'ver_q', status: 'Partial', result: { data: {}, contexts: [] } },
+    };
+    const server = await startScriptedServer((req, res) => json(res, 200, answers[req.url]));
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url };
+    try {
+      const failed = await cli(['verify', 'get', 'ver_f'], at);
+      expect(field(failed.stdout, 'upstream')).toEqual(['deltadentalins: benefits page timed out, clearinghouse down']);
+      expect(field((await cli(['verify', 'get', 'ver_p'], at)).stdout, 'gaps')).toEqual(['frequencies, metdental']);
+      expect((await cli(['verify', 'get', 'ver_q'], at)).stdout).not.toMatch(/^gaps/m);
+    } finally {
+      await server.close();
+    }
   });
 
   it('names the file, line and column of a body that is not JSON, never its content', async () => {

@@ -103,6 +103,19 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('says what each upstream source said in the message of an error answer, once', async () => {
+    const server = await startScriptedServer((_req, res) =>
+      json(res, 503, { title: 'Service Unavailable', detail: 'One or more sources failed: clearinghouse down', upstreamErrors: [{ detail: 'Delta portal under maintenance', portalId: 'deltadentalins' }, { detail: 'clearinghouse down' }, {}] }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k', maxRetries: 0 });
+    try {
+      const err = (await client.verify({ ...INLINE_REQUEST, externalId: 'ext-up' }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe('verify insurance failed with 503 - Service Unavailable: One or more sources failed: clearinghouse down - upstream: Delta portal under maintenance');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('cuts the API key and the portal passwords it sent out of problem details that quote them', async () => {
     // A service that quotes what it was sent: the key it refused, the body it could not take.
     const server = await startScriptedServer((req, res) =>
@@ -606,6 +619,21 @@ describe('VerificationClient paging and polling', () => {
       expect(outcome.kind).toBe('completed');
       expect(outcome.verification.correlationId).toBe('corr_7');
       expect(await client.getCredentialsValidation('val_7')).toEqual({ correlationId: 'val_7', status: 'Valid' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('refuses a verification or a validation fetched by its correlationId whose body names another', async () => {
+    // Read as the one asked for, another patient's result would be written into this patient's chart.
+    const server = await startScriptedServer((req, res) =>
+      json(res, 200, req.url.includes('credentials') ? { correlationId: 'val_8', status: 'Valid' } : { correlationId: 'corr_8', status: 'Completed', result: { plan: { name: 'PPO' } } }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      await expect(client.getVerification('corr_7')).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: 'get insurance verification failed with 200 - Unexpected response body: correlationId: is not the one asked for' });
+      await expect(client.getCredentialsValidation('val_7')).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: expect.stringContaining('correlationId: is not the one asked for') });
+      expect((await client.getVerification('CORR_8')).verification.correlationId).toBe('corr_8');
     } finally {
       await Promise.all([client.close(), server.close()]);
     }

@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
 import { validationKindOf } from '../../verification/outcome';
-import { LoginMethod, type CredentialsPatch } from '../../verification/wire';
-import { CliError, printable, whole, type CliIo } from '../io';
+import { LoginMethod, type CredentialsPatch, type CredentialsValidationRequest } from '../../verification/wire';
+import { CliError, progressLine, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -107,35 +107,50 @@ export function registerCredentials(setup: Command, io: CliIo): void {
 
   creds
     .command('validate')
-    .description('Ask the service to log in with the stored credentials')
-    .requiredOption('--clinic <clinicId>', 'clinic id')
+    .description('Ask the service to log in to the portal: with the credentials stored for a clinic (--clinic), or with a username and password before they are stored (--username), as the service recommends')
+    .option('--clinic <clinicId>', 'clinic id: validate the credentials stored for it')
     .requiredOption('--portal <portalId>', 'portal id')
+    .option('--username <username>', 'portal username: validate these credentials, not stored ones (the password as for set)')
+    .option('--password-stdin', 'with --username: read the portal password from the first line of standard input')
+    .addOption(new Option('--password <value>').hideHelp())
     .option('--wait', 'poll until the validation finishes (first poll after 3 s)')
     .addOption(new Option('--first-delay-ms <ms>', 'delay before the first poll (the service asks for 3000 or more; lower only against the sandbox)').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
     .option('--timeout-ms <ms>', 'give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
     .option('--json', 'print JSON')
-    .action(async (opts: { clinic: string; portal: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) =>
-      withService(io, cmd, async (client) => {
-        const requested = await client.requestCredentialsValidation({ clinicId: opts.clinic, portalId: opts.portal });
+    .action(async (opts: PasswordOptions & { clinic?: string; portal: string; username?: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) => {
+      if ((opts.clinic === undefined) === (opts.username === undefined)) {
+        throw new CliError('validate: give --clinic (the credentials stored for it) or --username (credentials not stored yet), one of them', 2);
+      }
+      if (opts.clinic !== undefined && (opts.passwordStdin || opts.password !== undefined)) {
+        throw new CliError('--clinic: validates the stored password; a password goes with --username', 2);
+      }
+      const request: CredentialsValidationRequest =
+        opts.username === undefined
+          ? { clinicId: opts.clinic as string, portalId: opts.portal }
+          : { portalId: opts.portal, credentials: { username: opts.username, password: (await readPassword(io, opts, true)) as string } };
+      // Polled, the validation's result may quote the password it tried: the client cuts it out of those answers too.
+      const secrets = 'credentials' in request ? [request.credentials.password] : [];
+      await withService(io, cmd, async (client) => {
+        const requested = await client.requestCredentialsValidation(request);
         if (!opts.wait) {
           printRecord(io, requested, Boolean(opts.json));
           // This correlationId is the validation's own; `registration emails` takes the registration's.
           if (!opts.json) io.stdout.write('next: --wait polls for the outcome; this id is the validation\'s, not the registration\'s\n');
           return;
         }
-        io.stderr.write(`validating credentials (${requested.correlationId})`);
-        const final = await client.waitForCredentialsValidation(requested.correlationId, {
-          firstDelayMs: opts.firstDelayMs,
-          timeoutMs: opts.timeoutMs,
-          onPoll: (status, elapsed) => io.stderr.write(` ${printable(status)} ${Math.round(elapsed / 1000)}s`),
-        });
-        io.stderr.write('\n');
+        const final = await progressLine(io, `validating credentials (${requested.correlationId})`, (add) =>
+          client.waitForCredentialsValidation(requested.correlationId, {
+            firstDelayMs: opts.firstDelayMs,
+            timeoutMs: opts.timeoutMs,
+            onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
+          }),
+        );
         printRecord(io, final, Boolean(opts.json));
         const kind = validationKindOf(final.status);
         if (kind === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
         if (kind !== 'valid') {
           throw new CliError(`validation ${final.correlationId}: ${final.status}${final.result?.detail ? ` - ${final.result.detail}` : ''}`);
         }
-      }),
-    );
+      }, { secrets });
+    });
 }

@@ -24,6 +24,7 @@ const EXTRA_ENV: Record<string, readonly EnvVar[]> = {
   'organization list': [ENV.customerId],
   'credentials set': [ENV.password],
   'credentials update': [ENV.password],
+  'credentials validate': [ENV.password],
   'payers sync': [ENV.catalog],
 };
 

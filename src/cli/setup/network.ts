@@ -1,20 +1,18 @@
 import * as path from 'node:path';
 import type { Command } from 'commander';
-import { PayerCatalog } from '../../verification/payer-catalog';
-import { FEATURE_ASYNC, FEATURE_SYNC, type Payer, type Portal } from '../../verification/wire';
+import { PayerCatalog, portalsOf } from '../../verification/payer-catalog';
+import type { Payer, Portal } from '../../verification/wire';
 import { listAll, loadCatalog, warnUnreadable, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
-
-const portalsOf = (p: Payer, feature: string) => (p.features?.[feature]?.supported ? (p.features[feature]?.portals ?? []) : []);
 
 const payerColumns: Column<Payer>[] = [
   ['name', (p) => p.name],
   ['commonPayerId', (p) => p.commonPayerId],
   ['primaryPayerId', (p) => p.primaryPayerId],
-  ['async', (p) => (portalsOf(p, FEATURE_ASYNC).length ? 'yes' : 'no')],
-  ['syncPortals', (p) => portalsOf(p, FEATURE_SYNC).join(', ')],
-  ['asyncPortals', (p) => portalsOf(p, FEATURE_ASYNC).join(', ')],
+  ['async', (p) => (portalsOf(p).asyncPortals.length ? 'yes' : 'no')],
+  ['syncPortals', (p) => portalsOf(p).syncPortals.join(', ')],
+  ['asyncPortals', (p) => portalsOf(p).asyncPortals.join(', ')],
 ];
 
 const portalColumns: Column<Portal>[] = [
@@ -36,7 +34,7 @@ export function registerNetwork(setup: Command, io: CliIo): void {
       withService(io, cmd, async (client) => {
         const all = await listAll(io, client, (page) => client.listPayers(page));
         const catalog = new PayerCatalog({ syncedAt: new Date().toISOString(), payers: all, portals: [] });
-        const rows = (opts.search ? catalog.search(opts.search) : all).filter((p) => !opts.async || portalsOf(p, FEATURE_ASYNC).length > 0);
+        const rows = (opts.search ? catalog.search(opts.search) : all).filter((p) => !opts.async || portalsOf(p).asyncPortals.length > 0);
         printRows(io, rows, payerColumns, Boolean(opts.json));
       }),
     );
