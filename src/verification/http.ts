@@ -25,7 +25,7 @@ export interface CallOptions<T extends z.ZodType> {
   body?: unknown;
   /** Parses a 2xx body; responses are parsed permissively by the schemas in wire.ts. */
   response: T;
-  /** Repeating is safe: GETs, and POSTs that carry the plugin's idempotency key. */
+  /** Repeating is safe: GETs, and POSTs that carry the plugin's idempotency key. Any request is repeated after a 429. */
   idempotent: boolean;
   /** Extra statuses that are not errors for this call (e.g. 304 for an unchanged PATCH). */
   accept?: number[];
@@ -197,9 +197,11 @@ export class ServiceHttp {
     const { maxRetries, retryMaxDelayMs } = this.#config;
     return (err, { opts }, cb) => {
       const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
+      // A 429 is the service's rate limit turning the request away before doing it: asked again whatever it is.
+      const safe = (opts.retryOptions?.methods ?? []).includes(opts.method) || e.statusCode === 429;
       const allowed =
         !tally.responded &&
-        (opts.retryOptions?.methods ?? []).includes(opts.method) &&
+        safe &&
         (e.statusCode !== undefined ? RETRY_STATUSES.includes(e.statusCode) : RETRY_ERROR_CODES.includes(e.code ?? '')) &&
         tally.retries < maxRetries;
       if (!allowed) return cb(err);

@@ -71,6 +71,17 @@ describe('ServiceHttp', () => {
     }
   });
 
+  it('repeats a POST that is not idempotent after a 429, which the service turned away before doing it', async () => {
+    const server = await startScriptedServer((_r, res, i) => (i < 1 ? json(res, 429, { title: 'Too Many Requests', status: 429 }, { 'retry-after': '0' }) : json(res, 201, { organizationId: 'org_1', name: 'x' })));
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', ...fast });
+    try {
+      const r = await http.call({ operation: 'create organization', method: 'POST', path: '/v2/organizations', body: { name: 'x' }, response: Organization, idempotent: false });
+      expect([r.status, server.requests.map((q) => q.body)]).toEqual([201, ['{"name":"x"}', '{"name":"x"}']]);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
   it('honours Retry-After on 429 and gives up after maxRetries with the last problem', async () => {
     const server = await startScriptedServer((_r, res) => json(res, 429, { title: 'Too Many Requests', status: 429 }, { 'retry-after': '1' }));
     const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 1, retryMinDelayMs: 1, retryMaxDelayMs: 2000 });
