@@ -283,7 +283,8 @@ export const CredentialsRecord = z
     mfaPhoneNumber: Opt(Str),
     updatedAt: Opt(Timestamp),
   })
-  .transform(({ password, ...record }) => (password === undefined ? record : { ...record, passwordSet: record.passwordSet ?? (password !== null && password !== '') }));
+  // A null is a service writing null for what it never sends back: it says nothing of whether one is stored.
+  .transform(({ password, ...record }) => (password === undefined || password === null ? record : { ...record, passwordSet: record.passwordSet ?? password !== '' }));
 export type CredentialsRecord = z.infer<typeof CredentialsRecord>;
 
 export const InlineCredentials = z.strictObject({
