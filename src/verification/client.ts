@@ -202,7 +202,8 @@ export class VerificationClient {
   /** Synchronous verification: the outcome comes in the answer. */
   async verify(body: VerificationRequest): Promise<VerificationOutcome> {
     const request = strict(VerificationRequest, body, 'verify insurance');
-    const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, Verification, request.externalId !== undefined);
+    const answer = request.externalId === undefined ? Verification : sentFor(Verification, request.externalId);
+    const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, answer, request.externalId !== undefined);
     return readOutcome(verification, 'verify insurance');
   }
 
@@ -324,6 +325,19 @@ function askedFor<T extends z.ZodType<{ correlationId: string }>>(schema: T, cor
       error: 'is not the one asked for',
       path: ['correlationId'],
     });
+}
+
+/**
+ * The answer to a request sent with an externalId: one that names another is refused, as askedFor
+ * refuses a body naming another correlationId. It is another request's result (a proxy mixing two
+ * answers, a service fault), another patient's, to be written into this patient's chart. One that
+ * does not repeat it, as the interface does not say it does, is this request's.
+ */
+function sentFor<T extends z.ZodType<{ externalId?: string | null | undefined }>>(schema: T, externalId: string) {
+  return schema.refine((body) => body.externalId === undefined || body.externalId === null || body.externalId === externalId, {
+    error: 'is not the one sent',
+    path: ['externalId'],
+  });
 }
 
 function credentialsPath(clinicId: string, portalId: string): string {

@@ -229,11 +229,11 @@ describe('insurance verification', () => {
 
 describe('a service that writes its timestamps as .NET and Java do', () => {
   it('reads +0000 as +00:00 and a timestamp without offset as UTC, synchronously and polled, and the chart\'s response validates', async () => {
-    const answer = { ...(readResult('completed-full') as { correlationId: string }), createdAt: '2026-11-24T10:00:00+0000', completedAt: '2026-11-24T10:00:03.1234567' };
+    const answer = { ...(readResult('completed-full') as { correlationId: string; externalId: string }), createdAt: '2026-11-24T10:00:00+0000', completedAt: '2026-11-24T10:00:03.1234567' };
     const server = await startScriptedServer((_r, res) => json(res, 200, answer));
     const other = new VerificationClient({ baseUrl: server.url, apiKey: 'k', ...fast });
     try {
-      for (const outcome of [await other.verify(request('SBX-COMPLETE', { externalId: 'ext-offsets' })), await other.getVerification(answer.correlationId)]) {
+      for (const outcome of [await other.verify(request('SBX-COMPLETE', { externalId: answer.externalId })), await other.getVerification(answer.correlationId)]) {
         expect(outcome.kind).toBe('completed');
         expect([outcome.verification.createdAt, outcome.verification.completedAt]).toEqual(['2026-11-24T10:00:00+00:00', '2026-11-24T10:00:03.1234567Z']);
         const response = toCoverageEligibilityResponse(outcome, RESULT_REFS, { created: CREATED });

@@ -650,6 +650,21 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('refuses the answer to a verification sent with an externalId when it names another, and takes one naming none', async () => {
+    const server = await startScriptedServer((req, res) => {
+      const sent = (JSON.parse(req.body) as { externalId: string }).externalId;
+      json(res, 201, { correlationId: `corr-${sent}`, status: 'Completed', ...(sent !== 'ext-quiet' && { externalId: sent === 'ext-mine' ? sent : 'ext-theirs' }), result: { plan: { name: 'PPO' } } });
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      await expect(client.verify({ ...INLINE_REQUEST, externalId: 'ext-other' })).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: expect.stringContaining('externalId: is not the one sent') });
+      expect((await client.verify({ ...INLINE_REQUEST, externalId: 'ext-mine' })).verification.correlationId).toBe('corr-ext-mine');
+      expect((await client.verify({ ...INLINE_REQUEST, externalId: 'ext-quiet' })).verification.correlationId).toBe('corr-ext-quiet');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
     const statuses = ['Queued', 'InProgress', 'Success'];
     const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));
