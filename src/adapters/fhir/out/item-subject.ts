@@ -17,8 +17,9 @@ export function itemSubject(
   category: Maybe<string>,
   procedureCodes: Maybe<string[]>,
 ): Pick<CoverageEligibilityResponseInsuranceItem, 'category' | 'productOrService' | 'extension'> {
-  // A blank category or code names nothing: left empty, it would leave the item with neither.
-  const codes = said(procedureCodes);
+  // A blank category or code names nothing: left empty, it would leave the item with neither. A code
+  // padded with a space ('D1110 ') is the code: kept so, it could claim neither the CDT system nor a category.
+  const codes = said(procedureCodes).map((code) => code.trim());
   const named = present(category);
   if (!named && codes.length === 1 && codes[0] !== undefined) return { productOrService: procedureConcept(codes[0]), extension: [] };
   const concept = named || codes.length === 0 ? categoryConcept(named) : codesConcept(codes);

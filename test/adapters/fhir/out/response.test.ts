@@ -347,6 +347,22 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
+  it('reads a procedure code padded with spaces as the CDT code it is', () => {
+    const response = convert({
+      correlationId: 'ver-padded',
+      status: 'Completed',
+      result: {
+        plan: { status: 'Active', payer: { name: 'Delta Dental of California' } },
+        data: { coinsurance: [{ network: 'InNetwork', procedureCodes: ['D1110 '], percentage: { final: { start: 100, end: 100 } } }, { network: 'InNetwork', procedureCodes: [' D2740', 'D2750 '], percentage: { final: { start: 50, end: 50 } } }] },
+      },
+    });
+    expect(items(response).map((i) => [codes(i.productOrService), codes(i.category)])).toEqual([
+      [['http://www.ada.org/cdt#D1110'], []],
+      [[], ['https://x12.org/codes/service-type-codes#36', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#36']],
+    ]);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('never codes an entry of several procedures as dental care as a whole: codes no one category holds, or only general dental care (implants), name their codes and claim no category', () => {
     const coinsurance = (procedureCodes: string[], start: number) => ({ network: 'InNetwork', procedureCodes, percentage: { final: { start, end: start } } });
     const response = convert({
