@@ -55,7 +55,7 @@ export function disposition(outcome: VerificationOutcome): string {
       return sentences([
         `${status}.`,
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
-        ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed')),
+        ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'), outcome.kind === 'partial'),
         ...entries(disclaimers, disclaimerText),
       ]);
     }
@@ -87,4 +87,6 @@ function disclaimerText(d: Disclaimer): string | undefined {
 const sentences = (parts: Array<string | undefined>) => defined(parts).join(' ');
 /** Details are sentences of their own; joined, they lose their full stops to one at the end. */
 const list = (details: string[]) => `${details.map((d) => d.trim().replace(/\.+$/, '')).join('; ')}.`;
-const notRetrieved = (details: string[]) => (details.length > 0 ? [`Not retrieved: ${list(details)}`] : []);
+/** What a Partial could not retrieve; one that names nothing is said so, else it would read as complete. */
+const notRetrieved = (details: string[], partial: boolean) =>
+  details.length > 0 ? [`Not retrieved: ${list(details)}`] : partial ? ['Not retrieved: the service did not say what.'] : [];

@@ -520,6 +520,15 @@ describe('toCoverageEligibilityResponse', () => {
     expect(() => convert(result([null, { procedureCode: 'D2740', date: '03/02/2026' }]))).toThrow('result.data.history[1].date: must be a date (YYYY-MM-DD)');
   });
 
+  it('says of a Partial that names nothing not retrieved that it did not say, not reading as complete', () => {
+    const partial = (contexts?: unknown[]) => convert({ correlationId: 'ver-partial', status: 'Partial', result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, ...(contexts && { contexts }) } });
+    expect([partial().disposition, partial([]).disposition, partial([null, { detail: ' ' }]).disposition]).toEqual([
+      'Partial. Plan: Active. Not retrieved: the service did not say what.',
+      'Partial. Plan: Active. Not retrieved: the service did not say what.',
+      'Partial. Plan: Active. Not retrieved: unnamed.',
+    ]);
+  });
+
   it('refuses a malformed date, naming the result element', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string } } };
     body.result.plan.effectiveDate = '01/01/2024';
