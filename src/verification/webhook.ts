@@ -199,11 +199,10 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   // The current secret first, then the one it replaces: a delivery signed with either is the service's.
   for (const verifier of verifiers) {
     try {
-      verifier.verify(rawBody, headers);
+      // Not parsed here: a signed body that is not JSON is the service's, kept as unreadable where it is read.
+      verifier.verify(rawBody, headers, { jsonParse: false });
       return id;
     } catch (err) {
-      // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
-      if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');
       refusal = err;
     }
   }

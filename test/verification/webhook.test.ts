@@ -56,13 +56,22 @@ describe('verification webhook receiver', () => {
     });
   });
 
-  it('answers a correctly signed body that is not JSON with 400 naming the body, not a signature failure', async () => {
-    await withReceiver({}, async (url, deliveries) => {
-      const notJson = '{"correlationId":corr-1,';
-      const res = await post(url, notJson, signed(notJson));
-      expect(res.status).toBe(400);
-      expect(res.problem).toMatchObject({ title: 'Bad request', detail: 'body is not JSON' });
+  it('answers a correctly signed body that is not JSON with 400 naming the body, not a signature failure, and keeps it', async () => {
+    const unread: { raw: string; reason: string }[] = [];
+    await withReceiver({ onUnreadable: async (raw, reason) => void unread.push({ raw, reason }) }, async (url, deliveries) => {
+      // Cut off, and JSON behind a byte-order mark: both the service's, neither readable.
+      const cut = '{"correlationId":corr-1,';
+      const marked = `\uFEFF${body}`;
+      for (const notJson of [cut, marked]) {
+        const res = await post(url, notJson, signed(notJson, `msg_${unread.length}`));
+        expect(res.status).toBe(400);
+        expect(res.problem).toMatchObject({ title: 'Bad request', detail: 'body is not JSON' });
+      }
       expect(deliveries).toHaveLength(0);
+      expect(unread).toEqual([
+        { raw: cut, reason: 'body is not JSON' },
+        { raw: marked, reason: 'body is not JSON' },
+      ]);
     });
   });
 
