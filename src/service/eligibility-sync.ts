@@ -16,7 +16,7 @@ import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHtt
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
-import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
+import { createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { deadLetter, refusedOn } from '../sync/dead-letters';
@@ -291,7 +291,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
     let raw: string | undefined;
     void (async () => {
-      raw = await readText(req, 1024 * 1024);
+      try {
+        raw = await readText(req, 1024 * 1024);
+      } catch {
+        // The sender hung up before its body ended: its fault, nothing to keep, and no notification this sync failed to handle.
+        return sendOutcome(res, 400, 'incomplete', SENDER_HUNG_UP);
+      }
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid') {

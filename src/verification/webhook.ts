@@ -58,6 +58,9 @@ export interface WebhookReceiverOptions {
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
 
+/** A request whose sender hung up before its body ended, as each receiver of serve's says it. */
+export const SENDER_HUNG_UP = 'the request ended before its body did';
+
 /** What is said of a setting that holds no Standard Webhooks secret, wherever it is set; the value is never repeated. */
 export function notAWebhookSecret(setting = 'webhook.secret'): string {
   return `${setting}: must be a Standard Webhooks secret, whsec_ followed by base64`;
@@ -144,7 +147,8 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         }
       }
       if (err instanceof Rejection) {
-        options.log?.warn({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        // A sender that hung up is no delivery refused: said at debug, as anyone reaching the port can do it without end.
+        options.log?.[err.message === SENDER_HUNG_UP ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
         return sendProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.
@@ -249,10 +253,15 @@ function readable(verification: Verification): VerificationOutcome {
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
-    chunks.push(chunk as Buffer);
+  try {
+    for await (const chunk of req) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
+      chunks.push(chunk as Buffer);
+    }
+  } catch (err) {
+    // The sender hung up before its body ended: its fault, and nothing was there to commit.
+    throw err instanceof Rejection ? err : new Rejection(400, 'Bad request', SENDER_HUNG_UP);
   }
   return Buffer.concat(chunks).toString('utf8');
 }
