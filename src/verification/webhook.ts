@@ -9,6 +9,7 @@ import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
+import { takeInHand } from '../connection-limits';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -165,6 +166,7 @@ export async function startWebhookServer(
   const path = options.path ?? '/webhooks/verification';
   const handler = createWebhookHandler(options);
   const server = createServer((req, res) => {
+    if (!takeInHand(req, res)) return;
     if (requestUrl(req.url, 'http://x')?.pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);
   });

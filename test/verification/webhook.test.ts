@@ -75,6 +75,22 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('has at most 32 deliveries of one connection in hand, answering those pipelined past them 429', async () => {
+    let asked = 0;
+    let release = () => {};
+    const committed = new Promise<void>((resolve) => (release = resolve));
+    // A commit that does not end while the test looks: a peer pipelining deliveries has them in hand.
+    await withReceiver({ onDelivery: () => (asked++, committed) }, async (url) => {
+      const delivery = `POST ${new URL(url).pathname} HTTP/1.1\r\nHost: x\r\n${Object.entries(signed(body)).map(([name, value]) => `${name}: ${value}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      const said = rawRequest(url, delivery.repeat(500));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(asked).toBe(32);
+      release();
+      const statuses = [...(await said).matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map(([, status]) => status);
+      expect(statuses.slice(0, 33)).toEqual([...Array<string>(32).fill('204'), '429']);
+    });
+  });
+
   it('refuses a body altered after signing', async () => {
     await withReceiver({}, async (url, deliveries) => {
       const headers = signed(body);
