@@ -16,7 +16,7 @@ import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHtt
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
-import { createWebhookHandler, type WebhookAuth } from '../verification/webhook';
+import { createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { deadLetter, refusedOn } from '../sync/dead-letters';
@@ -291,7 +291,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
     let raw: string | undefined;
     void (async () => {
-      raw = await readText(req, 1024 * 1024);
+      try {
+        raw = await readText(req, 1024 * 1024);
+      } catch {
+        // The sender hung up before its body ended: its fault, nothing to keep, and no notification this sync failed to handle.
+        return sendOutcome(res, 400, 'incomplete', SENDER_HUNG_UP);
+      }
       if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid' || ids.kind === 'too-many') {
@@ -318,7 +323,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           } catch (err) {
             if (!(err instanceof FhirInputError)) throw err;
             const reason = refusedOn({ type, id }, err);
-            await deadLetter(store, { kind: 'fhir-notification', raw: received, reason, receivedAt: now() });
+            // The notification is kept whole once; each other resource of it the chart refuses names itself alone, as a
+            // poll's letter does: each a copy of the notification was its size over again (3,000 ids in 258 KB kept 761 MB).
+            const raw = refused.length === 0 ? received : JSON.stringify({ reference: `${type}/${id}` });
+            await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now() });
             refused.push(reason);
           }
         }

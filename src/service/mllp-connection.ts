@@ -35,6 +35,8 @@ export class MllpConnection {
   private waitingBytes = 0;
   private working = false;
   private paused = false;
+  /** Answers written that the sender has not read: waiting for the socket to drain. */
+  private blocked = false;
   /** The sender half-closed, or the connection went idle: answer what is left, then close. */
   private finishing: 'end' | 'idle' | undefined;
 
@@ -79,7 +81,16 @@ export class MllpConnection {
   }
 
   private idle(): void {
-    // Still answering (a slow handler, or a sender not reading): not idle; look again later.
+    // Answers waiting for the sender to read them, and none read for so long: a sender that never
+    // reads would hold its connection, and a place under maxConnections, for good. What it sent is
+    // committed or unanswered, either way sent again, so closing loses nothing.
+    if (this.blocked) {
+      this.context.stats.connectionsClosedIdle++;
+      this.context.log?.info({ remote: this.context.remote, idleTimeoutMs: this.context.limits.idleTimeoutMs }, 'MLLP connection not reading its ACKs; closed');
+      this.socket.destroy();
+      return;
+    }
+    // Still answering (a slow handler): not idle; look again later.
     if (this.working || this.waiting.length > 0) {
       this.socket.setTimeout(this.context.limits.idleTimeoutMs);
       return;
@@ -126,9 +137,11 @@ export class MllpConnection {
     let room = true;
     for (const frame of frames) if (!this.socket.destroyed) room = this.socket.write(frame);
     if (room || this.socket.destroyed) return;
+    this.blocked = true;
     await new Promise<void>((resolve) => {
       const done = () => {
         this.socket.off('drain', done).off('close', done);
+        this.blocked = false;
         resolve();
       };
       this.socket.on('drain', done).on('close', done);

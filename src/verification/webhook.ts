@@ -9,6 +9,7 @@ import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
+import { takeInHand } from '../connection-limits';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -57,6 +58,9 @@ export interface WebhookReceiverOptions {
 }
 
 const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
+
+/** A request whose sender hung up before its body ended, as each receiver of serve's says it. */
+export const SENDER_HUNG_UP = 'the request ended before its body did';
 
 /** What is said of a setting that holds no Standard Webhooks secret, wherever it is set; the value is never repeated. */
 export function notAWebhookSecret(setting = 'webhook.secret'): string {
@@ -144,7 +148,8 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         }
       }
       if (err instanceof Rejection) {
-        options.log?.warn({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        // A sender that hung up is no delivery refused: said at debug, as anyone reaching the port can do it without end.
+        options.log?.[err.message === SENDER_HUNG_UP ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
         return sendProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.
@@ -161,6 +166,7 @@ export async function startWebhookServer(
   const path = options.path ?? '/webhooks/verification';
   const handler = createWebhookHandler(options);
   const server = createServer((req, res) => {
+    if (!takeInHand(req, res)) return;
     if (requestUrl(req.url, 'http://x')?.pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);
   });
@@ -199,11 +205,10 @@ function authenticate(req: IncomingMessage, rawBody: string, auth: WebhookAuth, 
   // The current secret first, then the one it replaces: a delivery signed with either is the service's.
   for (const verifier of verifiers) {
     try {
-      verifier.verify(rawBody, headers);
+      // Not parsed here: a signed body that is not JSON is the service's, kept as unreadable where it is read.
+      verifier.verify(rawBody, headers, { jsonParse: false });
       return id;
     } catch (err) {
-      // The library parses the body once the signature matches: a SyntaxError means signed, but not JSON.
-      if (err instanceof SyntaxError) throw new Rejection(400, 'Bad request', 'body is not JSON');
       refusal = err;
     }
   }
@@ -250,10 +255,15 @@ function readable(verification: Verification): VerificationOutcome {
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
-    chunks.push(chunk as Buffer);
+  try {
+    for await (const chunk of req) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
+      chunks.push(chunk as Buffer);
+    }
+  } catch (err) {
+    // The sender hung up before its body ended: its fault, and nothing was there to commit.
+    throw err instanceof Rejection ? err : new Rejection(400, 'Bad request', SENDER_HUNG_UP);
   }
   return Buffer.concat(chunks).toString('utf8');
 }

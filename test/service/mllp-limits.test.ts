@@ -111,6 +111,17 @@ describe('MllpListener limits', () => {
     expect(listener.stats().readsPaused).toBeGreaterThanOrEqual(1);
   });
 
+  it('closes a connection whose sender reads none of its ACKs for the idle time, rather than holding its place for good', async () => {
+    await start({ idleTimeoutMs: 300, handler: async (m) => (await aa(m)).map((ack) => ({ ...ack, text: `${ack.text}\rNTE|1||${'y'.repeat(16 * 1024)}` })) });
+    const c = await open();
+    c.socket.pause();
+    const { stalled } = await push(c, frame(message('N')), 64 * MiB, 500);
+    expect(stalled).toBe(true);
+    await c.closed;
+    expect(listener.stats().connectionsClosedIdle).toBe(1);
+    expect(logged).toContainEqual({ level: 'info', obj: { remote: expect.stringMatching(/^127\.0\.0\.1:\d+$/), idleTimeoutMs: 300 }, msg: 'MLLP connection not reading its ACKs; closed' });
+  });
+
   it('holds no more than the frame limit while a sender streams one endless frame, then answers it AR and keeps its head', async () => {
     await start({ maxFrameBytes: MiB });
     const c = await open();

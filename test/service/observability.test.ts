@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
@@ -135,6 +137,36 @@ describe('observability', () => {
       expect(said.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
       expect(said).toContain('"detail":"the request target is not a URL path"');
       expect((await fetch(`${started.httpUrl}/healthz`)).status).toBe(200);
+    } finally {
+      await started.close();
+    }
+  });
+
+  it('has at most 32 requests of one connection in hand, answering those pipelined past them 429, and serves others meanwhile', async () => {
+    const started = await startHarness();
+    try {
+      // A store that takes its time: the answers of a peer pipelining /healthz are still being made as more arrive.
+      const health = started.sync.health.bind(started.sync);
+      let asked = 0;
+      jest.spyOn(started.sync, 'health').mockImplementation(async () => {
+        asked++;
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return health();
+      });
+      const { hostname, port } = new URL(started.httpUrl);
+      const peer = connect(Number(port), hostname);
+      await once(peer, 'connect');
+      peer.pause();
+      peer.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(5000));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(asked).toBe(32);
+      expect((await fetch(`${started.httpUrl}/metrics`)).status).toBe(200);
+      let said = '';
+      peer.on('data', (chunk: Buffer) => (said += chunk.toString())).resume();
+      await once(peer, 'close');
+      const statuses = [...said.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map(([, status]) => status);
+      expect(statuses.slice(0, 33)).toEqual([...Array<string>(32).fill('200'), '429']);
+      expect(said).toContain('more than 32 requests in hand on one connection: read the answers before sending more');
     } finally {
       await started.close();
     }

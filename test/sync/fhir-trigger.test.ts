@@ -348,6 +348,19 @@ describe('FHIR-triggered eligibility', () => {
     expect(dead.map((m) => [m.detail, m.raw.includes('appt_4004!')])).toEqual([['Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)', true]]);
   });
 
+  it('keeps a notification naming many resources the chart refuses whole once, the letters of the others naming theirs alone', async () => {
+    const ids = Array.from({ length: MAX_CHANGES }, (_, i) => `gone-${i}`);
+    const body = JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: ids.map((id) => ({ fullUrl: `${h.fhir.url}/Appointment/${id}` })) });
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body });
+    expect(res.status).toBe(422);
+    const dead = (await h.store.listMessages({ status: 'dead' })).sort((a, b) => a.id - b.id);
+    // Each a copy of the notification, 100 of them would hold it 100 times.
+    expect(dead.reduce((bytes, m) => bytes + m.raw.length, 0)).toBeLessThan(2 * body.length);
+    expect(dead.map((m) => m.raw)).toEqual([body, ...ids.slice(1).map((id) => JSON.stringify({ reference: `Appointment/${id}` }))]);
+    // Each names its resource first, which jobs replay reads again.
+    expect(dead.map((m) => m.detail?.split(':')[0])).toEqual(ids.map((id) => `Appointment/${id}`));
+  });
+
   it('cancels an appointment the server no longer has (deleted), withdrawing its checks, as a cancellation would', async () => {
     // Held back: the checks wait to be sent when the appointment goes.
     await h.sync.stop();

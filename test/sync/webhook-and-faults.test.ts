@@ -1,4 +1,5 @@
 import type { CoverageEligibilityResponse } from 'fhir/r4';
+import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
 import { WEBHOOK_PATH } from '../../src/service/http-server';
@@ -56,6 +57,23 @@ describe('webhooks and service faults', () => {
     expect((await post(unreadable, signed(unreadable, 'msg_bad'))).status).toBe(422);
     const dead = await h.store.listMessages({ status: 'dead', kind: 'webhook' });
     expect(dead.map((m) => m.raw)).toEqual([unreadable]);
+  });
+
+  it('takes a sender hanging up mid-body, on the webhook or a notification, for its own fault: nothing kept, nothing said above info', async () => {
+    h = await startHarness();
+    const { hostname, port } = new URL(h.httpUrl);
+    for (const target of [WEBHOOK_PATH, '/fhir-notifications']) {
+      const socket = connect(Number(port), hostname);
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.write(`POST ${target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"correlationId":`);
+      // The listener has the headers and part of the body, then the connection is gone.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      socket.destroy();
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await h.store.listMessages({ status: 'dead' })).toEqual([]);
+    expect(h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.level > 30)).toEqual([]);
+    expect((await fetch(`${h.httpUrl}/healthz`)).status).toBe(200);
   });
 
   it('polls for a result whose webhook never comes', async () => {

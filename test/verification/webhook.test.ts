@@ -56,13 +56,38 @@ describe('verification webhook receiver', () => {
     });
   });
 
-  it('answers a correctly signed body that is not JSON with 400 naming the body, not a signature failure', async () => {
-    await withReceiver({}, async (url, deliveries) => {
-      const notJson = '{"correlationId":corr-1,';
-      const res = await post(url, notJson, signed(notJson));
-      expect(res.status).toBe(400);
-      expect(res.problem).toMatchObject({ title: 'Bad request', detail: 'body is not JSON' });
+  it('answers a correctly signed body that is not JSON with 400 naming the body, not a signature failure, and keeps it', async () => {
+    const unread: { raw: string; reason: string }[] = [];
+    await withReceiver({ onUnreadable: async (raw, reason) => void unread.push({ raw, reason }) }, async (url, deliveries) => {
+      // Cut off, and JSON behind a byte-order mark: both the service's, neither readable.
+      const cut = '{"correlationId":corr-1,';
+      const marked = `\uFEFF${body}`;
+      for (const notJson of [cut, marked]) {
+        const res = await post(url, notJson, signed(notJson, `msg_${unread.length}`));
+        expect(res.status).toBe(400);
+        expect(res.problem).toMatchObject({ title: 'Bad request', detail: 'body is not JSON' });
+      }
       expect(deliveries).toHaveLength(0);
+      expect(unread).toEqual([
+        { raw: cut, reason: 'body is not JSON' },
+        { raw: marked, reason: 'body is not JSON' },
+      ]);
+    });
+  });
+
+  it('has at most 32 deliveries of one connection in hand, answering those pipelined past them 429', async () => {
+    let asked = 0;
+    let release = () => {};
+    const committed = new Promise<void>((resolve) => (release = resolve));
+    // A commit that does not end while the test looks: a peer pipelining deliveries has them in hand.
+    await withReceiver({ onDelivery: () => (asked++, committed) }, async (url) => {
+      const delivery = `POST ${new URL(url).pathname} HTTP/1.1\r\nHost: x\r\n${Object.entries(signed(body)).map(([name, value]) => `${name}: ${value}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      const said = rawRequest(url, delivery.repeat(500));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(asked).toBe(32);
+      release();
+      const statuses = [...(await said).matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map(([, status]) => status);
+      expect(statuses.slice(0, 33)).toEqual([...Array<string>(32).fill('204'), '429']);
     });
   });
 
