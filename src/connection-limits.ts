@@ -30,3 +30,40 @@ export function takeInHand(req: IncomingMessage, res: ServerResponse): boolean {
   res.once('close', () => inHand.set(socket, (inHand.get(socket) ?? 1) - 1));
   return true;
 }
+
+/**
+ * Bytes of request bodies being read at once, over every connection. A body must be read whole
+ * before a webhook's signature can be checked or a notification read, and each may be 1 MiB: 400
+ * connections sending theirs slowly took serve from 176 to 548 MB, and more would have taken the
+ * rest. Past this, a body is refused 503 with Retry-After, which the service's webhook and a FHIR
+ * server's notification retry (the webhook's fallback is the poll): no sender of real traffic
+ * comes near it (a webhook is some 30 KB, 200 a second read in milliseconds).
+ */
+export const BODY_BYTES_IN_HAND = 64 * 1024 * 1024;
+let bodyBytesInHand = 0;
+
+/** A request's body: read whole, past the limit (unread further), the budget spent, or cut off by its sender. */
+export type BodyRead = { kind: 'read'; text: string } | { kind: 'too-large' } | { kind: 'busy' } | { kind: 'cut-off' };
+
+export async function readBody(req: IncomingMessage, limit: number): Promise<BodyRead> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of req) {
+      const bytes = (chunk as Buffer).length;
+      if (size + bytes > limit) return { kind: 'too-large' };
+      if (bodyBytesInHand + bytes > BODY_BYTES_IN_HAND) return { kind: 'busy' };
+      size += bytes;
+      bodyBytesInHand += bytes;
+      chunks.push(chunk as Buffer);
+    }
+  } catch {
+    return { kind: 'cut-off' };
+  } finally {
+    bodyBytesInHand -= size;
+  }
+  return { kind: 'read', text: Buffer.concat(chunks).toString('utf8') };
+}
+
+/** Bytes of request bodies being read now (readBody), for a test to see the budget given back. */
+export const bodyBytesReading = (): number => bodyBytesInHand;

@@ -16,7 +16,8 @@ import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHtt
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
-import { createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
+import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
+import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { deadLetter, refusedOn } from '../sync/dead-letters';
@@ -291,13 +292,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
     let raw: string | undefined;
     void (async () => {
-      try {
-        raw = await readText(req, 1024 * 1024);
-      } catch {
-        // The sender hung up before its body ended: its fault, nothing to keep, and no notification this sync failed to handle.
-        return sendOutcome(res, 400, 'incomplete', SENDER_HUNG_UP);
+      const body = await readBody(req, 1024 * 1024);
+      // The sender hung up before its body ended: its fault, nothing to keep, and no notification this sync failed to handle.
+      if (body.kind === 'cut-off') return sendOutcome(res, 400, 'incomplete', SENDER_HUNG_UP);
+      if (body.kind === 'too-large') return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
+      if (body.kind === 'busy') {
+        res.setHeader('retry-after', '5');
+        return sendOutcome(res, 503, 'transient', BUSY_READING);
       }
-      if (raw === undefined) return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
+      raw = body.text;
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid' || ids.kind === 'too-many') {
         await deadLetter(store, { kind: 'fhir-notification', raw, reason: ids.reason, receivedAt: now() });
@@ -608,17 +611,6 @@ function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReade
 
 function bearerHeader(fhir: { bearerToken?: string }): Record<string, string> {
   return fhir.bearerToken ? { authorization: `Bearer ${fhir.bearerToken}` } : {};
-}
-
-async function readText(req: IncomingMessage, limit: number): Promise<string | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) return undefined;
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 /** The answer to a notification; its expression names the resource types the notification told of, if any. */

@@ -9,7 +9,7 @@ import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
-import { takeInHand } from '../connection-limits';
+import { readBody, takeInHand } from '../connection-limits';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -61,6 +61,8 @@ const PROBLEM_BASE = 'https://dental-elig.dev/problems/webhook/';
 
 /** A request whose sender hung up before its body ended, as each receiver of serve's says it. */
 export const SENDER_HUNG_UP = 'the request ended before its body did';
+/** Said of a body refused because too many bytes of others are being read (BODY_BYTES_IN_HAND): send it again. */
+export const BUSY_READING = 'too many request bodies are being read at once: send it again shortly';
 
 /** What is said of a setting that holds no Standard Webhooks secret, wherever it is set; the value is never repeated. */
 export function notAWebhookSecret(setting = 'webhook.secret'): string {
@@ -120,7 +122,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
     let unreadable: string | undefined;
     void (async () => {
       if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
-      const signed = await readBody(req, maxBodyBytes);
+      const signed = await readWhole(req, maxBodyBytes);
       const webhookId = authenticate(req, signed, options.auth, verifiers);
       const rawBody = redacted(signed, secrets);
       unreadable = rawBody;
@@ -148,8 +150,11 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         }
       }
       if (err instanceof Rejection) {
-        // A sender that hung up is no delivery refused: said at debug, as anyone reaching the port can do it without end.
-        options.log?.[err.message === SENDER_HUNG_UP ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        // A sender that hung up, or one turned away while others' bodies fill the budget, is no delivery refused:
+        // said at debug, as anyone reaching the port can cause either without end.
+        const quiet = err.message === SENDER_HUNG_UP || err.message === BUSY_READING;
+        options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        if (err.message === BUSY_READING) res.setHeader('retry-after', '5');
         return sendProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.
@@ -252,20 +257,13 @@ function readable(verification: Verification): VerificationOutcome {
   }
 }
 
-async function readBody(req: IncomingMessage, limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of req) {
-      size += (chunk as Buffer).length;
-      if (size > limit) throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
-      chunks.push(chunk as Buffer);
-    }
-  } catch (err) {
-    // The sender hung up before its body ended: its fault, and nothing was there to commit.
-    throw err instanceof Rejection ? err : new Rejection(400, 'Bad request', SENDER_HUNG_UP);
-  }
-  return Buffer.concat(chunks).toString('utf8');
+async function readWhole(req: IncomingMessage, limit: number): Promise<string> {
+  const body = await readBody(req, limit);
+  if (body.kind === 'too-large') throw new Rejection(413, 'Payload too large', `body exceeds ${limit} bytes`);
+  // The sender hung up before its body ended: its fault, and nothing was there to commit.
+  if (body.kind === 'cut-off') throw new Rejection(400, 'Bad request', SENDER_HUNG_UP);
+  if (body.kind === 'busy') throw new Rejection(503, 'Busy', BUSY_READING);
+  return body.text;
 }
 
 function sendProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {

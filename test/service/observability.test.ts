@@ -172,6 +172,41 @@ describe('observability', () => {
     }
   });
 
+  it('reads at most 64 MiB of request bodies at once, over every connection, answering those past it 503 with Retry-After until the others are done', async () => {
+    const started = await startHarness();
+    const { hostname, port } = new URL(started.httpUrl);
+    // Peers that send a webhook's body nearly whole, 1 MiB declared, and hold it: read, each is held until it ends.
+    const holders = await Promise.all(
+      Array.from({ length: 70 }, async () => {
+        const peer = connect(Number(port), hostname);
+        await once(peer, 'connect');
+        let said = '';
+        peer.on('data', (chunk: Buffer) => (said += chunk.toString()));
+        peer.on('error', () => undefined);
+        peer.write(`POST ${WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: ${1024 * 1024}\r\n\r\n`);
+        peer.write(Buffer.alloc(1024 * 1024 - 1, 'a'));
+        return { peer, said: () => said };
+      }),
+    );
+    try {
+      await until('the bodies past 64 MiB refused', async () => holders.filter((h) => h.said().startsWith('HTTP/1.1 503')).length >= 6);
+      const busy = holders.find((h) => h.said().startsWith('HTTP/1.1 503'))?.said() ?? '';
+      expect(busy).toMatch(/retry-after: 5/i);
+      expect(busy).toContain('too many request bodies are being read at once: send it again shortly');
+      // The budget is every reader's: a notification waits its turn too.
+      const notification = await fetch(`${started.httpUrl}/fhir-notifications`, { method: 'POST', body: JSON.stringify({ resourceType: 'Appointment', id: 'appt-1', text: { div: 'x'.repeat(1000) } }) });
+      expect([notification.status, notification.headers.get('retry-after')]).toEqual([503, '5']);
+      // Those held are not refused: what is being read stays under the budget, each body under its own limit.
+      expect(holders.filter((h) => h.said() === '').length).toBe(64);
+      for (const { peer } of holders) peer.destroy();
+      // Given back as their senders go: a body is read again.
+      await until('a notification read again', async () => (await fetch(`${started.httpUrl}/fhir-notifications`, { method: 'POST', body: '{}' })).status === 400);
+    } finally {
+      for (const { peer } of holders) peer.destroy();
+      await started.close();
+    }
+  });
+
   it('censors patient data and secrets in whatever object is logged', () => {
     const lines: string[] = [];
     const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
