@@ -39,6 +39,8 @@ export class MllpConnection {
   private blocked = false;
   /** The sender half-closed, or the connection went idle: answer what is left, then close. */
   private finishing: 'end' | 'idle' | undefined;
+  /** When the sender last sent anything. */
+  private lastHeard = Date.now();
 
   constructor(
     private readonly socket: Socket,
@@ -55,7 +57,24 @@ export class MllpConnection {
     }
   }
 
+  /**
+   * Since when the connection has been quiet (nothing received since, nothing being answered or
+   * owed, no frame begun), or undefined while it is not: closing a quiet one loses nothing.
+   */
+  quietSince(): number | undefined {
+    const busy = this.working || this.waiting.length > 0 || this.blocked || this.finishing !== undefined || this.decoder.midFrame;
+    return busy ? undefined : this.lastHeard;
+  }
+
+  /** Closes a quiet connection to make room for a new one (the listener's choice). */
+  closeForRoom(): void {
+    this.context.stats.connectionsClosedIdle++;
+    this.context.log?.info({ remote: this.context.remote, quietMs: Date.now() - this.lastHeard }, 'MLLP connection closed for a new one: the quiet longest of maxConnections open');
+    this.socket.destroy();
+  }
+
   private receive(chunk: Buffer): void {
+    this.lastHeard = Date.now();
     this.context.stats.bytesReceived += chunk.length;
     this.enqueue(this.decoder.push(chunk));
     const { maxInFlightMessages, maxBufferedBytes } = this.context.limits;

@@ -38,6 +38,11 @@ export class MllpDecoder {
     return this.kept;
   }
 
+  /** Whether a frame has begun (its VT read) and not ended. */
+  get midFrame(): boolean {
+    return this.inFrame;
+  }
+
   push(chunk: Buffer): DecodedFrame[] {
     const frames: DecodedFrame[] = [];
     const next = new ByteFinder(chunk);

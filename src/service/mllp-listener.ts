@@ -28,7 +28,7 @@ export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionL
   onDeadLetter?: (letter: DeadLetter) => void | Promise<void>;
   host?: string;
   port?: number;
-  /** Connections open at once; more are closed as they arrive. */
+  /** Connections open at once; one more closes the one quiet longest, or is closed as it arrives while none is quiet. */
   maxConnections?: number;
   log?: MllpLog;
 }
@@ -52,7 +52,7 @@ const optionsSchema = limitsSchema.extend(charsetOptionsSchema.shape);
 
 export class MllpListener {
   private server: Server | undefined;
-  private readonly sockets = new Set<Socket>();
+  private readonly connections = new Map<Socket, MllpConnection>();
   private readonly counters = emptyStats();
   private readonly settings: z.infer<typeof optionsSchema>;
 
@@ -89,7 +89,7 @@ export class MllpListener {
     if (!server) return;
     this.server = undefined;
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const socket of this.sockets) socket.destroy();
+    for (const socket of this.connections.keys()) socket.destroy();
     await closed;
   }
 
@@ -101,21 +101,16 @@ export class MllpListener {
   private accept(socket: Socket): void {
     const remote = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
     const { log } = this.options;
-    if (this.sockets.size >= this.settings.maxConnections) {
+    // Full, the one quiet longest makes room: connections a sender opened and left (an engine that opens one per
+    // message and closes none, or anyone who reached the port) would otherwise keep the PMS out until they idle out.
+    if (this.connections.size >= this.settings.maxConnections && !this.makeRoom()) {
       this.counters.connectionsRefused++;
-      log?.warn({ remote, open: this.sockets.size, maxConnections: this.settings.maxConnections }, 'MLLP connection refused: too many open');
+      log?.warn({ remote, open: this.connections.size, maxConnections: this.settings.maxConnections }, 'MLLP connection refused: too many open, none quiet');
       socket.destroy();
       return;
     }
-    this.sockets.add(socket);
-    this.counters.connectionsAccepted++;
-    this.counters.connectionsOpen = this.sockets.size;
-    socket.on('close', () => {
-      this.sockets.delete(socket);
-      this.counters.connectionsOpen = this.sockets.size;
-    });
     const { settings, counters: stats } = this;
-    new MllpConnection(socket, {
+    const connection = new MllpConnection(socket, {
       limits: settings,
       stats,
       log,
@@ -123,5 +118,26 @@ export class MllpListener {
       answer: (frame) =>
         answerFrame(frame, { handler: this.options.handler, onDeadLetter: this.options.onDeadLetter, charsets: settings, maxFrameBytes: settings.maxFrameBytes, stats, log, remote }),
     });
+    this.connections.set(socket, connection);
+    this.counters.connectionsAccepted++;
+    this.counters.connectionsOpen = this.connections.size;
+    socket.on('close', () => {
+      this.connections.delete(socket);
+      this.counters.connectionsOpen = this.connections.size;
+    });
+  }
+
+  /** Closes the connection quiet longest, if one is; says whether one was. */
+  private makeRoom(): boolean {
+    let quietest: { socket: Socket; connection: MllpConnection; since: number } | undefined;
+    for (const [socket, connection] of this.connections) {
+      const since = connection.quietSince();
+      if (since !== undefined && (quietest === undefined || since < quietest.since)) quietest = { socket, connection, since };
+    }
+    if (!quietest) return false;
+    // Gone from the count now: its close event comes later, after the new one is counted.
+    this.connections.delete(quietest.socket);
+    quietest.connection.closeForRoom();
+    return true;
   }
 }

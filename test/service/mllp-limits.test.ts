@@ -184,22 +184,26 @@ describe('MllpListener limits', () => {
     expect(logged.filter((l) => l.msg === 'MLLP connection idle; closed')).toHaveLength(3);
   });
 
-  it('refuses connections over the cap, logging no more than addresses and counts, and accepts again when one closes', async () => {
+  it('makes room for a connection over the cap by closing the one quiet longest, and refuses one only while none is quiet, logging no more than addresses and counts', async () => {
+    // Connections a sender opened and left (an engine that opens one per message) kept the PMS out until they idled out, 15 minutes.
     await start({ maxConnections: 2 });
-    const first = await open();
+    const left = await open();
     const second = await open();
-    const third = await open();
-    await third.closed;
     second.socket.write(frame(message('STILL')));
     expect(msa((await second.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'STILL' });
-    first.socket.destroy();
-    await first.closed;
-    await new Promise((r) => setTimeout(r, 20)); // the listener sees the close
-    const fourth = await open();
-    fourth.socket.write(frame(message('AGAIN')));
-    expect(msa((await fourth.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'AGAIN' });
-    expect(listener.stats()).toMatchObject({ connectionsAccepted: 3, connectionsRefused: 1, connectionsOpen: 2 });
-    const refusal = logged.find((l) => l.msg === 'MLLP connection refused: too many open');
+    const third = await open();
+    await left.closed;
+    third.socket.write(frame(message('IN')));
+    expect(msa((await third.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'IN' });
+    expect(logged.filter((l) => l.msg === 'MLLP connection closed for a new one: the quiet longest of maxConnections open')).toHaveLength(1);
+    // A frame begun is not quiet: with both open ones mid-frame, a new one is refused, and what they send goes on.
+    second.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from('MSH|^~\\&|')]));
+    third.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from('MSH|^~\\&|')]));
+    await new Promise((r) => setTimeout(r, 20)); // the listener reads them
+    const refused = await open();
+    await refused.closed;
+    expect(listener.stats()).toMatchObject({ connectionsAccepted: 3, connectionsRefused: 1, connectionsOpen: 2, connectionsClosedIdle: 1 });
+    const refusal = logged.find((l) => l.msg === 'MLLP connection refused: too many open, none quiet');
     expect(refusal?.obj).toEqual({ remote: expect.stringMatching(/^127\.0\.0\.1:\d+$/), open: 2, maxConnections: 2 });
     expect(JSON.stringify(logged)).not.toMatch(/DOE|JANE|19800102|M-1/);
   });
