@@ -315,7 +315,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const received = raw;
       const { changed, unfit } = ids;
       // Kept as one letter, replayed by no one: an id R4 does not allow names nothing the chart can be read for.
-      if (unfit.length > 0) await deadLetter(store, { kind: 'fhir-notification', raw, reason: unfit.join('; '), receivedAt: now() });
+      // Once: kept before the reads, it would be kept again at each try of a sender told 500 (the chart out of reach).
+      if (unfit.length > 0) {
+        const reason = unfit.join('; ');
+        await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now(), once: `${req.url ?? ''}|${raw}|${reason}` });
+      }
       const refused = [...unfit];
       // Appointments first; a patient's details or coverages changed: their appointments already held are read again, but those read above.
       for (const type of ['Appointment', 'Patient', 'Coverage'] as const) {

@@ -5,7 +5,7 @@ import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import { dateAt, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
-import { present } from '../adapters/fhir/out/values';
+import { dayWritten, present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
 import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
@@ -156,15 +156,19 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
   const plan = outcome.result.plan;
   const issues: FhirIssue[] = [];
   const within = (start: string | undefined, end: string | undefined) => dayInPeriod({ start, end }, dateOfService, 'result.plan', issues) === 'within';
-  // A blank date is one the portal does not know, as the writer reads it (present).
-  const [start, end] = [present(plan?.benefitPeriod?.start), present(plan?.benefitPeriod?.end)];
+  // A blank date is one the portal does not know, and one at midnight the day it names, as the writer reads them.
+  const dated = (value: string | null | undefined) => {
+    const text = present(value);
+    return text === undefined ? undefined : dayWritten(text);
+  };
+  const [start, end] = [dated(plan?.benefitPeriod?.start), dated(plan?.benefitPeriod?.end)];
   // A benefit period is a year: one bound stated, the other is a year from it, not open for good.
   const inPeriod =
     start !== undefined || end !== undefined
       ? within(start ?? yearFrom(end, -1), end ?? yearFrom(start, 1))
       : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
   // A date the result writes unreadably settles nothing: the visit is verified for itself.
-  return inPeriod && within(present(plan?.effectiveDate), present(plan?.terminationDate)) && issues.length === 0;
+  return inPeriod && within(dated(plan?.effectiveDate), dated(plan?.terminationDate)) && issues.length === 0;
 }
 
 /**

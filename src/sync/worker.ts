@@ -622,7 +622,7 @@ export class Worker {
     if (pass === 'hold') return this.hold(row, undefined, 'awaiting-result', { state: 'awaiting-result' });
     try {
       await this.limiter.take(row.portalId);
-      const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string));
+      const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);

@@ -213,8 +213,14 @@ export class VerificationClient {
     return this.post('request insurance verification', '/v2/insurance-verification-requests', request, Accepted, request.externalId !== undefined);
   }
 
-  async getVerification(correlationId: string): Promise<VerificationOutcome> {
-    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, askedFor(Verification, correlationId)), 'get insurance verification');
+  /**
+   * A verification by its correlationId; given the externalId it was sent under, one naming another is refused
+   * (sentFor): the id an asynchronous send was answered with may itself be another request's, as a synchronous answer may.
+   */
+  async getVerification(correlationId: string, externalId?: string): Promise<VerificationOutcome> {
+    const asked = askedFor(Verification, correlationId);
+    const answer = externalId === undefined ? asked : sentFor(asked, externalId);
+    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, answer), 'get insurance verification');
   }
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */

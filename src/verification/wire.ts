@@ -32,8 +32,12 @@ const Timestamp = Str.transform((text) => {
 });
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
-/** Digits a service may write as a JSON number (a tooth 14, a group number 123456, a ZIP 60601): read as their text. */
-const Digits = z.union([Str, z.number().transform(String)]);
+/**
+ * Digits a service may write as a JSON number (a tooth 14, a group number 123456, a ZIP 60601): read as their text.
+ * Only a whole number JSON.parse holds exactly (int is safe integers alone): 12345678901234567890 parses
+ * to 12345678901234567000, another member's id, and 1e21, 14.5 or -5 are digits of no id.
+ */
+const Digits = z.union([Str, z.number().int().nonnegative().transform(String)]);
 
 // ---------------------------------------------------------------- shared pieces
 

@@ -115,6 +115,24 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await proxy.close();
   });
 
+  it('keeps a notification naming an id R4 does not allow as one dead letter for that id however often the sender sends it again', async () => {
+    const proxy = await behindProxy();
+    try {
+      await h.fhir.seed(chartOf('primary-secondary'));
+      proxy.down = true;
+      const body = JSON.stringify({ resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: `${h.fhir.url}/Appointment/appt_4004!` }, { fullUrl: `${h.fhir.url}/Appointment/appt-4004` }] });
+      const send = async () => (await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body })).status;
+      expect([await send(), await send(), await send()]).toEqual([500, 500, 500]);
+      proxy.down = false;
+      expect(await send()).toBe(422);
+      // Kept before the reads, the id's letter was kept again at each try: three of them.
+      const dead = await h.store.listMessages({ status: 'dead' });
+      expect(dead.map((m) => m.detail).sort()).toEqual([expect.stringMatching(/^Appointment\.id is not an R4 id/), expect.stringMatching(/send it again$/)]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('keeps a notification the chart answers as it will again as a dead letter naming what was refused, answered 422 so it is not sent again, the appointment beside it handled', async () => {
     // A chart that redirects one appointment's read, and pages its patient's Coverages to another origin, then in a circle.
     let coverages: 'whole' | 'elsewhere' | 'circle' = 'whole';

@@ -40,6 +40,10 @@ describe('a fresh result reused for another visit of the same coverage', () => {
     ['a year before a period stated by its end alone on February 29: the day before it', { end: '2028-02-29' }, '2027-02-28', 'received'],
     ['a year from a period stated by its start alone on February 29: its last day', { start: '2028-02-29' }, '2029-02-28', 'result-stored'],
     ['a year from a period stated by its start alone on February 29: the day after it', { start: '2028-02-29' }, '2029-03-01', 'received'],
+    // Dates a service writes as date-times at midnight (f66065d): the day they name, as the chart's writer reads them.
+    ['a year from a period stated by its start alone at midnight UTC: after it', { start: '2026-01-01T00:00:00Z' }, '2027-01-05', 'received'],
+    ['a year before a period stated by its end alone at midnight with an offset: before it', { end: '2027-12-31T00:00:00+01:00' }, '2026-12-31', 'received'],
+    ['a year from a period stated by its start alone at midnight with no offset, as .NET writes it: within it', { start: '2026-01-01T00:00:00' }, '2026-12-31', 'result-stored'],
   ])('%s', async (_case, period, dateOfService, state) => {
     expect(await visitAfter(period, dateOfService)).toBe(state);
   });

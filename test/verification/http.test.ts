@@ -650,6 +650,22 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('refuses a verification polled for the externalId it was sent under when it names another, and takes one naming none', async () => {
+    // The correlationId an asynchronous send was answered with may be another request's: its result is another patient's.
+    const server = await startScriptedServer((req, res) => {
+      const id = req.url.split('/').pop() ?? '';
+      json(res, 200, { correlationId: id, status: 'Completed', ...(id !== 'corr-quiet' && { externalId: id === 'corr-mine' ? 'ext-mine' : 'ext-theirs' }), result: { plan: { name: 'PPO' } } });
+    });
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      await expect(client.getVerification('corr-other', 'ext-mine')).rejects.toMatchObject({ code: UNREADABLE_ANSWER, message: expect.stringContaining('externalId: is not the one sent') });
+      expect((await client.getVerification('corr-mine', 'ext-mine')).verification.correlationId).toBe('corr-mine');
+      expect((await client.getVerification('corr-quiet', 'ext-mine')).verification.correlationId).toBe('corr-quiet');
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('refuses the answer to a verification sent with an externalId when it names another, and takes one naming none', async () => {
     const server = await startScriptedServer((req, res) => {
       const sent = (JSON.parse(req.body) as { externalId: string }).externalId;

@@ -120,6 +120,14 @@ describe('toOutcome is permissive with what portals really send', () => {
     expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: { plan: { name: 7 } } })).toThrow(/expected string, received number/);
   });
 
+  it('refuses digits written as a number that is not the digits sent: past 2^53 JSON.parse rounds them to another member id', () => {
+    const memberId = (text: string) => () => toOutcome({ correlationId: 'c', status: 'Completed', result: { subscriber: { memberId: JSON.parse(text) as unknown } } });
+    // 12345678901234567890 parses to 12345678901234567000: another member's id, to be written into this patient's chart.
+    expect(memberId('12345678901234567890')).toThrow(/"memberId"/);
+    for (const text of ['1e21', '14.5', '-5']) expect(memberId(text)).toThrow(/"memberId"/);
+    expect(memberId('9007199254740991')).not.toThrow();
+  });
+
   it('keeps a v1 percentage that is no number as finalText, with a warning', () => {
     const o = toOutcome({ correlationId: 'c', status: 'Completed', result: { data: { coinsurance: [{ category: 'Major', percentage: { final: 'Not covered' } }] } } });
     expect(o.kind === 'completed' && o.result.data?.coinsurance?.[0]?.percentage).toEqual({ finalText: 'Not covered' });

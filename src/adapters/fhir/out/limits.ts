@@ -69,7 +69,8 @@ export function waitingPeriodItem(w: WaitingPeriod, path: string): Item {
 export function historyItem(h: HistoryEntry, path: string): Item {
   const date = fhirDate(h.date, `${path}.date`);
   // A blank code names nothing: as productOrService it would be pruned, leaving the item with neither (ces-1).
-  const code = present(h.procedureCode);
+  // A code padded with a space ('D1110 ') is the code, as itemSubject reads one.
+  const code = present(h.procedureCode)?.trim();
   return {
     ...(code ? { productOrService: procedureConcept(code) } : { category: categoryConcept(undefined) }),
     name: 'Service history',

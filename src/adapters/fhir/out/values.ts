@@ -17,10 +17,13 @@ const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|
  */
 const MIDNIGHT = /^(\d{4}-\d{2}-\d{2})T00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d{2}:?\d{2})?$/;
 
+/** The day a date written as a date-time at midnight names; any other value as written. */
+export const dayWritten = (value: string): string => MIDNIGHT.exec(value)?.[1] ?? value;
+
 /** A blank date is one the portal does not know, as present() reads any blank value: none, not a malformed one. */
 export function fhirDate(value: string | null | undefined, path: string): string | undefined {
   if (value == null || present(value) === undefined) return undefined;
-  const date = MIDNIGHT.exec(value)?.[1] ?? value;
+  const date = dayWritten(value);
   if (!FHIR_DATE.test(date)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
   return date;
 }

@@ -353,12 +353,16 @@ describe('toCoverageEligibilityResponse', () => {
       status: 'Completed',
       result: {
         plan: { status: 'Active', payer: { name: 'Delta Dental of California' } },
-        data: { coinsurance: [{ network: 'InNetwork', procedureCodes: ['D1110 '], percentage: { final: { start: 100, end: 100 } } }, { network: 'InNetwork', procedureCodes: [' D2740', 'D2750 '], percentage: { final: { start: 50, end: 50 } } }] },
+        data: {
+          coinsurance: [{ network: 'InNetwork', procedureCodes: ['D1110 '], percentage: { final: { start: 100, end: 100 } } }, { network: 'InNetwork', procedureCodes: [' D2740', 'D2750 '], percentage: { final: { start: 50, end: 50 } } }],
+          history: [{ procedureCode: ' D0120 ', date: '2026-01-05' }],
+        },
       },
     });
     expect(items(response).map((i) => [codes(i.productOrService), codes(i.category)])).toEqual([
       [['http://www.ada.org/cdt#D1110'], []],
       [[], ['https://x12.org/codes/service-type-codes#36', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#36']],
+      [['http://www.ada.org/cdt#D0120'], []],
     ]);
     expect(validateR4(response)).toEqual([]);
   });
