@@ -31,6 +31,13 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       (externalId
         ? ((await tx.sentUnder(externalId)) ?? (await tx.checkByCorrelationId(correlationId)) ?? (await tx.checkByCorrelationId(localCorrelationId(externalId))))
         : undefined);
+    // Found by its correlation id, a check sent under another externalId than the delivery names is another
+    // request's (a service fault mixing two): its result, another patient's, is kept for a person, not applied.
+    if (row && externalId && row.externalId !== externalId) {
+      const detail = `names externalId ${externalId.slice(0, 80)}, not the one the check with its correlation id was sent under; kept, not applied`;
+      await tx.updateMessage(message.id, { status: 'dead', detail });
+      return { status: 'ignored', detail };
+    }
     if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });

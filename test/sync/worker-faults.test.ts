@@ -206,6 +206,19 @@ describe('the worker waiting for an asynchronous result', () => {
     expect((await ingestWebhook(rig.store, rig.worker, { ...delivery, webhookId: 'msg_stray', rawBody: JSON.stringify(stray), outcome: toOutcome(stray) }, new Date())).status).toBe('ignored');
   });
 
+  it('keeps, not applies, a webhook naming a check\'s correlation id under another externalId: another request\'s result', async () => {
+    rig = await startWorkerRig({ worker: { asyncEnabled: true, webhookDeadlineMs: 60_000 }, answer: (req, res) => (req.method === 'POST' ? json(res, 201, { correlationId: 'ver-mixed', status: 'Pending' }) : json(res, 404, { title: 'Not found', status: 404 })) });
+    await rig.addCheck('mixed');
+    rig.worker.start();
+    const waiting = await rig.reach('mixed', 'awaiting-result', 5000);
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-mixed', externalId: 'elig_another_patients_request' };
+    const delivery = { webhookId: 'msg_mixed', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+    expect(await ingestWebhook(rig.store, rig.worker, delivery, new Date())).toEqual({ status: 'ignored', detail: expect.stringContaining('names externalId elig_another_patients_request, not the one the check with its correlation id was sent under') });
+    expect((await rig.check('mixed')).state).toBe('awaiting-result');
+    expect(waiting.externalId).not.toBe('elig_another_patients_request');
+    expect((await rig.store.listMessages({ status: 'dead', kind: 'webhook' })).map((m) => m.raw)).toEqual([delivery.rawBody]);
+  });
+
   it('says nothing of a refused send whose result a webhook applied meanwhile: the check is written, no person is called', async () => {
     const { applied } = await webhookBeforeAnswer('refused-late', (res) => json(res, 403, { type: 'about:blank', title: 'Forbidden', status: 403 }));
     expect(applied.status).toBe('applied');
