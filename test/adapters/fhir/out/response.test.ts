@@ -334,7 +334,7 @@ describe('toCoverageEligibilityResponse', () => {
     const response = convert({
       correlationId: 'ver-years',
       status: 'Completed',
-      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { frequencies: [frequency('CalendarYear', 3), frequency('BenefitYear', 1), frequency('CalendarYear')] } },
+      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { frequencies: [frequency('CalendarYear', 3), frequency('BenefitYear', 1), frequency('CalendarYear'), frequency('Annual', 2)] } },
     });
     const limits = items(response).filter((i) => i.name === 'Frequency limit');
     const years = (value: number) => [{ url: `${extensionBase()}frequency-period`, valueDuration: { value, unit: 'years', system: 'http://unitsofmeasure.org', code: 'a' } }];
@@ -342,6 +342,7 @@ describe('toCoverageEligibilityResponse', () => {
       [{ text: 'CalendarYear' }, years(3)],
       [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'BenefitYear' }, years(1)],
       [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'CalendarYear' }, undefined],
+      [{ text: 'Annual' }, years(2)],
     ]);
     expect(JSON.stringify(response)).not.toContain('unmapped-element');
     expect(validateR4(response)).toEqual([]);
