@@ -118,7 +118,8 @@ export function registerVerify(program: Command, io: CliIo): void {
           if (!opts.json) printRecord(io, accepted, false);
           continue;
         }
-        const outcome = opts.async ? await waitFor(io, client, (await client.requestVerification(request)).correlationId, opts) : await client.verify(request);
+        // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
+        const outcome = opts.async ? await waitFor(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
         const problem = report(io, outcome, opts);
         shown.push(outcome.verification);
         if (problem) problems.push(problem);
@@ -152,9 +153,9 @@ export function registerVerify(program: Command, io: CliIo): void {
   );
 }
 
-async function waitFor(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number }): Promise<VerificationOutcome> {
+async function waitFor(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number; externalId?: string | undefined }): Promise<VerificationOutcome> {
   return progressLine(io, `queued ${correlationId}; polling`, (add) =>
-    client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add }),
+    client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add, ...(opts.externalId !== undefined && { externalId: opts.externalId }) }),
   );
 }
 

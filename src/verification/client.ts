@@ -224,8 +224,8 @@ export class VerificationClient {
   }
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
-  async waitForVerification(correlationId: string, options: WaitOptions = {}): Promise<VerificationOutcome> {
-    return this.poll(() => this.getVerification(correlationId), (o) => o.verification.status, (o) => o.kind === 'pending', options);
+  async waitForVerification(correlationId: string, options: WaitOptions & { externalId?: string } = {}): Promise<VerificationOutcome> {
+    return this.poll(() => this.getVerification(correlationId, options.externalId), (o) => o.verification.status, (o) => o.kind === 'pending', options);
   }
 
   // ------------------------------------------------------------ claims

@@ -121,6 +121,22 @@ describe('verify', () => {
     expect(retried.stderr).toMatch(/^queued \S+; polling\ndental-elig: warning: get insurance verification: GET \S+ answered 503; retry 1 of 4 in \d\.\d s\n(Pending )*Completed\n$/);
   });
 
+  it('refuses, waiting for an asynchronous verification, a body naming another externalId than the one it was sent under', async () => {
+    const server = await startScriptedServer((req, res) =>
+      req.method === 'POST'
+        ? json(res, 202, { correlationId: 'ver_x', status: 'Pending' })
+        : json(res, 200, { correlationId: 'ver_x', externalId: 'ext-another-request', status: 'Completed', result: { plan: { name: 'PPO' } } }),
+    );
+    try {
+      const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0'], { ...env, DENTAL_ELIG_BASE_URL: server.url }, JSON.stringify({ ...body('SBX-MINIMAL'), externalId: 'ext-mine' }));
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain('externalId: is not the one sent');
+      expect(run.stdout).not.toContain('PPO');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('shows what each source said of a failure, and each gap of a Partial result by what names it', async () => {
     const answers: Record<string, unknown> = {
       '/v2/insurance-verifications/ver_f': {
