@@ -183,7 +183,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
             if (applied.event) emit(applied.event.name, applied.event.event);
             worker.kick();
           } else {
-            logger.info({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
+            // A dead one waits for a person, as every dead letter does: said as a warning, where one not applied is news.
+            logger[applied.status === 'dead' ? 'warn' : 'info']({ webhookId: delivery.webhookId, result: applied.status }, applied.detail);
           }
         },
         alreadySaid: storeOutage,

@@ -3,7 +3,8 @@ import type { WebhookDelivery } from '../verification/webhook';
 import type { CheckRow, JobStore } from './job-store';
 import { applyStep, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
-export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored'; detail: string };
+/** Dead: kept for a person (another request's result), not merely not applied. */
+export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored' | 'dead'; detail: string };
 
 /**
  * One webhook delivery into the store: the delivery as received (keyed by its webhook-id, so a
@@ -36,7 +37,7 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     if (row && externalId && row.externalId !== externalId) {
       const detail = `names externalId ${externalId.slice(0, 80)}, not the one the check with its correlation id was sent under; kept, not applied`;
       await tx.updateMessage(message.id, { status: 'dead', detail });
-      return { status: 'ignored', detail };
+      return { status: 'dead', detail };
     }
     if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';

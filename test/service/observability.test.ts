@@ -101,6 +101,21 @@ describe('observability', () => {
     expect(metrics).not.toMatch(/^dental_elig_checks\{state="needs-attention"\}/m);
   });
 
+  it("counts and warns of a webhook kept as a dead letter, another request's result under a check's correlation id, as every dead letter is", async () => {
+    h = await startHarness({ sandbox: { seed: true, timing: { asyncCompletionMs: 60_000 } }, settings: { webhookDeadlineMs: 60_000 } });
+    await h.sync.receiveHl7(bookingFor('M1', 'DD1234567'));
+    const waiting = await until('the check awaiting its result', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    const body = JSON.stringify({ ...(resultBody('completed-minimal') as object), correlationId: waiting.correlationId, externalId: 'elig_another_patients_request' });
+    const at = new Date();
+    const headers = { 'content-type': 'application/json', 'webhook-id': 'msg_mixed', 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(h.secret).sign('msg_mixed', at, body) };
+    expect((await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body })).status).toBe(204);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_webhooks_total\{result="dead"\} 1$/m);
+    expect(metrics).not.toMatch(/^dental_elig_webhooks_total\{result="ignored"\}/m);
+    const said = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.webhookId === 'msg_mixed');
+    expect(said).toEqual([expect.objectContaining({ level: 40, result: 'dead', msg: expect.stringContaining('names externalId elig_another_patients_request') })]);
+  });
+
   it('says the chart is unreachable when the FHIR server is down', async () => {
     h = await startHarness();
     await h.fhir.close();

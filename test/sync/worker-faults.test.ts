@@ -213,7 +213,7 @@ describe('the worker waiting for an asynchronous result', () => {
     const waiting = await rig.reach('mixed', 'awaiting-result', 5000);
     const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-mixed', externalId: 'elig_another_patients_request' };
     const delivery = { webhookId: 'msg_mixed', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
-    expect(await ingestWebhook(rig.store, rig.worker, delivery, new Date())).toEqual({ status: 'ignored', detail: expect.stringContaining('names externalId elig_another_patients_request, not the one the check with its correlation id was sent under') });
+    expect(await ingestWebhook(rig.store, rig.worker, delivery, new Date())).toEqual({ status: 'dead', detail: expect.stringContaining('names externalId elig_another_patients_request, not the one the check with its correlation id was sent under') });
     expect((await rig.check('mixed')).state).toBe('awaiting-result');
     expect(waiting.externalId).not.toBe('elig_another_patients_request');
     expect((await rig.store.listMessages({ status: 'dead', kind: 'webhook' })).map((m) => m.raw)).toEqual([delivery.rawBody]);
