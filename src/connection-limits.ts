@@ -64,6 +64,3 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Bod
   }
   return { kind: 'read', text: Buffer.concat(chunks).toString('utf8') };
 }
-
-/** Bytes of request bodies being read now (readBody), for a test to see the budget given back. */
-export const bodyBytesReading = (): number => bodyBytesInHand;

@@ -10,6 +10,11 @@ export interface ConnectionLimits {
   maxBufferedBytes: number;
   /** No bytes either way and nothing being answered for this long: the connection is closed. 0: never. */
   idleTimeoutMs: number;
+  /**
+   * A frame begun and no byte of it for this long: its connection counts as quiet when room is
+   * made for a new one (quietSince). A frame crosses a network in milliseconds.
+   */
+  midFrameQuietMs: number;
 }
 
 export interface ConnectionContext {
@@ -59,18 +64,22 @@ export class MllpConnection {
 
   /**
    * Since when the connection has been quiet (nothing received since, nothing being answered or
-   * owed, no frame begun), or undefined while it is not: closing a quiet one loses nothing.
+   * owed), or undefined while it is not: closing a quiet one loses nothing. A frame begun is quiet
+   * only once its sender has sent nothing for midFrameQuietMs: else one byte a connection would
+   * keep the PMS out again, until they idled out.
    */
-  quietSince(): number | undefined {
-    const busy = this.working || this.waiting.length > 0 || this.blocked || this.finishing !== undefined || this.decoder.midFrame;
-    return busy ? undefined : this.lastHeard;
+  quietSince(now = Date.now()): number | undefined {
+    const busy = this.working || this.waiting.length > 0 || this.blocked || this.finishing !== undefined;
+    if (busy || (this.decoder.midFrame && now - this.lastHeard < this.context.limits.midFrameQuietMs)) return undefined;
+    return this.lastHeard;
   }
 
-  /** Closes a quiet connection to make room for a new one (the listener's choice). */
+  /** Closes a quiet connection to make room for a new one (the listener's choice); a frame begun is kept, as at an idle close. */
   closeForRoom(): void {
     this.context.stats.connectionsClosedIdle++;
     this.context.log?.info({ remote: this.context.remote, quietMs: Date.now() - this.lastHeard }, 'MLLP connection closed for a new one: the quiet longest of maxConnections open');
-    this.socket.destroy();
+    if (this.decoder.midFrame) this.finish('idle');
+    else this.socket.destroy();
   }
 
   private receive(chunk: Buffer): void {

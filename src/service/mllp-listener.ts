@@ -45,6 +45,7 @@ const limitsSchema = z.object({
   maxBufferedBytes: z.number().int().positive().default(4 * MiB),
   // Long enough for a quiet practice's kept-open connection between appointments.
   idleTimeoutMs: z.number().int().nonnegative().default(15 * 60_000),
+  midFrameQuietMs: z.number().int().nonnegative().default(10_000),
   maxConnections: z.number().int().positive().default(100),
 });
 

@@ -207,4 +207,22 @@ describe('MllpListener limits', () => {
     expect(refusal?.obj).toEqual({ remote: expect.stringMatching(/^127\.0\.0\.1:\d+$/), open: 2, maxConnections: 2 });
     expect(JSON.stringify(logged)).not.toMatch(/DOE|JANE|19800102|M-1/);
   });
+
+  it('takes a frame begun and left, one byte a connection, for quiet once its sender has sent nothing for midFrameQuietMs, keeping the fragment', async () => {
+    await start({ maxConnections: 2, midFrameQuietMs: 200 });
+    const holders = [await open(), await open()];
+    for (const holder of holders) holder.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from('MSH|')]));
+    await new Promise((r) => setTimeout(r, 20)); // the listener reads them
+    // Just begun: not quiet, the new one is refused.
+    const early = await open();
+    await early.closed;
+    await new Promise((r) => setTimeout(r, 250));
+    const pms = await open();
+    await Promise.race(holders.map((h) => h.closed));
+    pms.socket.write(frame(message('IN')));
+    expect(msa((await pms.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'IN' });
+    expect(listener.stats()).toMatchObject({ connectionsRefused: 1, connectionsClosedIdle: 1 });
+    // Kept before the connection closes, as at an idle close.
+    expect(deadLetters.map((l) => l.message)).toEqual(['MSH|']);
+  });
 });
