@@ -88,7 +88,8 @@ export function toOutcome(body: unknown): VerificationOutcome {
     case 'pending':
       return { kind, verification, warnings };
     case 'unknown':
-      warnings.push(`status "${verification.status}" is not one this client knows; kept as is`);
+      // Quoted in a log line: a status of 500 KB (a signed webhook's, the service's fault) is not copied whole.
+      warnings.push(`status ${JSON.stringify(verification.status.length > 60 ? `${verification.status.slice(0, 60)}…` : verification.status)} is not one this client knows; kept as is`);
       return { kind, verification, status: verification.status, warnings };
   }
 }

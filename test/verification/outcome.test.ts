@@ -43,6 +43,9 @@ describe('toOutcome', () => {
     expect(o.kind).toBe('unknown');
     expect(o.kind === 'unknown' && o.status).toBe('Escalated');
     expect(o.warnings).toEqual(['status "Escalated" is not one this client knows; kept as is']);
+    // A status of 500 KB is not copied whole into the warning, a log line.
+    const huge = toOutcome({ correlationId: 'c', status: 'X'.repeat(500_000) });
+    expect(huge.warnings).toEqual([`status "${'X'.repeat(60)}…" is not one this client knows; kept as is`]);
   });
 
   it('classifies a Failed result by the last segment of its problem type', () => {
