@@ -43,7 +43,10 @@ export async function startHttpServer(
     }
     if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
     if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {
-      if (req.method !== 'POST' && req.method !== 'PUT') return problem(res, 405, 'notifications are POST or PUT');
+      if (req.method !== 'POST' && req.method !== 'PUT') {
+        res.setHeader('allow', 'POST, PUT');
+        return problem(res, 405, 'notifications are POST or PUT');
+      }
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
         res.setHeader('www-authenticate', 'Bearer');

@@ -155,6 +155,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         const quiet = err.message === SENDER_HUNG_UP || err.message === BUSY_READING;
         options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
         if (err.message === BUSY_READING) res.setHeader('retry-after', '5');
+        if (err.status === 405) res.setHeader('allow', 'POST');
         return sendProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.

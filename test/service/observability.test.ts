@@ -222,6 +222,21 @@ describe('observability', () => {
     }
   });
 
+  it('answers a method the webhook or the notifications do not take 405, saying in Allow which they do', async () => {
+    const started = await startHarness();
+    try {
+      const asked = async (path: string, method: string) => {
+        const res = await fetch(`${started.httpUrl}${path}`, { method });
+        return [res.status, res.headers.get('allow')];
+      };
+      expect(await asked(WEBHOOK_PATH, 'GET')).toEqual([405, 'POST']);
+      expect(await asked('/fhir-notifications', 'GET')).toEqual([405, 'POST, PUT']);
+      expect(await asked('/fhir-notifications/Appointment/a1', 'DELETE')).toEqual([405, 'POST, PUT']);
+    } finally {
+      await started.close();
+    }
+  });
+
   it('censors patient data and secrets in whatever object is logged', () => {
     const lines: string[] = [];
     const log = createLogger({ destination: { write: (l: string) => lines.push(l) } as unknown as NodeJS.WritableStream });
