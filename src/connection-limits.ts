@@ -64,3 +64,17 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Bod
   }
   return { kind: 'read', text: Buffer.concat(chunks).toString('utf8') };
 }
+
+/**
+ * How long a request may take to arrive whole. Node's own is 300 s: a sender holding a body half
+ * sent holds its place under BODY_BYTES_IN_HAND that long, and some 64 of them turned every webhook
+ * away for five minutes. The service and a FHIR server send a body in milliseconds; the embedded
+ * chart's transactions come from this machine.
+ */
+export const REQUEST_TIMEOUT_MS = 30_000;
+
+/** A server's request timing for createServer, past which Node answers 408 and closes. */
+export function requestTiming(requestTimeout = REQUEST_TIMEOUT_MS): { requestTimeout: number; headersTimeout: number; connectionsCheckingInterval: number } {
+  // Node looks for requests past their time once per connectionsCheckingInterval (30 s unless told).
+  return { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: Math.min(1000, requestTimeout) };
+}

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
-import { takeInHand } from '../connection-limits';
+import { requestTiming, takeInHand } from '../connection-limits';
 import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
@@ -23,9 +23,17 @@ export interface Mount {
  */
 export async function startHttpServer(
   target: () => EligibilitySync | undefined,
-  options: { host?: string; port?: number; mounts?: Mount[]; /** The bearer token a FHIR notification must carry (the Subscription's channel.header). */ notificationToken?: string } = {},
+  options: {
+    host?: string;
+    port?: number;
+    mounts?: Mount[];
+    /** The bearer token a FHIR notification must carry (the Subscription's channel.header). */
+    notificationToken?: string;
+    /** How long a request may take to arrive whole, its body too (REQUEST_TIMEOUT_MS). */
+    requestTimeoutMs?: number;
+  } = {},
 ): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
-  const server = createServer((req, res) => {
+  const server = createServer(requestTiming(options.requestTimeoutMs), (req, res) => {
     if (!takeInHand(req, res)) return;
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();

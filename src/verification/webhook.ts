@@ -9,7 +9,7 @@ import { redacted } from './redact';
 import { toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
-import { readBody, takeInHand } from '../connection-limits';
+import { readBody, requestTiming, takeInHand } from '../connection-limits';
 
 /**
  * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
@@ -171,7 +171,7 @@ export async function startWebhookServer(
 ): Promise<{ url: string; close(): Promise<void> }> {
   const path = options.path ?? '/webhooks/verification';
   const handler = createWebhookHandler(options);
-  const server = createServer((req, res) => {
+  const server = createServer(requestTiming(), (req, res) => {
     if (!takeInHand(req, res)) return;
     if (requestUrl(req.url, 'http://x')?.pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);

@@ -222,6 +222,25 @@ describe('observability', () => {
     }
   });
 
+  it('gives a request its time to arrive whole, then answers 408 and closes, its part of the bodies being read given back', async () => {
+    const started = await startHarness();
+    const http = await startHttpServer(() => started.sync, { requestTimeoutMs: 400 });
+    try {
+      const peer = connect(http.port, http.host);
+      await once(peer, 'connect');
+      let said = '';
+      peer.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      peer.write(`POST ${WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n${'a'.repeat(10)}`);
+      await once(peer, 'close');
+      expect(said).toMatch(/^HTTP\/1\.1 408 /);
+      // A request sent at once is not hurried.
+      expect((await fetch(`http://${http.host}:${http.port}/healthz`)).status).toBe(200);
+    } finally {
+      await http.close();
+      await started.close();
+    }
+  });
+
   it('answers a method the webhook or the notifications do not take 405, saying in Allow which they do', async () => {
     const started = await startHarness();
     try {
