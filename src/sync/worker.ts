@@ -987,7 +987,10 @@ function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.kind !== 'failed') return outcome.kind;
   // The front desk's advice is in the chart; the operator reading jobs list wants why and when.
   if (outcome.failure.kind === NOT_VERIFIED && outcome.problem.detail) return `${NOT_VERIFIED}: ${outcome.problem.detail}`;
-  const advice = `${outcome.failure.kind}: ${outcome.failure.advice ?? outcome.problem.title ?? 'needs a person'}`;
+  // A kind the table does not list is told by the service's own title: its advice is the same for every such kind.
+  const { failure, problem } = outcome;
+  const said = failure.action === 'unknown' ? (problem.title || failure.advice) : (failure.advice ?? problem.title);
+  const advice = `${failure.kind}: ${said ?? 'needs a person'}`;
   return outcome.failure.action === 'retry-later' ? `${advice} (retries used up)` : advice;
 }
 

@@ -6,13 +6,17 @@ export type FailureAction = z.infer<typeof FailureAction>;
 
 const FailureKindsFile = z.looseObject({
   kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })),
+  /** What the front desk reads of a kind the table does not list. */
+  unknown: z.strictObject({ advice: z.string() }),
 });
 
-let table: z.infer<typeof FailureKindsFile>['kinds'] | undefined;
-/** The table, read once; the sync reads it as it is created, so a bad edit stops it starting rather than failing a result. */
+let file: z.infer<typeof FailureKindsFile> | undefined;
+/** The file, read once; the sync reads it as it is created, so a bad edit stops it starting rather than failing a result. */
+const failureKindsFile = () => (file ??= readMappingFile('failure-kinds.json', FailureKindsFile));
+
+/** The table of kinds (failure-kinds.json). */
 export function failureKinds() {
-  table ??= readMappingFile('failure-kinds.json', FailureKindsFile).kinds;
-  return table;
+  return failureKindsFile().kinds;
 }
 
 export interface FailureClassification {
@@ -32,5 +36,5 @@ export function failureKindOf(problemType: string | null | undefined): string {
 export function classifyFailure(problemType: string | null | undefined): FailureClassification {
   const kind = failureKindOf(problemType);
   const known = failureKinds()[kind];
-  return known ? { kind, action: known.action, advice: known.advice } : { kind, action: 'unknown' };
+  return known ? { kind, action: known.action, advice: known.advice } : { kind, action: 'unknown', advice: failureKindsFile().unknown.advice };
 }

@@ -175,7 +175,12 @@ describe('failure kinds', () => {
     for (const kind of ['InvalidCredentials', 'PatientNotFound', 'ThirdPartyAdministrator', 'TwoFactorAuthenticationConfiguration']) {
       expect(classifyFailure(`https://e/${kind}`).action).toBe('needs-a-person');
     }
-    expect(classifyFailure('https://e/SomethingNew')).toEqual({ kind: 'SomethingNew', action: 'unknown' });
+    // Kept and surfaced, with advice the front desk can act on, not nothing.
+    expect(classifyFailure('https://e/SomethingNew')).toEqual({
+      kind: 'SomethingNew',
+      action: 'unknown',
+      advice: "The service gave a failure this plugin does not know; read its title and detail, and verify the benefits on the payer's portal or by phone.",
+    });
   });
 });
 
