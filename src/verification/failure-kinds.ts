@@ -6,8 +6,8 @@ export type FailureAction = z.infer<typeof FailureAction>;
 
 const FailureKindsFile = z.looseObject({
   kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })),
-  /** What the front desk reads of a kind the table does not list. */
-  unknown: z.strictObject({ advice: z.string() }),
+  /** What the front desk reads of a kind the table does not list; a copy of the mappings from before it had one still reads. */
+  unknown: z.strictObject({ advice: z.string() }).optional(),
 });
 
 let file: z.infer<typeof FailureKindsFile> | undefined;
@@ -36,5 +36,7 @@ export function failureKindOf(problemType: string | null | undefined): string {
 export function classifyFailure(problemType: string | null | undefined): FailureClassification {
   const kind = failureKindOf(problemType);
   const known = failureKinds()[kind];
-  return known ? { kind, action: known.action, advice: known.advice } : { kind, action: 'unknown', advice: failureKindsFile().unknown.advice };
+  if (known) return { kind, action: known.action, advice: known.advice };
+  const unknown = failureKindsFile().unknown;
+  return { kind, action: 'unknown', ...(unknown && { advice: unknown.advice }) };
 }
