@@ -1,3 +1,8 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { projectRoot } from '../../src/mapping-files';
+import { freshModules } from '../support/fresh-modules';
 import { classifyFailure, failureKindOf } from '../../src/verification/failure-kinds';
 import { outcomeKindOf, parsePercentString, toOutcome } from '../../src/verification/outcome';
 
@@ -167,6 +172,22 @@ describe('failure kinds', () => {
     expect(failureKindOf('urn:x#SiteMaintenance')).toBe('SiteMaintenance');
     expect(failureKindOf('urn:v1-error:InvalidCredentials')).toBe('InvalidCredentials');
     expect(failureKindOf(undefined)).toBe('Unknown');
+  });
+
+  it('reads a copy of the mappings made before failure-kinds.json had an unknown entry: such a kind has no advice, as then', () => {
+    const copy = mkdtempSync(path.join(tmpdir(), 'elig-mappings-'));
+    try {
+      cpSync(path.join(projectRoot, 'mappings'), copy, { recursive: true });
+      const file = path.join(copy, 'failure-kinds.json');
+      const { unknown: _unknown, ...before } = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+      writeFileSync(file, JSON.stringify(before));
+      freshModules({ DENTAL_ELIG_MAPPINGS: copy }, () => {
+        const kinds = jest.requireActual<typeof import('../../src/verification/failure-kinds')>('../../src/verification/failure-kinds');
+        expect(kinds.classifyFailure('https://e/SomethingNew')).toEqual({ kind: 'SomethingNew', action: 'unknown' });
+      });
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
   });
 
   it('sorts the service kinds into retry-later and needs-a-person, and keeps unknown ones', () => {
