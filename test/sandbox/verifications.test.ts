@@ -81,13 +81,13 @@ describe('results', () => {
 
   test('SBX-FAIL-UNLISTED: a kind the client does not know is kept as it is', async () => {
     const outcome = toOutcome(await verified('sbx-fail-unlisted'));
-    expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: UNLISTED_FAILURE_KIND, action: 'unknown' });
+    expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: UNLISTED_FAILURE_KIND, action: 'unknown', advice: expect.stringMatching(/^The service gave a failure this plugin does not know/) });
   });
 
   test('SBX-FAIL-<any other kind>: Failed with that kind, never a silent Completed; a malformed kind is a 422 naming the member id', async () => {
     const outcome = toOutcome(await verified('SBX-FAIL-PlanTerminatedYesterday'));
     expect(outcome.kind).toBe('failed');
-    expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: 'PlanTerminatedYesterday', action: 'unknown' });
+    expect(outcome.kind === 'failed' && outcome.failure).toEqual({ kind: 'PlanTerminatedYesterday', action: 'unknown', advice: expect.stringMatching(/^The service gave a failure this plugin does not know/) });
     expect(outcome.kind === 'failed' && outcome.problem.detail).toBe('The verification failed (PlanTerminatedYesterday).');
     const malformed = await sync(verificationBody('SBX-FAIL-'));
     expect(malformed.status).toBe(422);
