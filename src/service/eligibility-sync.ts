@@ -14,7 +14,7 @@ import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
-import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
+import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catalog';
 import type { InlineCredentials } from '../verification/wire';
 import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
@@ -32,6 +32,7 @@ import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
 import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
+import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
 import { SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
@@ -53,6 +54,8 @@ export const SyncSettings = z.strictObject({
   idleMs: z.number().int().min(10).default(500),
   freshnessDays: z.number().min(0).default(7),
   reverifyLeadDays: z.number().min(0).default(1),
+  /** Bring the payer catalog up to date from the service this often (0: at start, and for a payer it does not know, only). */
+  catalogRefreshMs: z.number().int().min(0).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: z.number().int().min(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
@@ -69,7 +72,11 @@ export interface EligibilitySyncConfig {
   dataDir?: string;
   /** The verification service: client settings (base URL, API key, ...) or a client of your own. */
   service: ClientConfigInput | VerificationClient;
-  /** The payer catalog; by default loaded from the data dir and refreshed from the service at start. */
+  /**
+   * The payer catalog, used as given. By default it is loaded from the data dir, brought up to date
+   * from the service at start, every settings.catalogRefreshMs, and when a check names a payer it
+   * does not know (at most every five minutes), and saved there again.
+   */
   catalog?: PayerCatalog;
   /** The chart's FHIR server, or a writer (and a reader for FHIR triggers) of your own. */
   fhir: ({ baseUrl: string } & FhirWriterOptions) | { writer: EligibilityWriter; reader?: FhirReader };
@@ -209,8 +216,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const policy = schedulePolicy(settings, routing);
   const metrics = new SyncMetrics(store, now);
   const events = new EventEmitter();
-  const catalogFile = path.join(dataDir, 'catalog.json');
-  let catalog = config.catalog;
+  const given = config.catalog;
+  const keeper = given ? undefined : new CatalogKeeper({ client, file: path.join(dataDir, 'catalog.json'), logger, now, refreshMs: settings.catalogRefreshMs });
   let writer: Promise<EligibilityWriter> | undefined;
   let reader: Promise<FhirReader> | undefined;
   let lastServiceCall: { ok: boolean; at: string } | undefined;
@@ -258,9 +265,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     store,
     client,
     resolver: () => {
+      const catalog = given ?? keeper?.current;
       if (!catalog) throw new Error('the payer catalog is not loaded: start() first');
       return catalog;
     },
+    ...(keeper && { catalogAgain: () => keeper.again() }),
     writer: getWriter,
     now,
     log: logger,
@@ -515,13 +524,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (pollTimer) clearTimeout(pollTimer);
     await polling;
     await worker.stop();
+    await keeper?.stop();
     await closeOwned();
   }
   async function startOnce(): Promise<void> {
     try {
       // The validator's definitions are read in a thread of their own while the catalog loads.
-      const [loaded] = await Promise.all([catalog ?? loadCatalog(client, catalogFile, logger), loadR4Validation()]);
-      catalog ??= loaded;
+      await Promise.all([keeper?.load(), loadR4Validation()]);
       const orphaned = await store.beginWork();
       if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
     } catch (err) {
@@ -531,25 +540,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       throw err;
     }
     worker.start();
+    keeper?.start();
     schedulePoll();
     logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
   }
   return sync as unknown as EligibilitySync;
-}
-
-/** The saved catalog, refreshed from the service (only what changed); the saved one alone when the service is down. */
-async function loadCatalog(client: VerificationClient, file: string, logger: Logger): Promise<PayerCatalog> {
-  const unreadable = (described: string[]) => logger.warn({ items: described.length, first: described[0] }, 'payer catalog: entries that could not be read are left out');
-  const previous = await PayerCatalog.load(file, undefined, { unreadable }).catch(() => undefined);
-  try {
-    const catalog = await PayerCatalog.sync(client, previous, { unreadable });
-    await catalog.save(file);
-    return catalog;
-  } catch (err) {
-    if (!previous) throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${errorText(err)})`);
-    logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the saved one');
-    return previous;
-  }
 }
 
 /** Routing given inline, checked as clinics.json is: a time zone no runtime knows would fail every FHIR appointment dated in it. */

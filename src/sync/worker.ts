@@ -81,6 +81,11 @@ export interface WorkerDeps {
   /** listPayers: a read of the service, with which the worker tries it itself while it is out and no check is left to (tryItself). */
   client: Pick<VerificationClient, 'verify' | 'requestVerification' | 'getVerification' | 'listPayers'>;
   resolver: () => PayerResolver;
+  /**
+   * For a payer the resolver does not know, which may have joined the network since its catalog
+   * was fetched: a resolver brought up to date, or undefined when there is none newer now.
+   */
+  catalogAgain?: () => Promise<PayerResolver | undefined>;
   writer: () => Promise<EligibilityWriter>;
   now: () => Date;
   random?: () => number;
@@ -352,7 +357,9 @@ export class Worker {
   // ------------------------------------------------------------------ sending
 
   private async submit(row: CheckRow): Promise<void> {
-    const resolution = this.deps.resolver().resolve(row.check.coverage.payer);
+    const { payer } = row.check.coverage;
+    let resolution = this.deps.resolver().resolve(payer);
+    if (resolution.status === 'unknown') resolution = (await this.deps.catalogAgain?.())?.resolve(payer) ?? resolution;
     if (resolution.status !== 'resolved') {
       const why = resolution.status === 'ambiguous' ? 'names several payers in the catalog' : 'matches no payer in the catalog';
       return this.storeLocalFailure(row, 'PayerNotResolved', 'Payer not resolved', `the payer on this coverage ${why}`);

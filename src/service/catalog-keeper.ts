@@ -1,0 +1,109 @@
+import type { VerificationClient } from '../verification/client';
+import { PayerCatalog } from '../verification/payer-catalog';
+import { errorText } from '../sync/error-text';
+import type { Logger } from './logger';
+
+/** A payer the catalog does not know brings it up to date at most this often: a PMS sending a payer no network lists would otherwise ask at every check. */
+export const CATALOG_ASK_AGAIN_MS = 5 * 60_000;
+
+export interface CatalogKeeperOptions {
+  client: VerificationClient;
+  /** Where the catalog is saved (serve's data dir), read at start when the service does not answer. */
+  file: string;
+  logger: Logger;
+  /** The sync's clock: how long ago the catalog was last asked for. */
+  now: () => Date;
+  /** How often the catalog is brought up to date while running; 0: at start, and for a payer it does not know, only. */
+  refreshMs: number;
+}
+
+/**
+ * The payer catalog of a running sync, kept up to date from the service: the network changes while
+ * serve runs for weeks (a payer joins, another's portal or asynchronous support changes), and a
+ * catalog read only at start would answer a payer that joined since as not resolved, a check for
+ * a person, until a restart. Each refresh asks only for what changed (updatedSince) and is saved,
+ * so a restart with the service away starts from it; one that fails keeps the catalog as it was.
+ */
+export class CatalogKeeper {
+  private catalog: PayerCatalog | undefined;
+  private refreshing: Promise<PayerCatalog | undefined> | undefined;
+  /** When the catalog was last asked for (the sync's clock, ms). */
+  private askedAt = Number.NEGATIVE_INFINITY;
+  /** Whether the last refresh failed: the warning is said once, not at every failed refresh of an outage. */
+  private failing = false;
+  /** What the last refresh that failed failed with. */
+  private lastFailure = '';
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(private readonly options: CatalogKeeperOptions) {}
+
+  get current(): PayerCatalog | undefined {
+    return this.catalog;
+  }
+
+  /** The saved catalog brought up to date from the service; the saved one alone when the service does not answer, and an error when there is none. */
+  async load(): Promise<PayerCatalog> {
+    const previous = await PayerCatalog.load(this.options.file, undefined, { unreadable: this.unreadable }).catch(() => undefined);
+    this.catalog = previous;
+    const fetched = await this.refresh();
+    if (fetched) return fetched;
+    if (!previous) throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.lastFailure})`);
+    return previous;
+  }
+
+  /** Refreshes the catalog every refreshMs from now until stop(). */
+  start(): void {
+    if (this.options.refreshMs === 0 || this.stopped) return;
+    this.timer = setTimeout(() => {
+      void this.refresh().finally(() => this.start());
+    }, this.options.refreshMs);
+    // A sync stopped without stop() (an embedder's test, say) is not kept alive by its catalog.
+    this.timer.unref();
+  }
+
+  /**
+   * For a payer the catalog does not know, which may have joined the network since: the catalog
+   * brought up to date, or undefined when it was asked for less than CATALOG_ASK_AGAIN_MS ago or
+   * the service did not give it.
+   */
+  async again(): Promise<PayerCatalog | undefined> {
+    if (this.refreshing) return this.refreshing;
+    if (this.options.now().getTime() - this.askedAt < CATALOG_ASK_AGAIN_MS) return undefined;
+    return this.refresh();
+  }
+
+  /** Stops the refreshes and waits for one under way. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.refreshing;
+  }
+
+  /** One refresh at a time: the checks that find a payer unknown together share it. */
+  private refresh(): Promise<PayerCatalog | undefined> {
+    this.refreshing ??= this.fetch().finally(() => (this.refreshing = undefined));
+    return this.refreshing;
+  }
+
+  private async fetch(): Promise<PayerCatalog | undefined> {
+    this.askedAt = this.options.now().getTime();
+    let fetched: PayerCatalog;
+    try {
+      fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable });
+    } catch (err) {
+      this.lastFailure = errorText(err);
+      if (this.catalog && !this.failing) this.options.logger.warn({ err: this.lastFailure }, 'payer catalog refresh failed; using the one it has');
+      this.failing = true;
+      return undefined;
+    }
+    if (this.failing && this.catalog) this.options.logger.info('payer catalog refreshed again');
+    this.failing = false;
+    this.catalog = fetched;
+    // Used even when it cannot be saved: a restart then starts from the last copy saved, and brings it up to date.
+    await fetched.save(this.options.file).catch((err: unknown) => this.options.logger.warn({ err: errorText(err) }, 'payer catalog: could not be saved'));
+    return fetched;
+  }
+
+  private readonly unreadable = (described: string[]) => this.options.logger.warn({ items: described.length, first: described[0] }, 'payer catalog: entries that could not be read are left out');
+}

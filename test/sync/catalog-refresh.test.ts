@@ -1,0 +1,89 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { frame } from '../../src/service/mllp-framing';
+import { MllpListener } from '../../src/service/mllp-listener';
+import { CATALOG_ASK_AGAIN_MS } from '../../src/service/catalog-keeper';
+import { segment } from '../adapters/hl7/segment';
+import { client } from '../service/mllp-client';
+import { FAST, startHarness, until, type Harness } from './harness';
+
+/** A booking naming its payer by an id and a name the sandbox's network does not list until the test adds the id (MetLife's). */
+const booking = (id: string) =>
+  [
+    `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|20261123090000||SIU^S12^SIU_S12|${id}|P|2.5.1`,
+    `SCH|APT-${id}^SC||||||||||^^^20261210093000`,
+    `PID|1||P-${id}^^^SC^MR||DOE^JANE||19800102|F`,
+    segment('IN1', { 1: '1', 3: 'MLD77', 4: 'MetLife Dental Select', 17: 'SEL', 36: 'SBX-COMPLETE' }),
+  ].join('\r');
+
+const NEW_ID = { alternatePayerIds: ['METLIFE', 'MLD77'] };
+
+/** The payer network changes while serve runs for weeks: its catalog follows, or a payer that joined since would need a person for each check. */
+describe('the payer catalog of a running sync', () => {
+  let h: Harness | undefined;
+  let listener: { stop(): Promise<void>; port: number } | undefined;
+  afterEach(async () => {
+    await listener?.stop();
+    await h?.close();
+    h = listener = undefined;
+  });
+
+  const send = async (id: string) => {
+    if (!listener) {
+      const started = new MllpListener({ handler: (m) => (h as Harness).sync.receiveHl7(m) });
+      listener = { stop: () => started.stop(), port: (await started.start()).port };
+    }
+    const c = await client(listener.port);
+    c.socket.write(frame(booking(id)));
+    expect((await c.waitFor(1))[0]).toContain(`MSA|AA|${id}`);
+    c.socket.end();
+  };
+  const checkOf = (id: string) => async () => (await (h as Harness).store.listChecks()).find((c) => c.check.patient.identifiers[0]?.value === `P-${id}` && ['written', 'needs-attention'].includes(c.state));
+  const payerReads = () => (h as Harness).sandbox.requestLog.filter((r) => r.method === 'GET' && r.path.startsWith('/v2/network/payers')).map((r) => r.path);
+  const saved = () => readFileSync(path.join((h as Harness).dataDir, 'catalog.json'), 'utf8');
+
+  it('is brought up to date for a payer it does not know, at most every five minutes, and the check verified', async () => {
+    let clock = Date.parse('2026-11-23T12:00:00Z');
+    h = await startHarness({ now: () => new Date(clock) });
+    const atStart = payerReads().length;
+    h.sandbox.updatePayer('M6MET1', NEW_ID);
+
+    // Just fetched at start: the catalog is not asked for again, and the check is for a person, as before.
+    await send('U1');
+    const first = await until('U1 answered', checkOf('U1'));
+    expect(first.state).toBe('needs-attention');
+    expect(first.lastError).toMatch(/^PayerNotResolved: /);
+    expect(payerReads()).toHaveLength(atStart);
+
+    clock += CATALOG_ASK_AGAIN_MS + 1000;
+    await send('U2');
+    const second = await until('U2 answered', checkOf('U2'));
+    expect([second.state, second.lastError]).toEqual(['written', undefined]);
+    // Only what changed since the catalog was taken, and saved for a restart.
+    expect(payerReads().slice(atStart)).toEqual([expect.stringContaining('updatedSince=')]);
+    expect(saved()).toContain('MLD77');
+  });
+
+  it('is brought up to date every catalogRefreshMs', async () => {
+    h = await startHarness({ settings: { ...FAST, catalogRefreshMs: 100 } });
+    const atStart = payerReads().length;
+    h.sandbox.updatePayer('M6MET1', NEW_ID);
+    await until('the saved catalog names the new id', async () => saved().includes('MLD77'));
+    expect(payerReads().length).toBeGreaterThan(atStart);
+    // Known from the timed refresh: the clock has not moved far enough for a check to ask again.
+    await send('U3');
+    expect((await until('U3 answered', checkOf('U3'))).state).toBe('written');
+  });
+
+  it('keeps the catalog it has while the service does not give it, said once, and takes it up again', async () => {
+    h = await startHarness({ settings: { ...FAST, catalogRefreshMs: 50 } });
+    // Three refreshes refused, each sent five times (the client's retries).
+    h.sandbox.injectFault({ method: 'GET', path: '/v2/network/payers', status: 503, times: 15 });
+    h.sandbox.updatePayer('M6MET1', NEW_ID);
+    const said = (text: string) => (h as Harness).logs.filter((line) => line.includes(text));
+    await until('refreshed again', async () => said('payer catalog refreshed again').length > 0);
+    expect(h.sandbox.requestLog.filter((r) => r.path.startsWith('/v2/network/payers') && r.status === 503)).toHaveLength(15);
+    expect(said('payer catalog refresh failed; using the one it has')).toHaveLength(1);
+    await until('saved', async () => saved().includes('MLD77'));
+  });
+});
