@@ -1,4 +1,5 @@
 import type { VerificationClient } from '../verification/client';
+import { ServiceError } from '../verification/errors';
 import { PayerCatalog } from '../verification/payer-catalog';
 import { errorText } from '../sync/error-text';
 import type { Logger } from './logger';
@@ -31,7 +32,8 @@ export class CatalogKeeper {
   private askedAt = Number.NEGATIVE_INFINITY;
   /** Whether the last refresh failed: the warning is said once, not at every failed refresh of an outage. */
   private failing = false;
-  /** What the last refresh that failed failed with. */
+  /** What the last refresh that failed failed with, and in a line. */
+  private lastError: unknown;
   private lastFailure = '';
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -42,14 +44,42 @@ export class CatalogKeeper {
     return this.catalog;
   }
 
-  /** The saved catalog brought up to date from the service; the saved one alone when the service does not answer, and an error when there is none. */
-  async load(): Promise<PayerCatalog> {
+  /**
+   * The saved catalog brought up to date from the service; the saved one alone when the service
+   * does not answer. With none saved: undefined while the service is away (a first start in an
+   * outage, see fetchUntilGiven), and an error when it refused (a wrong key or URL: the operator's
+   * to fix, not to wait for).
+   */
+  async load(): Promise<PayerCatalog | undefined> {
     const previous = await PayerCatalog.load(this.options.file, undefined, { unreadable: this.unreadable }).catch(() => undefined);
     this.catalog = previous;
     const fetched = await this.refresh();
-    if (fetched) return fetched;
-    if (!previous) throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.lastFailure})`);
-    return previous;
+    if (fetched || previous) return fetched ?? previous;
+    if (this.lastError instanceof ServiceError && this.lastError.mayPassLater) return undefined;
+    throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.lastFailure})`);
+  }
+
+  /** Why the catalog could not be fetched last, in a line; empty when the last refresh succeeded. */
+  get failure(): string {
+    return this.failing ? this.lastFailure : '';
+  }
+
+  /**
+   * With no catalog yet: asks the service for it again, waiting from backoff.baseMs to
+   * backoff.maxMs between tries, until it gives it; then `given`, unless stop() came first.
+   */
+  fetchUntilGiven(backoff: { baseMs: number; maxMs: number }, given: () => void): void {
+    const tryAfter = (waitMs: number) => {
+      if (this.stopped) return;
+      this.timer = setTimeout(() => {
+        void this.refresh().then((fetched) => {
+          if (this.stopped) return;
+          if (fetched) given();
+          else tryAfter(Math.min(waitMs * 2, backoff.maxMs));
+        });
+      }, waitMs);
+    };
+    tryAfter(backoff.baseMs);
   }
 
   /** Refreshes the catalog every refreshMs from now until stop(). */
@@ -92,6 +122,7 @@ export class CatalogKeeper {
     try {
       fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable });
     } catch (err) {
+      this.lastError = err;
       this.lastFailure = errorText(err);
       if (this.catalog && !this.failing) this.options.logger.warn({ err: this.lastFailure }, 'payer catalog refresh failed; using the one it has');
       this.failing = true;

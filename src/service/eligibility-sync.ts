@@ -283,7 +283,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
-  metrics.serviceUp = () => worker.service.since === undefined;
+  metrics.serviceUp = () => worker.service.since === undefined && (given ?? keeper?.current) !== undefined;
 
   const fhirOptions = { routing, now, policy };
 
@@ -492,11 +492,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const portals = worker.service.portalsOut;
       const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.
-      const service = out
-        ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
-        : portals.length > 0
-          ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
-          : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
+      const service =
+        keeper && !keeper.current
+          ? `no payer catalog yet (${keeper.failure}): checks wait for it`
+          : out
+            ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
+            : portals.length > 0
+              ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
+              : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
     },
     start(): Promise<void> {
@@ -523,8 +526,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
     await polling;
-    await worker.stop();
+    // First: a catalog given meanwhile would start the worker behind its stop.
     await keeper?.stop();
+    await worker.stop();
     await closeOwned();
   }
   async function startOnce(): Promise<void> {
@@ -539,8 +543,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned().catch((closing: unknown) => logger.error({ err: errorText(closing) }, 'closing what this sync opened failed after its start failed'));
       throw err;
     }
-    worker.start();
-    keeper?.start();
+    const work = () => {
+      worker.start();
+      keeper?.start();
+    };
+    if (keeper && !keeper.current) {
+      // A first start in an outage: what arrives is taken and stored, and verified once the service gives the catalog.
+      logger.warn({ err: keeper.failure }, 'payer catalog: cannot be fetched from the service and none is saved; messages are taken, and checks wait for it');
+      keeper.fetchUntilGiven({ baseMs: settings.backoffBaseMs, maxMs: settings.backoffMaxMs }, () => {
+        logger.info('payer catalog fetched; checks go on');
+        work();
+      });
+    } else work();
     schedulePoll();
     logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
   }

@@ -86,4 +86,27 @@ describe('the payer catalog of a running sync', () => {
     expect(said('payer catalog refresh failed; using the one it has')).toHaveLength(1);
     await until('saved', async () => saved().includes('MLD77'));
   });
+
+  it('starts on a fresh data dir while the service is away, takes what arrives, and verifies it once the catalog is given', async () => {
+    // The load at start and the next two tries refused (no retries by the client): the catalog comes at the third try.
+    const refused = { method: 'GET', path: '/v2/network/payers', status: 503, times: 3 } as const;
+    h = await startHarness({ faults: [refused], service: { maxRetries: 0 }, settings: { ...FAST, backoffBaseMs: 300, backoffMaxMs: 400 } });
+    const health = await h.sync.health();
+    expect(health.service).toMatch(/^no payer catalog yet \(.*503.*\): checks wait for it$/);
+    expect(await h.sync.metrics.registry.getSingleMetricAsString('dental_elig_service_up')).toMatch(/dental_elig_service_up 0$/);
+    h.sandbox.updatePayer('M6MET1', NEW_ID);
+    await send('U4');
+    const checked = await until('U4 answered', checkOf('U4'));
+    expect([checked.state, checked.lastError]).toEqual(['written', undefined]);
+    expect(h.logs.filter((line) => line.includes('none is saved; messages are taken, and checks wait for it'))).toHaveLength(1);
+    expect(h.logs.filter((line) => line.includes('payer catalog fetched; checks go on'))).toHaveLength(1);
+    expect((await h.sync.health()).service).not.toMatch(/catalog/);
+    expect(saved()).toContain('MLD77');
+  });
+
+  it('does not start on a fresh data dir when the service refuses the catalog: a key or URL to fix, not an outage to wait out', async () => {
+    await expect(startHarness({ faults: [{ method: 'GET', path: '/v2/network/payers', status: 401, times: 1 }], service: { maxRetries: 0 } })).rejects.toThrow(
+      /^payer catalog: cannot be fetched from the service and none is saved \(.*401/,
+    );
+  });
 });

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Database } from '../../src/sync/sqlite-driver';
 import type { Bundle, FhirResource } from 'fhir/r4';
-import { generateWebhookSecret, startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox';
+import { generateWebhookSecret, startSandbox, type Fault, type Sandbox, type SandboxOptions } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { createEligibilitySync, type EligibilitySync, type SyncSettings } from '../../src/service/eligibility-sync';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
@@ -54,18 +54,29 @@ export interface HarnessOptions {
   fhirVia?: (fhirUrl: string) => Promise<string>;
   /** Clinic routing instead of mappings/clinics.json (a clinic in another time zone). */
   routing?: ClinicRouting;
+  /** Faults the sandbox serves from before the sync starts (its payer catalog fetched at start failing, say). */
+  faults?: Fault[];
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'elig-sync-'));
   const sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 300, webhookBackoffMs: 200 }, ...options.sandbox });
+  for (const fault of options.faults ?? []) sandbox.injectFault(fault);
   const fhir = await startFhirServer({ validate: true });
   const store = SqliteJobStore.open(dataDir);
   const logs: string[] = [];
   const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
   const secret = generateWebhookSecret();
   const { settings, service, webhook, now, fhirVia, routing } = options;
-  const instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia, routing });
+  let instance: Awaited<ReturnType<typeof startSyncInstance>>;
+  try {
+    instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia, routing });
+  } catch (err) {
+    // A sync that does not start leaves nothing open behind the test.
+    await Promise.all([store.close(), sandbox.close(), fhir.close()]);
+    if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
   if (webhook !== false) sandbox.configureWebhook({ url: `${instance.httpUrl}${WEBHOOK_PATH}`, secret });
   return {
     sandbox,
@@ -108,7 +119,12 @@ export async function startSyncInstance(options: {
     ...(options.now && { now: options.now }),
     ...(options.routing && { routing: options.routing }),
   });
-  await sync.start();
+  try {
+    await sync.start();
+  } catch (err) {
+    await http.close();
+    throw err;
+  }
   const started = sync;
   return {
     sync: started,

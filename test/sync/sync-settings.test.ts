@@ -8,6 +8,7 @@ import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { VerificationClient } from '../../src/verification/client';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
 import { freshModules } from '../support/fresh-modules';
+import { json, startScriptedServer } from '../support/http-server';
 import { nobodyHolds } from './harness';
 
 /** Settings that would make the worker spin or wait backwards are refused up front, naming the setting. */
@@ -140,21 +141,34 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
-  it('closes its store when start() cannot load the payer catalog', async () => {
-    const sync = createEligibilitySync(config());
-    await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
-    expect(nobodyHolds(storeFile())).toBe(true);
-    await expect(sync.start()).rejects.toThrow(/stopped \(or failed to start\); create another/);
-    await sync.stop();
-  });
+  /** A service that refuses the key: the payer catalog cannot be fetched on a first start, and the start fails (an outage would be waited out). */
+  const refusing = async (test: (baseUrl: string) => Promise<void>) => {
+    const service = await startScriptedServer((_req, res) => json(res, 401, { type: 'about:blank', title: 'Unauthorized', status: 401 }));
+    try {
+      await test(service.url);
+    } finally {
+      await service.close();
+    }
+  };
+
+  it('closes its store when start() cannot load the payer catalog', () =>
+    refusing(async (baseUrl) => {
+      const sync = createEligibilitySync(config({ service: { baseUrl, apiKey: 'k', maxRetries: 0 } }));
+      await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
+      expect(nobodyHolds(storeFile())).toBe(true);
+      await expect(sync.start()).rejects.toThrow(/stopped \(or failed to start\); create another/);
+      await sync.stop();
+    }));
 
   it('closes its store when start() fails and closing its service client fails too, and gives the start\'s failure', async () => {
     const clientClose = jest.spyOn(VerificationClient.prototype, 'close').mockRejectedValueOnce(new Error('the client would not close'));
     try {
-      const sync = createEligibilitySync(config());
-      await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
-      expect(clientClose).toHaveBeenCalledTimes(1);
-      expect(nobodyHolds(storeFile())).toBe(true);
+      await refusing(async (baseUrl) => {
+        const sync = createEligibilitySync(config({ service: { baseUrl, apiKey: 'k', maxRetries: 0 } }));
+        await expect(sync.start()).rejects.toThrow(/^payer catalog: cannot be fetched/);
+        expect(clientClose).toHaveBeenCalledTimes(1);
+        expect(nobodyHolds(storeFile())).toBe(true);
+      });
     } finally {
       clientClose.mockRestore();
     }
