@@ -15,7 +15,7 @@ import type { ClientConfigInput } from '../verification/config';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, PayerCatalog } from '../verification/payer-catalog';
-import type { InlineCredentials } from '../verification/wire';
+import { InlineCredentials } from '../verification/wire';
 import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
@@ -136,7 +136,9 @@ const ConfigKeys = z.strictObject({
   catalog: z.unknown().optional(),
   fhir: z.unknown().optional(),
   webhook: z.unknown().optional(),
-  inlineCredentials: z.unknown().optional(),
+  // Checked here, not where it is used: a password left out reached the client's redaction of every answer, and start()
+  // failed as 'payer catalog: cannot be fetched from the service' (Cannot read properties of undefined).
+  inlineCredentials: z.record(z.string().min(1), InlineCredentials).optional(),
   settings: z.unknown().optional(),
   routing: z.unknown().optional(),
   mappings: z.unknown().optional(),

@@ -111,6 +111,15 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses inline portal credentials it cannot send, naming the portal and the field, before it opens the store', () => {
+    const inline = (value: unknown) => () => createEligibilitySync(config({ inlineCredentials: value as EligibilitySyncConfig['inlineCredentials'] }));
+    // Read from a JSON file by an embedder: the password left out failed start() as the service unreachable.
+    expect(inline({ deltadentalins: { username: 'lakeside' } })).toThrow(/^inlineCredentials\.deltadentalins\.password: /);
+    expect(inline({ deltadentalins: { username: 'lakeside', pasword: 'x' } })).toThrow(/^inlineCredentials\.deltadentalins/);
+    expect(inline('deltadentalins')).toThrow(/^inlineCredentials: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses what arrives once it is stopped, saying so, not with its closed store\'s error', async () => {
     const sync = createEligibilitySync(config());
     await sync.stop();
