@@ -130,7 +130,12 @@ export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'fr
  */
 const ConfigKeys = z.strictObject({
   // Every key of EligibilitySyncConfig, and no other (the satisfies below): a key added there is one here too.
-  store: z.unknown().optional(),
+  // serve's own `store` is a location: given here, it failed as 'Cannot create proxy with a non-object'; a promise not awaited, at start() as 'store.beginWork is not a function'.
+  store: z
+    .custom<JobStore>((value) => typeof value === 'object' && value !== null && typeof (value as Partial<JobStore>).transaction === 'function', {
+      error: (issue) => (typeof (issue.input as { then?: unknown } | undefined)?.then === 'function' ? 'is a promise: await openJobStore(…) before handing it over' : 'must be a job store, not a location: open it with openJobStore(location, dataDir)'),
+    })
+    .optional(),
   dataDir: z.string().min(1, { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
   service: z.custom<object>((value) => typeof value === 'object' && value !== null, { error: 'is required: the service\'s baseUrl and apiKey, or a client of your own' }),
   catalog: z.unknown().optional(),
