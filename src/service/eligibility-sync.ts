@@ -15,7 +15,7 @@ import type { ClientConfigInput } from '../verification/config';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catalog';
-import type { InlineCredentials } from '../verification/wire';
+import { InlineCredentials } from '../verification/wire';
 import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
@@ -137,13 +137,20 @@ export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'fr
  */
 const ConfigKeys = z.strictObject({
   // Every key of EligibilitySyncConfig, and no other (the satisfies below): a key added there is one here too.
-  store: z.unknown().optional(),
+  // serve's own `store` is a location: given here, it failed as 'Cannot create proxy with a non-object'; a promise not awaited, at start() as 'store.beginWork is not a function'.
+  store: z
+    .custom<JobStore>((value) => typeof value === 'object' && value !== null && typeof (value as Partial<JobStore>).transaction === 'function', {
+      error: (issue) => (typeof (issue.input as { then?: unknown } | undefined)?.then === 'function' ? 'is a promise: await openJobStore(…) before handing it over' : 'must be a job store, not a location: open it with openJobStore(location, dataDir)'),
+    })
+    .optional(),
   dataDir: z.string().min(1, { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
   service: z.custom<object>((value) => typeof value === 'object' && value !== null, { error: 'is required: the service\'s baseUrl and apiKey, or a client of your own' }),
   catalog: z.unknown().optional(),
   fhir: z.unknown().optional(),
   webhook: z.unknown().optional(),
-  inlineCredentials: z.unknown().optional(),
+  // Checked here, not where it is used: a password left out reached the client's redaction of every answer, and start()
+  // failed as 'payer catalog: cannot be fetched from the service' (Cannot read properties of undefined).
+  inlineCredentials: z.record(z.string().min(1), InlineCredentials).optional(),
   settings: z.unknown().optional(),
   routing: z.unknown().optional(),
   mappings: z.unknown().optional(),

@@ -665,7 +665,8 @@ export class Worker {
       }
       // The FHIR server is down or busy: the result waits in the store and is written when it returns.
       await this.step(row, 'result-stored', { state: 'result-stored', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `chart write failed: ${detail}` });
-      this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'chart write failed; will retry');
+      // Why, as the service's failures say theirs: the chart down, busy or slow are met differently (ChartWriteError's words name no patient data).
+      this.deps.log.warn({ key: row.key, attempts: row.attempts + 1, err: detail }, 'chart write failed; will retry');
       return;
     }
     // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.

@@ -111,6 +111,10 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
   // A scheme from JavaScript or a JSON file that is neither would otherwise take deliveries with no signature checked.
   const scheme: string = options.auth.scheme;
   if (scheme !== 'standard-webhooks' && scheme !== 'bearer') throw new Error('webhook.scheme: must be standard-webhooks or bearer');
+  // Likewise a misspelt previousSecret would be dropped without a word, and deliveries still signed with the secret being replaced refused.
+  const settings = scheme === 'bearer' ? ['scheme', 'token'] : ['scheme', 'secret', 'previousSecret'];
+  const unknown = Object.keys(options.auth).find((key) => !settings.includes(key));
+  if (unknown !== undefined) throw new Error(`webhook: Unrecognized key: "${unknown}"`);
   const { auth } = options;
   const verifiers =
     auth.scheme === 'standard-webhooks'

@@ -81,6 +81,10 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       return rows.length === 2 && rows.every((r) => r.attempts > 0 && /chart write failed/.test(r.lastError ?? ''));
     });
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(0);
+    // The warning says why, as the check's last error does: an operator reading the log tells a chart down from one busy.
+    const warned = h.logs.filter((l) => l.includes('chart write failed; will retry'));
+    expect(warned.length).toBeGreaterThan(0);
+    expect(warned.every((l) => /"err":"write eligibility: the FHIR server /.test(l))).toBe(true);
 
     proxy.down = false;
     await until('both written once the chart is back', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);

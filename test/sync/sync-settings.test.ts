@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { startSandbox, type Sandbox } from '../../src/sandbox';
 import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
+import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { VerificationClient } from '../../src/verification/client';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
@@ -109,6 +110,27 @@ describe('a sync that fails to be created or started', () => {
     expect(create({ ...config(), dataDir: '' })).toThrow(/^dataDir: must not be empty \(leave it out for \.dental-elig\/data\)$/);
     const { service: _service, ...withoutService } = config();
     expect(create(withoutService)).toThrow(/^service: is required: the service's baseUrl and apiKey, or a client of your own$/);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('refuses a store that is a location or a promise, naming it, before it opens anything', async () => {
+    const create = (store: unknown) => () => createEligibilitySync(config({ store: store as EligibilitySyncConfig['store'] }));
+    // serve's config names its store by URL; here it is the store, opened.
+    expect(create('postgres://elig@db.internal/eligibility')).toThrow(/^store: must be a job store, not a location: open it with openJobStore\(location, dataDir\)$/);
+    const opening = openJobStore(undefined, dataDir);
+    try {
+      expect(create(opening)).toThrow(/^store: is a promise: await openJobStore\(…\) before handing it over$/);
+    } finally {
+      await (await opening).close();
+    }
+  });
+
+  it('refuses inline portal credentials it cannot send, naming the portal and the field, before it opens the store', () => {
+    const inline = (value: unknown) => () => createEligibilitySync(config({ inlineCredentials: value as EligibilitySyncConfig['inlineCredentials'] }));
+    // Read from a JSON file by an embedder: the password left out failed start() as the service unreachable.
+    expect(inline({ deltadentalins: { username: 'lakeside' } })).toThrow(/^inlineCredentials\.deltadentalins\.password: /);
+    expect(inline({ deltadentalins: { username: 'lakeside', pasword: 'x' } })).toThrow(/^inlineCredentials\.deltadentalins/);
+    expect(inline('deltadentalins')).toThrow(/^inlineCredentials: /);
     expect(readdirSync(dataDir)).toEqual([]);
   });
 

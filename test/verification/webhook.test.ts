@@ -239,6 +239,14 @@ describe('verification webhook receiver', () => {
     expect(() => createWebhookHandler({ auth, onDelivery: async () => undefined })).not.toThrow(/standard-webhook[^s]/);
   });
 
+  it('refuses a key its scheme does not take when the receiver is made, rather than dropping it', () => {
+    const receiver = (auth: unknown) => () => createWebhookHandler({ auth: auth as WebhookReceiverOptions['auth'], onDelivery: async () => undefined });
+    // A rotation's secret misspelt from JavaScript: deliveries the service still signs with it would be refused 401.
+    expect(receiver({ scheme: 'standard-webhooks', secret, previousSecrets: secret })).toThrow(/^webhook: Unrecognized key: "previousSecrets"$/);
+    expect(receiver({ scheme: 'bearer', token: 'tok', previousSecret: secret })).toThrow(/^webhook: Unrecognized key: "previousSecret"$/);
+    expect(receiver({ scheme: 'standard-webhooks', secret, previousSecret: undefined })).not.toThrow();
+  });
+
   it('says of a bad secret what the sandbox and serve say of theirs, each naming its own setting', () => {
     const refusal = (run: () => unknown) => {
       try {
