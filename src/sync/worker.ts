@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as z from 'zod';
-import type { PayerResolver } from '../domain';
+import type { PayerResolution, PayerResolver } from '../domain';
 import { describeIssue } from '../domain/issues';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { minuteAt } from '../adapters/local-date';
@@ -364,8 +364,7 @@ export class Worker {
       const why = resolution.status === 'ambiguous' ? 'names several payers in the catalog' : 'matches no payer in the catalog';
       return this.storeLocalFailure(row, 'PayerNotResolved', 'Payer not resolved', `the payer on this coverage ${why}`);
     }
-    const mode = this.options.asyncEnabled && resolution.supportsAsync && resolution.asyncPortals.length > 0 ? 'async' : 'sync';
-    const portalId = (mode === 'async' ? resolution.asyncPortals : resolution.syncPortals)[0] ?? resolution.asyncPortals[0];
+    const { mode, portalId } = this.routeOf(resolution);
     if (!portalId) return this.storeLocalFailure(row, 'NoPortal', 'No portal', `no portal verifies ${resolution.name}`);
 
     // Built before the check is marked sent: a request that cannot be built is answered, not retried.
@@ -416,6 +415,32 @@ export class Worker {
     }
   }
 
+  /** How a resolved payer is verified: asynchronously where it and this worker can, on the first portal its catalog entry lists for the mode. */
+  private routeOf(resolution: Extract<PayerResolution, { status: 'resolved' }>): { mode: 'sync' | 'async'; portalId: string | undefined } {
+    const mode = this.options.asyncEnabled && resolution.supportsAsync && resolution.asyncPortals.length > 0 ? 'async' : 'sync';
+    return { mode, portalId: (mode === 'async' ? resolution.asyncPortals : resolution.syncPortals)[0] ?? resolution.asyncPortals[0] };
+  }
+
+  /**
+   * A send the service refused naming the payer or the portal may have been built from a catalog
+   * older than the service's network (the payer gave up asynchronous verification, or moved to
+   * another portal, since it was fetched). With the catalog brought up to date (or as it is, when it
+   * was just), a check whose payer is now verified another way is sent again that way, as a new
+   * round, its body having changed; true when it was. Otherwise the refusal stands.
+   */
+  private async sentAnotherWay(row: CheckRow, err: ServiceError): Promise<boolean> {
+    const network = (err.problem.errors ?? []).some((e) => e.field === 'portalId' || e.field === 'payer' || e.field?.startsWith('payer.'));
+    if (!network) return false;
+    const catalog = (await this.deps.catalogAgain?.()) ?? this.deps.resolver();
+    const resolution = catalog.resolve(row.check.coverage.payer);
+    if (resolution.status !== 'resolved') return false;
+    const now = this.routeOf(resolution);
+    if (!now.portalId || (now.mode === row.mode && now.portalId === row.portalId)) return false;
+    const round = row.round + 1;
+    const why = `the service refused the request as built for ${row.mode ?? 'its'} verification on portal ${row.portalId ?? '(none)'}; the payer network changed, sending again`;
+    return (await this.step(row, 'submitted', { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: why })) !== undefined;
+  }
+
   /**
    * A round still to be sent whose plan is verified for another visit: by a result that came since
    * it was booked, which it takes (freshResultFor), or by a verification sent first (under way, or
@@ -450,6 +475,7 @@ export class Worker {
       return;
     }
     if (status === 422 || err.code === 'invalid_request') {
+      if (from === 'submitted' && (await this.sentAnotherWay(row, err))) return;
       // The data is wrong: the front desk sees it in the chart and corrects it at the source.
       const fields = err.fieldErrors.join('; ');
       return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);

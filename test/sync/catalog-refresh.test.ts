@@ -4,7 +4,9 @@ import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { CATALOG_ASK_AGAIN_MS } from '../../src/service/catalog-keeper';
 import { segment } from '../adapters/hl7/segment';
+import { FEATURE_ASYNC, FEATURE_SYNC } from '../../src/verification/wire';
 import { client } from '../service/mllp-client';
+import { bookingFor } from '../support/bookings';
 import { FAST, startHarness, until, type Harness } from './harness';
 
 /** A booking naming its payer by an id and a name the sandbox's network does not list until the test adds the id (MetLife's). */
@@ -28,13 +30,13 @@ describe('the payer catalog of a running sync', () => {
     h = listener = undefined;
   });
 
-  const send = async (id: string) => {
+  const send = async (id: string, message = booking(id)) => {
     if (!listener) {
       const started = new MllpListener({ handler: (m) => (h as Harness).sync.receiveHl7(m) });
       listener = { stop: () => started.stop(), port: (await started.start()).port };
     }
     const c = await client(listener.port);
-    c.socket.write(frame(booking(id)));
+    c.socket.write(frame(message));
     expect((await c.waitFor(1))[0]).toContain(`MSA|AA|${id}`);
     c.socket.end();
   };
@@ -108,5 +110,21 @@ describe('the payer catalog of a running sync', () => {
     await expect(startHarness({ faults: [{ method: 'GET', path: '/v2/network/payers', status: 401, times: 1 }], service: { maxRetries: 0 } })).rejects.toThrow(
       /^payer catalog: cannot be fetched from the service and none is saved \(.*401/,
     );
+  });
+
+  it('sends a check the service refused as built from an older catalog again, the way the payer is verified now', async () => {
+    let clock = Date.parse('2026-11-23T12:00:00Z');
+    h = await startHarness({ now: () => new Date(clock) });
+    // Cigna gives up asynchronous verification after the catalog was fetched.
+    h.sandbox.updatePayer('C2CIG8', { features: { [FEATURE_SYNC]: { supported: true, portals: ['cignaforhcp'] }, [FEATURE_ASYNC]: { supported: false, portals: [] } } });
+    clock += CATALOG_ASK_AGAIN_MS + 1000;
+    await send('C1', bookingFor('C1', 'SBX-COMPLETE'));
+    const checked = await until('C1 answered', checkOf('C1'));
+    expect([checked.state, checked.mode, checked.round]).toEqual(['written', 'sync', 1]);
+    const sends = h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.startsWith('/v2/insurance-verification')).map((r) => [r.path, r.status]);
+    expect(sends).toEqual([
+      ['/v2/insurance-verification-requests', 422],
+      ['/v2/insurance-verifications', 201],
+    ]);
   });
 });
