@@ -1,5 +1,6 @@
 import * as path from 'node:path';
 import type { Command } from 'commander';
+import { DatabaseError } from 'pg';
 import { loadClinicRouting } from '../adapters/clinic-routing';
 import { loadHl7Mappings } from '../adapters/hl7';
 import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibility-sync';
@@ -179,6 +180,17 @@ export function registerJobs(program: Command, io: CliIo): void {
 }
 
 /**
+ * Why a store did not open: a system's or SQLite's code says it in a word (ECONNREFUSED,
+ * SQLITE_NOTADB). PostgreSQL's is an SQLSTATE (28P01, 3D000), which says nothing to an operator
+ * who mistyped the password or the database, so its message is given, as serve gives it
+ * ('database "eligibilty" does not exist'); it names no password.
+ */
+function whyNotOpened(err: unknown): string | undefined {
+  const code = err instanceof DatabaseError ? undefined : (err as NodeJS.ErrnoException).code;
+  return code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable');
+}
+
+/**
  * Opens the job store serve runs on: the data dir and store from the options, the environment,
  * or the config file serve reads (`--config`, DENTAL_ELIG_CONFIG, ./dental-elig.config.json), in
  * that order, as serve takes them.
@@ -192,7 +204,7 @@ async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (stor
     store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir, { create: false });
   } catch (err) {
     if (err instanceof ConfigError) throw err;
-    throw new CliError(`jobs: cannot open the job store (${(err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message.split('\n')[0] : 'unreadable')})`);
+    throw new CliError(`jobs: cannot open the job store (${whyNotOpened(err)})`);
   }
   try {
     await run(store, fromFile);

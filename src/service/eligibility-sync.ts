@@ -34,7 +34,7 @@ import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '
 import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
-import { SyncMetrics } from './metrics';
+import { storeAnswer, SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
 
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
@@ -490,7 +490,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       metrics.messages.inc({ type: 'unreadable', ack: 'dead' });
     },
     async health() {
-      const store_ = await store.ping().then(
+      const store_ = await storeAnswer(store.ping()).then(
         () => 'ok',
         (err: unknown) => `failing: ${errorText(err)}`,
       );

@@ -2,6 +2,24 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import type { JobStore } from '../sync/job-store';
 
 /**
+ * How long /metrics and /healthz wait for the job store. A database that stops answering without
+ * closing its connections (a failover, a network dropping packets) holds a read for the pool's
+ * connection timeout or the query's (10 s, 60 s): a scrape would fail whole past Prometheus's
+ * timeout (10 s by default), the process looking dead where its store is out, and a health check
+ * would say nothing past a balancer's. Far more than a store that answers takes.
+ */
+export const STORE_ANSWER_MS = 5000;
+
+/** The store's answer, or a rejection once STORE_ANSWER_MS has passed without it (the read is let go). */
+export function storeAnswer<T>(read: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer in ${STORE_ANSWER_MS / 1000} s`)), STORE_ANSWER_MS);
+  });
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+}
+
+/**
  * The process's own metrics (memory, CPU, heap, event-loop delay), once per process: prom-client
  * keeps an observer and a timer per collection that nothing stops, and the figures are the
  * process's whichever instance is scraped.
@@ -60,7 +78,7 @@ export class SyncMetrics {
     // does not answer leaves the rest to be read: a scrape failing whole would look like a dead process.
     const collect = async () => {
       const at = now();
-      const counts = await store.counts(at.toISOString()).catch(() => undefined);
+      const counts = await storeAnswer(store.counts(at.toISOString())).catch(() => undefined);
       storeUp.set(counts ? 1 : 0);
       if (!counts) return;
       checks.reset();

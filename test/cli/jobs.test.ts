@@ -8,6 +8,7 @@ import { Database } from '../../src/sync/sqlite-driver';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { segment } from '../adapters/hl7/segment';
 import { cli } from '../support/cli';
+import { postgresForTests } from '../support/postgres';
 
 /** `jobs` over a real store file, as an operator uses it next to a running serve. */
 describe('dental-elig jobs', () => {
@@ -201,5 +202,17 @@ describe('dental-elig jobs', () => {
     for (const command of ['show', 'messages']) expect(await variables(command)).toEqual(store);
     for (const command of ['list', 'retry']) expect(await variables(command)).toEqual([...store, 'DENTAL_ELIG_MAPPINGS']);
     expect(await variables('replay')).toEqual([...store, 'DENTAL_ELIG_FHIR_URL', 'DENTAL_ELIG_FHIR_TOKEN', 'DENTAL_ELIG_FHIR_CLIENT_ID', 'DENTAL_ELIG_FHIR_PRIVATE_KEY_FILE', 'DENTAL_ELIG_ALLOW_INSECURE_HTTP', 'DENTAL_ELIG_MAPPINGS']);
+  });
+});
+
+/** `jobs` against a PostgreSQL store it cannot open, as an operator meets a mistyped URL. */
+describe('dental-elig jobs on PostgreSQL', () => {
+  const postgres = postgresForTests();
+
+  it('says what PostgreSQL refused in its words, not its SQLSTATE: a database that is not there is named so, as serve names it', async () => {
+    const url = new URL(await postgres.createDatabase());
+    url.pathname = '/eligibilty';
+    const run = await cli(['jobs', 'list', '--store', url.href]);
+    expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: jobs: cannot open the job store (database "eligibilty" does not exist)\n' });
   });
 });

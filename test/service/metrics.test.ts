@@ -1,4 +1,4 @@
-import { SyncMetrics } from '../../src/service/metrics';
+import { STORE_ANSWER_MS, SyncMetrics } from '../../src/service/metrics';
 import type { JobStore } from '../../src/sync/job-store';
 
 // The real prom-client, with collectDefaultMetrics counted: each call starts an observer and a timer that nothing stops.
@@ -43,5 +43,19 @@ describe('SyncMetrics', () => {
     expect(text).toMatch(/^dental_elig_checks\{state="written"\} 3$/m);
     expect(text).toMatch(/^dental_elig_messages_total\{type="SIU\^S12",ack="AA"\} 1$/m);
     expect(text).toMatch(/^process_resident_memory_bytes \d+$/m);
+  });
+
+  it('answers without the store figures when the store does not answer at all, as a database that stops answering without closing its connections does', async () => {
+    // The pool would wait 10 s for a connection, 60 s for a query: past a scraper's timeout, the whole scrape lost.
+    const silent = { counts: () => new Promise<never>(() => undefined) } as unknown as JobStore;
+    const metrics = new SyncMetrics(silent, () => new Date());
+    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask', 'hrtime', 'performance', 'Date'] });
+    try {
+      const text = metrics.text();
+      await jest.advanceTimersByTimeAsync(STORE_ANSWER_MS);
+      expect(await text).toMatch(/^dental_elig_store_up 0$/m);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
+import { STORE_ANSWER_MS } from '../../src/service/metrics';
 import { bookingFor } from '../support/bookings';
 import { NO_URL_PATH, rawRequest } from '../support/http-server';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
@@ -114,6 +115,20 @@ describe('observability', () => {
     expect(metrics).not.toMatch(/^dental_elig_webhooks_total\{result="ignored"\}/m);
     const said = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.webhookId === 'msg_mixed');
     expect(said).toEqual([expect.objectContaining({ level: 40, result: 'dead', msg: expect.stringContaining('names externalId elig_another_patients_request') })]);
+  });
+
+  it('says the store fails when it does not answer at all, as a database that stops answering without closing its connections does, rather than holding /healthz', async () => {
+    h = await startHarness();
+    // The pool would wait 10 s for a connection, 60 s for a query: past a balancer's timeout, the health check says nothing.
+    jest.spyOn(h.store, 'ping').mockReturnValue(new Promise<never>(() => undefined));
+    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask', 'hrtime', 'performance', 'Date'] });
+    try {
+      const said = h.sync.health();
+      await jest.advanceTimersByTimeAsync(STORE_ANSWER_MS);
+      expect(await said).toMatchObject({ ok: false, store: 'failing: no answer in 5 s', fhir: 'ok' });
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('says the chart is unreachable when the FHIR server is down', async () => {
