@@ -31,6 +31,7 @@ import type { EligibilityWriter } from './write-back';
  */
 
 export interface WorkerLog {
+  debug?(obj: object, msg: string): void;
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
@@ -160,6 +161,8 @@ export class Worker {
    * next claim, or no worker, this one included, would take them again until their leases ran out.
    */
   private readonly unreleased = new Set<string>();
+  /** When this worker's chart writes began to fail, while they do: see chartFailed. */
+  private chartFailingSince: Date | undefined;
   /** The service as this worker's calls find it: while it is out, checks wait for it in the store. */
   readonly service: ServiceOutage;
 
@@ -678,6 +681,7 @@ export class Worker {
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
       const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now() }));
+      this.chartTook();
     } catch (err) {
       // The store failed under the write (its read of the patient's plans), not the chart.
       if (storeOutage(err)) throw err;
@@ -692,7 +696,7 @@ export class Worker {
       // The FHIR server is down or busy: the result waits in the store and is written when it returns.
       await this.step(row, 'result-stored', { state: 'result-stored', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `chart write failed: ${detail}` });
       // Why, as the service's failures say theirs: the chart down, busy or slow are met differently (ChartWriteError's words name no patient data).
-      this.deps.log.warn({ key: row.key, attempts: row.attempts + 1, err: detail }, 'chart write failed; will retry');
+      this.chartFailed({ key: row.key, attempts: row.attempts + 1, err: detail }, 'chart write failed; will retry');
       return;
     }
     // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
@@ -740,6 +744,23 @@ export class Worker {
   }
 
   /**
+   * A chart write that failed and will be retried: the first of a run at warn, the rest at debug
+   * until the chart takes one, so a chart down for an hour is a line and its return another, not a
+   * warning for each check at each retry (some 400 in 30 s for 69 checks on audit-pg3's road).
+   */
+  private chartFailed(fields: Record<string, unknown>, message: string): void {
+    if (this.chartFailingSince) return this.deps.log.debug?.(fields, message);
+    this.chartFailingSince = this.deps.now();
+    this.deps.log.warn({ ...fields, further: 'at debug until the chart takes a write' }, message);
+  }
+
+  private chartTook(): void {
+    if (!this.chartFailingSince) return;
+    this.deps.log.info({ since: this.chartFailingSince.toISOString() }, 'the chart takes writes again');
+    this.chartFailingSince = undefined;
+  }
+
+  /**
    * The check's plan no longer serves its visit (dropped, or ended before it): its Coverage in the
    * chart is ended, then the check is cancelled; one written for a visit that is over and was not
    * cancelled (a plan dropped after it) stays written, its verification having served that visit. One whose written
@@ -756,13 +777,14 @@ export class Worker {
       const writer = await this.deps.writer();
       const end = writer.endCoverage?.bind(writer);
       if (end) ended = await this.timed('fhir', 'end coverage', () => end(row.check, row.planDroppedAt ?? row.updatedAt));
+      this.chartTook();
     } catch (err) {
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (retryable) {
         // As a write: the chart down or busy, the Coverage is ended when it is back.
         await this.step(row, 'ending-coverage', { state: 'ending-coverage', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `ending its Coverage failed: ${detail}` });
-        this.deps.log.warn({ key: row.key, attempts: row.attempts + 1 }, 'ending a Coverage in the chart failed; will retry');
+        this.chartFailed({ key: row.key, attempts: row.attempts + 1, err: detail }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
       await this.kept(() => this.step(row, 'ending-coverage', done({ dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` })));
