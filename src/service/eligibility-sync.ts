@@ -162,7 +162,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const keys = ConfigKeys.safeParse(config);
   if (!keys.success) throw new Error(describeIssue(keys.error, 'config'));
   const parsed = SyncSettings.safeParse(config.settings ?? {});
-  if (!parsed.success) throw new Error(`settings: ${describeIssue(parsed.error)}`);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'settings', ['settings']));
   const settings = parsed.data;
   const now = config.now ?? (() => new Date());
   const logger = config.logger ?? createLogger();

@@ -25,11 +25,15 @@ describe('SyncSettings', () => {
     createEligibilitySync({ dataDir, service: { baseUrl: 'http://127.0.0.1:1', apiKey: 'k' }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir' }, settings });
 
   it('refuses a backoff that starts above its ceiling', () => {
-    expect(create({ backoffBaseMs: 10_000, backoffMaxMs: 5000 })).toThrow('settings: backoffBaseMs: must not exceed backoffMaxMs (5000)');
+    expect(create({ backoffBaseMs: 10_000, backoffMaxMs: 5000 })).toThrow('settings.backoffBaseMs: must not exceed backoffMaxMs (5000)');
+  });
+
+  it('names a setting it does not know', () => {
+    expect(create({ setings: 1 } as unknown as SyncSettings)).toThrow(/^settings: Unrecognized key: "setings"$/);
   });
 
   it('refuses polling a Pending verification with no wait between polls', () => {
-    expect(create({ pollAfterMs: 0 })).toThrow(/^settings: pollAfterMs: /);
+    expect(create({ pollAfterMs: 0 })).toThrow(/^settings.pollAfterMs: /);
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
