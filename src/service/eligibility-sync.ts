@@ -537,9 +537,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
     await polling;
-    // First: a catalog given meanwhile would start the worker behind its stop.
-    await keeper?.stop();
-    await worker.stop();
+    // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
+    // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
+    await Promise.all([keeper?.stop(), worker.stop()]);
     await closeOwned();
   }
   async function startOnce(): Promise<void> {
