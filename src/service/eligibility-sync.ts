@@ -54,8 +54,12 @@ export const SyncSettings = z.strictObject({
   idleMs: z.number().int().min(10).default(500),
   freshnessDays: z.number().min(0).default(7),
   reverifyLeadDays: z.number().min(0).default(1),
-  /** Bring the payer catalog up to date from the service this often (0: at start, and for a payer it does not know, only). */
-  catalogRefreshMs: z.number().int().min(0).default(3_600_000),
+  /**
+   * Bring the payer catalog up to date from the service this often (0: at start, and for a payer it
+   * does not know or a request refused naming it, only). A timer waits at most 2^31-1 ms: a longer
+   * one (a month) fires at once, and the catalog would be read again and again without a pause.
+   */
+  catalogRefreshMs: z.number().int().min(0).max(2_147_483_647, { error: 'must be at most 2147483647 (about 24 days), the longest a timer waits' }).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: z.number().int().min(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
@@ -533,9 +537,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
     await polling;
-    // First: a catalog given meanwhile would start the worker behind its stop.
-    await keeper?.stop();
-    await worker.stop();
+    // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
+    // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
+    await Promise.all([keeper?.stop(), worker.stop()]);
     await closeOwned();
   }
   async function startOnce(): Promise<void> {

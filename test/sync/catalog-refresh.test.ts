@@ -89,6 +89,20 @@ describe('the payer catalog of a running sync', () => {
     await until('saved', async () => saved().includes('MLD77'));
   });
 
+  it('takes no more checks once stopped while a refresh is under way, which it waits for', async () => {
+    h = await startHarness({ settings: { ...FAST, catalogRefreshMs: 50 } });
+    // The next refresh is answered slowly: the stop comes while it is under way.
+    h.sandbox.injectFault({ method: 'GET', path: '/v2/network/payers', delayMs: 2000 });
+    await until('a refresh under way', async () => (h as Harness).sandbox.requestLog.some((r) => r.path.startsWith('/v2/network/payers') && r.status === 0));
+    const stopping = h.sync.stop();
+    // Stored (the store is the harness's, still open) and left for the next start.
+    await send('S1', bookingFor('S1', 'SBX-COMPLETE'));
+    await stopping;
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.startsWith('/v2/insurance-verification'))).toEqual([]);
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['received']);
+    expect(h.sandbox.requestLog.filter((r) => r.path.startsWith('/v2/network/payers')).at(-1)?.status).toBe(200);
+  });
+
   it('starts on a fresh data dir while the service is away, takes what arrives, and verifies it once the catalog is given', async () => {
     // The load at start and the next two tries refused (no retries by the client): the catalog comes at the third try.
     const refused = { method: 'GET', path: '/v2/network/payers', status: 503, times: 3 } as const;

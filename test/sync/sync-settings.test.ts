@@ -37,6 +37,11 @@ describe('SyncSettings', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses a catalog refresh longer than a timer waits, which would read the catalog without a pause', () => {
+    expect(create({ catalogRefreshMs: 2_592_000_000 })).toThrow('settings: catalogRefreshMs: must be at most 2147483647 (about 24 days), the longest a timer waits');
+    expect(SyncSettings.parse({ catalogRefreshMs: 2_147_483_647 })).toMatchObject({ catalogRefreshMs: 2_147_483_647 });
+  });
+
   it('keeps the defaults and takes a base equal to the ceiling', () => {
     expect(SyncSettings.parse({})).toMatchObject({ backoffBaseMs: 2000, backoffMaxMs: 300_000, pollAfterMs: 5000 });
     expect(SyncSettings.parse({ backoffBaseMs: 400, backoffMaxMs: 400 })).toMatchObject({ backoffBaseMs: 400, backoffMaxMs: 400 });
