@@ -37,6 +37,12 @@ import { createLogger, type Logger } from './logger';
 import { storeAnswer, SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
 
+/**
+ * A setting a timer waits for: Node fires a timer of more than 2^31-1 ms (about 24 days) at once, so
+ * a longer one (a month, say) would repeat its work without a pause.
+ */
+const timerMs = (min: number) => z.number().int().min(min).max(2_147_483_647, { error: 'must be at most 2147483647 (about 24 days), the longest a timer waits' });
+
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({
   concurrency: z.number().int().min(1).max(1000).default(8),
@@ -46,22 +52,18 @@ export const SyncSettings = z.strictObject({
   requestsPerSecondPerPortal: z.number().positive().optional(),
   maxAttempts: z.number().int().min(1).default(8),
   backoffBaseMs: z.number().int().min(1).default(2000),
-  backoffMaxMs: z.number().int().min(1).default(5 * 60_000),
+  backoffMaxMs: timerMs(1).default(5 * 60_000),
   webhookDeadlineMs: z.number().int().min(0).default(2 * 60_000),
   pollAfterMs: z.number().int().min(1, { error: 'must be at least 1 (0 would poll a Pending verification in a tight loop)' }).default(5000),
   pendingGiveUpMs: z.number().int().min(1).default(24 * 3600_000),
-  leaseMs: z.number().int().min(1000).default(2 * 60_000),
-  idleMs: z.number().int().min(10).default(500),
+  leaseMs: timerMs(1000).default(2 * 60_000),
+  idleMs: timerMs(10).default(500),
   freshnessDays: z.number().min(0).default(7),
   reverifyLeadDays: z.number().min(0).default(1),
-  /**
-   * Bring the payer catalog up to date from the service this often (0: at start, and for a payer it
-   * does not know or a request refused naming it, only). A timer waits at most 2^31-1 ms: a longer
-   * one (a month) fires at once, and the catalog would be read again and again without a pause.
-   */
-  catalogRefreshMs: z.number().int().min(0).max(2_147_483_647, { error: 'must be at most 2147483647 (about 24 days), the longest a timer waits' }).default(3_600_000),
+  /** Bring the payer catalog up to date from the service this often (0: at start, and for a payer it does not know or a request refused naming it, only). */
+  catalogRefreshMs: timerMs(0).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
-  fhirPollIntervalMs: z.number().int().min(0).default(0),
+  fhirPollIntervalMs: timerMs(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
 }).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {
   path: ['backoffBaseMs'],

@@ -38,7 +38,11 @@ describe('SyncSettings', () => {
   });
 
   it('refuses a catalog refresh longer than a timer waits, which would read the catalog without a pause', () => {
-    expect(create({ catalogRefreshMs: 2_592_000_000 })).toThrow('settings: catalogRefreshMs: must be at most 2147483647 (about 24 days), the longest a timer waits');
+    expect(create({ catalogRefreshMs: 2_592_000_000 })).toThrow('settings.catalogRefreshMs: must be at most 2147483647 (about 24 days), the longest a timer waits');
+    // Each setting a timer waits for: a lease's heartbeat, the worker's look, a backoff, the FHIR poll.
+    for (const key of ['leaseMs', 'idleMs', 'backoffMaxMs', 'fhirPollIntervalMs']) {
+      expect(create({ [key]: 2_147_483_648 })).toThrow(`settings.${key}: must be at most 2147483647`);
+    }
     expect(SyncSettings.parse({ catalogRefreshMs: 2_147_483_647 })).toMatchObject({ catalogRefreshMs: 2_147_483_647 });
   });
 
