@@ -4,6 +4,13 @@ import { PayerCatalog } from '../verification/payer-catalog';
 import { errorText } from '../sync/error-text';
 import type { Logger } from './logger';
 
+/**
+ * A refresh asks for the whole network at least this often, not only what changed: only a whole
+ * listing tells that a payer left the network, and what changed is asked for since this machine's
+ * clock, which may run ahead of the service's.
+ */
+const WHOLE_EVERY_MS = 24 * 3600_000;
+
 /** A payer the catalog does not know brings it up to date at most this often: a PMS sending a payer no network lists would otherwise ask at every check. */
 export const CATALOG_ASK_AGAIN_MS = 5 * 60_000;
 
@@ -30,6 +37,8 @@ export class CatalogKeeper {
   private refreshing: Promise<PayerCatalog | undefined> | undefined;
   /** When the catalog was last asked for (the sync's clock, ms). */
   private askedAt = Number.NEGATIVE_INFINITY;
+  /** When the whole network was last listed (the sync's clock, ms): see WHOLE_EVERY_MS. */
+  private wholeAt: number;
   /** Whether the last refresh failed: the warning is said once, not at every failed refresh of an outage. */
   private failing = false;
   /** What the last refresh that failed failed with, and in a line. */
@@ -38,7 +47,10 @@ export class CatalogKeeper {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
-  constructor(private readonly options: CatalogKeeperOptions) {}
+  constructor(private readonly options: CatalogKeeperOptions) {
+    // The start's refresh asks for what changed since the saved copy (for the whole network when none is saved); the whole, a day later.
+    this.wholeAt = options.now().getTime();
+  }
 
   get current(): PayerCatalog | undefined {
     return this.catalog;
@@ -118,9 +130,10 @@ export class CatalogKeeper {
 
   private async fetch(): Promise<PayerCatalog | undefined> {
     this.askedAt = this.options.now().getTime();
+    const whole = this.askedAt - this.wholeAt >= WHOLE_EVERY_MS;
     let fetched: PayerCatalog;
     try {
-      fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable });
+      fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable, full: whole });
     } catch (err) {
       this.lastError = err;
       this.lastFailure = errorText(err);
@@ -131,6 +144,7 @@ export class CatalogKeeper {
     if (this.failing && this.catalog) this.options.logger.info('payer catalog refreshed again');
     this.failing = false;
     this.catalog = fetched;
+    if (whole) this.wholeAt = this.askedAt;
     // Used even when it cannot be saved: a restart then starts from the last copy saved, and brings it up to date.
     await fetched.save(this.options.file).catch((err: unknown) => this.options.logger.warn({ err: errorText(err) }, 'payer catalog: could not be saved'));
     return fetched;

@@ -441,7 +441,9 @@ export class Worker {
     if (!now.portalId || (now.mode === row.mode && now.portalId === row.portalId)) return false;
     const round = row.round + 1;
     const why = `the service refused the request as built for ${row.mode ?? 'its'} verification on portal ${row.portalId ?? '(none)'}; the payer network changed, sending again`;
-    return (await this.step(row, 'submitted', { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: why })) !== undefined;
+    const moved = await this.step(row, 'submitted', { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: why });
+    if (moved) this.deps.log.info({ key: row.key, was: { mode: row.mode, portalId: row.portalId }, now }, 'the payer network changed since the request was built; sending it again the way the payer takes now');
+    return moved !== undefined;
   }
 
   /**

@@ -77,6 +77,16 @@ describe('the payer catalog of a running sync', () => {
     expect((await until('U3 answered', checkOf('U3'))).state).toBe('written');
   });
 
+  it('lists the whole network a day after it was last listed whole, not only what changed', async () => {
+    let clock = Date.parse('2026-11-23T12:00:00Z');
+    h = await startHarness({ now: () => new Date(clock), settings: { ...FAST, catalogRefreshMs: 100 } });
+    const atStart = payerReads().length;
+    await until('a refresh of what changed', async () => payerReads().slice(atStart).some((p) => p.includes('updatedSince=')));
+    clock += 24 * 3600_000;
+    const before = payerReads().length;
+    await until('a whole listing', async () => payerReads().slice(before).some((p) => !p.includes('updatedSince=')));
+  });
+
   it('keeps the catalog it has while the service does not give it, said once, and takes it up again', async () => {
     h = await startHarness({ settings: { ...FAST, catalogRefreshMs: 50 } });
     // Three refreshes refused, each sent five times (the client's retries).
