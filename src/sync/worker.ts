@@ -779,7 +779,8 @@ export class Worker {
       const writer = await this.deps.writer();
       const end = writer.endCoverage?.bind(writer);
       if (end) ended = await this.timed('fhir', 'end coverage', () => end(row.check, row.planDroppedAt ?? row.updatedAt));
-      this.chartTook();
+      // Only a Coverage ended reached the chart: a FHIR-sourced check's, or a writer that ends none, sends nothing, the chart down or not.
+      if (ended) this.chartTook();
     } catch (err) {
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);

@@ -718,6 +718,28 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     expect(tries).toEqual([false, true, false]);
   });
 
+  it('says the chart takes writes again only when a write reached it, not for a Coverage ending that sent nothing while it is down', async () => {
+    let down = true;
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-down' }),
+      writer: (chart) => ({
+        write: (...args) => (down ? Promise.reject(new ChartWriteError('the FHIR server could not be reached (ECONNREFUSED)', { retryable: true })) : chart.write(...args)),
+        // A FHIR-sourced check's Coverage is the EHR's: ending it sends nothing to the chart.
+        endCoverage: (check, droppedAt) => chart.endCoverage?.(check, droppedAt) ?? Promise.resolve(false),
+      }),
+    });
+    await rig.addCheck('waiting');
+    rig.worker.start();
+    await until('the chart said down', async () => rig.warnings.some((w) => w.msg === 'chart write failed; will retry'));
+    const droppedAt = new Date().toISOString();
+    await rig.addCheck('gone', { state: 'ending-coverage', planDroppedAt: droppedAt });
+    await until('its ending done', async () => (await rig.check('gone')).state !== 'ending-coverage');
+    expect(rig.infos.filter((i) => i.msg === 'the chart takes writes again')).toEqual([]);
+    down = false;
+    await rig.reach('waiting', 'written', 10_000);
+    expect(rig.infos.filter((i) => i.msg === 'the chart takes writes again')).toHaveLength(1);
+  });
+
   it('cancels the Coverage of a plan the PMS drops while the worker is dating it: the drop, its last word, is carried out next', async () => {
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
