@@ -28,6 +28,7 @@ import { errorText } from '../sync/error-text';
 import type { JobStore } from '../sync/job-store';
 import { storeOutage, watchOutages } from '../sync/store-outage';
 import { closeEachOrThrow } from '../close-each';
+import { timerMs } from '../timer-ms';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
@@ -36,12 +37,6 @@ import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
 import { storeAnswer, SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
-
-/**
- * A setting a timer waits for: Node fires a timer of more than 2^31-1 ms (about 24 days) at once, so
- * a longer one (a month, say) would repeat its work without a pause.
- */
-const timerMs = (min: number) => z.number().int().min(min).max(2_147_483_647, { error: 'must be at most 2147483647 (about 24 days), the longest a timer waits' });
 
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({

@@ -8,6 +8,7 @@ import { insurerReference } from '../adapters/fhir/out/references';
 import { systemUrl } from '../adapters/fhir/systems';
 import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
+import { timerMs } from '../timer-ms';
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
@@ -76,8 +77,8 @@ export const FhirWriterOptions = z
     bearerToken: z.string().min(1).optional(),
     /** SMART Backend Services: tokens fetched with a signed client assertion and kept until shortly before they expire. */
     smart: SmartBackendAuth.optional(),
-    /** Each request to the FHIR server or token endpoint gives up after this long (a retryable failure). Default 30 s. */
-    timeoutMs: z.number().int().positive().default(30_000),
+    /** Each request to the FHIR server or token endpoint gives up after this long (a retryable failure). Default 30 s; a timer (AbortSignal.timeout) waits for it. */
+    timeoutMs: timerMs(1).default(30_000),
     /** Plain http:// to another machine sends the access token and patient data unencrypted: only when asked for (checked where the sync is created). */
     allowInsecureHttp: z.boolean().default(false),
   })

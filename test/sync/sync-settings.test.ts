@@ -46,6 +46,14 @@ describe('SyncSettings', () => {
     expect(SyncSettings.parse({ catalogRefreshMs: 2_147_483_647 })).toMatchObject({ catalogRefreshMs: 2_147_483_647 });
   });
 
+  it("refuses a chart timeout longer than a timer waits, which would give up every request to the chart at once", () => {
+    // AbortSignal.timeout fires such a timer at once: each write would fail as the chart not answering in time, and be retried forever.
+    expect(() => createEligibilitySync({ dataDir, service: { baseUrl: 'http://127.0.0.1:1', apiKey: 'k' }, fhir: { baseUrl: 'http://127.0.0.1:1/fhir', timeoutMs: 2_147_483_648 } })).toThrow(
+      'fhir.timeoutMs: must be at most 2147483647 (about 24 days), the longest a timer waits',
+    );
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('keeps the defaults and takes a base equal to the ceiling', () => {
     expect(SyncSettings.parse({})).toMatchObject({ backoffBaseMs: 2000, backoffMaxMs: 300_000, pollAfterMs: 5000 });
     expect(SyncSettings.parse({ backoffBaseMs: 400, backoffMaxMs: 400 })).toMatchObject({ backoffBaseMs: 400, backoffMaxMs: 400 });
