@@ -25,6 +25,7 @@ import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirI
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
+import { replayMessage, type Replayed } from '../sync/operations';
 import type { JobStore } from '../sync/job-store';
 import { storeOutage, watchOutages } from '../sync/store-outage';
 import { closeEachOrThrow } from '../close-each';
@@ -100,6 +101,11 @@ export interface EligibilitySync {
   receiveHl7(text: string): Promise<Ack[]>;
   /** Keeps what an MLLP listener could not hand over (a broken frame, a handler failure). */
   deadLetterHl7(letter: { message: string; reason: string }): Promise<void>;
+  /**
+   * Handles a stored message again, as `dental-elig jobs replay` does (replayMessage), with this
+   * sync's mappings, clinic routing, schedule and chart: a dead letter once what refused it is fixed.
+   */
+  replay(messageId: number): Promise<Replayed>;
   /** The verification webhook, for node:http, Express or Fastify (raw request and response). */
   webhookHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** FHIR R4 Subscription rest-hook notifications (id-only or full-resource) on Appointment. */
@@ -489,6 +495,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       running();
       await deadLetter(store, { kind: 'hl7', raw: letter.message, reason: letter.reason, receivedAt: now() });
       metrics.messages.inc({ type: 'unreadable', ack: 'dead' });
+    },
+    async replay(messageId: number): Promise<Replayed> {
+      running();
+      const done = await replayMessage(store, messageId, { mappings, routing, now, policy, reader: getReader, ingested: () => worker.kick() });
+      worker.kick();
+      return done;
     },
     async health() {
       const store_ = await storeAnswer(store.ping()).then(

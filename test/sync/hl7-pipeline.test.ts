@@ -761,6 +761,17 @@ describe('HL7 v2 into the chart', () => {
     await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
   });
 
+  it('replays a dead letter through the sync itself, with its own mappings, routing and schedule, and verifies it', async () => {
+    await start();
+    const booking = siu('DL1', 'P-DL1', 'APT-DL1', in1('64246', 'Guardian', 'SBX-COMPLETE'));
+    // What a listener could not hand over (its handler failed): kept whole, not yet handled.
+    await h.sync.deadLetterHl7({ message: booking, reason: 'the handler failed' });
+    const [kept] = (await h.store.listMessages({ status: 'dead' })).filter((m) => m.kind === 'hl7');
+    expect(await h.sync.replay(kept?.id ?? -1)).toEqual({ kind: 'hl7', ackCodes: ['AA'] });
+    await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    expect((await h.store.listMessages({ status: 'dead' })).filter((m) => m.kind === 'hl7')).toEqual([]);
+  });
+
   it('changes nothing on a resend of a message whose control id the sender had already used for another', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();
