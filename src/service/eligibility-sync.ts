@@ -8,7 +8,7 @@ import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
-import { describeProblems, loadHl7Mappings, messageTypeOf, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
+import { describeProblems, loadHl7Mappings, messageTypeOf, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -482,7 +482,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       running();
       arriving++;
       const done = await ingestHl7(store, text, { mappings, routing, now, policy }).finally(() => arriving--);
-      const type = messageType(done.result);
+      const type = done.result ? messageType(done.result) : resendType(text, mappings);
       metrics.messages.inc({ type, ack: done.result ? done.result.ackCode : 'duplicate' });
       // The sender is answered AE or AR, and may not show it: the log says which message and where it is wrong, never what it holds.
       if (done.result?.outcome.kind === 'reject') {
@@ -623,11 +623,24 @@ const HL7_TYPE = /^[A-Z0-9]{3}\^[A-Z0-9]{3}$/;
  * a type the profile does not know, or one no sender writes (MSH-9 may hold anything, a megabyte
  * of it), is counted as unsupported, not as a label of its own.
  */
-function messageType(result: Hl7Result | undefined): string {
-  if (!result?.header) return 'unknown';
+function messageType(result: Hl7Result): string {
+  if (!result.header) return 'unknown';
   const type = messageTypeOf(result.header);
   const unsupported = result.outcome.kind === 'reject' && result.outcome.problems.some((p) => p.code === 200 || p.code === 201);
   return HL7_TYPE.test(type) && !unsupported ? type : 'unsupported';
+}
+
+/**
+ * A resend's type, which its first delivery was counted under: read from its header, and counted
+ * by it only when the mappings take the event from some sender, so a resend adds no series that
+ * its first delivery did not (that one, unsupported, was counted as such).
+ */
+function resendType(text: string, mappings: Hl7Mappings): string {
+  const header = readMessageHeader(text);
+  if (!header) return 'unknown';
+  const type = messageTypeOf(header);
+  const taken = [mappings.defaultProfile, ...mappings.dialects].some((p) => Object.hasOwn(p.events, type) || p.acknowledgeOnly.includes(header.messageCode.toUpperCase()));
+  return HL7_TYPE.test(type) && taken ? type : 'unsupported';
 }
 
 /** The chart's reader, as the sync reads it (`jobs replay` too): its credentials and deadline. */

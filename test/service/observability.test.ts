@@ -54,11 +54,17 @@ describe('observability', () => {
     await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
     // An engine that writes the codes in lower case sends the same type.
     await h.sync.receiveHl7(msh('siu^s26^siu_s12', 'U7'));
+    // Resends, answered as before and applied no more: under the type their first delivery was counted by.
+    await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
+    await h.sync.receiveHl7(msh(`Z0${'Q'.repeat(2000)}^E0`, 'U0'));
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).not.toContain('Q'.repeat(50));
     expect(metrics).not.toContain('9'.repeat(50));
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 5$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 2$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="duplicate"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="duplicate"\} 1$/m);
+    expect(metrics).not.toContain('type="unknown"');
   });
 
   it('logs an HL7 message refused with AE or AR by its stored id and where it is wrong, never what it holds', async () => {
