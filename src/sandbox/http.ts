@@ -91,6 +91,10 @@ export class Front {
     this.faults.push({ ...fault, remaining: fault.times ?? 1 });
   }
 
+  clearFaults(): void {
+    this.faults.length = 0;
+  }
+
   /** The node:http request listener. */
   readonly listener = (req: IncomingMessage, res: ServerResponse): void => {
     void this.handle(req, res);

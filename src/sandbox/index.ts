@@ -96,6 +96,8 @@ export interface Sandbox {
   webhookDeliveries(customerId?: string): readonly WebhookDelivery[];
   /** Serve a fault (status, raw body, reset, delay) to the next matching requests. */
   injectFault(fault: Fault): void;
+  /** Ends every fault injected, however many requests each had left: the service answering again. */
+  clearFaults(): void;
   /** Changes a portal in the network, e.g. its authenticationMethods; updatedAt moves to now. */
   updatePortal(portalId: string, patch: Partial<Omit<SandboxPortal, 'portalId'>>): void;
   /** Changes a payer in the network; updatedAt moves to now. */
@@ -163,6 +165,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     webhookDeliveries: (id = customerId) => customer(id).deliveries,
     injectFault: (fault) => front.injectFault(fault),
+    clearFaults: () => front.clearFaults(),
     updatePortal: (portalId, patch) => {
       const portal = state.portal(portalId);
       if (!portal) throw new Error(`sandbox: no portal ${portalId}`);

@@ -114,14 +114,18 @@ describe('the payer catalog of a running sync', () => {
   });
 
   it('starts on a fresh data dir while the service is away, takes what arrives, and verifies it once the catalog is given', async () => {
-    // The load at start and the next two tries refused (no retries by the client): the catalog comes at the third try.
-    const refused = { method: 'GET', path: '/v2/network/payers', status: 503, times: 3 } as const;
-    h = await startHarness({ faults: [refused], service: { maxRetries: 0 }, settings: { ...FAST, backoffBaseMs: 300, backoffMaxMs: 400 } });
+    // The catalog refused at start and at each try until the faults are cleared (no retries by the client).
+    const refused = { method: 'GET', path: '/v2/network/payers', status: 503, times: Infinity } as const;
+    h = await startHarness({ faults: [refused], service: { maxRetries: 0 }, settings: { ...FAST, backoffBaseMs: 50, backoffMaxMs: 100 } });
+    await until('tried again', async () => (h as Harness).sandbox.requestLog.filter((r) => r.path.startsWith('/v2/network/payers')).length >= 3);
     const health = await h.sync.health();
     expect(health.service).toMatch(/^no payer catalog yet \(.*503.*\): checks wait for it$/);
     expect(await h.sync.metrics.registry.getSingleMetricAsString('dental_elig_service_up')).toMatch(/dental_elig_service_up 0$/);
     h.sandbox.updatePayer('M6MET1', NEW_ID);
     await send('U4');
+    // Taken and stored, not sent: the worker waits for the catalog.
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['received']);
+    h.sandbox.clearFaults();
     const checked = await until('U4 answered', checkOf('U4'));
     expect([checked.state, checked.lastError]).toEqual(['written', undefined]);
     expect(h.logs.filter((line) => line.includes('none is saved; messages are taken, and checks wait for it'))).toHaveLength(1);
