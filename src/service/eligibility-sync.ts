@@ -8,7 +8,7 @@ import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
-import { describeProblems, loadHl7Mappings, messageTypeOf, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
+import { describeProblems, loadHl7Mappings, messageTypeOf, profileFor, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -632,14 +632,15 @@ function messageType(result: Hl7Result): string {
 
 /**
  * A resend's type, which its first delivery was counted under: read from its header, and counted
- * by it only when the mappings take the event from some sender, so a resend adds no series that
- * its first delivery did not (that one, unsupported, was counted as such).
+ * by it only when its sender's profile (MSH-3, first component) takes the event, as the first
+ * delivery's handling asked; a type another sender's dialect takes was unsupported from this one.
  */
 function resendType(text: string, mappings: Hl7Mappings): string {
   const header = readMessageHeader(text);
   if (!header) return 'unknown';
   const type = messageTypeOf(header);
-  const taken = [mappings.defaultProfile, ...mappings.dialects].some((p) => Object.hasOwn(p.events, type) || p.acknowledgeOnly.includes(header.messageCode.toUpperCase()));
+  const profile = profileFor(mappings, header.sendingApplication.split(header.delimiters.component)[0] ?? '');
+  const taken = Object.hasOwn(profile.events, type) || profile.acknowledgeOnly.includes(header.messageCode.toUpperCase());
   return HL7_TYPE.test(type) && taken ? type : 'unsupported';
 }
 

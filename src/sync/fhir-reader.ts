@@ -1,3 +1,5 @@
+import { describeIssue } from '../domain/issues';
+import { timerMs } from '../timer-ms';
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
@@ -39,7 +41,10 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   const client = new Client({ baseUrl, customHeaders: options.headers ?? {}, requestOptions: CHART_REQUESTS, ...(options.bearerToken ? { bearerToken: options.bearerToken } : {}) });
   const maxPages = options.maxPages ?? 1000;
   const tokens = options.tokens;
-  const timeoutMs = options.timeoutMs ?? 30_000;
+  // A timer (AbortSignal.timeout) waits for it: longer than one can wait, every read would give up at once, as the writer's timeoutMs is refused too.
+  const timeout = timerMs(1).default(30_000).safeParse(options.timeoutMs);
+  if (!timeout.success) throw new Error(describeIssue(timeout.error, 'timeoutMs'));
+  const timeoutMs = timeout.data;
 
   /**
    * One request with the current token and a deadline (a FHIR server that never answers would

@@ -4,6 +4,7 @@ import { Webhook } from 'standardwebhooks';
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { STORE_ANSWER_MS } from '../../src/service/metrics';
+import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { bookingFor } from '../support/bookings';
 import { NO_URL_PATH, rawRequest } from '../support/http-server';
 import { chartOf, startHarness, until, type Harness } from '../sync/harness';
@@ -65,6 +66,20 @@ describe('observability', () => {
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="duplicate"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="duplicate"\} 1$/m);
     expect(metrics).not.toContain('type="unknown"');
+  });
+
+  it("counts a resend under its sender's own profile, as its first delivery: a type another sender's dialect takes stays unsupported", async () => {
+    const mappings = loadHl7Mappings();
+    // This sender's dialect takes bookings alone: an S26, which the default profile acknowledges, is refused from it.
+    const own = { ...mappings.defaultProfile, name: 'bookings-only', sendingApplications: ['SMILECLOUD'], events: { 'SIU^S12': 'book' as const }, acknowledgeOnly: [] };
+    h = await startHarness({ mappings: { ...mappings, dialects: [...mappings.dialects, own] } });
+    const s26 = 'MSH|^~\\&|SMILECLOUD^SC|BSD-MAIN|ELIG|BSD|2026||SIU^S26^SIU_S12|R1|P|2.5.1\rPID|1';
+    expect((await h.sync.receiveHl7(s26))[0]?.code).toBe('AR');
+    expect((await h.sync.receiveHl7(s26))[0]?.code).toBe('AR');
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="duplicate"\} 1$/m);
+    expect(metrics).not.toContain('type="SIU^S26"');
   });
 
   it('logs an HL7 message refused with AE or AR by its stored id and where it is wrong, never what it holds', async () => {

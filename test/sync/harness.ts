@@ -9,6 +9,7 @@ import { createEligibilitySync, type EligibilitySync, type SyncSettings } from '
 import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger, type Logger } from '../../src/service/logger';
 import type { ClinicRouting } from '../../src/adapters/clinic-routing';
+import type { Hl7Mappings } from '../../src/adapters/hl7';
 import type { JobStore } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { projectRoot } from '../../src/mapping-files';
@@ -54,6 +55,8 @@ export interface HarnessOptions {
   fhirVia?: (fhirUrl: string) => Promise<string>;
   /** Clinic routing instead of mappings/clinics.json (a clinic in another time zone). */
   routing?: ClinicRouting;
+  /** HL7 mappings instead of mappings/hl7 (a dialect of a sender's own). */
+  mappings?: Hl7Mappings;
   /** Faults the sandbox serves from before the sync starts (its payer catalog fetched at start failing, say). */
   faults?: Fault[];
 }
@@ -67,10 +70,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const logs: string[] = [];
   const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
   const secret = generateWebhookSecret();
-  const { settings, service, webhook, now, fhirVia, routing } = options;
+  const { settings, service, webhook, now, fhirVia, routing, mappings } = options;
   let instance: Awaited<ReturnType<typeof startSyncInstance>>;
   try {
-    instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia, routing });
+    instance = await startSyncInstance({ store, dataDir, sandbox, fhir, secret, logger, settings, service, webhook, now, fhirVia, routing, mappings });
   } catch (err) {
     // A sync that does not start leaves nothing open behind the test.
     await Promise.all([store.close(), sandbox.close(), fhir.close()]);
@@ -105,7 +108,7 @@ export async function startSyncInstance(options: {
   fhir: FhirServer;
   secret: string;
   logger: Logger;
-} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now' | 'fhirVia' | 'routing'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
+} & Pick<HarnessOptions, 'settings' | 'service' | 'webhook' | 'now' | 'fhirVia' | 'routing' | 'mappings'>): Promise<{ sync: EligibilitySync; httpUrl: string; close(): Promise<void> }> {
   let sync: EligibilitySync | undefined;
   const http = await startHttpServer(() => sync as EligibilitySync);
   sync = createEligibilitySync({
@@ -118,6 +121,7 @@ export async function startSyncInstance(options: {
     logger: options.logger,
     ...(options.now && { now: options.now }),
     ...(options.routing && { routing: options.routing }),
+    ...(options.mappings && { mappings: options.mappings }),
   });
   try {
     await sync.start();

@@ -264,6 +264,14 @@ describe('checksFromServer over fhir-kit-client', () => {
     await expect(fhirKitReader('http://chart.example.test/fhir', { allowInsecureHttp: true })).resolves.toBeDefined();
   });
 
+  it('refuses a timeoutMs longer than a timer waits, as the writer does: Node would give up every read at once', async () => {
+    const { url } = serverOf('primary-secondary');
+    await expect(fhirKitReader(url, { timeoutMs: 3_000_000_000 })).rejects.toThrow('timeoutMs: must be at most 2147483647 (about 24 days), the longest a timer waits');
+    await expect(fhirKitReader(url, { timeoutMs: 0 })).rejects.toThrow(/^timeoutMs: /);
+    const longest = await fhirKitReader(url, { timeoutMs: 2_147_483_647 });
+    expect(await checksFromServer(longest, 'appt-4004', options)).toEqual(expected('primary-secondary'));
+  });
+
   it('passes network failures and a server failing through to the caller, to be tried again, named without the URL', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
