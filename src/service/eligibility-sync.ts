@@ -186,7 +186,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const passwords = Object.values(config.inlineCredentials ?? {}).map((c) => c.password);
   // What arrived and is being handled: while something is, a busy loop holds the worker back (loopBusyLimit).
   let arriving = 0;
-  const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
+  // What arrives after stop() closed the store this sync opened is answered 503, sent again by the service or the
+  // chart, as running() refuses the rest: a 500 with the closed store's error in the log would read as a fault.
+  const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void, refuseStopped: (res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
+    if (stopped && ownsStore) return refuseStopped(res.setHeader('retry-after', '5'));
     arriving++;
     res.once('close', () => arriving--);
     handler(req, res);
@@ -213,7 +216,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
-      }))
+      }), (res) => res.writeHead(503, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Stopped', status: 503, detail: STOPPED })))
     : (_req: IncomingMessage, res: ServerResponse) => {
         res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
       };
@@ -378,7 +381,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not handled; the sender was asked to send it again');
       sendOutcome(res, 500, 'exception', 'the notification could not be handled now; send it again');
     });
-  });
+  }, (res) => sendOutcome(res, 503, 'transient', STOPPED));
 
   // A chart that refuses a search refuses it on every poll: said once, and again once it answers.
   const unreadTypes = new Set<string>();
@@ -539,7 +542,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
    * worked by the next sync on that store.
    */
   function running(): void {
-    if (stopped && ownsStore) throw new Error('this eligibility sync is stopped: nothing more is received (create another)');
+    if (stopped && ownsStore) throw new Error(`${STOPPED}: nothing more is received (create another)`);
   }
   async function stopOnce(): Promise<void> {
     // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
@@ -643,6 +646,8 @@ function resendType(text: string, mappings: Hl7Mappings): string {
   const taken = Object.hasOwn(profile.events, type) || profile.acknowledgeOnly.includes(header.messageCode.toUpperCase());
   return HL7_TYPE.test(type) && taken ? type : 'unsupported';
 }
+
+const STOPPED = 'this eligibility sync is stopped';
 
 /** The chart's reader, as the sync reads it (`jobs replay` too): its credentials and deadline. */
 export function chartReader(fhir: { baseUrl: string } & FhirWriterOptions): Promise<FhirReader> {

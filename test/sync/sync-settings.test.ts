@@ -1,8 +1,9 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { startSandbox, type Sandbox } from '../../src/sandbox';
+import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/sandbox';
 import { createEligibilitySync, SyncSettings, type EligibilitySyncConfig } from '../../src/service/eligibility-sync';
+import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
 import { createLogger } from '../../src/service/logger';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
@@ -214,6 +215,26 @@ describe('a sync that fails to be created or started', () => {
       });
     } finally {
       clientClose.mockRestore();
+    }
+  });
+
+  it('answers a webhook or a notification after stop() 503, to be sent again, not 500 with the closed store in the log', async () => {
+    const logs: string[] = [];
+    const logger = createLogger({ level: 'debug', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
+    const catalog = new PayerCatalog({ syncedAt: '2026-11-24T00:00:00Z', payers: [], portals: [] });
+    const sync = createEligibilitySync(config({ catalog, logger, webhook: { scheme: 'standard-webhooks', secret: generateWebhookSecret() } }));
+    const http = await startHttpServer(() => sync);
+    try {
+      await sync.start();
+      await sync.stop();
+      const post = (to: string) => fetch(`http://127.0.0.1:${http.port}${to}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      const webhook = await post(WEBHOOK_PATH);
+      expect([webhook.status, webhook.headers.get('retry-after'), ((await webhook.json()) as { detail: string }).detail]).toEqual([503, '5', 'this eligibility sync is stopped']);
+      const notification = await post('/fhir-notifications');
+      expect([notification.status, ((await notification.json()) as { issue: Array<{ code: string }> }).issue[0]?.code]).toEqual([503, 'transient']);
+      expect(logs.filter((line) => /"level":(40|50)/.test(line))).toEqual([]);
+    } finally {
+      await http.close();
     }
   });
 
