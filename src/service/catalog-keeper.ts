@@ -39,11 +39,8 @@ export class CatalogKeeper {
   private askedAt = Number.NEGATIVE_INFINITY;
   /** When the whole network was last listed (the sync's clock, ms): see WHOLE_EVERY_MS. */
   private wholeAt: number;
-  /** Whether the last refresh failed: the warning is said once, not at every failed refresh of an outage. */
-  private failing = false;
-  /** What the last refresh that failed failed with, and in a line. */
+  /** What the last refresh failed with; undefined once one succeeds. Its warning is said once, not at every failed refresh of an outage. */
   private lastError: unknown;
-  private lastFailure = '';
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
@@ -68,12 +65,12 @@ export class CatalogKeeper {
     const fetched = await this.refresh();
     if (fetched || previous) return fetched ?? previous;
     if (this.lastError instanceof ServiceError && this.lastError.mayPassLater) return undefined;
-    throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.lastFailure})`);
+    throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.failure})`);
   }
 
   /** Why the catalog could not be fetched last, in a line; empty when the last refresh succeeded. */
   get failure(): string {
-    return this.failing ? this.lastFailure : '';
+    return this.lastError === undefined ? '' : errorText(this.lastError);
   }
 
   /**
@@ -135,14 +132,12 @@ export class CatalogKeeper {
     try {
       fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable, full: whole });
     } catch (err) {
+      if (this.catalog && this.lastError === undefined) this.options.logger.warn({ err: errorText(err) }, 'payer catalog refresh failed; using the one it has');
       this.lastError = err;
-      this.lastFailure = errorText(err);
-      if (this.catalog && !this.failing) this.options.logger.warn({ err: this.lastFailure }, 'payer catalog refresh failed; using the one it has');
-      this.failing = true;
       return undefined;
     }
-    if (this.failing && this.catalog) this.options.logger.info('payer catalog refreshed again');
-    this.failing = false;
+    if (this.lastError !== undefined && this.catalog) this.options.logger.info('payer catalog refreshed again');
+    this.lastError = undefined;
     this.catalog = fetched;
     if (whole) this.wholeAt = this.askedAt;
     // Used even when it cannot be saved: a restart then starts from the last copy saved, and brings it up to date.
