@@ -16,7 +16,7 @@ import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHtt
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catalog';
 import { InlineCredentials } from '../verification/wire';
-import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, type WebhookAuth } from '../verification/webhook';
+import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, sendProblem, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
@@ -189,7 +189,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // What arrives after stop() closed the store this sync opened is answered 503, sent again by the service or the
   // chart, as running() refuses the rest: a 500 with the closed store's error in the log would read as a fault.
   const counted = (handler: (req: IncomingMessage, res: ServerResponse) => void, refuseStopped: (res: ServerResponse) => void) => (req: IncomingMessage, res: ServerResponse) => {
-    if (stopped && ownsStore) return refuseStopped(res.setHeader('retry-after', '5'));
+    if (refusing()) return refuseStopped(res.setHeader('retry-after', '5'));
     arriving++;
     res.once('close', () => arriving--);
     handler(req, res);
@@ -216,7 +216,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
-      }), (res) => res.writeHead(503, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Stopped', status: 503, detail: STOPPED })))
+      }), (res) => sendProblem(res, 503, 'Stopped', STOPPED))
     : (_req: IncomingMessage, res: ServerResponse) => {
         res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
       };
@@ -235,6 +235,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const events = new EventEmitter();
   const given = config.catalog;
   const keeper = given ? undefined : new CatalogKeeper({ client, file: path.join(dataDir, 'catalog.json'), logger, now, refreshMs: settings.catalogRefreshMs });
+  /** The catalog checks are resolved by: the one given, or the keeper's once it has one. */
+  const catalogNow = () => given ?? keeper?.current;
   let writer: Promise<EligibilityWriter> | undefined;
   let reader: Promise<FhirReader> | undefined;
   let lastServiceCall: { ok: boolean; at: string } | undefined;
@@ -282,7 +284,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     store,
     client,
     resolver: () => {
-      const catalog = given ?? keeper?.current;
+      const catalog = catalogNow();
       if (!catalog) throw new Error('the payer catalog is not loaded: start() first');
       return catalog;
     },
@@ -300,7 +302,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
-  metrics.serviceUp = () => worker.service.since === undefined && (given ?? keeper?.current) !== undefined;
+  metrics.serviceUp = () => worker.service.since === undefined && catalogNow() !== undefined;
 
   const fhirOptions = { routing, now, policy };
 
@@ -516,8 +518,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.
       const service =
-        keeper && !keeper.current
-          ? `no payer catalog yet (${keeper.failure}): checks wait for it`
+        !catalogNow()
+          ? `no payer catalog yet (${keeper?.failure}): checks wait for it`
           : out
             ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
             : portals.length > 0
@@ -542,7 +544,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
    * worked by the next sync on that store.
    */
   function running(): void {
-    if (stopped && ownsStore) throw new Error(`${STOPPED}: nothing more is received (create another)`);
+    if (refusing()) throw new Error(`${STOPPED}: nothing more is received (create another)`);
+  }
+  /** Stopped, on a store this sync opened and closed: what arrives is refused (see running). */
+  function refusing(): boolean {
+    return stopped && ownsStore;
   }
   async function stopOnce(): Promise<void> {
     // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
@@ -570,7 +576,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       worker.start();
       keeper?.start();
     };
-    if (keeper && !keeper.current) {
+    if (keeper && !catalogNow()) {
       // A first start in an outage: what arrives is taken and stored, and verified once the service gives the catalog.
       logger.warn({ err: keeper.failure }, 'payer catalog: cannot be fetched from the service and none is saved; messages are taken, and checks wait for it');
       keeper.fetchUntilGiven({ baseMs: settings.backoffBaseMs, maxMs: settings.backoffMaxMs }, () => {

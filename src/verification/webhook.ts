@@ -271,7 +271,8 @@ async function readWhole(req: IncomingMessage, limit: number): Promise<string> {
   return body.text;
 }
 
-function sendProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {
+/** A webhook's answer, problem details typed under PROBLEM_BASE; every answer the receiver gives, and the sync's while it is stopped. */
+export function sendProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {
   if (res.headersSent) return;
   const slug = title.toLowerCase().replace(/[^a-z]+/g, '-');
   res.writeHead(status, { 'content-type': 'application/problem+json', connection: 'close' });
