@@ -583,9 +583,9 @@ describe('HL7 v2 into the chart', () => {
       expect(await send(adt('T2', 'P-32', endedEarly, segment('IN1', { 1: '2', 3: '62308', 4: 'Cigna Dental', 17: 'SEL', 36: 'SBX-COMPLETE-2' })))).toEqual(['AA']);
     };
     /** The registration then dropping Guardian: its Coverage is cancelled (the dates it was given kept, `period`), once, and Cigna's left as it is. */
-    const dropGuardian = async (period: Coverage['period'], sent = () => {}) => {
+    const dropGuardian = async (period: Coverage['period'], sent = async () => {}) => {
       expect(await send(adt('T3', 'P-32', ...insurance(cigna)))).toEqual(['AA']);
-      sent();
+      await sent();
       await until('the dropped plan ended', async () => (await coverages()).Guardian?.status === 'cancelled', 5000);
       const settled = await until('its check done', async () => {
         const row = await guardianCheck();
@@ -641,7 +641,15 @@ describe('HL7 v2 into the chart', () => {
       try {
         await bookThenEndGuardian(() => (chart.down = true));
         await until('its dating failing', async () => (await guardianCheck())?.state === 'ending-coverage' && /ending its Coverage failed/.test((await guardianCheck())?.lastError ?? ''), 5000);
-        await dropGuardian(undefined, () => (chart.down = false));
+        await dropGuardian(undefined, async () => {
+          // The chart back only once an attempt made after the drop failed: a dating under way at the drop, reaching
+          // the chart back, would date the Coverage before it is cancelled (the dates the PMS gave kept, as above).
+          await until('its ending failing', async () => {
+            const row = await guardianCheck();
+            return row?.check.coverage.period === undefined && /ending its Coverage failed/.test(row?.lastError ?? '');
+          }, 5000);
+          chart.down = false;
+        });
       } finally {
         await chart.close();
       }
