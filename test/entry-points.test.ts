@@ -103,3 +103,20 @@ test('every dependency an install brings is one the source loads', () => {
   expect(files.length).toBeGreaterThan(100);
   expect(unused).toEqual([]);
 });
+
+test('each page the package ships links only to pages it ships', () => {
+  // What npm publishes, as it lists it (scripts skipped: the build in dist/ is not what is read here).
+  const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: projectRoot, encoding: 'utf8' })) as Array<{ files: Array<{ path: string }> }>;
+  const shipped = new Set(packed?.files.map((f) => f.path));
+  const links = [...shipped]
+    .filter((file) => file.endsWith('.md'))
+    .flatMap((page) =>
+      [...readFileSync(path.join(projectRoot, page), 'utf8').matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)]
+        .map((m) => m[1] ?? '')
+        .filter((target) => !/^[a-z]+:/.test(target))
+        .map((target) => ({ page, target: path.posix.join(path.posix.dirname(page), target) })),
+    );
+  // The probe reads links at all: README's own to mappings/README.md is among them.
+  expect(links).toContainEqual({ page: 'README.md', target: 'mappings/README.md' });
+  expect([...new Set(links.filter((l) => !shipped.has(l.target)).map((l) => `${l.page} → ${l.target}`))]).toEqual([]);
+});
