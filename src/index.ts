@@ -24,7 +24,7 @@ export { fhirKitReader, type FhirKitReaderOptions } from './sync/fhir-reader';
 export { MllpListener, type MllpListenerOptions, type DeadLetter, type MllpLog, type MllpStats, type Hl7Charset } from './service/mllp-listener';
 export { MllpDecoder, frame } from './service/mllp-framing';
 export { chartReader, createEligibilitySync, SyncSettings, type EligibilitySync, type EligibilitySyncConfig } from './service/eligibility-sync';
-export { startHttpServer, WEBHOOK_PATH, NOTIFICATION_PATH } from './service/http-server';
+export { startHttpServer, NOTIFICATION_PATH } from './service/http-server';
 export { createLogger, type Logger } from './service/logger';
 export { SqliteJobStore } from './sync/sqlite-job-store';
 export { PgJobStore } from './sync/pg-job-store';

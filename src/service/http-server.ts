@@ -3,10 +3,9 @@ import type { AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { requestTiming, takeInHand } from '../connection-limits';
 import { isLoopbackHost, requestUrl } from '../url-checks';
-import { carriesBearer } from '../verification/webhook';
+import { carriesBearer, WEBHOOK_PATH } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
 
-export const WEBHOOK_PATH = '/webhooks/insurance-verification';
 export const NOTIFICATION_PATH = '/fhir-notifications';
 
 /** A request handler mounted under a path prefix (the embedded FHIR server at /fhir). */

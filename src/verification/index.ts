@@ -6,5 +6,5 @@ export type { Log } from './http';
 export { toOutcome, outcomeKindOf, type OutcomeKind, type VerificationOutcome } from './outcome';
 export { PayerCatalog, CatalogSnapshot, loadPayerAliases, type PayerAliases } from './payer-catalog';
 export { requestFromCheck, type RequestFromCheckOptions } from './request-from-check';
-export { createWebhookHandler, startWebhookServer, type WebhookAuth, type WebhookDelivery, type WebhookReceiverOptions } from './webhook';
+export { createWebhookHandler, startWebhookServer, WEBHOOK_PATH, type WebhookAuth, type WebhookDelivery, type WebhookReceiverOptions } from './webhook';
 export * as wire from './wire';

@@ -169,11 +169,14 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
   };
 }
 
+/** Where the service's deliveries are taken, by serve and by a receiver started on its own: one path to register with the service whichever takes them. */
+export const WEBHOOK_PATH = '/webhooks/insurance-verification';
+
 /** Starts a receiver on its own server (loopback unless told otherwise). */
 export async function startWebhookServer(
   options: WebhookReceiverOptions & { host?: string; port?: number; path?: string },
 ): Promise<{ url: string; close(): Promise<void> }> {
-  const path = options.path ?? '/webhooks/verification';
+  const path = options.path ?? WEBHOOK_PATH;
   const handler = createWebhookHandler(options);
   const server = createServer(requestTiming(), (req, res) => {
     if (!takeInHand(req, res)) return;

@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
 import { DEFAULT_API_KEY, DEFAULT_CUSTOMER_ID } from '../../src/sandbox';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { benchNodeFlags } from './measure';
 
 /** A `dental-elig` command running as a child process, as an operator starts it. */

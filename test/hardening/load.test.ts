@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { generateWebhookSecret } from '../../src/sandbox';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { threadFor } from '../bench/measure';
 import { startStack, usage, type Stack } from '../bench/processes';
 import { msa } from '../service/mllp-client';

@@ -1,7 +1,8 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { startHttpServer, WEBHOOK_PATH } from '../../src/service/http-server';
+import { startHttpServer } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import { STORE_ANSWER_MS } from '../../src/service/metrics';
 import { loadHl7Mappings } from '../../src/adapters/hl7';

@@ -3,7 +3,7 @@ import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { frame } from '../../src/service/mllp-framing';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { replayMessage, retryCheck } from '../../src/sync/operations';

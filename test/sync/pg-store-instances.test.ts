@@ -5,7 +5,7 @@ import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { generateWebhookSecret, startSandbox, type Sandbox } from '../../src/sandbox';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import type { EligibilitySync } from '../../src/service/eligibility-sync';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';

@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
-import { WEBHOOK_PATH } from '../../src/service/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { booking, bookingFor } from '../support/bookings';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 

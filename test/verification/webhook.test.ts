@@ -1,4 +1,7 @@
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
 import { request } from 'undici';
+import { projectRoot } from '../../src/mapping-files';
 import { Webhook } from 'standardwebhooks';
 import { checkWebhookConfig } from '../../src/sandbox/webhooks';
 import { loadServeConfig } from '../../src/service/serve-config';
@@ -53,6 +56,16 @@ describe('verification webhook receiver', () => {
       expect(deliveries[0]?.webhookId).toBe('msg_1');
       expect(deliveries[0]?.outcome.kind).toBe('completed');
       expect(deliveries[0]?.rawBody).toBe(body);
+    });
+  });
+
+  it("listens, started on its own, at the path serve takes deliveries at as README gives it: one URL to register with the service", async () => {
+    const served = /`POST (\/webhooks\/[^`\s]+)`/.exec(readFileSync(path.join(projectRoot, 'README.md'), 'utf8'))?.[1];
+    expect(served).toMatch(/^\/webhooks\//);
+    await withReceiver({}, async (url, deliveries) => {
+      expect(new URL(url).pathname).toBe(served);
+      expect((await post(`${new URL(url).origin}${served}`, body, signed(body))).status).toBe(204);
+      expect(deliveries).toHaveLength(1);
     });
   });
 
