@@ -152,7 +152,9 @@ const ConfigKeys = z.strictObject({
     .optional(),
   dataDir: z.string().min(1, { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
   service: z.custom<object>((value) => typeof value === 'object' && value !== null, { error: 'is required: the service\'s baseUrl and apiKey, or a client of your own' }),
-  catalog: z.unknown().optional(),
+  // From JavaScript these were taken as given and failed later, some at creation in words of their own
+  // ('options.now is not a function', 'Cannot read properties of undefined'), a catalog only at a check's resolve.
+  catalog: given<PayerCatalog>((value) => typeof (value as Partial<PayerCatalog>).resolve === 'function', 'must be a PayerCatalog (PayerCatalog.load), or left out to keep it from the service'),
   fhir: z.unknown().optional(),
   webhook: z.unknown().optional(),
   // Checked here, not where it is used: a password left out reached the client's redaction of every answer, and start()
@@ -160,10 +162,18 @@ const ConfigKeys = z.strictObject({
   inlineCredentials: z.record(z.string().min(1), InlineCredentials).optional(),
   settings: z.unknown().optional(),
   routing: z.unknown().optional(),
-  mappings: z.unknown().optional(),
-  now: z.unknown().optional(),
-  logger: z.unknown().optional(),
+  mappings: given<Hl7Mappings>(
+    (value) => typeof (value as Partial<Hl7Mappings>).defaultProfile === 'object' && Array.isArray((value as Partial<Hl7Mappings>).dialects) && typeof (value as Partial<Hl7Mappings>).codeTables === 'object',
+    'must be what loadHl7Mappings(folder) returns, or left out for mappings/',
+  ),
+  now: z.custom<() => Date>((value) => typeof value === 'function', { error: 'must be a function returning the time as a Date' }).optional(),
+  logger: given<Logger>((value) => (['info', 'warn', 'error'] as const).every((level) => typeof (value as Partial<Logger>)[level] === 'function'), 'must be a pino logger (createLogger), or left out'),
 } satisfies Record<keyof EligibilitySyncConfig, z.ZodType>);
+
+/** An object of the library's own making, known by what the sync calls on it. */
+function given<T>(fits: (value: object) => boolean, error: string) {
+  return z.custom<T>((value) => typeof value === 'object' && value !== null && fits(value), { error }).optional();
+}
 
 export function createEligibilitySync(config: EligibilitySyncConfig): EligibilitySync {
   const keys = ConfigKeys.safeParse(config);

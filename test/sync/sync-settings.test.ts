@@ -148,6 +148,16 @@ describe('a sync that fails to be created or started', () => {
     }
   });
 
+  it('refuses a clock, a logger, a catalog or mappings of the wrong kind, naming each, before it opens the store', () => {
+    const create = (value: Record<string, unknown>) => () => createEligibilitySync(config(value as Partial<EligibilitySyncConfig>));
+    // From JavaScript: each failed later in words of its own ('options.now is not a function'), a catalog only when a check was resolved.
+    expect(create({ now: '2026-11-25T09:00:00Z' })).toThrow(/^now: must be a function returning the time as a Date$/);
+    expect(create({ logger: true })).toThrow(/^logger: must be a pino logger \(createLogger\), or left out$/);
+    expect(create({ catalog: ['Guardian'] })).toThrow(/^catalog: must be a PayerCatalog \(PayerCatalog\.load\), or left out to keep it from the service$/);
+    expect(create({ mappings: 'mappings/' })).toThrow(/^mappings: must be what loadHl7Mappings\(folder\) returns, or left out for mappings\/$/);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses inline portal credentials it cannot send, naming the portal and the field, before it opens the store', () => {
     const inline = (value: unknown) => () => createEligibilitySync(config({ inlineCredentials: value as EligibilitySyncConfig['inlineCredentials'] }));
     // Read from a JSON file by an embedder: the password left out failed start() as the service unreachable.
