@@ -44,8 +44,8 @@ export function failureErrors({ problem, failure }: Failed): ResponseError[] {
   return [kind, ...upstream, ...fields];
 }
 
-/** One paragraph for people: the status as the service gave it, then what matters most. */
-export function disposition(outcome: VerificationOutcome): string {
+/** One paragraph for people: the status as the service gave it, then what matters most; notInForce, why the plan is not in force on the visit's date. */
+export function disposition(outcome: VerificationOutcome, notInForce?: string): string {
   const status = outcome.verification.status;
   switch (outcome.kind) {
     case 'completed':
@@ -55,6 +55,7 @@ export function disposition(outcome: VerificationOutcome): string {
       return sentences([
         `${status}.`,
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
+        notInForce,
         ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'), outcome.kind === 'partial'),
         ...entries(disclaimers, disclaimerText),
       ]);

@@ -9,11 +9,28 @@ import { address, defined, fhirDate, humanName, present, stringValue } from './v
 type Person = NonNullable<VerificationResult['patient']>;
 
 /**
- * The insurance entry without its items: plan status as inforce, the benefit period, and the
- * plan's other facts (name, type, group, raw status, effective and termination dates), the
- * assignment and the payer's view of patient and subscriber in extensions.
+ * Why the plan is not in force on the visit's date by the payer's own dates, when they leave the
+ * date out: a portal's status is often the plan's today, and a result verified weeks ahead (or
+ * reused for a later appointment) may call Active a plan that ends before the visit or has not
+ * begun. R4's inforce is for the service date. A date given to the month or the year is the whole of it.
  */
-export function insuranceFor(result: VerificationResult, coverage: Reference, parts: ResponseParts): Insurance {
+export function notInForceOn(plan: VerificationResult['plan'], servicedDate: string | undefined): string | undefined {
+  if (!plan || !servicedDate) return undefined;
+  const effective = fhirDate(plan.effectiveDate, 'result.plan.effectiveDate');
+  const termination = fhirDate(plan.terminationDate, 'result.plan.terminationDate');
+  const on = `Not in force on the date of service, ${servicedDate}:`;
+  if (termination && servicedDate.slice(0, termination.length) > termination) return `${on} the plan's termination date is ${termination}.`;
+  if (effective && servicedDate.slice(0, effective.length) < effective) return `${on} the plan's effective date is ${effective}.`;
+  return undefined;
+}
+
+/**
+ * The insurance entry without its items: plan status as inforce (false when notInForce says why,
+ * whatever the status), the benefit period, and the plan's other facts (name, type, group, raw
+ * status, effective and termination dates), the assignment and the payer's view of patient and
+ * subscriber in extensions.
+ */
+export function insuranceFor(result: VerificationResult, coverage: Reference, parts: ResponseParts, notInForce: string | undefined): Insurance {
   const plan = result.plan ?? {};
   const period = plan.benefitPeriod;
   const start = fhirDate(period?.start, 'result.plan.benefitPeriod.start');
@@ -25,7 +42,7 @@ export function insuranceFor(result: VerificationResult, coverage: Reference, pa
   if (reversed) parts.unmapped.push({ path: 'result.plan.benefitPeriod', value: period });
   return {
     coverage,
-    inforce: planInforce(plan.status),
+    inforce: notInForce ? false : planInforce(plan.status),
     benefitPeriod: (start || end) && !reversed ? { start, end } : undefined,
     extension: defined([
       complexExtension('plan', {

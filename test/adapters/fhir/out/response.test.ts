@@ -416,6 +416,26 @@ describe('toCoverageEligibilityResponse', () => {
     expect(outputOf('completed-minimal').insurance?.[0]?.inforce).toBe(true);
   });
 
+  it("says a plan the payer calls Active is not in force on a visit its own dates leave out, and why, keeping the status as given", () => {
+    const dated = (effectiveDate: string, terminationDate: string, servicedDate: string) => {
+      const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
+      Object.assign(body.result.plan, { effectiveDate, terminationDate });
+      return toCoverageEligibilityResponse(toOutcome(body), RESULT_REFS, { created: CREATED, servicedDate });
+    };
+    // Verified in December for a January visit: the portal's status is today's, the plan ends with the year.
+    const ended = dated('2024-01-01', '2026-12-31', '2027-01-08');
+    expect(ended.insurance?.[0]?.inforce).toBe(false);
+    expect(ended.disposition).toMatch(/^Completed\. Plan Delta Dental PPO: Active\. Not in force on the date of service, 2027-01-08: the plan's termination date is 2026-12-31\. /);
+    const plan = ended.insurance?.[0]?.extension?.find((e) => e.url.endsWith('/plan'));
+    expect(plan?.extension?.find((e) => e.url === 'status')?.valueString).toBe('Active');
+    expect(validateR4(ended)).toEqual([]);
+    const early = dated('2027-01', '2027-12-31', '2026-12-15');
+    expect([early.insurance?.[0]?.inforce, early.disposition?.includes("the plan's effective date is 2027-01.")]).toEqual([false, true]);
+    // A date given to the month is the whole month; the first and last days are in force.
+    expect(['2026-12-31', '2026-12-01'].map((day) => dated('2026-12', '2026-12', day).insurance?.[0]?.inforce)).toEqual([true, true]);
+    expect(dated('2024-01-01', '2026-12-31', '2026-12-31').disposition).not.toContain('Not in force');
+  });
+
   it('says the coverage is not in force when a failure is the payer saying so (InactivePatient, PatientNotEligible), and nothing of it for any other failure', () => {
     const failed = (kind: string) =>
       convert({ correlationId: 'ver-1', status: 'Failed', result: { type: `https://errors.verification.example/${kind}`, title: kind } }, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
