@@ -37,6 +37,8 @@ const BenefitCodesFile = z.looseObject({
   term: z.record(Text, MappedCoding),
   periodUnits: z.record(Text, z.strictObject({ code: Text, unit: Text })),
   planStatus: z.record(Text, z.boolean()),
+  /** Absent in a copy of the mappings from before it: no words then mark a category not covered. */
+  notCovered: z.array(Text).optional(),
   benefitType: z.record(z.enum(BENEFIT_TYPES), MappedCoding.extend({ text: Text })),
 });
 
@@ -128,6 +130,13 @@ export function periodUnit(period: string | null | undefined): { code: string; u
 
 export function planInforce(status: string | null | undefined): boolean | undefined {
   return status ? lookup(benefitCodes().planStatus, status) : undefined;
+}
+
+let notCovered: Set<string> | undefined;
+/** true when a coinsurance percentage given as words says the plan does not cover it ("Not covered"); else nothing is known of it. */
+export function notCoveredText(text: string): true | undefined {
+  notCovered ??= new Set((benefitCodes().notCovered ?? []).map(normalise));
+  return notCovered.has(normalise(text)) || undefined;
 }
 
 /** A failure kind: X12 AAA03 reject reason where one fits, always the kind itself in the local system. */

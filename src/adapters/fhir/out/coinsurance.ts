@@ -1,6 +1,6 @@
 import type { CoverageEligibilityResponseInsuranceItem as Item, CoverageEligibilityResponseInsuranceItemBenefit as Benefit } from 'fhir/r4';
 import type { Coinsurance, PercentRange } from '../../../verification/wire';
-import { benefitTypeConcept, mappedConcept } from './codes';
+import { benefitTypeConcept, mappedConcept, notCoveredText } from './codes';
 import { extension } from './extensions';
 import { itemSubject } from './item-subject';
 import { defined, percent, present } from './values';
@@ -17,6 +17,8 @@ export function coinsuranceItem(c: Coinsurance): Item {
   const text = present(c.percentage?.finalText);
   return {
     ...subject,
+    // R4 reads an item without excluded as covered: "Not covered" on the benefit alone would contradict it.
+    excluded: !final && text ? notCoveredText(text) : undefined,
     name: 'Coinsurance',
     network: mappedConcept('network', c.network),
     benefit: final ? [percentBenefit(final)] : text ? [textBenefit(text)] : [],

@@ -298,6 +298,18 @@ describe('toCoverageEligibilityResponse', () => {
     expect((outputOf('v1-legacy-percentages').extension ?? []).filter((e) => e.url.endsWith('/unmapped-element'))).toEqual([]);
   });
 
+  it('marks a category the plan does not cover excluded, as R4 reads an item without it as covered', () => {
+    expect(items(outputOf('v1-legacy-percentages')).map((i) => [i.category?.text, i.excluded])).toEqual([
+      ['Preventive', undefined],
+      ['Basic', undefined],
+      ['Major', undefined],
+      ['Orthodontics', true],
+    ]);
+    const worded = (final: string) => convert({ correlationId: 'ver-words', status: 'Completed', result: { plan: { status: 'Active', payer: { name: 'Cigna Dental' } }, data: { coinsurance: [{ category: 'Orthodontics', percentage: { final } }] } } });
+    expect(['NOT COVERED', 'not-covered', 'Excluded', 'Refer to plan'].map((final) => items(worded(final))[0]?.excluded)).toEqual([true, true, true, undefined]);
+    expect(validateR4(outputOf('v1-legacy-percentages'))).toEqual([]);
+  });
+
   it('codes categories in X12 service types, adding ex-benefitcategory only where it has the code', () => {
     const categories = items(outputOf('completed-full'))
       .filter((i) => i.name === 'Coinsurance' && i.category)
