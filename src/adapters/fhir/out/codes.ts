@@ -16,13 +16,14 @@ const CategoriesFile = z
   .looseObject({
     serviceTypes: z.record(z.string().regex(/^[0-9A-Z]{1,2}$/), z.strictObject({ display: Text, exBenefitCategory: z.boolean() })),
     general: Text,
-    categories: z.record(Text, z.strictObject({ serviceType: Text, cdt: z.array(CdtRange) })),
+    /** serviceType null: a part of dental care X12 has no service type for (implants), named by its text alone, never coded as dental care as a whole. */
+    categories: z.record(Text, z.strictObject({ serviceType: Text.nullable(), cdt: z.array(CdtRange) })),
   })
   .superRefine((file, ctx) => {
     const known = (code: string) => code in file.serviceTypes;
     if (!known(file.general)) ctx.addIssue({ code: 'custom', path: ['general'], message: 'is not a key of serviceTypes' });
     for (const [name, c] of Object.entries(file.categories)) {
-      if (!known(c.serviceType)) ctx.addIssue({ code: 'custom', path: ['categories', name, 'serviceType'], message: 'is not a key of serviceTypes' });
+      if (c.serviceType !== null && !known(c.serviceType)) ctx.addIssue({ code: 'custom', path: ['categories', name, 'serviceType'], message: 'is not a key of serviceTypes' });
     }
   });
 
@@ -84,12 +85,12 @@ export function serviceTypeConcept(serviceType: string, text?: string): Codeable
   return { coding: codings, ...(text ? { text } : {}) };
 }
 
-/** A benefit category by the service's name; absent (or blank) means general dental care, unknown keeps the name alone. */
+/** A benefit category by the service's name; absent (or blank) means general dental care, unknown or without a service type keeps the name alone. */
 export function categoryConcept(given: string | null | undefined): CodeableConcept {
   const name = present(given);
   if (!name) return serviceTypeConcept(categoryTable().general);
-  const category = lookup(categoryTable().categories, name);
-  return category ? serviceTypeConcept(category.serviceType, name) : { text: name };
+  const serviceType = lookup(categoryTable().categories, name)?.serviceType;
+  return serviceType ? serviceTypeConcept(serviceType, name) : { text: name };
 }
 
 /** The service type of the first category whose CDT ranges hold every code. */
@@ -101,7 +102,7 @@ export function serviceTypeForCodes(codes: string[]): string | undefined {
   const found = Object.values(categoryTable().categories).find(
     (c) => c.cdt.length > 0 && codes.every((code) => c.cdt.some((range) => inRange(code, range))),
   );
-  return found?.serviceType;
+  return found?.serviceType ?? undefined;
 }
 
 export const isCdtCode = (code: string) => /^D\d{4}$/.test(code);

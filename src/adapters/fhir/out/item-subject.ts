@@ -9,9 +9,9 @@ type Maybe<T> = T | null | undefined;
  * What an item is about: a category, or one CDT code, never both (invariant ces-1). A category
  * item lists the procedure codes the source gave in procedure-code extensions; several codes
  * without a category take the category whose CDT ranges hold them all. Codes that no category
- * holds, or only one coded as dental care as a whole (implants), name themselves as the
- * category's text with no coding: coded general, a cleaning and an exam at 100 % read as all
- * dental care at 100 %. One item per code would not do: a frequency limit is shared by its codes.
+ * holds, or only one with no service type (implants) or coded as dental care as a whole, name
+ * themselves as the category's text with no coding: coded general, a cleaning and an exam at
+ * 100 % read as all dental care at 100 %. One item per code would not do: a frequency limit is shared by its codes.
  */
 export function itemSubject(
   category: Maybe<string>,

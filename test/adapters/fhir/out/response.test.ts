@@ -20,6 +20,8 @@ const outputOf = (name: string) => outputs.get(name) as CoverageEligibilityRespo
 const items = (r: CoverageEligibilityResponse) => r.insurance?.flatMap((i) => i.item ?? []) ?? [];
 const convert = (body: unknown, refs = RESULT_REFS) => toCoverageEligibilityResponse(toOutcome(body), refs, { created: CREATED });
 const codes = (concept: CodeableConcept | undefined) => (concept?.coding ?? []).map((c) => `${c.system}#${c.code}`);
+/** A Completed result of an Active plan with this benefit data. */
+const completedWith = (data: object) => convert({ correlationId: 'ver-data', status: 'Completed', result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data } });
 
 function allExtensions(value: unknown): Extension[] {
   if (Array.isArray(value)) return value.flatMap(allExtensions);
@@ -305,7 +307,7 @@ describe('toCoverageEligibilityResponse', () => {
       ['Major', undefined],
       ['Orthodontics', true],
     ]);
-    const worded = (final: string) => convert({ correlationId: 'ver-words', status: 'Completed', result: { plan: { status: 'Active', payer: { name: 'Cigna Dental' } }, data: { coinsurance: [{ category: 'Orthodontics', percentage: { final } }] } } });
+    const worded = (final: string) => completedWith({ coinsurance: [{ category: 'Orthodontics', percentage: { final } }] });
     expect(['NOT COVERED', 'not-covered', 'Excluded', 'Refer to plan'].map((final) => items(worded(final))[0]?.excluded)).toEqual([true, true, true, undefined]);
     expect(validateR4(outputOf('v1-legacy-percentages'))).toEqual([]);
   });
@@ -401,6 +403,23 @@ describe('toCoverageEligibilityResponse', () => {
       [[], 'D0210, D0330, D1110'],
     ]);
     expect(items(response)[0]?.extension?.map((e) => codes(e.valueCodeableConcept)[0])).toEqual(['http://www.ada.org/cdt#D0120', 'http://www.ada.org/cdt#D1110']);
+    expect(validateR4(response)).toEqual([]);
+  });
+
+  it('never codes a category named as a part of dental care that X12 has no service type for (implants) as dental care as a whole', () => {
+    const response = completedWith({
+      coinsurance: [{ category: 'Implants', network: 'InNetwork', percentage: { final: { start: 50, end: 50 } } }, { category: 'General', network: 'InNetwork', percentage: { final: { start: 80, end: 80 } } }],
+      waitingPeriods: [{ category: 'Implants', months: 12 }],
+      frequencies: [{ category: 'Implants', procedureCodes: ['D6010'], limit: 1, period: 'Months', periodLength: 60 }, { procedureCodes: ['D6010', 'D6057'], limit: 1, period: 'Lifetime' }],
+    });
+    const dentalCare = ['https://x12.org/codes/service-type-codes#35', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#35'];
+    expect(items(response).map((i) => [i.name, codes(i.category), i.category?.text])).toEqual([
+      ['Coinsurance', [], 'Implants'],
+      ['Coinsurance', dentalCare, 'General'],
+      ['Frequency limit', [], 'Implants'],
+      ['Frequency limit', [], 'D6010, D6057'],
+      ['Waiting period', [], 'Implants'],
+    ]);
     expect(validateR4(response)).toEqual([]);
   });
 
