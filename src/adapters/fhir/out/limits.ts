@@ -21,8 +21,9 @@ export function frequencyItem(f: Frequency, path: string, parts: ResponseParts):
     ...subject,
     name: 'Frequency limit',
     description: f.description ?? undefined,
-    // Coded annual, once every three calendar years would read as once a year: the term's code is for one period.
-    term: f.periodLength != null && f.periodLength !== 1 && unit ? { text: f.period ?? undefined } : mappedConcept('term', f.period),
+    // Coded annual, once every three calendar years would read as once a year: the term's code is for one period,
+    // and its text says how long, since 'CalendarYear' or 'Months' beside a limit of 1 reads the same way to a person.
+    term: f.periodLength != null && f.periodLength !== 1 && unit ? { text: every(f.periodLength, unit.unit, f.period) } : mappedConcept('term', f.period),
     benefit: [
       {
         type: benefitTypeConcept('frequency'),
@@ -37,6 +38,13 @@ export function frequencyItem(f: Frequency, path: string, parts: ResponseParts):
       },
     ],
   };
+}
+
+/** 'Every 60 Months', 'Every 3 years (CalendarYear)': the period's own word, beside the unit where that does not say it. */
+function every(length: number, unit: string, period: string | null | undefined): string {
+  const word = present(period);
+  if (!word || word.toLowerCase() === unit) return `Every ${length} ${word ?? unit}`;
+  return `Every ${length} ${unit} (${word})`;
 }
 
 export function ageLimitItem(a: AgeLimit): Item {

@@ -348,15 +348,19 @@ describe('toCoverageEligibilityResponse', () => {
     const response = convert({
       correlationId: 'ver-years',
       status: 'Completed',
-      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { frequencies: [frequency('CalendarYear', 3), frequency('BenefitYear', 1), frequency('CalendarYear'), frequency('Annual', 2)] } },
+      result: { plan: { status: 'Active', payer: { name: 'Delta Dental of California' } }, data: { frequencies: [frequency('CalendarYear', 3), frequency('BenefitYear', 1), frequency('CalendarYear'), frequency('Annual', 2), frequency('Months', 60), frequency('Months', 1)] } },
     });
     const limits = items(response).filter((i) => i.name === 'Frequency limit');
-    const years = (value: number) => [{ url: `${extensionBase()}frequency-period`, valueDuration: { value, unit: 'years', system: 'http://unitsofmeasure.org', code: 'a' } }];
+    const duration = (value: number, unit: string, code: string) => [{ url: `${extensionBase()}frequency-period`, valueDuration: { value, unit, system: 'http://unitsofmeasure.org', code } }];
+    const years = (value: number) => duration(value, 'years', 'a');
+    // The term's text says how long too: 'CalendarYear' beside a limit of 1 reads as once a year to a person as much as the code did.
     expect(limits.map((i) => [i.term, i.benefit?.[0]?.extension])).toEqual([
-      [{ text: 'CalendarYear' }, years(3)],
+      [{ text: 'Every 3 years (CalendarYear)' }, years(3)],
       [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'BenefitYear' }, years(1)],
       [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/benefit-term', code: 'annual', display: 'Annual' }], text: 'CalendarYear' }, undefined],
-      [{ text: 'Annual' }, years(2)],
+      [{ text: 'Every 2 years (Annual)' }, years(2)],
+      [{ text: 'Every 60 Months' }, duration(60, 'months', 'mo')],
+      [{ text: 'Months' }, duration(1, 'months', 'mo')],
     ]);
     expect(JSON.stringify(response)).not.toContain('unmapped-element');
     expect(validateR4(response)).toEqual([]);
