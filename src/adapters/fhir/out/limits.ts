@@ -63,6 +63,8 @@ export function waitingPeriodItem(w: WaitingPeriod, path: string): Item {
   return {
     category: categoryConcept(w.category),
     name: 'Waiting period',
+    // Its end in an extension alone, a waiting period long over reads to the front desk as still in effect.
+    description: endsOn ? `Ends ${endsOn}` : undefined,
     benefit: [
       {
         type: benefitTypeConcept('waitingPeriod'),

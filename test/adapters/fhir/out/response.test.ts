@@ -427,6 +427,14 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
+  it('says on a waiting period when it ends, where a person reads it, not in an extension alone: one long over reads as still in effect', () => {
+    expect(items(outputOf('completed-full')).filter((i) => i.name === 'Waiting period').map((i) => [i.category?.text, i.description])).toEqual([
+      ['Major', 'Ends 2025-01-01'],
+      ['Orthodontics', 'Ends 2026-01-01'],
+    ]);
+    expect(items(completedWith({ waitingPeriods: [{ category: 'Major', months: 6 }] }))[0]?.description).toBeUndefined();
+  });
+
   it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
     const [annual] = items(outputOf('completed-full'));
     expect([codes(annual?.network), codes(annual?.unit), codes(annual?.term), codes(annual?.benefit?.[0]?.type)]).toEqual([
