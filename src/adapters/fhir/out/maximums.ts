@@ -12,6 +12,11 @@ export function maximumItem(m: Maximum): Item {
   return {
     category: categoryConcept(m.category),
     name: 'Maximum',
+    description: figures([
+      ['remaining', m.remainingAmount],
+      ['carryover', m.carryoverAmount],
+      ['carryover remaining', m.remainingCarryoverAmount],
+    ]),
     network: mappedConcept('network', m.network),
     unit: mappedConcept('unit', m.scope),
     term: mappedConcept('term', m.type),
@@ -35,6 +40,7 @@ export function deductibleItem(d: Deductible): Item {
   return {
     category: categoryConcept(undefined),
     name: 'Deductible',
+    description: figures([['remaining', d.remainingAmount]]),
     network: mappedConcept('network', d.network),
     unit: mappedConcept('unit', d.scope),
     term: mappedConcept('term', d.type),
@@ -50,6 +56,17 @@ export function deductibleItem(d: Deductible): Item {
       },
     ],
   };
+}
+
+const dollars = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' });
+
+/**
+ * The figures R4 has no element for, in words: an EHR shows allowed and used, not extensions, and a
+ * deductible a portal gives as amount and remaining alone would read as still owed.
+ */
+function figures(labelled: Array<[string, number | null | undefined]>): string | undefined {
+  const text = labelled.flatMap(([label, amount]) => (amount == null ? [] : [`${label} ${dollars.format(amount)}`])).join('; ');
+  return text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined;
 }
 
 function moneyExtension(key: ExtensionKey, amount: number | null | undefined) {

@@ -435,6 +435,19 @@ describe('toCoverageEligibilityResponse', () => {
     expect(items(completedWith({ waitingPeriods: [{ category: 'Major', months: 6 }] }))[0]?.description).toBeUndefined();
   });
 
+  it('says what remains of a maximum or deductible, and its carry-over, where a person reads it: R4 has allowed and used alone', () => {
+    const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Maximum' || i.name === 'Deductible').map((i) => i.description);
+    expect(described(outputOf('completed-full'))).toEqual([
+      'Remaining $1,200.00; carryover $250.00; carryover remaining $175.00',
+      'Remaining $1,000.00',
+      'Remaining $1,549.50',
+      'Remaining $0.00',
+      'Remaining $100.00',
+    ]);
+    // A deductible as a portal gives it without what was used: the amount alone would read as still owed.
+    expect(described(completedWith({ deductibles: [{ type: 'Annual', amount: 50, remainingAmount: 0 }], maximums: [{ type: 'Annual', amount: 1000 }] }))).toEqual([undefined, 'Remaining $0.00']);
+  });
+
   it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
     const [annual] = items(outputOf('completed-full'));
     expect([codes(annual?.network), codes(annual?.unit), codes(annual?.term), codes(annual?.benefit?.[0]?.type)]).toEqual([
