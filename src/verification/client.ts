@@ -3,7 +3,7 @@ import { describeIssue, fieldErrors } from '../domain/issues';
 import type { ClientConfigInput } from './config';
 import { ServiceError, UNREADABLE_ANSWER } from './errors';
 import { ServiceHttp, type Log } from './http';
-import { toOutcome, validationKindOf, type VerificationOutcome } from './outcome';
+import { inResult, toOutcome, validationKindOf, type VerificationOutcome } from './outcome';
 import {
   Accepted,
   ClaimRetrievalRequest,
@@ -297,7 +297,7 @@ function readOutcome(verification: Verification, operation: string): Verificatio
     throw new ServiceError({
       operation,
       code: UNREADABLE_ANSWER,
-      problem: { title: 'Unexpected response body', detail: `result.${describeIssue(err)}`, errors: fieldErrors(err.issues, verification.result) },
+      problem: { title: 'Unexpected response body', detail: describeIssue(err, 'result', ['result']), errors: fieldErrors(inResult(err.issues), verification) },
       received: verification,
     });
   }

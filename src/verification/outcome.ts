@@ -4,6 +4,7 @@
  * surfaced as `unknown`, never dropped. v1 shapes still met in the wild (errors in details.code /
  * details.message, coinsurance percentage.final as a string) are normalised with a warning.
  */
+import type * as z from 'zod';
 import { classifyFailure, type FailureClassification } from './failure-kinds';
 import { describeIssue } from '../domain/issues';
 import { HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
@@ -58,8 +59,14 @@ export function validationKindOf(status: string): ValidationKind {
   return kind === 'completed' ? 'valid' : kind === 'failed' ? 'invalid' : kind === 'pending' ? 'pending' : 'unknown';
 }
 
+/** A value of a result left out as not in the expected shape, where it was (`result.…`) and as it was sent. */
+export interface UnreadValue {
+  path: string;
+  value: unknown;
+}
+
 export type VerificationOutcome =
-  | { kind: 'completed' | 'partial'; verification: Verification; result: VerificationResult; warnings: string[] }
+  | { kind: 'completed' | 'partial'; verification: Verification; result: VerificationResult; warnings: string[]; unread: UnreadValue[] }
   | {
       kind: 'failed';
       verification: Verification;
@@ -70,6 +77,11 @@ export type VerificationOutcome =
   | { kind: 'pending'; verification: Verification; warnings: string[] }
   | { kind: 'unknown'; verification: Verification; status: string; warnings: string[] };
 
+/** A result's issues named from the verification that holds it (`result.…`), as a caller told of the body reads them. */
+export function inResult(issues: readonly z.core.$ZodIssue[]): z.core.$ZodIssue[] {
+  return issues.map((issue) => ({ ...issue, path: ['result', ...issue.path] }));
+}
+
 /** Parses a verification body (GET, sync answer or webhook) into its outcome. */
 export function toOutcome(body: unknown): VerificationOutcome {
   const verification = Verification.parse(body);
@@ -78,8 +90,8 @@ export function toOutcome(body: unknown): VerificationOutcome {
   switch (kind) {
     case 'completed':
     case 'partial': {
-      const result = VerificationResult.parse(normaliseLegacyResult(verification.result ?? {}, warnings));
-      return { kind, verification, result, warnings };
+      const { result, unread } = readableResult(normaliseLegacyResult(verification.result ?? {}, warnings), warnings);
+      return { kind, verification, result, warnings, unread };
     }
     case 'failed': {
       const problem = normaliseProblem(verification.result ?? {}, warnings);
@@ -122,6 +134,51 @@ function readableProblem(body: Record<string, unknown>, warnings: string[]): Pro
   const rest = HttpProblemDetails.safeParse(Object.fromEntries(Object.entries(body).filter(([key]) => !unreadable.has(key))));
   if (rest.success) return { ...rest.data, title: rest.data.title ?? 'Unreadable problem details' };
   return { title: 'Unreadable problem details' };
+}
+
+/**
+ * A result as far as it can be read: each value not in the expected shape (a maximum a portal
+ * gives as "Unlimited", a date as a number) is left out and kept, so one odd figure does not leave
+ * the whole verification to a person: the rest is charted, and what was left out is charted with
+ * it (toCoverageEligibilityResponse). An entry of a list becomes null, the others keeping their
+ * index; a value left out that its place does not allow to be missing takes its holder with it.
+ * A result that is no object at all is not read. The warning names where, never what: it is logged.
+ */
+function readableResult(body: unknown, warnings: string[]): { result: VerificationResult; unread: UnreadValue[] } {
+  const unread = new Map<string, UnreadValue>();
+  let current = body;
+  // Each round leaves out one value at least; a body that would take more rounds than this is no result.
+  for (let round = 0; ; round++) {
+    const parsed = VerificationResult.safeParse(current);
+    if (parsed.success) {
+      if (unread.size > 0) warnings.push(`result values not in the expected shape were left out and kept in the response's unmapped elements: ${[...unread.keys()].join(', ')}`);
+      return { result: parsed.data, unread: [...unread.values()] };
+    }
+    if (round === MAX_ROUNDS) throw parsed.error;
+    const copy = structuredClone(current) as Record<string, unknown>;
+    for (const { path } of parsed.error.issues) {
+      // Missing where it may not be, or left out already (null in a list that takes none): its holder goes instead.
+      const at = valueAt(copy, path) == null ? path.slice(0, -1) : path;
+      if (at.length === 0) throw parsed.error;
+      const holder = valueAt(copy, at.slice(0, -1));
+      // Gone with a holder left out before it in this round.
+      if (holder === null || typeof holder !== 'object') continue;
+      const name = `result${at.map((key) => (typeof key === 'number' ? `[${key}]` : `.${String(key)}`)).join('')}`;
+      // Kept once, whole: what was kept from inside it goes with it.
+      for (const kept of unread.keys()) if (kept.startsWith(name) && /^[.[]/.test(kept.slice(name.length))) unread.delete(kept);
+      unread.set(name, { path: name, value: valueAt(body, at) });
+      const key = at[at.length - 1] as PropertyKey;
+      if (Array.isArray(holder)) holder[key as number] = null;
+      else delete (holder as Record<PropertyKey, unknown>)[key];
+    }
+    current = copy;
+  }
+}
+
+const MAX_ROUNDS = 50;
+
+function valueAt(value: unknown, path: readonly PropertyKey[]): unknown {
+  return path.reduce<unknown>((holder, key) => (holder !== null && typeof holder === 'object' ? (holder as Record<PropertyKey, unknown>)[key] : undefined), value);
 }
 
 /**

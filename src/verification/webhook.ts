@@ -6,7 +6,7 @@ import { ZodError } from 'zod';
 import { fieldErrors } from '../domain/issues';
 import type { Log } from './http';
 import { redacted } from './redact';
-import { toOutcome, type VerificationOutcome } from './outcome';
+import { inResult, toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
 import { readBody, requestTiming, takeInHand } from '../connection-limits';
@@ -261,7 +261,7 @@ function readable(verification: Verification): VerificationOutcome {
     return toOutcome(verification);
   } catch (err) {
     if (!(err instanceof ZodError)) throw err;
-    throw new Rejection(422, 'Unprocessable verification', 'result is not in the shape this receiver reads', fieldErrors(err.issues, verification.result));
+    throw new Rejection(422, 'Unprocessable verification', 'result is not in the shape this receiver reads', fieldErrors(inResult(err.issues), verification));
   }
 }
 

@@ -446,16 +446,16 @@ describe('ServiceHttp, what real networks and services send', () => {
 
 describe('VerificationClient on a result it cannot read', () => {
   it('reports a ServiceError naming the element, not a parser failure', async () => {
-    const server = await startScriptedServer((_r, res) => json(res, 201, { correlationId: 'c1', status: 'Completed', result: { data: { maximums: 'lots' } } }));
+    const server = await startScriptedServer((_r, res) => json(res, 201, { correlationId: 'c1', status: 'Completed', result: ['lots'] }));
     const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
     try {
       const err = (await client.getVerification('c1').catch((e: unknown) => e)) as ServiceError;
       expect(err).toBeInstanceOf(ServiceError);
-      expect(err.message).toMatch(/^get insurance verification failed \(unreadable_answer\) - Unexpected response body: result\.data\.maximums: /);
-      expect(err.problem.errors?.[0]).toMatchObject({ field: 'data.maximums', code: 'invalid_value' });
+      expect(err.message).toMatch(/^get insurance verification failed \(unreadable_answer\) - Unexpected response body: result: /);
+      expect(err.problem.errors?.[0]).toMatchObject({ field: 'result', code: 'invalid_value' });
       // What arrived is kept for the caller: asked again, the service would answer the same.
       expect(err.code).toBe(UNREADABLE_ANSWER);
-      expect(err.received).toEqual({ correlationId: 'c1', status: 'Completed', result: { data: { maximums: 'lots' } } });
+      expect(err.received).toEqual({ correlationId: 'c1', status: 'Completed', result: ['lots'] });
     } finally {
       await Promise.all([client.close(), server.close()]);
     }

@@ -124,16 +124,49 @@ describe('toOutcome is permissive with what portals really send', () => {
     });
     expect(o.kind === 'completed' && [o.result.subscriber?.memberId, o.result.plan?.groupNumber, o.result.plan?.payer?.payerId, o.result.plan?.assignment?.office?.officeId, o.result.plan?.assignment?.office?.address?.postalCode]).toEqual(['778899001', '123456', '94276', '17', '60601']);
     expect(o.kind === 'completed' && [o.result.data?.maximums, o.result.data?.history, o.result.disclaimers]).toEqual([[null, { amount: 1500 }], [{ procedureCode: 'D2740', tooth: '14' }, null], [null]]);
-    // A number where words are meant is still no text: the result is refused naming the field.
-    expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: { plan: { name: 7 } } })).toThrow(/expected string, received number/);
+    // A number where words are meant is still no text: it is left out, and kept as sent.
+    const named = toOutcome({ correlationId: 'c', status: 'Completed', result: { plan: { name: 7, type: 'PPO' } } });
+    expect(named.kind === 'completed' && [named.result.plan, named.unread, named.warnings]).toEqual([
+      { type: 'PPO' },
+      [{ path: 'result.plan.name', value: 7 }],
+      ["result values not in the expected shape were left out and kept in the response's unmapped elements: result.plan.name"],
+    ]);
   });
 
-  it('refuses digits written as a number that is not the digits sent: past 2^53 JSON.parse rounds them to another member id', () => {
-    const memberId = (text: string) => () => toOutcome({ correlationId: 'c', status: 'Completed', result: { subscriber: { memberId: JSON.parse(text) as unknown } } });
-    // 12345678901234567890 parses to 12345678901234567000: another member's id, to be written into this patient's chart.
-    expect(memberId('12345678901234567890')).toThrow(/"memberId"/);
-    for (const text of ['1e21', '14.5', '-5']) expect(memberId(text)).toThrow(/"memberId"/);
-    expect(memberId('9007199254740991')).not.toThrow();
+  it('leaves out digits written as a number that is not the digits sent: past 2^53 JSON.parse rounds them to another member id', () => {
+    const memberId = (text: string) => toOutcome({ correlationId: 'c', status: 'Completed', result: { subscriber: { memberId: JSON.parse(text) as unknown, lastName: 'RIVERA' } } });
+    // 12345678901234567890 parses to 12345678901234567000: another member's id, never read as this patient's.
+    for (const text of ['12345678901234567890', '1e21', '14.5', '-5']) {
+      const o = memberId(text);
+      expect(o.kind === 'completed' && [o.result.subscriber, o.unread.map((u) => u.path)]).toEqual([{ lastName: 'RIVERA' }, ['result.subscriber.memberId']]);
+    }
+    const safe = memberId('9007199254740991');
+    expect(safe.kind === 'completed' && [safe.result.subscriber?.memberId, safe.unread]).toEqual(['9007199254740991', []]);
+  });
+
+  it('reads what it can of a result: an entry of a list it cannot read becomes null, and a value a place must hold takes its holder with it', () => {
+    const o = toOutcome({
+      correlationId: 'c',
+      status: 'Partial',
+      result: {
+        data: {
+          maximums: [{ type: 'Annual', amount: '$1,500.00' }, { type: 'Lifetime', category: 'Orthodontics', amount: 'Unlimited' }, 'none'],
+          coinsurance: [{ category: 'Basic', percentage: { final: { start: 80 } } }, { category: 'Major', procedureCodes: ['D2740', 2750] }],
+        },
+      },
+    });
+    expect(o.kind === 'partial' && o.result.data).toEqual({
+      maximums: [{ type: 'Annual', amount: 1500 }, { type: 'Lifetime', category: 'Orthodontics' }, null],
+      coinsurance: [{ category: 'Basic', percentage: {} }, { category: 'Major' }],
+    });
+    expect(o.kind === 'partial' && o.unread).toEqual([
+      { path: 'result.data.maximums[1].amount', value: 'Unlimited' },
+      { path: 'result.data.maximums[2]', value: 'none' },
+      { path: 'result.data.coinsurance[0].percentage.final', value: { start: 80 } },
+      { path: 'result.data.coinsurance[1].procedureCodes', value: ['D2740', 2750] },
+    ]);
+    // A result that is no object is no result.
+    expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: 'Unlimited' })).toThrow(/expected object/);
   });
 
   it('keeps a v1 percentage that is no number as finalText, with a warning', () => {

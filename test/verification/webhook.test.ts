@@ -175,20 +175,29 @@ describe('verification webhook receiver', () => {
       expect(JSON.stringify(delivery?.outcome)).not.toContain('55');
       expect(delivery?.rawBody).not.toContain('55');
       // One it cannot read is kept as a dead letter: without the password too.
-      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'pass/55' } } });
+      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: 'pass/55' });
       expect((await post(url, bad, signed(bad, 'msg_2'))).status).toBe(422);
       expect(unread).toHaveLength(1);
       expect(unread[0]).not.toContain('pass/55');
     });
   });
 
-  it('answers 422 naming the element for a result it cannot read, and commits nothing', async () => {
+  it('answers 422 naming the element for a result that is no result, and commits nothing', async () => {
     await withReceiver({}, async (url, deliveries) => {
-      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'lots' } } });
+      const bad = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: ['lots'] });
       const res = await post(url, bad, signed(bad));
       expect(res.status).toBe(422);
-      expect(res.problem?.errors).toEqual([{ field: 'data.maximums', code: 'invalid_value', message: expect.any(String) }]);
+      expect(res.problem?.errors).toEqual([{ field: 'result', code: 'invalid_value', message: expect.any(String) }]);
       expect(deliveries).toHaveLength(0);
+    });
+  });
+
+  it('takes a result with values it cannot read, which are left out of it and kept, named by where they were', async () => {
+    await withReceiver({}, async (url, deliveries) => {
+      const odd = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { data: { maximums: 'lots', deductibles: [{ amount: 50 }] } } });
+      expect((await post(url, odd, signed(odd))).status).toBe(204);
+      const outcome = deliveries[0]?.outcome;
+      expect(outcome?.kind === 'completed' && [outcome.result.data, outcome.unread]).toEqual([{ deductibles: [{ amount: 50 }] }, [{ path: 'result.data.maximums', value: 'lots' }]]);
     });
   });
 

@@ -4,7 +4,7 @@
  * chart and a program can act on the codes.
  */
 import type { CoverageEligibilityResponseError as ResponseError } from 'fhir/r4';
-import type { VerificationOutcome } from '../../../verification/outcome';
+import type { UnreadValue, VerificationOutcome } from '../../../verification/outcome';
 import { entries, type Context, type Disclaimer } from '../../../verification/wire';
 import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
 import { extension } from './extensions';
@@ -57,6 +57,8 @@ export function disposition(outcome: VerificationOutcome, notInForce?: string): 
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
         notInForce,
         ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'), outcome.kind === 'partial'),
+        // Else what was left out would read as not given: an "Unlimited" maximum as none.
+        outcome.unread.length > 0 ? `Not read, kept with this response as sent: ${list(outcome.unread.map(unreadText))}` : undefined,
         ...entries(disclaimers, disclaimerText),
       ]);
     }
@@ -77,6 +79,16 @@ export function disposition(outcome: VerificationOutcome, notInForce?: string): 
     case 'unknown':
       return `${status}.`;
   }
+}
+
+/**
+ * Where, and a short value as sent ("Unlimited"); a longer one is in the unmapped element alone, as
+ * is a whole number past 2^53, which JSON.parse has already rounded to digits that were not sent.
+ */
+function unreadText({ path, value }: UnreadValue): string {
+  const exact = typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && (!Number.isInteger(value) || Number.isSafeInteger(value)));
+  const text = exact ? JSON.stringify(value) : undefined;
+  return text && text.length <= 40 ? `${path} ${text}` : path;
 }
 
 function disclaimerText(d: Disclaimer): string | undefined {

@@ -70,6 +70,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     ...(result ? unmappedElements(result, VerificationResult, '.result') : []),
     ...(outcome.kind === 'failed' ? unmappedElements(outcome.problem, ProblemDetails, '.result') : []),
   ].map((u) => ({ ...u, path: u.path.slice(1) }));
+  if (outcome.kind === 'completed' || outcome.kind === 'partial') unmapped.push(...outcome.unread);
   const created = fhirDateTime(verification.createdAt, 'createdAt');
   const completed = fhirDateTime(verification.completedAt, 'completedAt');
 

@@ -573,6 +573,27 @@ describe('toCoverageEligibilityResponse', () => {
     ]);
   });
 
+  it('charts a result with values it cannot read, saying what was left out and keeping each as sent: an Unlimited maximum is no reason to chart nothing', () => {
+    const response = convert({
+      correlationId: 'ver-odd',
+      status: 'Completed',
+      result: {
+        plan: { status: 'Active', payer: { name: 'Delta Dental of California' } },
+        subscriber: { memberId: 12345678901234567890 },
+        data: { maximums: [{ type: 'Annual', amount: 1500 }, { type: 'Lifetime', category: 'Orthodontics', amount: 'Unlimited' }] },
+      },
+    });
+    expect(items(response).map((i) => i.name)).toEqual(['Maximum', 'Maximum']);
+    // A number JSON.parse rounded is not quoted where a person reads it: those are not the digits sent.
+    expect(response.disposition).toBe('Completed. Plan: Active. Not read, kept with this response as sent: result.subscriber.memberId; result.data.maximums[1].amount "Unlimited".');
+    const unmapped = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.map((part) => part.valueString));
+    expect(unmapped).toEqual([
+      ['result.subscriber.memberId', '12345678901234567000'],
+      ['result.data.maximums[1].amount', '"Unlimited"'],
+    ]);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('reads a date written as midnight, as .NET and Java services write dates, as the day written, and refuses another time of day', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
     body.result.plan.effectiveDate = '2024-01-01T00:00:00';
