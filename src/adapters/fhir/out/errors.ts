@@ -5,7 +5,7 @@
  */
 import type { CoverageEligibilityResponseError as ResponseError } from 'fhir/r4';
 import type { UnreadValue, VerificationOutcome } from '../../../verification/outcome';
-import { entries, type Context, type Disclaimer } from '../../../verification/wire';
+import { entries, type Context, type Disclaimer, type PlanAssignment } from '../../../verification/wire';
 import { failureActionCoding, failureKindConcept, issueConcept } from './codes';
 import { extension } from './extensions';
 import { defined, present, uriOf } from './values';
@@ -56,6 +56,7 @@ export function disposition(outcome: VerificationOutcome, notInForce?: string): 
         `${status}.`,
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
         notInForce,
+        assignedTo(plan?.assignment),
         ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'), outcome.kind === 'partial'),
         // Else what was left out would read as not given: an "Unlimited" maximum as none.
         outcome.unread.length > 0 ? `Not read, kept with this response as sent: ${list(outcome.unread.map(unreadText))}` : undefined,
@@ -79,6 +80,22 @@ export function disposition(outcome: VerificationOutcome, notInForce?: string): 
     case 'unknown':
       return `${status}.`;
   }
+}
+
+/**
+ * The office and provider a plan assigns the member to (a DHMO), where a person reads it: a visit
+ * to another office is not covered, and in the plan-assignment extension alone an EHR shows nothing of it.
+ */
+function assignedTo(assignment: PlanAssignment | null | undefined): string | undefined {
+  const office = assignment?.office;
+  const [officeName, officeId] = [present(office?.name), present(office?.officeId)];
+  const npi = present(assignment?.provider?.npi);
+  const provider = [present(assignment?.provider?.firstName), present(assignment?.provider?.lastName)].filter(Boolean).join(' ') || (npi && `NPI ${npi}`);
+  const parts = [
+    officeName || officeId ? `office ${officeName ?? ''}${officeName && officeId ? ` (${officeId})` : (officeId ?? '')}` : undefined,
+    provider ? `provider ${provider}` : undefined,
+  ];
+  return parts.some(Boolean) ? `Assigned to ${defined(parts).join(', ')}.` : undefined;
 }
 
 /**

@@ -237,8 +237,18 @@ describe('toCoverageEligibilityResponse', () => {
       },
     });
     expect(response.contained).toEqual([{ resourceType: 'Practitioner', id: 'verification-provider', name: [{ family: 'Chen', given: ['Grace'] }] }]);
+    expect(response.disposition).toBe('Completed. Plan: Active.');
     expect(response.insurance?.[0]?.extension?.map((e) => e.url.split('/').pop())).toEqual(['plan']);
     expect(validateR4(response)).toEqual([]);
+  });
+
+  it('says in the disposition which office and provider the plan assigns the member to, where the front desk reads it: a visit elsewhere is not covered', () => {
+    const assigned = (assignment: object) => convert({ correlationId: 'ver-1', status: 'Completed', result: { plan: { name: 'Guardian DHMO', status: 'Active', assignment } } }).disposition;
+    expect(assigned({ office: { name: 'Uptown Family Dental', officeId: 'OF-17' }, provider: { firstName: 'Grace', lastName: 'Chen', npi: '1234567893' } })).toBe(
+      'Completed. Plan Guardian DHMO: Active. Assigned to office Uptown Family Dental (OF-17), provider Grace Chen.',
+    );
+    expect(assigned({ office: { officeId: 17 } })).toBe('Completed. Plan Guardian DHMO: Active. Assigned to office 17.');
+    expect(assigned({ provider: { npi: '1234567893' } })).toBe('Completed. Plan Guardian DHMO: Active. Assigned to provider NPI 1234567893.');
   });
 
   it('keeps a benefit period the portal gives reversed as it came, rather than write a Period R4 refuses (per-1), and writes the rest', () => {
