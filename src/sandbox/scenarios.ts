@@ -160,7 +160,8 @@ function echoPeople(request: VerificationRequest): Pick<VerificationResult, 'pat
       lastName: subscriber.lastName,
       ...(subscriber.dateOfBirth ? { dateOfBirth: subscriber.dateOfBirth } : {}),
       memberId: subscriber.memberId,
-      relationship: subscriber.relationship,
+      // The request's relationship is the patient's to the subscriber: the subscriber is its own.
+      relationship: 'Self',
     },
   };
 }

@@ -127,6 +127,8 @@ describe('results', () => {
       (await verified('DD7654321', { patient: { firstName: 'Max', lastName: 'Whitaker', dateOfBirth: '2015-06-01' }, subscriber: { ...verificationBody('DD7654321').subscriber, relationship: 'Child' } })).result,
     );
     expect(child.data?.coinsurance?.some((c) => c?.category === 'Orthodontics')).toBe(true);
+    // The request's relationship is the patient's to the subscriber, who is their own: a parent charted as Child misreads.
+    expect([child.patient?.relationship, child.subscriber?.relationship]).toEqual(['Child', 'Self']);
   });
 
   test('a DHMO plan names the assigned office; a Medicaid plan has no maximums', async () => {
