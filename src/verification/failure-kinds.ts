@@ -27,8 +27,12 @@ export interface FailureClassification {
   advice?: string;
 }
 
-/** The failure kind is the problem type URI's last segment (path, fragment or URN part). */
+/**
+ * The failure kind is the problem type URI's last segment (path, fragment or URN part). about:blank,
+ * RFC 9457's type for a problem that says no more than its status, names no kind: its segment would read as a kind 'blank'.
+ */
 export function failureKindOf(problemType: string | null | undefined): string {
+  if (problemType?.trim().toLowerCase() === 'about:blank') return 'Unknown';
   const segment = problemType?.replace(/[/#:]+$/, '').split(/[/#:]/).pop();
   return segment || 'Unknown';
 }

@@ -205,6 +205,8 @@ describe('failure kinds', () => {
     expect(failureKindOf('urn:x#SiteMaintenance')).toBe('SiteMaintenance');
     expect(failureKindOf('urn:v1-error:InvalidCredentials')).toBe('InvalidCredentials');
     expect(failureKindOf(undefined)).toBe('Unknown');
+    // RFC 9457's type of a problem that says no more than its status.
+    expect(failureKindOf('about:blank')).toBe('Unknown');
   });
 
   it('reads a copy of the mappings made before failure-kinds.json had an unknown entry: such a kind has no advice, as then', () => {
