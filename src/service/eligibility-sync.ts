@@ -328,6 +328,20 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     return done;
   }
 
+  /**
+   * A FHIR letter kept for a person (a notification refused, or one resource of it; a poll's appointment): counted
+   * as every dead letter is, an HL7 message's or a webhook's. False when kept before (`once`).
+   */
+  const keepFhirLetter = async (letter: { raw: string; reason: string; once?: string }): Promise<boolean> => {
+    const kept = await deadLetter(store, { kind: 'fhir-notification', ...letter, receivedAt: now() });
+    if (kept) metrics.messages.inc({ type: 'fhir-notification', ack: 'dead' });
+    return kept;
+  };
+  /** A notification refused (400, 413, 422) and kept: said as a warning, as an HL7 message refused is, else only jobs messages --dead knew of it. */
+  const refuseNotification = async (status: number, letter: { raw: string; reason: string; once?: string }) => {
+    if (await keepFhirLetter(letter)) logger.warn({ status, reason: letter.reason }, 'FHIR notification refused; kept as a dead letter (jobs messages --dead)');
+  };
+
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
     let raw: string | undefined;
     void (async () => {
@@ -342,7 +356,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       raw = body.text;
       const ids = subscriptionNotificationIds(raw, req.url ?? '/');
       if (ids.kind === 'invalid' || ids.kind === 'too-many') {
-        await deadLetter(store, { kind: 'fhir-notification', raw, reason: ids.reason, receivedAt: now() });
+        await refuseNotification(ids.kind === 'invalid' ? 400 : 413, { raw, reason: ids.reason });
         return ids.kind === 'invalid' ? sendOutcome(res, 400, 'invalid', ids.reason) : sendOutcome(res, 413, 'too-costly', ids.reason);
       }
       if (ids.kind === 'heartbeat') {
@@ -357,7 +371,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // Once: kept before the reads, it would be kept again at each try of a sender told 500 (the chart out of reach).
       if (unfit.length > 0) {
         const reason = unfit.join('; ');
-        await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now(), once: `${req.url ?? ''}|${raw}|${reason}` });
+        await refuseNotification(422, { raw, reason, once: `${req.url ?? ''}|${raw}|${reason}` });
       }
       const refused = [...unfit];
       // Appointments first; a patient's details or coverages changed: their appointments already held are read again, but those read above.
@@ -372,7 +386,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
             // The notification is kept whole once; each other resource of it the chart refuses names itself alone, as a
             // poll's letter does: each a copy of the notification was its size over again (3,000 ids in 258 KB kept 761 MB).
             const raw = refused.length === 0 ? received : JSON.stringify({ reference: `${type}/${id}` });
-            await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt: now() });
+            await refuseNotification(422, { raw, reason });
             refused.push(reason);
           }
         }
@@ -421,7 +435,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         // store's appointment changes (the chart answered in between) or the refusal does.
         const held = await store.transaction((tx) => tx.getAppointment(`fhir|${reference}`));
         const once = `${reference}|${held?.updatedAt ?? 'not held'}|${reason}`;
-        if (!(await deadLetter(store, { kind: 'fhir-notification', raw: JSON.stringify({ reference }), reason, receivedAt: now(), once }))) continue;
+        if (!(await keepFhirLetter({ raw: JSON.stringify({ reference }), reason, once }))) continue;
         logger.warn({ appointment: reference, err: errorText(err) }, 'FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once');
       }
     }

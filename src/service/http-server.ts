@@ -56,8 +56,11 @@ export async function startHttpServer(
       }
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
+        const detail = 'authorization does not carry the notification token (the Subscription\'s channel.header)';
+        // Said, as a webhook refused is: a Subscription without the header has every notification refused, and nothing verified.
+        sync.logger.warn({ status: 401 }, `FHIR notification refused: ${detail}`);
         res.setHeader('www-authenticate', 'Bearer');
-        return problem(res, 401, 'authorization does not carry the notification token (the Subscription\'s channel.header)');
+        return problem(res, 401, detail);
       }
       return sync.notificationHandler(req, res);
     }

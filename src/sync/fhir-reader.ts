@@ -5,7 +5,7 @@ import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
 import { chartAgent } from './chart-client';
-import { answerOf, answerTooLarge, ChartWriteError, chartAnswered, tooLargeToRead } from './chart-errors';
+import { answerOf, answerTooLarge, ChartWriteError, chartAnswered, toChartWriteError, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
 
@@ -68,7 +68,12 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
       // The SMART token endpoint's own failure: its refusal (a key it does not know) is final for the writer too.
       if (err instanceof ChartWriteError) throw err.retryable ? new Error(`${step.resourceType}: ${err.reason}`) : refused(err.reason, 'security');
       const response = answerOf(err);
-      if (!response) throw err;
+      if (!response) {
+        // The chart out of reach or silent, in the writer's words: fetch's own ('fetch failed', 'The operation was
+        // aborted due to timeout') name neither the chart nor why, in the log and the notification's dead letter.
+        const unreached = toChartWriteError(err, step.verb);
+        throw unreached.retryable ? new Error(`${step.resourceType}: ${unreached.reason}`) : err;
+      }
       const answer = chartAnswered(response, step.verb);
       if (!answer.retryable) throw refused(answer.text, response.status === 401 || response.status === 403 ? 'security' : 'processing');
       // In these words, not fhir-kit-client's "HTTP 503: GET <url>": a log line or a dead letter would quote the patient searched by.

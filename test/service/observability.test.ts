@@ -139,6 +139,24 @@ describe('observability', () => {
     expect(said).toEqual([expect.objectContaining({ level: 40, result: 'dead', msg: expect.stringContaining('names externalId elig_another_patients_request') })]);
   });
 
+  it('counts and warns of a FHIR notification kept as a dead letter, refused whole or for one resource it names, as every dead letter is', async () => {
+    h = await startHarness();
+    await h.fhir.seed(chartOf('self'));
+    const notify = async (path: string, body?: string) => (await fetch(`${h.httpUrl}/fhir-notifications${path}`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, ...(body !== undefined && { body }) })).status;
+    expect(await notify('', '{"resourceType": "Appointment", "id": ')).toBe(400);
+    // The chart has no such appointment: refused for it, the one beside it handled.
+    const bundle = { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: 'Appointment/appt-gone' }, { fullUrl: 'Appointment/appt-1001' }] };
+    expect(await notify('', JSON.stringify(bundle))).toBe(422);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="dead"\} 2$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="stored"\} 1$/m);
+    const said = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.msg === 'FHIR notification refused; kept as a dead letter (jobs messages --dead)');
+    expect(said).toEqual([
+      expect.objectContaining({ level: 40, status: 400, reason: expect.stringMatching(/^body is not valid JSON at line 1, column/) }),
+      expect.objectContaining({ level: 40, status: 422, reason: 'Appointment/appt-gone: Appointment: the server has no Appointment with id appt-gone' }),
+    ]);
+  });
+
   it('says the store fails when it does not answer at all, as a database that stops answering without closing its connections does, rather than holding /healthz', async () => {
     h = await startHarness();
     // The pool would wait 10 s for a connection, 60 s for a query: past a balancer's timeout, the health check says nothing.

@@ -94,9 +94,8 @@ describe('serve on the in-process sandbox', () => {
     await expect(fetch(`http://127.0.0.1:${serving.http.port}/healthz`)).rejects.toThrow();
   });
 
-  it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept', async () => {
-    const config = loadServeConfig({ DENTAL_ELIG_NOTIFICATION_TOKEN: 'notification-token', DENTAL_ELIG_LOG_LEVEL: 'silent' }, { dataDir: dir, mllpPort: 0, httpPort: 0 });
-    const serving = await serve(config, { line: () => {} });
+  it('takes a FHIR notification only with DENTAL_ELIG_NOTIFICATION_TOKEN when it is set, refusing any other before its body is read or kept, with a warning', async () => {
+    const { serving, lines } = await serveLogged({ DENTAL_ELIG_NOTIFICATION_TOKEN: 'notification-token' });
     try {
       const notify = (authorization?: string) =>
         fetch(`http://127.0.0.1:${serving.http.port}/fhir-notifications`, { method: 'POST', headers: authorization ? { authorization } : {}, body: 'x'.repeat(100_000) });
@@ -105,6 +104,10 @@ describe('serve on the in-process sandbox', () => {
         expect([refused.status, refused.headers.get('www-authenticate')]).toEqual([401, 'Bearer']);
       }
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toEqual([]);
+      // Said each time, as a webhook refused is: a Subscription sent without the header had nothing in the log, and nothing verified.
+      const refusals = lines.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.msg.startsWith('FHIR notification refused'));
+      expect(refusals).toEqual(Array.from({ length: 3 }, () => expect.objectContaining({ level: 40, status: 401, msg: "FHIR notification refused: authorization does not carry the notification token (the Subscription's channel.header)" })));
+      expect(lines.join('\n')).not.toContain('notification-token');
       // The token taken, the body is read: not JSON, it is refused and kept.
       expect((await notify('Bearer notification-token')).status).toBe(400);
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);

@@ -105,6 +105,9 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     const kept = await h.store.listMessages({ kind: 'fhir-notification' });
     expect(kept.map((m) => m.raw)).toEqual([body]);
     expect(kept[0]?.detail).toMatch(/send it again/);
+    // Why, in the writer's words: 'fetch failed' named neither the chart nor what became of the read.
+    expect(kept[0]?.detail).toMatch(/^not handled \(Appointment: the FHIR server could not be reached for the read/);
+    expect(h.logs.find((l) => l.includes('FHIR notification not handled'))).toMatch(/"err":"Appointment: the FHIR server could not be reached for the read/);
     await proxy.close();
   });
 

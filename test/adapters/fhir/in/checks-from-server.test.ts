@@ -272,12 +272,14 @@ describe('checksFromServer over fhir-kit-client', () => {
     expect(await checksFromServer(longest, 'appt-4004', options)).toEqual(expected('primary-secondary'));
   });
 
-  it('passes network failures and a server failing through to the caller, to be tried again, named without the URL', async () => {
+  it('passes network failures and a server failing through to the caller, to be tried again, named as the chart out of reach without the URL', async () => {
     const closed = await startFhirServer();
     const url = closed.url;
     await closed.close();
     const unreachable = await checksFromServer(await fhirKitReader(url), 'appt-1001', options).catch((err: unknown) => err);
-    expect(unreachable).toMatchObject({ name: 'TypeError', message: 'fetch failed' });
+    // fetch's own 'fetch failed' named neither the chart nor why, in the log line and the notification's dead letter.
+    expect(unreachable).not.toBeInstanceOf(FhirInputError);
+    expect((unreachable as Error).message).toMatch(/^Appointment: the FHIR server could not be reached for the read \(ECONNREFUSED\)$/);
     // Slow, throttling, failing: each may answer otherwise later.
     let status = 0;
     const failing = await startScriptedServer((_req, res) => void res.writeHead(status).end());
@@ -300,8 +302,9 @@ describe('checksFromServer over fhir-kit-client', () => {
     const silent = await startScriptedServer(() => undefined);
     const reader = await fhirKitReader(silent.url, { timeoutMs: 300 });
     const started = Date.now();
-    await expect(reader.read('Appointment', 'appt-1001')).rejects.toThrow(/abort|timeout/i);
-    await expect(reader.search('Coverage', { beneficiary: 'Patient/pat-ellen' })).rejects.toThrow(/abort|timeout/i);
+    // Named as the writer names it, not as 'The operation was aborted due to timeout'.
+    await expect(reader.read('Appointment', 'appt-1001')).rejects.toThrow(/^Appointment: the FHIR server did not answer the read in time$/);
+    await expect(reader.search('Coverage', { beneficiary: 'Patient/pat-ellen' })).rejects.toThrow(/^Coverage: the FHIR server did not answer the search in time$/);
     expect(Date.now() - started).toBeLessThan(3000);
     await silent.close();
   });
