@@ -64,6 +64,11 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
 }
 
 export function main(): void {
+  // A reader that stops reading (`jobs list --json | head`) ends what is printed, not the command with
+  // a stack trace; serve goes on when whatever read its `listening:` lines has gone.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+  });
   runCli(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, stdin: process.stdin, env: process.env }).then(
     (code) => {
       process.exitCode = code;

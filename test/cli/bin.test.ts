@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
@@ -30,6 +30,16 @@ describe('the dental-elig executable', () => {
   it('prints its version', async () => {
     const { version } = JSON.parse(readFileSync(path.join(projectRoot, 'package.json'), 'utf8')) as { version: string };
     expect(await run('--version')).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+  });
+
+  it('stops printing, without a stack trace, when what reads its output stops reading (| head)', async () => {
+    const child = spawn(process.execPath, [bin, 'convert', 'result', 'fixtures/results/completed-full.json', '--patient', 'Patient/p', '--coverage', 'Coverage/c'], { cwd: projectRoot, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
+    // The reading end closed before anything is written: each write meets EPIPE.
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
   });
 
   it('converts an HL7 file to checks on stdout', async () => {
