@@ -31,6 +31,18 @@ export function refusedOn(change: FhirChange, err: Error): string {
 
 const NAMED_CHANGE = /^(Appointment|Patient|Coverage)\/([^:/]+): /;
 
+/**
+ * A FHIR letter's detail for a log line: the id it names left out wherever it stands, as a chart's
+ * ids may be made of what they are of (pat-marco) and a log takes no patient data, as the checks'
+ * keys in it are hashes; jobs messages --dead has the detail whole.
+ */
+export function detailForLog(detail: string): string {
+  const id = NAMED_CHANGE.exec(detail)?.[2];
+  if (!id) return detail;
+  // The id alone, not the same characters inside a longer word or number (an id 1 in a status 401).
+  return detail.replace(new RegExp(`(?<![A-Za-z0-9.-])${id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![A-Za-z0-9.-])`, 'g'), '(id)');
+}
+
 /** The resource a FHIR letter's detail names first (refusedOn), which `jobs replay` reads again; none for one the chart refused nothing of. */
 export function changeOf(detail: string | undefined): FhirChange | undefined {
   const named = NAMED_CHANGE.exec(detail ?? '');
