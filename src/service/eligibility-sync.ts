@@ -20,7 +20,7 @@ import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, sendProblem, type W
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
-import { deadLetter, refusedOn } from '../sync/dead-letters';
+import { deadLetter, detailForLog, refusedOn } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
@@ -339,7 +339,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
   /** A notification refused (400, 413, 422) and kept: said as a warning, as an HL7 message refused is, else only jobs messages --dead knew of it. */
   const refuseNotification = async (status: number, letter: { raw: string; reason: string; once?: string }) => {
-    if (await keepFhirLetter(letter)) logger.warn({ status, reason: letter.reason }, 'FHIR notification refused; kept as a dead letter (jobs messages --dead)');
+    if (await keepFhirLetter(letter)) logger.warn({ status, reason: detailForLog(letter.reason) }, 'FHIR notification refused; kept as a dead letter (jobs messages --dead)');
   };
 
   const notificationHandler = counted((req: IncomingMessage, res: ServerResponse) => {
@@ -461,8 +461,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   let stopped = false;
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
-  /** The last poll failed on what the chart answered, as the next will: see pollInBackground. */
-  let pollRefused = false;
+  /** How the polls have failed since the last that succeeded (see pollInBackground): each way is warned of once. */
+  let pollFailing: 'refused' | 'failed' | undefined;
   /** Starts a poll unless one is under way or the sync is stopping; says which. */
   const pollInBackground = (): string => {
     if (stopping) return 'the sync is stopping: no poll';
@@ -470,14 +470,21 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     polling = pollAppointments()
       .then(
         () => {
-          if (pollRefused) logger.info('FHIR poll succeeds again');
-          pollRefused = false;
+          if (pollFailing) logger.info('FHIR poll succeeds again');
+          pollFailing = undefined;
         },
         (err: unknown) => {
-          // Refused for good (a refusal, a redirect, a next link elsewhere), it is refused at every interval: said once.
-          if (!(err instanceof FhirInputError)) return void logger[storeOutage(err) ? 'debug' : 'warn']({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
-          logger[pollRefused ? 'debug' : 'warn']({ err: errorText(err) }, "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds");
-          pollRefused = true;
+          // The store out of reach is said once by its watch.
+          if (storeOutage(err)) return void logger.debug({ err: errorText(err) }, 'FHIR poll failed; trying again at the next interval or heartbeat');
+          // Refused for good (a refusal, a redirect, a next link elsewhere), or the chart out of reach, it fails so at every
+          // interval: said once, as the chart's writes are, not a warning a minute through an hour's outage.
+          const how = err instanceof FhirInputError ? 'refused' : 'failed';
+          const message =
+            how === 'refused'
+              ? "FHIR poll refused the chart's answer, as it will at every interval: said once, and again once a poll succeeds"
+              : 'FHIR poll failed; trying again at each interval or heartbeat: said once, and again once a poll succeeds';
+          logger[pollFailing === how ? 'debug' : 'warn']({ err: errorText(err) }, message);
+          pollFailing = how;
         },
       )
       .finally(() => {

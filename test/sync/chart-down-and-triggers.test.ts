@@ -437,6 +437,26 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     }
   });
 
+  it('says once that the poll fails with the chart out of reach, not at every interval, and again once a poll succeeds', async () => {
+    let down = true;
+    const appointments = /^\/fhir\/Appointment\?/;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => down && appointments.test(req.url) && fhirJson(res, 503, {}));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), settings: { fhirPollIntervalMs: 20 }, fhirVia: chart.via });
+      await h.fhir.seed(chartOf('primary-secondary'));
+      await until('four polls failed', async () => chart.requests.filter((r) => appointments.test(r.url)).length >= 4);
+      const said = () => h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.msg.startsWith('FHIR poll'));
+      expect(said().filter((line) => line.level >= 40).map((line) => line.msg)).toEqual(['FHIR poll failed; trying again at each interval or heartbeat: said once, and again once a poll succeeds']);
+      expect(said().filter((line) => line.level === 20).length).toBeGreaterThanOrEqual(2);
+      down = false;
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(said().filter((line) => line.level === 30).map((line) => line.msg)).toEqual(['FHIR poll succeeds again']);
+    } finally {
+      await h.sync.stop();
+      await chart.close();
+    }
+  });
+
   it('finds an appointment booked beyond the poll window once the window reaches it, though it never changed', async () => {
     let clock = new Date('2026-11-01T12:00:00Z');
     h = await startHarness({ now: () => clock });
