@@ -141,7 +141,8 @@ function readableProblem(body: Record<string, unknown>, warnings: string[]): Pro
  * gives as "Unlimited", a date as a number) is left out and kept, so one odd figure does not leave
  * the whole verification to a person: the rest is charted, and what was left out is charted with
  * it (toCoverageEligibilityResponse). An entry of a list becomes null, the others keeping their
- * index; a value left out that its place does not allow to be missing takes its holder with it.
+ * index; a value left out that its place does not allow to be missing takes its holder with it, as
+ * does the category or the procedure codes of a benefit entry, without which it would be of all dental care.
  * A result that is no object at all is not read. The warning names where, never what: it is logged.
  */
 function readableResult(body: unknown, warnings: string[]): { result: VerificationResult; unread: UnreadValue[] } {
@@ -158,7 +159,10 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
     const copy = structuredClone(current) as Record<string, unknown>;
     for (const { path } of parsed.error.issues) {
       // Missing where it may not be, or left out already (null in a list that takes none): its holder goes instead.
-      const at = valueAt(copy, path) == null ? path.slice(0, -1) : path;
+      const odd = valueAt(copy, path) == null ? path.slice(0, -1) : path;
+      // What an entry of the benefits is about, left out, would leave it about all dental care (itemSubject): a
+      // panoramic x-ray once in 60 months charted as any care once in 60 months. The entry goes with it, kept whole.
+      const at = odd[0] === 'data' && typeof odd[2] === 'number' && SUBJECT_KEYS.has(String(odd[3])) ? odd.slice(0, 3) : odd;
       if (at.length === 0) throw parsed.error;
       const holder = valueAt(copy, at.slice(0, -1));
       // Gone with a holder left out before it in this round.
@@ -176,6 +180,8 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
 }
 
 const MAX_ROUNDS = 50;
+/** The keys of a benefit entry (data.frequencies[i], ...) that say what care it is of. */
+const SUBJECT_KEYS = new Set(['category', 'procedureCodes', 'procedureCode']);
 
 function valueAt(value: unknown, path: readonly PropertyKey[]): unknown {
   return path.reduce<unknown>((holder, key) => (holder !== null && typeof holder === 'object' ? (holder as Record<PropertyKey, unknown>)[key] : undefined), value);

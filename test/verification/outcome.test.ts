@@ -157,13 +157,14 @@ describe('toOutcome is permissive with what portals really send', () => {
     });
     expect(o.kind === 'partial' && o.result.data).toEqual({
       maximums: [{ type: 'Annual', amount: 1500 }, { type: 'Lifetime', category: 'Orthodontics' }, null],
-      coinsurance: [{ category: 'Basic', percentage: {} }, { category: 'Major' }],
+      // Without its codes, a coinsurance of two crowns would be of all Major care: it goes whole.
+      coinsurance: [{ category: 'Basic', percentage: {} }, null],
     });
     expect(o.kind === 'partial' && o.unread).toEqual([
       { path: 'result.data.maximums[1].amount', value: 'Unlimited' },
       { path: 'result.data.maximums[2]', value: 'none' },
       { path: 'result.data.coinsurance[0].percentage.final', value: { start: 80 } },
-      { path: 'result.data.coinsurance[1].procedureCodes', value: ['D2740', 2750] },
+      { path: 'result.data.coinsurance[1]', value: { category: 'Major', procedureCodes: ['D2740', 2750] } },
     ]);
     // A result that is no object is no result.
     expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: 'Unlimited' })).toThrow(/expected object/);

@@ -604,6 +604,20 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
+  it('leaves out whole a limit whose codes or category it cannot read, which would otherwise be charted as a limit on all dental care', () => {
+    const response = completedWith({
+      frequencies: [
+        { procedureCodes: 'D0330', limit: 1, period: 'Months', periodLength: 60 },
+        { category: 7, limit: 2, period: 'CalendarYear' },
+        { procedureCodes: ['D1110'], limit: 2, period: 'CalendarYear' },
+      ],
+    });
+    // A panoramic x-ray once in 60 months is not dental care once in 60 months.
+    expect(items(response).map((i) => [codes(i.category), codes(i.productOrService)])).toEqual([[[], ['http://www.ada.org/cdt#D1110']]]);
+    expect(response.disposition).toBe('Completed. Plan: Active. Not read, kept with this response as sent: result.data.frequencies[0]; result.data.frequencies[1].');
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('reads a date written as midnight, as .NET and Java services write dates, as the day written, and refuses another time of day', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
     body.result.plan.effectiveDate = '2024-01-01T00:00:00';
