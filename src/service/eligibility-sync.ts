@@ -167,7 +167,7 @@ const ConfigKeys = z.strictObject({
     'must be what loadHl7Mappings(folder) returns, or left out for mappings/',
   ),
   now: z.custom<() => Date>((value) => typeof value === 'function', { error: 'must be a function returning the time as a Date' }).optional(),
-  logger: given<Logger>((value) => (['info', 'warn', 'error'] as const).every((level) => typeof (value as Partial<Logger>)[level] === 'function'), 'must be a pino logger (createLogger), or left out'),
+  logger: given<Logger>((value) => (['debug', 'info', 'warn', 'error'] as const).every((level) => typeof (value as Partial<Logger>)[level] === 'function'), 'must be a pino logger (createLogger), or left out'),
 } satisfies Record<keyof EligibilitySyncConfig, z.ZodType>);
 
 /** An object of the library's own making, known by what the sync calls on it. */

@@ -153,6 +153,8 @@ describe('a sync that fails to be created or started', () => {
     // From JavaScript: each failed later in words of its own ('options.now is not a function'), a catalog only when a check was resolved.
     expect(create({ now: '2026-11-25T09:00:00Z' })).toThrow(/^now: must be a function returning the time as a Date$/);
     expect(create({ logger: true })).toThrow(/^logger: must be a pino logger \(createLogger\), or left out$/);
+    // Without debug it would fail where the sync first logs at debug (each check verified): logger[level] is not a function.
+    expect(create({ logger: { info() {}, warn() {}, error() {} } })).toThrow(/^logger: must be a pino logger \(createLogger\), or left out$/);
     expect(create({ catalog: ['Guardian'] })).toThrow(/^catalog: must be a PayerCatalog \(PayerCatalog\.load\), or left out to keep it from the service$/);
     expect(create({ mappings: 'mappings/' })).toThrow(/^mappings: must be what loadHl7Mappings\(folder\) returns, or left out for mappings\/$/);
     expect(readdirSync(dataDir)).toEqual([]);
