@@ -436,7 +436,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         const held = await store.transaction((tx) => tx.getAppointment(`fhir|${reference}`));
         const once = `${reference}|${held?.updatedAt ?? 'not held'}|${reason}`;
         if (!(await keepFhirLetter({ raw: JSON.stringify({ reference }), reason, once }))) continue;
-        logger.warn({ appointment: reference, err: errorText(err) }, 'FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once');
+        logger.warn({ reason: detailForLog(reason) }, 'FHIR poll kept an appointment the chart refuses as a dead letter (jobs messages --dead); read again at each poll, it is kept once');
       }
     }
     if (cursor && cursor !== since) await store.transaction((tx) => tx.setMeta(POLL_CURSOR, cursor));
