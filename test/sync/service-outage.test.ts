@@ -616,6 +616,12 @@ describe('a service away longer than the checks\' attempts last', () => {
     }, 8000);
     service.down = false;
     await until('the service found back', async () => rig.worker.service.outFor('portal-a') === undefined && service.verified > 0, 8000);
+    // The chart back only once the result of the round sent again failed to be written: a write of the error response
+    // under way when it was sent again, reaching the chart back, would write that response first and the result after it.
+    await until('the result sent again waiting for the chart', async () => {
+      const row = await rig.check('today');
+      return row.round === given.round + 1 && row.state === 'result-stored' && /chart write failed/.test(row.lastError ?? '');
+    }, 8000);
     chart.down = false;
     const again = await rig.reach('today', 'written', 8000);
     expect(again.round).toBe(given.round + 1);
