@@ -168,6 +168,12 @@ describe('a check the worker gives up on', () => {
     rig.worker.start();
     const waiting = await rig.reach('late-to-a-down-chart', 'result-stored', 8000);
     expect(await lateResult(waiting.externalId)).toMatchObject({ status: 'applied' });
+    // The chart back only once a write made after the webhook failed: one of the error response under way when it came,
+    // reaching the chart back, would write it first and the result after it, as the next test has it.
+    await until('a write of the result failing', async () => {
+      const row = await rig.check('late-to-a-down-chart');
+      return row.correlationId === 'ver-late' && /^chart write failed/.test(row.lastError ?? '');
+    });
     chartDown = false;
     const row = await rig.reach('late-to-a-down-chart', 'written', 5000);
     expect(row.correlationId).toBe('ver-late');
