@@ -5,6 +5,7 @@ import { convertBundle, convertFromServer, type FhirConversion, type FhirInputOp
 import { CHART_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { envFlag } from '../service/config-file';
 import { fhirKitReader } from '../sync/fhir-reader';
+import { networkCode } from '../sync/chart-errors';
 import { describeFhirIssue, FhirInputError } from '../adapters/fhir/operation-outcome';
 import { toCoverageEligibilityResponse } from '../adapters/fhir/out';
 import { assertValidR4 } from '../adapters/fhir/validate';
@@ -109,8 +110,8 @@ async function fromServer(io: CliIo, opts: ConvertFhirOptions, options: FhirInpu
     return noted(io, await convertFromServer(reader, opts.appointment, options));
   } catch (err) {
     if (err instanceof FhirInputError) throw new CliError(everyIssue(err));
-    // fetch names a network failure only in its cause; the reader names an answer's status, never the URL.
-    const code = ((err as { cause?: { code?: unknown } }).cause?.code ?? undefined) as string | undefined;
+    // A network failure is named in a cause (fetch's, under the reader's words); the reader names an answer's status, never the URL.
+    const code = networkCode(err);
     if (code) throw new CliError(`--server: ${describeTransportError(code)} at ${server} (${code})`);
     throw new CliError(`--server: ${err instanceof Error ? err.message.split('\n')[0] : 'request failed'}`);
   }

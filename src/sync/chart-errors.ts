@@ -118,7 +118,7 @@ export function tooLargeToRead(answer: string): string {
 }
 
 /** ECONNREFUSED, undici's UND_ERR_SOCKET and the like, from the error or its cause (fetch wraps them in a TypeError). */
-function networkCode(err: unknown): string | undefined {
+export function networkCode(err: unknown): string | undefined {
   for (let e: unknown = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && /^(E[A-Z_]+|UND_ERR_[A-Z_]+)$/.test(code)) return code;

@@ -72,7 +72,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
         // The chart out of reach or silent, in the writer's words: fetch's own ('fetch failed', 'The operation was
         // aborted due to timeout') name neither the chart nor why, in the log and the notification's dead letter.
         const unreached = toChartWriteError(err, step.verb);
-        throw unreached.retryable ? new Error(`${step.resourceType}: ${unreached.reason}`) : err;
+        throw unreached.retryable ? new Error(`${step.resourceType}: ${unreached.reason}`, { cause: err }) : err;
       }
       const answer = chartAnswered(response, step.verb);
       if (!answer.retryable) throw refused(answer.text, response.status === 401 || response.status === 403 ? 'security' : 'processing');
