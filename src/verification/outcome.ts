@@ -142,7 +142,8 @@ function readableProblem(body: Record<string, unknown>, warnings: string[]): Pro
  * the whole verification to a person: the rest is charted, and what was left out is charted with
  * it (toCoverageEligibilityResponse). An entry of a list becomes null, the others keeping their
  * index; a value left out that its place does not allow to be missing takes its holder with it, as
- * does the category or the procedure codes of a benefit entry, without which it would be of all dental care.
+ * does what a benefit entry is of (its care, network, scope, term or period: QUALIFYING_KEYS), without
+ * which it would say more than the payer did.
  * A result that is no object at all is not read. The warning names where, never what: it is logged.
  */
 function readableResult(body: unknown, warnings: string[]): { result: VerificationResult; unread: UnreadValue[] } {
@@ -160,9 +161,10 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
     for (const { path } of parsed.error.issues) {
       // Missing where it may not be, or left out already (null in a list that takes none): its holder goes instead.
       const odd = valueAt(copy, path) == null ? path.slice(0, -1) : path;
-      // What an entry of the benefits is about, left out, would leave it about all dental care (itemSubject): a
-      // panoramic x-ray once in 60 months charted as any care once in 60 months. The entry goes with it, kept whole.
-      const at = odd[0] === 'data' && typeof odd[2] === 'number' && SUBJECT_KEYS.has(String(odd[3])) ? odd.slice(0, 3) : odd;
+      // What an entry of the benefits is of, left out, would widen it: its care (itemSubject), a panoramic x-ray once in
+      // 60 months charted as any care once in 60 months; its network, an in-network 80 % as any network's; its period
+      // length, once in 60 months as once a month. The entry goes with it, kept whole; a figure goes alone.
+      const at = odd[0] === 'data' && typeof odd[2] === 'number' && QUALIFYING_KEYS.has(String(odd[3])) ? odd.slice(0, 3) : odd;
       if (at.length === 0) throw parsed.error;
       const holder = valueAt(copy, at.slice(0, -1));
       // Gone with a holder left out before it in this round.
@@ -180,8 +182,8 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
 }
 
 const MAX_ROUNDS = 50;
-/** The keys of a benefit entry (data.frequencies[i], ...) that say what care it is of. */
-const SUBJECT_KEYS = new Set(['category', 'procedureCodes', 'procedureCode']);
+/** The keys of a benefit entry (data.frequencies[i], ...) that say what it is of: its care, network, who, term and period, and what it waives. */
+const QUALIFYING_KEYS = new Set(['category', 'procedureCodes', 'procedureCode', 'network', 'scope', 'type', 'period', 'periodLength', 'waivedCategories']);
 
 function valueAt(value: unknown, path: readonly PropertyKey[]): unknown {
   return path.reduce<unknown>((holder, key) => (holder !== null && typeof holder === 'object' ? (holder as Record<PropertyKey, unknown>)[key] : undefined), value);

@@ -166,6 +166,22 @@ describe('toOutcome is permissive with what portals really send', () => {
       { path: 'result.data.coinsurance[0].percentage.final', value: { start: 80 } },
       { path: 'result.data.coinsurance[1]', value: { category: 'Major', procedureCodes: ['D2740', 2750] } },
     ]);
+    // What an entry is of, not read, takes it whole: an in-network 80 % charted as any network's, once in 60 months as once a month.
+    const qualified = toOutcome({
+      correlationId: 'c',
+      status: 'Completed',
+      result: {
+        data: {
+          coinsurance: [{ category: 'Basic', network: 1, percentage: { final: { start: 80, end: 80 } } }],
+          frequencies: [{ procedureCodes: ['D0330'], limit: 1, period: 'Months', periodLength: 'sixty' }],
+          deductibles: [{ amount: 50, waivedCategories: 'Preventive' }],
+        },
+      },
+    });
+    expect(qualified.kind === 'completed' && [qualified.result.data, qualified.unread.map((u) => u.path)]).toEqual([
+      { coinsurance: [null], frequencies: [null], deductibles: [null] },
+      ['result.data.deductibles[0]', 'result.data.coinsurance[0]', 'result.data.frequencies[0]'],
+    ]);
     // A result that is no object is no result.
     expect(() => toOutcome({ correlationId: 'c', status: 'Completed', result: 'Unlimited' })).toThrow(/expected object/);
   });
