@@ -216,12 +216,14 @@ describe('observability', () => {
   it('has at most 32 requests of one connection in hand, answering those pipelined past them 429, and serves others meanwhile', async () => {
     const started = await startHarness();
     try {
-      // A store that takes its time: the answers of a peer pipelining /healthz are still being made as more arrive.
+      // A store that answers only when the test lets it: the answers of a peer pipelining /healthz are still being made as more arrive.
       const health = started.sync.health.bind(started.sync);
       let asked = 0;
+      let answer = () => {};
+      const answering = new Promise<void>((resolve) => (answer = resolve));
       jest.spyOn(started.sync, 'health').mockImplementation(async () => {
         asked++;
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await answering;
         return health();
       });
       const { hostname, port } = new URL(started.httpUrl);
@@ -229,9 +231,11 @@ describe('observability', () => {
       await once(peer, 'connect');
       peer.pause();
       peer.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(5000));
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(asked).toBe(32);
+      // The 33rd is answered 429 at once (below): none is taken past 32 while they are in hand.
+      await until('32 requests in hand', async () => asked >= 32);
       expect((await fetch(`${started.httpUrl}/metrics`)).status).toBe(200);
+      expect(asked).toBe(32);
+      answer();
       let said = '';
       peer.on('data', (chunk: Buffer) => (said += chunk.toString())).resume();
       await once(peer, 'close');
