@@ -8,7 +8,7 @@ import type { OperationOutcomeIssue } from 'fhir/r4';
 import { FhirInputError, operationOutcome } from '../adapters/fhir/operation-outcome';
 import { loadR4Validation } from '../adapters/fhir/validate';
 import { loadFhirMappings } from '../adapters/fhir/load-mappings';
-import { describeProblems, loadHl7Mappings, messageTypeOf, profileFor, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
+import { describeProblems, eventActionFor, loadHl7Mappings, messageTypeOf, profileFor, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
 import type { ClientConfigInput } from '../verification/config';
@@ -680,8 +680,7 @@ function resendType(text: string, mappings: Hl7Mappings): string {
   if (!header) return 'unknown';
   const type = messageTypeOf(header);
   const profile = profileFor(mappings, header.sendingApplication.split(header.delimiters.component)[0] ?? '');
-  const taken = Object.hasOwn(profile.events, type) || profile.acknowledgeOnly.includes(header.messageCode.toUpperCase());
-  return HL7_TYPE.test(type) && taken ? type : 'unsupported';
+  return HL7_TYPE.test(type) && eventActionFor(profile, header) !== undefined ? type : 'unsupported';
 }
 
 const STOPPED = 'this eligibility sync is stopped';

@@ -18,7 +18,7 @@ import { instantWritten, sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from './message-header';
-import { profileFor, type EventAction, type Hl7Mappings, type Hl7Profile } from './profile';
+import { eventActionFor, profileFor, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
 import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
 import { coveragesOfPatient, droppedMemberIds, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
@@ -207,7 +207,7 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
   const profile = profileFor(options.mappings, sendingApplication);
   const type = messageTypeOf(header);
   const code = header.messageCode.toUpperCase();
-  const action: EventAction | undefined = profile.events[type] ?? (profile.acknowledgeOnly.includes(code) ? 'ignore' : undefined);
+  const action = eventActionFor(profile, header);
   if (action === undefined) {
     const knownType = Object.keys(profile.events).some((k) => k.startsWith(`${code}^`));
     return rejected([

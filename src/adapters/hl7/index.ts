@@ -5,7 +5,7 @@ export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, ty
 export { readMessageHeader, messageControlId, messageTypeOf, resendIdentity, DERIVED_CONTROL_ID_PREFIX, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';
 export { parseHl7Message, Hl7Message, Hl7Segment } from './hl7-message';
 export { splitMessages, segmentLines } from './split-messages';
-export { loadHl7Mappings, profileFor, type Hl7Mappings, type Hl7Profile, type EventAction } from './profile';
+export { eventActionFor, loadHl7Mappings, profileFor, type Hl7Mappings, type Hl7Profile, type EventAction } from './profile';
 export { InMemoryPatientInsuranceStore } from './memory-insurance-store';
 export { Hl7InputError, describeLocation, describeProblem, describeProblems, ERROR_CODES, type Hl7Problem, type ErrorCode, type ProblemAckCode } from './hl7-errors';
 export { createMessageHandler, type MessageHandlerOptions } from './message-handler';

@@ -5,6 +5,7 @@ import { ConfigError } from '../../config-error';
 import { mappingsDir, readMappingFile } from '../../mapping-files';
 import { loadCodeTables, type CodeTables } from './code-tables';
 import { FieldPathText, WholeFieldPathText } from './field-path';
+import { messageTypeOf, type MessageHeader } from './message-header';
 
 /**
  * A profile says where each datum lives in a sender's messages (mappings/hl7/default.json), so a
@@ -171,6 +172,11 @@ export function loadHl7Mappings(dir = mappingsDir()): Hl7Mappings {
     }
   }
   return { defaultProfile, dialects, codeTables };
+}
+
+/** What a profile does with a message of this header's type: its event's action, ignore for a code it only acknowledges, undefined for one it does not take. */
+export function eventActionFor(profile: Hl7Profile, header: MessageHeader): EventAction | undefined {
+  return profile.events[messageTypeOf(header)] ?? (profile.acknowledgeOnly.includes(header.messageCode.toUpperCase()) ? 'ignore' : undefined);
 }
 
 /** The dialect naming this sending application (MSH-3), else the default profile. */
