@@ -2,28 +2,14 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
-import { ZodError } from 'zod';
-import { fieldErrors } from '../domain/issues';
+import * as z from 'zod';
+import { describeIssue, fieldErrors } from '../domain/issues';
 import type { Log } from './http';
 import { redacted } from './redact';
 import { inResult, toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
 import { readBody, requestTiming, takeInHand } from '../connection-limits';
-
-/**
- * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
- * id.timestamp.body, 5-minute timestamp tolerance); a static bearer token fits deployments whose
- * operator scheme is a shared token.
- */
-export type WebhookAuth =
-  | {
-      scheme: 'standard-webhooks';
-      secret: string;
-      /** The secret being replaced, while the service may still sign with it: rotating one loses no delivery. */
-      previousSecret?: string;
-    }
-  | { scheme: 'bearer'; token: string };
 
 export interface WebhookDelivery {
   /** webhook-id: the same on every retry of one message, so a consumer can de-duplicate on it. */
@@ -64,34 +50,52 @@ export const SENDER_HUNG_UP = 'the request ended before its body did';
 /** Said of a body refused because too many bytes of others are being read (BODY_BYTES_IN_HAND): send it again. */
 export const BUSY_READING = 'too many request bodies are being read at once: send it again shortly';
 
+const NOT_A_SECRET = 'must be a Standard Webhooks secret, whsec_ followed by base64';
+
 /** What is said of a setting that holds no Standard Webhooks secret, wherever it is set; the value is never repeated. */
 export function notAWebhookSecret(setting = 'webhook.secret'): string {
-  return `${setting}: must be a Standard Webhooks secret, whsec_ followed by base64`;
+  return `${setting}: ${NOT_A_SECRET}`;
 }
 
 /**
- * The library's verifier, or an error naming the setting: its own messages ("Base64Coder: incorrect
- * characters…") name nothing. The library makes `whsec_` optional; serve and the sandbox do not, so
+ * Whether this is a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a
+ * cut-off paste through). The library makes `whsec_` optional; serve and the sandbox do not, so
  * neither does this: base64 alone is refused here as there.
  */
-function webhookVerifier(secret: string, setting?: string): Webhook {
-  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) throw new Error(notAWebhookSecret(setting));
-  try {
-    return new Webhook(secret);
-  } catch {
-    throw new Error(notAWebhookSecret(setting));
-  }
-}
-
-/** Whether this is a signing secret: `whsec_` and base64 that decodes (a pattern alone lets a cut-off paste through). */
 export function isWebhookSecret(secret: string): boolean {
+  if (!/^whsec_[A-Za-z0-9+/=]+$/.test(secret)) return false;
   try {
-    webhookVerifier(secret);
+    new Webhook(secret);
     return true;
   } catch {
+    // The library's own words ("Base64Coder: incorrect characters…") name nothing: the caller names the setting.
     return false;
   }
 }
+
+const WebhookSecret = z.string({ error: NOT_A_SECRET }).refine(isWebhookSecret, { error: NOT_A_SECRET });
+
+/**
+ * The service's signing scheme is not published. The default follows Standard Webhooks (HMAC of
+ * id.timestamp.body, 5-minute timestamp tolerance); a static bearer token fits deployments whose
+ * operator scheme is a shared token. Checked whole when a receiver is made: a scheme or a key that
+ * JavaScript or a JSON file passes and TypeScript would refuse (a misspelt previousSecret) would
+ * otherwise take deliveries unchecked, or refuse those signed with the secret being replaced.
+ */
+const WebhookAuth = z.discriminatedUnion(
+  'scheme',
+  [
+    z.strictObject({
+      scheme: z.literal('standard-webhooks'),
+      secret: WebhookSecret,
+      /** The secret being replaced, while the service may still sign with it: rotating one loses no delivery. */
+      previousSecret: WebhookSecret.optional(),
+    }),
+    z.strictObject({ scheme: z.literal('bearer'), token: z.string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') }).min(1, 'is required') }),
+  ],
+  { error: 'must be standard-webhooks or bearer' },
+);
+export type WebhookAuth = z.infer<typeof WebhookAuth>;
 
 class Rejection extends Error {
   constructor(
@@ -108,26 +112,17 @@ class Rejection extends Error {
 export function createWebhookHandler(options: WebhookReceiverOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
   const secrets = options.secrets ?? [];
-  // A scheme from JavaScript or a JSON file that is neither would otherwise take deliveries with no signature checked.
-  const scheme: string = options.auth.scheme;
-  if (scheme !== 'standard-webhooks' && scheme !== 'bearer') throw new Error('webhook.scheme: must be standard-webhooks or bearer');
-  // Likewise a misspelt previousSecret would be dropped without a word, and deliveries still signed with the secret being replaced refused.
-  const settings = scheme === 'bearer' ? ['scheme', 'token'] : ['scheme', 'secret', 'previousSecret'];
-  const unknown = Object.keys(options.auth).find((key) => !settings.includes(key));
-  if (unknown !== undefined) throw new Error(`webhook: Unrecognized key: "${unknown}"`);
-  const { auth } = options;
-  const verifiers =
-    auth.scheme === 'standard-webhooks'
-      ? [webhookVerifier(auth.secret), ...(auth.previousSecret === undefined ? [] : [webhookVerifier(auth.previousSecret, 'webhook.previousSecret')])]
-      : [];
-  if (options.auth.scheme === 'bearer' && !options.auth.token) throw new Error('webhook.token: is required');
+  const checked = WebhookAuth.safeParse(options.auth);
+  if (!checked.success) throw new Error(describeIssue(checked.error, 'webhook', ['webhook']));
+  const auth = checked.data;
+  const verifiers = auth.scheme === 'standard-webhooks' ? [auth.secret, ...(auth.previousSecret === undefined ? [] : [auth.previousSecret])].map((secret) => new Webhook(secret)) : [];
 
   return (req, res) => {
     let unreadable: string | undefined;
     void (async () => {
       if (req.method !== 'POST') throw new Rejection(405, 'Method not allowed', 'the webhook accepts POST only');
       const signed = await readWhole(req, maxBodyBytes);
-      const webhookId = authenticate(req, signed, options.auth, verifiers);
+      const webhookId = authenticate(req, signed, auth, verifiers);
       const rawBody = redacted(signed, secrets);
       unreadable = rawBody;
       // Read, too: a JSON writer may escape a password in ways the text above was not searched for (\/ for /).
@@ -260,7 +255,7 @@ function readable(verification: Verification): VerificationOutcome {
   try {
     return toOutcome(verification);
   } catch (err) {
-    if (!(err instanceof ZodError)) throw err;
+    if (!(err instanceof z.ZodError)) throw err;
     throw new Rejection(422, 'Unprocessable verification', 'result is not in the shape this receiver reads', fieldErrors(inResult(err.issues), verification));
   }
 }

@@ -249,6 +249,10 @@ describe('verification webhook receiver', () => {
     // The standardwebhooks library takes the base64 alone too; serve and the sandbox do not, nor does the receiver.
     expect(receiver({ scheme: 'standard-webhooks', secret: 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
     expect(receiver({ scheme: 'bearer', token: '' })).toThrow(/^webhook\.token: is required$/);
+    // From JavaScript or a JSON file: a token that is no text, no auth at all, a previous secret mistyped.
+    expect(receiver({ scheme: 'bearer', token: 12345 } as unknown as WebhookReceiverOptions['auth'])).toThrow(/^webhook\.token: must be a string$/);
+    expect(receiver(undefined as unknown as WebhookReceiverOptions['auth'])).toThrow(/^webhook: must be standard-webhooks or bearer$/);
+    expect(receiver({ scheme: 'standard-webhooks', secret, previousSecret: 'whsec_' })).toThrow(/^webhook\.previousSecret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
     expect(receiver({ scheme: 'standard-webhooks', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })).not.toThrow();
   });
 
