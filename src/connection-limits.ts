@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { sendProblem } from './problem-details';
 
 /**
  * Requests one connection may have in hand at once. Node reads pipelined requests off a socket
@@ -23,7 +24,7 @@ export function takeInHand(req: IncomingMessage, res: ServerResponse): boolean {
   const held = inHand.get(socket) ?? 0;
   if (held >= IN_HAND_PER_CONNECTION) {
     const detail = `more than ${IN_HAND_PER_CONNECTION} requests in hand on one connection: read the answers before sending more`;
-    res.writeHead(429, { 'content-type': 'application/problem+json', connection: 'close' }).end(JSON.stringify({ title: detail, status: 429, detail }));
+    sendProblem(res, 429, detail);
     return false;
   }
   inHand.set(socket, held + 1);

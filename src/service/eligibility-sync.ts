@@ -16,10 +16,11 @@ import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHtt
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catalog';
 import { InlineCredentials } from '../verification/wire';
-import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, sendProblem, type WebhookAuth } from '../verification/webhook';
+import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, webhookProblem, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
+import { sendProblem } from '../problem-details';
 import { deadLetter, detailForLog, refusedOn } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
@@ -226,9 +227,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
-      }), (res) => sendProblem(res, 503, 'Stopped', STOPPED))
+      }), (res) => webhookProblem(res, 503, 'Stopped', STOPPED))
     : (_req: IncomingMessage, res: ServerResponse) => {
-        res.writeHead(404, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: 'Not found', status: 404, detail: 'webhooks are not configured' }));
+        sendProblem(res, 404, 'webhooks are not configured');
       };
   const ownsClient = !(config.service instanceof VerificationClient);
   const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger, secrets: passwords });

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { requestTiming, takeInHand } from '../connection-limits';
+import { sendProblem } from '../problem-details';
 import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer, WEBHOOK_PATH } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
@@ -37,22 +38,22 @@ export async function startHttpServer(
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).
     const sync = target();
     const url = requestUrl(req.url, 'http://x');
-    if (!url) return problem(res, 400, 'the request target is not a URL path');
+    if (!url) return sendProblem(res, 400, 'the request target is not a URL path');
     const { pathname } = url;
     const mount = options.mounts?.find((m) => pathname === m.prefix || pathname.startsWith(`${m.prefix}/`));
     if (mount) {
-      Promise.resolve(mount.handle(req, res)).catch(() => problem(res, 500, 'internal error'));
+      Promise.resolve(mount.handle(req, res)).catch(() => sendProblem(res, 500, 'internal error'));
       return;
     }
     if (!sync) {
       res.setHeader('retry-after', '5');
-      return problem(res, 503, 'starting: try again shortly');
+      return sendProblem(res, 503, 'starting: try again shortly');
     }
     if (pathname === WEBHOOK_PATH) return sync.webhookHandler(req, res);
     if (pathname === NOTIFICATION_PATH || pathname.startsWith(`${NOTIFICATION_PATH}/`)) {
       if (req.method !== 'POST' && req.method !== 'PUT') {
         res.setHeader('allow', 'POST, PUT');
-        return problem(res, 405, 'notifications are POST or PUT');
+        return sendProblem(res, 405, 'notifications are POST or PUT');
       }
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
@@ -60,22 +61,22 @@ export async function startHttpServer(
         // Said, as a webhook refused is: a Subscription without the header has every notification refused, and nothing verified.
         sync.logger.warn({ status: 401 }, `FHIR notification refused: ${detail}`);
         res.setHeader('www-authenticate', 'Bearer');
-        return problem(res, 401, detail);
+        return sendProblem(res, 401, detail);
       }
       return sync.notificationHandler(req, res);
     }
     if (req.method === 'GET' && pathname === '/healthz') {
-      void sync.health().then((h) => json(res, h.ok ? 200 : 503, h), () => problem(res, 503, 'health check failed'));
+      void sync.health().then((h) => json(res, h.ok ? 200 : 503, h), () => sendProblem(res, 503, 'health check failed'));
       return;
     }
     if (req.method === 'GET' && pathname === '/metrics') {
       void sync.metrics.text().then(
         (text) => res.writeHead(200, { 'content-type': sync.metrics.registry.contentType }).end(text),
-        () => problem(res, 500, 'metrics could not be read'),
+        () => sendProblem(res, 500, 'metrics could not be read'),
       );
       return;
     }
-    problem(res, 404, 'no such endpoint');
+    sendProblem(res, 404, 'no such endpoint');
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -116,7 +117,3 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 }
 
-function problem(res: ServerResponse, status: number, detail: string): void {
-  if (res.headersSent) return;
-  res.writeHead(status, { 'content-type': 'application/problem+json' }).end(JSON.stringify({ title: detail, status, detail }));
-}

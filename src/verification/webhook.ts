@@ -10,6 +10,7 @@ import { inResult, toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
 import { readBody, requestTiming, takeInHand } from '../connection-limits';
+import { sendProblem } from '../problem-details';
 
 export interface WebhookDelivery {
   /** webhook-id: the same on every retry of one message, so a consumer can de-duplicate on it. */
@@ -145,7 +146,7 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         try {
           await options.onUnreadable(unreadable, err.message);
         } catch {
-          return sendProblem(res, 500, 'Not committed', 'the delivery could not be stored; deliver again');
+          return webhookProblem(res, 500, 'Not committed', 'the delivery could not be stored; deliver again');
         }
       }
       if (err instanceof Rejection) {
@@ -155,11 +156,11 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
         if (err.message === BUSY_READING) res.setHeader('retry-after', '5');
         if (err.status === 405) res.setHeader('allow', 'POST');
-        return sendProblem(res, err.status, err.title, err.message, err.errors);
+        return webhookProblem(res, err.status, err.title, err.message, err.errors);
       }
       // Not committed: answer an error so the service delivers again.
       options.log?.[options.alreadySaid?.(err) ? 'debug' : 'warn']({ err: err instanceof Error ? err.message : String(err) }, 'webhook delivery failed to commit');
-      sendProblem(res, 500, 'Not committed', 'the result could not be stored; deliver again');
+      webhookProblem(res, 500, 'Not committed', 'the result could not be stored; deliver again');
     });
   };
 }
@@ -175,7 +176,7 @@ export async function startWebhookServer(
   const handler = createWebhookHandler(options);
   const server = createServer(requestTiming(), (req, res) => {
     if (!takeInHand(req, res)) return;
-    if (requestUrl(req.url, 'http://x')?.pathname !== path) return sendProblem(res, 404, 'Not found', 'no such endpoint');
+    if (requestUrl(req.url, 'http://x')?.pathname !== path) return webhookProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);
   });
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
@@ -269,10 +270,7 @@ async function readWhole(req: IncomingMessage, limit: number): Promise<string> {
   return body.text;
 }
 
-/** A webhook's answer, problem details typed under PROBLEM_BASE; every answer the receiver gives, and the sync's while it is stopped. */
-export function sendProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {
-  if (res.headersSent) return;
-  const slug = title.toLowerCase().replace(/[^a-z]+/g, '-');
-  res.writeHead(status, { 'content-type': 'application/problem+json', connection: 'close' });
-  res.end(JSON.stringify({ type: `${PROBLEM_BASE}${slug}`, title, status, detail, ...(errors ? { errors } : {}) }));
+/** A webhook's error answer, its problem typed under PROBLEM_BASE; every one the receiver gives, and the sync's while it is stopped. */
+export function webhookProblem(res: ServerResponse, status: number, title: string, detail: string, errors?: FieldError[]): void {
+  sendProblem(res, status, detail, { type: `${PROBLEM_BASE}${title.toLowerCase().replace(/[^a-z]+/g, '-')}`, title, errors });
 }

@@ -200,6 +200,20 @@ describe('observability', () => {
     }
   });
 
+  it('answers its errors as problem details of one shape: about:blank titled by the status, the connection closed', async () => {
+    const started = await startHarness();
+    try {
+      for (const [path, method, status, title] of [['/no-such-endpoint', 'GET', 404, 'Not Found'], ['/fhir-notifications/Appointment/a', 'GET', 405, 'Method Not Allowed']] as const) {
+        const res = await fetch(`${started.httpUrl}${path}`, { method });
+        expect([path, res.status, res.headers.get('content-type'), res.headers.get('connection')]).toEqual([path, status, 'application/problem+json', 'close']);
+        const body = (await res.json()) as Record<string, unknown>;
+        expect(body).toEqual({ title, status, detail: expect.any(String) });
+      }
+    } finally {
+      await started.close();
+    }
+  });
+
   it('answers 400 to a request target that is no URL path, such as //, and serves on', async () => {
     const started = await startHarness();
     try {
