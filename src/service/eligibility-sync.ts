@@ -27,7 +27,8 @@ import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
 import { replayMessage, type Replayed } from '../sync/operations';
-import type { JobStore } from '../sync/job-store';
+import { PRUNED, type JobStore } from '../sync/job-store';
+import { pruneFinished } from '../sync/prune';
 import { storeOutage, watchOutages } from '../sync/store-outage';
 import { closeEachOrThrow } from '../close-each';
 import { timerMs } from '../timer-ms';
@@ -62,9 +63,16 @@ export const SyncSettings = z.strictObject({
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: timerMs(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
+  /** How long the store keeps finished work (messages handled, checks done with, appointments over): see prune. */
+  retentionDays: z.number().min(1).default(90),
+  /** Prune the store this often, the first a few minutes after start (the interval, if shorter). */
+  pruneIntervalMs: timerMs(1).default(3_600_000),
 }).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {
   path: ['backoffBaseMs'],
   error: (issue) => `must not exceed backoffMaxMs (${(issue.input as { backoffMaxMs: number }).backoffMaxMs})`,
+}).refine((s) => s.retentionDays >= s.freshnessDays, {
+  path: ['retentionDays'],
+  error: (issue) => `must be at least freshnessDays (${(issue.input as { freshnessDays: number }).freshnessDays}): a fresh result kept serves another appointment of its coverage`,
 });
 export type SyncSettings = z.input<typeof SyncSettings>;
 
@@ -129,6 +137,8 @@ export interface EligibilitySync {
 }
 
 const POLL_CURSOR = 'fhir-poll-cursor';
+/** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
+const FIRST_PRUNE_MS = 5 * 60_000;
 
 export function schedulePolicy(settings: Pick<z.output<typeof SyncSettings>, 'freshnessDays' | 'reverifyLeadDays'>, routing: ClinicRouting): SchedulePolicy {
   return {
@@ -501,6 +511,36 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     }, settings.fhirPollIntervalMs);
   };
 
+  let pruneTimer: NodeJS.Timeout | undefined;
+  /** The prune under way, which stop() waits for (it stops between batches). */
+  let pruning: Promise<void> | undefined;
+  /**
+   * Deletes the work finished before the retention period, batch after batch until none is left,
+   * then again after the interval. What went is said as counts alone: a key or a message's id names
+   * a patient's visit. A store failing is warned of and tried again next time; the sync goes on.
+   */
+  const schedulePrune = (afterMs: number) => {
+    if (stopping) return;
+    pruneTimer = setTimeout(() => {
+      const before = new Date(now().getTime() - settings.retentionDays * 86_400_000).toISOString();
+      pruning = pruneFinished(store, before, { stopping: () => stopping !== undefined })
+        .then(
+          (pruned) => {
+            for (const what of PRUNED) if (pruned[what] > 0) metrics.pruned.inc({ what }, pruned[what]);
+            if (PRUNED.some((what) => pruned[what] > 0)) logger.info({ ...pruned, retentionDays: settings.retentionDays }, 'pruned the job store of the work finished before the retention period');
+          },
+          (err: unknown) => {
+            // The store out of reach is said once by its watch.
+            logger[storeOutage(err) ? 'debug' : 'warn']({ err: errorText(err) }, 'pruning the job store failed; trying again at the next interval');
+          },
+        )
+        .finally(() => {
+          pruning = undefined;
+          schedulePrune(settings.pruneIntervalMs);
+        });
+    }, afterMs);
+  };
+
   const sync = Object.assign(events, {
     store,
     metrics,
@@ -586,7 +626,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     // A start under way would start the worker behind this stop, on a store closed or left open: it is let finish, then stopped (its failure is start()'s to tell).
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
-    await polling;
+    if (pruneTimer) clearTimeout(pruneTimer);
+    await Promise.all([polling, pruning]);
     // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
     // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
     await Promise.all([keeper?.stop(), worker.stop()]);
@@ -616,6 +657,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         work();
       });
     } else work();
+    schedulePrune(Math.min(FIRST_PRUNE_MS, settings.pruneIntervalMs));
     schedulePoll();
     logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
   }

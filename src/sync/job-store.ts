@@ -256,6 +256,43 @@ export class StoreUnavailableError extends Error {
   }
 }
 
+/** How a store writes a field of a check row's JSON (of the table alias `t`, by its path) in SQL, and a text to compare as JavaScript does (code point by code point). */
+export interface CheckRowSql {
+  field(t: string, path: readonly string[]): string;
+  asText(expression: string): string;
+}
+
+/**
+ * Whether check `c` may be the one its plan's Coverage is ended through when the PMS drops the plan
+ * (endDroppedPlans: the latest, by visit, of an HL7 patient's checks of the plan that rest in the
+ * chart, their drop not seen), however old: a prune keeps it. Kept unless a later such check of the
+ * same patient and plan is sure to be: the same member id, and the same payer id, or both without
+ * one and the same payer name (planKey takes the name without case; names differing only so keep
+ * both). A tie keeps both. A drop is seen (schedule's dropSeen) when the check is marked and its
+ * plan's dates hold its visit (dayInPlan's 'within').
+ */
+export function planLatestSql(sql: CheckRowSql, c: string): string {
+  const f = (t: string, path: string) => sql.field(t, path.split('.'));
+  const day = (t: string) => sql.asText(f(t, 'check.dateOfService'));
+  const dropSeen = (t: string) =>
+    `(${f(t, 'planDroppedAt')} IS NOT NULL
+      AND (${f(t, 'check.coverage.period.start')} IS NULL OR ${day(t)} >= ${f(t, 'check.coverage.period.start')})
+      AND (${f(t, 'check.coverage.period.end')} IS NULL OR ${day(t)} <= ${f(t, 'check.coverage.period.end')}))`;
+  const payer = (t: string, of: 'id' | 'name') => f(t, `check.coverage.payer.${of}`);
+  return `(${f(c, 'check.source.kind')} = 'hl7' AND (${c}.state = 'written' OR ${f(c, 'written')} IS NOT NULL) AND NOT ${dropSeen(c)}
+    AND NOT EXISTS (SELECT 1 FROM checks o WHERE ${f('o', 'patientKey')} = ${f(c, 'patientKey')}
+      AND ${f('o', 'check.subscriber.memberId')} = ${f(c, 'check.subscriber.memberId')}
+      AND (${payer('o', 'id')} = ${payer(c, 'id')} OR (${payer('o', 'id')} IS NULL AND ${payer(c, 'id')} IS NULL AND ${payer('o', 'name')} = ${payer(c, 'name')}))
+      AND ${f('o', 'check.source.kind')} = 'hl7'
+      AND (o.state = 'written' OR (o.state IN ('needs-attention', 'cancelled') AND ${f('o', 'written')} IS NOT NULL))
+      AND NOT ${dropSeen('o')}
+      AND ${day('o')} > ${day(c)}))`;
+}
+
+/** What a prune deletes, one kind at a time: see JobStore.prune. */
+export const PRUNED = ['messages', 'checks', 'appointments'] as const;
+export type Pruned = (typeof PRUNED)[number];
+
 export interface JobStore {
   /**
    * Runs `work` in one transaction. A store shared by several instances may run it again after a
@@ -293,6 +330,17 @@ export interface JobStore {
    * `perSecond` up to `perSecond`; returns how many milliseconds to wait before sending (0: now).
    */
   takeRateToken?(bucket: string, perSecond: number, now: string): Promise<number>;
+  /**
+   * Deletes one batch, at most `limit` rows, of the finished work of one kind from before `before`
+   * (an instant), in one transaction: messages handled (dead letters stay for a person); checks
+   * done with (cancelled, or written with nothing scheduled) whose visit, and every appointment's
+   * that holds them, is before it, with their bodies and links, but the one each plan's Coverage is
+   * ended through when the PMS drops it (the latest of an HL7 patient's plan whose write is in the
+   * chart, its drop not seen yet: endDroppedPlans reads it however old); appointments whose visit is
+   * before it and that hold no check. Patients stay. `after`, given back, goes on from where the last
+   * batch of this run stopped (rows kept are not looked at again); undefined: nothing is left to look at.
+   */
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }>;
   /** Whether the store answers (for /healthz). */
   ping(): Promise<void>;
   close(): Promise<void>;

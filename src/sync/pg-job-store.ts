@@ -9,17 +9,20 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  planLatestSql,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
   type CheckOfPlan,
   type CheckOfPlanRecord,
+  type CheckRowSql,
   type CheckState,
   type JobStore,
   type MessageKind,
   type MessageRecord,
   type MessageStatus,
   type NewMessage,
+  type Pruned,
   type StoreCounts,
   type StoreTx,
 } from './job-store';
@@ -183,6 +186,16 @@ export class PgJobStore implements JobStore {
       await db.query('UPDATE rate_buckets SET tokens = $2, at_ms = $3 WHERE bucket = $1', [bucket, next.bucket.tokens, next.bucket.atMs]);
       return next.waitMs;
     });
+  }
+
+  /**
+   * One batch, in a transaction of its own: see JobStore.prune. Several instances may prune at once,
+   * and messages and workers change what is looked at meanwhile: a row another transaction holds
+   * (a message's lock, or its row lock) is left for the next run, and one is deleted only as it is
+   * when the lock is taken (the conditions read again by the DELETE).
+   */
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }> {
+    return inTransaction(this.pool, (db) => PG_PRUNING[options.kind](db, options));
   }
 
   /** A statement of its own, outside a transaction: the server out of reach fails it as it fails a transaction, StoreUnavailableError. */
@@ -400,3 +413,84 @@ function jsonText(value: unknown): string {
 function pgMessageFrom(r: PgMessageRecord): MessageRow {
   return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8'), dedupe_key: r.dedupe_key.toString('utf8') });
 }
+
+type PruneBatch = { before: string; limit: number; after?: string };
+
+/**
+ * A field of a check row's JSON as text, as the expression indexes name it (checks_patient); dates and
+ * instants kept as text compare as JavaScript compares them, code point by code point, not by the database's locale.
+ */
+const ROW_SQL: CheckRowSql = {
+  field: (t, path) => `(${t}.row${path.slice(0, -1).map((step) => `->'${step}'`).join('')}->>'${path[path.length - 1] ?? ''}')`,
+  asText: (expression) => `(${expression} COLLATE "C")`,
+};
+
+/** A page of keys from `after` ([at, key] as the last page ended), and where the next begins: none once a page is short. */
+async function pagedKeys(db: Queryable, sql: string, batch: PruneBatch, from: string, bound: string): Promise<{ keys: string[]; after?: string }> {
+  const [at, key] = batch.after === undefined ? [from, ''] : (JSON.parse(batch.after) as [string, string]);
+  const { rows } = await db.query<{ key: string; at: Date | string }>(sql, [bound, at, key, batch.limit]);
+  const last = rows[rows.length - 1];
+  const atText = (value: Date | string) => (value instanceof Date ? value.toISOString() : value);
+  return { keys: rows.map((r) => r.key), ...(rows.length === batch.limit && last && { after: JSON.stringify([atText(last.at), last.key]) }) };
+}
+
+/** Those of `keys` no other transaction holds (lockKey's lock), now held by this one: the others wait for the next run. */
+async function lockedNow(db: Queryable, namespace: string, keys: string[]): Promise<string[]> {
+  const { rows } = await db.query<{ key: string }>(`SELECT key FROM unnest($1::text[]) AS key WHERE pg_try_advisory_xact_lock(hashtextextended($2 || ':' || key, 0))`, [keys, namespace]);
+  return rows.map((r) => r.key);
+}
+
+const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{ pruned: number; after?: string }>> = {
+  async messages(db, batch) {
+    const { rowCount } = await db.query(
+      `DELETE FROM messages WHERE id IN (
+         SELECT id FROM messages WHERE status = 'handled' AND received_at COLLATE "C" < $1 ORDER BY received_at COLLATE "C" LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+      [batch.before, batch.limit],
+    );
+    const pruned = rowCount ?? 0;
+    return { pruned, ...(pruned === batch.limit && { after: 'more' }) };
+  },
+  async checks(db, batch) {
+    const day = batch.before.slice(0, 10);
+    const page = await pagedKeys(
+      db,
+      `SELECT key, updated_at AS at FROM checks WHERE state IN ('cancelled', 'written') AND due_at IS NULL AND updated_at < $1
+         AND (updated_at, key) > ($2::timestamptz, $3) ORDER BY updated_at, key LIMIT $4`,
+      batch,
+      '-infinity',
+      batch.before,
+    );
+    const keys = await lockedNow(db, 'check', page.keys);
+    const { rows } = await db.query<{ key: string }>(
+      `DELETE FROM checks c WHERE c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2
+         AND (c.result_at IS NULL OR c.result_at < $2) AND ${ROW_SQL.asText(ROW_SQL.field('c', ['check', 'dateOfService']))} < $3
+         AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= $3)
+         AND NOT ${planLatestSql(ROW_SQL, 'c')}
+       RETURNING c.key`,
+      [keys, batch.before, day],
+    );
+    const gone = rows.map((r) => r.key);
+    if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE check_key = ANY($1)', [gone]);
+    return { pruned: gone.length, ...(page.after !== undefined && { after: page.after }) };
+  },
+  async appointments(db, batch) {
+    const day = batch.before.slice(0, 10);
+    const page = await pagedKeys(
+      db,
+      `SELECT key, date_of_service AS at FROM appointments WHERE date_of_service < $1 AND (date_of_service, key) > ($2, $3) ORDER BY date_of_service, key LIMIT $4`,
+      batch,
+      '',
+      day,
+    );
+    const keys = await lockedNow(db, 'appointment', page.keys);
+    const { rows } = await db.query<{ key: string }>(
+      `DELETE FROM appointments a WHERE a.key = ANY($1) AND a.date_of_service < $2
+         AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN checks c ON c.key = l.check_key WHERE l.appointment_key = a.key)
+       RETURNING a.key`,
+      [keys, day],
+    );
+    const gone = rows.map((r) => r.key);
+    if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE appointment_key = ANY($1)', [gone]);
+    return { pruned: gone.length, ...(page.after !== undefined && { after: page.after }) };
+  },
+};

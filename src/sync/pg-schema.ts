@@ -81,6 +81,11 @@ const MIGRATIONS: readonly string[] = [
   // member id (checksOfPatient), not among the patient's years of checks. Unreleased, so changed in place (a database made with the
   // patient alone finds the same checks, reading the others).
   `CREATE INDEX IF NOT EXISTS checks_patient ON checks ((row->>'patientKey'), (row->'check'->'subscriber'->>'memberId'));`,
+  // Pruning (prune) finds the work finished before the retention period by these, not by reading every row: handled messages
+  // by when they came, checks done with by their last change, appointments by their visit.
+  `CREATE INDEX IF NOT EXISTS messages_received ON messages (status, received_at COLLATE "C");
+   CREATE INDEX IF NOT EXISTS checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written') AND due_at IS NULL;
+   CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
 ];
 
 /** The version this program writes. */

@@ -10,16 +10,19 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  planLatestSql,
   schemaRefusal,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
   type CheckOfPlanRecord,
+  type CheckRowSql,
   type JobStore,
   type MessageKind,
   type MessageRecord,
   type MessageStatus,
   type NewMessage,
+  type Pruned,
   type StoreCounts,
   type StoreTx,
 } from './job-store';
@@ -111,6 +114,11 @@ const MIGRATIONS: readonly string[] = [
   // member id (checksOfPatient), not among the patient's years of checks. Unreleased, so changed in place (a store made with the
   // patient alone finds the same checks, reading the others).
   `CREATE INDEX IF NOT EXISTS checks_patient ON checks (json_extract(row, '$.patientKey'), json_extract(row, '$.check.subscriber.memberId'));`,
+  // Pruning (prune) finds the work finished before the retention period by these, not by reading every row: handled messages
+  // by when they came, checks done with by their last change, appointments by their visit.
+  `CREATE INDEX IF NOT EXISTS messages_received ON messages (status, received_at);
+   CREATE INDEX IF NOT EXISTS checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written') AND due_at IS NULL;
+   CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
 ];
 
 export const SQLITE_FILE = 'dental-elig.sqlite';
@@ -142,6 +150,8 @@ export class SqliteJobStore implements JobStore {
   private dataVersion = -1;
   private readonly wal: WalSync;
   private readonly checkpointer: WalCheckpointer;
+  /** Prepared at the first prune. */
+  private pruning: SqlitePruning | undefined;
   /** Held while this store's worker works the file: see beginWork. */
   private workLock: Database | undefined;
 
@@ -426,6 +436,15 @@ export class SqliteJobStore implements JobStore {
     };
   }
 
+  /** One batch, in the commit queue as every transaction is: see JobStore.prune. */
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }> {
+    return this.batched(LASTING, async () => {
+      const done = (this.pruning ??= sqlitePruning(this.db))[options.kind](options);
+      for (const key of done.checks ?? []) this.checks.forget(key);
+      return { pruned: done.pruned, ...(done.after !== undefined && { after: done.after }) };
+    });
+  }
+
   takeRateToken(bucket: string, perSecond: number, now: string): Promise<number> {
     return this.batched(LASTING, async () => {
       const last = this.db.prepare('SELECT tokens, at_ms AS atMs FROM rate_buckets WHERE bucket = ?').get(bucket) as { tokens: number; atMs: number } | undefined;
@@ -686,6 +705,10 @@ class CheckCache {
   clear(): void {
     this.rows.clear();
   }
+
+  forget(key: string): void {
+    this.rows.delete(key);
+  }
 }
 
 /**
@@ -750,4 +773,75 @@ function appointmentFrom(r: AppointmentRecord): AppointmentRow {
     basis: JSON.parse(r.basis),
     updatedAt: r.updated_at,
   });
+}
+
+type PruneBatch = { before: string; limit: number; after?: string };
+/** A prune batch's work: how many rows went, where the next batch goes on from, and the checks deleted (out of the cache). */
+type SqlitePruning = Record<Pruned, (batch: PruneBatch) => { pruned: number; after?: string; checks?: string[] }>;
+
+/** A field of a check row's JSON as the store's expression indexes name it; text compares as JavaScript compares it. */
+const ROW_SQL: CheckRowSql = { field: (t, path) => `json_extract(${t}.row, '$.${path.join('.')}')`, asText: (expression) => expression };
+const field = (t: string, path: string) => ROW_SQL.field(t, path.split('.'));
+
+/**
+ * The prune's statements (see JobStore.prune). Checks and appointments are looked at a page at a
+ * time in index order from where the last batch stopped, so those kept (a plan's latest, an
+ * appointment holding one) are not read again at each batch of a first prune of a year's backlog.
+ */
+function sqlitePruning(db: Database): SqlitePruning {
+  const messages = db.prepare(
+    `DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE status = 'handled' AND received_at < @before ORDER BY received_at LIMIT @limit)`,
+  );
+  const pageOfChecks = db.prepare(
+    `SELECT key, updated_at AS at FROM checks WHERE state IN ('cancelled', 'written') AND due_at IS NULL AND updated_at < @before
+       AND (updated_at, key) > (@at, @key) ORDER BY updated_at, key LIMIT @limit`,
+  );
+  const checksToGo = db.prepare(
+    `SELECT c.key FROM checks c WHERE c.key IN (SELECT value FROM json_each(@keys))
+       AND (c.result_at IS NULL OR c.result_at < @before) AND ${field('c', 'check.dateOfService')} < @day
+       AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= @day)
+       AND NOT ${planLatestSql(ROW_SQL, 'c')}`,
+  ).pluck();
+  const dropChecks = db.prepare('DELETE FROM checks WHERE key IN (SELECT value FROM json_each(?))');
+  const dropResults = db.prepare('DELETE FROM check_results WHERE key IN (SELECT value FROM json_each(?))');
+  const dropCheckLinks = db.prepare('DELETE FROM appointment_checks WHERE check_key IN (SELECT value FROM json_each(?))');
+  const pageOfAppointments = db.prepare(
+    `SELECT key, date_of_service AS at FROM appointments WHERE date_of_service < @day AND (date_of_service, key) > (@at, @key) ORDER BY date_of_service, key LIMIT @limit`,
+  );
+  const appointmentsToGo = db.prepare(
+    `SELECT a.key FROM appointments a WHERE a.key IN (SELECT value FROM json_each(@keys))
+       AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN checks c ON c.key = l.check_key WHERE l.appointment_key = a.key)`,
+  ).pluck();
+  const dropAppointments = db.prepare('DELETE FROM appointments WHERE key IN (SELECT value FROM json_each(?))');
+  const dropAppointmentLinks = db.prepare('DELETE FROM appointment_checks WHERE appointment_key IN (SELECT value FROM json_each(?))');
+  /** A page from `after` ([at, key] as the last page ended), and where the next begins: none once a page is short. */
+  const paged = (page: Statement, batch: PruneBatch, day: string) => {
+    const [at, key] = batch.after === undefined ? ['', ''] : (JSON.parse(batch.after) as [string, string]);
+    const rows = page.all({ before: batch.before, day, at, key, limit: batch.limit }) as { key: string; at: string }[];
+    const last = rows[rows.length - 1];
+    return { keys: JSON.stringify(rows.map((r) => r.key)), ...(rows.length === batch.limit && last && { after: JSON.stringify([last.at, last.key]) }) };
+  };
+  return {
+    messages: (batch) => {
+      const pruned = messages.run({ before: batch.before, limit: batch.limit }).changes;
+      // Each batch starts again from the oldest: those it deleted are gone, and none are kept.
+      return { pruned, ...(pruned === batch.limit && { after: 'more' }) };
+    },
+    checks: (batch) => {
+      const day = batch.before.slice(0, 10);
+      const page = paged(pageOfChecks, batch, day);
+      const gone = checksToGo.all({ keys: page.keys, before: batch.before, day }) as string[];
+      const keys = JSON.stringify(gone);
+      if (gone.length > 0) (dropChecks.run(keys), dropResults.run(keys), dropCheckLinks.run(keys));
+      return { pruned: gone.length, checks: gone, ...(page.after !== undefined && { after: page.after }) };
+    },
+    appointments: (batch) => {
+      const day = batch.before.slice(0, 10);
+      const page = paged(pageOfAppointments, batch, day);
+      const gone = appointmentsToGo.all({ keys: page.keys }) as string[];
+      const keys = JSON.stringify(gone);
+      if (gone.length > 0) (dropAppointments.run(keys), dropAppointmentLinks.run(keys));
+      return { pruned: gone.length, ...(page.after !== undefined && { after: page.after }) };
+    },
+  };
 }

@@ -182,7 +182,8 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       // A method set on the store since (as tests do to make it fail) is wrapped anew.
       if (known?.of === value) return known.call;
       const method = (value as (...a: unknown[]) => unknown).bind(target);
-      const need: Need = LEASES.has(key) ? 1 : 0;
+      // A prune deletes: it changes what the store holds, as a transaction that writes does.
+      const need: Need = LEASES.has(key) ? 1 : key === 'prune' ? 2 : 0;
       // Closing answers nothing of whether the store is back.
       const call = key === 'close' ? method : key === 'transaction' ? transaction : (...args: unknown[]) => {
         const made = ++calls;

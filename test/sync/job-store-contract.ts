@@ -2,7 +2,8 @@ import { checksFromBundle } from '../../src/adapters/fhir/in';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { PatientInsuranceRecord } from '../../src/domain';
 import type { AppointmentRow, CheckRow, CheckState, JobStore, StoreTx } from '../../src/sync/job-store';
-import { fingerprints } from '../../src/sync/schedule';
+import { pruneFinished } from '../../src/sync/prune';
+import { endDroppedPlans, fingerprints } from '../../src/sync/schedule';
 import { chartOf } from './harness';
 
 /**
@@ -305,6 +306,132 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         remembered: (await tx.getPatient('hl7|BSD|MR|2'))?.appointments.map((a) => a.appointmentId),
       }));
       expect(seen).toEqual({ prior: [], survivor: ['apt-1'], holdingX: [], tombstone: survivor, remembered: ['apt-1'] });
+    });
+
+    describe('prunes the work finished before the retention period', () => {
+      /** NOW less 90 days, and a day well before it. */
+      const CUTOFF = '2026-08-25T10:00:00.000Z';
+      const OLD = '2026-05-01T09:00:00.000Z';
+      const OLD_DAY = '2026-05-01';
+      const written = { requestId: 'CoverageEligibilityRequest/1', responseId: 'CoverageEligibilityResponse/1' };
+      const body = { status: 'Completed', correlationId: 'corr', big: 'x'.repeat(4000) };
+      /** A check finished long ago, for a visit long over, nothing scheduled. */
+      const old = (key: string, change: Partial<CheckRow> = {}): CheckRow => {
+        const row = checkRow(key, { state: 'written', dueAt: undefined, createdAt: OLD, updatedAt: OLD, written, result: body, resultAt: OLD, ...change });
+        return { ...row, check: { ...row.check, dateOfService: change.check?.dateOfService ?? OLD_DAY } };
+      };
+      const keysOf = async () => (await store.listChecks()).map((r) => r.key).sort();
+
+      it('deletes what finished before the cutoff, and keeps what a person or the pipeline still needs', async () => {
+        if (!check) throw new Error('fixture gave no check');
+        const patient: PatientInsuranceRecord = { patient: check.patient, coverages: [], appointments: [], updatedAt: OLD, messageControlId: 'old' };
+        await store.transaction(async (tx) => {
+          for (const [dedupeKey, receivedAt, status] of [['old-handled', OLD, 'handled'], ['new-handled', NOW, 'handled'], ['old-dead', OLD, 'dead'], ['old-received', OLD, 'received']] as const) {
+            await tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt, raw: `MSH|${dedupeKey}`, status });
+          }
+          await tx.putPatient('hl7|BSD|MR|1', patient);
+          await tx.putCheck(old('c_cancelled', { state: 'cancelled', written: undefined }));
+          await tx.putCheck(old('c_written'));
+          await tx.putCheck(old('c_linked', { state: 'cancelled' }));
+          // Kept: scheduled, a person's to act on, dead, still to be worked, changed since, held by a visit to come, its own visit to come.
+          await tx.putCheck(old('c_scheduled', { dueAt: '2026-11-30T00:00:00.000Z' }));
+          await tx.putCheck(old('c_attention', { state: 'needs-attention' }));
+          await tx.putCheck(old('c_dead', { state: 'dead' }));
+          await tx.putCheck(old('c_received', { state: 'received', dueAt: OLD, written: undefined, result: undefined, resultAt: undefined }));
+          await tx.putCheck(old('c_recent', { updatedAt: NOW }));
+          await tx.putCheck(old('c_held'));
+          await tx.putCheck(old('c_to_come', { state: 'cancelled', check: { ...check, dateOfService: '2026-12-01' } }));
+          await tx.putAppointment(appointment('apt-old', { dateOfService: OLD_DAY, checkKeys: ['c_linked'] }));
+          await tx.putAppointment(appointment('apt-old-empty', { dateOfService: OLD_DAY, status: 'cancelled' }));
+          await tx.putAppointment(appointment('apt-old-attention', { dateOfService: OLD_DAY, checkKeys: ['c_attention'] }));
+          await tx.putAppointment(appointment('apt-to-come', { dateOfService: '2026-12-01', checkKeys: ['c_held'] }));
+        });
+
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 2 });
+        expect(await keysOf()).toEqual(['c_attention', 'c_dead', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
+        expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-old-attention', 'apt-to-come']);
+        expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
+        await store.transaction(async (tx) => {
+          expect(await tx.getCheck('c_written')).toBeUndefined();
+          expect(await tx.getPatient('hl7|BSD|MR|1')).toEqual(patient);
+          expect((await tx.appointmentsHolding('c_held')).map((a) => a.key)).toEqual(['apt-to-come']);
+          expect((await tx.appointmentsHolding('c_attention')).map((a) => a.key)).toEqual(['apt-old-attention']);
+          expect(await tx.appointmentsHolding('c_linked')).toEqual([]);
+        });
+        // A second prune finds nothing.
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 0, appointments: 0 });
+      });
+
+      it('keeps the check through which a plan the PMS drops later ends its Coverage, however old', async () => {
+        if (!check) throw new Error('fixture gave no check');
+        const patientKey = 'hl7|BSD|MR|1';
+        const hl7 = (key: string, dateOfService: string, memberId: string, change: Partial<CheckRow> = {}) =>
+          old(key, {
+            patientKey,
+            ...change,
+            check: {
+              ...check,
+              idempotencyKey: key,
+              dateOfService,
+              source: { kind: 'hl7', messageControlId: key, messageType: 'SIU^S12', receivedAt: OLD },
+              patient: { ...check.patient, identifiers: [{ system: 'BSD', value: '1' }] },
+              subscriber: { ...check.subscriber, memberId },
+              coverage: { ...check.coverage, payer: { id: '62308' }, ...change.check?.coverage },
+            },
+          });
+        await store.transaction(async (tx) => {
+          await tx.putCheck(hl7('p_first', '2025-01-10', 'M1'));
+          await tx.putCheck(hl7('p_latest', '2025-06-10', 'M1'));
+          // The latest of its plan, written as a failure and withdrawn: its pair made the Coverage all the same.
+          await tx.putCheck(hl7('q_only', '2025-02-01', 'M2', { state: 'cancelled' }));
+          // Its plan's drop seen already: no Coverage is ended through it again.
+          await tx.putCheck(hl7('r_seen', '2025-03-01', 'M3', { planDroppedAt: OLD }));
+          // Marked as its plan dated, not dropped: the drop is still to be seen.
+          await tx.putCheck(hl7('s_dated', '2025-03-01', 'M4', { state: 'cancelled', planDroppedAt: OLD, check: { ...check, coverage: { ...check.coverage, payer: { id: '62308' }, period: { end: '2025-01-31' } } } }));
+          // Two of one day: whichever endDroppedPlans would take.
+          await tx.putCheck(hl7('t_one', '2025-04-01', 'M5'));
+          await tx.putCheck(hl7('t_two', '2025-04-01', 'M5'));
+          // Another payer's plan under the same member id is a plan of its own.
+          await tx.putCheck(hl7('u_other_payer', '2025-01-01', 'M1', { check: { ...check, coverage: { ...check.coverage, payer: { id: '99999' } } } }));
+        });
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0 });
+        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer']);
+
+        // The PMS drops plan M1: its Coverage is ended through the check kept.
+        const { memberId: _m, ...person } = check.patient;
+        const record: PatientInsuranceRecord = { patient: person, coverages: [], appointments: [], updatedAt: NOW, messageControlId: 'drop' };
+        expect(await store.transaction((tx) => endDroppedPlans(tx, patientKey, record, ['M1'], NOW))).toEqual(['p_latest', 'u_other_payer']);
+        expect((await store.listChecks({ states: ['ending-coverage'] })).map((r) => r.key).sort()).toEqual(['p_latest', 'u_other_payer']);
+      });
+
+      it('deletes in batches of at most the limit, going on past the rows it keeps', async () => {
+        await store.transaction(async (tx) => {
+          for (let i = 0; i < 7; i++) await tx.addMessage({ kind: 'hl7', dedupeKey: `m${i}`, receivedAt: OLD, raw: 'MSH|...', status: 'handled' });
+          // The oldest changed are kept (a visit to come holds them): a batch looks past them.
+          for (let i = 0; i < 5; i++) await tx.putCheck(old(`k_held${i}`, { updatedAt: `2026-04-0${i + 1}T00:00:00.000Z` }));
+          await tx.putAppointment(appointment('apt-to-come', { dateOfService: '2026-12-01', checkKeys: [0, 1, 2, 3, 4].map((i) => `k_held${i}`) }));
+          for (let i = 0; i < 5; i++) await tx.putCheck(old(`k_gone${i}`, { state: 'cancelled' }));
+        });
+        const batches: number[] = [];
+        const counted: JobStore = Object.create(store) as JobStore;
+        counted.prune = async (options) => {
+          const done = await store.prune(options);
+          batches.push(done.pruned);
+          return done;
+        };
+        expect(await pruneFinished(counted, CUTOFF, { limit: 2 })).toEqual({ messages: 7, checks: 5, appointments: 0 });
+        expect(Math.max(...batches)).toBe(2);
+        expect(batches.length).toBeGreaterThanOrEqual(4 + 5 + 1);
+        expect((await keysOf()).filter((key) => key.startsWith('k_gone'))).toEqual([]);
+      });
+
+      it('handles a message sent again after its first was pruned as a new one', async () => {
+        const message = { kind: 'hl7' as const, dedupeKey: 'BSD|MSG-9', receivedAt: OLD, raw: 'MSH|...', status: 'handled' as const };
+        await store.transaction((tx) => tx.addMessage(message));
+        await pruneFinished(store, CUTOFF);
+        const again = await store.transaction((tx) => tx.addMessage({ ...message, receivedAt: NOW, status: 'received' }));
+        expect(again.duplicate).toBe(false);
+      });
     });
 
     it('refuses a second check with the same correlation id', async () => {

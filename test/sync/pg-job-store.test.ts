@@ -14,6 +14,7 @@ import { ServiceError } from '../../src/verification/errors';
 import { toOutcome } from '../../src/verification/outcome';
 import { until } from './harness';
 import { resultBody, RIG_OPTIONS } from './worker-rig';
+import { pruneFinished } from '../../src/sync/prune';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
 /**
@@ -56,6 +57,7 @@ async function downTo(db: Client, version: number): Promise<void> {
     7: 'SELECT 1',
     8: 'DROP INDEX checks_source_coverage',
     9: 'DROP INDEX checks_patient',
+    10: 'DROP INDEX messages_received; DROP INDEX checks_finished; DROP INDEX appointments_day',
   };
   for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);
@@ -112,6 +114,42 @@ describe('PgJobStore with two instances on one database', () => {
     } finally {
       await Promise.all([db.end(), nothing.end()]);
     }
+  });
+
+  it('prunes with both instances at once: each finished row deleted once, one a transaction holds left to the next run', async () => {
+    const OLD = '2026-05-01T09:00:00.000Z';
+    const keys = Array.from({ length: 400 }, (_, i) => `elig_${String(i).padStart(3, '0')}`);
+    await a.transaction(async (tx) => {
+      for (const key of keys) {
+        const row = checkRow(key, { state: 'cancelled', dueAt: undefined, updatedAt: OLD });
+        await tx.putCheck({ ...row, check: { ...row.check, dateOfService: '2026-05-01' } });
+        await tx.putAppointment({ key: `apt-${key}`, patientKey: row.patientKey, dateOfService: '2026-05-01', status: 'booked', checkKeys: [key], basis: {}, updatedAt: OLD });
+        await tx.addMessage({ kind: 'hl7', dedupeKey: key, receivedAt: OLD, raw: 'MSH|...', status: 'handled' });
+      }
+    });
+    // A message's transaction holds one of the checks, as a booking reading it would.
+    let letGo = () => undefined as void;
+    const holding = new Promise<void>((resolve) => (letGo = resolve));
+    let held = () => undefined as void;
+    const holds = new Promise<void>((resolve) => (held = resolve));
+    const holder = a.transaction(async (tx) => {
+      await tx.getCheck('elig_007');
+      held();
+      await holding;
+    });
+    await holds;
+    const cutoff = '2026-08-25T10:00:00.000Z';
+    const both = await Promise.all([pruneFinished(a, cutoff, { limit: 50 }), pruneFinished(b, cutoff, { limit: 50 })]);
+    const sum = (what: 'messages' | 'checks' | 'appointments', runs: Array<Record<typeof what, number>>) => runs.reduce((n, run) => n + run[what], 0);
+    expect(sum('messages', both)).toBe(400);
+    expect(sum('checks', both)).toBe(399);
+    expect((await b.listChecks()).map((r) => r.key)).toEqual(['elig_007']);
+    letGo();
+    await holder;
+    // What one left as the other held it (an appointment whose check was still going) goes at the next run, each row once in all.
+    const later = await pruneFinished(b, cutoff);
+    expect([sum('messages', [...both, later]), sum('checks', [...both, later]), sum('appointments', [...both, later])]).toEqual([400, 400, 400]);
+    expect([await b.listChecks(), await b.listAppointments(), await b.listMessages()]).toEqual([[], [], []]);
   });
 
   it('gives each due check to exactly one instance when both claim at once', async () => {
