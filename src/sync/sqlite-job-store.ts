@@ -121,6 +121,9 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
 ];
 
+/** The version this program writes. */
+export const SQLITE_SCHEMA_VERSION = MIGRATIONS.length;
+
 export const SQLITE_FILE = 'dental-elig.sqlite';
 
 /**
