@@ -483,11 +483,12 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{
       day,
     );
     const keys = await lockedNow(db, 'appointment', page.keys);
+    // A cancellation that overtook its booking names no visit (''): it stays the retention period from when it came, as its booking may come late.
     const { rows } = await db.query<{ key: string }>(
-      `DELETE FROM appointments a WHERE a.key = ANY($1) AND a.date_of_service < $2
+      `DELETE FROM appointments a WHERE a.key = ANY($1) AND a.date_of_service < $2 AND (a.date_of_service <> '' OR a.updated_at < $3)
          AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN checks c ON c.key = l.check_key WHERE l.appointment_key = a.key)
        RETURNING a.key`,
-      [keys, day],
+      [keys, day, batch.before],
     );
     const gone = rows.map((r) => r.key);
     if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE appointment_key = ANY($1)', [gone]);
