@@ -158,6 +158,8 @@ describe('the sync prunes the store', () => {
     expect(create({ retentionDays: 5 })).toThrow(/^settings\.retentionDays: must be at least freshnessDays \(7\): a fresh result kept serves another appointment of its coverage$/);
     expect(create({ retentionDays: 20, freshnessDays: 30 })).toThrow(/^settings\.retentionDays: must be at least freshnessDays \(30\)/);
     expect(create({ retentionDays: 0 })).toThrow(/^settings\.retentionDays: /);
+    // Kept for good is a hundred years: a cutoff before the dates JavaScript holds threw in the prune's timer, and serve stopped.
+    expect(create({ retentionDays: 1e9 })).toThrow(/^settings\.retentionDays: must be at most 36500 \(a hundred years\)$/);
   });
 });
 
