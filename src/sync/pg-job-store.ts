@@ -236,15 +236,17 @@ class PgTx implements StoreTx {
   async addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }> {
     // A concurrent insert of the same key waits for the other transaction, then finds its row.
     const dedupeKey = Buffer.from(message.dedupeKey, 'utf8');
-    const inserted = await this.db.query<PgMessageRecord>(
-      `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
-       ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
-      [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
-    );
-    if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
-    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
-    if (!rows[0]) throw new Error('a message with this dedupe key was neither inserted nor found');
-    return { message: pgMessageFrom(rows[0]), duplicate: true };
+    for (;;) {
+      const inserted = await this.db.query<PgMessageRecord>(
+        `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
+        [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
+      );
+      if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
+      const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
+      if (rows[0]) return { message: pgMessageFrom(rows[0]), duplicate: true };
+      // The earlier one was pruned (another instance's prune committed between the two statements): this one is new.
+    }
   }
 
   async updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void> {
