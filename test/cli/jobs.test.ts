@@ -180,7 +180,7 @@ describe('dental-elig jobs', () => {
     db.pragma('user_version = 6');
     db.close();
     const run = await cli(['jobs', 'list', '--data-dir', dir]);
-    expect(run).toEqual({ code: 1, stdout: '', stderr: "dental-elig: jobs: cannot open the job store (job store schema version 6 is older than this program's (11); start serve of this version on it first, which upgrades it)\n" });
+    expect(run).toEqual({ code: 1, stdout: '', stderr: "dental-elig: jobs: cannot open the job store (job store schema version 6 is older than this program's (12); start serve of this version on it first, which upgrades it)\n" });
     const after = new Database(file, { readonly: true });
     expect([after.pragma('user_version', { simple: true }), after.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'checks_submitted'").pluck().get()]).toEqual([6, 0]);
     after.close();
