@@ -64,7 +64,8 @@ export const SyncSettings = z.strictObject({
   fhirPollIntervalMs: timerMs(0).default(0),
   fhirPollDays: z.number().int().min(1).default(14),
   /** How long the store keeps finished work (messages handled, checks done with, appointments over): see prune. */
-  retentionDays: z.number().min(1).default(90),
+  // Bounded: a cutoff past the dates JavaScript holds (some 270,000 years back) failed the prune's timer, and serve with it.
+  retentionDays: z.number().min(1).max(36_500, { error: 'must be at most 36500 (a hundred years)' }).default(90),
   /** Prune the store this often, the first a few minutes after start (the interval, if shorter). */
   pruneIntervalMs: timerMs(1).default(3_600_000),
 }).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {

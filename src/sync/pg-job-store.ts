@@ -236,15 +236,17 @@ class PgTx implements StoreTx {
   async addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }> {
     // A concurrent insert of the same key waits for the other transaction, then finds its row.
     const dedupeKey = Buffer.from(message.dedupeKey, 'utf8');
-    const inserted = await this.db.query<PgMessageRecord>(
-      `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
-       ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
-      [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
-    );
-    if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
-    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
-    if (!rows[0]) throw new Error('a message with this dedupe key was neither inserted nor found');
-    return { message: pgMessageFrom(rows[0]), duplicate: true };
+    for (;;) {
+      const inserted = await this.db.query<PgMessageRecord>(
+        `INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (kind, dedupe_key) DO NOTHING RETURNING *`,
+        [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
+      );
+      if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
+      const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
+      if (rows[0]) return { message: pgMessageFrom(rows[0]), duplicate: true };
+      // The earlier one was pruned (another instance's prune committed between the two statements): this one is new.
+    }
   }
 
   async updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void> {
@@ -483,11 +485,12 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{
       day,
     );
     const keys = await lockedNow(db, 'appointment', page.keys);
+    // A cancellation that overtook its booking names no visit (''): it stays the retention period from when it came, as its booking may come late.
     const { rows } = await db.query<{ key: string }>(
-      `DELETE FROM appointments a WHERE a.key = ANY($1) AND a.date_of_service < $2
+      `DELETE FROM appointments a WHERE a.key = ANY($1) AND a.date_of_service < $2 AND (a.date_of_service <> '' OR a.updated_at < $3)
          AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN checks c ON c.key = l.check_key WHERE l.appointment_key = a.key)
        RETURNING a.key`,
-      [keys, day],
+      [keys, day, batch.before],
     );
     const gone = rows.map((r) => r.key);
     if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE appointment_key = ANY($1)', [gone]);

@@ -811,8 +811,9 @@ function sqlitePruning(db: Database): SqlitePruning {
   const pageOfAppointments = db.prepare(
     `SELECT key, date_of_service AS at FROM appointments WHERE date_of_service < @day AND (date_of_service, key) > (@at, @key) ORDER BY date_of_service, key LIMIT @limit`,
   );
+  // A cancellation that overtook its booking names no visit (''): it stays the retention period from when it came, as its booking may come late.
   const appointmentsToGo = db.prepare(
-    `SELECT a.key FROM appointments a WHERE a.key IN (SELECT value FROM json_each(@keys))
+    `SELECT a.key FROM appointments a WHERE a.key IN (SELECT value FROM json_each(@keys)) AND (a.date_of_service <> '' OR a.updated_at < @before)
        AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN checks c ON c.key = l.check_key WHERE l.appointment_key = a.key)`,
   ).pluck();
   const dropAppointments = db.prepare('DELETE FROM appointments WHERE key IN (SELECT value FROM json_each(?))');
@@ -841,7 +842,7 @@ function sqlitePruning(db: Database): SqlitePruning {
     appointments: (batch) => {
       const day = batch.before.slice(0, 10);
       const page = paged(pageOfAppointments, batch, day);
-      const gone = appointmentsToGo.all({ keys: page.keys }) as string[];
+      const gone = appointmentsToGo.all({ keys: page.keys, before: batch.before }) as string[];
       const keys = JSON.stringify(gone);
       if (gone.length > 0) (dropAppointments.run(keys), dropAppointmentLinks.run(keys));
       return { pruned: gone.length, ...(page.after !== undefined && { after: page.after }) };

@@ -345,11 +345,14 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putAppointment(appointment('apt-old-empty', { dateOfService: OLD_DAY, status: 'cancelled' }));
           await tx.putAppointment(appointment('apt-old-attention', { dateOfService: OLD_DAY, checkKeys: ['c_attention'] }));
           await tx.putAppointment(appointment('apt-to-come', { dateOfService: '2026-12-01', checkKeys: ['c_held'] }));
+          // A cancellation that overtook its booking names no visit: kept the retention period from when it came, for the booking to come.
+          await tx.putAppointment(appointment('apt-overtaken', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20261123100000' } }));
+          await tx.putAppointment(appointment('apt-overtaken-old', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20260501100000' }, updatedAt: OLD }));
         });
 
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 2 });
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 3 });
         expect(await keysOf()).toEqual(['c_attention', 'c_dead', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
-        expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-old-attention', 'apt-to-come']);
+        expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-old-attention', 'apt-overtaken', 'apt-to-come']);
         expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
         await store.transaction(async (tx) => {
           expect(await tx.getCheck('c_written')).toBeUndefined();

@@ -152,6 +152,26 @@ describe('PgJobStore with two instances on one database', () => {
     expect([await b.listChecks(), await b.listAppointments(), await b.listMessages()]).toEqual([[], [], []]);
   });
 
+  it("takes a message whose earlier copy one instance's prune deletes while the other finds it there: as a new one, not a failure", async () => {
+    const message = { kind: 'hl7' as const, dedupeKey: 'BSD|MSG-1', receivedAt: '2026-05-01T09:00:00.000Z', raw: 'MSH|...', status: 'handled' as const };
+    await a.transaction((tx) => tx.addMessage(message));
+    const db = new Client({ connectionString: url });
+    await db.connect();
+    try {
+      // Each insert into messages waits, once it has met the earlier copy, until the test lets it go.
+      await db.query(`CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242); RETURN NULL; END $$`);
+      await db.query('CREATE TRIGGER gate AFTER INSERT ON messages FOR EACH STATEMENT EXECUTE FUNCTION gate()');
+      await db.query('SELECT pg_advisory_lock(4242)');
+      const again = a.transaction((tx) => tx.addMessage({ ...message, receivedAt: NOW, status: 'received' }));
+      await until('the insert waiting at the gate', async () => (await db.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`)).rows.length > 0);
+      expect(await pruneFinished(b, '2026-08-25T10:00:00.000Z')).toMatchObject({ messages: 1 });
+      await db.query('SELECT pg_advisory_unlock(4242)');
+      expect(await again).toMatchObject({ duplicate: false, message: { receivedAt: NOW, status: 'received' } });
+    } finally {
+      await db.end();
+    }
+  });
+
   it('gives each due check to exactly one instance when both claim at once', async () => {
     const keys = Array.from({ length: 300 }, (_, i) => `elig_${String(i).padStart(3, '0')}`);
     await a.transaction(async (tx) => {

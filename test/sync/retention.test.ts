@@ -1,13 +1,17 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { loadClinicRouting } from '../../src/adapters/clinic-routing';
+import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { createEligibilitySync } from '../../src/service/eligibility-sync';
 import { createLogger } from '../../src/service/logger';
+import { ingestHl7 } from '../../src/sync/ingest-hl7';
 import type { CheckRow, JobStore } from '../../src/sync/job-store';
 import { pruneFinished } from '../../src/sync/prune';
 import { Database } from '../../src/sync/sqlite-driver';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
+import { segment } from '../adapters/hl7/segment';
 import { checkRow, NOW } from './job-store-contract';
 import { until } from './harness';
 
@@ -154,5 +158,29 @@ describe('the sync prunes the store', () => {
     expect(create({ retentionDays: 5 })).toThrow(/^settings\.retentionDays: must be at least freshnessDays \(7\): a fresh result kept serves another appointment of its coverage$/);
     expect(create({ retentionDays: 20, freshnessDays: 30 })).toThrow(/^settings\.retentionDays: must be at least freshnessDays \(30\)/);
     expect(create({ retentionDays: 0 })).toThrow(/^settings\.retentionDays: /);
+    // Kept for good is a hundred years: a cutoff before the dates JavaScript holds threw in the prune's timer, and serve stopped.
+    expect(create({ retentionDays: 1e9 })).toThrow(/^settings\.retentionDays: must be at most 36500 \(a hundred years\)$/);
   });
+});
+
+it('keeps a cancellation that overtook its booking, which names no visit, for the retention period: the booking that comes later books nothing', async () => {
+  const store = SqliteJobStore.open(dataDir);
+  const options = { mappings: loadHl7Mappings(), routing: loadClinicRouting(), now: () => new Date(NOW), policy: { freshnessMs: 7 * DAY, reverifyLeadMs: DAY } };
+  const msh = (type: string, id: string, sentAt: string) => `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|${sentAt}||${type}|${id}|P|2.5.1`;
+  const sch = 'SCH|APT-OV^SC||||||||||^^^20261210093000';
+  const pid = 'PID|1||P-OV^^^SC^MR||DOE^JANE||19800102|F';
+  try {
+    await ingestHl7(store, [msh('SIU^S15^SIU_S12', 'OV2', '20261123100000'), sch, pid].join('\r'), options);
+    // The sync's prune, an hour on: the cancellation is not 90 days old.
+    await pruneFinished(store, new Date(Date.parse(NOW) + 3_600_000 - 90 * DAY).toISOString());
+    // The booking, sent before the cancellation, arrives after the prune (an engine resending what it could not deliver).
+    const booking = await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'OV1', '20261123090000'), sch, pid, segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD1234567' })].join('\r'), options);
+    expect(booking.created).toEqual([]);
+    expect(await store.listChecks()).toEqual([]);
+    expect((await store.listAppointments()).map((a) => a.status)).toEqual(['cancelled']);
+    // Once older than the retention period, it goes as any appointment over does.
+    expect(await pruneFinished(store, new Date(Date.parse(NOW) + 91 * DAY - 90 * DAY).toISOString())).toMatchObject({ appointments: 1 });
+  } finally {
+    await store.close();
+  }
 });
