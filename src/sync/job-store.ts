@@ -337,10 +337,13 @@ export interface JobStore {
    * that holds them, is before it, with their bodies and links, but the one each plan's Coverage is
    * ended through when the PMS drops it (the latest of an HL7 patient's plan whose write is in the
    * chart, its drop not seen yet: endDroppedPlans reads it however old); appointments whose visit is
-   * before it and that hold no check. Patients stay. `after`, given back, goes on from where the last
+   * before it and that hold no check. Patients stay. A check kept so (a plan's latest) loses its
+   * result's benefits, `result.result`, once its visit and result are before `before` (`trimmed`
+   * counts them): what reads it then needs the result's status and ids alone, and each patient's plan
+   * would otherwise keep 10 to 30 KB for good. `after`, given back, goes on from where the last
    * batch of this run stopped (rows kept are not looked at again); undefined: nothing is left to look at.
    */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }>;
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }>;
   /** Whether the store answers (for /healthz). */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -194,7 +194,7 @@ export class PgJobStore implements JobStore {
    * (a message's lock, or its row lock) is left for the next run, and one is deleted only as it is
    * when the lock is taken (the conditions read again by the DELETE).
    */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }> {
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }> {
     return inTransaction(this.pool, (db) => PG_PRUNING[options.kind](db, options));
   }
 
@@ -442,7 +442,7 @@ async function lockedNow(db: Queryable, namespace: string, keys: string[]): Prom
   return rows.map((r) => r.key);
 }
 
-const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{ pruned: number; after?: string }>> = {
+const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{ pruned: number; trimmed?: number; after?: string }>> = {
   async messages(db, batch) {
     const { rowCount } = await db.query(
       `DELETE FROM messages WHERE id IN (
@@ -473,7 +473,15 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{
     );
     const gone = rows.map((r) => r.key);
     if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE check_key = ANY($1)', [gone]);
-    return { pruned: gone.length, ...(page.after !== undefined && { after: page.after }) };
+    // What stays of those (each plan's latest) needs its state, plan and the result's status and ids, not the benefits of a 10 to 30 KB result.
+    const trimmed = await db.query(
+      `UPDATE checks c SET row = (c.row::jsonb #- '{result,result}')::json WHERE c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2
+         AND (c.result_at IS NULL OR c.result_at < $2) AND ${ROW_SQL.asText(ROW_SQL.field('c', ['check', 'dateOfService']))} < $3
+         AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= $3)
+         AND lower(c.row->'result'->>'status') IN ('completed', 'partial') AND json_typeof(c.row->'result'->'result') <> 'null'`,
+      [keys, batch.before, day],
+    );
+    return { pruned: gone.length, ...(trimmed.rowCount ? { trimmed: trimmed.rowCount } : {}), ...(page.after !== undefined && { after: page.after }) };
   },
   async appointments(db, batch) {
     const day = batch.before.slice(0, 10);

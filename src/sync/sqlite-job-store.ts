@@ -440,11 +440,11 @@ export class SqliteJobStore implements JobStore {
   }
 
   /** One batch, in the commit queue as every transaction is: see JobStore.prune. */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; after?: string }> {
+  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }> {
     return this.batched(LASTING, async () => {
       const done = (this.pruning ??= sqlitePruning(this.db))[options.kind](options);
       for (const key of done.checks ?? []) this.checks.forget(key);
-      return { pruned: done.pruned, ...(done.after !== undefined && { after: done.after }) };
+      return { pruned: done.pruned, ...(done.trimmed && { trimmed: done.trimmed }), ...(done.after !== undefined && { after: done.after }) };
     });
   }
 
@@ -779,8 +779,8 @@ function appointmentFrom(r: AppointmentRecord): AppointmentRow {
 }
 
 type PruneBatch = { before: string; limit: number; after?: string };
-/** A prune batch's work: how many rows went, where the next batch goes on from, and the checks deleted (out of the cache). */
-type SqlitePruning = Record<Pruned, (batch: PruneBatch) => { pruned: number; after?: string; checks?: string[] }>;
+/** A prune batch's work: how many rows went, bodies trimmed, where the next batch goes on from, and the checks deleted or trimmed (out of the cache). */
+type SqlitePruning = Record<Pruned, (batch: PruneBatch) => { pruned: number; trimmed?: number; after?: string; checks?: string[] }>;
 
 /** A field of a check row's JSON as the store's expression indexes name it; text compares as JavaScript compares it. */
 const ROW_SQL: CheckRowSql = { field: (t, path) => `json_extract(${t}.row, '$.${path.join('.')}')`, asText: (expression) => expression };
@@ -799,12 +799,16 @@ function sqlitePruning(db: Database): SqlitePruning {
     `SELECT key, updated_at AS at FROM checks WHERE state IN ('cancelled', 'written') AND due_at IS NULL AND updated_at < @before
        AND (updated_at, key) > (@at, @key) ORDER BY updated_at, key LIMIT @limit`,
   );
-  const checksToGo = db.prepare(
-    `SELECT c.key FROM checks c WHERE c.key IN (SELECT value FROM json_each(@keys))
+  // Of a page, those done with before the cutoff: a check's result, its visit and every visit that holds it before then.
+  const pastCutoff = `c.key IN (SELECT value FROM json_each(@keys))
        AND (c.result_at IS NULL OR c.result_at < @before) AND ${field('c', 'check.dateOfService')} < @day
-       AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= @day)
-       AND NOT ${planLatestSql(ROW_SQL, 'c')}`,
+       AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= @day)`;
+  const checksToGo = db.prepare(`SELECT c.key FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')}`).pluck();
+  const resultsToTrim = db.prepare(
+    `SELECT c.key FROM checks c JOIN check_results r ON r.key = c.key WHERE ${pastCutoff}
+       AND lower(json_extract(r.result, '$.status')) IN ('completed', 'partial') AND json_type(r.result, '$.result') <> 'null'`,
   ).pluck();
+  const trimResults = db.prepare(`UPDATE check_results SET result = json_remove(result, '$.result') WHERE key IN (SELECT value FROM json_each(?))`);
   const dropChecks = db.prepare('DELETE FROM checks WHERE key IN (SELECT value FROM json_each(?))');
   const dropResults = db.prepare('DELETE FROM check_results WHERE key IN (SELECT value FROM json_each(?))');
   const dropCheckLinks = db.prepare('DELETE FROM appointment_checks WHERE check_key IN (SELECT value FROM json_each(?))');
@@ -837,7 +841,9 @@ function sqlitePruning(db: Database): SqlitePruning {
       const gone = checksToGo.all({ keys: page.keys, before: batch.before, day }) as string[];
       const keys = JSON.stringify(gone);
       if (gone.length > 0) (dropChecks.run(keys), dropResults.run(keys), dropCheckLinks.run(keys));
-      return { pruned: gone.length, checks: gone, ...(page.after !== undefined && { after: page.after }) };
+      const trimmed = resultsToTrim.all({ keys: page.keys, before: batch.before, day }) as string[];
+      if (trimmed.length > 0) trimResults.run(JSON.stringify(trimmed));
+      return { pruned: gone.length, trimmed: trimmed.length, checks: [...gone, ...trimmed], ...(page.after !== undefined && { after: page.after }) };
     },
     appointments: (batch) => {
       const day = batch.before.slice(0, 10);

@@ -314,7 +314,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       const OLD = '2026-05-01T09:00:00.000Z';
       const OLD_DAY = '2026-05-01';
       const written = { requestId: 'CoverageEligibilityRequest/1', responseId: 'CoverageEligibilityResponse/1' };
-      const body = { status: 'Completed', correlationId: 'corr', big: 'x'.repeat(4000) };
+      const body = { status: 'Completed', correlationId: 'corr', result: { benefits: 'x'.repeat(4000) } };
       /** A check finished long ago, for a visit long over, nothing scheduled. */
       const old = (key: string, change: Partial<CheckRow> = {}): CheckRow => {
         const row = checkRow(key, { state: 'written', dueAt: undefined, createdAt: OLD, updatedAt: OLD, written, result: body, resultAt: OLD, ...change });
@@ -350,7 +350,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putAppointment(appointment('apt-overtaken-old', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20260501100000' }, updatedAt: OLD }));
         });
 
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 3 });
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 3, bodies: 0 });
         expect(await keysOf()).toEqual(['c_attention', 'c_dead', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
         expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-old-attention', 'apt-overtaken', 'apt-to-come']);
         expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
@@ -362,7 +362,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           expect(await tx.appointmentsHolding('c_linked')).toEqual([]);
         });
         // A second prune finds nothing.
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 0, appointments: 0 });
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 0, appointments: 0, bodies: 0 });
       });
 
       it('keeps the check through which a plan the PMS drops later ends its Coverage, however old', async () => {
@@ -396,9 +396,15 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(hl7('t_two', '2025-04-01', 'M5'));
           // Another payer's plan under the same member id is a plan of its own.
           await tx.putCheck(hl7('u_other_payer', '2025-01-01', 'M1', { check: { ...check, coverage: { ...check.coverage, payer: { id: '99999' } } } }));
+          // A failure's body is its problem, small, and what jobs list names its kind by.
+          await tx.putCheck(hl7('v_failed', '2025-01-01', 'M6', { result: { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } } }));
         });
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0 });
-        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer']);
+        // The checks kept lose their results' benefits (each plan's would be 10 to 30 KB for good), not their status and ids.
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0, bodies: 6 });
+        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer', 'v_failed']);
+        const kept = await store.transaction(async (tx) => [(await tx.getCheck('p_latest'))?.result, (await tx.getCheck('v_failed'))?.result]);
+        expect(kept).toEqual([{ status: 'Completed', correlationId: 'corr' }, { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } }]);
+        expect((await pruneFinished(store, CUTOFF)).bodies).toBe(0);
 
         // The PMS drops plan M1: its Coverage is ended through the check kept.
         const { memberId: _m, ...person } = check.patient;
@@ -422,7 +428,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           batches.push(done.pruned);
           return done;
         };
-        expect(await pruneFinished(counted, CUTOFF, { limit: 2 })).toEqual({ messages: 7, checks: 5, appointments: 0 });
+        expect(await pruneFinished(counted, CUTOFF, { limit: 2 })).toEqual({ messages: 7, checks: 5, appointments: 0, bodies: 0 });
         expect(Math.max(...batches)).toBe(2);
         expect(batches.length).toBeGreaterThanOrEqual(4 + 5 + 1);
         expect((await keysOf()).filter((key) => key.startsWith('k_gone'))).toEqual([]);

@@ -131,7 +131,7 @@ describe('the sync prunes the store', () => {
       expect(failed && JSON.parse(failed)).toMatchObject({ level: 40, err: 'disk I/O error' });
       const said = JSON.parse(pruned) as Record<string, unknown>;
       expect(said).toMatchObject({ level: 30, messages: 2, checks: 1, appointments: 1, retentionDays: 90 });
-      expect(Object.keys(said).sort()).toEqual(['appointments', 'checks', 'level', 'messages', 'msg', 'retentionDays', 'service', 'time']);
+      expect(Object.keys(said).sort()).toEqual(['appointments', 'bodies', 'checks', 'level', 'messages', 'msg', 'retentionDays', 'service', 'time']);
       for (const line of lines) expect(line).not.toMatch(/SMITH|DOE|elig_smith/);
       const metrics = await sync.metrics.text();
       expect(metrics).toContain('dental_elig_pruned_total{what="messages"} 2');
