@@ -172,7 +172,10 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       ),
       check,
     );
-    const response = toCoverageEligibilityResponse(
+    // A result whose benefits the store's prune cut (a plan's latest check, its visit long over) is
+    // written again for its Coverage alone (its order or dates changed): the response the chart holds keeps them.
+    const kept = storedResponse && benefitsCut(outcome) ? storedResponse : undefined;
+    const response = kept ?? toCoverageEligibilityResponse(
       outcome,
       { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
       { created: storedResponse?.created ?? options.at, checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
@@ -193,7 +196,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
         })),
         ...updates.map((u) => updateEntry(u.resource, u.id, u.version)),
         entryFor(request, requestRef, storedRequest, pairCondition),
-        entryFor(response, responseRef, storedResponse, pairCondition),
+        ...(kept ? [] : [entryFor(response, responseRef, storedResponse, pairCondition)]),
       ];
       const answer = await client.transaction(entries);
       entries.forEach((entry, i) => {
@@ -280,6 +283,11 @@ function withAppointment(request: CoverageEligibilityRequest, check: Eligibility
 }
 
 /** Created once per check and verification; once stored, updated in place. */
+/** A completed or partial result stored without its benefits (`result.result`): what JobStore.prune leaves of a plan's latest check. */
+function benefitsCut(outcome: VerificationOutcome): boolean {
+  return (outcome.kind === 'completed' || outcome.kind === 'partial') && outcome.verification.result === undefined;
+}
+
 function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
   if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
   return updateEntry(resource, stored.id, stored.meta?.versionId);

@@ -7,6 +7,7 @@ import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { replayMessage, retryCheck } from '../../src/sync/operations';
+import { pruneFinished } from '../../src/sync/prune';
 import type { CheckState } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
@@ -187,6 +188,31 @@ describe('HL7 v2 into the chart', () => {
     expect(verificationsSent()).toBe(2);
     expect(await responses()).toHaveLength(2);
     expect((await h.store.listChecks()).map((c) => c.round)).toEqual([0, 0]);
+  });
+
+  it('follows a change of coordination of benefits on a visit long over into the Coverages, the benefits the chart holds for it kept', async () => {
+    await start();
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-COMPLETE'];
+    const orders = () => coveragesBy((c) => c.order);
+    const benefits = async () => (await responses()).map((r) => r.insurance?.[0]?.item?.length ?? 0);
+    // A visit tomorrow: its result still fresh then, nothing is verified again before it.
+    const visit = (type: string, id: string, ...plans: string[]) => [msh(type, id), sch('APT-9', visitIn(1)), pid('P-9'), ...plans].join('\r');
+    expect(await send(visit('SIU^S12^SIU_S12', 'H1', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const written = await benefits();
+    expect(written.every((items) => items > 0)).toBe(true);
+    // The retention period over the visit: each plan's latest check is kept, its result's benefits cut.
+    expect((await pruneFinished(h.store, new Date(Date.now() + 30 * 86_400_000).toISOString())).bodies).toBe(2);
+
+    // The front desk swaps the plans on that visit (a billing correction): the Coverages follow, the responses keep their benefits.
+    expect(await send(visit('SIU^S14^SIU_S12', 'H2', ...insurance(cigna, guardian)))).toEqual(['AA']);
+    await until('the Coverages reordered', async () => {
+      const now = await orders();
+      return now['Guardian'] === 2 && now['Cigna Dental'] === 1 && (await h.store.listChecks({ states: ['written'] })).length === 2;
+    });
+    expect(await benefits()).toEqual(written);
+    expect(verificationsSent()).toBe(2);
   });
 
   it("writes each plan's dates into its Coverage, this year's and next year's apart, and follows a corrected date without verifying again", async () => {
