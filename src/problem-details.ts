@@ -5,7 +5,8 @@ import { STATUS_CODES, type ServerResponse } from 'node:http';
  * library answers one, but the FHIR notification endpoint, whose senders read an OperationOutcome.
  * Without a type the problem is about:blank, whose title is the status's own phrase. The
  * connection is closed after it: a request refused may not have been read to its end (too large,
- * too many in hand, unauthenticated), and what is left of it must not be read as the next request.
+ * too many in hand, unauthenticated), and Node would read and throw away the rest of its body,
+ * however long, to take the next request; a peer pipelining past its limit loses the rest too.
  */
 export function sendProblem(res: ServerResponse, status: number, detail: string, problem: { type?: string; title?: string; errors?: readonly unknown[] } = {}): void {
   if (res.headersSent) return;

@@ -282,12 +282,12 @@ function withAppointment(request: CoverageEligibilityRequest, check: Eligibility
   return appointment ? { ...request, supportingInfo: [{ sequence: 1, information: appointment, appliesToAll: true }] } : request;
 }
 
-/** Created once per check and verification; once stored, updated in place. */
 /** A completed or partial result stored without its benefits (`result.result`): what JobStore.prune leaves of a plan's latest check. */
 function benefitsCut(outcome: VerificationOutcome): boolean {
   return (outcome.kind === 'completed' || outcome.kind === 'partial') && outcome.verification.result === undefined;
 }
 
+/** Created once per check and verification; once stored, updated in place. */
 function entryFor<T extends CoverageEligibilityRequest | CoverageEligibilityResponse>(resource: T, ref: string, stored: T | undefined, condition: string): BundleEntry {
   if (!stored?.id) return { fullUrl: ref, resource, request: { method: 'POST', url: resource.resourceType, ifNoneExist: condition } };
   return updateEntry(resource, stored.id, stored.meta?.versionId);
