@@ -527,9 +527,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       pruning = pruneFinished(store, before, { stopping: () => stopping !== undefined })
         .then(
           (pruned) => {
-            const kinds = [...PRUNED, 'bodies'] as const;
-            for (const what of kinds) if (pruned[what] > 0) metrics.pruned.inc({ what }, pruned[what]);
-            if (kinds.some((what) => pruned[what] > 0)) logger.info({ ...pruned, retentionDays: settings.retentionDays }, 'pruned the job store of the work finished before the retention period');
+            for (const what of PRUNED) if (pruned[what] > 0) metrics.pruned.inc({ what }, pruned[what]);
+            if (pruned.bodies > 0) metrics.prunedBodies.inc(pruned.bodies);
+            if (PRUNED.some((what) => pruned[what] > 0) || pruned.bodies > 0) logger.info({ ...pruned, retentionDays: settings.retentionDays }, 'pruned the job store of the work finished before the retention period');
           },
           (err: unknown) => {
             // The store out of reach is said once by its watch.

@@ -39,7 +39,8 @@ export class SyncMetrics {
   readonly messages = new Counter({ name: 'dental_elig_messages_total', help: 'Messages received, by type and ACK code', labelNames: ['type', 'ack'], registers: [this.registry] });
   readonly outcomes = new Counter({ name: 'dental_elig_outcomes_total', help: 'Verification outcomes stored, by outcome (each as stored: a check given up as NotVerified and answered later counts under both)', labelNames: ['outcome'], registers: [this.registry] });
   readonly failures = new Counter({ name: 'dental_elig_failures_total', help: 'Failed verifications, by failure kind', labelNames: ['kind'], registers: [this.registry] });
-  readonly pruned = new Counter({ name: 'dental_elig_pruned_total', help: 'What the job store was pruned of past the retention period: rows, by what they were, and the verification bodies (benefits) cut from the checks it keeps', labelNames: ['what'], registers: [this.registry] });
+  readonly pruned = new Counter({ name: 'dental_elig_pruned_total', help: 'Rows the job store was pruned of, past the retention period, by what they were', labelNames: ['what'], registers: [this.registry] });
+  readonly prunedBodies = new Counter({ name: 'dental_elig_pruned_bodies_total', help: 'Verification bodies (their benefits) cut from the checks the job store keeps past the retention period', registers: [this.registry] });
   readonly webhooks = new Counter({ name: 'dental_elig_webhooks_total', help: 'Webhook deliveries, by what became of them', labelNames: ['result'], registers: [this.registry] });
   readonly latency = new Histogram({
     name: 'dental_elig_request_duration_seconds',

@@ -26,6 +26,7 @@ import {
   type StoreCounts,
   type StoreTx,
 } from './job-store';
+import { statusOfKindSql } from '../verification/outcome';
 import { LEASE_ORPHANED, LiveLock } from './pg-live-lock';
 import { expectSchema, migrate, schemaVersion } from './pg-schema';
 import { inTransaction, lockKey, storeError, type Queryable } from './pg-transaction';
@@ -478,7 +479,7 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{
       `UPDATE checks c SET row = (c.row::jsonb #- '{result,result}')::json WHERE c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2
          AND (c.result_at IS NULL OR c.result_at < $2) AND ${ROW_SQL.asText(ROW_SQL.field('c', ['check', 'dateOfService']))} < $3
          AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= $3)
-         AND lower(c.row->'result'->>'status') IN ('completed', 'partial') AND json_typeof(c.row->'result'->'result') <> 'null'`,
+         AND ${statusOfKindSql("c.row->'result'->>'status'", ['completed', 'partial'])} AND json_typeof(c.row->'result'->'result') <> 'null'`,
       [keys, batch.before, day],
     );
     return { pruned: gone.length, ...(trimmed.rowCount ? { trimmed: trimmed.rowCount } : {}), ...(page.after !== undefined && { after: page.after }) };

@@ -26,6 +26,7 @@ import {
   type StoreCounts,
   type StoreTx,
 } from './job-store';
+import { statusOfKindSql } from '../verification/outcome';
 import { Database, type Statement } from './sqlite-driver';
 import { WalCheckpointer } from './wal-checkpointer';
 import { WalSync } from './wal-sync';
@@ -806,7 +807,7 @@ function sqlitePruning(db: Database): SqlitePruning {
   const checksToGo = db.prepare(`SELECT c.key FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')}`).pluck();
   const resultsToTrim = db.prepare(
     `SELECT c.key FROM checks c JOIN check_results r ON r.key = c.key WHERE ${pastCutoff}
-       AND lower(json_extract(r.result, '$.status')) IN ('completed', 'partial') AND json_type(r.result, '$.result') <> 'null'`,
+       AND ${statusOfKindSql("json_extract(r.result, '$.status')", ['completed', 'partial'])} AND json_type(r.result, '$.result') <> 'null'`,
   ).pluck();
   const trimResults = db.prepare(`UPDATE check_results SET result = json_remove(result, '$.result') WHERE key IN (SELECT value FROM json_each(?))`);
   const dropChecks = db.prepare('DELETE FROM checks WHERE key IN (SELECT value FROM json_each(?))');

@@ -35,6 +35,15 @@ export function outcomeKindOf(status: string): OutcomeKind {
   return STATUS_SYNONYMS[status.replace(/[\s_-]/g, '').toLowerCase()] ?? 'unknown';
 }
 
+/**
+ * A SQL condition that `status` (an expression giving a result's status as text) is of one of
+ * `kinds`, as outcomeKindOf reads it: case, spaces, underscores and hyphens aside (SQLite and PostgreSQL alike).
+ */
+export function statusOfKindSql(status: string, kinds: readonly OutcomeKind[]): string {
+  const names = Object.entries(STATUS_SYNONYMS).flatMap(([name, kind]) => (kinds.includes(kind) ? [`'${name}'`] : []));
+  return `replace(replace(replace(lower(${status}), ' ', ''), '_', ''), '-', '') IN (${names.join(', ')})`;
+}
+
 /** The kind of a failure (InvalidCredentials, PatientNotFound, …), as its problem type names it; undefined for any other outcome. */
 export function failureKindIn(outcome: VerificationOutcome): string | undefined {
   return outcome.kind === 'failed' ? outcome.failure.kind : undefined;

@@ -398,12 +398,22 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(hl7('u_other_payer', '2025-01-01', 'M1', { check: { ...check, coverage: { ...check.coverage, payer: { id: '99999' } } } }));
           // A failure's body is its problem, small, and what jobs list names its kind by.
           await tx.putCheck(hl7('v_failed', '2025-01-01', 'M6', { result: { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } } }));
+          // A status the client reads as Completed under another name is one all the same.
+          await tx.putCheck(hl7('w_success', '2025-01-01', 'M7', { result: { status: 'Partially_Completed', correlationId: 'corr-w', result: { benefits: 'x'.repeat(4000) } } }));
         });
         // The checks kept lose their results' benefits (each plan's would be 10 to 30 KB for good), not their status and ids.
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0, bodies: 6 });
-        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer', 'v_failed']);
-        const kept = await store.transaction(async (tx) => [(await tx.getCheck('p_latest'))?.result, (await tx.getCheck('v_failed'))?.result]);
-        expect(kept).toEqual([{ status: 'Completed', correlationId: 'corr' }, { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } }]);
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0, bodies: 7 });
+        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer', 'v_failed', 'w_success']);
+        const kept = await store.transaction(async (tx) => {
+          const results: unknown[] = [];
+          for (const key of ['p_latest', 'v_failed', 'w_success']) results.push((await tx.getCheck(key))?.result);
+          return results;
+        });
+        expect(kept).toEqual([
+          { status: 'Completed', correlationId: 'corr' },
+          { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } },
+          { status: 'Partially_Completed', correlationId: 'corr-w' },
+        ]);
         expect((await pruneFinished(store, CUTOFF)).bodies).toBe(0);
 
         // The PMS drops plan M1: its Coverage is ended through the check kept.

@@ -99,6 +99,9 @@ describe('the sync prunes the store', () => {
       const row = checkRow('elig_smith_john', { state: 'cancelled', dueAt: undefined, updatedAt: OLD });
       await tx.putCheck({ ...row, check: { ...row.check, dateOfService: OLD.slice(0, 10) } });
       await tx.putAppointment({ key: 'hl7|BSD|APT-SMITH', patientKey: 'hl7|BSD|MR|1', dateOfService: OLD.slice(0, 10), status: 'cancelled', checkKeys: ['elig_smith_john'], basis: {}, updatedAt: OLD });
+      // Another patient's plan's latest check: kept for the day the PMS drops the plan, its benefits cut.
+      const kept = checkRow('elig_doe_jane', { state: 'written', dueAt: undefined, updatedAt: OLD, resultAt: OLD, result: { status: 'Completed', correlationId: 'corr-doe', result: { benefits: [] } }, written: { requestId: 'r', responseId: 's' } });
+      await tx.putCheck({ ...kept, patientKey: 'hl7|BSD|MR|2', check: { ...kept.check, dateOfService: OLD.slice(0, 10), source: { kind: 'hl7', messageControlId: 'DOE-1', messageType: 'SIU^S12', receivedAt: OLD }, subscriber: { ...kept.check.subscriber, memberId: 'M-DOE' } } });
     });
   }
 
@@ -130,13 +133,14 @@ describe('the sync prunes the store', () => {
       const failed = lines.find((line) => line.includes('pruning the job store failed'));
       expect(failed && JSON.parse(failed)).toMatchObject({ level: 40, err: 'disk I/O error' });
       const said = JSON.parse(pruned) as Record<string, unknown>;
-      expect(said).toMatchObject({ level: 30, messages: 2, checks: 1, appointments: 1, retentionDays: 90 });
+      expect(said).toMatchObject({ level: 30, messages: 2, checks: 1, appointments: 1, bodies: 1, retentionDays: 90 });
       expect(Object.keys(said).sort()).toEqual(['appointments', 'bodies', 'checks', 'level', 'messages', 'msg', 'retentionDays', 'service', 'time']);
       for (const line of lines) expect(line).not.toMatch(/SMITH|DOE|elig_smith/);
       const metrics = await sync.metrics.text();
       expect(metrics).toContain('dental_elig_pruned_total{what="messages"} 2');
       expect(metrics).toContain('dental_elig_pruned_total{what="checks"} 1');
       expect(metrics).toContain('dental_elig_pruned_total{what="appointments"} 1');
+      expect(metrics).toContain('dental_elig_pruned_bodies_total 1');
       // It runs on, each interval, finding nothing more: no line of its own then.
       const before = runs;
       await until('another prune', async () => runs > before + 3);
