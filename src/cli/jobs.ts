@@ -8,7 +8,7 @@ import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
-import { notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
+import { DISMISSABLE_STATES, dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
@@ -160,6 +160,32 @@ export function registerJobs(program: Command, io: CliIo): void {
         else io.stdout.write(`message ${id}: replayed, ${done.read}${done.fresh ? '' : ' (nothing new: handled before)'}\n`);
       }),
     );
+
+  common(
+    jobs
+      .command('dismiss')
+      .argument('<id...>', 'dead letters by message id (jobs messages --dead), checks by key (elig_… from jobs list)')
+      .description(`Let go of what a person has dealt with and will not replay or retry: dead letters, and checks that are ${DISMISSABLE_STATES.join(' or ')} (cancelled); the store prunes them after retentionDays`),
+  ).action(async (ids: string[], opts: JobsOpts, command: Command) =>
+    withStore(io, opts, command, async (store) => {
+      const dismissed: string[] = [];
+      const refused: string[] = [];
+      // One transaction each, as retry: one serve moved on meanwhile is refused alone.
+      for (const id of ids) {
+        try {
+          if (/^\d+$/.test(id)) await dismissMessage(store, Number(id));
+          else await dismissCheck(store, id, new Date());
+          dismissed.push(id);
+        } catch (err) {
+          if (!(err instanceof OperationError)) throw err;
+          refused.push(err.message);
+        }
+      }
+      if (opts.json) io.stdout.write(`${JSON.stringify(dismissed)}\n`);
+      else for (const id of dismissed) io.stdout.write(`${/^\d+$/.test(id) ? `message ${id}` : id}: dismissed\n`);
+      if (refused.length > 0) throw new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
+    }),
+  );
 
   common(jobs.command('messages').description('Messages as received (HL7, webhooks, FHIR notifications), and whether jobs replay takes them; dead letters first'))
     .option('--dead', 'only dead letters')
