@@ -8,7 +8,7 @@ import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
 import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
-import { DISMISSABLE_STATES, dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
+import { dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
@@ -164,17 +164,18 @@ export function registerJobs(program: Command, io: CliIo): void {
   common(
     jobs
       .command('dismiss')
-      .argument('<id...>', 'dead letters by message id (jobs messages --dead), checks by key (elig_… from jobs list)')
-      .description(`Let go of what a person has dealt with and will not replay or retry: dead letters, and checks that are ${DISMISSABLE_STATES.join(' or ')} (cancelled); the store prunes them after retentionDays`),
+      .argument('<message...>', 'dead letters by message id (jobs messages --dead)')
+      .description('Let go of dead letters a person has dealt with and will not replay: handled, the store prunes them once received more than retentionDays ago'),
   ).action(async (ids: string[], opts: JobsOpts, command: Command) =>
     withStore(io, opts, command, async (store) => {
-      const dismissed: string[] = [];
+      const bad = ids.find((id) => !/^\d+$/.test(id));
+      if (bad !== undefined) throw new CliError('jobs dismiss: give message ids, whole numbers from jobs messages --dead', 2);
+      const dismissed: number[] = [];
       const refused: string[] = [];
-      // One transaction each, as retry: one serve moved on meanwhile is refused alone.
-      for (const id of ids) {
+      // Each on its own, as retry: one replayed meanwhile is refused alone.
+      for (const id of ids.map(Number)) {
         try {
-          if (/^\d+$/.test(id)) await dismissMessage(store, Number(id));
-          else await dismissCheck(store, id, new Date());
+          await dismissMessage(store, id);
           dismissed.push(id);
         } catch (err) {
           if (!(err instanceof OperationError)) throw err;
@@ -182,7 +183,7 @@ export function registerJobs(program: Command, io: CliIo): void {
         }
       }
       if (opts.json) io.stdout.write(`${JSON.stringify(dismissed)}\n`);
-      else for (const id of dismissed) io.stdout.write(`${/^\d+$/.test(id) ? `message ${id}` : id}: dismissed\n`);
+      else for (const id of dismissed) io.stdout.write(`message ${id}: dismissed\n`);
       if (refused.length > 0) throw new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
     }),
   );

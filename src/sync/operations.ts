@@ -112,31 +112,12 @@ async function replayFhirLetter(store: JobStore, letter: MessageRow, change: Fhi
   return { kind: 'fhir-notification', read, fresh };
 }
 
-/** States of a check a person may let go of, having dealt with it themselves (the payer called, the visit over). */
-export const DISMISSABLE_STATES: readonly CheckRow['state'][] = ['needs-attention', 'dead'];
-
-/**
- * A person lets go of a check that waited for them (needs-attention, dead), having dealt with it:
- * cancelled, nothing scheduled, the store's prune takes it once the retention period is over.
- * Its chart resources stay as they are. A later message for its visit makes it anew, as it makes
- * any cancelled check.
- */
-export async function dismissCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
-  return store.transaction(async (tx) => {
-    const row = await tx.getCheck(key);
-    if (!row) throw new OperationError(`no check with key ${key}`);
-    if (!DISMISSABLE_STATES.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is dismissed when it is ${DISMISSABLE_STATES.join(' or ')}`);
-    const { dueAt: _due, ...rest } = row;
-    const next: CheckRow = { ...rest, state: 'cancelled', lastError: `dismissed by a person (jobs dismiss) when ${row.state}${row.lastError ? `: ${row.lastError}` : ''}`, updatedAt: now.toISOString() };
-    await tx.putCheck(next);
-    return next;
-  });
-}
-
 /**
  * A person lets go of a dead letter they will not replay (a message type the PMS should not send,
- * a test message): handled, its detail saying so, the store's prune takes it once the retention
- * period is over.
+ * a test message): handled, its detail saying so, the store's prune takes it once it was received
+ * more than the retention period ago (at the next prune, for one as old as that already). A check
+ * has no such way out: a cancelled one is made anew by the next message for its visit, and a
+ * late result is not applied to it, so a person's dismissal would not hold.
  */
 export async function dismissMessage(store: JobStore, id: number): Promise<void> {
   const message = await store.getMessage(id);
