@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { JobStore } from '../sync/job-store';
+import { MessageKind, type JobStore } from '../sync/job-store';
 
 /**
  * How long /metrics and /healthz wait for the job store. A database that stops answering without
@@ -75,6 +75,7 @@ export class SyncMetrics {
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });
     const awaiting = new Gauge({ name: 'dental_elig_awaiting_insurance', help: 'Booked appointments waiting for the patient\'s insurance', registers: [this.registry] });
+    const deadLetters = new Gauge({ name: 'dental_elig_dead_letters', help: 'Dead letters kept for a person, by kind (jobs messages --dead; jobs replay or jobs dismiss lets one go)', labelNames: ['kind'], registers: [this.registry] });
     const storeUp = new Gauge({ name: 'dental_elig_store_up', help: 'Whether the job store answered this scrape (0: the store\'s gauges hold what it last said)', registers: [this.registry] });
     // Read from the store when scraped: the store, not this process, knows the queue. A store that
     // does not answer leaves the rest to be read: a scrape failing whole would look like a dead process.
@@ -88,6 +89,8 @@ export class SyncMetrics {
       depth.set(counts.due);
       oldest.set(counts.oldestDueAt ? Math.max(0, (at.getTime() - Date.parse(counts.oldestDueAt)) / 1000) : 0);
       awaiting.set(counts.awaitingInsurance);
+      // Every kind, none at 0: an alert on dead letters clears once a person has replayed or dismissed them.
+      for (const kind of MessageKind.options) deadLetters.set({ kind }, counts.messages[`${kind}:dead`] ?? 0);
     };
     this.collect = collect;
   }
