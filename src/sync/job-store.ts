@@ -289,9 +289,30 @@ export function planLatestSql(sql: CheckRowSql, c: string): string {
       AND ${day('o')} > ${day(c)}))`;
 }
 
+/**
+ * Whether check `c` is done with before the cutoff: its result, its visit and every visit that
+ * holds it before then. `at` names the statement's placeholders for the cutoff instant and its day.
+ */
+export function doneBeforeSql(sql: CheckRowSql, c: string, at: { before: string; day: string }): string {
+  return `(${c}.result_at IS NULL OR ${c}.result_at < ${at.before}) AND ${sql.asText(sql.field(c, ['check', 'dateOfService']))} < ${at.day}
+    AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ${c}.key AND a.date_of_service >= ${at.day})`;
+}
+
 /** What a prune deletes, one kind at a time: see JobStore.prune. */
 export const PRUNED = ['messages', 'checks', 'appointments'] as const;
 export type Pruned = (typeof PRUNED)[number];
+/** One batch of a prune: the cutoff, the most rows it takes, and where the batch before it stopped. */
+export interface PruneBatch {
+  before: string;
+  limit: number;
+  after?: string;
+}
+/** What one batch did: rows deleted, bodies cut, and where the next goes on from (none: nothing is left). */
+export interface PruneDone {
+  pruned: number;
+  trimmed?: number;
+  after?: string;
+}
 
 export interface JobStore {
   /**
@@ -343,7 +364,7 @@ export interface JobStore {
    * would otherwise keep 10 to 30 KB for good. `after`, given back, goes on from where the last
    * batch of this run stopped (rows kept are not looked at again); undefined: nothing is left to look at.
    */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }>;
+  prune(options: PruneBatch & { kind: Pruned }): Promise<PruneDone>;
   /** Whether the store answers (for /healthz). */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -9,6 +9,7 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  doneBeforeSql,
   planLatestSql,
   takeToken,
   type AppointmentStatus,
@@ -22,6 +23,8 @@ import {
   type MessageRecord,
   type MessageStatus,
   type NewMessage,
+  type PruneBatch,
+  type PruneDone,
   type Pruned,
   type StoreCounts,
   type StoreTx,
@@ -195,7 +198,7 @@ export class PgJobStore implements JobStore {
    * (a message's lock, or its row lock) is left for the next run, and one is deleted only as it is
    * when the lock is taken (the conditions read again by the DELETE).
    */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }> {
+  prune(options: PruneBatch & { kind: Pruned }): Promise<PruneDone> {
     return inTransaction(this.pool, (db) => PG_PRUNING[options.kind](db, options));
   }
 
@@ -417,8 +420,6 @@ function pgMessageFrom(r: PgMessageRecord): MessageRow {
   return messageFrom({ ...r, id: Number(r.id), raw: r.raw.toString('utf8'), dedupe_key: r.dedupe_key.toString('utf8') });
 }
 
-type PruneBatch = { before: string; limit: number; after?: string };
-
 /**
  * A field of a check row's JSON as text, as the expression indexes name it (checks_patient); dates and
  * instants kept as text compare as JavaScript compares them, code point by code point, not by the database's locale.
@@ -443,7 +444,7 @@ async function lockedNow(db: Queryable, namespace: string, keys: string[]): Prom
   return rows.map((r) => r.key);
 }
 
-const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{ pruned: number; trimmed?: number; after?: string }>> = {
+const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<PruneDone>> = {
   async messages(db, batch) {
     const { rowCount } = await db.query(
       `DELETE FROM messages WHERE id IN (
@@ -464,21 +465,17 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<{
       batch.before,
     );
     const keys = await lockedNow(db, 'check', page.keys);
+    // The page's conditions read again as the row is locked, then the cutoff's: the same for what goes and what is cut.
+    const pastCutoff = `c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2 AND ${doneBeforeSql(ROW_SQL, 'c', { before: '$2', day: '$3' })}`;
     const { rows } = await db.query<{ key: string }>(
-      `DELETE FROM checks c WHERE c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2
-         AND (c.result_at IS NULL OR c.result_at < $2) AND ${ROW_SQL.asText(ROW_SQL.field('c', ['check', 'dateOfService']))} < $3
-         AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= $3)
-         AND NOT ${planLatestSql(ROW_SQL, 'c')}
-       RETURNING c.key`,
+      `DELETE FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')} RETURNING c.key`,
       [keys, batch.before, day],
     );
     const gone = rows.map((r) => r.key);
     if (gone.length > 0) await db.query('DELETE FROM appointment_checks WHERE check_key = ANY($1)', [gone]);
     // What stays of those (each plan's latest) needs its state, plan and the result's status and ids, not the benefits of a 10 to 30 KB result.
     const trimmed = await db.query(
-      `UPDATE checks c SET row = (c.row::jsonb #- '{result,result}')::json WHERE c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2
-         AND (c.result_at IS NULL OR c.result_at < $2) AND ${ROW_SQL.asText(ROW_SQL.field('c', ['check', 'dateOfService']))} < $3
-         AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= $3)
+      `UPDATE checks c SET row = (c.row::jsonb #- '{result,result}')::json WHERE ${pastCutoff}
          AND ${statusOfKindSql("c.row->'result'->>'status'", ['completed', 'partial'])} AND json_typeof(c.row->'result'->'result') <> 'null'`,
       [keys, batch.before, day],
     );

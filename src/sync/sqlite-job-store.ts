@@ -10,6 +10,7 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  doneBeforeSql,
   planLatestSql,
   schemaRefusal,
   takeToken,
@@ -22,6 +23,8 @@ import {
   type MessageRecord,
   type MessageStatus,
   type NewMessage,
+  type PruneBatch,
+  type PruneDone,
   type Pruned,
   type StoreCounts,
   type StoreTx,
@@ -441,7 +444,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   /** One batch, in the commit queue as every transaction is: see JobStore.prune. */
-  prune(options: { kind: Pruned; before: string; limit: number; after?: string }): Promise<{ pruned: number; trimmed?: number; after?: string }> {
+  prune(options: PruneBatch & { kind: Pruned }): Promise<PruneDone> {
     return this.batched(LASTING, async () => {
       const done = (this.pruning ??= sqlitePruning(this.db))[options.kind](options);
       for (const key of done.checks ?? []) this.checks.forget(key);
@@ -779,13 +782,11 @@ function appointmentFrom(r: AppointmentRecord): AppointmentRow {
   });
 }
 
-type PruneBatch = { before: string; limit: number; after?: string };
-/** A prune batch's work: how many rows went, bodies trimmed, where the next batch goes on from, and the checks deleted or trimmed (out of the cache). */
-type SqlitePruning = Record<Pruned, (batch: PruneBatch) => { pruned: number; trimmed?: number; after?: string; checks?: string[] }>;
+/** A prune batch's work, and the checks it deleted or trimmed (out of the cache). */
+type SqlitePruning = Record<Pruned, (batch: PruneBatch) => PruneDone & { checks?: string[] }>;
 
 /** A field of a check row's JSON as the store's expression indexes name it; text compares as JavaScript compares it. */
 const ROW_SQL: CheckRowSql = { field: (t, path) => `json_extract(${t}.row, '$.${path.join('.')}')`, asText: (expression) => expression };
-const field = (t: string, path: string) => ROW_SQL.field(t, path.split('.'));
 
 /**
  * The prune's statements (see JobStore.prune). Checks and appointments are looked at a page at a
@@ -801,9 +802,7 @@ function sqlitePruning(db: Database): SqlitePruning {
        AND (updated_at, key) > (@at, @key) ORDER BY updated_at, key LIMIT @limit`,
   );
   // Of a page, those done with before the cutoff: a check's result, its visit and every visit that holds it before then.
-  const pastCutoff = `c.key IN (SELECT value FROM json_each(@keys))
-       AND (c.result_at IS NULL OR c.result_at < @before) AND ${field('c', 'check.dateOfService')} < @day
-       AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = c.key AND a.date_of_service >= @day)`;
+  const pastCutoff = `c.key IN (SELECT value FROM json_each(@keys)) AND ${doneBeforeSql(ROW_SQL, 'c', { before: '@before', day: '@day' })}`;
   const checksToGo = db.prepare(`SELECT c.key FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')}`).pluck();
   const resultsToTrim = db.prepare(
     `SELECT c.key FROM checks c JOIN check_results r ON r.key = c.key WHERE ${pastCutoff}
