@@ -39,7 +39,8 @@ export function fieldErrors(issues: readonly z.core.$ZodIssue[], input: unknown)
 
 const dotted = (path: readonly PropertyKey[]) => path.map(String).join('.');
 
-function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+/** What is at `path` in a parsed JSON value: undefined past the end of what it holds. */
+export function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
   let at: unknown = input;
   for (const key of path) {
     if (typeof at !== 'object' || at === null) return undefined;

@@ -6,7 +6,7 @@
  */
 import type * as z from 'zod';
 import { classifyFailure, type FailureClassification } from './failure-kinds';
-import { describeIssue } from '../domain/issues';
+import { describeIssue, valueAt } from '../domain/issues';
 import { HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
 
 export type OutcomeKind = 'completed' | 'partial' | 'failed' | 'pending' | 'unknown';
@@ -193,10 +193,6 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
 const MAX_ROUNDS = 50;
 /** The keys of a benefit entry (data.frequencies[i], ...) that say what it is of: its care, network, who, term and period, and what it waives. */
 const QUALIFYING_KEYS = new Set(['category', 'procedureCodes', 'procedureCode', 'network', 'scope', 'type', 'period', 'periodLength', 'waivedCategories']);
-
-function valueAt(value: unknown, path: readonly PropertyKey[]): unknown {
-  return path.reduce<unknown>((holder, key) => (holder !== null && typeof holder === 'object' ? (holder as Record<PropertyKey, unknown>)[key] : undefined), value);
-}
 
 /**
  * v1 wrote coinsurance percentage.final as a string ("80", "80%", "50-80"); v2 as {start, end}.
