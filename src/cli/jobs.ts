@@ -116,21 +116,11 @@ export function registerJobs(program: Command, io: CliIo): void {
       withStore(io, opts, command, async (store) => {
         if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
-        const retried: CheckRow[] = [];
-        const refused: string[] = [];
-        // One transaction each: a check serve moved on meanwhile is refused alone, the others retried.
-        for (const key of selected) {
-          try {
-            retried.push(await retryCheck(store, key, new Date()));
-          } catch (err) {
-            if (!(err instanceof OperationError)) throw err;
-            refused.push(err.message);
-          }
-        }
+        const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
         else for (const row of retried) io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
         if (keys.length === 0 && !opts.json) io.stdout.write(`${retried.length} ${retried.length === 1 ? 'check' : 'checks'} received again\n`);
-        if (refused.length > 0) throw new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
+        if (refused.length > 0) throw refusal(refused);
       }),
     );
 
@@ -170,21 +160,10 @@ export function registerJobs(program: Command, io: CliIo): void {
     withStore(io, opts, command, async (store) => {
       const bad = ids.find((id) => !/^\d+$/.test(id));
       if (bad !== undefined) throw new CliError('jobs dismiss: give message ids, whole numbers from jobs messages --dead', 2);
-      const dismissed: number[] = [];
-      const refused: string[] = [];
-      // Each on its own, as retry: one replayed meanwhile is refused alone.
-      for (const id of ids.map(Number)) {
-        try {
-          await dismissMessage(store, id);
-          dismissed.push(id);
-        } catch (err) {
-          if (!(err instanceof OperationError)) throw err;
-          refused.push(err.message);
-        }
-      }
+      const { done: dismissed, refused } = await eachAlone(ids.map(Number), async (id) => (await dismissMessage(store, id), id));
       if (opts.json) io.stdout.write(`${JSON.stringify(dismissed)}\n`);
       else for (const id of dismissed) io.stdout.write(`message ${id}: dismissed\n`);
-      if (refused.length > 0) throw new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
+      if (refused.length > 0) throw refusal(refused);
     }),
   );
 
@@ -204,6 +183,29 @@ export function registerJobs(program: Command, io: CliIo): void {
         ], Boolean(opts.json));
       }),
     );
+}
+
+/**
+ * `act` on each of `items` in a transaction of its own: one serve moved on meanwhile (an
+ * OperationError) is refused alone, the others done.
+ */
+async function eachAlone<T, R>(items: readonly T[], act: (item: T) => Promise<R>): Promise<{ done: R[]; refused: string[] }> {
+  const done: R[] = [];
+  const refused: string[] = [];
+  for (const item of items) {
+    try {
+      done.push(await act(item));
+    } catch (err) {
+      if (!(err instanceof OperationError)) throw err;
+      refused.push(err.message);
+    }
+  }
+  return { done, refused };
+}
+
+/** The command's failure once the rest is done: the first refusal, and how many more. */
+function refusal(refused: readonly string[]): CliError {
+  return new CliError(`jobs: ${refused[0]}${refused.length > 1 ? ` (and ${refused.length - 1} more refused)` : ''}`);
 }
 
 /**
