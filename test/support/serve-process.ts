@@ -15,7 +15,8 @@ export interface Serve {
 export function startServe(dataDir: string, env: NodeJS.ProcessEnv, extra: string[] = []): Promise<Serve> {
   const child = spawn(process.execPath, [bin, 'serve', '--config', path.join(dataDir, 'config.json'), '--data-dir', dataDir, '--mllp-port', '0', '--http-port', '0', ...extra], {
     cwd: projectRoot,
-    env: { PATH: process.env.PATH, ...env },
+    // As README deploys it: without the limit, serve on Node 24 starts with a warning advising it.
+    env: { PATH: process.env.PATH, NODE_OPTIONS: '--max-semi-space-size=16', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const stderr: string[] = [];
