@@ -298,6 +298,14 @@ export function doneBeforeSql(sql: CheckRowSql, c: string, at: { before: string;
     AND NOT EXISTS (SELECT 1 FROM appointment_checks l JOIN appointments a ON a.key = l.appointment_key WHERE l.check_key = ${c}.key AND a.date_of_service >= ${at.day})`;
 }
 
+/**
+ * The states in which a check rests for good unless a person acts: those a prune takes once its
+ * visit is over (JobStore.prune). A check left to a person (needs-attention, dead) goes too: a visit
+ * more than the retention period over has nothing left to verify, and `jobs retry` had that long.
+ * The stores' partial indexes (checks_finished) name the same states.
+ */
+export const RESTING_STATES_SQL = `('cancelled', 'written', 'needs-attention', 'dead')`;
+
 /** What a prune deletes, one kind at a time: see JobStore.prune. */
 export const PRUNED = ['messages', 'checks', 'appointments'] as const;
 export type Pruned = (typeof PRUNED)[number];
@@ -354,8 +362,9 @@ export interface JobStore {
   /**
    * Deletes one batch, at most `limit` rows, of the finished work of one kind from before `before`
    * (an instant), in one transaction: messages handled (dead letters stay for a person); checks
-   * done with (cancelled, or written with nothing scheduled) whose visit, and every appointment's
-   * that holds them, is before it, with their bodies and links, but the one each plan's Coverage is
+   * done with (cancelled, or written with nothing scheduled) or left (needing attention, or dead)
+   * whose visit, and every appointment's that holds them, is before it, with their bodies and links,
+   * but the one each plan's Coverage is
    * ended through when the PMS drops it (the latest of an HL7 patient's plan whose write is in the
    * chart, its drop not seen yet: endDroppedPlans reads it however old); appointments whose visit is
    * before it and that hold no check. Patients stay. A check kept so (a plan's latest) loses its

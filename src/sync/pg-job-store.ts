@@ -11,6 +11,7 @@ import {
   messageFrom,
   doneBeforeSql,
   planLatestSql,
+  RESTING_STATES_SQL,
   takeToken,
   type AppointmentStatus,
   type CheckFilter,
@@ -458,7 +459,7 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<P
     const day = batch.before.slice(0, 10);
     const page = await pagedKeys(
       db,
-      `SELECT key, updated_at AS at FROM checks WHERE state IN ('cancelled', 'written') AND due_at IS NULL AND updated_at < $1
+      `SELECT key, updated_at AS at FROM checks WHERE state IN ${RESTING_STATES_SQL} AND due_at IS NULL AND updated_at < $1
          AND (updated_at, key) > ($2::timestamptz, $3) ORDER BY updated_at, key LIMIT $4`,
       batch,
       '-infinity',
@@ -466,7 +467,7 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<P
     );
     const keys = await lockedNow(db, 'check', page.keys);
     // The page's conditions read again as the row is locked, then the cutoff's: the same for what goes and what is cut.
-    const pastCutoff = `c.key = ANY($1) AND c.state IN ('cancelled', 'written') AND c.due_at IS NULL AND c.updated_at < $2 AND ${doneBeforeSql(ROW_SQL, 'c', { before: '$2', day: '$3' })}`;
+    const pastCutoff = `c.key = ANY($1) AND c.state IN ${RESTING_STATES_SQL} AND c.due_at IS NULL AND c.updated_at < $2 AND ${doneBeforeSql(ROW_SQL, 'c', { before: '$2', day: '$3' })}`;
     const { rows } = await db.query<{ key: string }>(
       `DELETE FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')} RETURNING c.key`,
       [keys, batch.before, day],

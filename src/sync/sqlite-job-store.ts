@@ -12,6 +12,7 @@ import {
   messageFrom,
   doneBeforeSql,
   planLatestSql,
+  RESTING_STATES_SQL,
   schemaRefusal,
   takeToken,
   type AppointmentStatus,
@@ -123,6 +124,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX IF NOT EXISTS messages_received ON messages (status, received_at);
    CREATE INDEX IF NOT EXISTS checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written') AND due_at IS NULL;
    CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
+  // Checks left to a person (needs-attention, dead) are pruned too once their visit is over: the index finds them beside the others.
+  `DROP INDEX checks_finished;
+   CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
 ];
 
 /** The version this program writes. */
@@ -798,7 +802,7 @@ function sqlitePruning(db: Database): SqlitePruning {
     `DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE status = 'handled' AND received_at < @before ORDER BY received_at LIMIT @limit)`,
   );
   const pageOfChecks = db.prepare(
-    `SELECT key, updated_at AS at FROM checks WHERE state IN ('cancelled', 'written') AND due_at IS NULL AND updated_at < @before
+    `SELECT key, updated_at AS at FROM checks WHERE state IN ${RESTING_STATES_SQL} AND due_at IS NULL AND updated_at < @before
        AND (updated_at, key) > (@at, @key) ORDER BY updated_at, key LIMIT @limit`,
   );
   // Of a page, those done with before the cutoff: a check's result, its visit and every visit that holds it before then.

@@ -322,7 +322,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       };
       const keysOf = async () => (await store.listChecks()).map((r) => r.key).sort();
 
-      it('deletes what finished before the cutoff, and keeps what a person or the pipeline still needs', async () => {
+      it('deletes what finished or was left to a person before the cutoff, and keeps what a person or the pipeline still needs', async () => {
         if (!check) throw new Error('fixture gave no check');
         const patient: PatientInsuranceRecord = { patient: check.patient, coverages: [], appointments: [], updatedAt: OLD, messageControlId: 'old' };
         await store.transaction(async (tx) => {
@@ -333,10 +333,14 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(old('c_cancelled', { state: 'cancelled', written: undefined }));
           await tx.putCheck(old('c_written'));
           await tx.putCheck(old('c_linked', { state: 'cancelled' }));
-          // Kept: scheduled, a person's to act on, dead, still to be worked, changed since, held by a visit to come, its own visit to come.
-          await tx.putCheck(old('c_scheduled', { dueAt: '2026-11-30T00:00:00.000Z' }));
+          // Left to a person, for a visit long over: nothing is left to verify.
           await tx.putCheck(old('c_attention', { state: 'needs-attention' }));
-          await tx.putCheck(old('c_dead', { state: 'dead' }));
+          await tx.putCheck(old('c_dead', { state: 'dead', written: undefined, result: undefined, resultAt: undefined }));
+          // Kept: scheduled, a person's to act on for a visit to come, or changed since, still to be worked, changed since, held by a visit to come, its own visit to come.
+          await tx.putCheck(old('c_scheduled', { dueAt: '2026-11-30T00:00:00.000Z' }));
+          await tx.putCheck(old('c_attention_to_come', { state: 'needs-attention', check: { ...check, dateOfService: '2026-12-01' } }));
+          await tx.putCheck(old('c_dead_held', { state: 'dead' }));
+          await tx.putCheck(old('c_attention_recent', { state: 'needs-attention', updatedAt: NOW }));
           await tx.putCheck(old('c_received', { state: 'received', dueAt: OLD, written: undefined, result: undefined, resultAt: undefined }));
           await tx.putCheck(old('c_recent', { updatedAt: NOW }));
           await tx.putCheck(old('c_held'));
@@ -344,21 +348,22 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putAppointment(appointment('apt-old', { dateOfService: OLD_DAY, checkKeys: ['c_linked'] }));
           await tx.putAppointment(appointment('apt-old-empty', { dateOfService: OLD_DAY, status: 'cancelled' }));
           await tx.putAppointment(appointment('apt-old-attention', { dateOfService: OLD_DAY, checkKeys: ['c_attention'] }));
-          await tx.putAppointment(appointment('apt-to-come', { dateOfService: '2026-12-01', checkKeys: ['c_held'] }));
+          await tx.putAppointment(appointment('apt-to-come', { dateOfService: '2026-12-01', checkKeys: ['c_held', 'c_dead_held'] }));
           // A cancellation that overtook its booking names no visit: kept the retention period from when it came, for the booking to come.
           await tx.putAppointment(appointment('apt-overtaken', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20261123100000' } }));
           await tx.putAppointment(appointment('apt-overtaken-old', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20260501100000' }, updatedAt: OLD }));
         });
 
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 3, appointments: 3, bodies: 0 });
-        expect(await keysOf()).toEqual(['c_attention', 'c_dead', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
-        expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-old-attention', 'apt-overtaken', 'apt-to-come']);
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 5, appointments: 4, bodies: 0 });
+        expect(await keysOf()).toEqual(['c_attention_recent', 'c_attention_to_come', 'c_dead_held', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
+        expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-overtaken', 'apt-to-come']);
         expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
         await store.transaction(async (tx) => {
           expect(await tx.getCheck('c_written')).toBeUndefined();
           expect(await tx.getPatient('hl7|BSD|MR|1')).toEqual(patient);
           expect((await tx.appointmentsHolding('c_held')).map((a) => a.key)).toEqual(['apt-to-come']);
-          expect((await tx.appointmentsHolding('c_attention')).map((a) => a.key)).toEqual(['apt-old-attention']);
+          expect(await tx.getCheck('c_attention')).toBeUndefined();
+          expect(await tx.appointmentsHolding('c_attention')).toEqual([]);
           expect(await tx.appointmentsHolding('c_linked')).toEqual([]);
         });
         // A second prune finds nothing.
