@@ -306,6 +306,15 @@ export function doneBeforeSql(sql: CheckRowSql, c: string, at: { before: string;
  */
 export const RESTING_STATES_SQL = `('cancelled', 'written', 'needs-attention', 'dead')`;
 
+/**
+ * Whether check `c` died ending its plan's Coverage (its retries used up while the chart was away): the
+ * chart still holds that Coverage active, and `jobs retry` is the way to end it, however long ago the
+ * visit was. A prune keeps it.
+ */
+export function endingLeftSql(sql: CheckRowSql, c: string): string {
+  return `(${c}.state = 'dead' AND ${sql.field(c, ['planDroppedAt'])} IS NOT NULL)`;
+}
+
 /** What a prune deletes, one kind at a time: see JobStore.prune. */
 export const PRUNED = ['messages', 'checks', 'appointments'] as const;
 export type Pruned = (typeof PRUNED)[number];
@@ -364,7 +373,7 @@ export interface JobStore {
    * (an instant), in one transaction: messages handled (dead letters stay for a person); checks
    * done with (cancelled, or written with nothing scheduled) or left (needing attention, or dead)
    * whose visit, and every appointment's that holds them, is before it, with their bodies and links,
-   * but the one each plan's Coverage is
+   * but one that died ending its plan's Coverage (endingLeftSql) and the one each plan's Coverage is
    * ended through when the PMS drops it (the latest of an HL7 patient's plan whose write is in the
    * chart, its drop not seen yet: endDroppedPlans reads it however old); appointments whose visit is
    * before it and that hold no check. Patients stay. A check kept so (a plan's latest) loses its

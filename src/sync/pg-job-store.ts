@@ -10,6 +10,7 @@ import {
   hasCompletedResult,
   messageFrom,
   doneBeforeSql,
+  endingLeftSql,
   planLatestSql,
   RESTING_STATES_SQL,
   takeToken,
@@ -469,7 +470,7 @@ const PG_PRUNING: Record<Pruned, (db: Queryable, batch: PruneBatch) => Promise<P
     // The page's conditions read again as the row is locked, then the cutoff's: the same for what goes and what is cut.
     const pastCutoff = `c.key = ANY($1) AND c.state IN ${RESTING_STATES_SQL} AND c.due_at IS NULL AND c.updated_at < $2 AND ${doneBeforeSql(ROW_SQL, 'c', { before: '$2', day: '$3' })}`;
     const { rows } = await db.query<{ key: string }>(
-      `DELETE FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')} RETURNING c.key`,
+      `DELETE FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')} AND NOT ${endingLeftSql(ROW_SQL, 'c')} RETURNING c.key`,
       [keys, batch.before, day],
     );
     const gone = rows.map((r) => r.key);

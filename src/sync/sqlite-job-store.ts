@@ -11,6 +11,7 @@ import {
   hasCompletedResult,
   messageFrom,
   doneBeforeSql,
+  endingLeftSql,
   planLatestSql,
   RESTING_STATES_SQL,
   schemaRefusal,
@@ -807,7 +808,7 @@ function sqlitePruning(db: Database): SqlitePruning {
   );
   // Of a page, those done with before the cutoff: a check's result, its visit and every visit that holds it before then.
   const pastCutoff = `c.key IN (SELECT value FROM json_each(@keys)) AND ${doneBeforeSql(ROW_SQL, 'c', { before: '@before', day: '@day' })}`;
-  const checksToGo = db.prepare(`SELECT c.key FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')}`).pluck();
+  const checksToGo = db.prepare(`SELECT c.key FROM checks c WHERE ${pastCutoff} AND NOT ${planLatestSql(ROW_SQL, 'c')} AND NOT ${endingLeftSql(ROW_SQL, 'c')}`).pluck();
   const resultsToTrim = db.prepare(
     `SELECT c.key FROM checks c JOIN check_results r ON r.key = c.key WHERE ${pastCutoff}
        AND ${statusOfKindSql("json_extract(r.result, '$.status')", ['completed', 'partial'])} AND json_type(r.result, '$.result') <> 'null'`,

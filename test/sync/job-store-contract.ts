@@ -341,6 +341,8 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(old('c_attention_to_come', { state: 'needs-attention', check: { ...check, dateOfService: '2026-12-01' } }));
           await tx.putCheck(old('c_dead_held', { state: 'dead' }));
           await tx.putCheck(old('c_attention_recent', { state: 'needs-attention', updatedAt: NOW }));
+          // Dead ending its plan's Coverage: the chart holds it active still, a person's to end (jobs retry) however old the visit.
+          await tx.putCheck(old('c_dead_ending', { state: 'dead', planDroppedAt: OLD }));
           await tx.putCheck(old('c_received', { state: 'received', dueAt: OLD, written: undefined, result: undefined, resultAt: undefined }));
           await tx.putCheck(old('c_recent', { updatedAt: NOW }));
           await tx.putCheck(old('c_held'));
@@ -354,8 +356,9 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putAppointment(appointment('apt-overtaken-old', { dateOfService: '', status: 'cancelled', basis: { sentAt: '20260501100000' }, updatedAt: OLD }));
         });
 
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 5, appointments: 4, bodies: 0 });
-        expect(await keysOf()).toEqual(['c_attention_recent', 'c_attention_to_come', 'c_dead_held', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
+        // Of those kept, the one dead ending its Coverage is past the cutoff: its result loses its benefits (bodies), which ending needs not.
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 5, appointments: 4, bodies: 1 });
+        expect(await keysOf()).toEqual(['c_attention_recent', 'c_attention_to_come', 'c_dead_ending', 'c_dead_held', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
         expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-overtaken', 'apt-to-come']);
         expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
         await store.transaction(async (tx) => {
@@ -403,12 +406,15 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(hl7('u_other_payer', '2025-01-01', 'M1', { check: { ...check, coverage: { ...check.coverage, payer: { id: '99999' } } } }));
           // A failure's body is its problem, small, and what jobs list names its kind by.
           await tx.putCheck(hl7('v_failed', '2025-01-01', 'M6', { result: { status: 'Failed', correlationId: 'corr-v', result: { type: 'PatientNotFound', detail: 'no such member' } } }));
+          // Left to a person after its failure was written, the latest of its plan: kept, the older written one of the plan not.
+          await tx.putCheck(hl7('x_older', '2025-01-01', 'M8'));
+          await tx.putCheck(hl7('x_attention', '2025-05-01', 'M8', { state: 'needs-attention' }));
           // A status the client reads as Completed under another name is one all the same.
           await tx.putCheck(hl7('w_success', '2025-01-01', 'M7', { result: { status: 'Partially_Completed', correlationId: 'corr-w', result: { benefits: 'x'.repeat(4000) } } }));
         });
         // The checks kept lose their results' benefits (each plan's would be 10 to 30 KB for good), not their status and ids.
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 2, appointments: 0, bodies: 7 });
-        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer', 'v_failed', 'w_success']);
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 0, checks: 3, appointments: 0, bodies: 8 });
+        expect(await keysOf()).toEqual(['p_latest', 'q_only', 's_dated', 't_one', 't_two', 'u_other_payer', 'v_failed', 'w_success', 'x_attention']);
         const kept = await store.transaction(async (tx) => {
           const results: unknown[] = [];
           for (const key of ['p_latest', 'v_failed', 'w_success']) results.push((await tx.getCheck(key))?.result);
