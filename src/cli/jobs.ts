@@ -7,8 +7,8 @@ import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibilit
 import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
-import { CheckState, type CheckRow, type JobStore } from '../sync/job-store';
-import { dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
+import { CheckState, dismissed, type CheckRow, type JobStore } from '../sync/job-store';
+import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
@@ -60,12 +60,12 @@ export function registerJobs(program: Command, io: CliIo): void {
         const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
-          ...checks.map((c) => ({ job: c.key, state: c.state as string, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
           ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: 'no insurance received for the patient yet' })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
-          ['STATE', (r) => r.state],
+          ['STATE', (r) => ('dismissed' in r ? `${r.state} (dismissed)` : r.state)],
           ['PAYER', (r) => r.payer],
           ['DATE OF SERVICE', (r) => r.dateOfService],
           ['ATTEMPTS', (r) => r.attempts],
@@ -101,6 +101,7 @@ export function registerJobs(program: Command, io: CliIo): void {
           written: row.written ? `CoverageEligibilityRequest/${row.written.requestId}, CoverageEligibilityResponse/${row.written.responseId}` : undefined,
           next: row.dueAt,
           lastError: row.lastError,
+          dismissed: dismissed(row) ? row.dismissedAt : undefined,
           warnings: row.check.warnings?.join('; '),
           created: row.createdAt,
           updated: row.updatedAt,
@@ -154,15 +155,21 @@ export function registerJobs(program: Command, io: CliIo): void {
   common(
     jobs
       .command('dismiss')
-      .argument('<message...>', 'dead letters by message id (jobs messages --dead)')
-      .description('Let go of dead letters a person has dealt with and will not replay: handled, the store prunes them once received more than retentionDays ago'),
-  ).action(async (ids: string[], opts: JobsOpts, command: Command) =>
+      .argument('<item...>', 'dead letters by message id (jobs messages --dead), checks needing attention or dead by key (elig_…, jobs list)')
+      .description(
+        'Let go of what a person has dealt with: a dead letter they will not replay becomes handled (the store prunes it once received more than retentionDays ago); a check needing attention or dead no longer waits for a person until it changes',
+      ),
+  ).action(async (items: string[], opts: JobsOpts, command: Command) =>
     withStore(io, opts, command, async (store) => {
-      const bad = ids.find((id) => !/^\d+$/.test(id));
-      if (bad !== undefined) throw new CliError('jobs dismiss: give message ids, whole numbers from jobs messages --dead', 2);
-      const { done: dismissed, refused } = await eachAlone(ids.map(Number), async (id) => (await dismissMessage(store, id), id));
-      if (opts.json) io.stdout.write(`${JSON.stringify(dismissed)}\n`);
-      else for (const id of dismissed) io.stdout.write(`message ${id}: dismissed\n`);
+      const bad = items.find((item) => !/^\d+$/.test(item) && !item.startsWith('elig_'));
+      if (bad !== undefined) throw new CliError('jobs dismiss: give message ids (whole numbers, jobs messages --dead) or check keys (elig_…, jobs list)', 2);
+      const now = new Date();
+      // Message ids as numbers, check keys as text, as jobs messages and jobs list give them.
+      const { done, refused } = await eachAlone(items, async (item): Promise<number | string> =>
+        /^\d+$/.test(item) ? (await dismissMessage(store, Number(item)), Number(item)) : (await dismissCheck(store, item, now)).key,
+      );
+      if (opts.json) io.stdout.write(`${JSON.stringify(done)}\n`);
+      else for (const item of done) io.stdout.write(`${typeof item === 'number' ? `message ${item}` : item}: dismissed\n`);
       if (refused.length > 0) throw refusal(refused);
     }),
   );

@@ -76,6 +76,11 @@ export class SyncMetrics {
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });
     const awaiting = new Gauge({ name: 'dental_elig_awaiting_insurance', help: 'Booked appointments waiting for the patient\'s insurance', registers: [this.registry] });
     const deadLetters = new Gauge({ name: 'dental_elig_dead_letters', help: 'Dead letters kept for a person, by kind (jobs messages --dead; jobs replay or jobs dismiss lets one go)', labelNames: ['kind'], registers: [this.registry] });
+    const forAPerson = new Gauge({
+      name: 'dental_elig_checks_for_a_person',
+      help: 'Checks needing attention or dead that no person has dismissed (jobs retry sends one again, jobs dismiss lets one go)',
+      registers: [this.registry],
+    });
     const storeUp = new Gauge({ name: 'dental_elig_store_up', help: 'Whether the job store answered this scrape (0: the store\'s gauges hold what it last said)', registers: [this.registry] });
     // Read from the store when scraped: the store, not this process, knows the queue. A store that
     // does not answer leaves the rest to be read: a scrape failing whole would look like a dead process.
@@ -89,6 +94,8 @@ export class SyncMetrics {
       depth.set(counts.due);
       oldest.set(counts.oldestDueAt ? Math.max(0, (at.getTime() - Date.parse(counts.oldestDueAt)) / 1000) : 0);
       awaiting.set(counts.awaitingInsurance);
+      // An alert on it clears once a person has dealt with each: dental_elig_checks counts them by state whatever a person did.
+      forAPerson.set(counts.forAPerson);
       // Every kind, none at 0: an alert on dead letters clears once a person has replayed or dismissed them.
       for (const kind of MessageKind.options) deadLetters.set({ kind }, counts.messages[`${kind}:dead`] ?? 0);
     };

@@ -64,10 +64,33 @@ export const CheckRow = z.strictObject({
   reusedFrom: z.string().optional(),
   /** When the message was received that dropped the check's plan, or ended it before the visit (ending-coverage): a Coverage a later message stated stays. */
   planDroppedAt: z.string().optional(),
+  /** When a person dismissed it, needing attention or dead (jobs dismiss): it holds while this is the check's last change (dismissed). */
+  dismissedAt: z.string().optional(),
   createdAt: z.string(),
   updatedAt: z.string(),
 });
 export type CheckRow = z.infer<typeof CheckRow>;
+
+/** The states a check waits in for a person (jobs retry, or jobs dismiss once they have dealt with it). */
+export const FOR_A_PERSON: readonly CheckState[] = ['needs-attention', 'dead'];
+
+/**
+ * Whether a person has dismissed the check as it is: one left to a person whose last change was
+ * the dismissal. Nothing in the pipeline reads it: a late result, a new round or any other change
+ * moves the check on as before, and a check changed since waits for a person again.
+ */
+export function dismissed(row: Pick<CheckRow, 'state' | 'dismissedAt' | 'updatedAt'>): boolean {
+  return FOR_A_PERSON.includes(row.state) && row.dismissedAt !== undefined && row.dismissedAt === row.updatedAt;
+}
+
+/** The same of check `c` in SQL. */
+export function dismissedSql(sql: CheckRowSql, c: string): string {
+  // Never NULL, so that NOT of it holds for a check never dismissed.
+  return `(${c}.state IN ${FOR_A_PERSON_SQL} AND COALESCE(${sql.field(c, ['dismissedAt'])}, '') = ${sql.field(c, ['updatedAt'])})`;
+}
+
+/** FOR_A_PERSON as an SQL list. */
+export const FOR_A_PERSON_SQL = `(${FOR_A_PERSON.map((state) => `'${state}'`).join(', ')})`;
 
 /**
  * A check as a patient's history is read for the Coverages of plans the PMS dropped
@@ -238,6 +261,8 @@ export interface StoreCounts {
   checks: Record<string, number>;
   messages: Record<string, number>;
   awaitingInsurance: number;
+  /** Checks left to a person (FOR_A_PERSON) that no person has dismissed. */
+  forAPerson: number;
   /** Checks due now and not leased. */
   due: number;
   /** When the oldest due check became due. */

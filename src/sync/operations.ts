@@ -3,7 +3,7 @@ import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { externalIdFor } from './schedule';
 import { changeOf, refusedOn } from './dead-letters';
 import { errorText } from './error-text';
-import type { CheckRow, JobStore, MessageRow } from './job-store';
+import { dismissed, FOR_A_PERSON, type CheckRow, type JobStore, type MessageRow } from './job-store';
 import { ingestFhirChange, type FhirChange, type FhirIngested } from './ingest-fhir';
 import { ingestHl7, type Hl7IngestOptions } from './ingest-hl7';
 
@@ -43,7 +43,7 @@ export async function retryAsRead(store: JobStore, read: Pick<CheckRow, 'key' | 
 function nextRound(row: CheckRow, now: Date): CheckRow {
   const round = row.round + 1;
   // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
-  const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, ...rest } = row;
+  const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, dismissedAt: _d, ...rest } = row;
   return { ...rest, state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
@@ -116,14 +116,33 @@ async function replayFhirLetter(store: JobStore, letter: MessageRow, change: Fhi
  * A person lets go of a dead letter they will not replay (a message type the PMS should not send,
  * a test message): handled, its detail saying so, the store's prune takes it once it was received
  * more than the retention period ago (at the next prune, for one as old as that already). A check
- * has no such way out: a cancelled one is made anew by the next message for its visit, and a
- * late result is not applied to it, so a person's dismissal would not hold.
+ * is dismissed otherwise (dismissCheck).
  */
 export async function dismissMessage(store: JobStore, id: number): Promise<void> {
   const message = await store.getMessage(id);
   if (!message) throw new OperationError(`no message with id ${id}`);
   if (message.status !== 'dead') throw new OperationError(`message ${id} is ${message.status}; a message is dismissed when it is a dead letter`);
   await store.transaction((tx) => tx.updateMessage(id, { status: 'handled', detail: `dismissed by a person (jobs dismiss): ${message.detail ?? 'a dead letter'}` }));
+}
+
+/**
+ * A person has dealt with a check left to them (needs-attention or dead: the patient's benefits
+ * verified by phone, say) and dismisses it: it stays as it is for the pipeline (a late result is
+ * still applied, the next message for its visit handled as before, the prune takes it with its
+ * visit), and it no longer counts as waiting for a person (dental_elig_checks_for_a_person, jobs
+ * list) until it changes: a new round or result that fails again waits for a person anew.
+ */
+export async function dismissCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
+  return store.transaction(async (tx) => {
+    const row = await tx.getCheck(key);
+    if (!row) throw new OperationError(`no check with key ${key}`);
+    if (!FOR_A_PERSON.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is dismissed when it is ${FOR_A_PERSON.join(' or ')}`);
+    if (dismissed(row)) throw new OperationError(`check ${key} is dismissed already`);
+    const at = now.toISOString();
+    const next = { ...row, dismissedAt: at, updatedAt: at };
+    await tx.putCheck(next);
+    return next;
+  });
 }
 
 /** A request an operator made that cannot be done; its message names the key or id, never patient data. */

@@ -9,9 +9,11 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  dismissedSql,
   doneBeforeSql,
   endingLeftSql,
   planLatestSql,
+  FOR_A_PERSON_SQL,
   RESTING_STATES_SQL,
   takeToken,
   type AppointmentStatus,
@@ -175,10 +177,12 @@ export class PgJobStore implements JobStore {
       [now, WORKABLE_STATES],
     );
     const awaiting = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
+    const forAPerson = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`);
     return {
       checks: await tally('SELECT state AS k, COUNT(*)::integer AS n FROM checks GROUP BY state'),
       messages: await tally(`SELECT kind || ':' || status AS k, COUNT(*)::integer AS n FROM messages GROUP BY kind, status`),
       awaitingInsurance: awaiting.rows[0]?.n ?? 0,
+      forAPerson: forAPerson.rows[0]?.n ?? 0,
       due: due.rows[0]?.n ?? 0,
       oldestDueAt: due.rows[0]?.oldest?.toISOString() ?? undefined,
     };

@@ -87,6 +87,7 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written') AND due_at IS NULL;
    CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
   // Checks left to a person (needs-attention, dead) are pruned too once their visit is over: the index finds them beside the others.
+  // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
 ];

@@ -10,9 +10,11 @@ import {
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
+  dismissedSql,
   doneBeforeSql,
   endingLeftSql,
   planLatestSql,
+  FOR_A_PERSON_SQL,
   RESTING_STATES_SQL,
   schemaRefusal,
   takeToken,
@@ -126,6 +128,7 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written') AND due_at IS NULL;
    CREATE INDEX IF NOT EXISTS appointments_day ON appointments (date_of_service, key);`,
   // Checks left to a person (needs-attention, dead) are pruned too once their visit is over: the index finds them beside the others.
+  // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
 ];
@@ -439,10 +442,12 @@ export class SqliteJobStore implements JobStore {
       )
       .get(now, now, ...WORKABLE_STATES) as { n: number; oldest: string | null };
     const awaiting = this.db.prepare(`SELECT COUNT(*) AS n FROM appointments WHERE status = 'awaiting-insurance'`).get() as { n: number };
+    const forAPerson = this.db.prepare(`SELECT COUNT(*) AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`).get() as { n: number };
     return {
       checks: tally('SELECT state AS k, COUNT(*) AS n FROM checks GROUP BY state'),
       messages: tally(`SELECT kind || ':' || status AS k, COUNT(*) AS n FROM messages GROUP BY kind, status`),
       awaitingInsurance: awaiting.n,
+      forAPerson: forAPerson.n,
       due: due.n,
       oldestDueAt: due.oldest ?? undefined,
     };

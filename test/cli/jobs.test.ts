@@ -167,11 +167,46 @@ describe('dental-elig jobs', () => {
     expect(messages.find((m) => m.id === dead.id)).toMatchObject({ status: 'handled', detail: `dismissed by a person (jobs dismiss): ${dead.detail}` });
     expect(JSON.parse((await cli(['jobs', 'messages', '--dead', '--data-dir', dir, '--json'])).stdout)).toEqual([]);
 
-    // What is no dead letter is refused by name, the rest of the command done; a check is not dismissed.
+    // What is no dead letter is refused by name, the rest of the command done; so is a check not left to a person.
     const again = await cli(['jobs', 'dismiss', String(dead.id), '999', '--data-dir', dir]);
     expect(again).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: message ${dead.id} is handled; a message is dismissed when it is a dead letter (and 1 more refused)\n` });
     const [check] = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ job: string }>;
-    expect(await cli(['jobs', 'dismiss', check?.job ?? 'elig_x', '--data-dir', dir])).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: jobs dismiss: give message ids, whole numbers from jobs messages --dead\n' });
+    expect(await cli(['jobs', 'dismiss', check?.job ?? 'elig_x', '--data-dir', dir])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `dental-elig: jobs: check ${check?.job} is received; a check is dismissed when it is needs-attention or dead\n`,
+    });
+    expect(await cli(['jobs', 'dismiss', 'APT-J1', '--data-dir', dir])).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: jobs dismiss: give message ids (whole numbers, jobs messages --dead) or check keys (elig_…, jobs list)\n' });
+  });
+
+  it('dismisses a check left to a person until it changes, and retries it all the same', async () => {
+    const store = SqliteJobStore.open(dir);
+    const [received] = await store.listChecks();
+    if (!received) throw new Error('the beforeEach bookings made no check');
+    const { dueAt: _due, ...rest } = received;
+    await store.transaction((tx) => tx.putCheck({ ...rest, state: 'needs-attention', lastError: 'PatientNotFound' }));
+    await store.close();
+    const key = received.key;
+    const listed = async () => (JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'needs-attention', '--json'])).stdout) as Array<{ job: string; dismissed?: boolean }>)[0];
+    expect(await listed()).not.toHaveProperty('dismissed');
+
+    expect(await cli(['jobs', 'dismiss', key, '--data-dir', dir, '--json'])).toEqual({ code: 0, stdout: `${JSON.stringify([key])}\n`, stderr: '' });
+    // Still needing attention, as the pipeline sees it: a person has dealt with it.
+    expect(await listed()).toMatchObject({ job: key, dismissed: true });
+    expect((await cli(['jobs', 'list', '--data-dir', dir])).stdout).toMatch(new RegExp(`^${key} +needs-attention \\(dismissed\\) `, 'm'));
+    expect((await cli(['jobs', 'show', key, '--data-dir', dir])).stdout).toMatch(/^dismissed +\d{4}-\d{2}-\d{2}T/m);
+    expect(await cli(['jobs', 'dismiss', key, '--data-dir', dir])).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: check ${key} is dismissed already\n` });
+    // The PMS sending the booking again, changing nothing, leaves it as the person left it.
+    const again = SqliteJobStore.open(dir);
+    await ingestHl7(again, [msh('SIU^S14^SIU_S12', 'J1-again'), 'SCH|APT-J1^SC||||||||||^^^20261210093000', 'PID|1||PJ-1^^^SC^MR||WHITAKER^ELLEN||19840302|F', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD1234567' })].join('\r'), options);
+    await again.close();
+    expect(await listed()).toMatchObject({ job: key, dismissed: true });
+
+    // Sent again, it is a new round, waiting for no person until it fails again.
+    expect((await cli(['jobs', 'retry', key, '--data-dir', dir])).code).toBe(0);
+    const retried = (JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ job: string; state: string; dismissed?: boolean }>).find((r) => r.job === key);
+    expect(retried).toEqual(expect.objectContaining({ state: 'received' }));
+    expect(retried).not.toHaveProperty('dismissed');
   });
 
   it("finds serve's store where serve's config file puts it, and names a config file it cannot use", async () => {

@@ -4,7 +4,8 @@ import { searchFhir, until } from './harness';
 import { r4Errors } from '../../src/adapters/fhir/validate';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
-import { retryCheck } from '../../src/sync/operations';
+import { dismissed } from '../../src/sync/job-store';
+import { dismissCheck, retryCheck } from '../../src/sync/operations';
 import type { EligibilityWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
@@ -136,6 +137,20 @@ describe('a check the worker gives up on', () => {
     expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
     // Another round's webhook finds no check by the failure this one held.
     expect((await lateResult('elig_00000000000000000000000000000000', 'msg_stray', 'ver-stray')).status).toBe('ignored');
+  });
+
+  it('takes its late result when a person has dismissed it, and then waits for no person', async () => {
+    rig = await startWorkerRig({ worker: { asyncEnabled: true, maxAttempts: 2 }, answer: (_req, res) => json(res, 503, unavailable) });
+    await rig.addCheck('dismissed');
+    rig.worker.start();
+    const given = await rig.reach('dismissed', 'needs-attention', 8000);
+    await dismissCheck(rig.store, 'dismissed', new Date());
+    expect((await rig.store.counts(new Date().toISOString())).forAPerson).toBe(0);
+    expect(await lateResult(given.externalId)).toMatchObject({ status: 'applied' });
+    rig.worker.kick();
+    const row = await rig.reach('dismissed', 'written', 5000);
+    expect(dismissed(row)).toBe(false);
+    expect((await responses()).map((r) => r.outcome)).toEqual(['error', 'complete']);
   });
 
   it('keeps its error response in the store while the chart is down, and writes it when the chart is back', async () => {

@@ -162,10 +162,23 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putCheck(checkRow('elig_3', { state: 'dead', dueAt: '2026-11-23T08:00:00.000Z' }));
       });
       expect(await store.nextDueAt()).toBe('2026-11-23T09:00:00.000Z');
-      expect(await store.counts(NOW)).toEqual({ checks: { received: 2, dead: 1 }, messages: {}, awaitingInsurance: 0, due: 1, oldestDueAt: '2026-11-23T09:00:00.000Z' });
+      expect(await store.counts(NOW)).toEqual({ checks: { received: 2, dead: 1 }, messages: {}, awaitingInsurance: 0, forAPerson: 1, due: 1, oldestDueAt: '2026-11-23T09:00:00.000Z' });
       await store.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 30 * 60_000 });
       expect(await store.nextDueAt()).toBe('2026-11-23T10:30:00.000Z');
       expect((await store.counts(NOW)).due).toBe(0);
+    });
+
+    it('counts the checks left to a person that none has dismissed as they are', async () => {
+      const at = '2026-11-23T09:00:00.000Z';
+      await store.transaction(async (tx) => {
+        await tx.putCheck(checkRow('elig_attention', { state: 'needs-attention', dueAt: undefined }));
+        await tx.putCheck(checkRow('elig_dismissed', { state: 'needs-attention', dueAt: undefined, dismissedAt: at, updatedAt: at }));
+        await tx.putCheck(checkRow('elig_dead_dismissed', { state: 'dead', dueAt: undefined, dismissedAt: at, updatedAt: at }));
+        // Changed since its dismissal (a late result, a new round that failed again): it waits for a person anew.
+        await tx.putCheck(checkRow('elig_changed', { state: 'needs-attention', dueAt: undefined, dismissedAt: at, updatedAt: '2026-11-23T09:30:00.000Z' }));
+        await tx.putCheck(checkRow('elig_written', { state: 'written', dueAt: undefined, dismissedAt: at, updatedAt: at }));
+      });
+      expect((await store.counts(NOW)).forAPerson).toBe(2);
     });
 
     it('lists checks newest first, by state and up to a limit', async () => {
