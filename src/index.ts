@@ -29,6 +29,6 @@ export { createLogger, type Logger } from './service/logger';
 export { SqliteJobStore } from './sync/sqlite-job-store';
 export { PgJobStore } from './sync/pg-job-store';
 export { openJobStore } from './sync/open-store';
-export { CheckState, type CheckRow, type AppointmentRow, type MessageRow, type JobStore, type StoreTx } from './sync/job-store';
-export { dismissMessage, retryCheck, replayMessage, type ReplayOptions, type Replayed } from './sync/operations';
+export { CheckState, dismissed, type CheckRow, type AppointmentRow, type MessageRow, type JobStore, type StoreTx } from './sync/job-store';
+export { dismissCheck, dismissMessage, retryCheck, replayMessage, type ReplayOptions, type Replayed } from './sync/operations';
 export type { SyncEvent, SyncEventName } from './sync/worker';

@@ -25,6 +25,8 @@ test('the library (dist/index.js) loads neither @medplum/fhir-router nor the san
   expect(exports).toEqual(expect.arrayContaining(['fhirWriter', 'toCoverageEligibilityResponse', 'VerificationClient']));
   // What an embedder needs to open the store serve opens (SQLite file or postgres:// URL) and hand it to createEligibilitySync.
   expect(exports).toEqual(expect.arrayContaining(['createEligibilitySync', 'openJobStore', 'PgJobStore', 'SqliteJobStore']));
+  // What jobs dismiss, retry and replay do, for an embedder's own screens: a check dismissed, and whether one still is.
+  expect(exports).toEqual(expect.arrayContaining(['dismissCheck', 'dismissed', 'dismissMessage', 'retryCheck', 'replayMessage']));
   expect(exports).not.toContain('startSandbox');
   expect(modules.filter((m) => m.includes(`${path.sep}@medplum${path.sep}fhir-router${path.sep}`))).toEqual([]);
   expect(modules.filter((m) => m.startsWith(path.join('dist', 'sandbox')))).toEqual([]);
