@@ -104,7 +104,8 @@ export interface WorkerDeps {
   arriving?: () => number;
 }
 
-export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt'>> & { state: CheckState };
+/** A change of a check's state; `keepsDismissal`: a person's dismissal of it holds through this change (see dismissed). */
+export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt' | 'updatedAt' | 'dismissedAt'>> & { state: CheckState; keepsDismissal?: true };
 
 /** The states a check is verified in, before it has a result: given up in one, it is answered in the chart (giveUp). */
 const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-result'];
@@ -720,7 +721,16 @@ export class Worker {
       : chartCoverageChanged(current.check, row.check) ? { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() }
       // Dropped by the PMS while this was under way for a visit over: the Coverage this write made active is ended now.
       : (await planDroppedSince(tx, current)) ? { ...this.droppedSince(current), written: ids }
-      : { state, written: ids, attempts: 0, dueAt: again, lastError: needsPerson ? adviceOf(outcome) : undefined, planDroppedAt: undefined },
+      : {
+          state,
+          written: ids,
+          attempts: 0,
+          dueAt: again,
+          lastError: needsPerson ? adviceOf(outcome) : undefined,
+          planDroppedAt: undefined,
+          // The same failure written again, which a person had dismissed: nothing new for them to act on.
+          ...(needsPerson && told && current.dismissedAt !== undefined && { keepsDismissal: true as const }),
+        },
     ));
     // Written either way; a failure whose plan is gone is left to no person (endCoverage).
     if (done?.state !== state && done?.state !== 'ending-coverage') return;
@@ -1021,7 +1031,9 @@ export class Worker {
 
 /** The check after a step; a field the step sets to undefined is removed. */
 export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow {
-  const next = { ...current, ...change, updatedAt: now.toISOString() } as Record<string, unknown>;
+  const { keepsDismissal, ...fields } = change;
+  const updatedAt = now.toISOString();
+  const next = { ...current, ...fields, updatedAt, ...(keepsDismissal && { dismissedAt: updatedAt }) } as Record<string, unknown>;
   for (const k of Object.keys(next)) if (next[k] === undefined) delete next[k];
   return next as CheckRow;
 }

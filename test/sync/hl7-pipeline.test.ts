@@ -6,9 +6,9 @@ import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import { MllpListener } from '../../src/service/mllp-listener';
-import { replayMessage, retryCheck } from '../../src/sync/operations';
+import { dismissCheck, replayMessage, retryCheck } from '../../src/sync/operations';
 import { pruneFinished } from '../../src/sync/prune';
-import type { CheckState } from '../../src/sync/job-store';
+import { dismissed, type CheckState } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
 import { switchableProxy } from '../support/switchable-proxy';
@@ -311,6 +311,27 @@ describe('HL7 v2 into the chart', () => {
     expect(told).toEqual([failed?.key]);
     expect(verificationsSent()).toBe(2);
     expect(await responses()).toHaveLength(2);
+  });
+
+  it('keeps a person\'s dismissal of a failure through its write again after a swap of plans', async () => {
+    await start();
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
+    const cigna: [string, string, string] = ['62308', 'Cigna Dental', 'SBX-FAIL-InactivePatient'];
+    expect(await send(siu('F3', 'P-12', 'APT-12', ...insurance(guardian, cigna)))).toEqual(['AA']);
+    await until('one written, one waiting for a person', async () => (await h.store.listChecks({ states: ['written', 'needs-attention'] })).length === 2);
+    const [failure] = await h.store.listChecks({ states: ['needs-attention'] });
+    await dismissCheck(h.store, failure?.key ?? '', new Date());
+    const forAPerson = async () => (await h.store.counts(new Date().toISOString())).forAPerson;
+    expect(await forAPerson()).toBe(0);
+
+    expect(await send([msh('SIU^S14^SIU_S12', 'F4'), sch('APT-12'), pid('P-12'), ...insurance(cigna, guardian)].join('\r'))).toEqual(['AA']);
+    await until('the failure written again as primary', async () => {
+      const [again] = await h.store.listChecks({ states: ['needs-attention'] });
+      return again?.check.coverage.order === 'primary';
+    });
+    const [again] = await h.store.listChecks({ states: ['needs-attention'] });
+    expect(again && dismissed(again)).toBe(true);
+    expect(await forAPerson()).toBe(0);
   });
 
   it('follows a swap of the patient\'s plans sent by an ADT into the Coverages of a booked appointment', async () => {
