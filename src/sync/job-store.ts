@@ -334,10 +334,10 @@ export const RESTING_STATES_SQL = `('cancelled', 'written', 'needs-attention', '
 /**
  * Whether check `c` died ending its plan's Coverage (its retries used up while the chart was away): the
  * chart still holds that Coverage active, and `jobs retry` is the way to end it, however long ago the
- * visit was. A prune keeps it.
+ * visit was. A prune keeps it, unless a person has dismissed it (ended the Coverage by hand, say).
  */
 export function endingLeftSql(sql: CheckRowSql, c: string): string {
-  return `(${c}.state = 'dead' AND ${sql.field(c, ['planDroppedAt'])} IS NOT NULL)`;
+  return `(${c}.state = 'dead' AND ${sql.field(c, ['planDroppedAt'])} IS NOT NULL AND NOT ${dismissedSql(sql, c)})`;
 }
 
 /** What a prune deletes, one kind at a time: see JobStore.prune. */

@@ -356,6 +356,8 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(old('c_attention_recent', { state: 'needs-attention', updatedAt: NOW }));
           // Dead ending its plan's Coverage: the chart holds it active still, a person's to end (jobs retry) however old the visit.
           await tx.putCheck(old('c_dead_ending', { state: 'dead', planDroppedAt: OLD }));
+          // Unless a person has dismissed it: they have dealt with the Coverage.
+          await tx.putCheck(old('c_dead_ending_dismissed', { state: 'dead', planDroppedAt: OLD, dismissedAt: OLD }));
           await tx.putCheck(old('c_received', { state: 'received', dueAt: OLD, written: undefined, result: undefined, resultAt: undefined }));
           await tx.putCheck(old('c_recent', { updatedAt: NOW }));
           await tx.putCheck(old('c_held'));
@@ -370,7 +372,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         });
 
         // Of those kept, the one dead ending its Coverage is past the cutoff: its result loses its benefits (bodies), which ending needs not.
-        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 5, appointments: 4, bodies: 1 });
+        expect(await pruneFinished(store, CUTOFF)).toEqual({ messages: 1, checks: 6, appointments: 4, bodies: 1 });
         expect(await keysOf()).toEqual(['c_attention_recent', 'c_attention_to_come', 'c_dead_ending', 'c_dead_held', 'c_held', 'c_received', 'c_recent', 'c_scheduled', 'c_to_come']);
         expect((await store.listAppointments()).map((a) => a.key).sort()).toEqual(['apt-overtaken', 'apt-to-come']);
         expect((await store.listMessages()).map((m) => m.dedupeKey).sort()).toEqual(['new-handled', 'old-dead', 'old-received']);
