@@ -7,7 +7,7 @@ import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibilit
 import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
-import { CheckState, dismissed, type CheckRow, type JobStore } from '../sync/job-store';
+import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
 import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { failureKinds } from '../verification/failure-kinds';
@@ -51,13 +51,16 @@ export function registerJobs(program: Command, io: CliIo): void {
   // The failureKind column classifies a failed result by mappings/failure-kinds.json.
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
-    .action(async (opts: JobsOpts & { state?: string }, command: Command) => {
+    .option('--for-a-person', 'only checks needing attention or dead that no person has dismissed (what dental_elig_checks_for_a_person counts)')
+    .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean }, command: Command) => {
+      if (opts.forAPerson && opts.state !== undefined) throw new CliError('jobs list: give --state or --for-a-person, not both', 2);
       // Read before the store, as serve reads it at start: a copy of mappings/ it cannot use is said, not a blank column.
       failureKinds();
       return withStore(io, opts, command, async (store) => {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
-        const states = opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
-        const checks = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
+        const states = opts.forAPerson ? [...FOR_A_PERSON] : opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
+        const listed = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
+        const checks = opts.forAPerson ? listed.filter((c) => !dismissed(c)) : listed;
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
           ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),

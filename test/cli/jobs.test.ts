@@ -189,10 +189,15 @@ describe('dental-elig jobs', () => {
     const key = received.key;
     const listed = async () => (JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'needs-attention', '--json'])).stdout) as Array<{ job: string; dismissed?: boolean }>)[0];
     expect(await listed()).not.toHaveProperty('dismissed');
+    // What a person has still to deal with: this one, until dismissed.
+    const forAPerson = async () => (JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--for-a-person', '--json'])).stdout) as Array<{ job: string }>).map((r) => r.job);
+    expect(await forAPerson()).toEqual([received.key]);
+    expect(await cli(['jobs', 'list', '--data-dir', dir, '--for-a-person', '--state', 'dead'])).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: jobs list: give --state or --for-a-person, not both\n' });
 
     expect(await cli(['jobs', 'dismiss', key, '--data-dir', dir, '--json'])).toEqual({ code: 0, stdout: `${JSON.stringify([key])}\n`, stderr: '' });
     // Still needing attention, as the pipeline sees it: a person has dealt with it.
     expect(await listed()).toMatchObject({ job: key, dismissed: true });
+    expect(await forAPerson()).toEqual([]);
     expect((await cli(['jobs', 'list', '--data-dir', dir])).stdout).toMatch(new RegExp(`^${key} +needs-attention \\(dismissed\\) `, 'm'));
     expect((await cli(['jobs', 'show', key, '--data-dir', dir])).stdout).toMatch(/^dismissed +\d{4}-\d{2}-\d{2}T/m);
     expect(await cli(['jobs', 'dismiss', key, '--data-dir', dir])).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: check ${key} is dismissed already\n` });
