@@ -365,7 +365,10 @@ export interface JobStore {
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T>;
   /**
    * Leases up to `limit` due checks for `leaseMs`: no other worker takes them until the lease
-   * runs out, so a worker that dies lets another pick its checks up.
+   * runs out, so a worker that dies lets another pick its checks up. Checks holding a result to
+   * write (result-stored) come first, then the others, each the most overdue first: a result the
+   * service gave goes into the chart before more checks are sent, so in a batch the asynchronous
+   * results are written as their webhooks come, not after the batch's last send.
    */
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]>;
   /**

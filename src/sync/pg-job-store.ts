@@ -97,18 +97,26 @@ export class PgJobStore implements JobStore {
   }
 
   async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+    // Results first; those taken are under lease when the rest is claimed, so none comes twice.
+    const results = await this.claim(`state = 'result-stored'`, [], options.limit, options);
+    const left = options.limit - results.length;
+    return left > 0 ? [...results, ...(await this.claim('state = ANY($6)', [WORKABLE_STATES], left, options))] : results;
+  }
+
+  /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */
+  private async claim(which: string, params: unknown[], limit: number, options: { now: string; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
     // One statement: rows another instance is claiming (or a transaction is changing) are skipped, not waited for.
     const { rows } = await this.query<{ row: unknown }>(
       `WITH due AS (
          SELECT key FROM checks
-         WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)
-         ORDER BY due_at LIMIT $3
+         WHERE due_at <= $1 AND ${LEASE_FREE} AND ${which}
+         ORDER BY due_at LIMIT $2
          FOR UPDATE SKIP LOCKED
        )
-       UPDATE checks SET lease_owner = $4, lease_until = $5, lease_lock = $6, leased_at = now() FROM due WHERE checks.key = due.key
+       UPDATE checks SET lease_owner = $3, lease_until = $4, lease_lock = $5, leased_at = now() FROM due WHERE checks.key = due.key
        RETURNING checks.row`,
-      [options.now, WORKABLE_STATES, options.limit, options.owner, until, this.live?.key ?? null],
+      [options.now, limit, options.owner, until, this.live?.key ?? null, ...params],
     );
     return rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? ''));
   }

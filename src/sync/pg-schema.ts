@@ -90,6 +90,8 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
+  // A claim takes the results to write before the checks to send (claimDue): this finds them without reading past a batch's due sends.
+  `CREATE INDEX IF NOT EXISTS checks_results_due ON checks (due_at) WHERE state = 'result-stored';`,
 ];
 
 /** The version this program writes. */

@@ -131,6 +131,8 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
+  // A claim takes the results to write before the checks to send (claimDue): this finds them without reading past a batch's due sends.
+  `CREATE INDEX IF NOT EXISTS checks_results_due ON checks (due_at) WHERE state = 'result-stored';`,
 ];
 
 /** The version this program writes. */
@@ -156,7 +158,7 @@ export class SqliteJobStore implements JobStore {
   private queue: Promise<unknown> = Promise.resolve();
   private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
-  private readonly leases: Record<'due' | 'take' | 'extend' | 'release', Statement>;
+  private readonly leases: Record<'due' | 'resultsDue' | 'take' | 'extend' | 'release', Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
   private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes' | 'dataVersion', Statement>;
   private readonly checks = new CheckCache();
@@ -232,6 +234,9 @@ export class SqliteJobStore implements JobStore {
         `SELECT key, row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
+      resultsDue: db.prepare(
+        `SELECT key, row FROM checks WHERE state = 'result-stored' AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?) ORDER BY due_at LIMIT ?`,
+      ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
       extend: db.prepare('UPDATE checks SET lease_until = ? WHERE key = ? AND lease_owner = ?'),
       release: db.prepare('UPDATE checks SET lease_owner = NULL, lease_until = NULL WHERE key = ? AND lease_owner = ?'),
@@ -282,11 +287,15 @@ export class SqliteJobStore implements JobStore {
   claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const rows = this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, options.limit) as KeyedRow[];
-      return rows.map((r) => {
-        this.leases.take.run(options.owner, until, r.key);
-        return this.checkOf(r);
-      });
+      const take = (rows: KeyedRow[]) =>
+        rows.map((r) => {
+          this.leases.take.run(options.owner, until, r.key);
+          return this.checkOf(r);
+        });
+      // Results first; those taken are under lease when the rest is read, so none comes twice.
+      const results = take(this.leases.resultsDue.all(options.now, options.now, options.limit) as KeyedRow[]);
+      const left = options.limit - results.length;
+      return left > 0 ? [...results, ...take(this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, left) as KeyedRow[])] : results;
     });
   }
 

@@ -154,6 +154,33 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.claimDue({ now: NOW, limit: 2, owner: 'a', leaseMs: 1000 })).map((c) => c.key)).toEqual(['k1', 'k2']);
     });
 
+    it('hands out the checks holding a result to write before the checks to send, each the most overdue first', async () => {
+      await store.transaction(async (tx) => {
+        for (const [key, state, dueAt] of [
+          ['send-early', 'received', '2026-11-23T08:00:00.000Z'],
+          ['poll-early', 'awaiting-result', '2026-11-23T08:30:00.000Z'],
+          ['write-late', 'result-stored', '2026-11-23T09:50:00.000Z'],
+          ['write-early', 'result-stored', '2026-11-23T09:40:00.000Z'],
+          ['write-not-due', 'result-stored', '2026-11-23T10:30:00.000Z'],
+          ['send-late', 'received', '2026-11-23T09:00:00.000Z'],
+        ] as const) {
+          await tx.putCheck(checkRow(key, { state, dueAt }));
+        }
+      });
+      expect((await store.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['write-early']);
+      expect((await store.claimDue({ now: NOW, limit: 3, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['write-late', 'send-early', 'poll-early']);
+      expect((await store.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['send-late']);
+      const later = '2026-11-23T10:31:00.000Z';
+      expect((await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).map((c) => c.key)).toEqual([
+        'write-early',
+        'write-late',
+        'write-not-due',
+        'send-early',
+        'poll-early',
+        'send-late',
+      ]);
+    });
+
     it('says when the next check falls due, a leased one when its lease ends, and counts what is due', async () => {
       expect(await store.nextDueAt()).toBeUndefined();
       await store.transaction(async (tx) => {

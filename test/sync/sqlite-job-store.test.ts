@@ -29,7 +29,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(13);
+    expect(store.schemaVersion).toBe(14);
     await store.close();
   });
 
@@ -58,7 +58,7 @@ describe('SqliteJobStore', () => {
     db.pragma('user_version = 1');
     db.close();
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(13);
+    expect(reopened.schemaVersion).toBe(14);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();
@@ -84,7 +84,7 @@ describe('SqliteJobStore', () => {
     db.close();
 
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(13);
+    expect(reopened.schemaVersion).toBe(14);
     expect(await reopened.listChecks()).toEqual(before);
     expect((await reopened.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.result).toEqual(body);
     await reopened.close();
@@ -391,7 +391,7 @@ describe('SqliteJobStore', () => {
     await working.close();
 
     const upgraded = SqliteJobStore.open(dir);
-    expect(upgraded.schemaVersion).toBe(13);
+    expect(upgraded.schemaVersion).toBe(14);
     expect(await upgraded.beginWork()).toBe(0);
     await upgraded.close();
   });

@@ -1,11 +1,12 @@
 import type { CheckRow } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
+import { bookingFor } from '../support/bookings';
 import { startHarness, until, type Harness } from './harness';
 
 /**
  * How the worker takes checks from the store: a synchronous answer goes to the chart under the
- * claim that sent it, and a check stored while a claim is running is looked at as soon as that
- * claim is done, not one idle interval later.
+ * claim that sent it, an asynchronous one before the checks still to send, and a check stored
+ * while a claim is running is looked at as soon as that claim is done, not one idle interval later.
  */
 const booking = (n: number) =>
   [
@@ -34,6 +35,26 @@ describe('the worker claiming checks', () => {
     await h.sync.receiveHl7(booking(1));
     const written = await until('the check written', async () => (await h.store.listChecks({ states: ['written'] }))[0]);
     expect(claimed.flat().map((row) => [row.key, row.state])).toEqual([[written.key, 'received']]);
+  });
+
+  it('writes an asynchronous result that came before the checks still to send, booked before it came', async () => {
+    // One place, and each send held 100 ms at the service: a result's webhook comes while the next check is being sent.
+    h = await startHarness({ sandbox: { timing: { asyncCompletionMs: 0, latencyMs: 100, latencyJitterMs: 0 } }, settings: { concurrency: 1 } });
+    const claimed: Array<[string, string]> = [];
+    const claimDue = h.store.claimDue.bind(h.store);
+    jest.spyOn(h.store, 'claimDue').mockImplementation(async (options) => {
+      const rows = await claimDue(options);
+      claimed.push(...rows.map((row): [string, string] => [row.key, row.state]));
+      return rows;
+    });
+    for (let i = 0; i < 5; i++) await h.sync.receiveHl7(bookingFor(`ORDER-${i}`, `SBX-COMPLETE-ORDER-${i}`));
+    await until('every check written', async () => (await h.store.listChecks({ states: ['written'] })).length === 5, 20_000);
+    const states = claimed.map(([, state]) => state);
+    // Each sent once, each written once.
+    expect(states.filter((state) => state === 'received')).toHaveLength(5);
+    expect(states.filter((state) => state === 'result-stored')).toHaveLength(5);
+    // The first result went to the chart before the last check was sent (after it, taken by due time).
+    expect(states.indexOf('result-stored')).toBeLessThan(states.lastIndexOf('received'));
   });
 
   it('looks again at once when a check is stored while it is claiming, instead of waiting idleMs', async () => {
