@@ -69,7 +69,7 @@ export class SyncMetrics {
           this.set(read());
         },
       });
-    live('dental_elig_checks_in_hand', 'Checks the worker holds right now (at most the concurrency)', () => this.inHand());
+    live('dental_elig_checks_in_hand', 'Checks the worker holds right now (at most concurrency plus chartConcurrency)', () => this.inHand());
     live('dental_elig_service_up', 'Whether the worker finds the verification service answering (0: out, checks waiting for it; one call at a time tries it)', () => (this.serviceUp() ? 1 : 0));
     const checks = new Gauge({ name: 'dental_elig_checks', help: 'Checks by state', labelNames: ['state'], registers: [this.registry] });
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });

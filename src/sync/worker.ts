@@ -50,7 +50,14 @@ export interface SyncEvent {
 }
 
 export interface WorkerOptions {
+  /** Checks in hand for the service: being sent, polled, or waiting for either. */
   concurrency: number;
+  /**
+   * Checks in hand being written to the chart, apart from `concurrency`: a check with its result
+   * gives its place for the service up while the chart takes its write, so the service's places
+   * turn over at the service's pace, not at the service's and the chart's together.
+   */
+  chartConcurrency: number;
   /**
    * Above this share of the event loop's time spent busy, while something that arrived is being
    * handled, the worker takes no new checks beyond an eighth of `concurrency`: what arrives is
@@ -136,6 +143,9 @@ export class Worker {
   private readonly loopBusy: () => number;
   /** The checks in hand, by key, with the step under way: one this worker is still working on is never started again. */
   private readonly inHand = new Map<string, Promise<void>>();
+  /** Of those, the ones whose chart write holds a place of chartConcurrency, and those waiting for one. */
+  private writing = 0;
+  private readonly waitingToWrite: Array<() => void> = [];
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
@@ -253,15 +263,41 @@ export class Worker {
   }
 
   /**
-   * How many more checks to take now. While the loop is busy past loopBusyLimit and something
-   * that arrived waits for its answer, only up to a floor (an eighth of concurrency) is kept in
-   * hand, so the batch goes on but leaves room for what arrives; each check that ends looks again.
+   * How many more checks to take now: places for the service free, checks being written or
+   * waiting to be not counted, and never more in hand than both kinds of place hold. While the
+   * loop is busy past loopBusyLimit and something that arrived waits for its answer, only up to a
+   * floor (an eighth of concurrency) is kept for the service, so the batch goes on but leaves room
+   * for what arrives; each check that ends looks again.
    */
   private room(): number {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
     const held = this.options.loopBusyLimit < 1 && (this.deps.arriving?.() ?? 1) > 0 && this.loopBusy() > this.options.loopBusyLimit;
     const limit = held ? floor : this.options.concurrency;
-    return limit - this.inHand.size;
+    const forService = this.inHand.size - this.writing - this.waitingToWrite.length;
+    return Math.min(limit - forService, this.options.concurrency + this.options.chartConcurrency - this.inHand.size);
+  }
+
+  /**
+   * Runs a chart write in a place of chartConcurrency, waiting for one: the check's place for the
+   * service is free meanwhile, and the worker takes another check into it.
+   */
+  private async inChartPlace<T>(write: () => Promise<T>): Promise<T> {
+    if (this.writing >= this.options.chartConcurrency) {
+      const turn = new Promise<void>((resolve) => this.waitingToWrite.push(resolve));
+      this.kick();
+      await turn;
+    } else {
+      this.writing++;
+      this.kick();
+    }
+    try {
+      return await write();
+    } finally {
+      // The place goes to the next waiting, or is free.
+      const next = this.waitingToWrite.shift();
+      if (next) next();
+      else this.writing--;
+    }
   }
 
   /** Takes due checks in hand; false when there was no room to take any, so the store was not read. */
@@ -677,7 +713,11 @@ export class Worker {
 
   // ------------------------------------------------------------------ the chart
 
-  private async write(row: CheckRow, outcome: VerificationOutcome = toOutcome(row.result)): Promise<void> {
+  private write(row: CheckRow, outcome: VerificationOutcome = toOutcome(row.result)): Promise<void> {
+    return this.inChartPlace(() => this.writeNow(row, outcome));
+  }
+
+  private async writeNow(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
     let written;
     try {
       const writer = await this.deps.writer();

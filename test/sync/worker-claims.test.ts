@@ -1,12 +1,15 @@
 import type { CheckRow } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
-import { bookingFor } from '../support/bookings';
+import { bookingFor, sleep } from '../support/bookings';
+import { json } from '../support/http-server';
+import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import { startHarness, until, type Harness } from './harness';
 
 /**
  * How the worker takes checks from the store: a synchronous answer goes to the chart under the
- * claim that sent it, an asynchronous one before the checks still to send, and a check stored
- * while a claim is running is looked at as soon as that claim is done, not one idle interval later.
+ * claim that sent it, an asynchronous one before the checks still to send, a check being written
+ * gives its place for the service up, and a check stored while a claim is running is looked at as
+ * soon as that claim is done, not one idle interval later.
  */
 const booking = (n: number) =>
   [
@@ -84,5 +87,45 @@ describe('the worker claiming checks', () => {
       return rows.length === 2 && rows;
     }, 10_000);
     expect(written).toHaveLength(2);
+  });
+});
+
+describe('the worker writing to the chart in places of its own', () => {
+  let rig: WorkerRig;
+  afterEach(async () => rig.close());
+
+  it('sends the next check while one is written, and takes no more than both kinds of place hold', async () => {
+    let open: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (open = resolve));
+    let writing = 0;
+    let mostWriting = 0;
+    rig = await startWorkerRig({
+      worker: { concurrency: 1, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async write(...args) {
+          mostWriting = Math.max(mostWriting, ++writing);
+          try {
+            await held;
+            return await chart.write(...args);
+          } finally {
+            writing--;
+          }
+        },
+      }),
+    });
+    for (const key of ['first', 'second', 'third']) await rig.addCheck(key);
+    rig.worker.start();
+    // The first check's write holds the one chart place; its place for the service is free, and the second is sent.
+    await until('two checks sent while the first is written', async () => posts(rig.requests).length === 2);
+    await sleep(200);
+    // The second waits for the chart place, and the third for a place of either kind: in hand, 1 + 1.
+    expect(posts(rig.requests)).toHaveLength(2);
+    expect(rig.worker.busy).toBe(2);
+    open();
+    for (const key of ['first', 'second', 'third']) await rig.reach(key, 'written');
+    expect(posts(rig.requests)).toHaveLength(3);
+    expect(mostWriting).toBe(1);
   });
 });

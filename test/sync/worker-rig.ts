@@ -45,6 +45,7 @@ export interface WorkerRig {
 
 export const RIG_OPTIONS: WorkerOptions = {
   concurrency: 4,
+  chartConcurrency: 4,
   // The test process's loop is Jest's: a rig is held back only when its test says how busy the loop is.
   loopBusyLimit: 1,
   rateLimits: {},
