@@ -388,7 +388,8 @@ export class Worker {
       case 'written':
         return this.reverify(row);
       case 'ending-coverage':
-        return this.endCoverage(row);
+        // A chart write as a result's is: it holds a chart place, not a place for the service.
+        return this.inChartPlace(() => this.endCoverage(row));
       default:
         return;
     }

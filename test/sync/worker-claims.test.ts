@@ -128,4 +128,36 @@ describe('the worker writing to the chart in places of its own', () => {
     expect(posts(rig.requests)).toHaveLength(3);
     expect(mostWriting).toBe(1);
   });
+
+  it('ends a Coverage in a chart place, so a check is sent meanwhile', async () => {
+    let open: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (open = resolve));
+    let ending = 0;
+    rig = await startWorkerRig({
+      worker: { concurrency: 1, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async endCoverage(check, droppedAt) {
+          ending++;
+          await held;
+          return (await chart.endCoverage?.(check, droppedAt)) ?? false;
+        },
+      }),
+    });
+    const droppedAt = new Date(Date.now() - 60_000).toISOString();
+    await rig.addCheck('dropped', { state: 'ending-coverage', dueAt: droppedAt, planDroppedAt: droppedAt });
+    rig.worker.start();
+    await until('the Coverage being ended', async () => ending === 1);
+    await rig.addCheck('to-send');
+    rig.worker.kick();
+    try {
+      // The chart's end of a Coverage holds a chart place, not the one place for the service: the send goes meanwhile.
+      await until('the check sent while the Coverage is ended', async () => posts(rig.requests).length === 1, 5000);
+    } finally {
+      open();
+    }
+    await rig.reach('to-send', 'written');
+    await rig.reach('dropped', 'cancelled');
+  });
 });
