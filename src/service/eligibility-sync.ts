@@ -44,7 +44,7 @@ import { subscriptionNotificationIds } from './notifications';
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({
   concurrency: z.number().int().min(1).max(1000).default(8),
-  /** Chart writes at once, apart from `concurrency` (which counts the checks in hand for the service); a quarter of `concurrency`, at least 1, when not given. */
+  /** Chart writes at once, apart from `concurrency` (which counts the checks in hand for the service); `concurrency` when not given. */
   chartConcurrency: z.number().int().min(1).max(1000).optional(),
   /** Past this share of its time busy, the event loop answers what arrives before the worker takes more checks (1: never). */
   loopBusyLimit: z.number().gt(0).max(1).default(0.85),
@@ -291,7 +291,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   const workerOptions: WorkerOptions = {
     concurrency: settings.concurrency,
-    chartConcurrency: settings.chartConcurrency ?? Math.max(1, Math.floor(settings.concurrency / 4)),
+    chartConcurrency: settings.chartConcurrency ?? settings.concurrency,
     loopBusyLimit: settings.loopBusyLimit,
     rateLimits: { perSecond: settings.requestsPerSecond, perPortalPerSecond: settings.requestsPerSecondPerPortal },
     maxAttempts: settings.maxAttempts,

@@ -26,6 +26,16 @@ export type CheckState = z.infer<typeof CheckState>;
 /** The states a worker picks up when they are due. */
 export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'ending-coverage'];
 
+/** The workable states whose work is the chart's alone (a result to write, a Coverage to end): a worker does it in places of its own. */
+export const CHART_WORK_STATES: readonly CheckState[] = ['result-stored', 'ending-coverage'];
+/** CHART_WORK_STATES for SQL, written out as the claims' partial index (checks_chart_due) has it. */
+export const CHART_WORK_SQL = `('result-stored', 'ending-coverage')`;
+/** The other workable states: work for the service (a send, a poll, a re-verification). */
+export const SERVICE_WORK_STATES: readonly CheckState[] = WORKABLE_STATES.filter((state) => !CHART_WORK_STATES.includes(state));
+
+/** The work a claim takes: the chart's (CHART_WORK_STATES) or the service's (SERVICE_WORK_STATES). */
+export type ClaimWork = 'chart' | 'service';
+
 export const WrittenIds = z.looseObject({
   requestId: z.string(),
   responseId: z.string(),
@@ -365,12 +375,12 @@ export interface JobStore {
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T>;
   /**
    * Leases up to `limit` due checks for `leaseMs`: no other worker takes them until the lease
-   * runs out, so a worker that dies lets another pick its checks up. Checks holding a result to
-   * write (result-stored) come first, then the others, each the most overdue first: a result the
-   * service gave goes into the chart before more checks are sent, so in a batch the asynchronous
-   * results are written as their webhooks come, not after the batch's last send.
+   * runs out, so a worker that dies lets another pick its checks up. `work` takes only the
+   * chart's work or only the service's; without it the chart's comes first, then the service's,
+   * each the most overdue first. The worker claims each into places of its own, so a result the
+   * service gave goes into the chart as it comes, not after the batch's last send.
    */
-  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]>;
+  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]>;
   /**
    * Called once before a worker takes its first check; returns how many checks a worker that is
    * gone still held, given back now. One process works a SQLite store: the first worker takes a

@@ -6,6 +6,9 @@ import {
   CheckRow,
   MessageRow,
   WORKABLE_STATES,
+  CHART_WORK_SQL,
+  SERVICE_WORK_STATES,
+  type ClaimWork,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -96,11 +99,11 @@ export class PgJobStore implements JobStore {
     return inTransaction(this.pool, (db) => work(new PgTx(db)));
   }
 
-  async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
-    // Results first; those taken are under lease when the rest is claimed, so none comes twice.
-    const results = await this.claim(`state = 'result-stored'`, [], options.limit, options);
-    const left = options.limit - results.length;
-    return left > 0 ? [...results, ...(await this.claim('state = ANY($6)', [WORKABLE_STATES], left, options))] : results;
+  async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]> {
+    const chart = options.work === 'service' ? [] : await this.claim(`state IN ${CHART_WORK_SQL}`, [], options.limit, options);
+    const left = options.limit - chart.length;
+    if (options.work === 'chart' || left <= 0) return chart;
+    return [...chart, ...(await this.claim('state = ANY($6)', [SERVICE_WORK_STATES], left, options))];
   }
 
   /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */

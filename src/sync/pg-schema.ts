@@ -90,8 +90,9 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
-  // A claim takes the results to write before the checks to send (claimDue): this finds them without reading past a batch's due sends.
-  `CREATE INDEX IF NOT EXISTS checks_results_due ON checks (due_at) WHERE state = 'result-stored';`,
+  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's work):
+  // this finds it without reading past a batch's due sends. Unreleased, so changed in place (results alone at first).
+  `CREATE INDEX IF NOT EXISTS checks_chart_due ON checks (due_at) WHERE state IN ('result-stored', 'ending-coverage');`,
 ];
 
 /** The version this program writes. */

@@ -7,6 +7,9 @@ import {
   CheckRow,
   MessageRow,
   WORKABLE_STATES,
+  CHART_WORK_SQL,
+  SERVICE_WORK_STATES,
+  type ClaimWork,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -131,8 +134,9 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
-  // A claim takes the results to write before the checks to send (claimDue): this finds them without reading past a batch's due sends.
-  `CREATE INDEX IF NOT EXISTS checks_results_due ON checks (due_at) WHERE state = 'result-stored';`,
+  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's work):
+  // this finds it without reading past a batch's due sends. Unreleased, so changed in place (results alone at first).
+  `CREATE INDEX IF NOT EXISTS checks_chart_due ON checks (due_at) WHERE state IN ('result-stored', 'ending-coverage');`,
 ];
 
 /** The version this program writes. */
@@ -158,7 +162,7 @@ export class SqliteJobStore implements JobStore {
   private queue: Promise<unknown> = Promise.resolve();
   private readonly waiting: { work: () => Promise<unknown>; lasting: boolean; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
   private readonly tx: StoreTx;
-  private readonly leases: Record<'due' | 'resultsDue' | 'take' | 'extend' | 'release', Statement>;
+  private readonly leases: Record<'due' | 'chartDue' | 'take' | 'extend' | 'release', Statement>;
   /** Prepared once: db.exec parses its SQL again on every call, and a batch makes several per transaction. */
   private readonly control: Record<'begin' | 'savepoint' | 'release' | 'rollbackTo' | 'commit' | 'rollback' | 'changes' | 'dataVersion', Statement>;
   private readonly checks = new CheckCache();
@@ -232,10 +236,10 @@ export class SqliteJobStore implements JobStore {
     this.leases = {
       due: db.prepare(
         `SELECT key, row FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
-         AND state IN (${WORKABLE_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
+         AND state IN (${SERVICE_WORK_STATES.map(() => '?').join(',')}) ORDER BY due_at LIMIT ?`,
       ),
-      resultsDue: db.prepare(
-        `SELECT key, row FROM checks WHERE state = 'result-stored' AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?) ORDER BY due_at LIMIT ?`,
+      chartDue: db.prepare(
+        `SELECT key, row FROM checks WHERE state IN ${CHART_WORK_SQL} AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?) ORDER BY due_at LIMIT ?`,
       ),
       take: db.prepare('UPDATE checks SET lease_owner = ?, lease_until = ? WHERE key = ?'),
       extend: db.prepare('UPDATE checks SET lease_until = ? WHERE key = ? AND lease_owner = ?'),
@@ -284,7 +288,7 @@ export class SqliteJobStore implements JobStore {
     return this.batched(LASTING, () => work(this.tx));
   }
 
-  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]> {
     return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
       const take = (rows: KeyedRow[]) =>
@@ -292,10 +296,10 @@ export class SqliteJobStore implements JobStore {
           this.leases.take.run(options.owner, until, r.key);
           return this.checkOf(r);
         });
-      // Results first; those taken are under lease when the rest is read, so none comes twice.
-      const results = take(this.leases.resultsDue.all(options.now, options.now, options.limit) as KeyedRow[]);
-      const left = options.limit - results.length;
-      return left > 0 ? [...results, ...take(this.leases.due.all(options.now, options.now, ...WORKABLE_STATES, left) as KeyedRow[])] : results;
+      const chart = options.work === 'service' ? [] : take(this.leases.chartDue.all(options.now, options.now, options.limit) as KeyedRow[]);
+      const left = options.limit - chart.length;
+      if (options.work === 'chart' || left <= 0) return chart;
+      return [...chart, ...take(this.leases.due.all(options.now, options.now, ...SERVICE_WORK_STATES, left) as KeyedRow[])];
     });
   }
 

@@ -13,7 +13,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
+import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type ClaimWork, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
@@ -60,7 +60,7 @@ export interface WorkerOptions {
   chartConcurrency: number;
   /**
    * Above this share of the event loop's time spent busy, while something that arrived is being
-   * handled, the worker takes no new checks beyond an eighth of `concurrency`: what arrives is
+   * handled, the worker keeps no more than an eighth of `concurrency` checks in hand: what arrives is
    * answered first (1: never held back).
    */
   loopBusyLimit: number;
@@ -263,18 +263,19 @@ export class Worker {
   }
 
   /**
-   * How many more checks to take now: places for the service free, checks being written or
-   * waiting to be not counted, and never more in hand than both kinds of place hold. While the
-   * loop is busy past loopBusyLimit and something that arrived waits for its answer, only up to a
-   * floor (an eighth of concurrency) is kept for the service, so the batch goes on but leaves room
-   * for what arrives; each check that ends looks again.
+   * How many more checks of `work` to take now: the chart's work into the chart places free, the
+   * service's into its own, and never more in hand than both kinds of place hold (a synchronous
+   * result waits for a chart place in hand). While the loop is busy past loopBusyLimit and
+   * something that arrived waits for its answer, only up to a floor (an eighth of concurrency) is
+   * kept in hand, so the batch goes on but leaves room for what arrives; each check that ends looks again.
    */
-  private room(): number {
+  private room(work: ClaimWork): number {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
     const held = this.options.loopBusyLimit < 1 && (this.deps.arriving?.() ?? 1) > 0 && this.loopBusy() > this.options.loopBusyLimit;
-    const limit = held ? floor : this.options.concurrency;
-    const forService = this.inHand.size - this.writing - this.waitingToWrite.length;
-    return Math.min(limit - forService, this.options.concurrency + this.options.chartConcurrency - this.inHand.size);
+    const free = (held ? floor : this.options.concurrency + this.options.chartConcurrency) - this.inHand.size;
+    const charting = this.writing + this.waitingToWrite.length;
+    const places = work === 'chart' ? this.options.chartConcurrency - charting : this.options.concurrency - (this.inHand.size - charting);
+    return Math.min(free, places);
   }
 
   /**
@@ -300,15 +301,26 @@ export class Worker {
     }
   }
 
-  /** Takes due checks in hand; false when there was no room to take any, so the store was not read. */
+  /**
+   * Takes due checks in hand, the chart's work first (a result goes into the chart before more
+   * checks are sent); false when there was no room to take any, so the store was not read.
+   */
   private async claimAndRun(): Promise<boolean> {
-    const free = this.room();
-    if (free <= 0) return false;
+    if (this.room('chart') <= 0 && this.room('service') <= 0) return false;
     for (const key of this.unreleased) {
       await this.store.release(key, this.owner);
       this.unreleased.delete(key);
     }
-    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit: free, owner: this.owner, leaseMs: this.options.leaseMs });
+    for (const work of ['chart', 'service'] as const) {
+      // Counted after the chart's work taken in hand: it shares the floor and the places in hand with the service's.
+      const limit = this.room(work);
+      if (limit > 0) this.runEach(await this.store.claimDue({ now: this.deps.now().toISOString(), limit, owner: this.owner, leaseMs: this.options.leaseMs, work }));
+    }
+    return true;
+  }
+
+  /** Runs each check claimed, in hand until its step ends. */
+  private runEach(rows: CheckRow[]): void {
     for (const row of rows) {
       // Claimed again while its step is still in flight (its lease ran out in a stall): one copy is enough.
       if (this.inHand.has(row.key)) continue;
@@ -326,7 +338,6 @@ export class Worker {
         });
       this.inHand.set(row.key, job);
     }
-    return true;
   }
 
   /** Tells the listeners; one that throws is logged and changes nothing of the check (its step is done). */

@@ -131,7 +131,7 @@ test('morning batch: bookings to written eligibility through serve, the sandbox 
         [
           figure(`morning-batch-${n}: checks written (others), results by webhook`, `${m.written} ${JSON.stringify(m.others)}, ${m.byWebhook}`),
           figure(`morning-batch-${n}: ideal time (N × ${LATENCY_MS} ms ÷ ${CONCURRENCY})`, `${((n * LATENCY_MS) / CONCURRENCY / 1000).toFixed(1)} s`),
-          figure(`morning-batch-${n}: most checks in hand (${CONCURRENCY} places for the service, ${CONCURRENCY / 4} for the chart)`, `${m.peakInHand}`),
+          figure(`morning-batch-${n}: most checks in hand (${CONCURRENCY} places for the service, ${CONCURRENCY} for the chart)`, `${m.peakInHand}`),
           figure(`morning-batch-${n}: sandbox cpu, FHIR server cpu`, `${m.sandboxCpuMsPerCheck.toFixed(2)}, ${m.fhirCpuMsPerCheck.toFixed(2)} ms/check`),
           figure(
             `morning-batch-${n}: all four processes' cpu ÷ ${availableParallelism()} cores`,

@@ -154,31 +154,31 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect((await store.claimDue({ now: NOW, limit: 2, owner: 'a', leaseMs: 1000 })).map((c) => c.key)).toEqual(['k1', 'k2']);
     });
 
-    it('hands out the checks holding a result to write before the checks to send, each the most overdue first', async () => {
+    it("hands out the chart's work (results to write, Coverages to end) before the service's, or either alone, each the most overdue first", async () => {
       await store.transaction(async (tx) => {
         for (const [key, state, dueAt] of [
           ['send-early', 'received', '2026-11-23T08:00:00.000Z'],
           ['poll-early', 'awaiting-result', '2026-11-23T08:30:00.000Z'],
           ['write-late', 'result-stored', '2026-11-23T09:50:00.000Z'],
           ['write-early', 'result-stored', '2026-11-23T09:40:00.000Z'],
+          ['end-coverage', 'ending-coverage', '2026-11-23T09:45:00.000Z'],
           ['write-not-due', 'result-stored', '2026-11-23T10:30:00.000Z'],
           ['send-late', 'received', '2026-11-23T09:00:00.000Z'],
+          ['reverify', 'written', '2026-11-23T09:55:00.000Z'],
         ] as const) {
           await tx.putCheck(checkRow(key, { state, dueAt }));
         }
       });
-      expect((await store.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['write-early']);
-      expect((await store.claimDue({ now: NOW, limit: 3, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['write-late', 'send-early', 'poll-early']);
-      expect((await store.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['send-late']);
+      const claim = async (owner: string, limit: number, work?: 'chart' | 'service', now = NOW) =>
+        (await store.claimDue({ now, limit, owner, leaseMs: 60_000, ...(work && { work }) })).map((c) => c.key);
+      expect(await claim('a', 1)).toEqual(['write-early']);
+      expect(await claim('a', 3)).toEqual(['end-coverage', 'write-late', 'send-early']);
+      expect(await claim('b', 10, 'chart')).toEqual([]);
+      expect(await claim('b', 1, 'service')).toEqual(['poll-early']);
+      expect(await claim('b', 10)).toEqual(['send-late', 'reverify']);
       const later = '2026-11-23T10:31:00.000Z';
-      expect((await store.claimDue({ now: later, limit: 10, owner: 'c', leaseMs: 60_000 })).map((c) => c.key)).toEqual([
-        'write-early',
-        'write-late',
-        'write-not-due',
-        'send-early',
-        'poll-early',
-        'send-late',
-      ]);
+      expect(await claim('c', 10, 'service', later)).toEqual(['send-early', 'poll-early', 'send-late', 'reverify']);
+      expect(await claim('d', 10, 'chart', later)).toEqual(['write-early', 'end-coverage', 'write-late', 'write-not-due']);
     });
 
     it('says when the next check falls due, a leased one when its lease ends, and counts what is due', async () => {

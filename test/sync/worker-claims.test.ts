@@ -160,4 +160,40 @@ describe('the worker writing to the chart in places of its own', () => {
     await rig.reach('to-send', 'written');
     await rig.reach('dropped', 'cancelled');
   });
+
+  it('takes results into the chart places free, not all its places, so checks are sent while results wait for the chart', async () => {
+    let open: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (open = resolve));
+    let writes = 0;
+    rig = await startWorkerRig({
+      worker: { concurrency: 2, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async write(...args) {
+          writes++;
+          await held;
+          return chart.write(...args);
+        },
+      }),
+    });
+    const overdue = new Date(Date.now() - 60_000).toISOString();
+    for (const key of ['result-1', 'result-2', 'result-3', 'result-4']) {
+      await rig.addCheck(key, { state: 'result-stored', dueAt: overdue, result: { ...(resultBody('completed-minimal') as object), correlationId: `ver-${key}` } as CheckRow['result'] });
+    }
+    await rig.addCheck('to-send', { dueAt: new Date(Date.now() - 120_000).toISOString() });
+    rig.worker.start();
+    try {
+      await until('the check sent while a result is written', async () => posts(rig.requests).length === 1, 5000);
+      await until('its result waiting for the chart place', async () => writes === 1 && rig.worker.busy === 2);
+      await sleep(200);
+      // One result in the one chart place, the sent check's result waiting for it; the other results wait in the store.
+      expect(rig.worker.busy).toBe(2);
+      expect((await rig.store.listChecks({ states: ['result-stored'] })).length).toBe(5);
+    } finally {
+      open();
+    }
+    for (const key of ['result-1', 'result-2', 'result-3', 'result-4', 'to-send']) await rig.reach(key, 'written');
+    expect(posts(rig.requests)).toHaveLength(1);
+  });
 });
