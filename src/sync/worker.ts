@@ -318,6 +318,8 @@ export class Worker {
       this.unreleased.delete(key);
     }
     for (const work of ['chart', 'service'] as const) {
+      // stop() came during the chart's claim: what that took is run and waited for, but no claim begins after stop().
+      if (!this.running) break;
       // Counted after the chart's work taken in hand: it shares the floor and the places in hand with the service's.
       const limit = this.room(work);
       if (limit > 0) this.runEach(await this.store.claimDue({ now: this.deps.now().toISOString(), limit, owner: this.owner, leaseMs: this.options.leaseMs, work }));

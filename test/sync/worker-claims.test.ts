@@ -228,4 +228,31 @@ describe('the worker writing to the chart in places of its own', () => {
     // On the previous worker each freed chart place went to the result of a check just sent, and this one was written after all six were sent.
     expect(sentWhenWritten).toBeLessThan(sends.length);
   });
+
+  it("sends nothing after stop(): a stop during the claim of the chart's work takes none of the service's", async () => {
+    rig = await startWorkerRig({ worker: { concurrency: 1, chartConcurrency: 1 }, answer: (_req, res) => json(res, 200, resultBody('completed-minimal')) });
+    await rig.addCheck('to-send');
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let entered: () => void = () => undefined;
+    const claimingChart = new Promise<void>((resolve) => (entered = resolve));
+    const claimDue = rig.store.claimDue.bind(rig.store);
+    const works: Array<string | undefined> = [];
+    jest.spyOn(rig.store, 'claimDue').mockImplementation(async (options) => {
+      works.push(options.work);
+      if (options.work === 'chart') {
+        entered();
+        await gate;
+      }
+      return claimDue(options);
+    });
+    rig.worker.start();
+    await claimingChart;
+    const stopped = rig.worker.stop();
+    open();
+    await stopped;
+    expect(works).toEqual(['chart']);
+    expect(posts(rig.requests)).toHaveLength(0);
+    expect((await rig.store.listChecks({ states: ['received'] })).map((c) => c.key)).toEqual(['to-send']);
+  });
 });
