@@ -13,7 +13,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type ClaimWork, type JobStore, type StoreTx } from './job-store';
+import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type ClaimWork, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
@@ -146,6 +146,12 @@ export class Worker {
   /** Of those, the ones whose chart write holds a place of chartConcurrency, and those waiting for one. */
   private writing = 0;
   private readonly waitingToWrite: Array<() => void> = [];
+  /**
+   * Of those, the ones claimed as the chart's work (CHART_WORK_STATES), writing or waiting: the chart's
+   * claims are counted by these, not by the places taken, or a synchronous result waiting for a place,
+   * one after another while checks are sent, would keep the results stored meanwhile from being claimed.
+   */
+  private chartClaimed = 0;
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private ticking: Promise<void> | undefined;
@@ -263,9 +269,9 @@ export class Worker {
   }
 
   /**
-   * How many more checks of `work` to take now: the chart's work into the chart places free, the
-   * service's into its own, and never more in hand than both kinds of place hold (a synchronous
-   * result waits for a chart place in hand). While the loop is busy past loopBusyLimit and
+   * How many more checks of `work` to take now: the chart's work up to chartConcurrency of it in
+   * hand, the service's into its own places, and never more in hand than both kinds of place hold
+   * (a synchronous result waits for a chart place in hand, in turn with the chart's work claimed). While the loop is busy past loopBusyLimit and
    * something that arrived waits for its answer, only up to a floor (an eighth of concurrency) is
    * kept in hand, so the batch goes on but leaves room for what arrives; each check that ends looks again.
    */
@@ -274,7 +280,7 @@ export class Worker {
     const held = this.options.loopBusyLimit < 1 && (this.deps.arriving?.() ?? 1) > 0 && this.loopBusy() > this.options.loopBusyLimit;
     const free = (held ? floor : this.options.concurrency + this.options.chartConcurrency) - this.inHand.size;
     const charting = this.writing + this.waitingToWrite.length;
-    const places = work === 'chart' ? this.options.chartConcurrency - charting : this.options.concurrency - (this.inHand.size - charting);
+    const places = work === 'chart' ? this.options.chartConcurrency - this.chartClaimed : this.options.concurrency - (this.inHand.size - charting);
     return Math.min(free, places);
   }
 
@@ -312,6 +318,8 @@ export class Worker {
       this.unreleased.delete(key);
     }
     for (const work of ['chart', 'service'] as const) {
+      // stop() came during the chart's claim: what that took is run and waited for, but no claim begins after stop().
+      if (!this.running) break;
       // Counted after the chart's work taken in hand: it shares the floor and the places in hand with the service's.
       const limit = this.room(work);
       if (limit > 0) this.runEach(await this.store.claimDue({ now: this.deps.now().toISOString(), limit, owner: this.owner, leaseMs: this.options.leaseMs, work }));
@@ -328,10 +336,13 @@ export class Worker {
       // while the step runs, so no worker claims the check and sends it a second time meanwhile.
       const heartbeat = setInterval(() => void this.extendLease(row.key), this.options.leaseMs / 3);
       heartbeat.unref();
+      const chart = CHART_WORK_STATES.includes(row.state);
+      if (chart) this.chartClaimed++;
       const job: Promise<void> = this.run(row)
         .then(() => void (this.stepOutages = 0), (err: unknown) => this.stepFailed(row, err))
         .finally(() => {
           clearInterval(heartbeat);
+          if (chart) this.chartClaimed--;
           this.inHand.delete(row.key);
           void this.store.release(row.key, this.owner).catch(() => this.unreleased.add(row.key));
           this.kick();

@@ -196,4 +196,63 @@ describe('the worker writing to the chart in places of its own', () => {
     for (const key of ['result-1', 'result-2', 'result-3', 'result-4', 'to-send']) await rig.reach(key, 'written');
     expect(posts(rig.requests)).toHaveLength(1);
   });
+
+  it('writes a result stored while a slow chart has synchronous results waiting in turn with them, not after every send', async () => {
+    // Each write waits until the test lets it go: the chart is slower than the service, and each place it frees is contended.
+    const gates: Array<() => void> = [];
+    let sentWhenWritten: number | undefined;
+    rig = await startWorkerRig({
+      worker: { concurrency: 2, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async write(check, outcome, ...rest) {
+          await new Promise<void>((resolve) => gates.push(resolve));
+          if (outcome.verification.correlationId === 'ver-stored') sentWhenWritten = posts(rig.requests).length;
+          return chart.write(check, outcome, ...rest);
+        },
+      }),
+    });
+    const sends = ['send-0', 'send-1', 'send-2', 'send-3', 'send-4', 'send-5'];
+    for (const [i, key] of sends.entries()) await rig.addCheck(key, { dueAt: new Date(Date.now() - 120_000 + i * 1000).toISOString() });
+    rig.worker.start();
+    await until('one check written and two waiting for the chart place', async () => rig.worker.busy === 3 && gates.length === 1);
+    // An asynchronous result stored meanwhile, its webhook come.
+    const result = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-stored' } as CheckRow['result'];
+    await rig.addCheck('stored', { state: 'result-stored', dueAt: new Date(Date.now() - 60_000).toISOString(), result });
+    for (let i = 0; i < sends.length + 1; i++) {
+      await until('a write waiting for the chart', async () => gates.length > 0, 5000);
+      (gates.shift() as () => void)();
+    }
+    for (const key of [...sends, 'stored']) await rig.reach(key, 'written');
+    // On the previous worker each freed chart place went to the result of a check just sent, and this one was written after all six were sent.
+    expect(sentWhenWritten).toBeLessThan(sends.length);
+  });
+
+  it("sends nothing after stop(): a stop during the claim of the chart's work takes none of the service's", async () => {
+    rig = await startWorkerRig({ worker: { concurrency: 1, chartConcurrency: 1 }, answer: (_req, res) => json(res, 200, resultBody('completed-minimal')) });
+    await rig.addCheck('to-send');
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let entered: () => void = () => undefined;
+    const claimingChart = new Promise<void>((resolve) => (entered = resolve));
+    const claimDue = rig.store.claimDue.bind(rig.store);
+    const works: Array<string | undefined> = [];
+    jest.spyOn(rig.store, 'claimDue').mockImplementation(async (options) => {
+      works.push(options.work);
+      if (options.work === 'chart') {
+        entered();
+        await gate;
+      }
+      return claimDue(options);
+    });
+    rig.worker.start();
+    await claimingChart;
+    const stopped = rig.worker.stop();
+    open();
+    await stopped;
+    expect(works).toEqual(['chart']);
+    expect(posts(rig.requests)).toHaveLength(0);
+    expect((await rig.store.listChecks({ states: ['received'] })).map((c) => c.key)).toEqual(['to-send']);
+  });
 });
