@@ -271,9 +271,10 @@ export class Worker {
   /**
    * How many more checks of `work` to take now: the chart's work up to chartConcurrency of it in
    * hand, the service's into its own places, and never more in hand than both kinds of place hold
-   * (a synchronous result waits for a chart place in hand, in turn with the chart's work claimed). While the loop is busy past loopBusyLimit and
-   * something that arrived waits for its answer, only up to a floor (an eighth of concurrency) is
-   * kept in hand, so the batch goes on but leaves room for what arrives; each check that ends looks again.
+   * (a synchronous result waits for a chart place in hand, in turn with the chart's work claimed).
+   * While the loop is busy past loopBusyLimit and something that arrived waits for its answer,
+   * only up to a floor (an eighth of concurrency) is kept in hand, so the batch goes on but leaves
+   * room for what arrives; each check that ends looks again.
    */
   private room(work: ClaimWork): number {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
@@ -285,8 +286,8 @@ export class Worker {
   }
 
   /**
-   * Runs a chart write in a place of chartConcurrency, waiting for one: the check's place for the
-   * service is free meanwhile, and the worker takes another check into it.
+   * Runs a chart write in a place of chartConcurrency, waiting for one: a synchronous result's
+   * place for the service is free meanwhile, and the worker takes another check into it.
    */
   private async inChartPlace<T>(write: () => Promise<T>): Promise<T> {
     if (this.writing >= this.options.chartConcurrency) {
@@ -308,8 +309,9 @@ export class Worker {
   }
 
   /**
-   * Takes due checks in hand, the chart's work first (a result goes into the chart before more
-   * checks are sent); false when there was no room to take any, so the store was not read.
+   * Takes due checks in hand, the chart's work first (a result goes into the chart as a place
+   * frees, however many checks are still to send); false when there was no room to take any, so
+   * the store was not read.
    */
   private async claimAndRun(): Promise<boolean> {
     if (this.room('chart') <= 0 && this.room('service') <= 0) return false;
