@@ -33,8 +33,26 @@ export const CHART_WORK_SQL = `('result-stored', 'ending-coverage')`;
 /** The other workable states: work for the service (a send, a poll, a re-verification). */
 export const SERVICE_WORK_STATES: readonly CheckState[] = WORKABLE_STATES.filter((state) => !CHART_WORK_STATES.includes(state));
 
-/** The work a claim takes: the chart's (CHART_WORK_STATES) or the service's (SERVICE_WORK_STATES). */
-export type ClaimWork = 'chart' | 'service';
+/**
+ * What a claim takes: up to `limit` due checks, of them at most `chart` of the chart's work
+ * (CHART_WORK_STATES), taken first, and at most `service` of the service's (SERVICE_WORK_STATES);
+ * each cap is `limit` when not given.
+ */
+export interface ClaimOptions {
+  now: string;
+  limit: number;
+  chart?: number;
+  service?: number;
+  owner: string;
+  leaseMs: number;
+}
+
+/** How many of each work a claim takes (ClaimOptions), the chart's first: `service` is what its rows leave of `limit`, at most its own cap. */
+export function claimCaps(options: ClaimOptions, chartTaken?: number): { chart: number; service: number } {
+  const chart = Math.max(0, Math.min(options.limit, options.chart ?? options.limit));
+  const service = Math.max(0, Math.min(options.limit - (chartTaken ?? 0), options.service ?? options.limit));
+  return { chart, service };
+}
 
 export const WrittenIds = z.looseObject({
   requestId: z.string(),
@@ -375,12 +393,14 @@ export interface JobStore {
   transaction<T>(work: (tx: StoreTx) => Promise<T>): Promise<T>;
   /**
    * Leases up to `limit` due checks for `leaseMs`: no other worker takes them until the lease
-   * runs out, so a worker that dies lets another pick its checks up. `work` takes only the
-   * chart's work or only the service's; without it the chart's comes first, then the service's,
-   * each the most overdue first. The worker claims each into places of its own, so a result the
-   * service gave goes into the chart as it comes, not after the batch's last send.
+   * runs out, so a worker that dies lets another pick its checks up. The chart's work comes first,
+   * up to `chart`, then the service's, up to `service`, each the most overdue first (ClaimOptions):
+   * the worker claims each into places of its own, so a result the service gave goes into the
+   * chart as it comes, not after the batch's last send. One call, as a claim was before there
+   * were two kinds: a claim of nothing answers on a full SQLite disk, and would say the store is
+   * back (watchOutages) between two claims that fail.
    */
-  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]>;
+  claimDue(options: ClaimOptions): Promise<CheckRow[]>;
   /**
    * Called once before a worker takes its first check; returns how many checks a worker that is
    * gone still held, given back now. One process works a SQLite store: the first worker takes a

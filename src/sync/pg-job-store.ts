@@ -8,7 +8,8 @@ import {
   WORKABLE_STATES,
   CHART_WORK_SQL,
   SERVICE_WORK_STATES,
-  type ClaimWork,
+  type ClaimOptions,
+  claimCaps,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -99,11 +100,11 @@ export class PgJobStore implements JobStore {
     return inTransaction(this.pool, (db) => work(new PgTx(db)));
   }
 
-  async claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]> {
-    const chart = options.work === 'service' ? [] : await this.claim(`state IN ${CHART_WORK_SQL}`, [], options.limit, options);
-    const left = options.limit - chart.length;
-    if (options.work === 'chart' || left <= 0) return chart;
-    return [...chart, ...(await this.claim('state = ANY($6)', [SERVICE_WORK_STATES], left, options))];
+  async claimDue(options: ClaimOptions): Promise<CheckRow[]> {
+    const caps = claimCaps(options);
+    const chart = caps.chart > 0 ? await this.claim(`state IN ${CHART_WORK_SQL}`, [], caps.chart, options) : [];
+    const service = claimCaps(options, chart.length).service;
+    return service > 0 ? [...chart, ...(await this.claim('state = ANY($6)', [SERVICE_WORK_STATES], service, options))] : chart;
   }
 
   /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */

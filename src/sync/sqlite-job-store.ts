@@ -9,7 +9,8 @@ import {
   WORKABLE_STATES,
   CHART_WORK_SQL,
   SERVICE_WORK_STATES,
-  type ClaimWork,
+  type ClaimOptions,
+  claimCaps,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -288,7 +289,7 @@ export class SqliteJobStore implements JobStore {
     return this.batched(LASTING, () => work(this.tx));
   }
 
-  claimDue(options: { now: string; limit: number; owner: string; leaseMs: number; work?: ClaimWork }): Promise<CheckRow[]> {
+  claimDue(options: ClaimOptions): Promise<CheckRow[]> {
     return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
       const take = (rows: KeyedRow[]) =>
@@ -296,10 +297,10 @@ export class SqliteJobStore implements JobStore {
           this.leases.take.run(options.owner, until, r.key);
           return this.checkOf(r);
         });
-      const chart = options.work === 'service' ? [] : take(this.leases.chartDue.all(options.now, options.now, options.limit) as KeyedRow[]);
-      const left = options.limit - chart.length;
-      if (options.work === 'chart' || left <= 0) return chart;
-      return [...chart, ...take(this.leases.due.all(options.now, options.now, ...SERVICE_WORK_STATES, left) as KeyedRow[])];
+      const caps = claimCaps(options);
+      const chart = caps.chart > 0 ? take(this.leases.chartDue.all(options.now, options.now, caps.chart) as KeyedRow[]) : [];
+      const service = claimCaps(options, chart.length).service;
+      return service > 0 ? [...chart, ...take(this.leases.due.all(options.now, options.now, ...SERVICE_WORK_STATES, service) as KeyedRow[])] : chart;
     });
   }
 

@@ -13,7 +13,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type ClaimWork, type JobStore, type StoreTx } from './job-store';
+import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
@@ -269,20 +269,23 @@ export class Worker {
   }
 
   /**
-   * How many more checks of `work` to take now: the chart's work up to chartConcurrency of it in
-   * hand, the service's into its own places, and never more in hand than both kinds of place hold
-   * (a synchronous result waits for a chart place in hand, in turn with the chart's work claimed).
-   * While the loop is busy past loopBusyLimit and something that arrived waits for its answer,
-   * only up to a floor (an eighth of concurrency) is kept in hand, so the batch goes on but leaves
-   * room for what arrives; each check that ends looks again.
+   * How many more checks to take now (`limit`), and of each work: the chart's up to
+   * chartConcurrency of it in hand, the service's into its own places, never more in hand than both
+   * kinds of place hold (a synchronous result waits for a chart place in hand, in turn with the
+   * chart's work claimed). While the loop is busy past loopBusyLimit and something that arrived
+   * waits for its answer, only up to a floor (an eighth of concurrency) is kept in hand, so the
+   * batch goes on but leaves room for what arrives; each check that ends looks again.
    */
-  private room(work: ClaimWork): number {
+  private room(): { limit: number; chart: number; service: number } {
     const floor = Math.max(1, Math.floor(this.options.concurrency / 8));
     const held = this.options.loopBusyLimit < 1 && (this.deps.arriving?.() ?? 1) > 0 && this.loopBusy() > this.options.loopBusyLimit;
-    const free = (held ? floor : this.options.concurrency + this.options.chartConcurrency) - this.inHand.size;
+    const limit = (held ? floor : this.options.concurrency + this.options.chartConcurrency) - this.inHand.size;
     const charting = this.writing + this.waitingToWrite.length;
-    const places = work === 'chart' ? this.options.chartConcurrency - this.chartClaimed : this.options.concurrency - (this.inHand.size - charting);
-    return Math.min(free, places);
+    return {
+      limit,
+      chart: Math.min(limit, this.options.chartConcurrency - this.chartClaimed),
+      service: Math.min(limit, this.options.concurrency - (this.inHand.size - charting)),
+    };
   }
 
   /**
@@ -314,18 +317,19 @@ export class Worker {
    * the store was not read.
    */
   private async claimAndRun(): Promise<boolean> {
-    if (this.room('chart') <= 0 && this.room('service') <= 0) return false;
+    const { limit, chart, service } = this.room();
+    if (chart <= 0 && service <= 0) return false;
     for (const key of this.unreleased) {
       await this.store.release(key, this.owner);
       this.unreleased.delete(key);
     }
-    for (const work of ['chart', 'service'] as const) {
-      // stop() came during the chart's claim: what that took is run and waited for, but no claim begins after stop().
-      if (!this.running) break;
-      // Counted after the chart's work taken in hand: it shares the floor and the places in hand with the service's.
-      const limit = this.room(work);
-      if (limit > 0) this.runEach(await this.store.claimDue({ now: this.deps.now().toISOString(), limit, owner: this.owner, leaseMs: this.options.leaseMs, work }));
+    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit, chart: Math.max(0, chart), service: Math.max(0, service), owner: this.owner, leaseMs: this.options.leaseMs });
+    if (this.running) {
+      this.runEach(rows);
+      return true;
     }
+    // stop() came while the claim was under way: what it took is given back, not begun.
+    for (const row of rows) await this.store.release(row.key, this.owner).catch(() => this.unreleased.add(row.key));
     return true;
   }
 

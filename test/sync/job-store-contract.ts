@@ -169,16 +169,18 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
           await tx.putCheck(checkRow(key, { state, dueAt }));
         }
       });
-      const claim = async (owner: string, limit: number, work?: 'chart' | 'service', now = NOW) =>
-        (await store.claimDue({ now, limit, owner, leaseMs: 60_000, ...(work && { work }) })).map((c) => c.key);
+      const claim = async (owner: string, limit: number, caps: { chart?: number; service?: number } = {}, now = NOW) =>
+        (await store.claimDue({ now, limit, ...caps, owner, leaseMs: 60_000 })).map((c) => c.key);
       expect(await claim('a', 1)).toEqual(['write-early']);
       expect(await claim('a', 3)).toEqual(['end-coverage', 'write-late', 'send-early']);
-      expect(await claim('b', 10, 'chart')).toEqual([]);
-      expect(await claim('b', 1, 'service')).toEqual(['poll-early']);
+      expect(await claim('b', 10, { service: 0 })).toEqual([]);
+      expect(await claim('b', 10, { chart: 5, service: 1 })).toEqual(['poll-early']);
       expect(await claim('b', 10)).toEqual(['send-late', 'reverify']);
       const later = '2026-11-23T10:31:00.000Z';
-      expect(await claim('c', 10, 'service', later)).toEqual(['send-early', 'poll-early', 'send-late', 'reverify']);
-      expect(await claim('d', 10, 'chart', later)).toEqual(['write-early', 'end-coverage', 'write-late', 'write-not-due']);
+      // Each kind up to its cap, the two up to the limit, the chart's first.
+      expect(await claim('c', 3, { chart: 2, service: 3 }, later)).toEqual(['write-early', 'end-coverage', 'send-early']);
+      expect(await claim('d', 10, { chart: 0 }, later)).toEqual(['poll-early', 'send-late', 'reverify']);
+      expect(await claim('e', 10, { service: 0 }, later)).toEqual(['write-late', 'write-not-due']);
     });
 
     it('says when the next check falls due, a leased one when its lease ends, and counts what is due', async () => {

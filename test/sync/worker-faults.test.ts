@@ -405,6 +405,29 @@ describe('the worker when the job store does not answer', () => {
     expect(rig.errors).toHaveLength(1);
   });
 
+  it('says a full disk once, however many looks find a check due they cannot lease and nothing else', async () => {
+    rig = await startWorkerRig({ worker: { idleMs: 20 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-room' }) });
+    await rig.addCheck('to-send');
+    const claim = rig.store.claimDue.bind(rig.store);
+    let full = true;
+    let looks = 0;
+    rig.store.claimDue = (options) => (looks++, claim(options));
+    // As SQLite on a full disk: a claim that leases a check fails writing the lease, one of nothing answers.
+    const take = (rig.store as unknown as { leases: { take: { run: (...args: unknown[]) => unknown } } }).leases.take;
+    const run = take.run.bind(take);
+    take.run = (...args) => {
+      if (full) throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      return run(...args);
+    };
+    rig.worker.start();
+    await until('three looks at the full store', async () => looks >= 3, 5000);
+    const said = () => rig.warnings.map((w) => w.msg).filter((msg) => msg.startsWith('the job store'));
+    expect(said()).toEqual(['the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers']);
+    full = false;
+    expect((await rig.reach('to-send', 'written', 5000)).state).toBe('written');
+    expect(said()).toHaveLength(2);
+  });
+
   it('releases a check whose step the store went away under once it answers, rather than leaving it until its lease ends', async () => {
     rig = await startWorkerRig({ worker: { idleMs: 20, leaseMs: 60_000 }, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-released' }) });
     await rig.addCheck('lost-step');
