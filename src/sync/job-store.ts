@@ -47,11 +47,15 @@ export interface ClaimOptions {
   leaseMs: number;
 }
 
-/** How many of each work a claim takes (ClaimOptions), the chart's first: `service` is what its rows leave of `limit`, at most its own cap. */
-export function claimCaps(options: ClaimOptions, chartTaken?: number): { chart: number; service: number } {
-  const chart = Math.max(0, Math.min(options.limit, options.chart ?? options.limit));
-  const service = Math.max(0, Math.min(options.limit - (chartTaken ?? 0), options.service ?? options.limit));
-  return { chart, service };
+/**
+ * A claim in its order, for both stores (ClaimOptions): `take` leases up to a number of due checks
+ * of one work, the chart's first, then the service's up to what those leave of `limit`.
+ */
+export async function claimInTurn(options: ClaimOptions, take: (work: 'chart' | 'service', limit: number) => CheckRow[] | Promise<CheckRow[]>): Promise<CheckRow[]> {
+  const chartCap = Math.min(options.limit, options.chart ?? options.limit);
+  const chart = chartCap > 0 ? await take('chart', chartCap) : [];
+  const serviceCap = Math.min(options.limit - chart.length, options.service ?? options.limit);
+  return serviceCap > 0 ? [...chart, ...(await take('service', serviceCap))] : chart;
 }
 
 export const WrittenIds = z.looseObject({

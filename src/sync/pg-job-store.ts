@@ -9,7 +9,7 @@ import {
   CHART_WORK_SQL,
   SERVICE_WORK_STATES,
   type ClaimOptions,
-  claimCaps,
+  claimInTurn,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -100,11 +100,10 @@ export class PgJobStore implements JobStore {
     return inTransaction(this.pool, (db) => work(new PgTx(db)));
   }
 
-  async claimDue(options: ClaimOptions): Promise<CheckRow[]> {
-    const caps = claimCaps(options);
-    const chart = caps.chart > 0 ? await this.claim(`state IN ${CHART_WORK_SQL}`, [], caps.chart, options) : [];
-    const service = claimCaps(options, chart.length).service;
-    return service > 0 ? [...chart, ...(await this.claim('state = ANY($6)', [SERVICE_WORK_STATES], service, options))] : chart;
+  claimDue(options: ClaimOptions): Promise<CheckRow[]> {
+    return claimInTurn(options, (work, limit) =>
+      work === 'chart' ? this.claim(`state IN ${CHART_WORK_SQL}`, [], limit, options) : this.claim('state = ANY($6)', [SERVICE_WORK_STATES], limit, options),
+    );
   }
 
   /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */

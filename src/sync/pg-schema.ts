@@ -90,7 +90,7 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
-  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's work):
+  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's chart cap):
   // this finds it without reading past a batch's due sends. Unreleased, so changed in place (results alone at first).
   `CREATE INDEX IF NOT EXISTS checks_chart_due ON checks (due_at) WHERE state IN ('result-stored', 'ending-coverage');`,
 ];

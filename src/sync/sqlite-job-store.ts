@@ -10,7 +10,7 @@ import {
   CHART_WORK_SQL,
   SERVICE_WORK_STATES,
   type ClaimOptions,
-  claimCaps,
+  claimInTurn,
   checkOfPlanFrom,
   hasCompletedResult,
   messageFrom,
@@ -135,7 +135,7 @@ const MIGRATIONS: readonly string[] = [
   // Such a check may now say a person dismissed it (dismissedAt), which no earlier version reads: this version keeps them off the store.
   `DROP INDEX checks_finished;
    CREATE INDEX checks_finished ON checks (updated_at, key) WHERE state IN ('cancelled', 'written', 'needs-attention', 'dead') AND due_at IS NULL;`,
-  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's work):
+  // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's chart cap):
   // this finds it without reading past a batch's due sends. Unreleased, so changed in place (results alone at first).
   `CREATE INDEX IF NOT EXISTS checks_chart_due ON checks (due_at) WHERE state IN ('result-stored', 'ending-coverage');`,
 ];
@@ -292,15 +292,13 @@ export class SqliteJobStore implements JobStore {
   claimDue(options: ClaimOptions): Promise<CheckRow[]> {
     return this.batched(LEASE, async () => {
       const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
-      const take = (rows: KeyedRow[]) =>
-        rows.map((r) => {
+      return claimInTurn(options, (work, limit) => {
+        const rows = (work === 'chart' ? this.leases.chartDue.all(options.now, options.now, limit) : this.leases.due.all(options.now, options.now, ...SERVICE_WORK_STATES, limit)) as KeyedRow[];
+        return rows.map((r) => {
           this.leases.take.run(options.owner, until, r.key);
           return this.checkOf(r);
         });
-      const caps = claimCaps(options);
-      const chart = caps.chart > 0 ? take(this.leases.chartDue.all(options.now, options.now, caps.chart) as KeyedRow[]) : [];
-      const service = claimCaps(options, chart.length).service;
-      return service > 0 ? [...chart, ...take(this.leases.due.all(options.now, options.now, ...SERVICE_WORK_STATES, service) as KeyedRow[])] : chart;
+      });
     });
   }
 

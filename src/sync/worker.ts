@@ -283,8 +283,8 @@ export class Worker {
     const charting = this.writing + this.waitingToWrite.length;
     return {
       limit,
-      chart: Math.min(limit, this.options.chartConcurrency - this.chartClaimed),
-      service: Math.min(limit, this.options.concurrency - (this.inHand.size - charting)),
+      chart: Math.max(0, Math.min(limit, this.options.chartConcurrency - this.chartClaimed)),
+      service: Math.max(0, Math.min(limit, this.options.concurrency - (this.inHand.size - charting))),
     };
   }
 
@@ -318,12 +318,12 @@ export class Worker {
    */
   private async claimAndRun(): Promise<boolean> {
     const { limit, chart, service } = this.room();
-    if (chart <= 0 && service <= 0) return false;
+    if (chart === 0 && service === 0) return false;
     for (const key of this.unreleased) {
       await this.store.release(key, this.owner);
       this.unreleased.delete(key);
     }
-    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit, chart: Math.max(0, chart), service: Math.max(0, service), owner: this.owner, leaseMs: this.options.leaseMs });
+    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit, chart, service, owner: this.owner, leaseMs: this.options.leaseMs });
     if (this.running) {
       this.runEach(rows);
       return true;
