@@ -6,6 +6,7 @@ import { PgJobStore } from '../../src/sync/pg-job-store';
 import { LIVE_NAMESPACE, LiveLock } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
 import { endDroppedPlans } from '../../src/sync/schedule';
+import { gate } from '../support/gate';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
@@ -33,12 +34,6 @@ const unused = (): never => {
   throw new Error('not used in this test');
 };
 
-/** A promise someone else resolves. */
-function gate(): { open: () => void; opened: Promise<void> } {
-  let open = () => {};
-  const opened = new Promise<void>((resolve) => (open = resolve));
-  return { open, opened };
-}
 
 /** Whether `promise` is still unsettled after `ms`. */
 async function stillWaiting(promise: Promise<unknown>, ms = 200): Promise<boolean> {

@@ -1,6 +1,7 @@
 import type { CheckRow } from '../../src/sync/job-store';
 import { segment } from '../adapters/hl7/segment';
 import { bookingFor, sleep } from '../support/bookings';
+import { gate } from '../support/gate';
 import { json } from '../support/http-server';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import { startHarness, until, type Harness } from './harness';
@@ -62,26 +63,24 @@ describe('the worker claiming checks', () => {
 
   it('looks again at once when a check is stored while it is claiming, instead of waiting idleMs', async () => {
     h = await startHarness({ webhook: false, settings: { idleMs: 60_000 } });
-    let open: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    let entered: () => void = () => undefined;
-    const claiming = new Promise<void>((resolve) => (entered = resolve));
+    const held = gate();
+    const claiming = gate();
     const claimDue = h.store.claimDue.bind(h.store);
     let calls = 0;
     jest.spyOn(h.store, 'claimDue').mockImplementation(async (options) => {
       if (calls++ > 0) return claimDue(options);
       // A claim whose query ran just before the first booking committed: it answers nothing, late.
-      entered();
-      await gate;
+      claiming.open();
+      await held.opened;
       return [];
     });
     await h.sync.receiveHl7(booking(2));
-    await claiming;
+    await claiming.opened;
     // The second booking's kick comes while that claim is still out.
     await h.sync.receiveHl7(booking(3));
     // ... and the turn it asked for passes before the claim answers.
     await new Promise((resolve) => setTimeout(resolve, 50));
-    open();
+    held.open();
     const written = await until('both checks written well before the 60 s idle interval', async () => {
       const rows = await h.store.listChecks({ states: ['written'] });
       return rows.length === 2 && rows;
@@ -95,8 +94,7 @@ describe('the worker writing to the chart in places of its own', () => {
   afterEach(async () => rig.close());
 
   it('sends the next check while one is written, and takes no more than both kinds of place hold', async () => {
-    let open: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => (open = resolve));
+    const held = gate();
     let writing = 0;
     let mostWriting = 0;
     rig = await startWorkerRig({
@@ -107,7 +105,7 @@ describe('the worker writing to the chart in places of its own', () => {
         async write(...args) {
           mostWriting = Math.max(mostWriting, ++writing);
           try {
-            await held;
+            await held.opened;
             return await chart.write(...args);
           } finally {
             writing--;
@@ -123,15 +121,14 @@ describe('the worker writing to the chart in places of its own', () => {
     // The second waits for the chart place, and the third for a place of either kind: in hand, 1 + 1.
     expect(posts(rig.requests)).toHaveLength(2);
     expect(rig.worker.busy).toBe(2);
-    open();
+    held.open();
     for (const key of ['first', 'second', 'third']) await rig.reach(key, 'written');
     expect(posts(rig.requests)).toHaveLength(3);
     expect(mostWriting).toBe(1);
   });
 
   it('ends a Coverage in a chart place, so a check is sent meanwhile', async () => {
-    let open: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => (open = resolve));
+    const held = gate();
     let ending = 0;
     rig = await startWorkerRig({
       worker: { concurrency: 1, chartConcurrency: 1 },
@@ -140,7 +137,7 @@ describe('the worker writing to the chart in places of its own', () => {
         ...chart,
         async endCoverage(check, droppedAt) {
           ending++;
-          await held;
+          await held.opened;
           return (await chart.endCoverage?.(check, droppedAt)) ?? false;
         },
       }),
@@ -155,15 +152,14 @@ describe('the worker writing to the chart in places of its own', () => {
       // The chart's end of a Coverage holds a chart place, not the one place for the service: the send goes meanwhile.
       await until('the check sent while the Coverage is ended', async () => posts(rig.requests).length === 1, 5000);
     } finally {
-      open();
+      held.open();
     }
     await rig.reach('to-send', 'written');
     await rig.reach('dropped', 'cancelled');
   });
 
   it('takes results into the chart places free, not all its places, so checks are sent while results wait for the chart', async () => {
-    let open: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => (open = resolve));
+    const held = gate();
     let writes = 0;
     rig = await startWorkerRig({
       worker: { concurrency: 2, chartConcurrency: 1 },
@@ -172,7 +168,7 @@ describe('the worker writing to the chart in places of its own', () => {
         ...chart,
         async write(...args) {
           writes++;
-          await held;
+          await held.opened;
           return chart.write(...args);
         },
       }),
@@ -191,7 +187,7 @@ describe('the worker writing to the chart in places of its own', () => {
       expect(rig.worker.busy).toBe(2);
       expect((await rig.store.listChecks({ states: ['result-stored'] })).length).toBe(5);
     } finally {
-      open();
+      held.open();
     }
     for (const key of ['result-1', 'result-2', 'result-3', 'result-4', 'to-send']) await rig.reach(key, 'written');
     expect(posts(rig.requests)).toHaveLength(1);
@@ -232,21 +228,19 @@ describe('the worker writing to the chart in places of its own', () => {
   it('sends nothing after stop(): what a claim under way at the stop took is given back, not begun', async () => {
     rig = await startWorkerRig({ worker: { concurrency: 1, chartConcurrency: 1 }, answer: (_req, res) => json(res, 200, resultBody('completed-minimal')) });
     await rig.addCheck('to-send');
-    let open: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    let entered: () => void = () => undefined;
-    const claiming = new Promise<void>((resolve) => (entered = resolve));
+    const held = gate();
+    const claiming = gate();
     const claimDue = rig.store.claimDue.bind(rig.store);
     jest.spyOn(rig.store, 'claimDue').mockImplementation(async (options) => {
       const rows = await claimDue(options);
-      entered();
-      await gate;
+      claiming.open();
+      await held.opened;
       return rows;
     });
     rig.worker.start();
-    await claiming;
+    await claiming.opened;
     const stopped = rig.worker.stop();
-    open();
+    held.open();
     await stopped;
     expect(posts(rig.requests)).toHaveLength(0);
     expect((await rig.store.listChecks({ states: ['received'] })).map((c) => c.key)).toEqual(['to-send']);
