@@ -128,8 +128,17 @@ export function localCorrelationId(externalId: string): string {
   return `local-${externalId}`;
 }
 
-/** The longest a worker waits before it looks at a job store that has not answered again. */
-const STORE_RETRY_MAX_MS = 30_000;
+/**
+ * The longest a worker waits before it looks at a job store that has not answered again: a look
+ * is one cheap query (or a refused connection), and checks left due wait for the next look after
+ * the store is back, however long it was away.
+ */
+const STORE_RETRY_MAX_MS = 5000;
+
+/** The wait before the next look at a job store whose last `failures` claims in a row failed: from idleMs, doubling, up to STORE_RETRY_MAX_MS. */
+export function storeRetryWaitMs(idleMs: number, failures: number): number {
+  return Math.min(idleMs * 2 ** failures, Math.max(idleMs, STORE_RETRY_MAX_MS));
+}
 /** The key the worker's own try of the service goes under: no check's (a check's key is never empty). */
 const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
@@ -264,7 +273,7 @@ export class Worker {
     this.tryItself();
     if (!this.running || this.timer) return;
     // A kick during a failing claim may be the store answering again (a message just stored): look at once.
-    const wait = this.kicked ? 0 : this.storeFailures > 0 ? Math.min(this.options.idleMs * 2 ** this.storeFailures, STORE_RETRY_MAX_MS) : this.options.idleMs;
+    const wait = this.kicked ? 0 : this.storeFailures > 0 ? storeRetryWaitMs(this.options.idleMs, this.storeFailures) : this.options.idleMs;
     this.timer = setTimeout(() => void this.tick(), wait);
   }
 

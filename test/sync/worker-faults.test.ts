@@ -9,6 +9,7 @@ import type { CoverageInfo } from '../../src/domain';
 import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
+import { storeRetryWaitMs } from '../../src/sync/worker';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
 
@@ -403,6 +404,13 @@ describe('the worker when the job store does not answer', () => {
     down = false;
     expect((await rig.reach('after-outage', 'written', 5000)).state).toBe('written');
     expect(rig.errors).toHaveLength(1);
+  });
+
+  it('looks again at most 5 s apart however long the store was away, so its checks go on within 5 s of its return', () => {
+    // At the default idleMs: 1, 2 and 4 s after the first failures, then every 5 s (PostgreSQL back after a long outage used to wait up to 30 s).
+    expect([1, 2, 3, 4, 5, 10, 40].map((failures) => storeRetryWaitMs(500, failures))).toEqual([1000, 2000, 4000, 5000, 5000, 5000, 5000]);
+    // A worker told to look less often than that when idle is not made to look more often when the store fails.
+    expect(storeRetryWaitMs(8000, 3)).toBe(8000);
   });
 
   it('says a full disk once, however many looks find a check due they cannot lease and nothing else', async () => {

@@ -114,6 +114,7 @@ export async function startWorkerRig(options: {
       },
     },
   );
+  let closed: Promise<void> | undefined;
   const rig: WorkerRig = {
     worker: newWorker(),
     store,
@@ -142,12 +143,16 @@ export async function startWorkerRig(options: {
       await rig.worker.stop();
       rig.worker = newWorker();
     },
-    async close() {
-      await rig.worker.stop();
-      await service.close();
-      await fhir.close();
-      await store.close();
-      rmSync(dir, { recursive: true, force: true });
+    // Once: a suite's afterEach closes the rig of the test before when a test made none of its own.
+    close() {
+      closed ??= (async () => {
+        await rig.worker.stop();
+        await service.close();
+        await fhir.close();
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      })();
+      return closed;
     },
   };
   return rig;
