@@ -41,7 +41,7 @@ export class Hl7Segment {
     readonly raw: string,
     private readonly decoder: Message,
     private readonly delimiters: Delimiters,
-    /** Whether a hex escape's bytes are UTF-8 (MSH-18 UNICODE UTF-8), not one character each. */
+    /** Whether a hex escape's bytes are UTF-8 (MSH-18 UNICODE UTF-8 or empty), not one character each. */
     private readonly utf8Hex = false,
   ) {
     this.shift = name === 'MSH' ? 1 : 0;
@@ -279,9 +279,12 @@ export function readSegments(lines: readonly string[], known?: Delimiters): Hl7M
   const counts = new Map<string, number>();
   const segments: Hl7Segment[] = [];
   // MSH-18, the field after MSH-17 (MSH-1 is the separator itself): hex escapes are UTF-8 bytes in a
-  // message the MLLP listener reads as UTF-8 (UNICODE UTF-8, UNICODE, UTF-8 as platforms name it).
+  // message the MLLP listener reads as UTF-8 (UNICODE UTF-8, UNICODE, UTF-8 as platforms name it), and
+  // in one naming no set, which it reads as UTF-8 too unless the sender is configured otherwise: read
+  // byte by byte, \XC3A9\ was RENÃ©E in the check and the chart. Bytes that are no UTF-8 (\XE9\ of a
+  // Latin-1 sender) are still one character each, and no Latin-1 name holds Ã© to be lost.
   const charset = charsetNamed(piece(piece(first, delimiters.field, 17) ?? '', delimiters.repetition, 0)?.trim() ?? '');
-  const utf8Hex = charset !== undefined && charset !== '' && ENCODINGS[charset] === 'utf8';
+  const utf8Hex = charset === '' || (charset !== undefined && ENCODINGS[charset] === 'utf8');
   for (let index = 0; index < lines.length; index++) {
     const line = lines[index] as string;
     const name = line.slice(0, 3);

@@ -44,7 +44,7 @@ describe('parseHl7Message', () => {
     expect(custom.delimiters).toMatchObject({ field: '!', component: '*', repetition: '@', escape: '$', subcomponent: '%' });
   });
 
-  it('reads a hex escape as UTF-8 bytes in a message whose MSH-18 says UNICODE UTF-8, and as one character a byte otherwise', () => {
+  it('reads a hex escape as UTF-8 bytes in a message whose MSH-18 says UNICODE UTF-8 or is empty, and as one character a byte otherwise', () => {
     const utf8 = `${MSH}||||||UNICODE UTF-8`;
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER^J\\XC3\\RG'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     expect(parseHl7Message([`${MSH}||||||UTF-8`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
@@ -52,6 +52,10 @@ describe('parseHl7Message', () => {
     expect(parseHl7Message([`${MSH}||||||UNICODE`, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     // A lone byte that is no UTF-8 is left to the byte-wise reading.
     expect(parseHl7Message([utf8, 'PID|1||42^^^PMS^MR||DOE^J\\XC3\\RG'].join('\r')).first('PID')?.value(5, 2)).toBe('J\u00c3RG');
+    // MSH-18 empty: the listener and convert hl7 read the message as UTF-8, so its hex escapes are UTF-8 too;
+    // a Latin-1 sender's lone byte is no UTF-8 and still reads as its character.
+    expect(parseHl7Message([MSH, 'PID|1||42^^^PMS^MR||REN\\XC3A9\\E^M\\XFC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('REN\u00e9E');
+    expect(parseHl7Message([MSH, 'PID|1||42^^^PMS^MR||REN\\XC3A9\\E^M\\XFC\\LLER'].join('\r')).first('PID')?.value(5, 2)).toBe('M\u00fcLLER');
     const latin1 = `${MSH}||||||8859/1`;
     expect(parseHl7Message([latin1, 'PID|1||42^^^PMS^MR||M\\XFC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00fcLLER');
     expect(parseHl7Message([latin1, 'PID|1||42^^^PMS^MR||M\\XC3BC\\LLER'].join('\r')).first('PID')?.value(5)).toBe('M\u00c3\u00bcLLER');
