@@ -53,34 +53,34 @@ describe('observability', () => {
     const msh = (type: string, id: string) => `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|2026||${type}|${id}|P|2.5.1\rPID|1`;
     for (let i = 0; i < 5; i++) await h.sync.receiveHl7(msh(`Z${i}${'Q'.repeat(2000)}^E${i}`, `U${i}`));
     await h.sync.receiveHl7(msh(`SIU^S${'9'.repeat(2000)}`, 'U5'));
-    await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
+    await h.sync.receiveHl7(msh('SIU^S18^SIU_S12', 'U6'));
     // An engine that writes the codes in lower case sends the same type.
-    await h.sync.receiveHl7(msh('siu^s26^siu_s12', 'U7'));
+    await h.sync.receiveHl7(msh('siu^s18^siu_s12', 'U7'));
     // Resends, answered as before and applied no more: under the type their first delivery was counted by.
-    await h.sync.receiveHl7(msh('SIU^S26^SIU_S12', 'U6'));
+    await h.sync.receiveHl7(msh('SIU^S18^SIU_S12', 'U6'));
     await h.sync.receiveHl7(msh(`Z0${'Q'.repeat(2000)}^E0`, 'U0'));
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).not.toContain('Q'.repeat(50));
     expect(metrics).not.toContain('9'.repeat(50));
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 5$/m);
-    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="AA"\} 2$/m);
-    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S26",ack="duplicate"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S18",ack="AA"\} 2$/m);
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="SIU\^S18",ack="duplicate"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="duplicate"\} 1$/m);
     expect(metrics).not.toContain('type="unknown"');
   });
 
   it("counts a resend under its sender's own profile, as its first delivery: a type another sender's dialect takes stays unsupported", async () => {
     const mappings = loadHl7Mappings();
-    // This sender's dialect takes bookings alone: an S26, which the default profile acknowledges, is refused from it.
+    // This sender's dialect takes bookings alone: an S18, which the default profile acknowledges, is refused from it.
     const own = { ...mappings.defaultProfile, name: 'bookings-only', sendingApplications: ['SMILECLOUD'], events: { 'SIU^S12': 'book' as const }, acknowledgeOnly: [] };
     h = await startHarness({ mappings: { ...mappings, dialects: [...mappings.dialects, own] } });
-    const s26 = 'MSH|^~\\&|SMILECLOUD^SC|BSD-MAIN|ELIG|BSD|2026||SIU^S26^SIU_S12|R1|P|2.5.1\rPID|1';
-    expect((await h.sync.receiveHl7(s26))[0]?.code).toBe('AR');
-    expect((await h.sync.receiveHl7(s26))[0]?.code).toBe('AR');
+    const s18 = 'MSH|^~\\&|SMILECLOUD^SC|BSD-MAIN|ELIG|BSD|2026||SIU^S18^SIU_S12|R1|P|2.5.1\rPID|1';
+    expect((await h.sync.receiveHl7(s18))[0]?.code).toBe('AR');
+    expect((await h.sync.receiveHl7(s18))[0]?.code).toBe('AR');
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="AR"\} 1$/m);
     expect(metrics).toMatch(/^dental_elig_messages_total\{type="unsupported",ack="duplicate"\} 1$/m);
-    expect(metrics).not.toContain('type="SIU^S26"');
+    expect(metrics).not.toContain('type="SIU^S18"');
   });
 
   it('logs an HL7 message refused with AE or AR by its stored id and where it is wrong, never what it holds', async () => {

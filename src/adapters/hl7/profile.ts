@@ -32,7 +32,7 @@ const EventKey = z.string().regex(/^[A-Z0-9]{3}\^[A-Z0-9]{3}$/, { error: 'must b
 const Sections = {
   /** Message type^event → what the message does; events not listed are rejected unless acknowledged only. */
   events: z.record(EventKey, EventAction),
-  /** Message types whose other events are acknowledged and ignored (e.g. SIU^S26). */
+  /** Message types whose other events are acknowledged and ignored (e.g. SIU^S18, ADT^A03). */
   acknowledgeOnly: z.array(z.string().regex(/^[A-Z0-9]{3}$/, { error: 'must be a message type like SIU' })),
   /**
    * MSH-11.1 values (table 0103) whose messages are used: P (production) in a live deployment, so

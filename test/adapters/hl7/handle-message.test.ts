@@ -448,8 +448,8 @@ describe('the patient insurance store', () => {
     expect((await run([msh('SIU^S15', 'S4'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [] });
   });
 
-  it('takes a discontinuation (S16) and a deletion (S17) for a cancellation: the visit will not happen', async () => {
-    for (const event of ['SIU^S16', 'SIU^S17']) {
+  it('takes a discontinuation (S16), a deletion (S17) and a no-show (S26) for a cancellation: the visit will not happen', async () => {
+    for (const event of ['SIU^S16', 'SIU^S17', 'SIU^S26']) {
       const store = new InMemoryPatientInsuranceStore();
       const [booked] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID, delta], store));
       expect((await run([msh(event, 'S2'), SCH, PID], store)).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1', keys: [booked?.idempotencyKey] });
@@ -664,12 +664,12 @@ describe('message types and headers', () => {
   it('refuses a receivedAt that is not an instant with offset, as a fault of the caller, whatever the message', async () => {
     for (const bad of ['yesterday', '2024-05-01T12:00:00', '']) {
       const options = { mappings, routing, store: new InMemoryPatientInsuranceStore(), receivedAt: bad };
-      await expect(handleHl7Message([msh('SIU^S26'), SCH, PID].join('\r'), options)).rejects.toThrow('receivedAt must be an ISO 8601 date-time with offset');
+      await expect(handleHl7Message([msh('SIU^S18'), SCH, PID].join('\r'), options)).rejects.toThrow('receivedAt must be an ISO 8601 date-time with offset');
     }
   });
 
   it('acknowledges and ignores other SIU and ADT events', async () => {
-    expect((await run([msh('SIU^S26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
+    expect((await run([msh('SIU^S18'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S18 does not change eligibility' });
     expect((await run([msh('ADT^A03'), PID])).outcome).toEqual({ kind: 'ignore', reason: 'ADT^A03 does not change eligibility' });
   });
 
@@ -680,7 +680,7 @@ describe('message types and headers', () => {
     expect(checksOf(booked)[0]?.source).toMatchObject({ kind: 'hl7', messageType: 'SIU^S12' });
     expect(ackFor(booked)[0]?.text.split('\r')[0]?.split('|')[8]).toBe('ACK^s12^ACK');
     expect((await run([msh('Siu^S15'), SCH, PID])).outcome).toMatchObject({ kind: 'cancel', appointmentId: 'APT-1' });
-    expect((await run([msh('siu^s26'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S26 does not change eligibility' });
+    expect((await run([msh('siu^s18'), SCH, PID])).outcome).toEqual({ kind: 'ignore', reason: 'SIU^S18 does not change eligibility' });
     expect((await run([msh('adt^a08'), PID, delta])).outcome).toMatchObject({ kind: 'record', coverageCount: 1 });
     const unknown = await run([msh('orm^o01'), SCH, PID]);
     expect(unknown.ackCode).toBe('AR');
@@ -726,7 +726,7 @@ describe('message types and headers', () => {
 
   it('accepts every version from 2.3 to 2.8', async () => {
     for (const version of ['2.3', '2.3.1', '2.4', '2.5', '2.5.1', '2.6', '2.7', '2.7.1', '2.8', '2.8.1', '2.8.2']) {
-      expect((await run([msh('SIU^S26', 'C1', 'BSD-MAIN', version), SCH, PID])).ackCode).toBe('AA');
+      expect((await run([msh('SIU^S18', 'C1', 'BSD-MAIN', version), SCH, PID])).ackCode).toBe('AA');
     }
   });
 });
