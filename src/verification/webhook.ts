@@ -153,7 +153,9 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
         // A sender that hung up, or one turned away while others' bodies fill the budget, is no delivery refused:
         // said at debug, as anyone reaching the port can cause either without end.
         const quiet = err.message === SENDER_HUNG_UP || err.message === BUSY_READING;
-        options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        // Why, as the sender was told: a clock skewed past the tolerance, a secret rotated too soon and a proxy dropping
+        // the signature headers each refuse every delivery, and only these words tell them apart. They name no value.
+        options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, `webhook delivery refused: ${err.message}`);
         if (err.message === BUSY_READING) res.setHeader('retry-after', '5');
         if (err.status === 405) res.setHeader('allow', 'POST');
         return webhookProblem(res, err.status, err.title, err.message, err.errors);
