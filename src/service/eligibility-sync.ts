@@ -236,6 +236,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           }
         },
         alreadySaid: storeOutage,
+        // A secret rotated too soon or a clock skewed refuses every delivery, the results coming only by the slower poll: an alert needs it counted.
+        onRefused: () => metrics.webhooks.inc({ result: 'refused' }),
         onUnreadable: async (raw, reason) => {
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });

@@ -36,6 +36,8 @@ export interface WebhookReceiverOptions {
    * after it resolves; if it throws, the answer is 500 so the service delivers again.
    */
   onUnreadable?(rawBody: string, reason: string): Promise<void>;
+  /** Counts a request refused and not kept (not authenticated, stale, too large, not a POST), as a delivery refused is otherwise only said in the log; not one cut off or turned away busy. */
+  onRefused?(status: number): void;
   /** Whether a failure of onDelivery was said where it happened (serve's store outage, said once for all): then it is debug here, not a warning per delivery. */
   alreadySaid?(err: unknown): boolean;
   maxBodyBytes?: number;
@@ -151,9 +153,12 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
       }
       if (err instanceof Rejection) {
         // A sender that hung up, or one turned away while others' bodies fill the budget, is no delivery refused:
-        // said at debug, as anyone reaching the port can cause either without end.
+        // said at debug, as anyone reaching the port can cause either without end, and not counted.
         const quiet = err.message === SENDER_HUNG_UP || err.message === BUSY_READING;
-        options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, 'webhook delivery refused');
+        if (!quiet && (unreadable === undefined || !options.onUnreadable)) options.onRefused?.(err.status);
+        // Why, as the sender was told: a clock skewed past the tolerance, a secret rotated too soon and a proxy dropping
+        // the signature headers each refuse every delivery, and only these words tell them apart. They name no value.
+        options.log?.[quiet ? 'debug' : 'warn']({ status: err.status, reason: err.title }, `webhook delivery refused: ${err.message}`);
         if (err.message === BUSY_READING) res.setHeader('retry-after', '5');
         if (err.status === 405) res.setHeader('allow', 'POST');
         return webhookProblem(res, err.status, err.title, err.message, err.errors);

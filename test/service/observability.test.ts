@@ -139,6 +139,21 @@ describe('observability', () => {
     expect(said).toEqual([expect.objectContaining({ level: 40, result: 'dead', msg: expect.stringContaining('names externalId elig_another_patients_request') })]);
   });
 
+  it('counts the webhook deliveries it refused, unsigned, stale or too large, which no other count shows', async () => {
+    // Every delivery refused (a secret rotated too soon, a clock skewed) leaves the results to the poll: an alert watches this.
+    h = await startHarness();
+    const post = async (body: string, at: Date | undefined) => {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (at) Object.assign(headers, { 'webhook-id': 'msg_refused', 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(h.secret).sign('msg_refused', at, body) });
+      return (await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body })).status;
+    };
+    const body = JSON.stringify(resultBody('completed-minimal'));
+    expect([await post(body, undefined), await post(body, new Date(Date.now() - 10 * 60_000)), await post(`${body}${' '.repeat(1024 * 1024)}`, new Date())]).toEqual([401, 401, 413]);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_webhooks_total\{result="refused"\} 3$/m);
+    expect(metrics).not.toMatch(/^dental_elig_webhooks_total\{result="dead"\}/m);
+  });
+
   it('counts and warns of a FHIR notification kept as a dead letter, refused whole or for one resource it names, as every dead letter is', async () => {
     h = await startHarness();
     await h.fhir.seed(chartOf('self'));

@@ -137,6 +137,22 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('says in its warning why it refused a delivery, as it told the sender, so a skewed clock, a rotated secret and dropped headers are told apart', async () => {
+    const said: string[] = [];
+    const log = { warn: (_: object, msg: string) => void said.push(msg), debug: () => undefined };
+    const other = `whsec_${Buffer.from('a-secret-nobody-configured-here!').toString('base64')}`;
+    await withReceiver({ log }, async (url) => {
+      await post(url, body, signed(body, 'msg_stale', new Date(Date.now() - 10 * 60_000)));
+      await post(url, body, signed(body, 'msg_other', new Date(), other));
+      await post(url, body, { 'content-type': 'application/json' });
+    });
+    expect(said).toEqual([
+      'webhook delivery refused: webhook-signature: message timestamp too old',
+      'webhook delivery refused: webhook-signature: no matching signature found',
+      'webhook delivery refused: webhook-id header is missing',
+    ]);
+  });
+
   it('refuses a delivery without signature headers', async () => {
     await withReceiver({}, async (url) => {
       const res = await post(url, body, { 'content-type': 'application/json' });
