@@ -1,4 +1,4 @@
-import { hasResult } from '../verification/outcome';
+import { hasResult, outcomeKindOf } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import type { CheckRow, JobStore } from './job-store';
 import { applyStep, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
@@ -58,10 +58,22 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
  * failure the chart holds for it, or in its place while that failure waits for the chart (a write
  * of it under way records it written, and the result is written next). One that is still pending
  * changes nothing: the person was told to look at the service.
+ *
+ * A check whose result was Partial takes the same verification's Completed, should the service
+ * send one (a portal that answered after all): the chart's response for that verification is
+ * updated in place, where the front desk would otherwise keep the gaps. Never the other way: a
+ * Partial delivered after a Completed leaves it as it is.
  */
 function takesALateResult(row: CheckRow, delivery: WebhookDelivery): boolean {
   const { kind, verification } = delivery.outcome;
   if (!hasResult(kind)) return false;
+  if (row.state === 'written') return kind === 'completed' && row.correlationId === verification.correlationId && wasPartial(row.result);
   if (row.state === 'result-stored') return row.correlationId === localCorrelationId(row.externalId);
   return row.state === 'needs-attention' && (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId;
+}
+
+/** Whether a stored result is a Partial (a body the prune cut is not). */
+function wasPartial(result: unknown): boolean {
+  const status = (result as { status?: unknown } | undefined)?.status;
+  return typeof status === 'string' && outcomeKindOf(status) === 'partial';
 }

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { json } from '../support/http-server';
 import { sleep } from '../support/bookings';
-import type { Coverage } from 'fhir/r4';
+import type { Coverage, CoverageEligibilityResponse } from 'fhir/r4';
 import { searchFhir, until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { StoreUnavailableError } from '../../src/sync/job-store';
@@ -901,5 +901,36 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     const withdrawn = await rig.reach('midwrite', 'cancelled', 10_000);
     expect(withdrawn.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
     expect(ends).toEqual([true]);
+  });
+});
+
+describe('a verification the service completes after its Partial', () => {
+  const deliver = (body: object, webhookId: string) =>
+    ingestWebhook(rig.store, rig.worker, { webhookId, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
+
+  it('updates the chart\'s Partial response in place with the Completed, and leaves a Completed as it is when a Partial comes after it', async () => {
+    // Without the fixture's externalId: the answer to a send is checked against the one sent.
+    const partial = { ...(resultBody('partial') as object), correlationId: 'ver-gaps', externalId: undefined };
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 200, partial) });
+    await rig.addCheck('gaps');
+    rig.worker.start();
+    const written = await rig.reach('gaps', 'written');
+    const responses = async () => ((await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => [r.id, r.outcome]);
+    const [first] = await responses();
+    expect(first?.[1]).toBe('partial');
+
+    const completed = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-gaps', externalId: written.externalId };
+    expect(await deliver(completed, 'msg_completed')).toMatchObject({ status: 'applied' });
+    rig.worker.kick();
+    await until('the Completed written', async () => (await responses())[0]?.[1] === 'complete');
+    expect((await rig.reach('gaps', 'written')).correlationId).toBe('ver-gaps');
+    expect(await responses()).toEqual([[first?.[0], 'complete']]);
+
+    // The Partial again (a retried delivery of the earlier one, say) does not take the gaps back.
+    expect(await deliver({ ...partial, externalId: written.externalId }, 'msg_partial_again')).toMatchObject({ status: 'ignored' });
+    // Nor does another verification's Completed.
+    expect(await deliver({ ...completed, correlationId: 'ver-other' }, 'msg_other')).toMatchObject({ status: 'ignored' });
+    expect(await responses()).toEqual([[first?.[0], 'complete']]);
+    expect(posts(rig.requests)).toEqual(['/v2/insurance-verifications']);
   });
 });
