@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { requestTiming, takeInHand } from '../connection-limits';
 import { sendProblem } from '../problem-details';
@@ -102,15 +102,32 @@ export async function startHttpServer(
  * A mount that answers this machine only: a client on loopback, or one that reached this machine's
  * own address from that address (serve listening on a LAN address writes its chart so). The
  * embedded FHIR server has no authentication and holds patient data; on 0.0.0.0 for a PMS's MLLP,
- * it would be read and written by anyone on the practice's network.
+ * it would be read and written by anyone on the practice's network. A web page open in a browser
+ * on this machine reaches it from loopback too, so what only a browser sends is refused: a Host
+ * naming neither an address nor localhost (a page's own name, resolved to this machine after it
+ * loaded, would have the answers read as its own: DNS rebinding), and an Origin (a cross-site POST
+ * needs no preflight, so its write would be made though the page cannot read the answer).
+ * Serve's writer, `convert fhir --server` and curl send neither.
  */
 export function thisMachineOnly(handle: Mount['handle']): Mount['handle'] {
   return (req, res) => {
     const remote = req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
-    if (isLoopbackHost(remote) || remote === req.socket.localAddress?.replace(/^::ffff:/, '')) return handle(req, res);
-    const diagnostics = 'the embedded FHIR server answers this machine only: it has no authentication; a chart reached across the network is a FHIR server of its own (DENTAL_ELIG_FHIR_URL)';
+    const onThisMachine = isLoopbackHost(remote) || remote === req.socket.localAddress?.replace(/^::ffff:/, '');
+    if (onThisMachine && !fromWebPage(req)) return handle(req, res);
+    const diagnostics = onThisMachine
+      ? 'the embedded FHIR server answers this machine only, and no web page: ask it at 127.0.0.1 or localhost, without Origin'
+      : 'the embedded FHIR server answers this machine only: it has no authentication; a chart reached across the network is a FHIR server of its own (DENTAL_ELIG_FHIR_URL)';
     res.writeHead(403, { 'content-type': 'application/fhir+json' }).end(JSON.stringify(operationOutcome([{ code: 'forbidden', diagnostics }])));
   };
+}
+
+/** A request a browser made for a page: it carries Origin, or names this machine by a name other than localhost. */
+function fromWebPage(req: IncomingMessage): boolean {
+  if (req.headers.origin !== undefined) return true;
+  const host = req.headers.host;
+  if (host === undefined) return false;
+  const hostname = URL.canParse(`http://${host}`) ? new URL(`http://${host}`).hostname : undefined;
+  return hostname === undefined || !(isLoopbackHost(hostname) || isIP(hostname.replace(/^\[|\]$/g, '')) !== 0);
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

@@ -1,5 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { get } from 'node:http';
+import { get, request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
@@ -123,6 +123,18 @@ describe('serve on the in-process sandbox', () => {
     return serve(loadServeConfig({ DENTAL_ELIG_LOG_LEVEL: 'silent' }, { configFile, dataDir: dir, mllpPort: 0, httpPort: 0 }), { line: () => {} });
   }
 
+  /** A request of serve's embedded chart on loopback, with the headers (Host, Origin) a browser would send: its status and body. */
+  function askChart(port: number, options: { method?: string; path: string; headers: Record<string, string>; body?: string }): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, method: options.method ?? 'GET', path: options.path, headers: options.headers }, (res) => {
+        let body = '';
+        res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject).end(options.body);
+    });
+  }
+
   /** A GET of serve's embedded chart over a socket bound to `from`: its status and body. */
   function getChart(port: number, target: string, from: string): Promise<{ status: number; body: string }> {
     return new Promise((resolve, reject) => {
@@ -151,6 +163,31 @@ describe('serve on the in-process sandbox', () => {
       const local = await getChart(serving.http.port, '127.0.0.1', '127.0.0.1');
       expect(local.status).toBe(200);
       expect(local.body).toContain('DOE');
+    } finally {
+      await serving.close();
+    }
+  });
+
+  it('refuses its embedded chart to a web page on this machine: by a host name a page can point here, or carrying Origin', async () => {
+    const serving = await serveOn('127.0.0.1');
+    try {
+      await serving.sync.receiveHl7(bookingFor('L7', 'SBX-COMPLETE'));
+      await until('the check to be written', async () => (await serving.sync.store.listChecks({ states: ['written'] })).length === 1);
+      const { port } = serving.http;
+      // DNS rebinding: a page's own name, resolved to 127.0.0.1 after it loaded, reads what it fetches there as its own origin.
+      const rebound = await askChart(port, { path: '/fhir/Patient', headers: { host: `attacker.example:${port}` } });
+      expect(rebound.status).toBe(403);
+      expect(rebound.body).not.toContain('DOE');
+      expect(JSON.parse(rebound.body).issue[0].diagnostics).toMatch(/answers this machine only.*127\.0\.0\.1 or localhost/);
+      // A cross-site form or fetch POSTs without a preflight, text/plain: the page cannot read the answer, but the write would be made.
+      const posted = await askChart(port, { method: 'POST', path: '/fhir/Patient', headers: { origin: 'https://attacker.example', 'content-type': 'text/plain' }, body: JSON.stringify({ resourceType: 'Patient', name: [{ family: 'PLANTED' }] }) });
+      expect(posted.status).toBe(403);
+      expect((await getChart(port, '127.0.0.1', '127.0.0.1')).body).not.toContain('PLANTED');
+      // This machine by loopback's names and addresses, as serve's writer and an operator's curl reach it.
+      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, '127.0.0.1']) {
+        const local = await askChart(port, { path: '/fhir/Patient', headers: { host } });
+        expect([host, local.status, local.body.includes('DOE')]).toEqual([host, 200, true]);
+      }
     } finally {
       await serving.close();
     }
