@@ -55,6 +55,8 @@ export async function startHttpServer(
         res.setHeader('allow', 'POST, PUT');
         return sendProblem(res, 405, 'notifications are POST or PUT');
       }
+      // A FHIR server sends no Origin; a web page open on this machine does, and its text/plain POST needs no preflight.
+      if (req.headers.origin !== undefined) return sendProblem(res, 403, 'a FHIR notification comes from a FHIR server, not a web page (it carries Origin)');
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
         const detail = 'authorization does not carry the notification token (the Subscription\'s channel.header)';

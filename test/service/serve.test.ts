@@ -193,6 +193,21 @@ describe('serve on the in-process sandbox', () => {
     }
   });
 
+  it('refuses a FHIR notification a web page sends (it carries Origin), before its body is read or kept', async () => {
+    const serving = await serveOn('127.0.0.1');
+    try {
+      // A cross-site POST of text/plain needs no preflight: without DENTAL_ELIG_NOTIFICATION_TOKEN any page open on this machine could fill the store.
+      const notify = (headers: Record<string, string>) => fetch(`http://127.0.0.1:${serving.http.port}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'text/plain', ...headers }, body: 'x'.repeat(100_000) });
+      expect((await notify({ origin: 'https://attacker.example' })).status).toBe(403);
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toEqual([]);
+      // A FHIR server sends none: its unreadable notification is kept, as before.
+      expect((await notify({})).status).toBe(400);
+      expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);
+    } finally {
+      await serving.close();
+    }
+  });
+
   it('listens on the IPv6 any-address too, its own URLs (chart, webhook) bracketing it', async () => {
     const serving = await serveOn('::');
     try {
