@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import { MllpDecoder, type DecodedFrame } from './mllp-framing';
+import { MllpDecoder, VT, type DecodedFrame } from './mllp-framing';
 import type { MllpLog, MllpStats } from './mllp-stats';
 
 export interface ConnectionLimits {
@@ -46,6 +46,8 @@ export class MllpConnection {
   private finishing: 'end' | 'idle' | undefined;
   /** When the sender last sent anything. */
   private lastHeard = Date.now();
+  /** What the connection sent before its first VT, while that may still begin an HTTP request line (opensAsHttp); undefined once it cannot. */
+  private lead: Buffer | undefined = Buffer.alloc(0);
 
   constructor(
     private readonly socket: Socket,
@@ -85,6 +87,11 @@ export class MllpConnection {
   private receive(chunk: Buffer): void {
     this.lastHeard = Date.now();
     this.context.stats.bytesReceived += chunk.length;
+    if (this.lead !== undefined && this.opensAsHttp(chunk)) {
+      this.context.log?.info({ remote: this.context.remote }, 'MLLP connection closed: it opened as an HTTP request, not MLLP');
+      this.socket.destroy();
+      return;
+    }
     this.enqueue(this.decoder.push(chunk));
     const { maxInFlightMessages, maxBufferedBytes } = this.context.limits;
     if (!this.paused && (this.waiting.length >= maxInFlightMessages || this.waitingBytes >= maxBufferedBytes)) {
@@ -92,6 +99,20 @@ export class MllpConnection {
       this.context.stats.readsPaused++;
       this.socket.pause();
     }
+  }
+
+  /**
+   * Whether the connection opens with an HTTP request line. A web page open in a browser on any
+   * machine that reaches this port can POST to it cross-site without a preflight, a frame in its
+   * text/plain body, which the decoder would find past the headers and take as the PMS's message:
+   * the page would book, cancel or change a patient's insurance. No MLLP sender begins so. Decided
+   * before the connection's first VT is decoded: the request line comes first, if in pieces.
+   */
+  private opensAsHttp(chunk: Buffer): boolean {
+    const vt = chunk.indexOf(VT);
+    const lead = Buffer.concat([this.lead ?? Buffer.alloc(0), vt === -1 ? chunk : chunk.subarray(0, vt)]).subarray(0, HTTP_LEAD_BYTES);
+    this.lead = vt === -1 && lead.length < HTTP_LEAD_BYTES ? lead : undefined;
+    return HTTP_REQUEST_LINE.test(lead.toString('latin1'));
   }
 
   private enqueue(frames: DecodedFrame[]): void {
@@ -176,6 +197,10 @@ export class MllpConnection {
     });
   }
 }
+
+/** An HTTP method and its space, the longest (OPTIONS, CONNECT) 8 bytes. */
+const HTTP_REQUEST_LINE = /^(?:GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH|TRACE|CONNECT) /;
+const HTTP_LEAD_BYTES = 8;
 
 function size(frame: DecodedFrame): number {
   switch (frame.kind) {

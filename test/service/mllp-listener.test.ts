@@ -297,6 +297,26 @@ describe('MllpListener', () => {
       expect(listener.stats()).toMatchObject({ framesAborted: 1, deadLetters: 1, acks: { AA: 1 } });
     });
 
+    it('closes a connection that opens as an HTTP request, whatever frame its body holds: a web page\'s cross-site POST to this port', async () => {
+      await start();
+      // What a browser sends for fetch(…, { method: 'POST', body }) with a text/plain body, no preflight needed; its request line may come in pieces.
+      const posted = await open();
+      posted.socket.write('PO');
+      await new Promise((r) => setTimeout(r, 20));
+      posted.socket.write(Buffer.concat([Buffer.from('ST / HTTP/1.1\r\nHost: 127.0.0.1:2575\r\nOrigin: https://attacker.example\r\nContent-Type: text/plain;charset=UTF-8\r\n\r\n'), frame(message('WEB1'))]));
+      // Closed, or answered as an MLLP sender would be.
+      const closedOrAnswered = (c: { closed: Promise<void>; waitFor(n: number): Promise<unknown> }) => Promise.race([c.closed, c.waitFor(1).catch(() => undefined)]);
+      await closedOrAnswered(posted);
+      const line = await open();
+      line.socket.write(Buffer.concat([Buffer.from('OPTIONS / HTTP/1.1\r\n\r\n'), frame(message('WEB2'))]));
+      await closedOrAnswered(line);
+      expect([posted.acks, line.acks, handled, deadLetters]).toEqual([[], [], [], []]);
+      // A sender's stray bytes before its first frame are no request line: its message is answered as before.
+      const stray = await open();
+      stray.socket.write(Buffer.concat([Buffer.from('\r\n'), frame(message('F4'))]));
+      expect((await stray.waitFor(1)).map((a) => msa(a).echoes)).toEqual(['F4']);
+    });
+
     it('dead-letters what a sender leaves unfinished when it closes', async () => {
       await start();
       const c = await open();
