@@ -283,7 +283,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const emit = (name: SyncEventName, event: SyncEvent) => {
     if (name === 'verified' || name === 'failed') metrics.outcomes.inc({ outcome: event.outcome ?? event.state });
     // A failed result is counted when it arrives; the needs-attention event after its write names the same kind again.
-    if (name === 'failed' && event.failureKind) metrics.failures.inc({ kind: event.failureKind });
+    // A kind failure-kinds.json does not list is counted as Unknown: the service names kinds, and each new name would be a new series.
+    if (name === 'failed' && event.failureKind) metrics.failures.inc({ kind: Object.hasOwn(failureKinds(), event.failureKind) ? event.failureKind : 'Unknown' });
     if (name === 'written') metrics.lastWritten.set(now().getTime() / 1000);
     // One line per check at info (written, failed, needs attention); a result on its way to the chart is debug.
     const level = name === 'verified' ? 'debug' : 'info';

@@ -95,13 +95,19 @@ describe('observability', () => {
     expect(JSON.stringify(refused)).not.toMatch(/DD1234567|DOE|19800102/);
   });
 
-  it('counts a failed verification once under its kind, though the check that got it also needs a person', async () => {
+  it('counts a failed verification once under its kind, though the check that got it also needs a person; a kind failure-kinds.json does not list as Unknown', async () => {
     h = await startHarness();
     await h.sync.receiveHl7(bookingFor('F1', 'SBX-FAIL-PatientNotFound'));
-    await until('the check to need a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 1);
+    // The service names kinds: each new name would be a new series.
+    await h.sync.receiveHl7(bookingFor('F2', 'SBX-FAIL-Zq9NovelKind'));
+    await until('the checks to need a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 2);
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
-    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_outcomes_total\{outcome="failed"\} 2$/m);
     expect(metrics).toMatch(/^dental_elig_failures_total\{kind="PatientNotFound"\} 1$/m);
+    expect(metrics).toMatch(/^dental_elig_failures_total\{kind="Unknown"\} 1$/m);
+    expect(metrics).not.toContain('Zq9NovelKind');
+    // The log line names it, for the person who looks.
+    expect(h.logs.some((line) => line.includes('"failureKind":"Zq9NovelKind"'))).toBe(true);
   });
 
   it('counts each outcome a check stored: one given up as NotVerified and answered by its late webhook counts under both', async () => {
