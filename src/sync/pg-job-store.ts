@@ -101,16 +101,20 @@ export class PgJobStore implements JobStore {
   }
 
   claimDue(options: ClaimOptions): Promise<CheckRow[]> {
-    return claimInTurn(options, (work, limit) =>
-      work === 'chart' ? this.claim(`state IN ${CHART_WORK_SQL}`, [], limit, options) : this.claim('state = ANY($6)', [SERVICE_WORK_STATES], limit, options),
+    // One transaction: the server gone between the chart's work and the service's would leave the chart's
+    // leased to this worker, which never got it, and no worker would take it until those leases ran out.
+    return inTransaction(this.pool, (db) =>
+      claimInTurn(options, (work, limit) =>
+        work === 'chart' ? this.claim(db, `state IN ${CHART_WORK_SQL}`, [], limit, options) : this.claim(db, 'state = ANY($6)', [SERVICE_WORK_STATES], limit, options),
+      ),
     );
   }
 
   /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */
-  private async claim(which: string, params: unknown[], limit: number, options: { now: string; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+  private async claim(db: Queryable, which: string, params: unknown[], limit: number, options: { now: string; owner: string; leaseMs: number }): Promise<CheckRow[]> {
     const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
     // One statement: rows another instance is claiming (or a transaction is changing) are skipped, not waited for.
-    const { rows } = await this.query<{ row: unknown }>(
+    const { rows } = await db.query<{ row: unknown }>(
       `WITH due AS (
          SELECT key FROM checks
          WHERE due_at <= $1 AND ${LEASE_FREE} AND ${which}

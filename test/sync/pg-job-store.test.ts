@@ -210,6 +210,33 @@ describe('PgJobStore with two instances on one database', () => {
     }
   });
 
+  it("leases nothing when the server goes between a claim's two kinds of work: the chart's is not left to a worker that never got it", async () => {
+    await a.transaction(async (tx) => {
+      await tx.putCheck(checkRow('elig_result', { state: 'result-stored' }));
+      await tx.putCheck(checkRow('elig_send'));
+    });
+    expect([await a.beginWork(), await b.beginWork()]).toEqual([0, 0]);
+    // The server ends the connection as the service's work is claimed, the chart's already taken.
+    const query = Client.prototype.query;
+    jest.spyOn(Client.prototype, 'query').mockImplementation(function (this: Client, ...args: unknown[]) {
+      if (typeof args[0] === 'string' && args[0].includes('state = ANY($6)')) {
+        const ended = new Error('Connection terminated unexpectedly');
+        const callback = args.find((arg) => typeof arg === 'function') as ((err: Error) => void) | undefined;
+        if (!callback) return Promise.reject(ended);
+        process.nextTick(() => callback(ended));
+        return undefined;
+      }
+      return (query as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof query);
+    try {
+      await expect(a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).rejects.toThrow('Connection terminated');
+    } finally {
+      jest.restoreAllMocks();
+    }
+    // Both are due at once for the other instance, not when a's leases run out a minute on.
+    expect((await b.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key).sort()).toEqual(['elig_result', 'elig_send']);
+  });
+
   it('lets a lease taken without a live lock (a store whose worker has not begun) run out first', async () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
     expect((await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_1']);
