@@ -154,7 +154,8 @@ export class Worker {
   private readonly inHand = new Map<string, Promise<void>>();
   /** Of those, the ones whose chart write holds a place of chartConcurrency, and those waiting for one. */
   private writing = 0;
-  private readonly waitingToWrite: Array<() => void> = [];
+  /** Checks waiting for a chart place: each is handed one as a write ends (true), or told at stop() to give its work back (false). */
+  private readonly waitingToWrite: Array<(handed: boolean) => void> = [];
   /**
    * Of those, the ones claimed as the chart's work (CHART_WORK_STATES), writing or waiting: the chart's
    * claims are counted by these, not by the places taken, or a synchronous result waiting for a place,
@@ -218,10 +219,12 @@ export class Worker {
     this.takingUp = this.takeUpOutage().finally(() => this.kick());
   }
 
-  /** Stops taking checks and waits for the ones in hand; their leases are released. */
+  /** Stops taking checks and waits for the ones in hand, but for those waiting for a chart place (given back, their work stored); their leases are released. */
   async stop(): Promise<void> {
     this.running = false;
     this.stopping.abort();
+    // Their work is stored (a result to write, a Coverage to end): given back, not waited for behind a slow chart.
+    for (const wake of this.waitingToWrite.splice(0)) wake(false);
     await this.takingUp;
     if (this.timer) clearTimeout(this.timer);
     await this.ticking;
@@ -299,23 +302,27 @@ export class Worker {
 
   /**
    * Runs a chart write in a place of chartConcurrency, waiting for one: a synchronous result's
-   * place for the service is free meanwhile, and the worker takes another check into it.
+   * place for the service is free meanwhile, and the worker takes another check into it. Once
+   * stop() is called, a write that would wait for a place is not made: its work is in the store
+   * (result-stored, ending-coverage), and the check is given back for the next start or another
+   * instance, so a slow chart does not hold the stop for a write at a time.
    */
-  private async inChartPlace<T>(write: () => Promise<T>): Promise<T> {
+  private async inChartPlace(write: () => Promise<void>): Promise<void> {
     if (this.writing >= this.options.chartConcurrency) {
-      const turn = new Promise<void>((resolve) => this.waitingToWrite.push(resolve));
+      if (!this.running) return;
+      const turn = new Promise<boolean>((resolve) => this.waitingToWrite.push(resolve));
       this.kick();
-      await turn;
+      if (!(await turn)) return;
     } else {
       this.writing++;
       this.kick();
     }
     try {
-      return await write();
+      await write();
     } finally {
       // The place goes to the next waiting, or is free.
       const next = this.waitingToWrite.shift();
-      if (next) next();
+      if (next) next(true);
       else this.writing--;
     }
   }

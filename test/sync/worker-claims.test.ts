@@ -225,6 +225,45 @@ describe('the worker writing to the chart in places of its own', () => {
     expect(sentWhenWritten).toBeLessThan(sends.length);
   });
 
+  it('gives back at stop() the results waiting for a chart place, stored, rather than writing each behind a slow chart', async () => {
+    const held = gate();
+    let writes = 0;
+    rig = await startWorkerRig({
+      worker: { concurrency: 2, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async write(...args) {
+          writes++;
+          await held.opened;
+          return chart.write(...args);
+        },
+      }),
+    });
+    const result = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-stored' } as CheckRow['result'];
+    await rig.addCheck('stored', { state: 'result-stored', dueAt: new Date(Date.now() - 120_000).toISOString(), result });
+    await rig.addCheck('send-1', { dueAt: new Date(Date.now() - 60_000).toISOString() });
+    await rig.addCheck('send-2', { dueAt: new Date(Date.now() - 60_000).toISOString() });
+    rig.worker.start();
+    await until('one result written and two waiting for the chart place', async () => writes === 1 && posts(rig.requests).length === 2 && rig.worker.busy === 3);
+    const stopped = rig.worker.stop();
+    try {
+      // The write under way finishes; the two waiting are let go at once, not after it.
+      await until('the waiting results given back', async () => rig.worker.busy === 1, 5000);
+    } finally {
+      held.open();
+    }
+    await stopped;
+    expect(writes).toBe(1);
+    expect((await rig.store.transaction((tx) => tx.getCheck('stored')))?.state).toBe('written');
+    // Stored, their leases released: another worker takes them at once and writes them, sending nothing again.
+    const next = await rig.store.claimDue({ now: new Date().toISOString(), limit: 10, owner: 'next', leaseMs: 60_000 });
+    expect(next.map((c) => [c.key, c.state]).sort()).toEqual([
+      ['send-1', 'result-stored'],
+      ['send-2', 'result-stored'],
+    ]);
+  });
+
   it('sends nothing after stop(): what a claim under way at the stop took is given back, not begun', async () => {
     rig = await startWorkerRig({ worker: { concurrency: 1, chartConcurrency: 1 }, answer: (_req, res) => json(res, 200, resultBody('completed-minimal')) });
     await rig.addCheck('to-send');
