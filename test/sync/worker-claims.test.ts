@@ -93,6 +93,25 @@ describe('the worker writing to the chart in places of its own', () => {
   let rig: WorkerRig;
   afterEach(async () => rig.close());
 
+  /** Two places and one chart place, each send answered with a result of its own, each chart write held until `held` opens and counted. */
+  async function slowChart(): Promise<{ held: ReturnType<typeof gate>; writes: () => number }> {
+    const held = gate();
+    let writes = 0;
+    rig = await startWorkerRig({
+      worker: { concurrency: 2, chartConcurrency: 1 },
+      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
+      writer: (chart) => ({
+        ...chart,
+        async write(...args) {
+          writes++;
+          await held.opened;
+          return chart.write(...args);
+        },
+      }),
+    });
+    return { held, writes: () => writes };
+  }
+
   it('sends the next check while one is written, and takes no more than both kinds of place hold', async () => {
     const held = gate();
     let writing = 0;
@@ -159,20 +178,7 @@ describe('the worker writing to the chart in places of its own', () => {
   });
 
   it('takes results into the chart places free, not all its places, so checks are sent while results wait for the chart', async () => {
-    const held = gate();
-    let writes = 0;
-    rig = await startWorkerRig({
-      worker: { concurrency: 2, chartConcurrency: 1 },
-      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
-      writer: (chart) => ({
-        ...chart,
-        async write(...args) {
-          writes++;
-          await held.opened;
-          return chart.write(...args);
-        },
-      }),
-    });
+    const { held, writes } = await slowChart();
     const overdue = new Date(Date.now() - 60_000).toISOString();
     for (const key of ['result-1', 'result-2', 'result-3', 'result-4']) {
       await rig.addCheck(key, { state: 'result-stored', dueAt: overdue, result: { ...(resultBody('completed-minimal') as object), correlationId: `ver-${key}` } as CheckRow['result'] });
@@ -181,7 +187,7 @@ describe('the worker writing to the chart in places of its own', () => {
     rig.worker.start();
     try {
       await until('the check sent while a result is written', async () => posts(rig.requests).length === 1, 5000);
-      await until('its result waiting for the chart place', async () => writes === 1 && rig.worker.busy === 2);
+      await until('its result waiting for the chart place', async () => writes() === 1 && rig.worker.busy === 2);
       await sleep(200);
       // One result in the one chart place, the sent check's result waiting for it; the other results wait in the store.
       expect(rig.worker.busy).toBe(2);
@@ -226,26 +232,13 @@ describe('the worker writing to the chart in places of its own', () => {
   });
 
   it('gives back at stop() the results waiting for a chart place, stored, rather than writing each behind a slow chart', async () => {
-    const held = gate();
-    let writes = 0;
-    rig = await startWorkerRig({
-      worker: { concurrency: 2, chartConcurrency: 1 },
-      answer: (_req, res, index) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` }),
-      writer: (chart) => ({
-        ...chart,
-        async write(...args) {
-          writes++;
-          await held.opened;
-          return chart.write(...args);
-        },
-      }),
-    });
+    const { held, writes } = await slowChart();
     const result = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-stored' } as CheckRow['result'];
     await rig.addCheck('stored', { state: 'result-stored', dueAt: new Date(Date.now() - 120_000).toISOString(), result });
     await rig.addCheck('send-1', { dueAt: new Date(Date.now() - 60_000).toISOString() });
     await rig.addCheck('send-2', { dueAt: new Date(Date.now() - 60_000).toISOString() });
     rig.worker.start();
-    await until('one result written and two waiting for the chart place', async () => writes === 1 && posts(rig.requests).length === 2 && rig.worker.busy === 3);
+    await until('one result written and two waiting for the chart place', async () => writes() === 1 && posts(rig.requests).length === 2 && rig.worker.busy === 3);
     const stopped = rig.worker.stop();
     try {
       // The write under way finishes; the two waiting are let go at once, not after it.
@@ -254,7 +247,7 @@ describe('the worker writing to the chart in places of its own', () => {
       held.open();
     }
     await stopped;
-    expect(writes).toBe(1);
+    expect(writes()).toBe(1);
     expect((await rig.store.transaction((tx) => tx.getCheck('stored')))?.state).toBe('written');
     // Stored, their leases released: another worker takes them at once and writes them, sending nothing again.
     const next = await rig.store.claimDue({ now: new Date().toISOString(), limit: 10, owner: 'next', leaseMs: 60_000 });
