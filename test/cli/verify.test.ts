@@ -79,6 +79,17 @@ describe('convert … --as request | verify -', () => {
 });
 
 describe('verify', () => {
+  it('stops a batch at a body the service refuses, naming it, and still prints what those before it did', async () => {
+    const batch = JSON.stringify([body('SBX-FAIL-PatientNotFound'), body('SBX-MINIMAL'), { ...body('SBX-MINIMAL'), clinicId: 'cln_unknown' }, body('SBX-COMPLETE')]);
+    const run = await cli(['verify', '-', '--json'], env, batch);
+    expect(run.code).toBe(1);
+    expect((JSON.parse(run.stdout) as Array<{ status: string }>).map((v) => v.status)).toEqual(['Failed', 'Completed']);
+    expect(run.stderr).toMatch(/^dental-elig: verification \S+: Failed \(PatientNotFound, needs-a-person\)\ndental-elig: stdin \[2\]: verify insurance failed with 404 - Not Found: .+; 1 after it not sent\n$/);
+    const queued = await cli(['verify', '-', '--async', '--json'], env, batch);
+    expect(queued.code).toBe(1);
+    expect((JSON.parse(queued.stdout) as Array<{ status: string }>).map((v) => v.status)).toEqual(['Pending', 'Pending']);
+  });
+
   it('labels the counts of maximums and coinsurance, so they do not read as money', async () => {
     const file = path.join(dir, 'one.json');
     await writeFile(file, JSON.stringify(body('SBX-COMPLETE')));
