@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
@@ -100,6 +100,18 @@ describe('the README onboarding walkthrough, command by command', () => {
       portals: 15,
       removedPayers: 0,
     });
+  });
+
+  it('names a catalog file that cannot be written, and leaves no copy beside it', async () => {
+    const folder = path.join(dir, 'a-folder');
+    await mkdir(folder);
+    const run = await cli(['setup', 'payers', 'sync'], { ...env, DENTAL_ELIG_CATALOG: folder });
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `dental-elig: payer catalog ${folder}: cannot be written (EISDIR); DENTAL_ELIG_CATALOG or catalogFile in the config file names where it goes\n`,
+    });
+    expect((await readdir(dir)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
   });
 
   it('exits non-zero with one line for a Failed verification', async () => {
