@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
+import { carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 
 /** The retirement date of /v1: after it a v1 base URL is refused; before it, warned about. */
 export const V1_RETIREMENT = '2026-12-31';
@@ -7,7 +7,13 @@ export const V1_RETIREMENT = '2026-12-31';
 export const ClientConfig = z
   .strictObject({
   /** The service root; the client appends /v2/... itself. */
-  baseUrl: z.string().refine(isHttpUrl, { error: 'must be an http(s) URL' }),
+  baseUrl: z
+    .string()
+    .refine(isHttpUrl, { error: 'must be an http(s) URL', abort: true })
+    // The key travels in its own header; a user and password in the URL would be sent, and shown, besides it.
+    .refine((url) => !carriesCredentials(url), { error: 'credentials do not belong in the URL; the API key comes from DENTAL_ELIG_API_KEY or apiKeyFile' })
+    // The client appends /v2/… to the root as text: after a ? or # it would land in the query or be cut off.
+    .refine((url) => !/[?#]/.test(url), { error: 'must be the service root, without a query or fragment (the client adds /v2/… to it)' }),
   apiKey: z.string().min(1, { error: 'is required (DENTAL_ELIG_API_KEY or apiKeyFile)' }),
   /** Header the key travels in; `authorization` with scheme Bearer by default, `x-api-key` with no scheme elsewhere. */
   apiKeyHeader: z.string().min(1).default('authorization'),

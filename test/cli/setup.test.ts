@@ -190,6 +190,18 @@ describe('secrets and bad input', () => {
     expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
   });
 
+  it('refuses a base URL that is not the service root: a query, a fragment or credentials in it', async () => {
+    const run = (baseUrl: string) => cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: baseUrl, DENTAL_ELIG_API_KEY: 'k' });
+    const notRoot = { code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be the service root, without a query or fragment (the client adds /v2/… to it)\n' };
+    expect(await run(`${sandbox.url}?tenant=1`)).toEqual(notRoot);
+    expect(await run(`${sandbox.url}/#v2`)).toEqual(notRoot);
+    expect(await run(sandbox.url.replace('://', '://user:pw@'))).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: baseUrl: credentials do not belong in the URL; the API key comes from DENTAL_ELIG_API_KEY or apiKeyFile\n',
+    });
+  });
+
   it('names the field of a request file that is not a verification request', async () => {
     const run = await cli(['verify', '-'], env, JSON.stringify({ clinicId: 'c' }));
     expect(run.code).toBe(1);
