@@ -239,10 +239,10 @@ describe('ServiceHttp', () => {
       const call = () => http.call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true });
       const html = (await call().catch((e: unknown) => e)) as ServiceError;
       expect(html.status).toBe(502);
-      expect(html.message).toBe('get clinic failed with 502 - HTTP 502: the service answered with a text/html body, not problem details');
+      expect(html.message).toBe(`get clinic failed with 502 - HTTP 502: GET ${server.url}/v2/clinics/x answered with a text/html body, not problem details`);
       const empty = (await call().catch((e: unknown) => e)) as ServiceError;
       expect(empty.status).toBe(404);
-      expect(empty.problem.detail).toBe('the service answered with an empty body, not problem details');
+      expect(empty.problem.detail).toBe(`GET ${server.url}/v2/clinics/x answered with an empty body, not problem details`);
     } finally {
       await Promise.all([http.close(), server.close()]);
     }
