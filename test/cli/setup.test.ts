@@ -202,6 +202,20 @@ describe('secrets and bad input', () => {
     });
   });
 
+  it('names an API key copied with its line end, or a key header no request can carry, never the key itself', async () => {
+    const run = (more: NodeJS.ProcessEnv) => cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: sandbox.url, DENTAL_ELIG_API_KEY: sandbox.apiKey, ...more });
+    expect(await run({ DENTAL_ELIG_API_KEY: `${sandbox.apiKey}\r\n` })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: apiKey: holds a line break or another control character (copied with its line end?)\n',
+    });
+    expect(await run({ DENTAL_ELIG_API_KEY_HEADER: 'x api key' })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: apiKeyHeader: must be an HTTP header name: no spaces, colons or other separators\n',
+    });
+  });
+
   it('names the field of a request file that is not a verification request', async () => {
     const run = await cli(['verify', '-'], env, JSON.stringify({ clinicId: 'c' }));
     expect(run.code).toBe(1);
