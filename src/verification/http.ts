@@ -62,6 +62,8 @@ export function describeTransportError(code: string | undefined): string {
   if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_SOCKET') return 'connection closed by the other side';
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
   if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return 'host unreachable';
+  // What OpenSSL says of a first answer that is no TLS: an https URL at a port that speaks plain http.
+  if (code === 'ERR_SSL_WRONG_VERSION_NUMBER') return 'no TLS at this https URL (a plain http server there?)';
   return 'network error';
 }
 

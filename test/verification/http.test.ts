@@ -308,6 +308,17 @@ describe('ServiceHttp', () => {
     expect(await create(cut.url)).toBe(`create organization failed (ECONNREFUSED) - Connection refused: POST ${cut.url}/v2/organizations`);
   });
 
+  it('says an https URL reached a server that speaks plain http, not just a network error', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 200, {}));
+    const http = new ServiceHttp({ baseUrl: server.url.replace('http:', 'https:'), apiKey: 'k', maxRetries: 0 });
+    try {
+      const err = (await http.call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe(`get clinic failed (ERR_SSL_WRONG_VERSION_NUMBER) - No TLS at this https URL (a plain http server there?): GET ${server.url.replace('http:', 'https:')}/v2/clinics/x`);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
+  });
+
   it('retries a connection reset on a GET', async () => {
     const server = await startScriptedServer((_r, res, i) => {
       if (i === 0) res.socket?.destroy();
