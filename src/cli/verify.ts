@@ -122,17 +122,17 @@ export function registerVerify(program: Command, io: CliIo): void {
             continue;
           }
           // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
-          const outcome = opts.async ? await waitFor(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
+          const outcome = opts.async ? await waitForQueued(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
           const problem = report(io, outcome, opts);
           shown.push(outcome.verification);
           if (problem) problems.push(problem);
         } catch (err) {
-          if (!(err instanceof ServiceError) || requests.length === 1) throw err;
+          if (!(err instanceof ServiceError || err instanceof CliError) || requests.length === 1) throw err;
           // The bodies before this one were sent: a script still gets what they did (their correlationIds), and the line names where it stopped.
           if (opts.json) printRecord(io, shown as unknown as Record<string, unknown>, true);
           for (const p of problems) say(io, p);
           const notSent = requests.length - index - 1;
-          throw new CliError(`${bodies[index]?.name}: ${toCliError(err).message}${notSent ? `; ${notSent} after it not sent` : ''}`);
+          throw new CliError(`${bodies[index]?.name}: ${(err instanceof ServiceError ? toCliError(err) : err).message}${notSent ? `; ${notSent} after it not sent` : ''}`);
         }
       }
       if (opts.json) printRecord(io, (shown.length === 1 ? shown[0] : shown) as Record<string, unknown>, true);
@@ -168,6 +168,16 @@ async function waitFor(io: CliIo, client: VerificationClient, correlationId: str
   return progressLine(io, `queued ${correlationId}; polling`, (add) =>
     client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add, ...(opts.externalId !== undefined && { externalId: opts.externalId }) }),
   );
+}
+
+/** Waits for a verification this command queued: a poll that fails names it, as it goes on at the service and only its id finds it. */
+async function waitForQueued(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number; externalId?: string | undefined }): Promise<VerificationOutcome> {
+  try {
+    return await waitFor(io, client, correlationId, opts);
+  } catch (err) {
+    if (!(err instanceof ServiceError)) throw err;
+    throw new CliError(`verification ${correlationId} queued, but ${toCliError(err).message}; \`dental-elig verify get ${correlationId} --wait\` asks for it again`);
+  }
 }
 
 /** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */

@@ -132,6 +132,16 @@ describe('verify', () => {
     expect(retried.stderr).toMatch(/^queued \S+; polling\ndental-elig: warning: get insurance verification: GET \S+ answered 503; retry 1 of 4 in \d\.\d s\n(Pending )*Completed\n$/);
   });
 
+  it('names the verification it queued when polling for it fails, and how to ask for it again', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 404, times: 1 });
+    const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0'], env, JSON.stringify(body('SBX-MINIMAL')));
+    const id = /^queued (\S+); polling\n/.exec(run.stderr)?.[1];
+    expect(run.code).toBe(1);
+    expect(run.stderr.split('\n')[1]).toBe(
+      `dental-elig: verification ${id} queued, but get insurance verification failed with 404 - Injected fault: the sandbox was told to answer 404 here; \`dental-elig verify get ${id} --wait\` asks for it again`,
+    );
+  });
+
   it('refuses, waiting for an asynchronous verification, a body naming another externalId than the one it was sent under', async () => {
     const server = await startScriptedServer((req, res) =>
       req.method === 'POST'
