@@ -1,11 +1,12 @@
 import { Option, type Command } from 'commander';
 import { describeIssue } from '../domain/issues';
 import type { VerificationClient } from '../verification/client';
+import { ServiceError } from '../verification/errors';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { entries, VerificationRequest } from '../verification/wire';
 import { CliError, inputName, parseJsonInput, progressLine, readInput, say, whole, type CliIo } from './io';
-import { readsEnvironment, SERVICE_ENV, withService } from './service-context';
+import { readsEnvironment, SERVICE_ENV, toCliError, withService } from './service-context';
 import { printRecord } from './table';
 
 const counted = (n: number | undefined, one: string, many: string) => (n === undefined ? undefined : `${n} ${n === 1 ? one : many}`);
@@ -102,7 +103,8 @@ export function registerVerify(program: Command, io: CliIo): void {
     SERVICE_ENV,
   ).action(async (file: string, opts: SendOptions, cmd: Command) => {
     if (opts.wait && !opts.async) throw new CliError('--wait: goes with --async; a synchronous verification answers with its outcome', 2);
-    const requests = readBodies(await readInput(io, file), file).map(({ name, body }) => {
+    const bodies = readBodies(await readInput(io, file), file);
+    const requests = bodies.map(({ name, body }) => {
       const parsed = VerificationRequest.safeParse(body);
       if (!parsed.success) throw new CliError(`${name}: ${describeIssue(parsed.error, '(body)')}`);
       return parsed.data;
@@ -112,17 +114,26 @@ export function registerVerify(program: Command, io: CliIo): void {
       const problems: string[] = [];
       for (const [index, request] of requests.entries()) {
         if (!opts.json && index > 0) io.stdout.write('\n');
-        if (opts.async && !opts.wait) {
-          const accepted = await client.requestVerification(request);
-          shown.push(accepted);
-          if (!opts.json) printRecord(io, accepted, false);
-          continue;
+        try {
+          if (opts.async && !opts.wait) {
+            const accepted = await client.requestVerification(request);
+            shown.push(accepted);
+            if (!opts.json) printRecord(io, accepted, false);
+            continue;
+          }
+          // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
+          const outcome = opts.async ? await waitForQueued(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
+          const problem = report(io, outcome, opts);
+          shown.push(outcome.verification);
+          if (problem) problems.push(problem);
+        } catch (err) {
+          if (!(err instanceof ServiceError || err instanceof CliError) || requests.length === 1) throw err;
+          // The bodies before this one were sent: a script still gets what they did (their correlationIds), and the line names where it stopped.
+          if (opts.json) printRecord(io, shown as unknown as Record<string, unknown>, true);
+          for (const p of problems) say(io, p);
+          const notSent = requests.length - index - 1;
+          throw new CliError(`${bodies[index]?.name}: ${(err instanceof ServiceError ? toCliError(err) : err).message}${notSent ? `; ${notSent} after it not sent` : ''}`);
         }
-        // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
-        const outcome = opts.async ? await waitFor(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
-        const problem = report(io, outcome, opts);
-        shown.push(outcome.verification);
-        if (problem) problems.push(problem);
       }
       if (opts.json) printRecord(io, (shown.length === 1 ? shown[0] : shown) as Record<string, unknown>, true);
       else if (opts.async && !opts.wait) {
@@ -157,6 +168,16 @@ async function waitFor(io: CliIo, client: VerificationClient, correlationId: str
   return progressLine(io, `queued ${correlationId}; polling`, (add) =>
     client.waitForVerification(correlationId, { firstDelayMs: opts.firstDelayMs, timeoutMs: opts.timeoutMs, onPoll: add, ...(opts.externalId !== undefined && { externalId: opts.externalId }) }),
   );
+}
+
+/** Waits for a verification this command queued: a poll that fails names it, as it goes on at the service and only its id finds it. */
+async function waitForQueued(io: CliIo, client: VerificationClient, correlationId: string, opts: { firstDelayMs: number; timeoutMs: number; externalId?: string | undefined }): Promise<VerificationOutcome> {
+  try {
+    return await waitFor(io, client, correlationId, opts);
+  } catch (err) {
+    if (!(err instanceof ServiceError)) throw err;
+    throw new CliError(`verification ${correlationId} queued, but ${toCliError(err).message}; \`dental-elig verify get ${correlationId} --wait\` asks for it again`);
+  }
 }
 
 /** Prints an outcome (unless --json gathers them) and says what keeps it from being an answer. */

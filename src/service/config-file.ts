@@ -74,8 +74,8 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
   const apiKeyFile = env.DENTAL_ELIG_API_KEY_FILE ?? fromFile.apiKeyFile;
   return withoutUndefined({
     baseUrl: env.DENTAL_ELIG_BASE_URL ?? fromFile.baseUrl,
-    // A key file that cannot be read is named where it was set: the environment or the file.
-    apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? readSecretFile(env.DENTAL_ELIG_API_KEY_FILE !== undefined ? 'DENTAL_ELIG_API_KEY_FILE' : 'apiKeyFile', apiKeyFile).trim() : undefined),
+    // A key file that cannot be read, or holds nothing, is named where it was set: the environment or the file.
+    apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? keyInFile(env.DENTAL_ELIG_API_KEY_FILE !== undefined ? 'DENTAL_ELIG_API_KEY_FILE' : 'apiKeyFile', apiKeyFile) : undefined),
     apiKeyHeader: env.DENTAL_ELIG_API_KEY_HEADER ?? fromFile.apiKeyHeader,
     apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
     timeoutMs: fromFile.timeoutMs,
@@ -106,6 +106,13 @@ export function clientConfig(settings: ClientConfigInput): ClientConfig {
   const parsed = ClientConfig.safeParse(settings);
   if (!parsed.success) throw new ConfigError(describeIssue(parsed.error, 'config'));
   return parsed.data;
+}
+
+/** The API key a key file holds, without its line end; an empty file would otherwise read as no key set at all. */
+function keyInFile(name: string, file: string): string {
+  const key = readSecretFile(name, file).trim();
+  if (!key) throw new ConfigError(`${name}: ${file} is empty`);
+  return key;
 }
 
 export function readSecretFile(name: string, file: string): string {

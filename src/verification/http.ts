@@ -62,6 +62,8 @@ export function describeTransportError(code: string | undefined): string {
   if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_SOCKET') return 'connection closed by the other side';
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
   if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return 'host unreachable';
+  // What OpenSSL says of a first answer that is no TLS: an https URL at a port that speaks plain http.
+  if (code === 'ERR_SSL_WRONG_VERSION_NUMBER') return 'no TLS at this https URL (a plain http server there?)';
   return 'network error';
 }
 
@@ -165,7 +167,7 @@ export class ServiceHttp {
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: redacted(problemFrom(text, res, this.#log), [apiKey, ...passwords]),
+        problem: redacted(problemFrom(text, res, target, this.#log), [apiKey, ...passwords]),
         requestId,
         ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
       });
@@ -266,7 +268,7 @@ export function versionlessRoot(baseUrl: string, now: Date, log: Log): string {
   return m ? trimmed.slice(0, -m[0].length) : trimmed;
 }
 
-function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: Log): ProblemDetails {
+function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, target: string, log: Log): ProblemDetails {
   const contentType = headerValue(res.headers['content-type']) ?? '';
   const json = contentType.includes('json') ? parseJson(text) : undefined;
   if (json !== undefined && typeof json === 'object' && json !== null) {
@@ -275,9 +277,9 @@ function problemFrom(text: string, res: Dispatcher.ResponseData<unknown>, log: L
     for (const w of warnings) log.warn({ status: res.statusCode }, w);
     if (problem) return { ...problem, status: problem.status ?? res.statusCode };
   }
-  // Not problem details: a proxy's HTML page, an empty body. Say what arrived, not what it said.
+  // Not problem details: a proxy's HTML page, an empty body, another server at a wrong base URL. Say where and what arrived, not what it said.
   const what = text.trim() === '' ? 'an empty body' : `a ${contentType.split(';')[0] || 'non-JSON'} body`;
-  return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `the service answered with ${what}, not problem details` };
+  return { status: res.statusCode, title: `HTTP ${res.statusCode}`, detail: `${target} answered with ${what}, not problem details` };
 }
 
 /** The portal passwords a request body carries: stored credentials' own, or inline `credentials.password`. */

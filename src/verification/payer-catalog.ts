@@ -1,4 +1,4 @@
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import * as path from 'node:path';
 import * as z from 'zod';
 import { describeIssue, type PayerCandidate, type PayerMatch, type PayerResolution, type PayerResolver } from '../domain';
@@ -97,10 +97,16 @@ export class PayerCatalog implements PayerResolver {
 
   /** Writes the snapshot atomically, so a crash mid-write never leaves half a catalog. */
   async save(file: string): Promise<void> {
-    await mkdir(path.dirname(file), { recursive: true });
     const tmp = `${file}.${process.pid}.tmp`;
-    await writeFile(tmp, `${JSON.stringify(this.snapshot, null, 2)}\n`);
-    await rename(tmp, file);
+    try {
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(tmp, `${JSON.stringify(this.snapshot, null, 2)}\n`);
+      await rename(tmp, file);
+    } catch (err) {
+      // A file that cannot be written (a folder of that name, no permission) leaves no copy behind, and says so by name.
+      await rm(tmp, { force: true }).catch(() => undefined);
+      throw new Error(`payer catalog ${file}: cannot be written (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    }
   }
 
   /**

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { projectRoot } from '../../src/mapping-files';
@@ -102,6 +102,18 @@ describe('the README onboarding walkthrough, command by command', () => {
     });
   });
 
+  it('names a catalog file that cannot be written, and leaves no copy beside it', async () => {
+    const folder = path.join(dir, 'a-folder');
+    await mkdir(folder);
+    const run = await cli(['setup', 'payers', 'sync'], { ...env, DENTAL_ELIG_CATALOG: folder });
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `dental-elig: payer catalog ${folder}: cannot be written (EISDIR); DENTAL_ELIG_CATALOG or catalogFile in the config file names where it goes\n`,
+    });
+    expect((await readdir(dir)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
+  });
+
   it('exits non-zero with one line for a Failed verification', async () => {
     const body = {
       clinicId: 'cln_sandbox_main',
@@ -176,6 +188,32 @@ describe('secrets and bad input', () => {
   it('names the base URL when it is not a URL at all, not an internal error', async () => {
     const run = await cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: 'verify.example.com', DENTAL_ELIG_API_KEY: 'k' });
     expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
+  });
+
+  it('refuses a base URL that is not the service root: a query, a fragment or credentials in it', async () => {
+    const run = (baseUrl: string) => cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: baseUrl, DENTAL_ELIG_API_KEY: 'k' });
+    const notRoot = { code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be the service root, without a query or fragment (the client adds /v2/… to it)\n' };
+    expect(await run(`${sandbox.url}?tenant=1`)).toEqual(notRoot);
+    expect(await run(`${sandbox.url}/#v2`)).toEqual(notRoot);
+    expect(await run(sandbox.url.replace('://', '://user:pw@'))).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: baseUrl: credentials do not belong in the URL; the API key comes from DENTAL_ELIG_API_KEY or apiKeyFile\n',
+    });
+  });
+
+  it('names an API key copied with its line end, or a key header no request can carry, never the key itself', async () => {
+    const run = (more: NodeJS.ProcessEnv) => cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: sandbox.url, DENTAL_ELIG_API_KEY: sandbox.apiKey, ...more });
+    expect(await run({ DENTAL_ELIG_API_KEY: `${sandbox.apiKey}\r\n` })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: apiKey: holds a line break or another control character (copied with its line end?)\n',
+    });
+    expect(await run({ DENTAL_ELIG_API_KEY_HEADER: 'x api key' })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: apiKeyHeader: must be an HTTP header name: no spaces, colons or other separators\n',
+    });
   });
 
   it('names the field of a request file that is not a verification request', async () => {

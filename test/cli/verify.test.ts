@@ -79,6 +79,17 @@ describe('convert … --as request | verify -', () => {
 });
 
 describe('verify', () => {
+  it('stops a batch at a body the service refuses, naming it, and still prints what those before it did', async () => {
+    const batch = JSON.stringify([body('SBX-FAIL-PatientNotFound'), body('SBX-MINIMAL'), { ...body('SBX-MINIMAL'), clinicId: 'cln_unknown' }, body('SBX-COMPLETE')]);
+    const run = await cli(['verify', '-', '--json'], env, batch);
+    expect(run.code).toBe(1);
+    expect((JSON.parse(run.stdout) as Array<{ status: string }>).map((v) => v.status)).toEqual(['Failed', 'Completed']);
+    expect(run.stderr).toMatch(/^dental-elig: verification \S+: Failed \(PatientNotFound, needs-a-person\)\ndental-elig: stdin \[2\]: verify insurance failed with 404 - Not Found: .+; 1 after it not sent\n$/);
+    const queued = await cli(['verify', '-', '--async', '--json'], env, batch);
+    expect(queued.code).toBe(1);
+    expect((JSON.parse(queued.stdout) as Array<{ status: string }>).map((v) => v.status)).toEqual(['Pending', 'Pending']);
+  });
+
   it('labels the counts of maximums and coinsurance, so they do not read as money', async () => {
     const file = path.join(dir, 'one.json');
     await writeFile(file, JSON.stringify(body('SBX-COMPLETE')));
@@ -119,6 +130,16 @@ describe('verify', () => {
     const retried = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify(body('SBX-MINIMAL')));
     expect(retried.code).toBe(0);
     expect(retried.stderr).toMatch(/^queued \S+; polling\ndental-elig: warning: get insurance verification: GET \S+ answered 503; retry 1 of 4 in \d\.\d s\n(Pending )*Completed\n$/);
+  });
+
+  it('names the verification it queued when polling for it fails, and how to ask for it again', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 404, times: 1 });
+    const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0'], env, JSON.stringify(body('SBX-MINIMAL')));
+    const id = /^queued (\S+); polling\n/.exec(run.stderr)?.[1];
+    expect(run.code).toBe(1);
+    expect(run.stderr.split('\n')[1]).toBe(
+      `dental-elig: verification ${id} queued, but get insurance verification failed with 404 - Injected fault: the sandbox was told to answer 404 here; \`dental-elig verify get ${id} --wait\` asks for it again`,
+    );
   });
 
   it('refuses, waiting for an asynchronous verification, a body naming another externalId than the one it was sent under', async () => {

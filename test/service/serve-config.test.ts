@@ -142,6 +142,10 @@ describe('the settings file and the environment', () => {
     const service = { DENTAL_ELIG_BASE_URL: 'https://api.example.test', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
     expect(refusal({ ...service, DENTAL_ELIG_API_KEY_FILE: missing })).toBe(`ConfigError: DENTAL_ELIG_API_KEY_FILE: ${missing} cannot be read`);
     expect(refusal(service, { configFile: file({ apiKeyFile: missing }) })).toBe(`ConfigError: apiKeyFile: ${missing} cannot be read`);
+    // An empty key file (a secret mounted before it was written) is named, not read as no key set.
+    const empty = path.join(dir, 'empty-key');
+    writeFileSync(empty, '\n');
+    expect(refusal({ ...service, DENTAL_ELIG_API_KEY_FILE: empty })).toBe(`ConfigError: DENTAL_ELIG_API_KEY_FILE: ${empty} is empty`);
     expect(refusal({ DENTAL_ELIG_DATA_DIR: '' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     expect(refusal({}, { dataDir: '' })).toBe(`ConfigError: --data-dir: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     // A file where the folder would be: said so, not as mkdir's EEXIST or ENOTDIR once serve is starting.

@@ -278,7 +278,7 @@ describe('error statuses', () => {
     try {
       const err = (await flaky.getClinic('cln_sandbox_main').catch((e: unknown) => e)) as ServiceError;
       expect(err.status).toBe(502);
-      expect(err.problem.detail).toBe('the service answered with a text/html body, not problem details');
+      expect(err.problem.detail).toBe(`GET ${sandbox.url}/v2/clinics/cln_sandbox_main answered with a text/html body, not problem details`);
     } finally {
       await flaky.close();
     }

@@ -239,10 +239,10 @@ describe('ServiceHttp', () => {
       const call = () => http.call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true });
       const html = (await call().catch((e: unknown) => e)) as ServiceError;
       expect(html.status).toBe(502);
-      expect(html.message).toBe('get clinic failed with 502 - HTTP 502: the service answered with a text/html body, not problem details');
+      expect(html.message).toBe(`get clinic failed with 502 - HTTP 502: GET ${server.url}/v2/clinics/x answered with a text/html body, not problem details`);
       const empty = (await call().catch((e: unknown) => e)) as ServiceError;
       expect(empty.status).toBe(404);
-      expect(empty.problem.detail).toBe('the service answered with an empty body, not problem details');
+      expect(empty.problem.detail).toBe(`GET ${server.url}/v2/clinics/x answered with an empty body, not problem details`);
     } finally {
       await Promise.all([http.close(), server.close()]);
     }
@@ -306,6 +306,17 @@ describe('ServiceHttp', () => {
     }
     // Nothing listens: nothing was sent.
     expect(await create(cut.url)).toBe(`create organization failed (ECONNREFUSED) - Connection refused: POST ${cut.url}/v2/organizations`);
+  });
+
+  it('says an https URL reached a server that speaks plain http, not just a network error', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 200, {}));
+    const http = new ServiceHttp({ baseUrl: server.url.replace('http:', 'https:'), apiKey: 'k', maxRetries: 0 });
+    try {
+      const err = (await http.call({ operation: 'get clinic', method: 'GET', path: '/v2/clinics/x', response: Organization, idempotent: true }).catch((e: unknown) => e)) as ServiceError;
+      expect(err.message).toBe(`get clinic failed (ERR_SSL_WRONG_VERSION_NUMBER) - No TLS at this https URL (a plain http server there?): GET ${server.url.replace('http:', 'https:')}/v2/clinics/x`);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
+    }
   });
 
   it('retries a connection reset on a GET', async () => {

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { PayerCatalog, portalsOf } from '../../verification/payer-catalog';
 import type { Payer, Portal } from '../../verification/wire';
-import { listAll, loadCatalog, warnUnreadable, type CliIo } from '../io';
+import { CliError, listAll, loadCatalog, warnUnreadable, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord, printRows, type Column } from '../table';
 
@@ -52,7 +52,9 @@ export function registerNetwork(setup: Command, io: CliIo): void {
         const unreadable: string[] = [];
         const catalog = await PayerCatalog.sync(client, previous, { full: Boolean(opts.full), unreadable: (found) => unreadable.push(...found) });
         warnUnreadable(io, unreadable);
-        await catalog.save(settings.catalogFile);
+        await catalog.save(settings.catalogFile).catch((err: unknown) => {
+          throw new CliError(`${(err as Error).message}; DENTAL_ELIG_CATALOG or catalogFile in the config file names where it goes`);
+        });
         const kept = new Set(catalog.payers.map((p) => p.primaryPayerId));
         const summary = {
           file: path.resolve(settings.catalogFile),
