@@ -404,6 +404,30 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('changes a stored password on update only when asked: a password exported for another portal is left unused, and said so', async () => {
+    const server = await startScriptedServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', loginMethod: 'Native' }));
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'exported-for-another-7' };
+    try {
+      const phone = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--mfa-phone', '+15555550123'], at);
+      expect(phone.code).toBe(0);
+      expect(phone.stderr).toContain('warning: DENTAL_ELIG_PORTAL_PASSWORD is set and left unused: update changes the password only with --password-env or --password-stdin');
+      const asked = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], at);
+      expect(asked.code).toBe(0);
+      expect(asked.stderr).toBe('');
+      expect(server.requests.map((r) => [r.method, JSON.parse(r.body) as unknown])).toEqual([
+        ['PATCH', { mfaPhoneNumber: '+15555550123' }],
+        ['PATCH', { password: 'exported-for-another-7' }],
+      ]);
+      const unset = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], { ...at, DENTAL_ELIG_PORTAL_PASSWORD: '' });
+      expect([unset.code, unset.stderr.trim()]).toEqual([2, 'dental-elig: password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin']);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('keeps a service answer with line breaks and terminal escapes to one plain line, and its records free of escapes', async () => {
     const server = await startScriptedServer((req, res) => {
       if (req.url.startsWith('/v2/organizations')) {

@@ -1,17 +1,21 @@
 import { Option, type Command } from 'commander';
 import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch, type CredentialsValidationRequest } from '../../verification/wire';
-import { CliError, progressLine, whole, type CliIo } from '../io';
+import { CliError, progressLine, say, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
 interface PasswordOptions {
   passwordStdin?: boolean;
+  passwordEnv?: boolean;
   password?: string;
 }
 
-/** Portal passwords come from the environment or stdin: argv is visible to every process and kept in shell history. */
-async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean): Promise<string | undefined> {
+/**
+ * Portal passwords come from the environment or stdin: argv is visible to every process and kept
+ * in shell history. `fromEnv` false: the environment's is taken only when --password-env asks.
+ */
+async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean, fromEnv = true): Promise<string | undefined> {
   if (opts.password !== undefined) {
     throw new CliError('--password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
   }
@@ -22,9 +26,9 @@ async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean)
     if (!password) throw new CliError('--password-stdin: standard input held no password', 2);
     return password;
   }
-  const fromEnv = io.env.DENTAL_ELIG_PORTAL_PASSWORD;
-  if (fromEnv) return fromEnv;
-  if (required) throw new CliError('password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
+  const inEnv = fromEnv || opts.passwordEnv ? io.env.DENTAL_ELIG_PORTAL_PASSWORD : undefined;
+  if (inEnv) return inEnv;
+  if (required || opts.passwordEnv) throw new CliError('password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
   return undefined;
 }
 
@@ -76,10 +80,13 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       });
     });
 
-  credentialOptions(creds.command('update').description('Change stored credentials (only the fields given)'))
+  credentialOptions(creds.command('update').description('Change stored credentials (only the fields given; the password only with --password-env or --password-stdin)'))
     .option('--username <username>', 'portal username')
+    .option('--password-env', 'change the password to DENTAL_ELIG_PORTAL_PASSWORD')
     .action(async (opts: CredentialOpts, cmd: Command) => {
-      const password = await readPassword(io, opts, false);
+      // Only when asked: a password exported for another portal's `set` would otherwise replace this one's silently.
+      const password = await readPassword(io, opts, false, false);
+      if (!password && io.env.DENTAL_ELIG_PORTAL_PASSWORD) say(io, 'warning: DENTAL_ELIG_PORTAL_PASSWORD is set and left unused: update changes the password only with --password-env or --password-stdin');
       const patch: CredentialsPatch = {
         ...(opts.username ? { username: opts.username } : {}),
         ...(password ? { password } : {}),
