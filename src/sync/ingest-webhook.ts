@@ -1,6 +1,6 @@
-import { hasResult, outcomeKindOf } from '../verification/outcome';
+import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
-import type { CheckRow, JobStore } from './job-store';
+import { resultKindOf, type CheckRow, type JobStore } from './job-store';
 import { applyStep, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 /** Dead: kept for a person (another request's result), not merely not applied. */
@@ -61,19 +61,18 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
  *
  * A check whose result was Partial takes the same verification's Completed, should the service
  * send one (a portal that answered after all): the chart's response for that verification is
- * updated in place, where the front desk would otherwise keep the gaps. Never the other way: a
- * Partial delivered after a Completed leaves it as it is.
+ * updated in place, where the front desk would otherwise keep the gaps, and so does one whose Partial
+ * still waits for the chart (down, or the write under way). Never the other way: a Partial delivered
+ * after a Completed leaves it as it is. A body the prune cut is no Partial.
  */
 function takesALateResult(row: CheckRow, delivery: WebhookDelivery): boolean {
   const { kind, verification } = delivery.outcome;
   if (!hasResult(kind)) return false;
-  if (row.state === 'written') return kind === 'completed' && row.correlationId === verification.correlationId && wasPartial(row.result);
+  // Written, or still on its way to the chart (a write of it under way has this written after it).
+  const partialOnItsWay = row.state === 'written' || row.state === 'result-stored';
+  if (partialOnItsWay && kind === 'completed' && row.correlationId === verification.correlationId && resultKindOf(row) === 'partial') return true;
+  if (row.state === 'written') return false;
   if (row.state === 'result-stored') return row.correlationId === localCorrelationId(row.externalId);
   return row.state === 'needs-attention' && (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId;
 }
 
-/** Whether a stored result is a Partial (a body the prune cut is not). */
-function wasPartial(result: unknown): boolean {
-  const status = (result as { status?: unknown } | undefined)?.status;
-  return typeof status === 'string' && outcomeKindOf(status) === 'partial';
-}

@@ -799,8 +799,9 @@ export class Worker {
     const { verification: _untold, ...pair } = ids;
     // Written, the Coverage is active again: a later drop of its plan ends it again (endDroppedPlans).
     const done = await this.kept(() => this.step(row, 'result-stored', async (current, tx): Promise<Step> =>
-      // The result of a round given up came by webhook while its failure was written: it is written next, after it.
-      current.correlationId !== row.correlationId ? { state: 'result-stored', written: ids, dueAt: this.now() }
+      // The result of a round given up came by webhook while its failure was written, or the Completed of the Partial being
+      // written (takesALateResult): it is written next, after it.
+      current.correlationId !== row.correlationId || resultKindOf(current) !== resultKindOf(row) ? { state: 'result-stored', written: ids, dueAt: this.now() }
       // An S14 or A08 that swapped the plans or corrected their dates meanwhile changed the stored check's
       // order or period (and no more, see scheduleAppointment): what was written is stale, so it is written again.
       : chartCoverageChanged(current.check, row.check) ? { state: 'result-stored', written: told ? ids : pair, dueAt: this.now() }

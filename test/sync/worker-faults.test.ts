@@ -12,6 +12,7 @@ import { toOutcome } from '../../src/verification/outcome';
 import { storeRetryWaitMs } from '../../src/sync/worker';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
+import { gate } from '../support/gate';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
@@ -932,5 +933,35 @@ describe('a verification the service completes after its Partial', () => {
     expect(await deliver({ ...completed, correlationId: 'ver-other' }, 'msg_other')).toMatchObject({ status: 'ignored' });
     expect(await responses()).toEqual([[first?.[0], 'complete']]);
     expect(posts(rig.requests)).toEqual(['/v2/insurance-verifications']);
+  });
+
+  it('takes the Completed that comes while the Partial is still on its way to the chart, and writes it after', async () => {
+    const partial = { ...(resultBody('partial') as object), correlationId: 'ver-gaps', externalId: undefined };
+    const held = gate();
+    let writes = 0;
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, partial),
+      writer: (chart) => ({
+        ...chart,
+        async write(...args) {
+          if (++writes === 1) await held.opened;
+          return chart.write(...args);
+        },
+      }),
+    });
+    await rig.addCheck('gaps');
+    rig.worker.start();
+    await until('the Partial being written', async () => writes === 1);
+    const externalId = (await rig.store.transaction((tx) => tx.getCheck('gaps')))?.externalId;
+    const completed = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-gaps', externalId };
+    try {
+      expect(await deliver(completed, 'msg_completed_early')).toMatchObject({ status: 'applied' });
+    } finally {
+      held.open();
+    }
+    const responses = async () => ((await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => r.outcome);
+    await until('the Completed written after the Partial', async () => writes === 2);
+    await rig.reach('gaps', 'written');
+    expect(await responses()).toEqual(['complete']);
   });
 });
