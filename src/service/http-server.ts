@@ -56,7 +56,12 @@ export async function startHttpServer(
         return sendProblem(res, 405, 'notifications are POST or PUT');
       }
       // A FHIR server sends no Origin; a web page open on this machine does, and its text/plain POST needs no preflight.
-      if (req.headers.origin !== undefined) return sendProblem(res, 403, 'a FHIR notification comes from a FHIR server, not a web page (it carries Origin)');
+      // Said, as a token refused is: a FHIR server or proxy that adds Origin would have every notification refused.
+      if (req.headers.origin !== undefined) {
+        const detail = 'a FHIR notification comes from a FHIR server, not a web page (it carries Origin)';
+        sync.logger.warn({ status: 403 }, `FHIR notification refused: ${detail}`);
+        return sendProblem(res, 403, detail);
+      }
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
         const detail = 'authorization does not carry the notification token (the Subscription\'s channel.header)';

@@ -193,13 +193,17 @@ describe('serve on the in-process sandbox', () => {
     }
   });
 
-  it('refuses a FHIR notification a web page sends (it carries Origin), before its body is read or kept', async () => {
-    const serving = await serveOn('127.0.0.1');
+  it('refuses a FHIR notification a web page sends (it carries Origin), before its body is read or kept, with a warning', async () => {
+    const { serving, lines } = await serveLogged({});
     try {
       // A cross-site POST of text/plain needs no preflight: without DENTAL_ELIG_NOTIFICATION_TOKEN any page open on this machine could fill the store.
       const notify = (headers: Record<string, string>) => fetch(`http://127.0.0.1:${serving.http.port}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'text/plain', ...headers }, body: 'x'.repeat(100_000) });
       expect((await notify({ origin: 'https://attacker.example' })).status).toBe(403);
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toEqual([]);
+      // Said, as a token refused is: a FHIR server or proxy that added Origin would have every notification refused. The page's Origin is not quoted.
+      const refusals = lines.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.msg.startsWith('FHIR notification refused'));
+      expect(refusals).toEqual([expect.objectContaining({ level: 40, status: 403, msg: 'FHIR notification refused: a FHIR notification comes from a FHIR server, not a web page (it carries Origin)' })]);
+      expect(lines.join('\n')).not.toContain('attacker.example');
       // A FHIR server sends none: its unreadable notification is kept, as before.
       expect((await notify({})).status).toBe(400);
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);
