@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { utf8Text, UTF16_REFUSED } from './text-file';
 import * as path from 'node:path';
 import type * as z from 'zod';
 import { ConfigError } from './config-error';
@@ -29,7 +30,9 @@ export function readMappingFile<T extends z.ZodType>(relativePath: string, schem
 function readAs<T extends z.ZodType>(file: string, schema: T): { ok: true; data: z.infer<T> } | { ok: false; problem: string } {
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileSync(file, 'utf8'));
+    const text = utf8Text(readFileSync(file));
+    if (text === undefined) return { ok: false, problem: UTF16_REFUSED };
+    raw = JSON.parse(text);
   } catch (err) {
     return { ok: false, problem: `cannot be read as JSON (${(err as Error).message})` };
   }

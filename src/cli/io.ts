@@ -5,6 +5,7 @@ import { describeJsonSyntax } from '../verification/json-syntax';
 import type { VerificationClient } from '../verification/client';
 import { PayerCatalog } from '../verification/payer-catalog';
 import type { Page, PageQuery } from '../verification/wire';
+import { utf8Text, UTF16_REFUSED } from '../text-file';
 
 /** Where a command reads and writes; the real process in production, buffers in tests. */
 export interface CliIo {
@@ -67,7 +68,9 @@ export async function progressLine<T>(io: CliIo, head: string, run: (add: (word:
 
 /** Reads a file argument, `-` meaning standard input. */
 export async function readInput(io: CliIo, file: string): Promise<string> {
-  return (await readInputBytes(io, file)).toString('utf8');
+  const text = utf8Text(await readInputBytes(io, file));
+  if (text === undefined) throw new CliError(`${inputName(file)}: ${UTF16_REFUSED}`);
+  return text;
 }
 
 /** readInput's bytes, for text whose character set the text itself names (an HL7 message's MSH-18). */

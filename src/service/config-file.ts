@@ -3,6 +3,7 @@ import * as z from 'zod';
 import { ConfigError } from '../config-error';
 import { describeIssue } from '../domain/issues';
 import { describeJsonSyntax } from '../verification/json-syntax';
+import { utf8Text, UTF16_REFUSED } from '../text-file';
 import { ClientConfig, type ClientConfigInput } from '../verification/config';
 import { SyncSettings } from './eligibility-sync';
 
@@ -51,13 +52,14 @@ export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
 export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {
   const file = explicit ?? env.DENTAL_ELIG_CONFIG ?? (existsSync(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : undefined);
   if (!file) return {};
-  let text: string;
+  let text: string | undefined;
   try {
-    text = readFileSync(file, 'utf8');
+    text = utf8Text(readFileSync(file));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     throw new ConfigError(`${file}: ${code === 'ENOENT' ? 'no such config file' : `cannot be read (${code ?? 'error'})`}`);
   }
+  if (text === undefined) throw new ConfigError(`${file}: ${UTF16_REFUSED}`);
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -116,11 +118,14 @@ function keyInFile(name: string, file: string): string {
 }
 
 export function readSecretFile(name: string, file: string): string {
+  let text: string | undefined;
   try {
-    return readFileSync(file, 'utf8');
+    text = utf8Text(readFileSync(file));
   } catch {
     throw new ConfigError(`${name}: ${file} cannot be read`);
   }
+  if (text === undefined) throw new ConfigError(`${name}: ${file}: ${UTF16_REFUSED}`);
+  return text;
 }
 
 export function withoutUndefined<T extends Record<string, unknown>>(obj: T): Partial<T> {

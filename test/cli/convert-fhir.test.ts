@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import type { Appointment, Bundle, CoverageEligibilityResponse } from 'fhir/r4';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
@@ -61,6 +62,24 @@ describe('dental-elig convert fhir', () => {
     const before = Date.now();
     const [check] = JSON.parse((await cli(['convert', 'fhir', bundleFile('self')])).stdout) as Array<{ source: { receivedAt: string } }>;
     expect(Date.parse(check?.source.receivedAt ?? '')).toBeGreaterThanOrEqual(before - 1000);
+  });
+
+  it('reads a Bundle a Windows editor saved with a byte-order mark, and names UTF-16 rather than misreading it', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'bom-'));
+    try {
+      const text = readFileSync(bundleFile('primary-secondary'), 'utf8');
+      const bom = path.join(dir, 'bom.json');
+      writeFileSync(bom, `\uFEFF${text}`);
+      const run = await cli(['convert', 'fhir', bom, '--received-at', '2026-11-20T15:00:00Z']);
+      expect(run).toMatchObject({ code: 0, stderr: '' });
+      expect(JSON.parse(run.stdout)).toEqual(expected(path.join(BUNDLE_DIR, 'primary-secondary.expected.json')));
+      // As Windows PowerShell 5's > writes it.
+      const utf16 = path.join(dir, 'utf16.json');
+      writeFileSync(utf16, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(text, 'utf16le')]));
+      expectOneLine(await cli(['convert', 'fhir', utf16]), `dental-elig: ${utf16}: UTF-16 text (Windows PowerShell 5 writes it with >): save it as UTF-8`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('names what is wrong in one line: the element, the file, the option', async () => {

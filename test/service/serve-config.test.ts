@@ -10,7 +10,7 @@ describe('the settings file and the environment', () => {
   let dir: string;
   const file = (content: unknown) => {
     const f = path.join(dir, 'dental-elig.config.json');
-    writeFileSync(f, typeof content === 'string' ? content : JSON.stringify(content));
+    writeFileSync(f, typeof content === 'string' || Buffer.isBuffer(content) ? content : JSON.stringify(content));
     return f;
   };
   beforeEach(() => {
@@ -95,6 +95,12 @@ describe('the settings file and the environment', () => {
   it('says where a broken file is broken, without its content', () => {
     const config = file('{"baseUrl": https://x}');
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: not valid JSON at line 1, column 13: unexpected character where a value was expected`);
+  });
+
+  it('reads a config file a Windows editor saved with a byte-order mark, and names UTF-16 rather than misreading it', () => {
+    expect(loadServeConfig({}, { configFile: file('\uFEFF{"httpPort": 8099}') }).httpPort).toBe(8099);
+    const config = file(Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('{"httpPort": 8099}', 'utf16le')]));
+    expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: UTF-16 text (Windows PowerShell 5 writes it with >): save it as UTF-8`);
   });
 
   it('needs the API key and the webhook secret once a real service is named', () => {
