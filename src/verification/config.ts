@@ -7,6 +7,9 @@ export const V1_RETIREMENT = '2026-12-31';
 /** Whether a text can travel as an HTTP header value: no control characters (CR and LF above all). */
 const headerSafe = (text: string) => !/[\x00-\x1f\x7f]/.test(text);
 
+/** Whether each character fits in the one byte a header value carries it in: Node refuses one past U+00FF (a zero-width space or a typographic dash a web page adds to a pasted key). */
+const headerBytes = (text: string) => !/[^\x00-\xff]/.test(text);
+
 export const ClientConfig = z
   .strictObject({
   /** The service root; the client appends /v2/... itself. */
@@ -21,10 +24,15 @@ export const ClientConfig = z
     .string()
     .min(1, { error: 'is required (DENTAL_ELIG_API_KEY or apiKeyFile)' })
     // A key pasted with its line end (a CRLF file, a secrets manager's value) cannot be sent as a header: named here, not as a network error.
-    .refine(headerSafe, { error: 'holds a line break or another control character (copied with its line end?)' }),
+    .refine(headerSafe, { error: 'holds a line break or another control character (copied with its line end?)' })
+    .refine(headerBytes, { error: 'holds a character no HTTP header can carry, past U+00FF (copied from a web page or a document?)' }),
   /** Header the key travels in; `authorization` with scheme Bearer by default, `x-api-key` with no scheme elsewhere. */
   apiKeyHeader: z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: 'must be an HTTP header name: no spaces, colons or other separators' }).default('authorization'),
-  apiKeyScheme: z.string().refine(headerSafe, { error: 'holds a line break or another control character' }).default('Bearer'),
+  apiKeyScheme: z
+    .string()
+    .refine(headerSafe, { error: 'holds a line break or another control character' })
+    .refine(headerBytes, { error: 'holds a character no HTTP header can carry, past U+00FF' })
+    .default('Bearer'),
   /** Per-attempt limit for connect + headers and for the body. */
   timeoutMs: z.number().int().positive().default(30_000),
   /** Retries after the first attempt, for safe requests only. */

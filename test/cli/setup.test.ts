@@ -209,6 +209,12 @@ describe('secrets and bad input', () => {
       stdout: '',
       stderr: 'dental-elig: apiKey: holds a line break or another control character (copied with its line end?)\n',
     });
+    // A zero-width space a web page put in the copied key: Node cannot send it, and said only 'Network error'.
+    expect(await run({ DENTAL_ELIG_API_KEY: `${sandbox.apiKey}\u200b` })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'dental-elig: apiKey: holds a character no HTTP header can carry, past U+00FF (copied from a web page or a document?)\n',
+    });
     expect(await run({ DENTAL_ELIG_API_KEY_HEADER: 'x api key' })).toEqual({
       code: 2,
       stdout: '',
