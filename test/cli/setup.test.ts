@@ -429,6 +429,9 @@ describe('secrets and bad input', () => {
       ]);
       const unset = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], { ...at, DENTAL_ELIG_PORTAL_PASSWORD: '' });
       expect([unset.code, unset.stderr.trim()]).toEqual([2, 'dental-elig: password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin']);
+      // Refusing --password, update names the way it takes the environment's: the variable alone changes nothing.
+      const argv = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password', 'x'], at);
+      expect([argv.code, argv.stderr.trim()]).toEqual([2, 'dental-elig: --password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD with --password-env or use --password-stdin']);
     } finally {
       await server.close();
     }

@@ -17,7 +17,9 @@ interface PasswordOptions {
  */
 async function readPassword(io: CliIo, opts: PasswordOptions, required: boolean, fromEnv = true): Promise<string | undefined> {
   if (opts.password !== undefined) {
-    throw new CliError('--password: passwords are not taken on the command line; set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin', 2);
+    // update takes the environment's only with --password-env: telling it to set the variable alone would change nothing.
+    const env = fromEnv ? 'set DENTAL_ELIG_PORTAL_PASSWORD' : 'set DENTAL_ELIG_PORTAL_PASSWORD with --password-env';
+    throw new CliError(`--password: passwords are not taken on the command line; ${env} or use --password-stdin`, 2);
   }
   if (opts.passwordStdin) {
     let text = '';
