@@ -427,6 +427,8 @@ describe('secrets and bad input', () => {
         ['PATCH', { mfaPhoneNumber: '+15555550123' }],
         ['PATCH', { password: 'exported-for-another-7' }],
       ]);
+      const both = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env', '--password-stdin'], at, 'from-stdin\n');
+      expect([both.code, both.stderr.trim()]).toEqual([2, 'dental-elig: update: give --password-env or --password-stdin, not both']);
       const unset = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], { ...at, DENTAL_ELIG_PORTAL_PASSWORD: '' });
       expect([unset.code, unset.stderr.trim()]).toEqual([2, 'dental-elig: password: set DENTAL_ELIG_PORTAL_PASSWORD or use --password-stdin']);
       // Refusing --password, update names the way it takes the environment's: the variable alone changes nothing.

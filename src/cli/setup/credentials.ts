@@ -86,6 +86,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
     .option('--username <username>', 'portal username')
     .option('--password-env', 'change the password to DENTAL_ELIG_PORTAL_PASSWORD')
     .action(async (opts: CredentialOpts, cmd: Command) => {
+      if (opts.passwordEnv && opts.passwordStdin) throw new CliError('update: give --password-env or --password-stdin, not both', 2);
       // Only when asked: a password exported for another portal's `set` would otherwise replace this one's silently.
       const password = await readPassword(io, opts, false, false);
       if (!password && io.env.DENTAL_ELIG_PORTAL_PASSWORD) say(io, 'warning: DENTAL_ELIG_PORTAL_PASSWORD is set and left unused: update changes the password only with --password-env or --password-stdin');
