@@ -58,24 +58,33 @@ export function instantWritten(value: string): string | undefined {
 
 /**
  * Whether timestamp `a` (MSH-7) is strictly earlier than `b`. Only two times that can be told
- * apart say so: each to the minute at least, both with an offset or both without (two times
- * of one sender without offsets are its own local time), and `a` over before `b` begins, each
- * read at the precision written (09:30 is any second of that minute, not before 09:30:10). Anything
+ * apart say so: each to the day at least, both with an offset or both without (two times of one
+ * sender without offsets are its own local time), and `a` over before `b` begins, each read at the
+ * precision written (09:30 is any second of that minute, not before 09:30:10; a date alone is the
+ * whole day, before the next day's messages but not before another of the same day). Anything
  * else is not earlier: messages that cannot be ordered by their times are applied in the order they arrived.
  */
 export function sentEarlier(a: string, b: string): boolean {
-  const x = instantOf(a);
-  const y = instantOf(b);
+  const x = instantOf(a, DAY_MS);
+  const y = instantOf(b, DAY_MS);
   return x !== undefined && y !== undefined && x.zoned === y.zoned && x.ms + x.spanMs <= y.ms;
 }
 
-/** The instant a timestamp begins at, and how long it spans at the precision written (a minute, a second, 0.1 s …, at least a millisecond). */
-function instantOf(value: string): { ms: number; spanMs: number; zoned: boolean } | undefined {
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+
+/**
+ * The instant a timestamp begins at, and how long it spans at the precision written (a minute, a
+ * second, 0.1 s …, at least a millisecond); a date or an hour only when `coarsest` spans that
+ * much (a day, an hour), undefined otherwise.
+ */
+function instantOf(value: string, coarsest = 60_000): { ms: number; spanMs: number; zoned: boolean } | undefined {
   const m = DTM.exec(value.trim());
-  const [, year, month, day, time, , , fraction, offset] = m ?? [];
-  if (!m || readHl7Date(value).ok === false || time === undefined || time.length < 4) return undefined;
+  const [, year, month, day, time = '', , , fraction, offset] = m ?? [];
+  if (!m || day === undefined || readHl7Date(value).ok === false) return undefined;
   const digits = Math.min((fraction ?? '.').length - 1, 3);
-  const spanMs = time.length < 6 ? 60_000 : 1000 / 10 ** digits;
+  const spanMs = time.length === 0 ? DAY_MS : time.length === 2 ? HOUR_MS : time.length === 4 ? 60_000 : 1000 / 10 ** digits;
+  if (spanMs > coarsest) return undefined;
   const ms = Number((fraction ?? '').slice(1, 4).padEnd(3, '0'));
   const local = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(time.slice(0, 2)), Number(time.slice(2, 4)), Number(time.slice(4, 6) || '0'), ms);
   if (offset === undefined) return { ms: local, spanMs, zoned: false };

@@ -59,13 +59,26 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
     // Digits past the millisecond are dropped, not rounded: .9999 is not the next second.
     ['20261124095959.9999', '20261124100000', true],
     ['20261124100000.000100-0500', '20261124100000.002-0500', true],
+    // A date alone is the whole day: before the next day's messages, not before another of the same day.
+    ['20260601', '20260602', true],
+    ['20260601', '20260602093000', true],
+    ['20260531235959', '20260601', true],
+    ['20260601', '20260601', false],
+    ['20260601', '20260601093000', false],
+    ['20260601093000', '20260601', false],
+    ['20260602', '20260601', false],
+    // An hour alone is the whole hour.
+    ['2026060109', '2026060110', true],
+    ['2026060109', '202606010930', false],
+    // A month tells no day apart.
+    ['202606', '202607', false],
   ])('%s before %s: %s', (a, b, earlier) => {
     expect(sentEarlier(a, b)).toBe(earlier);
   });
 
   it.each([
-    ['20261123', '202611241000', 'a day only'],
-    ['2026112409', '202611241000', 'to the hour only'],
+    ['20261124', '202611241000', 'a day only, the other within it'],
+    ['2026112409', '202611240930', 'to the hour only, the other within it'],
     ['202611240900', '202611241000-0500', 'one with an offset, one without'],
     // A time to the minute is any second of it: 09:30 may be 09:30:45, after 09:30:10.
     ['202611240930', '20261124093010', 'to the minute against to the second, in the same minute'],
