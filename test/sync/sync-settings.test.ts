@@ -160,6 +160,15 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses service settings it cannot use, naming them under service, before it opens the store', () => {
+    const service = (value: unknown) => () => createEligibilitySync(config({ service: value as EligibilitySyncConfig['service'] }));
+    // The client's own words named no key of the sync: 'config: Unrecognized key' read as a key of the sync itself, 'baseUrl' as the chart's.
+    expect(service({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', timeoutMS: 5000 })).toThrow(/^service: Unrecognized key: "timeoutMS"$/);
+    expect(service({ baseUrl: 'chart.example', apiKey: 'k' })).toThrow(/^service\.baseUrl: must be an http\(s\) URL$/);
+    expect(service({ baseUrl: 'http://127.0.0.1:1' })).toThrow(/^service\.apiKey: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses inline portal credentials it cannot send, naming the portal and the field, before it opens the store', () => {
     const inline = (value: unknown) => () => createEligibilitySync(config({ inlineCredentials: value as EligibilitySyncConfig['inlineCredentials'] }));
     // Read from a JSON file by an embedder: the password left out failed start() as the service unreachable.
