@@ -600,7 +600,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.
       const service =
         !catalogNow()
-          ? `no payer catalog yet (${keeper?.failure}): checks wait for it`
+          ? `no payer catalog yet${keeper?.failure ? ` (${keeper.failure})` : ''}: checks wait for it`
           : out
             ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
             : portals.length > 0

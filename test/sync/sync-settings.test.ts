@@ -178,6 +178,13 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('says it has no payer catalog yet, without a failure, before its first fetch has failed', async () => {
+    const sync = createEligibilitySync(config());
+    // Asked by a probe while serve or an embedder starts: the first fetch under way, or not begun, has no failure to quote.
+    expect((await sync.health()).service).toBe('no payer catalog yet: checks wait for it');
+    await sync.stop();
+  });
+
   it('refuses what arrives once it is stopped, saying so, not with its closed store\'s error', async () => {
     const sync = createEligibilitySync(config());
     await sync.stop();
