@@ -11,7 +11,7 @@ import { loadFhirMappings } from '../adapters/fhir/load-mappings';
 import { describeProblems, eventActionFor, loadHl7Mappings, messageTypeOf, profileFor, readMessageHeader, type Ack, type Hl7Mappings, type Hl7Result } from '../adapters/hl7';
 import { describeIssue } from '../domain/issues';
 import { VerificationClient } from '../verification/client';
-import type { ClientConfigInput } from '../verification/config';
+import { ClientConfig, type ClientConfigInput } from '../verification/config';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
 import { failureKinds } from '../verification/failure-kinds';
 import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catalog';
@@ -200,6 +200,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   checkFhir(config.fhir);
+  checkService(config.service);
   const routing = config.routing === undefined ? loadClinicRouting() : inlineRouting(config.routing);
   const mappings = config.mappings ?? loadHl7Mappings();
   loadFhirMappings();
@@ -599,7 +600,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.
       const service =
         !catalogNow()
-          ? `no payer catalog yet (${keeper?.failure}): checks wait for it`
+          ? `no payer catalog yet${keeper?.failure ? ` (${keeper.failure})` : ''}: checks wait for it`
           : out
             ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
             : portals.length > 0
@@ -677,6 +678,16 @@ function inlineRouting(routing: unknown): ClinicRouting {
   const parsed = ClinicRoutingFile.safeParse(routing);
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'routing', ['routing']));
   return parsed.data;
+}
+
+/**
+ * The service's settings, named under `service` as the chart's are under `fhir`: the client's own
+ * words ('config: Unrecognized key', 'baseUrl: must be an http(s) URL') read as the sync's top level, or its chart.
+ */
+function checkService(service: EligibilitySyncConfig['service']): void {
+  if (service instanceof VerificationClient) return;
+  const parsed = ClientConfig.safeParse(service);
+  if (!parsed.success) throw new Error(describeIssue(parsed.error, 'service', ['service']));
 }
 
 /** The chart, refused at creation: a bad URL or option failed every write once its check was verified, retried as if the chart were down. */

@@ -160,6 +160,15 @@ describe('a sync that fails to be created or started', () => {
     expect(readdirSync(dataDir)).toEqual([]);
   });
 
+  it('refuses service settings it cannot use, naming them under service, before it opens the store', () => {
+    const service = (value: unknown) => () => createEligibilitySync(config({ service: value as EligibilitySyncConfig['service'] }));
+    // The client's own words named no key of the sync: 'config: Unrecognized key' read as a key of the sync itself, 'baseUrl' as the chart's.
+    expect(service({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', timeoutMS: 5000 })).toThrow(/^service: Unrecognized key: "timeoutMS"$/);
+    expect(service({ baseUrl: 'chart.example', apiKey: 'k' })).toThrow(/^service\.baseUrl: must be an http\(s\) URL$/);
+    expect(service({ baseUrl: 'http://127.0.0.1:1' })).toThrow(/^service\.apiKey: /);
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses inline portal credentials it cannot send, naming the portal and the field, before it opens the store', () => {
     const inline = (value: unknown) => () => createEligibilitySync(config({ inlineCredentials: value as EligibilitySyncConfig['inlineCredentials'] }));
     // Read from a JSON file by an embedder: the password left out failed start() as the service unreachable.
@@ -167,6 +176,13 @@ describe('a sync that fails to be created or started', () => {
     expect(inline({ deltadentalins: { username: 'lakeside', pasword: 'x' } })).toThrow(/^inlineCredentials\.deltadentalins/);
     expect(inline('deltadentalins')).toThrow(/^inlineCredentials: /);
     expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('says it has no payer catalog yet, without a failure, before its first fetch has failed', async () => {
+    const sync = createEligibilitySync(config());
+    // Asked by a probe while serve or an embedder starts: the first fetch under way, or not begun, has no failure to quote.
+    expect((await sync.health()).service).toBe('no payer catalog yet: checks wait for it');
+    await sync.stop();
   });
 
   it('refuses what arrives once it is stopped, saying so, not with its closed store\'s error', async () => {
