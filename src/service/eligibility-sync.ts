@@ -128,8 +128,8 @@ export interface EligibilitySync {
   pollAppointments(): Promise<number>;
   on(event: SyncEventName, listener: (event: SyncEvent) => void): this;
   off(event: SyncEventName, listener: (event: SyncEvent) => void): this;
-  /** Liveness of the store and the downstreams. */
-  health(): Promise<{ ok: boolean; store: string; fhir: string; service: string }>;
+  /** Liveness of the store and the downstreams; not ok once stop() is called (`stopping`), so a balancer routes elsewhere while checks in hand finish. */
+  health(): Promise<{ ok: boolean; store: string; fhir: string; service: string; stopping?: true }>;
   readonly store: JobStore;
   readonly metrics: SyncMetrics;
   readonly logger: Logger;
@@ -606,7 +606,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
             : portals.length > 0
               ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
               : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
-      return { ok: store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service };
+      // A balancer that keeps sending to an instance stopping keeps its stop waiting on what it sends: told, it routes elsewhere.
+      const going = stopping !== undefined;
+      return { ok: !going && store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service, ...(going && { stopping: true as const }) };
     },
     start(): Promise<void> {
       // Stopping counts as stopped: a start under way then would take up a store stop() is closing.

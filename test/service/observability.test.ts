@@ -193,6 +193,18 @@ describe('observability', () => {
     }
   });
 
+  it('answers /healthz 503, stopping, once the sync is stopping, so a balancer routes elsewhere while its checks in hand finish', async () => {
+    // Each send held 1.5 s at the service: the stop waits for the one in hand.
+    h = await startHarness({ sandbox: { timing: { latencyMs: 1500, latencyJitterMs: 0 } } });
+    await h.sync.receiveHl7(bookingFor('S1', 'SBX-COMPLETE'));
+    await until('the check in hand', async () => (await h.store.listChecks({ states: ['submitted'] })).length === 1);
+    expect((await fetch(`${h.httpUrl}/healthz`)).status).toBe(200);
+    const stopped = h.sync.stop();
+    const health = await fetch(`${h.httpUrl}/healthz`);
+    expect([health.status, await health.json()]).toEqual([503, expect.objectContaining({ ok: false, stopping: true })]);
+    await stopped;
+  });
+
   it('says the chart is unreachable when the FHIR server is down', async () => {
     h = await startHarness();
     await h.fhir.close();
