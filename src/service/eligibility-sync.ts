@@ -248,7 +248,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         sendProblem(res, 404, 'webhooks are not configured');
       };
   const ownsClient = !(config.service instanceof VerificationClient);
-  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: logger, secrets: passwords });
+  // The client warns of each retry, so a wait is never silent; once the worker has said the service is out
+  // (one warning), each call trying it retries as it fails, and four warnings a try, a try a minute, said
+  // that outage again for as long as it lasted: at debug until it answers, as a chart's writes are.
+  let serviceOut = (): boolean => false;
+  const clientLog = { warn: (obj: object, msg: string) => (serviceOut() ? logger.debug(obj, msg) : logger.warn(obj, msg)), debug: (obj: object, msg: string) => logger.debug(obj, msg) };
+  const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: clientLog, secrets: passwords });
   const ownsStore = !config.store;
   let store: JobStore;
   try {
@@ -332,6 +337,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
   metrics.serviceUp = () => worker.service.since === undefined && catalogNow() !== undefined;
+  serviceOut = () => worker.service.since !== undefined;
 
   const fhirOptions = { routing, now, policy };
 

@@ -163,6 +163,27 @@ describe('webhooks and service faults', () => {
     expect(metrics).not.toMatch(/outcome="failed"|kind="NotVerified"/);
   });
 
+  it('says a service outage once: the retries of the calls trying it are at debug until it answers', async () => {
+    // The client retrying each call once, as serve's four times: each retry a warning before the outage is said.
+    h = await startHarness({ settings: { backoffBaseMs: 50, backoffMaxMs: 200 }, service: { maxRetries: 1 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity, retryAfterSeconds: 0 });
+    await notify('appt-4004');
+    const lines = () => h.logs.map((line) => JSON.parse(line) as { level: number; msg: string });
+    const outage = (line: { msg: string }) => line.msg.startsWith('the verification service is not answering');
+    const retry = (line: { msg: string }) => / answered 503; retry 1 of 1 in /.test(line.msg);
+    // Three calls trying it since it was said, each retried: three warnings a minute or so with serve's settings, for as long as it lasts.
+    const since = await until('three calls retried after the outage was said', async () => {
+      const all = lines();
+      const after = all.slice(all.findIndex(outage) + 1);
+      return all.some(outage) && after.filter(retry).length >= 3 && after;
+    }, 30_000);
+    expect(lines().filter(outage)).toHaveLength(1);
+    expect(since.filter(retry).map((line) => line.level)).toEqual(since.filter(retry).map(() => 20));
+    h.sandbox.clearFaults();
+    await until('both checks written once the service answers', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+  });
+
   it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
     h = await startHarness({ settings: { maxAttempts: 2 } });
     await h.fhir.seed(chartOf('primary-secondary'));
