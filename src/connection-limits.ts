@@ -42,6 +42,8 @@ export function takeInHand(req: IncomingMessage, res: ServerResponse): boolean {
  */
 export const BODY_BYTES_IN_HAND = 64 * 1024 * 1024;
 let bodyBytesInHand = 0;
+/** The bytes of request bodies being read now, under BODY_BYTES_IN_HAND: what a test waits for before it finds the budget spent. */
+export const bodyBytesReading = (): number => bodyBytesInHand;
 
 /** A request's body: read whole, past the limit (unread further), the budget spent, or cut off by its sender. */
 export type BodyRead = { kind: 'read'; text: string } | { kind: 'too-large' } | { kind: 'busy' } | { kind: 'cut-off' };

@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
+import { bodyBytesReading } from '../../src/connection-limits';
 import { startHttpServer } from '../../src/service/http-server';
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
@@ -312,6 +313,8 @@ describe('observability', () => {
     );
     try {
       await until('the bodies past 64 MiB refused', async () => holders.filter((h) => h.said().startsWith('HTTP/1.1 503')).length >= 6);
+      // And the 64 taken read whole: a refused body gives its bytes back, and until the others' last bytes are read a small body fits.
+      await until('64 bodies read but their last byte', async () => bodyBytesReading() === 64 * (1024 * 1024 - 1));
       const busy = holders.find((h) => h.said().startsWith('HTTP/1.1 503'))?.said() ?? '';
       expect(busy).toMatch(/retry-after: 5/i);
       expect(busy).toContain('too many request bodies are being read at once: send it again shortly');
