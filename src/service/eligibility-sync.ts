@@ -676,6 +676,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     } else work();
     schedulePrune(Math.min(FIRST_PRUNE_MS, settings.pruneIntervalMs));
     schedulePoll();
+    // The point past which a rollback needs the copy kept before it: said, with when it was passed.
+    if (store.upgradedFrom !== undefined) logger.info({ from: store.upgradedFrom }, 'the job store was upgraded from its schema version as it opened: earlier versions cannot open it now (roll back to a copy kept before)');
     logger.info({ concurrency: settings.concurrency, async: workerOptions.asyncEnabled }, 'eligibility sync started');
   }
   return sync as unknown as EligibilitySync;

@@ -389,6 +389,8 @@ export interface PruneDone {
 }
 
 export interface JobStore {
+  /** The schema version the store was upgraded from as this program opened it; undefined when it was at this program's, or new. */
+  readonly upgradedFrom?: number | undefined;
   /**
    * Runs `work` in one transaction. A store shared by several instances may run it again after a
    * lost race (a deadlock, a key another instance inserted first), so `work` does nothing outside

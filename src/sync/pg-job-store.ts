@@ -39,7 +39,7 @@ import {
 } from './job-store';
 import { statusOfKindSql } from '../verification/outcome';
 import { LEASE_ORPHANED, LiveLock } from './pg-live-lock';
-import { expectSchema, migrate, schemaVersion } from './pg-schema';
+import { expectSchema, migrate, PG_SCHEMA_VERSION, schemaVersion } from './pg-schema';
 import { inTransaction, lockKey, storeError, type Queryable } from './pg-transaction';
 
 /**
@@ -77,18 +77,21 @@ export class PgJobStore implements JobStore {
     // in the moment before the transaction resumes, would end the process with it. The query
     // under way or the next fails instead, and the pool does not take the connection back.
     pool.on('connect', (client) => client.on('error', () => undefined));
+    let from: number | undefined;
     try {
-      await (options.create === false ? expectSchema(pool) : migrate(pool));
+      if (options.create === false) await expectSchema(pool);
+      else from = await migrate(pool);
     } catch (err) {
       await pool.end();
       throw err;
     }
-    return new PgJobStore(pool, url);
+    return new PgJobStore(pool, url, from !== undefined && from > 0 && from < PG_SCHEMA_VERSION ? from : undefined);
   }
 
   private constructor(
     private readonly pool: Pool,
     private readonly url: string,
+    readonly upgradedFrom: number | undefined,
   ) {}
 
   /** The schema version the database is at. */

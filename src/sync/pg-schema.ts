@@ -100,10 +100,11 @@ export const PG_SCHEMA_VERSION = MIGRATIONS.length;
 
 /**
  * Brings the database to PG_SCHEMA_VERSION, in one transaction under an advisory lock, so
- * instances starting together migrate once and none sees a half-made schema.
+ * instances starting together migrate once and none sees a half-made schema. Gives the version it
+ * was at (0 for a database new to it).
  */
-export async function migrate(pool: Pool): Promise<void> {
-  await inTransaction(pool, async (db) => {
+export async function migrate(pool: Pool): Promise<number> {
+  return inTransaction(pool, async (db) => {
     await db.query(`SELECT pg_advisory_xact_lock(hashtextextended('dental-elig:migrate', 0))`);
     await db.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
     const from = await schemaVersion(db);
@@ -114,6 +115,7 @@ export async function migrate(pool: Pool): Promise<void> {
       await db.query(MIGRATIONS[version] as string);
       await db.query('INSERT INTO schema_migrations (version) VALUES ($1)', [version + 1]);
     }
+    return from;
   });
 }
 

@@ -248,6 +248,9 @@ export class SqliteJobStore implements JobStore {
     };
   }
 
+  /** The schema version this file was upgraded from as it opened; undefined when it was at this program's, or new. */
+  upgradedFrom: number | undefined;
+
   /** The schema version this file is at (the number of migrations applied). */
   get schemaVersion(): number {
     return this.db.pragma('user_version', { simple: true }) as number;
@@ -263,6 +266,7 @@ export class SqliteJobStore implements JobStore {
     const refusal = schemaRefusal(from, MIGRATIONS.length, upgrade);
     if (refusal) throw new Error(refusal);
     if (from === MIGRATIONS.length) return;
+    if (from > 0) this.upgradedFrom = from;
     const lock = this.takeWorkLock(`stop it before this version upgrades the store from schema version ${from}`);
     try {
       for (let version = from; version < MIGRATIONS.length; version++) {

@@ -452,6 +452,7 @@ describe('PgJobStore with two instances on one database', () => {
     const upgraded = await PgJobStore.open(url);
     try {
       expect(await upgraded.schemaVersion()).toBe(PG_SCHEMA_VERSION);
+      expect([a.upgradedFrom, upgraded.upgradedFrom]).toEqual([undefined, 1]);
       await upgraded.beginWork();
       expect((await upgraded.claimDue({ now: NOW, limit: 10, owner: 'u', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_old']);
       const again = await upgraded.transaction((tx) => tx.addMessage(message));

@@ -57,8 +57,11 @@ describe('SqliteJobStore', () => {
     db.exec('DROP TABLE rate_buckets; DROP TABLE check_results');
     db.pragma('user_version = 1');
     db.close();
+    expect(store.upgradedFrom).toBeUndefined();
     const reopened = SqliteJobStore.open(dir);
     expect(reopened.schemaVersion).toBe(14);
+    // Said as the sync starts: the point past which a rollback needs the copy kept before.
+    expect(reopened.upgradedFrom).toBe(1);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
     expect(await reopened.takeRateToken('portal', 1, '2026-11-23T10:00:00.000Z')).toBe(0);
     await reopened.close();

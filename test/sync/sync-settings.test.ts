@@ -8,6 +8,7 @@ import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
 import { openJobStore } from '../../src/sync/open-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { Database } from '../../src/sync/sqlite-driver';
 import { VerificationClient } from '../../src/verification/client';
 import { PayerCatalog } from '../../src/verification/payer-catalog';
 import { freshModules } from '../support/fresh-modules';
@@ -265,6 +266,27 @@ describe('a sync that fails to be created or started', () => {
     } finally {
       await http.close();
     }
+  });
+
+  it('says as it starts that it upgraded its store, from which schema version: the point past which a rollback needs a copy', async () => {
+    const logs: string[] = [];
+    const logger = createLogger({ level: 'info', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream });
+    const catalog = new PayerCatalog({ syncedAt: '2026-11-24T00:00:00Z', payers: [], portals: [] });
+    const said = () => logs.map((line) => JSON.parse(line) as { msg: string; from?: number }).filter((l) => l.msg.startsWith('the job store was upgraded'));
+    // A store new to this version is made, not upgraded.
+    const first = createEligibilitySync(config({ catalog, logger }));
+    await first.start();
+    await first.stop();
+    expect(said()).toEqual([]);
+    // Left at schema 13, as the version before made it (its last migration an index: dropping it is all 14 adds).
+    const db = new Database(storeFile());
+    db.exec('DROP INDEX checks_chart_due');
+    db.pragma('user_version = 13');
+    db.close();
+    const upgraded = createEligibilitySync(config({ catalog, logger }));
+    await upgraded.start();
+    await upgraded.stop();
+    expect(said()).toEqual([expect.objectContaining({ from: 13, msg: 'the job store was upgraded from its schema version as it opened: earlier versions cannot open it now (roll back to a copy kept before)' })]);
   });
 
   it('closes its store when another process works it, and a second sync starts once that one is gone', async () => {
