@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { utf8Text, UTF16_REFUSED } from './text-file';
 import * as path from 'node:path';
 import type * as z from 'zod';
 import { ConfigError } from './config-error';
+import { utf8Text, UTF16_REFUSED } from './text-file';
 import { describeIssue } from './domain/issues';
 
 /** The repository root, the same from src/ (tests) and dist/ (the built CLI). */

@@ -55,20 +55,18 @@ export async function startHttpServer(
         res.setHeader('allow', 'POST, PUT');
         return sendProblem(res, 405, 'notifications are POST or PUT');
       }
+      // Said, as a webhook refused is: a Subscription sent without its header, or a FHIR server or proxy that adds Origin,
+      // has every notification refused, and nothing verified but by the poll.
+      const refuse = (status: number, detail: string) => {
+        sync.logger.warn({ status }, `FHIR notification refused: ${detail}`);
+        return sendProblem(res, status, detail);
+      };
       // A FHIR server sends no Origin; a web page open on this machine does, and its text/plain POST needs no preflight.
-      // Said, as a token refused is: a FHIR server or proxy that adds Origin would have every notification refused.
-      if (req.headers.origin !== undefined) {
-        const detail = 'a FHIR notification comes from a FHIR server, not a web page (it carries Origin)';
-        sync.logger.warn({ status: 403 }, `FHIR notification refused: ${detail}`);
-        return sendProblem(res, 403, detail);
-      }
+      if (req.headers.origin !== undefined) return refuse(403, 'a FHIR notification comes from a FHIR server, not a web page (it carries Origin)');
       // Before the body is read: what a notification holds that cannot be read is kept, and a sender must not fill the store.
       if (options.notificationToken && !carriesBearer(req.headers.authorization, options.notificationToken)) {
-        const detail = 'authorization does not carry the notification token (the Subscription\'s channel.header)';
-        // Said, as a webhook refused is: a Subscription without the header has every notification refused, and nothing verified.
-        sync.logger.warn({ status: 401 }, `FHIR notification refused: ${detail}`);
         res.setHeader('www-authenticate', 'Bearer');
-        return sendProblem(res, 401, detail);
+        return refuse(401, 'authorization does not carry the notification token (the Subscription\'s channel.header)');
       }
       return sync.notificationHandler(req, res);
     }

@@ -75,4 +75,3 @@ function takesALateResult(row: CheckRow, delivery: WebhookDelivery): boolean {
   if (row.state === 'result-stored') return row.correlationId === localCorrelationId(row.externalId);
   return row.state === 'needs-attention' && (row.result as { correlationId?: unknown } | undefined)?.correlationId !== verification.correlationId;
 }
-

@@ -213,7 +213,7 @@ export class SqliteJobStore implements JobStore {
     // 64 KB SQLite spilled those copies to a temporary file, two write()s a page, a third of a message's
     // store time in the hl7-ingest benchmark. They are dropped at the batch's COMMIT.
     db.pragma('temp_store = MEMORY');
-    this.migrate(upgrade);
+    this.upgradedFrom = this.migrate(upgrade);
     db.pragma('synchronous = NORMAL');
     this.wal = new WalSync(`${file}-wal`);
     this.wal.open();
@@ -249,7 +249,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   /** The schema version this file was upgraded from as it opened; undefined when it was at this program's, or new. */
-  upgradedFrom: number | undefined;
+  readonly upgradedFrom: number | undefined;
 
   /** The schema version this file is at (the number of migrations applied). */
   get schemaVersion(): number {
@@ -260,13 +260,13 @@ export class SqliteJobStore implements JobStore {
    * Under the work lock: a serve of the version before, still working the file, would go on
    * reading it as the schema it knows (a column moved out from under it fails its every step),
    * and a new serve started beside it would have upgraded the file before finding it worked.
+   * Gives the version it upgraded the file from; undefined when there was nothing to do, or the file was new.
    */
-  private migrate(upgrade: boolean): void {
+  private migrate(upgrade: boolean): number | undefined {
     const from = this.schemaVersion;
     const refusal = schemaRefusal(from, MIGRATIONS.length, upgrade);
     if (refusal) throw new Error(refusal);
-    if (from === MIGRATIONS.length) return;
-    if (from > 0) this.upgradedFrom = from;
+    if (from === MIGRATIONS.length) return undefined;
     const lock = this.takeWorkLock(`stop it before this version upgrades the store from schema version ${from}`);
     try {
       for (let version = from; version < MIGRATIONS.length; version++) {
@@ -278,6 +278,7 @@ export class SqliteJobStore implements JobStore {
     } finally {
       lock.close();
     }
+    return from > 0 ? from : undefined;
   }
 
   /**
