@@ -22,7 +22,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, configFile?: string): CliSe
   if (!baseUrl) throw new ConfigError('baseUrl: not configured; set DENTAL_ELIG_BASE_URL or baseUrl in the config file');
   if (!apiKey) throw new ConfigError('apiKey: not configured; set DENTAL_ELIG_API_KEY or DENTAL_ELIG_API_KEY_FILE');
   return {
-    client: clientConfig({ ...rest, baseUrl, apiKey }),
+    client: clientConfig({ ...rest, baseUrl, apiKey }, env),
     customerId: env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId,
     catalogFile: env.DENTAL_ELIG_CATALOG ?? fromFile.catalogFile ?? DEFAULT_CATALOG_FILE,
   };

@@ -103,11 +103,40 @@ export function envFlag(env: NodeJS.ProcessEnv, name: string): boolean | undefin
   throw new ConfigError(`${name}: must be 1, true or yes, or 0, false or no`);
 }
 
-/** The verification service's settings, checked as the client checks them; a problem is a ConfigError naming the setting. */
-export function clientConfig(settings: ClientConfigInput): ClientConfig {
+/**
+ * Where a setting was given, as the person who gave it will look for it: the environment
+ * variable when it is set (it wins over the file), else the config file's key.
+ */
+export function settingSource(env: NodeJS.ProcessEnv, variable: string, fileKey: string): string {
+  return env[variable] !== undefined ? variable : `${fileKey} (config file)`;
+}
+
+/** The environment variable over each of the service's settings in the config file (serviceSettings). */
+const SERVICE_VARIABLES: Partial<Record<keyof ClientConfigInput, string>> = {
+  baseUrl: 'DENTAL_ELIG_BASE_URL',
+  apiKeyHeader: 'DENTAL_ELIG_API_KEY_HEADER',
+  apiKeyScheme: 'DENTAL_ELIG_API_KEY_SCHEME',
+  allowInsecureHttp: 'DENTAL_ELIG_ALLOW_INSECURE_HTTP',
+};
+
+/** Where the service's setting `key` came from; the API key from its variable or its file's (serviceSettings). */
+function serviceSettingSource(env: NodeJS.ProcessEnv, key: string): string {
+  if (key === 'apiKey') return env.DENTAL_ELIG_API_KEY !== undefined ? 'DENTAL_ELIG_API_KEY' : settingSource(env, 'DENTAL_ELIG_API_KEY_FILE', 'apiKeyFile');
+  const variable = SERVICE_VARIABLES[key as keyof ClientConfigInput];
+  return variable === undefined ? `${key} (config file)` : settingSource(env, variable, key);
+}
+
+/**
+ * The verification service's settings, checked as the client checks them; a problem is a
+ * ConfigError naming the setting where it was given (serviceSettingSource).
+ */
+export function clientConfig(settings: ClientConfigInput, env: NodeJS.ProcessEnv): ClientConfig {
   const parsed = ClientConfig.safeParse(settings);
-  if (!parsed.success) throw new ConfigError(describeIssue(parsed.error, 'config'));
-  return parsed.data;
+  if (parsed.success) return parsed.data;
+  // The settings are flat: an issue's path is the one key it is about.
+  const issue = parsed.error.issues[0];
+  const key = issue?.path[0];
+  throw new ConfigError(key === undefined ? describeIssue(parsed.error, 'config') : `${serviceSettingSource(env, String(key))}: ${issue?.message ?? 'invalid'}`);
 }
 
 /** The API key a key file holds, without its line end; an empty file would otherwise read as no key set at all. */

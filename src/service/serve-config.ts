@@ -7,7 +7,7 @@ import { storeLocationProblem } from '../sync/open-store';
 import { InlineCredentials } from '../verification/wire';
 import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
-import { clientConfig, type ConfigFile, insecureHttpAllowed, LogLevel, readConfigFile, readSecretFile, serviceSettings, withoutUndefined } from './config-file';
+import { clientConfig, type ConfigFile, insecureHttpAllowed, LogLevel, readConfigFile, readSecretFile, serviceSettings, settingSource, withoutUndefined } from './config-file';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
 import type { SyncSettings } from './eligibility-sync';
 
@@ -59,8 +59,9 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (baseUrl && scheme === 'standard-webhooks' && !webhookSecret) {
     throw new ConfigError('DENTAL_ELIG_WEBHOOK_SECRET: not set; the service signs its webhooks with it (or set webhookScheme to bearer)');
   }
-  if (baseUrl !== undefined && !isHttpUrl(baseUrl)) throw new ConfigError('DENTAL_ELIG_BASE_URL: must be an http(s) URL');
-  if (baseUrl !== undefined && carriesCredentials(baseUrl)) throw new ConfigError('DENTAL_ELIG_BASE_URL: credentials do not belong in the URL; set DENTAL_ELIG_API_KEY');
+  const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
+  // Refused here, as setup and verify refuse it, rather than when serve builds its client.
+  if (service) clientConfig(service, env);
   const fhir = chartSettings(env, fromFile);
   const fhirUrl = fhir?.baseUrl;
   // Without the service's URL serve runs the sandbox in-process: its made-up eligibility belongs in no chart but one on this machine.
@@ -69,9 +70,6 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
       'DENTAL_ELIG_BASE_URL: not set, so the in-process sandbox would write made-up eligibility into the chart DENTAL_ELIG_FHIR_URL names; set the service\'s URL, or for a test chart run `dental-elig sandbox` and set its URL',
     );
   }
-  const service = baseUrl && apiKey ? { ...client, baseUrl, apiKey } : undefined;
-  // Refused here, as setup and verify refuse it, rather than when serve builds its client.
-  if (service) clientConfig(service);
   const customerId = env.DENTAL_ELIG_CUSTOMER_ID ?? fromFile.customerId;
   const store = storeLocation(env, overrides.store, fromFile.store);
   const logLevel = LogLevel.safeParse(env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info');
@@ -108,11 +106,12 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
  */
 export function chartSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): ServeConfig['fhir'] {
   const fhirUrl = env.DENTAL_ELIG_FHIR_URL ?? fromFile.fhirUrl;
+  const fhirUrlSource = settingSource(env, 'DENTAL_ELIG_FHIR_URL', 'fhirUrl');
   const allowInsecureHttp = insecureHttpAllowed(env, fromFile);
-  if (fhirUrl !== undefined && !isHttpUrl(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: must be an http(s) URL');
-  if (fhirUrl !== undefined && carriesCredentials(fhirUrl)) throw new ConfigError('DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN');
+  if (fhirUrl !== undefined && !isHttpUrl(fhirUrl)) throw new ConfigError(`${fhirUrlSource}: must be an http(s) URL`);
+  if (fhirUrl !== undefined && carriesCredentials(fhirUrl)) throw new ConfigError(`${fhirUrlSource}: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN`);
   // The chart's URL, and the SMART token endpoint its tokens come from, under the same rule as the service's (the client's own config refuses that one).
-  for (const [name, url, sent] of [['DENTAL_ELIG_FHIR_URL', fhirUrl, CHART_TRAFFIC], ['fhirTokenEndpoint', fromFile.fhirTokenEndpoint, TOKEN_TRAFFIC]] as const) {
+  for (const [name, url, sent] of [[fhirUrlSource, fhirUrl, CHART_TRAFFIC], ['fhirTokenEndpoint (config file)', fromFile.fhirTokenEndpoint, TOKEN_TRAFFIC]] as const) {
     if (url !== undefined && isPlainHttpAcrossNetwork(url) && !allowInsecureHttp) throw new ConfigError(`${name}: ${plainHttpRefused(sent, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP=1')}`);
   }
   const fhirToken = env.DENTAL_ELIG_FHIR_TOKEN;

@@ -94,7 +94,7 @@ describe('the dental-elig executable', () => {
       const insecure = { DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid', DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
       for (const command of [['setup', 'portals', 'list'], ['serve', '--data-dir', dir, '--mllp-port', '0', '--http-port', '0']]) {
         const result = await runWith(insecure, ...command);
-        expect({ command: command[0], code: result.code, stderr: result.stderr }).toEqual({ command: command[0], code: 2, stderr: expect.stringMatching(/^dental-elig: baseUrl: plain http to a host other than this machine /) });
+        expect({ command: command[0], code: result.code, stderr: result.stderr }).toEqual({ command: command[0], code: 2, stderr: expect.stringMatching(/^dental-elig: DENTAL_ELIG_BASE_URL: plain http to a host other than this machine /) });
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -187,18 +187,18 @@ describe('secrets and bad input', () => {
 
   it('names the base URL when it is not a URL at all, not an internal error', async () => {
     const run = await cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: 'verify.example.com', DENTAL_ELIG_API_KEY: 'k' });
-    expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be an http(s) URL\n' });
+    expect(run).toEqual({ code: 2, stdout: '', stderr: 'dental-elig: DENTAL_ELIG_BASE_URL: must be an http(s) URL\n' });
   });
 
   it('refuses a base URL that is not the service root: a query, a fragment or credentials in it', async () => {
     const run = (baseUrl: string) => cli(['setup', 'portals', 'list'], { DENTAL_ELIG_BASE_URL: baseUrl, DENTAL_ELIG_API_KEY: 'k' });
-    const notRoot = { code: 2, stdout: '', stderr: 'dental-elig: baseUrl: must be the service root, without a query or fragment (the client adds /v2/… to it)\n' };
+    const notRoot = { code: 2, stdout: '', stderr: 'dental-elig: DENTAL_ELIG_BASE_URL: must be the service root, without a query or fragment (the client adds /v2/… to it)\n' };
     expect(await run(`${sandbox.url}?tenant=1`)).toEqual(notRoot);
     expect(await run(`${sandbox.url}/#v2`)).toEqual(notRoot);
     expect(await run(sandbox.url.replace('://', '://user:pw@'))).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'dental-elig: baseUrl: credentials do not belong in the URL; the API key comes from DENTAL_ELIG_API_KEY or apiKeyFile\n',
+      stderr: 'dental-elig: DENTAL_ELIG_BASE_URL: credentials do not belong in the URL; the API key comes from DENTAL_ELIG_API_KEY or apiKeyFile\n',
     });
   });
 
@@ -207,18 +207,18 @@ describe('secrets and bad input', () => {
     expect(await run({ DENTAL_ELIG_API_KEY: `${sandbox.apiKey}\r\n` })).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'dental-elig: apiKey: holds a line break or another control character (copied with its line end?)\n',
+      stderr: 'dental-elig: DENTAL_ELIG_API_KEY: holds a line break or another control character (copied with its line end?)\n',
     });
     // A zero-width space a web page put in the copied key: Node cannot send it, and said only 'Network error'.
     expect(await run({ DENTAL_ELIG_API_KEY: `${sandbox.apiKey}\u200b` })).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'dental-elig: apiKey: holds a character no HTTP header can carry, past U+00FF (copied from a web page or a document?)\n',
+      stderr: 'dental-elig: DENTAL_ELIG_API_KEY: holds a character no HTTP header can carry, past U+00FF (copied from a web page or a document?)\n',
     });
     expect(await run({ DENTAL_ELIG_API_KEY_HEADER: 'x api key' })).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'dental-elig: apiKeyHeader: must be an HTTP header name: no spaces, colons or other separators\n',
+      stderr: 'dental-elig: DENTAL_ELIG_API_KEY_HEADER: must be an HTTP header name: no spaces, colons or other separators\n',
     });
   });
 
@@ -351,7 +351,7 @@ describe('secrets and bad input', () => {
     const insecure = { ...env, DENTAL_ELIG_BASE_URL: 'http://verify.example.invalid' };
     const run = await cli(['setup', 'portals', 'list'], insecure);
     expect(run.code).toBe(2);
-    expect(run.stderr).toMatch(/^dental-elig: baseUrl: plain http to a host other than this machine would send the API key and patient data unencrypted; use https, or allow it explicitly/);
+    expect(run.stderr).toMatch(/^dental-elig: DENTAL_ELIG_BASE_URL: plain http to a host other than this machine would send the API key and patient data unencrypted; use https, or allow it explicitly/);
     const allowed = await cli(['setup', 'portals', 'list'], { ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '1' }, '');
     expect(allowed.stderr).not.toContain('unencrypted');
   }, 30_000);

@@ -52,6 +52,23 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(`${config}: maxRetries: Too big: expected number to be <=10`);
   });
 
+  it('names a bad URL where it was given: the variable when the environment set it, else the config file\'s key', () => {
+    const secrets = { DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    const config = file({ baseUrl: 'verify.example.test', fhirUrl: 'fhir.example.test/R4' });
+    // The file's baseUrl was named as the variable by serve; setup and verify named the variable's value as the file's key.
+    expect(() => loadServeConfig(secrets, { configFile: config })).toThrow(/^baseUrl \(config file\): must be an http\(s\) URL$/);
+    expect(() => loadSettings(secrets, config)).toThrow(/^baseUrl \(config file\): must be an http\(s\) URL$/);
+    const fromEnv = { ...secrets, DENTAL_ELIG_BASE_URL: 'verify.example.test' };
+    expect(() => loadServeConfig(fromEnv, {})).toThrow(/^DENTAL_ELIG_BASE_URL: must be an http\(s\) URL$/);
+    expect(() => loadSettings(fromEnv)).toThrow(/^DENTAL_ELIG_BASE_URL: must be an http\(s\) URL$/);
+    // The environment's value wins over the file's, and is the one named.
+    expect(() => loadSettings({ ...fromEnv, DENTAL_ELIG_API_KEY_HEADER: 'x api key' }, file({ apiKeyHeader: 'x-api-key', baseUrl: 'https://verify.example.test' }))).toThrow(/^DENTAL_ELIG_BASE_URL: /);
+    expect(() => loadSettings({ ...secrets, DENTAL_ELIG_BASE_URL: 'https://verify.example.test' }, file({ apiKeyHeader: 'x api key' }))).toThrow(/^apiKeyHeader \(config file\): must be an HTTP header name/);
+    const chart = file({ fhirUrl: 'fhir.example.test/R4' });
+    expect(() => loadServeConfig({ ...secrets, DENTAL_ELIG_BASE_URL: 'https://verify.example.test' }, { configFile: chart })).toThrow(/^fhirUrl \(config file\): must be an http\(s\) URL$/);
+    expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'fhir.example.test' }, { configFile: chart })).toThrow(/^DENTAL_ELIG_FHIR_URL: must be an http\(s\) URL$/);
+  });
+
   it('refuses credentials in a service or FHIR URL, naming the variable and not the password', () => {
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).toThrow(/^DENTAL_ELIG_FHIR_URL: credentials do not belong in the URL; set DENTAL_ELIG_FHIR_TOKEN/);
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://ehr:s3cret@fhir.example.test/R4' }, {})).not.toThrow(/s3cret/);
@@ -69,7 +86,7 @@ describe('the settings file and the environment', () => {
     expect(loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'http://127.0.0.1:8080/fhir/' }, {}).fhir).toEqual({ baseUrl: 'http://127.0.0.1:8080/fhir' });
     // The SMART token endpoint the settings file names: the access token it answers opens the chart.
     expect(() => loadServeConfig({ DENTAL_ELIG_FHIR_URL: 'https://fhir.example.test/R4' }, { configFile: file('{"fhirTokenEndpoint": "http://auth.example.test/token"}') })).toThrow(
-      /^fhirTokenEndpoint: plain http to a host other than this machine would send the client assertion and the access token unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
+      /^fhirTokenEndpoint \(config file\): plain http to a host other than this machine would send the client assertion and the access token unencrypted; use https, or allow it explicitly \(DENTAL_ELIG_ALLOW_INSECURE_HTTP=1\)$/,
     );
   });
 
@@ -123,11 +140,11 @@ describe('the settings file and the environment', () => {
       expect(loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: yes }, {}).service).toMatchObject({ allowInsecureHttp: true });
     }
     for (const no of ['0', 'false', 'No']) {
-      expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: no }, {})).toThrow(/^baseUrl: plain http to a host other than this machine/);
+      expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: no }, {})).toThrow(/^DENTAL_ELIG_BASE_URL: plain http to a host other than this machine/);
     }
     // The environment's no overrides the file's yes; unset or empty leaves the file's word.
     const config = file({ allowInsecureHttp: true });
-    expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: 'false' }, { configFile: config })).toThrow(/^baseUrl: plain http/);
+    expect(() => loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: 'false' }, { configFile: config })).toThrow(/^DENTAL_ELIG_BASE_URL: plain http/);
     expect(loadServeConfig({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: '' }, { configFile: config }).service).toMatchObject({ allowInsecureHttp: true });
     expect(loadSettings({ ...insecure, DENTAL_ELIG_ALLOW_INSECURE_HTTP: 'true' }).client.allowInsecureHttp).toBe(true);
     for (const bad of ['ture', 'on', '2']) {
