@@ -20,7 +20,8 @@ export function buildProgram(io: CliIo): Command {
     .description('Dental insurance eligibility: verification service setup, conversion and sync')
     .version(packageVersion(), '--version', 'print the version')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
+    // Commander's own usage errors (an unknown option, a missing argument) begin as every other of the CLI's lines do.
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s), outputError: (s, write) => write(`dental-elig: ${s}`) })
     .option('--config <file>', `settings file (default: DENTAL_ELIG_CONFIG or ./dental-elig.config.json)`);
   registerSetup(program, io);
   registerVerify(program, io);

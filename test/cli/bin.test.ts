@@ -191,6 +191,12 @@ describe('the dental-elig executable', () => {
     }
   });
 
+  it("begins its usage errors with its name, as every other line it writes to stderr, and exits 2", async () => {
+    expect(await run('jobs', 'list', '--limit')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown option '--limit'\n" });
+    expect(await run('convert', 'hl7')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: missing required argument 'file'\n" });
+    expect(await run('nosuch')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown command 'nosuch'\n" });
+  });
+
   it('reports an unusable message in one line with a non-zero exit, no stack trace', async () => {
     const result = await run('convert', 'hl7', 'fixtures/hl7/reject-missing-birth-date.hl7');
     expect(result.code).toBe(1);
