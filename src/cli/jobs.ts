@@ -28,6 +28,8 @@ const REPLAY_ENV: readonly EnvVar[] = [
 
 /** A booking's state, not a check's: the rows jobs list shows for bookings without insurance yet. */
 const AWAITING_INSURANCE = 'awaiting-insurance';
+/** Why such a booking waits: none received, or only plans ended before the visit (or not yet begun on its day), as a Coverage whose period ended is. */
+const WAITING_FOR = "no insurance in force on the visit's date received for the patient yet";
 
 interface JobsOpts {
   dataDir?: string;
@@ -64,7 +66,7 @@ export function registerJobs(program: Command, io: CliIo): void {
         const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
         const rows = [
           ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: 'no insurance received for the patient yet' })),
+          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],

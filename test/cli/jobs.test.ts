@@ -29,8 +29,10 @@ describe('dental-elig jobs', () => {
   it('lists checks and bookings awaiting insurance, with ids and states but no patient names', async () => {
     const run = await cli(['jobs', 'list', '--data-dir', dir, '--json']);
     expect(run.code).toBe(0);
-    const rows = JSON.parse(run.stdout) as Array<{ job: string; state: string; payer?: string }>;
+    const rows = JSON.parse(run.stdout) as Array<{ job: string; state: string; payer?: string; lastError?: string }>;
     expect(rows.map((r) => [r.state, r.payer])).toEqual([['received', 'Guardian'], ['awaiting-insurance', undefined]]);
+    // Not "no insurance received": a booking whose only plan ended before the visit waits as well.
+    expect(rows[1]?.lastError).toBe("no insurance in force on the visit's date received for the patient yet");
     expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
     const table = await cli(['jobs', 'list', '--data-dir', dir]);
     expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
