@@ -112,6 +112,7 @@ export function registerVerify(program: Command, io: CliIo): void {
     await withService(io, cmd, async (client) => {
       const shown: unknown[] = [];
       const problems: string[] = [];
+      let queued: unknown;
       for (const [index, request] of requests.entries()) {
         if (!opts.json && index > 0) io.stdout.write('\n');
         try {
@@ -121,12 +122,20 @@ export function registerVerify(program: Command, io: CliIo): void {
             if (!opts.json) printRecord(io, accepted, false);
             continue;
           }
-          // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
-          const outcome = opts.async ? await waitForQueued(io, client, (await client.requestVerification(request)).correlationId, { ...opts, externalId: request.externalId }) : await client.verify(request);
+          let outcome: VerificationOutcome;
+          if (opts.async) {
+            const accepted = await client.requestVerification(request);
+            // Queued: should its polling fail, --json still holds it, as --async alone would have printed it.
+            queued = accepted;
+            // Polled with the externalId it was sent under: a body naming another is another request's, refused as the worker refuses it.
+            outcome = await waitForQueued(io, client, accepted.correlationId, { ...opts, externalId: request.externalId });
+            queued = undefined;
+          } else outcome = await client.verify(request);
           const problem = report(io, outcome, opts);
           shown.push(outcome.verification);
           if (problem) problems.push(problem);
         } catch (err) {
+          if (queued) shown.push(queued);
           if (!(err instanceof ServiceError || err instanceof CliError) || requests.length === 1) throw err;
           // The bodies before this one were sent: a script still gets what they did (their correlationIds), and the line names where it stopped.
           if (opts.json) printRecord(io, shown as unknown as Record<string, unknown>, true);

@@ -142,6 +142,16 @@ describe('verify', () => {
     );
   });
 
+  it('keeps a queued verification whose polling failed in the --json array of a batch, as --async alone prints it', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 404, times: 1 });
+    const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0', '--json'], env, JSON.stringify([body('SBX-MINIMAL'), body('SBX-COMPLETE')]));
+    const id = /^queued (\S+); polling\n/.exec(run.stderr)?.[1];
+    expect(run.code).toBe(1);
+    expect(JSON.parse(run.stdout)).toEqual([expect.objectContaining({ correlationId: id, status: 'Pending' })]);
+    expect(run.stderr).toContain(`dental-elig: stdin [0]: verification ${id} queued, but get insurance verification failed with 404`);
+    expect(run.stderr).toMatch(/; 1 after it not sent\n$/);
+  });
+
   it('refuses, waiting for an asynchronous verification, a body naming another externalId than the one it was sent under', async () => {
     const server = await startScriptedServer((req, res) =>
       req.method === 'POST'
