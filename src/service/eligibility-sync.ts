@@ -21,7 +21,7 @@ import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { sendProblem } from '../problem-details';
-import { deadLetter, detailForLog, refusedOn } from '../sync/dead-letters';
+import { deadLetter, detailForLog, keepUnhandled, refusedOn, resolveResent } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
@@ -417,17 +417,21 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         }
       }
       const told = (['Appointment', 'Patient', 'Coverage'] as const).filter((type) => changed[type].length > 0);
+      // Handled (what the chart refused kept as letters of their own): a letter of its earlier tries, answered 500, is moot.
+      // Not a reason to answer a notification handled 500: its letter stays, for a person.
+      const resolved = await resolveResent(store, { url: req.url ?? '', raw: received, handledAt: now() }).catch(() => 0);
+      if (resolved > 0) logger.info({ resolved }, 'FHIR notification sent again and handled: the dead letter kept when it could not be handled is handled too');
       if (refused.length > 0) return sendOutcome(res, 422, 'processing', [...refused, ...results].join('; '), told);
       sendOutcome(res, 200, 'informational', results.join('; '), told);
     })().catch(async (err: unknown) => {
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
       // Once a day: the sender sends it again while the chart is out of reach, and each try that fails so
-      // is no news, a letter and an error line of its own that stayed once one was handled. An id-only
-      // notification's path and empty body are the same at the next change: a later day keeps it again.
+      // is no news, a letter and an error line of its own. An id-only notification's path and empty body
+      // are the same at the next change: a later day keeps it again, as does a failure after a resend was handled.
       const receivedAt = now();
       const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
-      const once = `${receivedAt.toISOString().slice(0, 10)}|${req.url ?? ''}|${raw ?? ''}|${reason}`;
-      const kept = raw === undefined || (await deadLetter(store, { kind: 'fhir-notification', raw, reason, receivedAt, once }).catch(() => true));
+      // An id-only notification names its resource in its path alone: kept so, the letter says what it was.
+      const kept = raw === undefined || (await keepUnhandled(store, { url: req.url ?? '', raw, kept: raw === '' ? JSON.stringify({ path: req.url ?? '' }) : raw, reason, receivedAt }).catch(() => true));
       // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
       if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not handled; the sender was asked to send it again');
       sendOutcome(res, 500, 'exception', 'the notification could not be handled now; send it again');

@@ -11,13 +11,57 @@ import type { JobStore, MessageKind } from './job-store';
  */
 export async function deadLetter(store: JobStore, letter: { kind: MessageKind; raw: string; reason: string; receivedAt: Date; once?: string }): Promise<boolean> {
   const at = letter.receivedAt.toISOString();
-  const digest = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
-  const dedupeKey = letter.once === undefined ? `dead:${at}:${digest(`${letter.raw}${process.hrtime.bigint()}`)}` : `dead:once:${digest(letter.once)}`;
+  const dedupeKey = letter.once === undefined ? `dead:${at}:${digest(`${letter.raw}${process.hrtime.bigint()}`)}` : onceKey(letter.once);
   return store.transaction(async (tx) => {
     const { message, duplicate } = await tx.addMessage({ kind: letter.kind, dedupeKey, receivedAt: at, raw: letter.raw, status: 'dead' });
     if (duplicate) return false;
     await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
     return true;
+  });
+}
+
+const digest = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
+const onceKey = (once: string) => `dead:once:${digest(once)}`;
+
+/** What a notification answered 500 is kept once under: a day's tries of the same path and body (an id-only one's are the same at the next change). */
+const unhandledOnce = (day: string, url: string, raw: string) => `${day}|${url}|${raw}`;
+/** Said after the reason of a letter a resend was handled for. */
+const HANDLED_WHEN_SENT_AGAIN = '; handled when sent again at ';
+
+/**
+ * A FHIR notification answered 500 (the chart out of reach), the sender asked to send it again:
+ * kept as a dead letter in case it never does, once a day for the same path and body, and dead
+ * again should one a resend resolved (resolveResent) fail anew. False when kept before.
+ */
+export async function keepUnhandled(store: JobStore, letter: { url: string; raw: string; kept: string; reason: string; receivedAt: Date }): Promise<boolean> {
+  const at = letter.receivedAt.toISOString();
+  const dedupeKey = onceKey(unhandledOnce(at.slice(0, 10), letter.url, letter.raw));
+  return store.transaction(async (tx) => {
+    const { message, duplicate } = await tx.addMessage({ kind: 'fhir-notification', dedupeKey, receivedAt: at, raw: letter.kept, status: 'dead' });
+    if (duplicate && !(message.status === 'handled' && message.detail?.includes(HANDLED_WHEN_SENT_AGAIN))) return false;
+    await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
+    return true;
+  });
+}
+
+/**
+ * A notification handled that was answered 500 earlier, today or yesterday (a sender tries again
+ * for hours): its letter is moot, and handled, saying so. Else each notification of a chart's
+ * outage would stay in dental_elig_dead_letters, an alert firing, until a person dismissed it,
+ * though nothing is left to do. How many were.
+ */
+export async function resolveResent(store: JobStore, sent: { url: string; raw: string; handledAt: Date }): Promise<number> {
+  const at = sent.handledAt.toISOString();
+  const days = [at.slice(0, 10), new Date(sent.handledAt.getTime() - 86_400_000).toISOString().slice(0, 10)];
+  return store.transaction(async (tx) => {
+    let resolved = 0;
+    for (const day of days) {
+      const letter = await tx.findMessage('fhir-notification', onceKey(unhandledOnce(day, sent.url, sent.raw)));
+      if (letter?.status !== 'dead') continue;
+      await tx.updateMessage(letter.id, { status: 'handled', detail: `${letter.detail ?? ''}${HANDLED_WHEN_SENT_AGAIN}${at}` });
+      resolved++;
+    }
+    return resolved;
   });
 }
 

@@ -252,6 +252,8 @@ export interface StoreTx {
   /** Adds a message, or returns the earlier one with the same kind and dedupe key. */
   addMessage(message: NewMessage): Promise<{ message: MessageRow; duplicate: boolean }>;
   updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void>;
+  /** The message kept under this kind and dedupe key, if one is. */
+  findMessage(kind: MessageKind, dedupeKey: string): Promise<MessageRow | undefined>;
 
   getPatient(patientKey: string): Promise<PatientInsuranceRecord | undefined>;
   putPatient(patientKey: string, record: PatientInsuranceRecord): Promise<void>;

@@ -271,10 +271,15 @@ class PgTx implements StoreTx {
         [message.kind, dedupeKey, message.receivedAt, Buffer.from(message.raw, 'utf8'), message.status, message.detail ?? null, message.answer ?? null],
       );
       if (inserted.rows[0]) return { message: pgMessageFrom(inserted.rows[0]), duplicate: false };
-      const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [message.kind, dedupeKey]);
-      if (rows[0]) return { message: pgMessageFrom(rows[0]), duplicate: true };
+      const found = await this.findMessage(message.kind, message.dedupeKey);
+      if (found) return { message: found, duplicate: true };
       // The earlier one was pruned (another instance's prune committed between the two statements): this one is new.
     }
+  }
+
+  async findMessage(kind: MessageKind, dedupeKey: string): Promise<MessageRow | undefined> {
+    const { rows } = await this.db.query<PgMessageRecord>('SELECT * FROM messages WHERE kind = $1 AND dedupe_key = $2', [kind, Buffer.from(dedupeKey, 'utf8')]);
+    return rows[0] && pgMessageFrom(rows[0]);
   }
 
   async updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void> {

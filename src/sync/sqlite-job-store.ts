@@ -607,6 +607,10 @@ export class SqliteJobStore implements JobStore {
         if (inserted.changes === 1) return { message: { ...message, id: Number(inserted.lastInsertRowid) }, duplicate: false };
         return { message: messageFrom(messageByKey.get(message.kind, message.dedupeKey) as MessageRecord), duplicate: true };
       },
+      async findMessage(kind, dedupeKey) {
+        const row = messageByKey.get(kind, dedupeKey) as MessageRecord | undefined;
+        return row && messageFrom(row);
+      },
       async updateMessage(id, change) {
         const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);
         if (sets.length === 0) return;

@@ -1,6 +1,6 @@
 import type { PatientInsuranceRecord } from '../domain';
 import { errorText } from './error-text';
-import { StoreUnavailableError, type AppointmentRow, type CheckRow, type CheckState, type JobStore, type MessageRow, type NewMessage, type StoreTx } from './job-store';
+import { StoreUnavailableError, type AppointmentRow, type CheckRow, type CheckState, type JobStore, type MessageKind, type MessageRow, type NewMessage, type StoreTx } from './job-store';
 
 /**
  * Whether the store failed as a whole rather than the work given it: out of reach
@@ -53,6 +53,10 @@ class WatchedTx implements StoreTx {
     const added = await this.tx.addMessage(message);
     if (!added.duplicate) this.writes.changed = true;
     return added;
+  }
+
+  findMessage(kind: MessageKind, dedupeKey: string) {
+    return this.tx.findMessage(kind, dedupeKey);
   }
 
   updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>) {

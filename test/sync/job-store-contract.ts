@@ -91,6 +91,10 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       const other = await store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey: 'msg_1', receivedAt: NOW, raw: 'x', status: 'received' }));
       expect([first.duplicate, again.duplicate, other.duplicate]).toEqual([false, true, false]);
       expect(again.message.id).toBe(first.message.id);
+      // Found by kind and key without adding one: none for a key not kept, or kept under another kind.
+      const found = await store.transaction(async (tx) => [await tx.findMessage('hl7', 'msg_1'), await tx.findMessage('webhook', 'msg_2'), await tx.findMessage('fhir-notification', 'msg_1')]);
+      expect(found.map((m) => m?.id)).toEqual([other.message.id, undefined, undefined]);
+      expect(found[0]).toMatchObject({ kind: 'hl7', dedupeKey: 'msg_1', raw: 'x', status: 'received' });
     });
 
     it('keeps a message whose dedupe key holds a NUL (a broken sender\'s MSH-10) and knows its resend', async () => {
