@@ -451,11 +451,22 @@ describe('toCoverageEligibilityResponse', () => {
       'Remaining $1,200.00; carryover $250.00; carryover remaining $175.00',
       'Remaining $1,000.00',
       'Remaining $1,549.50',
-      'Remaining $0.00',
+      'Remaining $0.00; waived for Preventive, Diagnostic',
       'Remaining $100.00',
     ]);
     // A deductible as a portal gives it without what was used: the amount alone would read as still owed.
     expect(described(completedWith({ deductibles: [{ type: 'Annual', amount: 50, remainingAmount: 0 }], maximums: [{ type: 'Annual', amount: 1000 }] }))).toEqual([undefined, 'Remaining $0.00']);
+  });
+
+  it('says on a deductible the categories it is waived for, where a person reads it: in extensions alone it reads as owed on cleanings', () => {
+    const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Deductible').map((i) => i.description);
+    expect(described(outputOf('completed-full'))).toEqual(['Remaining $0.00; waived for Preventive, Diagnostic', 'Remaining $100.00']);
+    const deductible = { type: 'Annual', scope: 'Individual', network: 'InNetwork', amount: 50 };
+    expect(described(completedWith({ deductibles: [{ ...deductible, remainingAmount: 50, waivedCategories: ['Preventive', ' '] }, { ...deductible, waivedCategories: ['Diagnostic'] }, { ...deductible, waivedCategories: [] }] }))).toEqual([
+      'Remaining $50.00; waived for Preventive',
+      'Waived for Diagnostic',
+      undefined,
+    ]);
   });
 
   it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
