@@ -81,9 +81,13 @@ export function historyItem(h: HistoryEntry, path: string): Item {
   // A blank code names nothing: as productOrService it would be pruned, leaving the item with neither (ces-1).
   // A code padded with a space ('D1110 ') is the code, as itemSubject reads one.
   const code = present(h.procedureCode)?.trim();
+  const [tooth, surface] = [present(h.tooth), present(h.surface)];
   return {
     ...(code ? { productOrService: procedureConcept(code) } : { category: categoryConcept(undefined) }),
     name: 'Service history',
+    // When and where, in words too: in the service-history extension alone, an EHR shows a procedure code and no more, and
+    // whether a crown on tooth 14 may be replaced yet turns on them.
+    description: capitalised(defined([date && `done ${date}`, tooth && `tooth ${tooth}`, surface && `surface ${surface}`]).join(', ')),
     extension: defined([
       complexExtension('service-history', {
         date: date ? { valueDate: date } : undefined,
@@ -93,3 +97,5 @@ export function historyItem(h: HistoryEntry, path: string): Item {
     ]),
   };
 }
+
+const capitalised = (text: string): string | undefined => (text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined);

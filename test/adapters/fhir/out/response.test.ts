@@ -445,6 +445,16 @@ describe('toCoverageEligibilityResponse', () => {
     expect(items(completedWith({ waitingPeriods: [{ category: 'Major', months: 6 }] }))[0]?.description).toBeUndefined();
   });
 
+  it('says on a past service when it was done and on which tooth and surface, where a person reads it, not in an extension alone', () => {
+    expect(items(outputOf('completed-full')).filter((i) => i.name === 'Service history').map((i) => [codes(i.productOrService), i.description])).toEqual([
+      [['http://www.ada.org/cdt#D1110'], 'Done 2026-05-12'],
+      [['http://www.ada.org/cdt#D2740'], 'Done 2025-09-03, tooth 14'],
+      [['http://www.ada.org/cdt#D2392'], 'Done 2025-02-18, tooth 30, surface MO'],
+    ]);
+    const [toothOnly, none] = items(completedWith({ history: [{ procedureCode: 'D2740', date: ' ', tooth: '3' }, { procedureCode: 'D0120' }] }));
+    expect([toothOnly?.description, none?.description]).toEqual(['Tooth 3', undefined]);
+  });
+
   it('says what remains of a maximum or deductible, and its carry-over, where a person reads it: R4 has allowed and used alone', () => {
     const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Maximum' || i.name === 'Deductible').map((i) => i.description);
     expect(described(outputOf('completed-full'))).toEqual([
