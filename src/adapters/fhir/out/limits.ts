@@ -20,7 +20,9 @@ export function frequencyItem(f: Frequency, path: string, parts: ResponseParts):
   return {
     ...subject,
     name: 'Frequency limit',
-    description: f.description ?? undefined,
+    // When it was last done, after the payer's words: in the last-service-date extension alone, once every 6 months, used 1,
+    // reads as not covered again for a visit that is past the six months.
+    description: lastServiceDate ? capitalised(defined([present(f.description)?.trim().replace(/\.+$/, ''), `last done ${lastServiceDate}`]).join('; ')) : f.description ?? undefined,
     // Coded annual, once every three calendar years would read as once a year: the term's code is for one period,
     // and its text says how long, since 'CalendarYear' or 'Months' beside a limit of 1 reads the same way to a person.
     term: f.periodLength != null && f.periodLength !== 1 && unit ? { text: every(f.periodLength, unit.unit, f.period) } : mappedConcept('term', f.period),

@@ -455,6 +455,13 @@ describe('toCoverageEligibilityResponse', () => {
     expect([toothOnly?.description, none?.description]).toEqual(['Tooth 3', undefined]);
   });
 
+  it('says on a frequency limit when it was last done, after the payer\'s words, where a person reads it: used 1 of once in 6 months reads as not covered again', () => {
+    expect(items(outputOf('completed-full')).find((i) => i.name === 'Frequency limit')?.description).toBe('Prophylaxis twice per calendar year; last done 2026-05-12');
+    const limit = { category: 'Preventive', limit: 1, period: 'Months', periodLength: 6, used: 1 };
+    const described = items(completedWith({ frequencies: [{ ...limit, lastServiceDate: '2026-05-12', description: 'Fluoride once every 6 months.' }, { ...limit, lastServiceDate: '2026-05-12' }, { ...limit, description: 'Fluoride once every 6 months.' }] }));
+    expect(described.map((i) => i.description)).toEqual(['Fluoride once every 6 months; last done 2026-05-12', 'Last done 2026-05-12', 'Fluoride once every 6 months.']);
+  });
+
   it('says what remains of a maximum or deductible, and its carry-over, where a person reads it: R4 has allowed and used alone', () => {
     const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Maximum' || i.name === 'Deductible').map((i) => i.description);
     expect(described(outputOf('completed-full'))).toEqual([
