@@ -530,6 +530,22 @@ describe('toCoverageEligibilityResponse', () => {
     expect(dated('2024-01-01', '2026-12-31', '2026-12-31').disposition).not.toContain('Not in force');
   });
 
+  it('says what benefit period the figures are of when it does not hold the visit: verified in December, this year\'s remaining would read as January\'s', () => {
+    const periodOn = (benefitPeriod: object, servicedDate: string) => {
+      const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
+      Object.assign(body.result.plan, { benefitPeriod });
+      return toCoverageEligibilityResponse(toOutcome(body), RESULT_REFS, { created: CREATED, servicedDate }).disposition;
+    };
+    const year = { start: '2026-01-01', end: '2026-12-31' };
+    expect(periodOn(year, '2027-01-08')).toMatch(
+      /^Completed\. Plan Delta Dental PPO: Active\. The benefit period, 2026-01-01 to 2026-12-31, does not hold the date of service, 2027-01-08: what is used and remaining is that period's\. Assigned to /,
+    );
+    expect(periodOn({ start: '2027-01' }, '2026-12-31')).toContain('The benefit period, from 2027-01, does not hold the date of service, 2026-12-31:');
+    expect(periodOn({ end: '2026' }, '2027-01-01')).toContain('The benefit period, to 2026, does not hold');
+    // The visit within it, at the precision written, or a period given reversed (kept as sent), says nothing of it.
+    expect([periodOn(year, '2026-12-31'), periodOn({ start: '2026-12', end: '2026-12' }, '2026-12-01'), periodOn({ start: '2026-12-31', end: '2026-01-01' }, '2027-01-08')].map((d) => d?.includes('benefit period'))).toEqual([false, false, false]);
+  });
+
   it('says the coverage is not in force when a failure is the payer saying so (InactivePatient, PatientNotEligible), and nothing of it for any other failure', () => {
     const failed = (kind: string) =>
       convert({ correlationId: 'ver-1', status: 'Failed', result: { type: `https://errors.verification.example/${kind}`, title: kind } }, { ...RESULT_REFS, payer: { name: 'Delta Dental of California' } });
