@@ -10,7 +10,7 @@ import { complexExtension, extension } from './extensions';
 import { itemSubject } from './item-subject';
 import type { ResponseParts } from './parts';
 import { systemUrl } from '../systems';
-import { allowedCount, defined, fhirDate, present, usedCount } from './values';
+import { allowedCount, capitalised, defined, fhirDate, present, usedCount } from './values';
 
 export function frequencyItem(f: Frequency, path: string, parts: ResponseParts): Item {
   const subject = itemSubject(f.category, f.procedureCodes);
@@ -99,5 +99,3 @@ export function historyItem(h: HistoryEntry, path: string): Item {
     ]),
   };
 }
-
-const capitalised = (text: string): string | undefined => (text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined);

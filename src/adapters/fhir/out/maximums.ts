@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
 import type { Deductible, Maximum } from '../../../verification/wire';
 import { benefitTypeConcept, categoryConcept, mappedConcept } from './codes';
 import { extension, type ExtensionKey } from './extensions';
-import { defined, money, said } from './values';
+import { capitalised, defined, money, said } from './values';
 
 /**
  * Maximums: benefit-type `benefit` with the maximum as allowedMoney and what is used as
@@ -74,8 +74,7 @@ function figures(labelled: Array<[string, number | null | undefined]>): string |
 
 /** The parts that are there, joined by semicolons, the first capitalised: `Remaining $0.00; waived for Preventive`. */
 function sentence(parts: Array<string | undefined>): string | undefined {
-  const text = defined(parts).join('; ');
-  return text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined;
+  return capitalised(defined(parts).join('; '));
 }
 
 function moneyExtension(key: ExtensionKey, amount: number | null | undefined) {

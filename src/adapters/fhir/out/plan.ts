@@ -27,7 +27,7 @@ export function notInForceOn(plan: VerificationResult['plan'], servicedDate: str
 /**
  * What the figures are of, when the benefit period the payer gives does not hold the visit's date: a
  * portal shows this year's maximum and deductible used and remaining, so a result verified in December
- * for a January visit (or reused for one) reads as what is left for January, when it resets. A
+ * for a January visit reads as what is left for January, when it resets. A
  * date to the month or the year is the whole of it; a period given reversed says nothing (unmapped).
  */
 export function periodMissesVisit(plan: VerificationResult['plan'], servicedDate: string | undefined): string | undefined {
