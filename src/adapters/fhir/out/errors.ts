@@ -44,8 +44,11 @@ export function failureErrors({ problem, failure }: Failed): ResponseError[] {
   return [kind, ...upstream, ...fields];
 }
 
-/** One paragraph for people: the status as the service gave it, then what matters most; notInForce, why the plan is not in force on the visit's date. */
-export function disposition(outcome: VerificationOutcome, notInForce?: string): string {
+/**
+ * One paragraph for people: the status as the service gave it, then what matters most; ofTheVisit, what the
+ * result's own dates say of the visit's (why the plan is not in force then, what period its figures are of).
+ */
+export function disposition(outcome: VerificationOutcome, ofTheVisit: string[] = []): string {
   const status = outcome.verification.status;
   switch (outcome.kind) {
     case 'completed':
@@ -55,7 +58,7 @@ export function disposition(outcome: VerificationOutcome, notInForce?: string): 
       return sentences([
         `${status}.`,
         planStatus || name ? `Plan${name ? ` ${name}` : ''}${planStatus ? `: ${planStatus}` : ''}.` : undefined,
-        notInForce,
+        ...ofTheVisit,
         assignedTo(plan?.assignment),
         ...notRetrieved(entries(contexts, (c) => present(c.detail) ?? present(c.dataPoint) ?? present(c.portalId) ?? 'unnamed'), outcome.kind === 'partial'),
         // Else what was left out would read as not given: an "Unlimited" maximum as none.

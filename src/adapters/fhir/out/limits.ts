@@ -10,7 +10,7 @@ import { complexExtension, extension } from './extensions';
 import { itemSubject } from './item-subject';
 import type { ResponseParts } from './parts';
 import { systemUrl } from '../systems';
-import { allowedCount, defined, fhirDate, present, usedCount } from './values';
+import { allowedCount, capitalised, defined, fhirDate, present, usedCount } from './values';
 
 export function frequencyItem(f: Frequency, path: string, parts: ResponseParts): Item {
   const subject = itemSubject(f.category, f.procedureCodes);
@@ -20,7 +20,9 @@ export function frequencyItem(f: Frequency, path: string, parts: ResponseParts):
   return {
     ...subject,
     name: 'Frequency limit',
-    description: f.description ?? undefined,
+    // When it was last done, after the payer's words: in the last-service-date extension alone, once every 6 months, used 1,
+    // reads as not covered again for a visit that is past the six months.
+    description: lastServiceDate ? capitalised(defined([present(f.description)?.trim().replace(/\.+$/, ''), `last done ${lastServiceDate}`]).join('; ')) : f.description ?? undefined,
     // Coded annual, once every three calendar years would read as once a year: the term's code is for one period,
     // and its text says how long, since 'CalendarYear' or 'Months' beside a limit of 1 reads the same way to a person.
     term: f.periodLength != null && f.periodLength !== 1 && unit ? { text: every(f.periodLength, unit.unit, f.period) } : mappedConcept('term', f.period),
@@ -81,9 +83,13 @@ export function historyItem(h: HistoryEntry, path: string): Item {
   // A blank code names nothing: as productOrService it would be pruned, leaving the item with neither (ces-1).
   // A code padded with a space ('D1110 ') is the code, as itemSubject reads one.
   const code = present(h.procedureCode)?.trim();
+  const [tooth, surface] = [present(h.tooth), present(h.surface)];
   return {
     ...(code ? { productOrService: procedureConcept(code) } : { category: categoryConcept(undefined) }),
     name: 'Service history',
+    // When and where, in words too: in the service-history extension alone, an EHR shows a procedure code and no more, and
+    // whether a crown on tooth 14 may be replaced yet turns on them.
+    description: capitalised(defined([date && `done ${date}`, tooth && `tooth ${tooth}`, surface && `surface ${surface}`]).join(', ')),
     extension: defined([
       complexExtension('service-history', {
         date: date ? { valueDate: date } : undefined,

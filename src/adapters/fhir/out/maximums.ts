@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
 import type { Deductible, Maximum } from '../../../verification/wire';
 import { benefitTypeConcept, categoryConcept, mappedConcept } from './codes';
 import { extension, type ExtensionKey } from './extensions';
-import { defined, money, said } from './values';
+import { capitalised, defined, money, said } from './values';
 
 /**
  * Maximums: benefit-type `benefit` with the maximum as allowedMoney and what is used as
@@ -35,12 +35,16 @@ export function maximumItem(m: Maximum): Item {
   };
 }
 
-/** Deductibles apply to dental care as a whole; the categories they are waived for ride along. */
+/**
+ * Deductibles apply to dental care as a whole; the categories they are waived for ride along, in
+ * words too: in the waived-category extensions alone, a deductible still owed reads as owed on cleanings.
+ */
 export function deductibleItem(d: Deductible): Item {
+  const waived = said(d.waivedCategories);
   return {
     category: categoryConcept(undefined),
     name: 'Deductible',
-    description: figures([['remaining', d.remainingAmount]]),
+    description: sentence([figures([['remaining', d.remainingAmount]]), waived.length > 0 ? `waived for ${waived.join(', ')}` : undefined]),
     network: mappedConcept('network', d.network),
     unit: mappedConcept('unit', d.scope),
     term: mappedConcept('term', d.type),
@@ -51,7 +55,7 @@ export function deductibleItem(d: Deductible): Item {
         usedMoney: money(d.usedAmount),
         extension: defined([
           moneyExtension('remaining-amount', d.remainingAmount),
-          ...said(d.waivedCategories).map((c) => extension('waived-category', { valueCodeableConcept: categoryConcept(c) })),
+          ...waived.map((c) => extension('waived-category', { valueCodeableConcept: categoryConcept(c) })),
         ]),
       },
     ],
@@ -65,8 +69,12 @@ const dollars = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'U
  * deductible a portal gives as amount and remaining alone would read as still owed.
  */
 function figures(labelled: Array<[string, number | null | undefined]>): string | undefined {
-  const text = labelled.flatMap(([label, amount]) => (amount == null ? [] : [`${label} ${dollars.format(amount)}`])).join('; ');
-  return text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined;
+  return sentence(labelled.map(([label, amount]) => (amount == null ? undefined : `${label} ${dollars.format(amount)}`)));
+}
+
+/** The parts that are there, joined by semicolons, the first capitalised: `Remaining $0.00; waived for Preventive`. */
+function sentence(parts: Array<string | undefined>): string | undefined {
+  return capitalised(defined(parts).join('; '));
 }
 
 function moneyExtension(key: ExtensionKey, amount: number | null | undefined) {

@@ -25,6 +25,24 @@ export function notInForceOn(plan: VerificationResult['plan'], servicedDate: str
 }
 
 /**
+ * What the figures are of, when the benefit period the payer gives does not hold the visit's date: a
+ * portal shows this year's maximum and deductible used and remaining, so a result verified in December
+ * for a January visit reads as what is left for January, when it resets. A
+ * date to the month or the year is the whole of it; a period given reversed says nothing (unmapped).
+ */
+export function periodMissesVisit(plan: VerificationResult['plan'], servicedDate: string | undefined): string | undefined {
+  if (!plan || !servicedDate) return undefined;
+  const start = fhirDate(plan.benefitPeriod?.start, 'result.plan.benefitPeriod.start');
+  const end = fhirDate(plan.benefitPeriod?.end, 'result.plan.benefitPeriod.end');
+  if (start && end && start > end) return undefined;
+  const after = end !== undefined && servicedDate.slice(0, end.length) > end;
+  const before = start !== undefined && servicedDate.slice(0, start.length) < start;
+  if (!after && !before) return undefined;
+  const period = start && end ? `${start} to ${end}` : start ? `from ${start}` : `to ${end}`;
+  return `The benefit period, ${period}, does not hold the date of service, ${servicedDate}: what is used and remaining is that period's.`;
+}
+
+/**
  * The insurance entry without its items: plan status as inforce (false when notInForce says why,
  * whatever the status), the benefit period, and the plan's other facts (name, type, group, raw
  * status, effective and termination dates), the assignment and the payer's view of patient and

@@ -10,7 +10,7 @@ import { complexExtension, extension } from './extensions';
 import { ageLimitItem, frequencyItem, historyItem, waitingPeriodItem } from './limits';
 import { deductibleItem, maximumItem } from './maximums';
 import { ResponseParts } from './parts';
-import { insuranceFor, notInForceOn } from './plan';
+import { insuranceFor, notInForceOn, periodMissesVisit } from './plan';
 import { providerItem } from './provider';
 import { insurerReference, relativeReference, requestReference } from './references';
 import { unmappedElements } from './unmapped';
@@ -61,6 +61,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
   const result = outcome.kind === 'completed' || outcome.kind === 'partial' ? outcome.result : undefined;
   const payer = result?.plan?.payer;
   const notInForce = notInForceOn(result?.plan, options.servicedDate);
+  const ofTheVisit = defined([notInForce, periodMissesVisit(result?.plan, options.servicedDate)]);
   const insurance = result
     ? { ...insuranceFor(result, coverage, parts, notInForce), item: items(result, parts) }
     : { coverage, inforce: outcome.kind === 'failed' ? failureInforce(outcome.failure.kind) : undefined };
@@ -97,7 +98,7 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     created: fhirDateTime(options.created, 'created') ?? new Date().toISOString(),
     request: refs.request ? requestReference(refs.request) : requestByCorrelation(verification.correlationId),
     outcome: OUTCOME[outcome.kind],
-    disposition: options.reusedFrom ? `${disposition(outcome, notInForce)} ${reusedNote(options.reusedFrom)}` : disposition(outcome, notInForce),
+    disposition: options.reusedFrom ? `${disposition(outcome, ofTheVisit)} ${reusedNote(options.reusedFrom)}` : disposition(outcome, ofTheVisit),
     insurer: insurerReference(refs.insurer, {
       name: present(payer?.name) ?? refs.payer?.name,
       id: present(payer?.payerId) ?? refs.payer?.id,

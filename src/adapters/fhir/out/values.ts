@@ -58,6 +58,9 @@ const isUnsignedInt = (n: number) => Number.isInteger(n) && n >= 0 && n <= 21474
 /** The value when it says something, as prune leaves it: a portal's "" or " " is a value it does not know, the same as none. */
 export const present = (value: string | null | undefined): string | undefined => (value == null ? undefined : prunedText(value));
 
+/** A text with its first letter in upper case, as a sentence of parts begins: none for an empty one. */
+export const capitalised = (text: string): string | undefined => (text ? `${text.charAt(0).toUpperCase()}${text.slice(1)}` : undefined);
+
 /** The members of a list that say something (see present), each as given: a blank one names nothing. */
 export const said = (list: readonly string[] | null | undefined): string[] => (list ?? []).filter((value) => present(value) !== undefined);
 

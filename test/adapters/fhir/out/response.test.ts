@@ -445,17 +445,45 @@ describe('toCoverageEligibilityResponse', () => {
     expect(items(completedWith({ waitingPeriods: [{ category: 'Major', months: 6 }] }))[0]?.description).toBeUndefined();
   });
 
+  it('says on a past service when it was done and on which tooth and surface, where a person reads it, not in an extension alone', () => {
+    expect(items(outputOf('completed-full')).filter((i) => i.name === 'Service history').map((i) => [codes(i.productOrService), i.description])).toEqual([
+      [['http://www.ada.org/cdt#D1110'], 'Done 2026-05-12'],
+      [['http://www.ada.org/cdt#D2740'], 'Done 2025-09-03, tooth 14'],
+      [['http://www.ada.org/cdt#D2392'], 'Done 2025-02-18, tooth 30, surface MO'],
+    ]);
+    const [toothOnly, none] = items(completedWith({ history: [{ procedureCode: 'D2740', date: ' ', tooth: '3' }, { procedureCode: 'D0120' }] }));
+    expect([toothOnly?.description, none?.description]).toEqual(['Tooth 3', undefined]);
+  });
+
+  it('says on a frequency limit when it was last done, after the payer\'s words, where a person reads it: used 1 of once in 6 months reads as not covered again', () => {
+    expect(items(outputOf('completed-full')).find((i) => i.name === 'Frequency limit')?.description).toBe('Prophylaxis twice per calendar year; last done 2026-05-12');
+    const limit = { category: 'Preventive', limit: 1, period: 'Months', periodLength: 6, used: 1 };
+    const described = items(completedWith({ frequencies: [{ ...limit, lastServiceDate: '2026-05-12', description: 'Fluoride once every 6 months.' }, { ...limit, lastServiceDate: '2026-05-12' }, { ...limit, description: 'Fluoride once every 6 months.' }] }));
+    expect(described.map((i) => i.description)).toEqual(['Fluoride once every 6 months; last done 2026-05-12', 'Last done 2026-05-12', 'Fluoride once every 6 months.']);
+  });
+
   it('says what remains of a maximum or deductible, and its carry-over, where a person reads it: R4 has allowed and used alone', () => {
     const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Maximum' || i.name === 'Deductible').map((i) => i.description);
     expect(described(outputOf('completed-full'))).toEqual([
       'Remaining $1,200.00; carryover $250.00; carryover remaining $175.00',
       'Remaining $1,000.00',
       'Remaining $1,549.50',
-      'Remaining $0.00',
+      'Remaining $0.00; waived for Preventive, Diagnostic',
       'Remaining $100.00',
     ]);
     // A deductible as a portal gives it without what was used: the amount alone would read as still owed.
     expect(described(completedWith({ deductibles: [{ type: 'Annual', amount: 50, remainingAmount: 0 }], maximums: [{ type: 'Annual', amount: 1000 }] }))).toEqual([undefined, 'Remaining $0.00']);
+  });
+
+  it('says on a deductible the categories it is waived for, where a person reads it: in extensions alone it reads as owed on cleanings', () => {
+    const described = (response: CoverageEligibilityResponse) => items(response).filter((i) => i.name === 'Deductible').map((i) => i.description);
+    expect(described(outputOf('completed-full'))).toEqual(['Remaining $0.00; waived for Preventive, Diagnostic', 'Remaining $100.00']);
+    const deductible = { type: 'Annual', scope: 'Individual', network: 'InNetwork', amount: 50 };
+    expect(described(completedWith({ deductibles: [{ ...deductible, remainingAmount: 50, waivedCategories: ['Preventive', ' '] }, { ...deductible, waivedCategories: ['Diagnostic'] }, { ...deductible, waivedCategories: [] }] }))).toEqual([
+      'Remaining $50.00; waived for Preventive',
+      'Waived for Diagnostic',
+      undefined,
+    ]);
   });
 
   it('maps maximums and deductibles to benefit-type, network, unit and term, with carry-over amounts as extensions', () => {
@@ -500,6 +528,22 @@ describe('toCoverageEligibilityResponse', () => {
     // A date given to the month is the whole month; the first and last days are in force.
     expect(['2026-12-31', '2026-12-01'].map((day) => dated('2026-12', '2026-12', day).insurance?.[0]?.inforce)).toEqual([true, true]);
     expect(dated('2024-01-01', '2026-12-31', '2026-12-31').disposition).not.toContain('Not in force');
+  });
+
+  it('says what benefit period the figures are of when it does not hold the visit: verified in December, this year\'s remaining would read as January\'s', () => {
+    const periodOn = (benefitPeriod: object, servicedDate: string) => {
+      const body = readResult('completed-full') as { result: { plan: Record<string, unknown> } };
+      Object.assign(body.result.plan, { benefitPeriod });
+      return toCoverageEligibilityResponse(toOutcome(body), RESULT_REFS, { created: CREATED, servicedDate }).disposition;
+    };
+    const year = { start: '2026-01-01', end: '2026-12-31' };
+    expect(periodOn(year, '2027-01-08')).toMatch(
+      /^Completed\. Plan Delta Dental PPO: Active\. The benefit period, 2026-01-01 to 2026-12-31, does not hold the date of service, 2027-01-08: what is used and remaining is that period's\. Assigned to /,
+    );
+    expect(periodOn({ start: '2027-01' }, '2026-12-31')).toContain('The benefit period, from 2027-01, does not hold the date of service, 2026-12-31:');
+    expect(periodOn({ end: '2026' }, '2027-01-01')).toContain('The benefit period, to 2026, does not hold');
+    // The visit within it, at the precision written, or a period given reversed (kept as sent), says nothing of it.
+    expect([periodOn(year, '2026-12-31'), periodOn({ start: '2026-12', end: '2026-12' }, '2026-12-01'), periodOn({ start: '2026-12-31', end: '2026-01-01' }, '2027-01-08')].map((d) => d?.includes('benefit period'))).toEqual([false, false, false]);
   });
 
   it('says the coverage is not in force when a failure is the payer saying so (InactivePatient, PatientNotEligible), and nothing of it for any other failure', () => {
