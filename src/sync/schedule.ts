@@ -7,6 +7,7 @@ import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
 import { dayWritten, present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
+import type { VerificationResult } from '../verification/wire';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
 import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
@@ -146,29 +147,54 @@ export function chartCoverageChanged(stored: EligibilityCheck, check: Eligibilit
  * $200 of the maximum left says nothing of a January visit, when the maximum starts again.
  */
 function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
-  let outcome;
-  try {
-    outcome = toOutcome(fresh.result);
-  } catch {
-    return false;
-  }
-  if (outcome.kind !== 'completed') return false;
-  const plan = outcome.result.plan;
+  const completed = completedPlan(fresh.result);
+  if (completed === undefined) return false;
+  const { plan } = completed;
   const issues: FhirIssue[] = [];
   const within = (start: string | undefined, end: string | undefined) => dayInPeriod({ start, end }, dateOfService, 'result.plan', issues) === 'within';
-  // A blank date is one the portal does not know, and one at midnight the day it names, as the writer reads them.
-  const dated = (value: string | null | undefined) => {
-    const text = present(value);
-    return text === undefined ? undefined : dayWritten(text);
-  };
-  const [start, end] = [dated(plan?.benefitPeriod?.start), dated(plan?.benefitPeriod?.end)];
-  // A benefit period is a year: one bound stated, the other is a year from it, not open for good.
-  const inPeriod =
-    start !== undefined || end !== undefined
-      ? within(start ?? yearFrom(end, -1), end ?? yearFrom(start, 1))
-      : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
+  const period = benefitPeriodOf(plan);
+  const inPeriod = period !== undefined ? within(period.start, period.end) : fresh.check.dateOfService.slice(0, 4) === dateOfService.slice(0, 4);
   // A date the result writes unreadably settles nothing: the visit is verified for itself.
   return inPeriod && within(dated(plan?.effectiveDate), dated(plan?.terminationDate)) && issues.length === 0;
+}
+
+/** The plan a completed result states (none, where it states none); undefined for a result of another kind. */
+function completedPlan(result: unknown): { plan: VerificationResult['plan'] } | undefined {
+  let outcome;
+  try {
+    outcome = toOutcome(result);
+  } catch {
+    return undefined;
+  }
+  return outcome.kind === 'completed' ? { plan: outcome.result.plan } : undefined;
+}
+
+/** A blank date is one the portal does not know, and one at midnight the day it names, as the writer reads them. */
+function dated(value: string | null | undefined): string | undefined {
+  const text = present(value);
+  return text === undefined ? undefined : dayWritten(text);
+}
+
+/** The benefit period a plan states, as written; a period is a year: one bound stated, the other is a year from it, not open for good. */
+function benefitPeriodOf(plan: VerificationResult['plan']): { start: string | undefined; end: string | undefined } | undefined {
+  const [start, end] = [dated(plan?.benefitPeriod?.start), dated(plan?.benefitPeriod?.end)];
+  if (start === undefined && end === undefined) return undefined;
+  return { start: start ?? yearFrom(end, -1), end: end ?? yearFrom(start, 1) };
+}
+
+/**
+ * The first day of the visit's benefit period where the result's period ended before the visit: a
+ * result verified in December for a January visit, its maximum's remainder and deductible those
+ * of the year before, which reset on that day. Undefined where the result states no full-date end
+ * before the visit (or is no completed result).
+ */
+export function nextPeriodBegins(result: unknown, dateOfService: string): string | undefined {
+  const completed = completedPlan(result);
+  const end = completed && benefitPeriodOf(completed.plan)?.end;
+  if (end === undefined || !/^\d{4}-\d{2}-\d{2}$/.test(end) || end >= dateOfService) return undefined;
+  const day = new Date(`${end}T00:00:00Z`);
+  day.setUTCDate(day.getUTCDate() + 1);
+  return day.toISOString().slice(0, 10);
 }
 
 /**
@@ -409,14 +435,21 @@ export function stillToCome(appointment: AppointmentRow, now: Date, policy: Sche
 
 /**
  * When a written check is to be verified again: once its result is older than the freshness
- * window, but no sooner than the lead time before the visit; never after the visit. The visit is
+ * window, or its benefit period has given way to the visit's, but no sooner than the lead time
+ * before the visit; never after the visit. The visit is
  * taken to begin at the start of its date where the clinic is, at UTC's where that is not known.
  */
 export function reverifyAt(check: CheckRow, resultAt: Date, policy: SchedulePolicy): string | undefined {
   const { dateOfService, clinicId } = check.check;
   const timeZone = policy.timeZoneOf?.(clinicId);
-  const visit = timeZone === undefined ? Date.parse(`${dateOfService}T00:00:00Z`) : startOfDate(dateOfService, timeZone).getTime();
-  const at = Math.max(resultAt.getTime() + policy.freshnessMs, visit - policy.reverifyLeadMs);
+  const begins = (date: string) => (timeZone === undefined ? Date.parse(`${date}T00:00:00Z`) : startOfDate(date, timeZone).getTime());
+  const visit = begins(dateOfService);
+  // A result of the benefit period before the visit's is stale once the visit's begins, fresh or not; one
+  // verified since that day began (a portal still answering last year's) is not verified again for it.
+  const next = nextPeriodBegins(check.result, dateOfService);
+  const fresh = resultAt.getTime() + policy.freshnessMs;
+  const stale = next !== undefined && begins(next) > resultAt.getTime() ? Math.min(fresh, begins(next)) : fresh;
+  const at = Math.max(stale, visit - policy.reverifyLeadMs);
   return at < visit ? new Date(at).toISOString() : undefined;
 }
 

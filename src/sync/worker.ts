@@ -16,7 +16,7 @@ import { planHoldsVisit, whyEnding } from './chart-resources';
 import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { forgetOutageStart, givenUpSince, keepOutageStart, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
@@ -927,7 +927,7 @@ export class Worker {
       reusedFrom: undefined,
       attempts: 0,
       dueAt: this.now(),
-      lastError: `verifying again before the visit: the last result is older than ${Math.round(policy.freshnessMs / 86_400_000)} days`,
+      lastError: `verifying again before the visit: ${staleness(row, policy)}`,
       // Another visit of the coverage verified again since (its re-verification a day or two before) serves this one,
       // if its result is still fresh at this visit: one it would take to be verified again before it does not.
       ...(await freshResultFor(tx, current, { now: this.deps.now(), policy }, (fresh) => fresh.key !== row.key && freshAtVisit(current, fresh, policy))),
@@ -1124,9 +1124,16 @@ export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow 
   return next as CheckRow;
 }
 
+/** Why a written check's result no longer serves its visit (reverifyAt): its benefit period over by then, or its age. */
+function staleness(row: CheckRow, policy: SchedulePolicy): string {
+  const next = nextPeriodBegins(row.result, row.check.dateOfService);
+  // Its date at UTC tells it from a result verified since that day (a portal still answering last year's), in words only.
+  return next !== undefined && (row.resultAt ?? '') < next ? `the last result is of the benefit period before ${next}, the visit's` : `the last result is older than ${Math.round(policy.freshnessMs / 86_400_000)} days`;
+}
+
 /** Whether another check's result is still fresh on this check's visit: one that is not would have it verified again before it. */
 function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): boolean {
-  return reverifyAt(row, new Date(fresh.resultAt ?? 0), policy) === undefined;
+  return reverifyAt({ ...row, result: fresh.result }, new Date(fresh.resultAt ?? 0), policy) === undefined;
 }
 
 /** Whether a check's result is this plugin's not-verified failure of its round (giveUp), not an answer of the service's. */

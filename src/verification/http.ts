@@ -1,5 +1,6 @@
 import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import type * as z from 'zod';
+import { ConfigError } from '../config-error';
 import { describeIssue } from '../domain/issues';
 import { ClientConfig, V1_RETIREMENT, type ClientConfigInput } from './config';
 import { sentNothing, ServiceError, UNREADABLE_ANSWER } from './errors';
@@ -261,7 +262,8 @@ export function versionlessRoot(baseUrl: string, now: Date, log: Log): string {
   const m = /\/(v\d+)$/.exec(trimmed);
   if (m?.[1] === 'v1') {
     if (now.toISOString().slice(0, 10) > V1_RETIREMENT) {
-      throw new Error(`baseUrl: points at /v1, which was retired on ${V1_RETIREMENT}; configure the service root (this client speaks v2)`);
+      // A setting to change, as a base URL that is no http(s) URL is: the CLI's exit 2, not an internal error.
+      throw new ConfigError(`baseUrl: points at /v1, which was retired on ${V1_RETIREMENT}; configure the service root (this client speaks v2)`);
     }
     log.warn({ retirement: V1_RETIREMENT }, 'baseUrl points at /v1, which is retired on 2026-12-31; this client speaks v2 and uses /v2 paths');
   }

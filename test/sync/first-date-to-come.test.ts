@@ -89,6 +89,35 @@ describe('the re-verification of a written check', () => {
     expect(reverifyAt(row, new Date('2026-11-29T23:00:00Z'), policy)).toBe('2026-11-29T23:00:00.000Z');
     expect(reverifyAt(row, new Date('2026-11-30T14:00:00Z'), policy)).toBeUndefined();
   });
+
+  describe('of a result whose benefit period ends before the visit', () => {
+    /** A completed result of the benefit period given, as a portal answers in December with this year's maximums. */
+    const ofPeriod = (dateOfService: string, benefitPeriod: { start?: string; end?: string }) => ({
+      ...written(dateOfService),
+      result: { correlationId: 'ver_dec', status: 'Completed', result: { plan: { status: 'Active', benefitPeriod } } },
+    });
+    const year2026 = { start: '2026-01-01', end: '2026-12-31' };
+    // Verified on 28 December: still fresh on 4 January by a 7-day window.
+    const december = new Date('2026-12-28T18:00:00Z');
+
+    it('is verified again once the visit\'s benefit period has begun, though the result is still fresh', () => {
+      expect(reverifyAt(ofPeriod('2027-01-04', year2026), december, lead)).toBe('2027-01-03T00:00:00.000Z');
+      // The start alone stated: the period is the year from it.
+      expect(reverifyAt(ofPeriod('2027-01-04', { start: '2026-01-01' }), december, lead)).toBe('2027-01-03T00:00:00.000Z');
+      // The new year's first day where the clinic is, when the lead would have it verified again in the old year.
+      const pacific = { ...lead, reverifyLeadMs: 3 * 86_400_000, timeZoneOf: () => 'America/Los_Angeles' };
+      expect(reverifyAt(ofPeriod('2027-01-02', year2026), december, pacific)).toBe('2027-01-01T08:00:00.000Z');
+      // A plan year of its own: the anniversary is the day.
+      expect(reverifyAt(ofPeriod('2026-07-02', { start: '2025-07-01', end: '2026-06-30' }), new Date('2026-06-29T12:00:00Z'), lead)).toBe('2026-07-01T00:00:00.000Z');
+    });
+
+    it('is not, where the period holds the visit, or the result was verified since the visit\'s period began', () => {
+      expect(reverifyAt(ofPeriod('2027-01-04', { start: '2027-01-01', end: '2027-12-31' }), december, lead)).toBeUndefined();
+      expect(reverifyAt(ofPeriod('2026-12-30', year2026), december, lead)).toBeUndefined();
+      // A portal still answering last year's on 1 January is not asked again and again.
+      expect(reverifyAt(ofPeriod('2027-01-04', year2026), new Date('2027-01-01T10:00:00Z'), lead)).toBeUndefined();
+    });
+  });
 });
 
 const routing = ClinicRoutingFile.parse({ ...loadClinicRouting(), timeZone: 'Pacific/Guam' });

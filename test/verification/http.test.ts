@@ -2,6 +2,7 @@ import { inspect } from 'node:util';
 import { VerificationClient } from '../../src/verification/client';
 import { isLoopbackHost } from '../../src/url-checks';
 import { ServiceError, UNREADABLE_ANSWER } from '../../src/verification/errors';
+import { ConfigError } from '../../src/config-error';
 import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { validationKindOf } from '../../src/verification/outcome';
 import { Organization, Verification } from '../../src/verification/wire';
@@ -507,10 +508,12 @@ describe('versionlessRoot', () => {
     expect(log.warnings).toHaveLength(1);
     expect(log.warnings[0]).toMatch(/retired on 2026-12-31/);
   });
-  it('refuses a /v1 base after 2026-12-31', () => {
+  it('refuses a /v1 base after 2026-12-31, as a setting that cannot be used', () => {
     expect(() => versionlessRoot('https://api.example.com/v1', new Date('2027-01-01T00:00:00Z'), log)).toThrow(
       'baseUrl: points at /v1, which was retired on 2026-12-31',
     );
+    // The CLI answers a ConfigError with exit 2, as README says of a setting; any other error is an internal one (exit 1).
+    expect(() => versionlessRoot('https://api.example.com/v1', new Date('2027-01-01T00:00:00Z'), log)).toThrow(ConfigError);
   });
 });
 

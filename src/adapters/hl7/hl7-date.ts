@@ -48,11 +48,12 @@ function validTime(time: string): boolean {
 }
 
 /**
- * The instant a time written with an offset names (ISO 8601, UTC), to the minute at least;
- * undefined for a date, or a time without an offset (the sender's local time).
+ * The instant a time written with an offset names (ISO 8601, UTC), to the hour at least (its
+ * start: 2024061100+0000 is a visit of 5 pm in California); undefined for a date, or a time
+ * without an offset (the sender's local time).
  */
 export function instantWritten(value: string): string | undefined {
-  const at = instantOf(value);
+  const at = instantOf(value, HOUR_MS);
   return at?.zoned ? new Date(at.ms).toISOString() : undefined;
 }
 

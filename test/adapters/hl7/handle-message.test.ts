@@ -186,6 +186,7 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     // A 5:30 pm visit as an engine writing UTC sends it, and on New Year's Eve, when the plan year turns.
     expect(await dateOf('202406110030+0000')).toBe('2024-06-10');
     expect(await dateOf('20250101013000.000+0000')).toBe('2024-12-31');
+    expect(await dateOf('2024061100+0000')).toBe('2024-06-10');
     // The clinic's own offset, a local time, a date: as written.
     expect(await dateOf('202406101730-0700')).toBe('2024-06-10');
     expect(await dateOf('202406110030')).toBe('2024-06-11');

@@ -94,6 +94,8 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
 describe('instantWritten', () => {
   it.each([
     ['202406110000+0000', '2024-06-11T00:00:00.000Z'],
+    // To the hour, as HL7's DTM allows: its start.
+    ['2024061100+0000', '2024-06-11T00:00:00.000Z'],
     ['20240610200000.123456-0500', '2024-06-11T01:00:00.123Z'],
     // Rounded, 23:59:59.9999 would be the next day's midnight, and a visit dated a day late.
     ['20240610235959.9999+0000', '2024-06-10T23:59:59.999Z'],
@@ -102,7 +104,8 @@ describe('instantWritten', () => {
     expect(instantWritten(value)).toBe(instant);
   });
 
-  it('is undefined without an offset', () => {
+  it('is undefined without an offset, or for a date', () => {
     expect(instantWritten('20240610235959.123456')).toBeUndefined();
+    expect(instantWritten('20240611+0000')).toBeUndefined();
   });
 });
