@@ -29,7 +29,7 @@ import { errorText } from '../sync/error-text';
 import { replayMessage, type Replayed } from '../sync/operations';
 import { PRUNED, type JobStore } from '../sync/job-store';
 import { pruneFinished } from '../sync/prune';
-import { storeOutage, watchOutages } from '../sync/store-outage';
+import { outageOf, storeOutage, watchOutages } from '../sync/store-outage';
 import { closeEachOrThrow } from '../close-each';
 import { timerMs } from '../timer-ms';
 import type { SchedulePolicy } from '../sync/schedule';
@@ -600,7 +600,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     },
     async health() {
       const store_ = await storeAnswer(store.ping()).then(
-        () => 'ok',
+        async () => {
+          // A read answered, but the store's watch may know its changes fail (a disk full): checks and messages wait.
+          // Then a change of its own tries it, which ends the outage once it is taken, so an instance taken out of a
+          // balancer for it, and sent nothing meanwhile, comes back with the store.
+          if (!outageOf(store)) return 'ok';
+          await storeAnswer(store.transaction((tx) => tx.setMeta(HEALTH_PROBE, now().toISOString()))).catch(() => undefined);
+          const out_ = outageOf(store);
+          return out_ ? `failing since ${out_.since.toISOString()}: ${out_.err}` : 'ok';
+        },
         (err: unknown) => `failing: ${errorText(err)}`,
       );
       const fhir = await fhirHealth(config.fhir);
@@ -719,6 +727,9 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
     if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused(sent, 'fhir.allowInsecureHttp')}`);
   }
 }
+
+/** The meta row /healthz changes to try a store whose changes failed (see health()). */
+const HEALTH_PROBE = 'health-probe';
 
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
   if (!('baseUrl' in fhir)) return 'custom writer';

@@ -4,6 +4,7 @@ import {
   ackFor,
   buildChecks,
   handleHl7Message,
+  describeProblem,
   describeProblems,
   messageControlId,
   readMessageHeader,
@@ -80,10 +81,12 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy });
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
+    // What the ACK warned of is kept with it: a booking that made no check (its plan ended before the visit) says why, not only `self-pay`.
+    const warned = result.warnings?.length ? `; warned: ${result.warnings.map(describeProblem).join('; ')}` : '';
     const detail =
-      superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message`
+      (superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message`
       : stale ? `${describe(outcome)}; the patient's details and insurance not applied: sent (MSH-7) before the message that last changed them`
-      : describe(result.outcome);
+      : describe(result.outcome)) + warned;
     await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { messageId: message.id, acks, result, created, withdrawn };

@@ -20,6 +20,17 @@ export interface OutageLog {
 
 const watched = new WeakSet<JobStore>();
 
+/** Each watched store's outage under way, as its warning said it. */
+const outages = new WeakMap<JobStore, () => { since: Date; err: string } | undefined>();
+
+/**
+ * The outage a watched store is in: since when, and what failed. A disk full answers reads (a
+ * health check's ping among them) while every change fails, so only the watch knows the store fails.
+ */
+export function outageOf(store: JobStore): { since: Date; err: string } | undefined {
+  return outages.get(store)?.();
+}
+
 /**
  * How much of the store a call needs: 0 reads, 1 takes a lease, 2 changes what it holds. SQLite
  * with its disk full still answers the lesser ones (reads go on beside the WAL; a claim of nothing,
@@ -140,6 +151,7 @@ class WatchedTx implements StoreTx {
 export function watchOutages(store: JobStore, log: OutageLog, now: () => number = Date.now): JobStore {
   if (watched.has(store)) return store;
   let since: number | undefined;
+  let why = '';
   /**
    * Calls made so far, and how many had been when the outage began or ended: a call made before
    * may be answered (or fail) after, which says nothing of the store since.
@@ -161,7 +173,8 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       since = now();
       callsBefore = calls;
       unmet = need;
-      log.warn({ err: errorText(err) }, 'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers');
+      why = errorText(err);
+      log.warn({ err: why }, 'the job store is out of reach: checks, messages and webhooks wait for it, and nothing more is said until it answers');
     }
     throw err;
   };
@@ -199,5 +212,6 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
     },
   });
   watched.add(proxy);
+  outages.set(proxy, () => (since === undefined ? undefined : { since: new Date(since), err: why }));
   return proxy;
 }

@@ -778,6 +778,8 @@ export class Worker {
       if (!retryable) {
         if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
           this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+          // The operator's to fix (a token expired, a permission, a profile the chart holds to), as a refusal of the service is: said at warn with what the chart answered.
+          this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart write refused; needs attention (jobs retry once the chart takes it)');
         }
         return;
       }

@@ -159,6 +159,14 @@ describe('dental-elig jobs', () => {
     expect(after.find((m) => m.id === dead[0]?.id)?.detail).toMatch(/^replayed as message \d+$/);
   });
 
+  it('says of a booking that made no check why, as its ACK warned: a plan that ended before the visit is not a patient paying for themselves', async () => {
+    const store = SqliteJobStore.open(dir);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J9'), 'SCH|APT-J9^SC||||||||||^^^20261215093000', 'PID|1||PJ-9^^^SC^MR||DOE^JOHN||19800102|M', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 13: '20261031', 17: 'SEL', 36: 'DD9999999' })].join('\r'), options);
+    await store.close();
+    const messages = JSON.parse((await cli(['jobs', 'messages', '--data-dir', dir, '--json'])).stdout) as Array<{ detail: string }>;
+    expect(messages[0]?.detail).toBe('book: 0 checks, self-pay; warned: IN1-13: plan ended before the date of service: not verified');
+  });
+
   it('dismisses a dead letter a person has dealt with, for the prune to take once its time is over, and nothing else', async () => {
     const [dead] = JSON.parse((await cli(['jobs', 'messages', '--dead', '--data-dir', dir, '--json'])).stdout) as Array<{ id: number; detail: string }>;
     if (!dead) throw new Error('the beforeEach bookings made no dead letter');

@@ -106,6 +106,7 @@ describe('the store disk full', () => {
       logs,
       /** A FHIR poll (its errors are the store's, said by its watch). */
       poll: () => instance.sync.pollAppointments().catch(() => undefined),
+      health: () => instance.sync.health(),
       async close() {
         await mllp.stop();
         await instance.close();
@@ -160,7 +161,11 @@ describe('the store disk full', () => {
       expect(logs).not.toMatch(/dead letter could not be kept/);
       // Nothing says it was kept when it was not.
       expect(sync.logs.join('')).not.toMatch(/message kept as a dead letter/);
+      // /healthz says so, though the store still answers its read: a balancer and an alert see what the log says.
+      expect(await sync.health()).toMatchObject({ ok: false, store: expect.stringMatching(/^failing since .+: database or disk is full$/) });
       state.full = false;
+      // Room back, /healthz tries the store with a change of its own: nothing need be sent to an instance a balancer took out.
+      expect(await sync.health()).toMatchObject({ ok: true, store: 'ok' });
       await expectStoredOnceAndWritten(sync.port, store, texts, refused);
       expectOneOutage(sync.logs);
     } finally {

@@ -725,6 +725,23 @@ describe('the worker when the appointment changes while it writes', () => {
   });
 });
 
+describe('the worker when the chart refuses a write', () => {
+  it('says so at warn with what the chart answered, as it does a refusal of the service, not only that the check needs attention', async () => {
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-refused' }),
+      // A static token expired: the chart answers 401, and no renewed token is asked for.
+      writer: () => ({ write: () => Promise.reject(new ChartWriteError('the FHIR server answered 401 to the search for what the chart holds: request (login)', { retryable: false, status: 401 })) }),
+    });
+    await rig.addCheck('refused');
+    rig.worker.start();
+    const row = await rig.reach('refused', 'needs-attention', 10_000);
+    expect(row.lastError).toMatch(/^chart write refused: .*401/);
+    const said = rig.warnings.filter((w) => w.msg.startsWith('chart write refused'));
+    expect(said).toHaveLength(1);
+    expect(said[0]?.fields).toMatchObject({ key: 'refused', status: 401, err: expect.stringContaining('answered 401') });
+  });
+});
+
 describe('the worker ending the Coverage of a plan the PMS dropped', () => {
   it('tries again while the chart cannot take it, then ends it once and withdraws the check', async () => {
     const tries: boolean[] = [];
