@@ -13,7 +13,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx } from './job-store';
+import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
@@ -124,8 +124,9 @@ const NOT_VERIFIED = 'NotVerified';
  * The correlation id of the failure this plugin stores for a round it could not verify, sent
  * under `externalId`: a webhook of that round coming after all finds its check by it.
  */
+const LOCAL = 'local-';
 export function localCorrelationId(externalId: string): string {
-  return `local-${externalId}`;
+  return `${LOCAL}${externalId}`;
 }
 
 /**
@@ -768,7 +769,8 @@ export class Worker {
       const writer = await this.deps.writer();
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
       const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
-      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now() }));
+      const replaces = failureOfRoundBefore(row, outcome);
+      written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now(), replaces }));
       this.chartTook();
     } catch (err) {
       // The store failed under the write (its read of the patient's plans), not the chart.
@@ -1136,6 +1138,18 @@ function staleness(row: CheckRow, policy: SchedulePolicy): string {
 /** Whether another check's result is still fresh on this check's visit: one that is not would have it verified again before it. */
 function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): boolean {
   return reverifyAt({ ...row, result: fresh.result }, new Date(fresh.resultAt ?? 0), policy) === undefined;
+}
+
+/**
+ * The pair the chart holds for an earlier round's failure of this plugin's, which a failure of this
+ * plugin's for this round takes the place of (WriteOptions.replaces): nothing was written for the
+ * check between them. A check given up, sent again once the service answered (a read, while its
+ * verifications still failed), and given up again would otherwise add a response saying so each time.
+ */
+function failureOfRoundBefore(row: CheckRow, outcome: VerificationOutcome): WrittenIds | undefined {
+  const before = row.written;
+  if (!before?.verification?.startsWith(LOCAL) || before.verification === outcome.verification.correlationId) return undefined;
+  return outcome.verification.correlationId === localCorrelationId(row.externalId) ? before : undefined;
 }
 
 /** Whether a check's result is this plugin's not-verified failure of its round (giveUp), not an answer of the service's. */

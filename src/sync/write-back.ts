@@ -56,6 +56,14 @@ export interface WriteOptions {
    * already holds keeps its own.
    */
   at?: string | undefined;
+  /**
+   * The pair of the check's earlier round the chart holds, which this write takes the place of
+   * when the pair identifiers find none of its own: a round this plugin gave up again after it was
+   * sent again (the service answering reads but failing verifications, an outage ending and
+   * starting again), so the front desk keeps one response saying its benefits could not be
+   * verified, brought up to date, not one more at each round. Taken only when it is the check's.
+   */
+  replaces?: { requestId: string; responseId: string } | undefined;
 }
 
 export interface EligibilityWriter {
@@ -132,19 +140,26 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const pairCondition = `${identifierCondition(systemUrl('eligibilityCheck'), check.idempotencyKey)}&${identifierCondition(systemUrl('correlationId'), correlationId)}`;
     // What this plugin wrote under a former identifier is searched in the same batch, and used only where the current one finds nothing.
     const formerly = parts.flatMap((p) => (p.rekey ? [`${p.resourceType}?${identifierCondition(p.rekey.from.system, p.rekey.from.value)}`] : []));
+    const replaced = options.replaces;
     const answers = await client.findEach([
       ...parts.map((p) => `${p.resourceType}?${p.condition}`),
       `CoverageEligibilityRequest?${pairCondition}`,
       `CoverageEligibilityResponse?${pairCondition}`,
       ...formerly,
+      ...(replaced ? [`CoverageEligibilityRequest?_id=${encodeURIComponent(replaced.requestId)}`, `CoverageEligibilityResponse?_id=${encodeURIComponent(replaced.responseId)}`] : []),
     ]);
     let next = parts.length + 2;
     const found = parts.map((p, i) => {
       const formerAnswer = p.rekey ? answers[next++] : undefined;
       return answers[i] ?? takenOver(formerAnswer, p.rekey);
     });
-    const storedRequest = answers[parts.length] as CoverageEligibilityRequest | undefined;
-    const storedResponse = answers[parts.length + 1] as CoverageEligibilityResponse | undefined;
+    const ofThisPair = [answers[parts.length], answers[parts.length + 1]] as [CoverageEligibilityRequest | undefined, CoverageEligibilityResponse | undefined];
+    const ofTheRoundBefore = [answers[next], answers[next + 1]] as [CoverageEligibilityRequest | undefined, CoverageEligibilityResponse | undefined];
+    // The earlier round's pair, when the chart holds none of this one's: both of it, and the check's (its identifier), or neither.
+    const replacing = !ofThisPair[0] && !ofThisPair[1] && ofTheRoundBefore.every((r) => r?.identifier?.some((i) => i.system === systemUrl('eligibilityCheck') && i.value === check.idempotencyKey));
+    const [storedRequest, storedResponse] = replacing ? ofTheRoundBefore : ofThisPair;
+    // A new failure, dated as one: the pair it replaces was the round before's.
+    const createdAt = (stored: { created?: string } | undefined) => (replacing ? options.at : (stored?.created ?? options.at));
 
     // Found: its reference; to be created: a urn:uuid the server rewrites to the new id.
     const urns = new Map<string, string>();
@@ -168,7 +183,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
       toCoverageEligibilityRequest(
         check,
         { patient, coverage, ...(chart.insurer ? { insurer: chart.insurer } : {}) },
-        { correlationId, created: storedRequest?.created ?? options.at },
+        { correlationId, created: createdAt(storedRequest) },
       ),
       check,
     );
@@ -178,7 +193,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const response = kept ?? toCoverageEligibilityResponse(
       outcome,
       { patient, coverage, request: requestRef, insurer: chart.insurer, payer: check.coverage.payer },
-      { created: storedResponse?.created ?? options.at, checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
+      { created: createdAt(storedResponse), checkKey: check.idempotencyKey, servicedDate: check.dateOfService, reusedFrom: options.reusedFrom },
     );
     const created = parts.filter((_, i) => !found[i]).map((p) => ({ part: p, resource: partResource(p, check, chart) }));
     const updates = [...updatesOfFound(parts, found, check, chart), ...(await endedBeside(parts, found, check, options.insuredUnder, client))];

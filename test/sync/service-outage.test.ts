@@ -532,6 +532,35 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(rig.infos.filter((i) => /given up while the service was away are sent again/.test(i.msg)).map((i) => i.fields)).toEqual([{ checks: 1 }]);
   });
 
+  it('keeps one response saying a check could not be verified when, sent again as the service answered something else, it is given up again', async () => {
+    const { service, today } = await todayGivenUp();
+    const [first] = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    // An answer that says nothing of this check's verifications ends the outage (the worker's own read of the payer network
+    // ends the whole service's so, another check's answer its portal's): the check is sent again, and fails again.
+    rig.worker.service.answered('portal-a', 'another-check');
+    await until('given up again', async () => {
+      const row = await rig.check('today');
+      return row.round === today.round + 1 && row.state === 'needs-attention';
+    }, 8000);
+    // The later visits, sent once the outage ended, may be given up too (three attempts): today's is the one looked at.
+    const ofToday = (type: string) => searchFhir(rig.fhir, `${type}?identifier=${encodeURIComponent('https://dental-elig.dev/fhir/sid/eligibility-check|today')}&_count=50`);
+    const told = (await ofToday('CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    // The one the front desk had, brought up to date: this round's, dated anew.
+    expect(told.map((r) => [r.id, r.outcome, r.error?.[0]?.code.coding?.at(-1)?.code])).toEqual([[first?.id, 'error', 'NotVerified']]);
+    const again = await rig.check('today');
+    expect(told[0]?.identifier?.map((i) => i.value)).toContain(`local-${again.externalId}`);
+    expect(Date.parse(told[0]?.created ?? '')).toBeGreaterThan(Date.parse(first?.created ?? ''));
+    expect(await ofToday('CoverageEligibilityRequest')).toHaveLength(1);
+
+    // Verified at last (sent again by a person here): the result is a response of its own, beside the failure, not over it.
+    service.down = false;
+    await retryCheck(rig.store, 'today', new Date());
+    rig.worker.kick();
+    await rig.reach('today', 'written', 8000);
+    const todays = ((await ofToday('CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).sort((a, b) => Date.parse(a.created) - Date.parse(b.created));
+    expect(todays.map((r) => [r.id === first?.id, r.outcome])).toEqual([[true, 'error'], [false, 'complete']]);
+  });
+
   it('takes the outage up after a restart: a check given up before it is sent again once the service answers the new worker', async () => {
     const { service, today } = await todayGivenUp();
     const since = rig.worker.service.outFor('portal-a');
