@@ -20,8 +20,9 @@ export function buildProgram(io: CliIo): Command {
     .description('Dental insurance eligibility: verification service setup, conversion and sync')
     .version(packageVersion(), '--version', 'print the version')
     .exitOverride()
-    // Commander's own usage errors (an unknown option, a missing argument) begin as every other of the CLI's lines do.
-    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s), outputError: (s, write) => write(`dental-elig: ${s}`) })
+    // Commander's own usage errors (an unknown option, a missing argument) are one line as every other of the CLI's is:
+    // its suggestion (Did you mean --json?) on a line of its own went without the prefix, and it echoes what was typed.
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s), outputError: (s) => say(io, s.trimEnd()) })
     .option('--config <file>', `settings file (default: DENTAL_ELIG_CONFIG or ./dental-elig.config.json)`);
   registerSetup(program, io);
   registerVerify(program, io);

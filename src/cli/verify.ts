@@ -136,7 +136,11 @@ export function registerVerify(program: Command, io: CliIo): void {
           if (problem) problems.push(problem);
         } catch (err) {
           if (queued) shown.push(queued);
-          if (!(err instanceof ServiceError || err instanceof CliError) || requests.length === 1) throw err;
+          if (!(err instanceof ServiceError || err instanceof CliError) || requests.length === 1) {
+            // One body is no batch, but its verification goes on at the service all the same: a script reads its id here too.
+            if (opts.json && queued) printRecord(io, queued as Record<string, unknown>, true);
+            throw err;
+          }
           // The bodies before this one were sent: a script still gets what they did (their correlationIds), and the line names where it stopped.
           if (opts.json) printRecord(io, shown as unknown as Record<string, unknown>, true);
           for (const p of problems) say(io, p);

@@ -427,7 +427,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // Kept as received even so (a sender may never send it again); a store that is down cannot keep it.
       // Once a day: the sender sends it again while the chart is out of reach, and each try that fails so
       // is no news, a letter and an error line of its own. An id-only notification's path and empty body
-      // are the same at the next change: a later day keeps it again, as does a failure after a resend was handled.
+      // are the same at the next change: a later day keeps it again, as does a failure after a resend was handled or a person dismissed it.
       const receivedAt = now();
       const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
       // An id-only notification names its resource in its path alone: kept so, the letter says what it was.

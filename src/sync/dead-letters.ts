@@ -31,14 +31,17 @@ const HANDLED_WHEN_SENT_AGAIN = '; handled when sent again at ';
 /**
  * A FHIR notification answered 500 (the chart out of reach), the sender asked to send it again:
  * kept as a dead letter in case it never does, once a day for the same path and body, and dead
- * again should one a resend resolved (resolveResent) fail anew. False when kept before.
+ * again should one a resend resolved (resolveResent) or a person dismissed fail anew. False when
+ * kept before and still dead.
  */
 export async function keepUnhandled(store: JobStore, letter: { url: string; raw: string; kept: string; reason: string; receivedAt: Date }): Promise<boolean> {
   const at = letter.receivedAt.toISOString();
   const dedupeKey = onceKey(unhandledOnce(at.slice(0, 10), letter.url, letter.raw));
   return store.transaction(async (tx) => {
     const { message, duplicate } = await tx.addMessage({ kind: 'fhir-notification', dedupeKey, receivedAt: at, raw: letter.kept, status: 'dead' });
-    if (duplicate && !(message.status === 'handled' && message.detail?.includes(HANDLED_WHEN_SENT_AGAIN))) return false;
+    // Let go of (a person dismissed it too, as a check is, once its outage seemed over): a try failing since is news no one
+    // has seen, which the sender may never send again; kept as the letter before it was, it had no letter and no error line.
+    if (duplicate && message.status === 'dead') return false;
     await tx.updateMessage(message.id, { status: 'dead', detail: letter.reason });
     return true;
   });

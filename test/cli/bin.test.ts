@@ -197,6 +197,11 @@ describe('the dental-elig executable', () => {
     expect(await run('nosuch')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown command 'nosuch'\n" });
   });
 
+  it('says a usage error with its suggestion in one line, what was typed unable to move the cursor', async () => {
+    expect(await run('jobs', 'list', '--jsn')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown option '--jsn' (Did you mean --json?)\n" });
+    expect(await run('jobs', 'list', '--x\u001b[2J')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown option '--x [2J'\n" });
+  });
+
   it('reports an unusable message in one line with a non-zero exit, no stack trace', async () => {
     const result = await run('convert', 'hl7', 'fixtures/hl7/reject-missing-birth-date.hl7');
     expect(result.code).toBe(1);

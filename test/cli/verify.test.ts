@@ -142,6 +142,15 @@ describe('verify', () => {
     );
   });
 
+  it('prints with --json the one verification it queued when polling for it fails, as --async alone prints it', async () => {
+    sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 404, times: 1 });
+    const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0', '--json'], env, JSON.stringify(body('SBX-MINIMAL')));
+    const id = /^queued (\S+); polling\n/.exec(run.stderr)?.[1];
+    expect(run.code).toBe(1);
+    expect(JSON.parse(run.stdout)).toEqual(expect.objectContaining({ correlationId: id, status: 'Pending' }));
+    expect(run.stderr).toContain(`dental-elig: verification ${id} queued, but get insurance verification failed with 404`);
+  });
+
   it('keeps a queued verification whose polling failed in the --json array of a batch, as --async alone prints it', async () => {
     sandbox.injectFault({ method: 'GET', path: /^\/v2\/insurance-verifications\//, status: 404, times: 1 });
     const run = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '0', '--json'], env, JSON.stringify([body('SBX-MINIMAL'), body('SBX-COMPLETE')]));

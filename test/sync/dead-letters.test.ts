@@ -1,6 +1,7 @@
 import { FhirInputError } from '../../src/adapters/fhir/operation-outcome';
-import { changeOf, refusedOn } from '../../src/sync/dead-letters';
-import { notReplayed } from '../../src/sync/operations';
+import { changeOf, keepUnhandled, refusedOn, resolveResent } from '../../src/sync/dead-letters';
+import { dismissMessage, notReplayed } from '../../src/sync/operations';
+import { storePerTest } from '../support/sqlite-store';
 
 /** What `jobs replay` reads again of a FHIR letter: the resource its detail names first, as the handler and the poll wrote it. */
 describe('the resource a FHIR dead letter names', () => {
@@ -25,5 +26,22 @@ describe('the resource a FHIR dead letter names', () => {
       expect(changeOf(detail)).toBeUndefined();
     }
     expect(notReplayed({ kind: 'fhir-notification', detail: 'Appointment/.: refused' })).toMatch(/names no resource the chart refused/);
+  });
+});
+
+/** A notification answered 500 is one letter a day (keepUnhandled), let go of once a resend is handled (resolveResent) or a person dismisses it. */
+describe('the letter of a FHIR notification the sender was asked to send again', () => {
+  const store = storePerTest('dead-letters-');
+  const letter = (at: string) => ({ url: '/fhir-notifications/Appointment/appt-4004', raw: '', kept: '{"path":"/fhir-notifications/Appointment/appt-4004"}', reason: 'not handled (FHIR server unreachable); the sender was asked to send it again', receivedAt: new Date(at) });
+
+  it('is kept once however often the try fails, and dead again when a try fails after it was let go of, by a resend handled or by a person', async () => {
+    expect([await keepUnhandled(store(), letter('2026-11-26T09:00:00Z')), await keepUnhandled(store(), letter('2026-11-26T09:05:00Z'))]).toEqual([true, false]);
+    const [kept] = await store().listMessages({ status: 'dead' });
+    expect(await resolveResent(store(), { url: letter('').url, raw: '', handledAt: new Date('2026-11-26T09:10:00Z') })).toBe(1);
+    expect(await keepUnhandled(store(), letter('2026-11-26T09:15:00Z'))).toBe(true);
+    // A person dismissed it, the chart's outage seemingly over: the same notification failing since is theirs to know of.
+    await dismissMessage(store(), kept?.id ?? 0);
+    expect(await keepUnhandled(store(), letter('2026-11-26T09:20:00Z'))).toBe(true);
+    expect((await store().listMessages({ status: 'dead' })).map((m) => [m.id, m.detail])).toEqual([[kept?.id, letter('').reason]]);
   });
 });
