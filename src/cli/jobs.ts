@@ -124,8 +124,8 @@ export function registerJobs(program: Command, io: CliIo): void {
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
         const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
-        else for (const row of retried) io.stdout.write(`${row.key}: received again (round ${row.round}); a running serve picks it up\n`);
-        if (keys.length === 0 && !opts.json) io.stdout.write(`${retried.length} ${retried.length === 1 ? 'check' : 'checks'} received again\n`);
+        else for (const row of retried) io.stdout.write(`${row.key}: ${row.state === 'result-stored' ? 'its result, which the chart refused, to be written again' : 'received again'} (round ${row.round}); a running serve picks it up\n`);
+        if (keys.length === 0 && !opts.json) io.stdout.write(`${retried.length} ${retried.length === 1 ? 'check' : 'checks'} retried\n`);
         if (refused.length > 0) throw refusal(refused);
       }),
     );

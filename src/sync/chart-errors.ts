@@ -1,6 +1,9 @@
 import * as z from 'zod';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 
+/** The start of the lastError of a check whose result the chart refused (needs-attention): `jobs retry` writes it again, not verifying it again. */
+export const CHART_REFUSED = 'chart write refused';
+
 /** An issue the chart named: where, and the issue-type code; never the server's diagnostics, which may quote what was sent. */
 export interface ChartIssue {
   expression: string;

@@ -1,6 +1,7 @@
 import type { FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { externalIdFor } from './schedule';
+import { CHART_REFUSED } from './chart-errors';
 import { changeOf, refusedOn } from './dead-letters';
 import { errorText } from './error-text';
 import { dismissed, FOR_A_PERSON, type CheckRow, type JobStore, type MessageRow } from './job-store';
@@ -12,14 +13,16 @@ export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention'
 
 /**
  * Sends a check to the service again as a new verification (a new round and externalId: the
- * service keeps the old one's answer under the old id), due now.
+ * service keeps the old one's answer under the old id), due now; but one whose result the chart
+ * refused (a token expired, a permission) has that result written again: it is as good as when it
+ * came, and verified again it would cost a verification a check, for every check of the chart's outage.
  */
 export async function retryCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
   return store.transaction(async (tx) => {
     const row = await tx.getCheck(key);
     if (!row) throw new OperationError(`no check with key ${key}`);
     if (!RETRYABLE_STATES.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is retried when it is ${RETRYABLE_STATES.join(', ')}`);
-    const next = nextRound(row, now);
+    const next = refusedByChart(row) ? writeAgain(row, now) : nextRound(row, now);
     await tx.putCheck(next);
     return next;
   });
@@ -37,6 +40,17 @@ export async function retryAsRead(store: JobStore, read: Pick<CheckRow, 'key' | 
     await tx.putCheck(nextRound(row, now));
     return true;
   });
+}
+
+/** Whether the check waits for a person because the chart refused its result, which it still holds. */
+function refusedByChart(row: CheckRow): boolean {
+  return row.state === 'needs-attention' && row.result !== undefined && (row.lastError?.startsWith(`${CHART_REFUSED}: `) ?? false);
+}
+
+/** The check with its result to write again, due now. */
+function writeAgain(row: CheckRow, now: Date): CheckRow {
+  const { lastError: _e, dismissedAt: _d, ...rest } = row;
+  return { ...rest, state: 'result-stored', attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
 /** The check as a new verification, due now. */

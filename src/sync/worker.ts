@@ -10,7 +10,7 @@ import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
-import { ChartWriteError } from './chart-errors';
+import { CHART_REFUSED, ChartWriteError } from './chart-errors';
 import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
 import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
@@ -778,8 +778,8 @@ export class Worker {
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (!retryable) {
-        if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `chart write refused: ${detail}` })) {
-          this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'chart write refused' });
+        if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `${CHART_REFUSED}: ${detail}` })) {
+          this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: CHART_REFUSED });
           // The operator's to fix (a token expired, a permission, a profile the chart holds to), as a refusal of the service is: said at warn with what the chart answered.
           this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart write refused; needs attention (jobs retry once the chart takes it)');
         }

@@ -118,7 +118,7 @@ describe('dental-elig jobs', () => {
     const run = await cli(['jobs', 'retry', '--state', 'needs-attention', '--failure-kind', 'InvalidCredentials', '--portal', 'portal-a', '--data-dir', dir]);
     expect(run.code).toBe(0);
     expect(run.stdout.split('\n').filter((l) => l.endsWith('a running serve picks it up')).map((l) => l.split(':')[0]).sort()).toEqual([keys[0], keys[1]].sort());
-    expect(run.stdout).toMatch(/^2 checks received again$/m);
+    expect(run.stdout).toMatch(/^2 checks retried$/m);
     const after = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ job: string; state: string }>;
     expect(keys.map((k) => after.find((r) => r.job === k)?.state)).toEqual(['received', 'received', 'needs-attention', 'needs-attention']);
     // Nothing left that matches: said, and not an error.

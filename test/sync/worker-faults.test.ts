@@ -10,6 +10,7 @@ import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
 import { storeRetryWaitMs } from '../../src/sync/worker';
+import { retryCheck } from '../../src/sync/operations';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
 import { gate } from '../support/gate';
@@ -739,6 +740,29 @@ describe('the worker when the chart refuses a write', () => {
     const said = rig.warnings.filter((w) => w.msg.startsWith('chart write refused'));
     expect(said).toHaveLength(1);
     expect(said[0]?.fields).toMatchObject({ key: 'refused', status: 401, err: expect.stringContaining('answered 401') });
+  });
+
+  it('writes the result again at jobs retry once the chart takes it, without verifying it again', async () => {
+    let refusing = true;
+    rig = await startWorkerRig({
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-refused' }),
+      writer: (chart) => ({
+        write: (...args) => (refusing ? Promise.reject(new ChartWriteError('the FHIR server answered 403 to the transaction', { retryable: false, status: 403 })) : chart.write(...args)),
+      }),
+    });
+    await rig.addCheck('refused');
+    rig.worker.start();
+    const refused = await rig.reach('refused', 'needs-attention', 10_000);
+    expect(posts(rig.requests)).toHaveLength(1);
+    // The permission fixed: the result the service gave is as good as it was, and one verification is what it cost.
+    refusing = false;
+    const retried = await retryCheck(rig.store, 'refused', new Date());
+    expect(retried).toMatchObject({ state: 'result-stored', round: refused.round, externalId: refused.externalId, correlationId: 'ver-refused' });
+    rig.worker.kick();
+    await rig.reach('refused', 'written', 10_000);
+    expect(posts(rig.requests)).toHaveLength(1);
+    const written = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(written.map((r) => r.outcome)).toEqual(['complete']);
   });
 });
 
