@@ -607,8 +607,10 @@ export class Worker {
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
     // A 429 is put off still: the service asking for less says nothing of the check (those that found their portal out
-    // are left alone too, and the burst of them sent once it answers would be given up for it).
-    const putOff = from === 'submitted' && retryAfter !== undefined && (status === 429 || !this.service.failsAlone(row.key));
+    // are left alone too, and the burst of them sent once it answers would be given up for it). A check whose visit's
+    // day has come is not put off by a failure that asks to wait: its attempts count, as when the service is out,
+    // or the front desk would hear nothing until pendingGiveUpMs, past the visit.
+    const putOff = from === 'submitted' && retryAfter !== undefined && (status === 429 || (!this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
       const usedUp = putOff ? this.pendingPast(row, retryAfter) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {

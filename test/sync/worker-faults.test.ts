@@ -137,6 +137,20 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     // Sends put off are not counted as attempts: a count would say one.
     expect(JSON.stringify(row.result)).not.toMatch(/attempts? in all/);
   });
+
+  it('counts the sends of a check whose visit is today, failing with a Retry-After, so the front desk hears in time', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2, pendingGiveUpMs: 24 * 3_600_000 },
+      answer: (_req, res) => json(res, 503, { title: 'Unavailable', status: 503 }, { 'retry-after': '1' }),
+    });
+    await rig.addCheck('today', { check: { ...checkRow('today').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    // Put off without counting, it would have waited a day (pendingGiveUpMs), the visit long over.
+    const row = await rig.reach('today', 'needs-attention', 8000);
+    expect(row.lastError).toMatch(/^NotVerified: /);
+    expect(JSON.stringify(row.result)).toContain('2 attempts in all');
+    expect(posts(rig.requests)).toHaveLength(2);
+  });
 });
 
 describe('the worker waiting for an asynchronous result', () => {
