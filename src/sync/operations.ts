@@ -4,7 +4,7 @@ import { externalIdFor } from './schedule';
 import { CHART_REFUSED } from './chart-errors';
 import { changeOf, refusedOn } from './dead-letters';
 import { errorText } from './error-text';
-import { dismissed, FOR_A_PERSON, type CheckRow, type JobStore, type MessageRow } from './job-store';
+import { dismissed, FOR_A_PERSON, resultKindOf, type CheckRow, type JobStore, type MessageRow } from './job-store';
 import { ingestFhirChange, type FhirChange, type FhirIngested } from './ingest-fhir';
 import { ingestHl7, type Hl7IngestOptions } from './ingest-hl7';
 
@@ -14,7 +14,7 @@ export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention'
 /**
  * Sends a check to the service again as a new verification (a new round and externalId: the
  * service keeps the old one's answer under the old id), due now; but one whose result the chart
- * refused (a token expired, a permission) has that result written again: it is as good as when it
+ * refused (a token expired, a permission) has that result written again (not a failure, refusedByChart): it is as good as when it
  * came, and verified again it would cost a verification a check, for every check of the chart's outage.
  */
 export async function retryCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
@@ -42,9 +42,15 @@ export async function retryAsRead(store: JobStore, read: Pick<CheckRow, 'key' | 
   });
 }
 
-/** Whether the check waits for a person because the chart refused its result, which it still holds. */
+/**
+ * Whether the check waits for a person because the chart refused its result, which it still holds
+ * and is worth writing again: a verification's answer. A failure is verified again as before: this
+ * plugin's own (NotVerified: the service was out) verified nothing, and one of the service's is what
+ * `--failure-kind` names to send again once it is fixed (the credentials, say); written again, the
+ * front desk would read that failure after the fix, and the check would wait for a second retry.
+ */
 function refusedByChart(row: CheckRow): boolean {
-  return row.state === 'needs-attention' && row.result !== undefined && (row.lastError?.startsWith(`${CHART_REFUSED}: `) ?? false);
+  return row.state === 'needs-attention' && row.result !== undefined && resultKindOf(row) !== 'failed' && (row.lastError?.startsWith(`${CHART_REFUSED}: `) ?? false);
 }
 
 /** The check with its result to write again, due now. */

@@ -778,6 +778,33 @@ describe('the worker when the chart refuses a write', () => {
     const written = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     expect(written.map((r) => r.outcome)).toEqual(['complete']);
   });
+
+  it('verifies again at jobs retry a check whose failure the chart refused, as --failure-kind asks once the credentials are fixed', async () => {
+    let refusing = true;
+    rig = await startWorkerRig({
+      answer: (req, res) => {
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        if (refusing) json(res, 200, { ...(resultBody('failed-invalid-credentials') as object), correlationId: 'ver-credentials', externalId });
+        else json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-fixed' });
+      },
+      writer: (chart) => ({
+        write: (...args) => (refusing ? Promise.reject(new ChartWriteError('the FHIR server answered 403 to the transaction', { retryable: false, status: 403 })) : chart.write(...args)),
+      }),
+    });
+    await rig.addCheck('refused-failure');
+    rig.worker.start();
+    const refused = await rig.reach('refused-failure', 'needs-attention', 10_000);
+    expect(refused.lastError).toMatch(/^chart write refused: /);
+    // The credentials and the chart's permission fixed: the failure they caused says nothing any more.
+    refusing = false;
+    const retried = await retryCheck(rig.store, 'refused-failure', new Date());
+    expect(retried).toMatchObject({ state: 'received', round: refused.round + 1 });
+    rig.worker.kick();
+    await rig.reach('refused-failure', 'written', 10_000);
+    expect(posts(rig.requests)).toHaveLength(2);
+    const written = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(written.map((r) => r.outcome)).toEqual(['complete']);
+  });
 });
 
 describe('the worker ending the Coverage of a plan the PMS dropped', () => {
