@@ -252,7 +252,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // (one warning), each call trying it retries as it fails, and four warnings a try, a try a minute, said
   // that outage again for as long as it lasted: at debug until it answers, as a chart's writes are.
   let serviceOut = (): boolean => false;
-  const clientLog = { warn: (obj: object, msg: string) => (serviceOut() ? logger.debug(obj, msg) : logger.warn(obj, msg)), debug: (obj: object, msg: string) => logger.debug(obj, msg) };
+  // A retry after a 429 too: the worker says the service asks for fewer requests, once in ten minutes.
+  const quietRetry = (obj: object) => serviceOut() || (obj as { status?: unknown }).status === 429;
+  const clientLog = { warn: (obj: object, msg: string) => (quietRetry(obj) ? logger.debug(obj, msg) : logger.warn(obj, msg)), debug: (obj: object, msg: string) => logger.debug(obj, msg) };
   const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: clientLog, secrets: passwords });
   const ownsStore = !config.store;
   let store: JobStore;

@@ -145,6 +145,9 @@ const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
+/** How long after a 429 said at warn the next is said at debug (see throttleSaidAt). */
+const THROTTLE_SAID_MS = 10 * 60_000;
+
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
@@ -174,6 +177,8 @@ export class Worker {
   private claimFaulted = false;
   /** Steps in a row the store failed: each holds its check a little longer before it is given back (outagePause). */
   private stepOutages = 0;
+  /** When a 429 of the service's was last said at warn: a service asking for fewer requests is said once a spell (THROTTLE_SAID_MS), not at each check's. */
+  private throttleSaidAt = Number.NEGATIVE_INFINITY;
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
@@ -629,7 +634,15 @@ export class Worker {
     const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0);
     if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.
-    this.deps.log.warn({ key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait }, 'the service failed; will retry');
+    const fields = { key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait };
+    if (status !== 429) return void this.deps.log.warn(fields, 'the service failed; will retry');
+    // Asking for fewer requests, it asks it of every check sent meanwhile: a warning each (and four retries each) was some
+    // twenty a check a minute, saying the one thing an operator can do (lower requestsPerSecond) no better than the first.
+    const now = this.deps.now().getTime();
+    const message = 'the service asks for fewer requests (429); will retry: said once in ten minutes (lower requestsPerSecond if it lasts)';
+    if (now - this.throttleSaidAt < THROTTLE_SAID_MS) return void this.deps.log.debug?.(fields, message);
+    this.throttleSaidAt = now;
+    this.deps.log.warn(fields, message);
   }
 
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */

@@ -184,6 +184,22 @@ describe('webhooks and service faults', () => {
     await until('both checks written once the service answers', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
   });
 
+  it('says a service asking for fewer requests (429) at warn once: its client retries at debug, the worker once in ten minutes', async () => {
+    h = await startHarness({ settings: { backoffBaseMs: 50, backoffMaxMs: 200 }, service: { maxRetries: 1 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 429, times: Infinity, retryAfterSeconds: 0 });
+    await notify('appt-4004');
+    const lines = () => h.logs.map((line) => JSON.parse(line) as { level: number; msg: string });
+    const retried = (line: { msg: string }) => / answered 429; retry 1 of 1 in /.test(line.msg);
+    const all = await until('both checks throttled again and again', async () => {
+      const now = lines();
+      return now.filter(retried).length >= 6 && now;
+    }, 30_000);
+    expect(all.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual(['the service asks for fewer requests (429); will retry: said once in ten minutes (lower requestsPerSecond if it lasts)']);
+    h.sandbox.clearFaults();
+    await until('both checks written once it takes them', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+  });
+
   it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
     h = await startHarness({ settings: { maxAttempts: 2 } });
     await h.fhir.seed(chartOf('primary-secondary'));

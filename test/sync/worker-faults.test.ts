@@ -126,6 +126,17 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
   });
 
+  it('says a service that keeps asking for fewer requests once, not at each check\'s send', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 60_000 }, answer: (_req, res) => json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '0' }) });
+    await rig.addCheck('throttled-a');
+    await rig.addCheck('throttled-b');
+    rig.worker.start();
+    await until('sent again and again', async () => posts(rig.requests).length >= 8, 8000);
+    const said = rig.warnings.filter((w) => /429/.test(w.msg));
+    expect(said.map((w) => w.msg)).toEqual(['the service asks for fewer requests (429); will retry: said once in ten minutes (lower requestsPerSecond if it lasts)']);
+    expect(rig.warnings.filter((w) => w.msg === 'the service failed; will retry')).toEqual([]);
+  });
+
   it('gives a check the service throttles for longer than pendingGiveUpMs up, saying so in the chart', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
     await rig.addCheck('throttled-for-ever');
