@@ -45,6 +45,11 @@ export interface ClaimOptions {
   service?: number;
   owner: string;
   leaseMs: number;
+  /**
+   * Told, once the claim is committed, how many of the checks it took another worker had leased:
+   * its lease run out, or its process gone (on PostgreSQL, another instance's, killed or stopped).
+   */
+  tookOver?: ((checks: number) => void) | undefined;
 }
 
 /**

@@ -103,32 +103,37 @@ export class PgJobStore implements JobStore {
     return inTransaction(this.pool, (db) => work(new PgTx(db)));
   }
 
-  claimDue(options: ClaimOptions): Promise<CheckRow[]> {
+  async claimDue(options: ClaimOptions): Promise<CheckRow[]> {
+    let tookOver = 0;
+    const count = (taken: { rows: CheckRow[]; tookOver: number }) => ((tookOver += taken.tookOver), taken.rows);
     // One transaction: the server gone between the chart's work and the service's would leave the chart's
     // leased to this worker, which never got it, and no worker would take it until those leases ran out.
-    return inTransaction(this.pool, (db) =>
-      claimInTurn(options, (work, limit) =>
-        work === 'chart' ? this.claim(db, `state IN ${CHART_WORK_SQL}`, [], limit, options) : this.claim(db, 'state = ANY($6)', [SERVICE_WORK_STATES], limit, options),
+    const rows = await inTransaction(this.pool, (db) =>
+      claimInTurn(options, async (work, limit) =>
+        count(work === 'chart' ? await this.claim(db, `state IN ${CHART_WORK_SQL}`, [], limit, options) : await this.claim(db, 'state = ANY($6)', [SERVICE_WORK_STATES], limit, options)),
       ),
     );
+    if (tookOver > 0) options.tookOver?.(tookOver);
+    return rows;
   }
 
   /** Leases up to `limit` due checks in the states `which` names (its parameters from $6), the most overdue first. */
-  private async claim(db: Queryable, which: string, params: unknown[], limit: number, options: { now: string; owner: string; leaseMs: number }): Promise<CheckRow[]> {
+  private async claim(db: Queryable, which: string, params: unknown[], limit: number, options: { now: string; owner: string; leaseMs: number }): Promise<{ rows: CheckRow[]; tookOver: number }> {
     const until = new Date(Date.parse(options.now) + options.leaseMs).toISOString();
     // One statement: rows another instance is claiming (or a transaction is changing) are skipped, not waited for.
-    const { rows } = await db.query<{ row: unknown }>(
+    // A row another worker still had leased (free: its lease ran out, or its lock is gone) is counted as taken over.
+    const { rows } = await db.query<{ row: unknown; taken_over: boolean }>(
       `WITH due AS (
-         SELECT key FROM checks
+         SELECT key, lease_owner IS NOT NULL AND lease_owner <> $3 AS taken_over FROM checks
          WHERE due_at <= $1 AND ${LEASE_FREE} AND ${which}
          ORDER BY due_at LIMIT $2
          FOR UPDATE SKIP LOCKED
        )
        UPDATE checks SET lease_owner = $3, lease_until = $4, lease_lock = $5, leased_at = now() FROM due WHERE checks.key = due.key
-       RETURNING checks.row`,
+       RETURNING checks.row, due.taken_over`,
       [options.now, limit, options.owner, until, this.live?.key ?? null, ...params],
     );
-    return rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? ''));
+    return { rows: rows.map((r) => CheckRow.parse(r.row)).sort((a, b) => Date.parse(a.dueAt ?? '') - Date.parse(b.dueAt ?? '')), tookOver: rows.filter((r) => r.taken_over).length };
   }
 
   async beginWork(): Promise<number> {

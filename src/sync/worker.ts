@@ -177,6 +177,11 @@ export class Worker {
   private claimFaulted = false;
   /** Steps in a row the store failed: each holds its check a little longer before it is given back (outagePause). */
   private stepOutages = 0;
+  /**
+   * Says a claim took checks another worker had leased: on PostgreSQL, an instance killed or stopped
+   * mid-batch, whose checks this one takes up, as a restart on SQLite says of a process before it.
+   */
+  private readonly tookOver = (checks: number) => this.deps.log.info({ checks }, 'took up the checks another worker had in hand (its lease ran out, or its process is gone)');
   /** When a 429 of the service's was last said at warn: a service asking for fewer requests is said once a spell (THROTTLE_SAID_MS), not at each check's. */
   private throttleSaidAt = Number.NEGATIVE_INFINITY;
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
@@ -345,7 +350,7 @@ export class Worker {
       await this.store.release(key, this.owner);
       this.unreleased.delete(key);
     }
-    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit, chart, service, owner: this.owner, leaseMs: this.options.leaseMs });
+    const rows = await this.store.claimDue({ now: this.deps.now().toISOString(), limit, chart, service, owner: this.owner, leaseMs: this.options.leaseMs, tookOver: this.tookOver });
     if (this.running) {
       this.runEach(rows);
       return true;

@@ -114,7 +114,7 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
     const start = async (name: string, dir = mkdtempSync(path.join(tmpdir(), 'elig-instance-'))) => {
       writeFileSync(
         path.join(dir, 'config.json'),
-        JSON.stringify({ logLevel: 'warn', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 8 } }),
+        JSON.stringify({ logLevel: 'info', settings: { webhookDeadlineMs: 1500, pollAfterMs: 300, backoffBaseMs: 100, backoffMaxMs: 1000, idleMs: 50, concurrency: 8 } }),
       );
       const service = await httpBalancer([sandbox.port]);
       closing.push(() => service.close(), async () => rmSync(dir, { recursive: true, force: true }));
@@ -288,6 +288,12 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
       return orphaned.every((key) => rows.find((r) => r.key === key)?.state === 'written');
     }, 30_000);
     const takenOverMs = Date.now() - killedAt;
+    // Said by whoever took them up, as a restart on SQLite says it of the process before it: a takeover was silent.
+    const tookUp = d.instances
+      .filter(({ name }) => name !== 'A')
+      .flatMap(({ serve }) => serve.stderr.join('').split('\n').filter((line) => line.includes('took up the checks another worker had in hand')))
+      .map((line) => (JSON.parse(line) as { checks: number }).checks);
+    expect(tookUp.reduce((sum, n) => sum + n, 0)).toBeGreaterThanOrEqual(orphaned.length);
     await d.restart(d.a);
     const answers = await sending;
     await allWritten(d, 30_000);
