@@ -108,11 +108,13 @@ export class PgJobStore implements JobStore {
     const count = (taken: { rows: CheckRow[]; tookOver: number }) => ((tookOver += taken.tookOver), taken.rows);
     // One transaction: the server gone between the chart's work and the service's would leave the chart's
     // leased to this worker, which never got it, and no worker would take it until those leases ran out.
-    const rows = await inTransaction(this.pool, (db) =>
-      claimInTurn(options, async (work, limit) =>
+    const rows = await inTransaction(this.pool, (db) => {
+      // Counted afresh at each run: one run again after a deadlock would count what the rolled-back run took.
+      tookOver = 0;
+      return claimInTurn(options, async (work, limit) =>
         count(work === 'chart' ? await this.claim(db, `state IN ${CHART_WORK_SQL}`, [], limit, options) : await this.claim(db, 'state = ANY($6)', [SERVICE_WORK_STATES], limit, options)),
-      ),
-    );
+      );
+    });
     if (tookOver > 0) options.tookOver?.(tookOver);
     return rows;
   }

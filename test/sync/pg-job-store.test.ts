@@ -41,6 +41,19 @@ async function stillWaiting(promise: Promise<unknown>, ms = 200): Promise<boolea
   return (await Promise.race([promise.then(() => 'settled'), new Promise((r) => setTimeout(() => r(pending), ms))])) === pending;
 }
 
+/** Fails the claim of the service's work (the chart's is claimed first) with the error `failure` gives, while it gives one; restored by jest.restoreAllMocks(). */
+function failClaimOfServiceWork(failure: () => Error | undefined): void {
+  const query = Client.prototype.query;
+  jest.spyOn(Client.prototype, 'query').mockImplementation(function (this: Client, ...args: unknown[]) {
+    const err = typeof args[0] === 'string' && args[0].includes('state = ANY($6)') ? failure() : undefined;
+    if (!err) return (query as (...a: unknown[]) => unknown).apply(this, args);
+    const callback = args.find((arg) => typeof arg === 'function') as ((err: Error) => void) | undefined;
+    if (!callback) return Promise.reject(err);
+    process.nextTick(() => callback(err));
+    return undefined;
+  } as typeof query);
+}
+
 /** The database as schema `version` left it: each later migration undone, the newest first. */
 async function downTo(db: Client, version: number): Promise<void> {
   const undo: Record<number, string> = {
@@ -217,17 +230,7 @@ describe('PgJobStore with two instances on one database', () => {
     });
     expect([await a.beginWork(), await b.beginWork()]).toEqual([0, 0]);
     // The server ends the connection as the service's work is claimed, the chart's already taken.
-    const query = Client.prototype.query;
-    jest.spyOn(Client.prototype, 'query').mockImplementation(function (this: Client, ...args: unknown[]) {
-      if (typeof args[0] === 'string' && args[0].includes('state = ANY($6)')) {
-        const ended = new Error('Connection terminated unexpectedly');
-        const callback = args.find((arg) => typeof arg === 'function') as ((err: Error) => void) | undefined;
-        if (!callback) return Promise.reject(ended);
-        process.nextTick(() => callback(ended));
-        return undefined;
-      }
-      return (query as (...a: unknown[]) => unknown).apply(this, args);
-    } as typeof query);
+    failClaimOfServiceWork(() => new Error('Connection terminated unexpectedly'));
     try {
       await expect(a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).rejects.toThrow('Connection terminated');
     } finally {
@@ -235,6 +238,28 @@ describe('PgJobStore with two instances on one database', () => {
     }
     // Both are due at once for the other instance, not when a's leases run out a minute on.
     expect((await b.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key).sort()).toEqual(['elig_result', 'elig_send']);
+  });
+
+  it('counts the checks a claim took over once when its transaction runs again after a deadlock', async () => {
+    await a.transaction(async (tx) => {
+      await tx.putCheck(checkRow('elig_result', { state: 'result-stored' }));
+      await tx.putCheck(checkRow('elig_send'));
+    });
+    expect([await a.beginWork(), await b.beginWork()]).toEqual([0, 0]);
+    expect(await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).toHaveLength(2);
+    await a.close(); // killed: its leases stay in the table, its live lock gone
+    // The service's work loses a deadlock once, the chart's already taken (and counted) in the run rolled back.
+    let lost = false;
+    failClaimOfServiceWork(() => (lost ? undefined : ((lost = true), Object.assign(new Error('deadlock detected'), { code: '40P01' }))));
+    const said: number[] = [];
+    try {
+      const taken = await b.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000, tookOver: (checks) => said.push(checks) });
+      expect(taken.map((c) => c.key).sort()).toEqual(['elig_result', 'elig_send']);
+    } finally {
+      jest.restoreAllMocks();
+    }
+    expect(lost).toBe(true);
+    expect(said).toEqual([2]);
   });
 
   it('lets a lease taken without a live lock (a store whose worker has not begun) run out first', async () => {
