@@ -252,9 +252,19 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // (one warning), each call trying it retries as it fails, and four warnings a try, a try a minute, said
   // that outage again for as long as it lasted: at debug until it answers, as a chart's writes are.
   let serviceOut = (): boolean => false;
-  // A retry after a 429 too: the worker says the service asks for fewer requests, once in ten minutes.
-  const quietRetry = (obj: object) => serviceOut() || (obj as { status?: unknown }).status === 429;
-  const clientLog = { warn: (obj: object, msg: string) => (quietRetry(obj) ? logger.debug(obj, msg) : logger.warn(obj, msg)), debug: (obj: object, msg: string) => logger.debug(obj, msg) };
+  // A retry after a 429 is said with the worker's 429s, at warn once in ten minutes: a retry answered reaches no step, and a
+  // service turning away some of each burst, each taken on the retry, would otherwise never say requestsPerSecond is too high.
+  let throttleNews = (): boolean => true;
+  const clientLog = {
+    warn: (obj: object, msg: string) => {
+      if (serviceOut()) return logger.debug(obj, msg);
+      // A retry's line only (it counts `attempt`): one on the 429's body is not about the rate.
+      if (!('attempt' in obj && (obj as { status?: unknown }).status === 429)) return logger.warn(obj, msg);
+      if (!throttleNews()) return logger.debug(obj, msg);
+      logger.warn(obj, `${msg}: the service asks for fewer requests, said once in ten minutes (lower requestsPerSecond if it lasts)`);
+    },
+    debug: (obj: object, msg: string) => logger.debug(obj, msg),
+  };
   const client = config.service instanceof VerificationClient ? config.service : new VerificationClient(config.service, { log: clientLog, secrets: passwords });
   const ownsStore = !config.store;
   let store: JobStore;
@@ -340,6 +350,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // One payer portal out is not the service down: its checks wait, and healthz says which.
   metrics.serviceUp = () => worker.service.since === undefined && catalogNow() !== undefined;
   serviceOut = () => worker.service.since !== undefined;
+  throttleNews = () => worker.throttleNews();
 
   const fhirOptions = { routing, now, policy };
 

@@ -643,11 +643,20 @@ export class Worker {
     if (status !== 429) return void this.deps.log.warn(fields, 'the service failed; will retry');
     // Asking for fewer requests, it asks it of every check sent meanwhile: a warning each (and four retries each) was some
     // twenty a check a minute, saying the one thing an operator can do (lower requestsPerSecond) no better than the first.
-    const now = this.deps.now().getTime();
     const message = 'the service asks for fewer requests (429); will retry: said once in ten minutes (lower requestsPerSecond if it lasts)';
-    if (now - this.throttleSaidAt < THROTTLE_SAID_MS) return void this.deps.log.debug?.(fields, message);
-    this.throttleSaidAt = now;
+    if (!this.throttleNews()) return void this.deps.log.debug?.(fields, message);
     this.deps.log.warn(fields, message);
+  }
+
+  /**
+   * Whether a 429 of the service's is to be said at warn: once in THROTTLE_SAID_MS, counting the
+   * retries after one that serve's client says (one its retry gets answered reaches no step here).
+   */
+  throttleNews(): boolean {
+    const now = this.deps.now().getTime();
+    if (now - this.throttleSaidAt < THROTTLE_SAID_MS) return false;
+    this.throttleSaidAt = now;
+    return true;
   }
 
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */

@@ -184,7 +184,7 @@ describe('webhooks and service faults', () => {
     await until('both checks written once the service answers', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
   });
 
-  it('says a service asking for fewer requests (429) at warn once: its client retries at debug, the worker once in ten minutes', async () => {
+  it('says a service asking for fewer requests (429) at warn once in ten minutes: its client\'s retries and the worker\'s failures alike', async () => {
     h = await startHarness({ settings: { backoffBaseMs: 50, backoffMaxMs: 200 }, service: { maxRetries: 1 } });
     await h.fhir.seed(chartOf('primary-secondary'));
     h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 429, times: Infinity, retryAfterSeconds: 0 });
@@ -195,9 +195,23 @@ describe('webhooks and service faults', () => {
       const now = lines();
       return now.filter(retried).length >= 6 && now;
     }, 30_000);
-    expect(all.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual(['the service asks for fewer requests (429); will retry: said once in ten minutes (lower requestsPerSecond if it lasts)']);
+    // The first said is the client's first retry, before any check's send failed.
+    const warned = all.filter((line) => line.level >= 40).map((line) => line.msg);
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatch(/ answered 429; retry 1 of 1 in .*: the service asks for fewer requests, said once in ten minutes \(lower requestsPerSecond if it lasts\)$/);
     h.sandbox.clearFaults();
     await until('both checks written once it takes them', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+  });
+
+  it('says a service asking for fewer requests (429) when each retry is answered: no check fails, and it is said all the same', async () => {
+    h = await startHarness({ service: { maxRetries: 1 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 429, times: 1, retryAfterSeconds: 0 });
+    await notify('appt-4004');
+    await until('both checks written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+    expect(h.sandbox.requestLog.filter((r) => r.status === 429)).toHaveLength(1);
+    const warned = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.level >= 40);
+    expect(warned.map((line) => line.msg)).toEqual([expect.stringMatching(/ answered 429; retry 1 of 1 in .*lower requestsPerSecond if it lasts\)$/)]);
   });
 
   it('gives up on a service answering 503 throughout, and says so in the chart for the front desk', async () => {
