@@ -120,11 +120,11 @@ const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-res
 /** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
 const NOT_VERIFIED = 'NotVerified';
 
+const LOCAL = 'local-';
 /**
  * The correlation id of the failure this plugin stores for a round it could not verify, sent
  * under `externalId`: a webhook of that round coming after all finds its check by it.
  */
-const LOCAL = 'local-';
 export function localCorrelationId(externalId: string): string {
   return `${LOCAL}${externalId}`;
 }
