@@ -13,9 +13,10 @@ export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention'
 
 /**
  * Sends a check to the service again as a new verification (a new round and externalId: the
- * service keeps the old one's answer under the old id), due now; but one whose result the chart
- * refused (a token expired, a permission) has that result written again (not a failure, refusedByChart): it is as good as when it
- * came, and verified again it would cost a verification a check, for every check of the chart's outage.
+ * service keeps the old one's answer under the old id), due now; but one whose result (not a
+ * failure: refusedByChart) the chart refused, a token expired or a permission, has that result
+ * written again: it is as good as when it came, and verified again it would cost a verification a
+ * check, for every check of the chart's outage.
  */
 export async function retryCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
   return store.transaction(async (tx) => {
