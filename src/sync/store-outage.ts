@@ -18,9 +18,7 @@ export interface OutageLog {
   warn(obj: object, msg: string): void;
 }
 
-const watched = new WeakSet<JobStore>();
-
-/** Each watched store's outage under way, as its warning said it. */
+/** Each watched store's outage under way, as its warning said it; a store in it is watched already. */
 const outages = new WeakMap<JobStore, () => { since: Date; err: string } | undefined>();
 
 /**
@@ -149,7 +147,7 @@ class WatchedTx implements StoreTx {
  * process use the store.
  */
 export function watchOutages(store: JobStore, log: OutageLog, now: () => number = Date.now): JobStore {
-  if (watched.has(store)) return store;
+  if (outages.has(store)) return store;
   let since: number | undefined;
   let why = '';
   /**
@@ -211,7 +209,6 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       return call;
     },
   });
-  watched.add(proxy);
   outages.set(proxy, () => (since === undefined ? undefined : { since: new Date(since), err: why }));
   return proxy;
 }
