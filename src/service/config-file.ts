@@ -71,15 +71,23 @@ export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): Confi
   return parsed.data;
 }
 
+/** The environment variable over each of the service's settings the config file may hold: read by serviceSettings, named by serviceSettingSource. */
+const SERVICE_VARIABLES = {
+  baseUrl: 'DENTAL_ELIG_BASE_URL',
+  apiKeyHeader: 'DENTAL_ELIG_API_KEY_HEADER',
+  apiKeyScheme: 'DENTAL_ELIG_API_KEY_SCHEME',
+  allowInsecureHttp: 'DENTAL_ELIG_ALLOW_INSECURE_HTTP',
+} as const satisfies Partial<Record<keyof ClientConfigInput, string>>;
+
 /** The verification service's settings from the environment over the file; the API key from the environment or a key file. */
 export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): Partial<ClientConfigInput> {
   const apiKeyFile = env.DENTAL_ELIG_API_KEY_FILE ?? fromFile.apiKeyFile;
   return withoutUndefined({
-    baseUrl: env.DENTAL_ELIG_BASE_URL ?? fromFile.baseUrl,
+    baseUrl: env[SERVICE_VARIABLES.baseUrl] ?? fromFile.baseUrl,
     // A key file that cannot be read, or holds nothing, is named where it was set: the environment or the file.
     apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? keyInFile(env.DENTAL_ELIG_API_KEY_FILE !== undefined ? 'DENTAL_ELIG_API_KEY_FILE' : 'apiKeyFile', apiKeyFile) : undefined),
-    apiKeyHeader: env.DENTAL_ELIG_API_KEY_HEADER ?? fromFile.apiKeyHeader,
-    apiKeyScheme: env.DENTAL_ELIG_API_KEY_SCHEME ?? fromFile.apiKeyScheme,
+    apiKeyHeader: env[SERVICE_VARIABLES.apiKeyHeader] ?? fromFile.apiKeyHeader,
+    apiKeyScheme: env[SERVICE_VARIABLES.apiKeyScheme] ?? fromFile.apiKeyScheme,
     timeoutMs: fromFile.timeoutMs,
     maxRetries: fromFile.maxRetries,
     allowInsecureHttp: insecureHttpAllowed(env, fromFile),
@@ -88,7 +96,7 @@ export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): P
 
 /** Whether plain http:// to another host is allowed, for the service and the chart alike: the environment over the file. */
 export function insecureHttpAllowed(env: NodeJS.ProcessEnv, fromFile: ConfigFile): boolean | undefined {
-  return envFlag(env, 'DENTAL_ELIG_ALLOW_INSECURE_HTTP') ?? fromFile.allowInsecureHttp;
+  return envFlag(env, SERVICE_VARIABLES.allowInsecureHttp) ?? fromFile.allowInsecureHttp;
 }
 
 /**
@@ -111,18 +119,10 @@ export function settingSource(env: NodeJS.ProcessEnv, variable: string, fileKey:
   return env[variable] !== undefined ? variable : `${fileKey} (config file)`;
 }
 
-/** The environment variable over each of the service's settings in the config file (serviceSettings). */
-const SERVICE_VARIABLES: Partial<Record<keyof ClientConfigInput, string>> = {
-  baseUrl: 'DENTAL_ELIG_BASE_URL',
-  apiKeyHeader: 'DENTAL_ELIG_API_KEY_HEADER',
-  apiKeyScheme: 'DENTAL_ELIG_API_KEY_SCHEME',
-  allowInsecureHttp: 'DENTAL_ELIG_ALLOW_INSECURE_HTTP',
-};
-
 /** Where the service's setting `key` came from; the API key from its variable or its file's (serviceSettings). */
 function serviceSettingSource(env: NodeJS.ProcessEnv, key: string): string {
   if (key === 'apiKey') return env.DENTAL_ELIG_API_KEY !== undefined ? 'DENTAL_ELIG_API_KEY' : settingSource(env, 'DENTAL_ELIG_API_KEY_FILE', 'apiKeyFile');
-  const variable = SERVICE_VARIABLES[key as keyof ClientConfigInput];
+  const variable = (SERVICE_VARIABLES as Partial<Record<string, string>>)[key];
   return variable === undefined ? `${key} (config file)` : settingSource(env, variable, key);
 }
 
