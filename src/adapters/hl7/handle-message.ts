@@ -20,7 +20,7 @@ import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from './message-header';
 import { eventActionFor, profileFor, type Hl7Mappings, type Hl7Profile } from './profile';
 import { readAppointment, readAppointmentId, type AppointmentReading } from './read-appointment';
-import { firstValue, groupsOf, holdsAny, whereMissing } from './read-fields';
+import { firstValue, groupsOf, holdsAny, whereFound, whereMissing } from './read-fields';
 import { coveragesOfPatient, droppedMemberIds, keptPeriods, readInsurance, type InsuranceReading } from './read-insurance';
 import { patientKey, readIdentifierList, readPatient, readPatientKey, type PatientDemographics } from './read-patient';
 import { samePlainData } from './plain-data';
@@ -256,6 +256,8 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
+  const unborn = bornAfter(ctx, read, insurance, dateOfService);
+  if (unborn.length > 0) return rejected(unborn);
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
   // Spreads last, as readPatient says why.
   const basis: AppointmentBasis = {
@@ -466,6 +468,28 @@ function notInForce(insurance: InsuranceReading, dateOfService: string): Hl7Prob
     warnings.push(warningAt(where, 102, place === 'ended' ? 'plan ended before the date of service: not verified' : 'plan begins after the date of service: not verified'));
   });
   return warnings;
+}
+
+/**
+ * An AE ERR for the patient's birth date and each subscriber's this message states that is after
+ * the date of service: a year mistyped (2062 for 1962) would spend a verification on a member the
+ * portal cannot find, and the front desk would read "patient not found" instead of the typo. The
+ * value is not quoted: the sender has it, and an ACK's text may reach a log.
+ */
+function bornAfter(ctx: Context, patient: PatientDemographics, insurance: InsuranceReading, dateOfService: string): Hl7Problem[] {
+  const { message, profile } = ctx;
+  const problems: Hl7Problem[] = [];
+  const reason = (who: string) => `${who} birth date is after the date of service, ${dateOfService}`;
+  const stated = firstValue(message.segments, profile.patient.birthDate);
+  if (stated && patient.birthDate > dateOfService) problems.push(problemAt(whereFound(stated), 102, reason('patient')));
+  const groups = groupsOf(message.segments, 'IN1');
+  insurance.coverages.forEach(({ subscriber }, i) => {
+    if (subscriber.relationship === 'self' || subscriber.birthDate === undefined || subscriber.birthDate <= dateOfService) return;
+    const group = groups.find((g) => g[0]?.sequence === insurance.sequences[i]) ?? [];
+    const found = firstValue(group, profile.insurance.subscriberBirthDate);
+    if (found) problems.push(problemAt(whereFound(found), 102, reason('subscriber')));
+  });
+  return problems;
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

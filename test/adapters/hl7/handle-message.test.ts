@@ -222,6 +222,25 @@ describe('the subscriber', () => {
     }
   });
 
+  it('refuses a patient or a subscriber born after the date of service, naming the field, not the date of birth', async () => {
+    // The visit is on 2024-06-10; a newborn seen the day of birth is fine.
+    const sameDay = await run([msh('SIU^S12'), SCH, 'PID|1||P-1^^^SC^MR||DOE^JANE||20240610|F', in1({ 16: 'DOE^JOHN', 17: 'PAR', 18: '19790303' })]);
+    expect(sameDay.ackCode).toBe('AA');
+    const unborn = await run([
+      msh('SIU^S12'),
+      SCH,
+      'PID|1||P-1^^^SC^MR||DOE^JANE||20620102|F',
+      in1({ 17: 'SEL' }),
+      segment('IN1', { 1: '2', 3: 'CDCA1', 4: 'Delta Dental of California', 16: 'DOE^JOHN', 17: 'SPO', 18: '20790303', 36: 'M-2' }),
+    ]);
+    expect(unborn.ackCode).toBe('AE');
+    expect(problemsOf(unborn)).toEqual([
+      { segment: 'PID', sequence: 1, field: 7, reason: 'patient birth date is after the date of service, 2024-06-10', code: 102, ackCode: 'AE' },
+      { segment: 'IN1', sequence: 2, field: 18, reason: 'subscriber birth date is after the date of service, 2024-06-10', code: 102, ackCode: 'AE' },
+    ]);
+    expect(JSON.stringify(problemsOf(unborn))).not.toMatch(/2062|2079/);
+  });
+
   it('accepts self when IN1-16 and IN1-18 name the patient, family and given name in any case, the middle name aside', async () => {
     const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, in1({ 16: 'doe^Jane^X', 17: 'SEL', 18: '19800102' })]));
     expect(check?.subscriber).toMatchObject({ lastName: 'doe', firstName: 'Jane', relationship: 'self', memberId: 'M-1' });

@@ -117,7 +117,7 @@ export function coverageFacts(
   const subscriberPath = `${path}.subscriber.resolve()`;
   const isPatient = subscriberPerson?.resource === patient.resource;
   const name = isPatient ? patient.name : subscriberPerson && personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService);
-  const dob = isPatient ? patient.birthDate : subscriberPerson && birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false);
+  const dob = isPatient ? patient.birthDate : subscriberPerson && birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false, dateOfService);
   const payer = payerOf(index, raw, coverage, path, issues);
 
   if (issues.length > before || !name || !memberId || !relationship || !payer) return undefined;

@@ -81,7 +81,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
   if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService);
-  const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true);
+  const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true, dateOfService);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
   const warnings: FhirIssue[] = [];

@@ -40,14 +40,21 @@ export function personName(names: HumanName[] | undefined, path: string, issues:
   return { firstName, middleName: middle.length > 0 ? middle.join(' ') : undefined, lastName: family };
 }
 
-/** A full date; FHIR allows YYYY and YYYY-MM, which cannot identify a member. */
-export function birthDate(value: string | undefined, path: string, issues: FhirIssue[], required: boolean): string | undefined {
+/**
+ * A full date; FHIR allows YYYY and YYYY-MM, which cannot identify a member. One after the date of
+ * service is a mistyped year: sent, it spends a verification on a member the portal cannot find.
+ */
+export function birthDate(value: string | undefined, path: string, issues: FhirIssue[], required: boolean, dateOfService: string | undefined): string | undefined {
   if (value === undefined) {
     if (required) issues.push({ expression: path, diagnostics: 'required', code: 'required' });
     return undefined;
   }
   if (!IsoDate.safeParse(value).success) {
     issues.push({ expression: path, diagnostics: 'must be a full date (YYYY-MM-DD)', code: 'value' });
+    return undefined;
+  }
+  if (dateOfService !== undefined && value > dateOfService) {
+    issues.push({ expression: path, diagnostics: `is after the date of service, ${dateOfService}`, code: 'value' });
     return undefined;
   }
   return value;

@@ -296,6 +296,19 @@ describe('checksFromBundle', () => {
     ]);
   });
 
+  it('refuses a patient or a subscriber born after the date of service, the day itself allowed', () => {
+    const bundle = bundleOf('primary-secondary');
+    const visit = convert(bundle)[0]?.dateOfService ?? '';
+    resource(bundle, 'Patient').birthDate = visit;
+    expect(convert(bundle)[0]?.patient.birthDate).toBe(visit);
+    resource(bundle, 'Patient').birthDate = '2062-01-02';
+    resource(bundle, 'RelatedPerson', 'rp-sofia').birthDate = '2079-03-03';
+    expect(issuesOf(() => convert(bundle))).toEqual([
+      { expression: 'Patient.birthDate', diagnostics: `is after the date of service, ${visit}` },
+      { expression: 'Coverage[1].subscriber.resolve().birthDate', diagnostics: `is after the date of service, ${visit}` },
+    ]);
+  });
+
   it('reports a subscriber or payor reference the bundle cannot resolve', () => {
     const bundle = bundleOf('primary-secondary');
     resource(bundle, 'Coverage', 'cov-marco-aetna').subscriber = { reference: 'RelatedPerson/nobody' };
