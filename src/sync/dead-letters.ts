@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import type { FhirChange } from './ingest-fhir';
-import type { JobStore, MessageKind } from './job-store';
+import type { JobStore, MessageKind, StoreTx } from './job-store';
 
 /**
  * Keeps what arrived but could not be used (an unreadable HL7 frame, webhook or notification),
@@ -66,6 +66,22 @@ export async function resolveResent(store: JobStore, sent: { url: string; raw: s
     }
     return resolved;
   });
+}
+
+/** Said after the reason of a letter whose resource was read again and handled. */
+const HANDLED_WHEN_READ_AGAIN = '; handled when read again at ';
+
+/**
+ * The letters that refused a FHIR resource (refusedOn names it first), dead still, once it is
+ * read again and handled (the chart's data corrected, and a change of the patient or a coverage,
+ * a later notification or a poll read it): moot, and handled, saying so, as a replay of them
+ * would have left them. Else each stayed in dental_elig_dead_letters, an alert firing, until a
+ * person dismissed it. How many were.
+ */
+export async function resolveRefused(tx: StoreTx, change: FhirChange, handledAt: Date): Promise<number> {
+  const letters = await tx.deadLettersNaming(`${change.type}/${change.id}: `);
+  for (const letter of letters) await tx.updateMessage(letter.id, { status: 'handled', detail: `${letter.detail ?? ''}${HANDLED_WHEN_READ_AGAIN}${handledAt.toISOString()}` });
+  return letters.length;
 }
 
 /**

@@ -3,6 +3,7 @@ import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { changeOf, resolveRefused } from './dead-letters';
 import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
 import { fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
@@ -83,6 +84,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
     // What the chart got wrong that the checks go ahead without (an invalid NPI, a second patient): an HL7 sender hears it in its ACK.
     const warnings = [...new Set(checks.flatMap((c) => c.warnings ?? []))];
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks${warnings.length > 0 ? `; warnings: ${warnings.join('; ')}` : ''}` });
+    await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
     return { appointment: reference, status, ...done, duplicate: false };
   });
 }
@@ -117,6 +119,8 @@ export async function ingestFhirChange(
   if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
   const read: string[] = [];
   for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
+  // Each appointment of it read and handled: what a letter naming the patient or coverage refused is so no more.
+  await store.transaction((tx) => resolveRefused(tx, change, options.now()));
   return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
 }
 
@@ -227,6 +231,31 @@ async function heldAppointments(store: JobStore, patient: string, at: Present): 
 }
 
 /**
+ * The patient's appointments the chart has from today on, in a status verified, that a dead letter
+ * says the chart refused for their data (a Coverage without a member id, a birth date after the
+ * visit): the store does not hold them, and a correction of the patient or a coverage is how the
+ * chart fixes them, so they are read again with the patient's own (before, only `jobs replay`
+ * did). One search, made only while such letters are kept; a chart that refuses it (FhirInputError)
+ * has them read by `jobs replay` alone, as before.
+ */
+async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: string, at: Present): Promise<string[]> {
+  const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
+  const refused = new Set(letters.flatMap((l) => changeOf(l.detail)?.id ?? []));
+  if (refused.size === 0) return [];
+  let found: unknown[];
+  try {
+    found = await reader.search('Appointment', { patient, status: verifiedStatuses().join(','), date: `ge${firstDateToCome(at.now, undefined)}`, _count: '100' });
+  } catch (err) {
+    if (err instanceof FhirInputError) return [];
+    throw err;
+  }
+  return found.flatMap((a) => {
+    const id = AppointmentHead.safeParse(a).data?.id;
+    return id !== undefined && refused.has(id) ? [id] : [];
+  });
+}
+
+/**
  * The appointments to read again when a patient's details or coverages changed in the chart under
  * appointments already booked (a secondary plan added, a member id or birth date corrected): the
  * patient's appointments the store holds still to come at their clinics (stillToCome), booked or waiting for
@@ -250,7 +279,7 @@ export async function appointmentsOfChanged(
   }
   const patient = `Patient/${patientId}`;
   const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : [];
-  return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying])] };
+  return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(store, reader, patient, at))])] };
 }
 
 /**
@@ -371,6 +400,7 @@ export async function appointmentsToPoll(
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
   for (const patient of changedPatients) {
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
+    for (const id of await refusedOfPatient(store, reader, `Patient/${patient}`, options)) ids.add(id);
   }
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {

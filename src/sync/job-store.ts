@@ -259,6 +259,8 @@ export interface StoreTx {
   updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void>;
   /** The message kept under this kind and dedupe key, if one is. */
   findMessage(kind: MessageKind, dedupeKey: string): Promise<MessageRow | undefined>;
+  /** The FHIR notifications kept dead whose detail begins with `prefix` (refusedOn's `Appointment/<id>: `). */
+  deadLettersNaming(prefix: string): Promise<MessageRow[]>;
 
   getPatient(patientKey: string): Promise<PatientInsuranceRecord | undefined>;
   putPatient(patientKey: string, record: PatientInsuranceRecord): Promise<void>;

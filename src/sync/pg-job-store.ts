@@ -289,6 +289,11 @@ class PgTx implements StoreTx {
     return rows[0] && pgMessageFrom(rows[0]);
   }
 
+  async deadLettersNaming(prefix: string): Promise<MessageRow[]> {
+    const { rows } = await this.db.query<PgMessageRecord>("SELECT * FROM messages WHERE status = 'dead' AND kind = 'fhir-notification' AND starts_with(detail, $1)", [prefix]);
+    return rows.map(pgMessageFrom);
+  }
+
   async updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>): Promise<void> {
     await this.db.query('UPDATE messages SET status = COALESCE($2, status), detail = COALESCE($3, detail), answer = COALESCE($4, answer) WHERE id = $1', [
       id,

@@ -546,6 +546,7 @@ export class SqliteJobStore implements JobStore {
       'INSERT INTO messages (kind, dedupe_key, received_at, raw, status, detail, answer) VALUES (@kind, @dedupeKey, @receivedAt, @raw, @status, @detail, @answer) ON CONFLICT (kind, dedupe_key) DO NOTHING',
     );
     const messageByKey = db.prepare('SELECT * FROM messages WHERE kind = ? AND dedupe_key = ?');
+    const lettersNaming = db.prepare("SELECT * FROM messages WHERE status = 'dead' AND kind = 'fhir-notification' AND substr(detail, 1, length(@prefix)) = @prefix");
     const getPatient = db.prepare('SELECT record FROM patients WHERE patient_key = ?');
     const putPatient = db.prepare('INSERT INTO patients (patient_key, record) VALUES (?, ?) ON CONFLICT (patient_key) DO UPDATE SET record = excluded.record');
     const getAppointment = db.prepare('SELECT * FROM appointments WHERE key = ?');
@@ -610,6 +611,9 @@ export class SqliteJobStore implements JobStore {
       async findMessage(kind, dedupeKey) {
         const row = messageByKey.get(kind, dedupeKey) as MessageRecord | undefined;
         return row && messageFrom(row);
+      },
+      async deadLettersNaming(prefix) {
+        return (lettersNaming.all({ prefix }) as MessageRecord[]).map(messageFrom);
       },
       async updateMessage(id, change) {
         const sets = Object.entries({ status: change.status, detail: change.detail, answer: change.answer }).filter(([, v]) => v !== undefined);

@@ -68,6 +68,10 @@ class WatchedTx implements StoreTx {
     return this.tx.findMessage(kind, dedupeKey);
   }
 
+  deadLettersNaming(prefix: string) {
+    return this.tx.deadLettersNaming(prefix);
+  }
+
   updateMessage(id: number, change: Partial<Pick<MessageRow, 'status' | 'detail' | 'answer'>>) {
     return this.change(this.tx.updateMessage(id, change));
   }

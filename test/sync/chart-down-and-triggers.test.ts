@@ -426,7 +426,10 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       await h.fhir.seed(seeded.filter((r) => r.resourceType === 'Coverage'));
       expect(await h.sync.pollAppointments()).toBe(1);
       await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
-      expect(await h.store.listMessages({ status: 'dead' })).toHaveLength(1);
+      // Read and handled, its letter is moot: handled, saying so, and no alert left firing for it.
+      expect(await h.store.listMessages({ status: 'dead' })).toHaveLength(0);
+      const letters = (await h.store.listMessages({ kind: 'fhir-notification' })).filter((m) => m.detail?.startsWith('Appointment/appt-4004: Coverage: '));
+      expect(letters.map((m) => [m.status, m.detail?.includes('; handled when read again at 2026-11-23T12:00:00.000Z')])).toEqual([['handled', true]]);
     } finally {
       await chart.close();
     }

@@ -247,6 +247,46 @@ describe('FHIR-triggered eligibility', () => {
     });
   });
 
+  describe('an appointment refused for its data, the chart correcting it after', () => {
+    const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);
+    const chart = (memberId?: string) =>
+      chartOf('primary-secondary').map((r) => {
+        if (r.resourceType === 'Appointment') return { ...r, start: `${visit}T11:00:00-06:00`, end: `${visit}T12:00:00-06:00` };
+        if (r.resourceType !== 'Coverage' || r.id !== 'cov-marco-aetna') return r;
+        const { subscriberId: _, ...withoutMemberId } = r;
+        return memberId === undefined ? withoutMemberId : { ...r, subscriberId: memberId };
+      });
+    const corrected = () => chart('W778899002').filter((r) => r.resourceType === 'Coverage');
+    const letters = async () => (await h.store.listMessages({ kind: 'fhir-notification' })).filter((m) => m.detail?.startsWith('Appointment/appt-4004: ')).map((m) => m.status);
+
+    it('reads it again when the Coverage is corrected, verifies both, and lets go of its dead letter', async () => {
+      await h.fhir.seed(chart());
+      const refused = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+      expect(refused.status).toBe(422);
+      expect(await letters()).toEqual(['dead']);
+
+      await h.fhir.seed(corrected());
+      const res = await fetch(`${h.httpUrl}/fhir-notifications/Coverage/cov-marco-aetna`, { method: 'POST' });
+      expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('Coverage/cov-marco-aetna: Appointment/appt-4004: booked');
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await letters()).toEqual(['handled']);
+      const [letter] = (await h.store.listMessages({ kind: 'fhir-notification' })).filter((m) => m.detail?.startsWith('Appointment/appt-4004: '));
+      expect(letter?.detail).toMatch(/; handled when read again at \d{4}-\d\d-\d\dT/);
+    });
+
+    it('reads it again when a poll finds the Coverage corrected, though the appointment did not change', async () => {
+      await h.fhir.seed(chart());
+      await h.sync.pollAppointments();
+      expect(await letters()).toEqual(['dead']);
+      expect(await h.sync.pollAppointments()).toBe(0);
+
+      await h.fhir.seed(corrected());
+      expect(await h.sync.pollAppointments()).toBe(1);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect(await letters()).toEqual(['handled']);
+    });
+  });
+
   it('verifies a pending, arrived or checked-in appointment as a booked one', async () => {
     const pending = chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'pending' as const }] : []));
     await h.fhir.seed(pending);

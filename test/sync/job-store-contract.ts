@@ -97,6 +97,23 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(found[0]).toMatchObject({ kind: 'hl7', dedupeKey: 'msg_1', raw: 'x', status: 'received' });
     });
 
+    it('finds the dead FHIR letters whose detail begins with a resource, not another\'s, a handled one or another kind\'s', async () => {
+      const keep = (kind: 'hl7' | 'fhir-notification', dedupeKey: string, status: 'dead' | 'handled', detail: string) =>
+        store.transaction(async (tx) => {
+          const { message } = await tx.addMessage({ kind, dedupeKey, receivedAt: NOW, raw: '{}', status });
+          await tx.updateMessage(message.id, { status, detail });
+          return message.id;
+        });
+      const mine = await keep('fhir-notification', 'a', 'dead', 'Appointment/a-1: Coverage[0].subscriberId: required');
+      await keep('fhir-notification', 'b', 'dead', 'Appointment/a-10: Coverage[0].subscriberId: required');
+      await keep('fhir-notification', 'c', 'handled', 'Appointment/a-1: Coverage[0].subscriberId: required');
+      await keep('hl7', 'd', 'dead', 'Appointment/a-1: not a FHIR letter');
+      await keep('fhir-notification', 'e', 'dead', 'not handled (Appointment/a-1: 503); the sender was asked to send it again');
+      const found = await store.transaction((tx) => tx.deadLettersNaming('Appointment/a-1: '));
+      expect(found.map((m) => m.id)).toEqual([mine]);
+      expect(await store.transaction((tx) => tx.deadLettersNaming('Appointment/'))).toHaveLength(2);
+    });
+
     it('keeps a message whose dedupe key holds a NUL (a broken sender\'s MSH-10) and knows its resend', async () => {
       const dedupeKey = 'PMS|BSD|MSG\u00001';
       const add = () => store.transaction((tx) => tx.addMessage({ kind: 'hl7', dedupeKey, receivedAt: NOW, raw: 'MSH|...', status: 'received' }));
