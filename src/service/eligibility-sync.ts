@@ -624,7 +624,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         },
         (err: unknown) => `failing: ${errorText(err)}`,
       );
-      const fhir = await fhirHealth(config.fhir);
+      // Its /metadata needs no token: a chart refusing the plugin's writes answers it all the same.
+      const refusing = worker.chartRefusing;
+      const reached = await fhirHealth(config.fhir);
+      const fhir =
+        reached === 'ok' && refusing
+          ? `refusing this plugin's writes (${refusing.status}: ${refusing.status === 401 ? 'its token' : 'its permissions'}) since ${refusing.since.toISOString()}: checks wait for a person (jobs retry once it takes them)`
+          : reached;
       const out = worker.service.since;
       const portals = worker.service.portalsOut;
       const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;

@@ -201,6 +201,11 @@ export class Worker {
   private readonly unreleased = new Set<string>();
   /** When this worker's chart writes began to fail, while they do: see chartFailed. */
   private chartFailingSince: Date | undefined;
+  /**
+   * The chart refusing this plugin's writes for who it is (401 with no token renewed, 403), since
+   * when, until it takes one: /healthz says so, as the chart's /metadata it reads needs no token.
+   */
+  chartRefusing: { status: number; since: Date } | undefined;
   /** The service as this worker's calls find it: while it is out, checks wait for it in the store. */
   readonly service: ServiceOutage;
 
@@ -807,6 +812,7 @@ export class Worker {
       const retryable = chartMayTakeIt(err);
       const detail = errorText(err);
       if (!retryable) {
+        this.chartRefused(err);
         if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `${CHART_REFUSED}: ${detail}` })) {
           this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: CHART_REFUSED });
           // The operator's to fix (a token expired, a permission, a profile the chart holds to), as a refusal of the service is: said at warn with what the chart answered.
@@ -885,7 +891,14 @@ export class Worker {
     this.deps.log.warn({ ...fields, further: 'at debug until the chart takes a write' }, message);
   }
 
+  /** A refusal of the chart's, kept while it is of this plugin's credentials (chartRefusing). */
+  private chartRefused(err: unknown): void {
+    const status = err instanceof ChartWriteError ? err.status : undefined;
+    if (status === 401 || status === 403) this.chartRefusing ??= { status, since: this.deps.now() };
+  }
+
   private chartTook(): void {
+    this.chartRefusing = undefined;
     if (!this.chartFailingSince) return;
     this.deps.log.info({ since: this.chartFailingSince.toISOString() }, 'the chart takes writes again');
     this.chartFailingSince = undefined;
@@ -919,6 +932,7 @@ export class Worker {
         this.chartFailed({ key: row.key, attempts: row.attempts + 1, err: detail }, 'ending a Coverage in the chart failed; will retry');
         return;
       }
+      this.chartRefused(err);
       await this.kept(() => this.step(row, 'ending-coverage', done({ dueAt: undefined, lastError: `its plan no longer serves the visit; the chart refused ending its Coverage: ${detail}` })));
       this.deps.log.warn({ key: row.key }, 'the chart refused ending a Coverage; it stays as it is');
       return;

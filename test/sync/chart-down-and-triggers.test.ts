@@ -3,6 +3,7 @@ import { startScriptedServer, type RecordedRequest } from '../support/http-serve
 import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
+import { retryCheck } from '../../src/sync/operations';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
 import { switchableProxy } from '../support/switchable-proxy';
@@ -94,6 +95,40 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
     await listener.stop();
     await proxy.close();
+  });
+
+  it('says in /healthz that the chart refuses the plugin\'s writes (401), though its /metadata answers, until it takes one again', async () => {
+    let refusing = true;
+    const chart = await inFrontOfFhir(async () => undefined, (req, res) => refusing && req.method !== 'GET' && fhirJson(res, 401, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'login' }] }));
+    try {
+      h = await startHarness({ fhirVia: chart.via });
+      const health = async () => {
+        const res = await fetch(`${h.httpUrl}/healthz`);
+        return [res.status, ((await res.json()) as { fhir: string }).fhir] as const;
+      };
+      expect(await health()).toEqual([200, 'ok']);
+      const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+      const { port } = await listener.start();
+      const c = await client(port);
+      c.socket.write(frame(booking('R1', 'P-R1', '64246', 'Guardian')));
+      await c.waitFor(1);
+      c.socket.end();
+      await listener.stop();
+      const [refused] = await until('the write refused', async () => {
+        const rows = await h.store.listChecks({ states: ['needs-attention'] });
+        return rows.length === 1 && rows;
+      });
+      const [status, said] = await health();
+      expect(status).toBe(200);
+      expect(said).toMatch(/^refusing this plugin's writes \(401: its token\) since \d{4}-\d\d-\d\dT[^ ]+: checks wait for a person \(jobs retry once it takes them\)$/);
+
+      refusing = false;
+      await retryCheck(h.store, refused?.key ?? '', new Date());
+      await until('written once the chart takes it', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect(await health()).toEqual([200, 'ok']);
+    } finally {
+      await chart.close();
+    }
   });
 
   it('keeps a notification it cannot handle while the FHIR server is unreachable, answering 500 so the sender tries again', async () => {
