@@ -348,7 +348,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
-  metrics.serviceUp = () => worker.service.since === undefined && catalogNow() !== undefined;
+  metrics.serviceUp = () => worker.service.since === undefined && worker.keyRefusedSince === undefined && catalogNow() !== undefined;
   serviceOut = () => worker.service.since !== undefined;
   throttleNews = () => worker.throttleNews();
 
@@ -632,17 +632,20 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           ? `refusing this plugin's writes (${refusing.status}: ${refusing.status === 401 ? 'its token' : 'its permissions'}) since ${refusing.since.toISOString()}: checks wait for a person (jobs retry once it takes them)`
           : reached;
       const out = worker.service.since;
+      const keyRefused = worker.keyRefusedSince;
       const portals = worker.service.portalsOut;
       const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.
       const service =
         !catalogNow()
           ? `no payer catalog yet${keeper?.failure ? ` (${keeper.failure})` : ''}: checks wait for it`
-          : out
-            ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
-            : portals.length > 0
-              ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
-              : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
+          : keyRefused
+            ? `refusing the API key (401) since ${keyRefused.toISOString()}: checks wait for a person (jobs retry once the key is replaced)`
+            : out
+              ? `not answering since ${out.toISOString()}: checks wait for it${portals.length > 0 ? `, and for ${portalsSaid}` : ''}`
+              : portals.length > 0
+                ? `not answering for ${portalsSaid}: ${portals.length === 1 ? 'its checks wait for it' : 'their checks wait for them'}, the others go on`
+                : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       // A balancer that keeps sending to an instance stopping keeps its stop waiting on what it sends: told, it routes elsewhere.
       const going = stopping !== undefined;
       return { ok: !going && store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service, ...(going && { stopping: true as const }) };

@@ -206,6 +206,12 @@ export class Worker {
    * when, until it takes one: /healthz says so, as the chart's /metadata it reads needs no token.
    */
   chartRefusing: { status: number; since: Date } | undefined;
+  /**
+   * Since when the service refuses this plugin's API key (401), until a call of it is answered:
+   * every check goes to a person meanwhile, and /healthz and dental_elig_service_up say so, as
+   * the service answering each refusal is not the service usable.
+   */
+  keyRefusedSince: Date | undefined;
   /** The service as this worker's calls find it: while it is out, checks wait for it in the store. */
   readonly service: ServiceOutage;
 
@@ -606,6 +612,7 @@ export class Worker {
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
       // Said only when the check moved: a webhook may have applied its result meanwhile.
+      if (status === 401) this.keyRefusedSince ??= this.deps.now();
       if (!(await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
       this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
@@ -1098,6 +1105,7 @@ export class Worker {
     try {
       const answer = await this.timed('service', operation, call);
       this.service.answered(portal, key);
+      this.keyRefusedSince = undefined;
       return answer;
     } catch (err) {
       this.service.failed(err, pass, key, portal);

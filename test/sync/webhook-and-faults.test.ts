@@ -2,6 +2,7 @@ import type { CoverageEligibilityResponse } from 'fhir/r4';
 import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
+import { retryCheck } from '../../src/sync/operations';
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { booking, bookingFor } from '../support/bookings';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
@@ -93,6 +94,30 @@ describe('webhooks and service faults', () => {
     await until('both checks written after the outage', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
     expect(h.sandbox.requestLog.filter((r) => r.status === 503).length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('says in /healthz and dental_elig_service_up that the service refuses the API key (401) until a call of it is answered', async () => {
+    h = await startHarness();
+    await h.fhir.seed(chartOf('primary-secondary'));
+    const said = async () => {
+      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+      const up = /^dental_elig_service_up (\d)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+      return [service, up];
+    };
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 401, times: Infinity });
+    await notify('appt-4004');
+    const refused = await until('both checks left to a person', async () => {
+      const rows = await h.store.listChecks({ states: ['needs-attention'] });
+      return rows.length === 2 && rows;
+    });
+    const [service, up] = await said();
+    expect(service).toMatch(/^refusing the API key \(401\) since \d{4}-\d\d-\d\dT[^ ]+: checks wait for a person \(jobs retry once the key is replaced\)$/);
+    expect(up).toBe('0');
+
+    h.sandbox.clearFaults();
+    for (const row of refused) await retryCheck(h.store, row.key, new Date());
+    await until('both written once the key is taken', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await said()).toEqual(['ok', '1']);
   });
 
   it('says one payer portal out in /healthz, not the service, and verifies other payers\' bookings meanwhile', async () => {
