@@ -340,6 +340,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     log: logger,
     emit,
     arriving: () => arriving,
+    webhookMissed: () => metrics.webhooks.inc({ result: 'not-received' }),
     observe: (target, operation, seconds, ok) => {
       metrics.latency.observe({ target, operation, ok: String(ok) }, seconds);
       if (target === 'service') lastServiceCall = { ok, at: now().toISOString() };

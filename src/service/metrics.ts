@@ -41,7 +41,7 @@ export class SyncMetrics {
   readonly failures = new Counter({ name: 'dental_elig_failures_total', help: 'Failed verifications, by failure kind', labelNames: ['kind'], registers: [this.registry] });
   readonly pruned = new Counter({ name: 'dental_elig_pruned_total', help: 'Rows the job store was pruned of, past the retention period, by what they were', labelNames: ['what'], registers: [this.registry] });
   readonly prunedBodies = new Counter({ name: 'dental_elig_pruned_bodies_total', help: 'Verification bodies (their benefits) cut from the checks the job store keeps past the retention period', registers: [this.registry] });
-  readonly webhooks = new Counter({ name: 'dental_elig_webhooks_total', help: 'Webhook deliveries, by what became of them', labelNames: ['result'], registers: [this.registry] });
+  readonly webhooks = new Counter({ name: 'dental_elig_webhooks_total', help: 'Webhook deliveries, by what became of them (not-received: a result polling took before its webhook came)', labelNames: ['result'], registers: [this.registry] });
   readonly latency = new Histogram({
     name: 'dental_elig_request_duration_seconds',
     help: 'Calls to the verification service and the FHIR server',

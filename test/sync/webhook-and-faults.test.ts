@@ -84,6 +84,10 @@ describe('webhooks and service faults', () => {
     await notify('appt-4004');
     await until('both checks written by polling', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
     expect(h.sandbox.requestLog.some((r) => r.method === 'GET' && r.path.startsWith('/v2/insurance-verifications/'))).toBe(true);
+    // Webhooks that stopped coming are counted, for an alert, and said once, not for each result.
+    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toContain('dental_elig_webhooks_total{result="not-received"} 2');
+    const warned = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.level >= 40 && l.msg.startsWith('a result came by polling'));
+    expect(warned).toHaveLength(1);
   });
 
   it('waits out a service answering 503 for a while and then verifies everything once', async () => {
