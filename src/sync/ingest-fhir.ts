@@ -235,8 +235,9 @@ async function heldAppointments(store: JobStore, patient: string, at: Present): 
  * says the chart refused for their data (a Coverage without a member id, a birth date after the
  * visit): the store does not hold them, and a correction of the patient or a coverage is how the
  * chart fixes them, so they are read again with the patient's own (before, only `jobs replay`
- * did). One search, made only while such letters are kept; a chart that refuses it (FhirInputError)
- * has them read by `jobs replay` alone, as before.
+ * did). One search, made only while such letters are kept; a chart that refuses it, or fails it
+ * (slow, out of reach), has them read by `jobs replay` alone, as before: else the search would fail
+ * the whole poll, no appointment polled, and a Patient notification that reads nothing else.
  */
 async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: string, at: Present): Promise<string[]> {
   const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
@@ -245,9 +246,8 @@ async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: st
   let found: unknown[];
   try {
     found = await reader.search('Appointment', { patient, status: verifiedStatuses().join(','), date: `ge${firstDateToCome(at.now, undefined)}`, _count: '100' });
-  } catch (err) {
-    if (err instanceof FhirInputError) return [];
-    throw err;
+  } catch {
+    return [];
   }
   return found.flatMap((a) => {
     const id = AppointmentHead.safeParse(a).data?.id;
