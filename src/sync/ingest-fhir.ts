@@ -66,7 +66,11 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
 
   return store.transaction(async (tx) => {
     const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    // Handled before as it reads now (the chart put back what it refused since, a member id deleted and typed in again): handled still.
+    if (duplicate) {
+      await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
+      return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    }
     const done = await scheduleAppointment(
       tx,
       {
