@@ -120,11 +120,11 @@ export async function ingestFhirChange(
   const { patient, appointments } = await appointmentsOfChanged(store, reader, { type: change.type, id: change.id }, { now: options.now(), policy: options.policy });
   const reference = `${change.type}/${change.id}`;
   const gone = patient ? '' : 'the server no longer has it';
-  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
   const read: string[] = [];
   for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
-  // Each appointment of it read and handled: what a letter naming the patient or coverage refused is so no more.
+  // It and each appointment of it read and handled (none, for a patient with no visit to come): what a letter naming the patient or coverage refused is so no more.
   await store.transaction((tx) => resolveRefused(tx, change, options.now()));
+  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
   return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
 }
 

@@ -288,6 +288,19 @@ describe('FHIR-triggered eligibility', () => {
       expect(await letters()).toEqual(['handled']);
     });
 
+    it("lets go of a Coverage's letter once the Coverage is read again and handled, though its patient has no appointment to read", async () => {
+      const coverage = chart('W778899002').flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-aetna' ? [r] : []));
+      await h.fhir.seed(coverage.map(({ beneficiary: _, ...r }) => r as FhirResource));
+      const notify = () => fetch(`${h.httpUrl}/fhir-notifications/Coverage/cov-marco-aetna`, { method: 'POST' });
+      expect((await notify()).status).toBe(422);
+      const coverageLetters = async () => (await h.store.listMessages({ kind: 'fhir-notification' })).filter((m) => m.detail?.startsWith('Coverage/cov-marco-aetna: ')).map((m) => m.status);
+      expect(await coverageLetters()).toEqual(['dead']);
+      await h.fhir.seed(coverage);
+      const res = await notify();
+      expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('Coverage/cov-marco-aetna: no appointment of Patient/pat-marco held from today on');
+      expect(await coverageLetters()).toEqual(['handled']);
+    });
+
     it('reads it again when a poll finds the Coverage corrected, though the appointment did not change', async () => {
       await h.fhir.seed(chart());
       await h.sync.pollAppointments();
