@@ -66,7 +66,11 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
 
   return store.transaction(async (tx) => {
     const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    // Handled before as it reads now (the chart put back what it refused since, a member id deleted and typed in again): handled still.
+    if (duplicate) {
+      await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
+      return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    }
     const done = await scheduleAppointment(
       tx,
       {
@@ -116,11 +120,11 @@ export async function ingestFhirChange(
   const { patient, appointments } = await appointmentsOfChanged(store, reader, { type: change.type, id: change.id }, { now: options.now(), policy: options.policy });
   const reference = `${change.type}/${change.id}`;
   const gone = patient ? '' : 'the server no longer has it';
-  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
   const read: string[] = [];
   for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
-  // Each appointment of it read and handled: what a letter naming the patient or coverage refused is so no more.
+  // It and each appointment of it read and handled (none, for a patient with no visit to come): what a letter naming the patient or coverage refused is so no more.
   await store.transaction((tx) => resolveRefused(tx, change, options.now()));
+  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
   return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
 }
 
@@ -235,8 +239,9 @@ async function heldAppointments(store: JobStore, patient: string, at: Present): 
  * says the chart refused for their data (a Coverage without a member id, a birth date after the
  * visit): the store does not hold them, and a correction of the patient or a coverage is how the
  * chart fixes them, so they are read again with the patient's own (before, only `jobs replay`
- * did). One search, made only while such letters are kept; a chart that refuses it (FhirInputError)
- * has them read by `jobs replay` alone, as before.
+ * did). One search, made only while such letters are kept; a chart that refuses it, or fails it
+ * (slow, out of reach), has them read by `jobs replay` alone, as before: else the search would fail
+ * the whole poll, no appointment polled, and a Patient notification that reads nothing else.
  */
 async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: string, at: Present): Promise<string[]> {
   const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
@@ -245,9 +250,8 @@ async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: st
   let found: unknown[];
   try {
     found = await reader.search('Appointment', { patient, status: verifiedStatuses().join(','), date: `ge${firstDateToCome(at.now, undefined)}`, _count: '100' });
-  } catch (err) {
-    if (err instanceof FhirInputError) return [];
-    throw err;
+  } catch {
+    return [];
   }
   return found.flatMap((a) => {
     const id = AppointmentHead.safeParse(a).data?.id;

@@ -274,6 +274,33 @@ describe('FHIR-triggered eligibility', () => {
       expect(letter?.detail).toMatch(/; handled when read again at \d{4}-\d\d-\d\dT/);
     });
 
+    it('lets go of its dead letter when the chart puts back what it had when the appointment was handled: read again, it is a duplicate', async () => {
+      await h.fhir.seed(chart('W778899002'));
+      const notify = () => fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+      expect((await notify()).status).toBe(200);
+      await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      // The member id deleted by mistake, then typed back in.
+      await h.fhir.seed(chart().filter((r) => r.resourceType === 'Coverage'));
+      expect((await notify()).status).toBe(422);
+      expect(await letters()).toEqual(['dead']);
+      await h.fhir.seed(corrected());
+      expect((await notify()).status).toBe(200);
+      expect(await letters()).toEqual(['handled']);
+    });
+
+    it("lets go of a Coverage's letter once the Coverage is read again and handled, though its patient has no appointment to read", async () => {
+      const coverage = chart('W778899002').flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-aetna' ? [r] : []));
+      await h.fhir.seed(coverage.map(({ beneficiary: _, ...r }) => r as FhirResource));
+      const notify = () => fetch(`${h.httpUrl}/fhir-notifications/Coverage/cov-marco-aetna`, { method: 'POST' });
+      expect((await notify()).status).toBe(422);
+      const coverageLetters = async () => (await h.store.listMessages({ kind: 'fhir-notification' })).filter((m) => m.detail?.startsWith('Coverage/cov-marco-aetna: ')).map((m) => m.status);
+      expect(await coverageLetters()).toEqual(['dead']);
+      await h.fhir.seed(coverage);
+      const res = await notify();
+      expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('Coverage/cov-marco-aetna: no appointment of Patient/pat-marco held from today on');
+      expect(await coverageLetters()).toEqual(['handled']);
+    });
+
     it('reads it again when a poll finds the Coverage corrected, though the appointment did not change', async () => {
       await h.fhir.seed(chart());
       await h.sync.pollAppointments();

@@ -954,6 +954,18 @@ describe('HL7 v2 into the chart', () => {
     expect(await memberOf('APT-14')).toEqual(['SBX-COMPLETE-4']);
   });
 
+  it('books an older booking whose birth date a later A08 corrected, its checks built from the record, not refused for the typo', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const guardian = in1('64246', 'Guardian', 'SBX-COMPLETE');
+    // The booking made at 09:00 has the year mistyped; the A08 made at 10:00 corrects it, and is delivered first.
+    expect(await send(sentAt('100000', adt('Y1', 'P-18', guardian)))).toEqual(['AA']);
+    expect(await send(sentAt('090000', [msh('SIU^S12^SIU_S12', 'Y2'), sch('APT-18'), pid('P-18', 'DOE^JANE', '20800102'), guardian].join('\r')))).toEqual(['AA']);
+    const checks = (await h.store.listChecks()).filter((c) => c.check.source.kind === 'hl7' && c.check.source.appointmentId === 'APT-18');
+    expect(checks.map((c) => c.check.patient.birthDate)).toEqual(['1980-01-02']);
+  });
+
   it('loses no update when two connections race with messages for one patient', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();

@@ -1,4 +1,5 @@
 import type { FhirReader } from '../../src/adapters/fhir/in';
+import { deadLetter } from '../../src/sync/dead-letters';
 import { appointmentsToPoll } from '../../src/sync/ingest-fhir';
 import { storePerTest } from '../support/sqlite-store';
 
@@ -62,5 +63,27 @@ describe('the FHIR poll cursor', () => {
     server[0] = { id: 'a', lastUpdated: '2026-11-24T10:00:05Z', start: '2026-12-02T09:00:00-08:00' };
     const moved = await appointmentsToPoll(store(), serverOf(server), { now: new Date('2026-11-24T12:00:00Z'), policy, days: 14, since: same.cursor });
     expect(moved.ids).toEqual(['a']);
+  });
+});
+
+describe('the poll while a letter names an appointment the chart refused', () => {
+  const store = storePerTest('elig-poll-letter-');
+  const policy = { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000 };
+  const now = new Date('2026-11-24T12:00:00Z');
+
+  it("still polls the appointments when the chart fails the search of a changed patient's appointments", async () => {
+    await deadLetter(store(), { kind: 'fhir-notification', raw: '{}', reason: 'Appointment/refused-1: Coverage[0].subscriberId: required', receivedAt: now });
+    const server: FhirReader = {
+      read: async () => undefined,
+      search: async (type, params) => {
+        if (type === 'Patient') return [{ resourceType: 'Patient', id: 'p-1', meta: { versionId: '2', lastUpdated: '2026-11-24T11:00:00Z' } }];
+        if (type !== 'Appointment') return [];
+        // The patient's appointments, searched for the letter's: a chart that times such a search out.
+        if (params.patient !== undefined) throw new Error('The operation was aborted due to timeout');
+        return [{ resourceType: 'Appointment', id: 'a-1', status: 'booked', meta: { versionId: '1', lastUpdated: '2026-11-24T10:00:00Z' } }];
+      },
+    };
+    const polled = await appointmentsToPoll(store(), server, { now, policy, days: 14, since: undefined });
+    expect(polled.ids).toEqual(['a-1']);
   });
 });

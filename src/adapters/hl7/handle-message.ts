@@ -256,7 +256,10 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
-  const unborn = bornAfter(ctx, read, insurance, dateOfService);
+  // Made before the record's last word on the patient (a merge's, or a message stating insurance, which the pipeline
+  // orders by MSH-7), its PID and IN1 make no check, the record's do: a typo corrected since is no reason to refuse it.
+  const older = found.outdated || (insurance.present && known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, known.sentAt));
+  const unborn = older ? [] : bornAfter(ctx, read, insurance, dateOfService);
   if (unborn.length > 0) return rejected(unborn);
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
   // Spreads last, as readPatient says why.
