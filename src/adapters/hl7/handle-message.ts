@@ -256,10 +256,7 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
-  // Made before the record's last word on the patient (a merge's, or a message stating insurance, which the pipeline
-  // orders by MSH-7), its PID and IN1 make no check, the record's do: a typo corrected since is no reason to refuse it.
-  const older = found.outdated || (insurance.present && known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, known.sentAt));
-  const unborn = older ? [] : bornAfter(ctx, read, insurance, dateOfService);
+  const unborn = olderThanRecord(ctx, found, insurance) ? [] : bornAfter(ctx, read, insurance, { date: dateOfService, said: `after the date of service, ${dateOfService}` });
   if (unborn.length > 0) return rejected(unborn);
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
   // Spreads last, as readPatient says why.
@@ -321,6 +318,9 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   if (!read || !insurance || !named) throw new Error('readers returned nothing without a problem');
   const found = await patientNamed(ctx, named);
   const { key, known } = found;
+  const tomorrow = new Date(Date.parse(options.receivedAt) + 86_400_000).toISOString().slice(0, 10);
+  const unborn = olderThanRecord(ctx, found, insurance) ? [] : bornAfter(ctx, read, insurance, { date: tomorrow, said: 'in the future' });
+  if (unborn.length > 0) return rejected(unborn);
   const { patient, stated } = saidOf(found, named, read, insurance.present);
   // A demographics update without IN1 says nothing about insurance: keep what is known.
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
@@ -475,24 +475,35 @@ function notInForce(insurance: InsuranceReading, dateOfService: string): Hl7Prob
 
 /**
  * An AE ERR for the patient's birth date and each subscriber's this message states that is after
- * the date of service: a year mistyped (2062 for 1962) would spend a verification on a member the
- * portal cannot find, and the front desk would read "patient not found" instead of the typo. The
- * value is not quoted: the sender has it, and an ACK's text may reach a log.
+ * `latest` (a booking's date of service; a record's day after it was received, so a newborn east
+ * of UTC is not refused): a year mistyped (2062 for 1962) would spend a verification on a member
+ * the portal cannot find, and the front desk would read "patient not found" instead of the typo;
+ * kept on file from an ADT, every later booking would. The value is not quoted: the sender has
+ * it, and an ACK's text may reach a log.
  */
-function bornAfter(ctx: Context, patient: PatientDemographics, insurance: InsuranceReading, dateOfService: string): Hl7Problem[] {
+function bornAfter(ctx: Context, patient: PatientDemographics, insurance: InsuranceReading, latest: { date: string; said: string }): Hl7Problem[] {
   const { message, profile } = ctx;
   const problems: Hl7Problem[] = [];
-  const reason = (who: string) => `${who} birth date is after the date of service, ${dateOfService}`;
+  const reason = (who: string) => `${who} birth date is ${latest.said}`;
   const stated = firstValue(message.segments, profile.patient.birthDate);
-  if (stated && patient.birthDate > dateOfService) problems.push(problemAt(whereFound(stated), 102, reason('patient')));
+  if (stated && patient.birthDate > latest.date) problems.push(problemAt(whereFound(stated), 102, reason('patient')));
   const groups = groupsOf(message.segments, 'IN1');
   insurance.coverages.forEach(({ subscriber }, i) => {
-    if (subscriber.relationship === 'self' || subscriber.birthDate === undefined || subscriber.birthDate <= dateOfService) return;
+    if (subscriber.relationship === 'self' || subscriber.birthDate === undefined || subscriber.birthDate <= latest.date) return;
     const group = groups.find((g) => g[0]?.sequence === insurance.sequences[i]) ?? [];
     const found = firstValue(group, profile.insurance.subscriberBirthDate);
     if (found) problems.push(problemAt(whereFound(found), 102, reason('subscriber')));
   });
   return problems;
+}
+
+/**
+ * Whether the message was made before the record's last word on the patient (a merge's, or a
+ * message stating insurance, which the pipeline orders by MSH-7): its PID and IN1 change nothing
+ * then, and make no check, so a typo corrected since is no reason to refuse it.
+ */
+function olderThanRecord(ctx: Context, found: Awaited<ReturnType<typeof patientNamed>>, insurance: InsuranceReading): boolean {
+  return found.outdated || (insurance.present && found.known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, found.known.sentAt));
 }
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {

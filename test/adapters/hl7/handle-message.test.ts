@@ -241,6 +241,19 @@ describe('the subscriber', () => {
     expect(JSON.stringify(problemsOf(unborn))).not.toMatch(/2062|2079/);
   });
 
+  it('refuses a record (A08) stating a birth date in the future, which every later booking would send; tomorrow is not refused', async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const spouse = (born: string) => in1({ 16: 'DOE^JOHN', 17: 'SPO', 18: born });
+    // Received at noon UTC on 2024-05-01: a day ahead of it may already be the day in a clinic east of UTC.
+    expect((await run([msh('ADT^A08^ADT_A01', 'A1'), PID, spouse('20240502')], store)).ackCode).toBe('AA');
+    const future = await run([msh('ADT^A08^ADT_A01', 'A2'), 'PID|1||P-1^^^SC^MR||DOE^JANE||20620102|F', spouse('20790303')], store);
+    expect(future.ackCode).toBe('AE');
+    expect(problemsOf(future).map((p) => `${p.segment}-${p.field}: ${p.reason}`)).toEqual(['PID-7: patient birth date is in the future', 'IN1-18: subscriber birth date is in the future']);
+    // Refused, it changed nothing on file: a booking without IN1 is built from the record as it was.
+    const [check] = checksOf(await run([msh('SIU^S12', 'S1'), SCH, PID], store));
+    expect([check?.patient.birthDate, check?.subscriber.birthDate]).toEqual(['1980-01-02', '2024-05-02']);
+  });
+
   it('accepts self when IN1-16 and IN1-18 name the patient, family and given name in any case, the middle name aside', async () => {
     const [check] = checksOf(await run([msh('SIU^S12'), SCH, PID, in1({ 16: 'doe^Jane^X', 17: 'SEL', 18: '19800102' })]));
     expect(check?.subscriber).toMatchObject({ lastName: 'doe', firstName: 'Jane', relationship: 'self', memberId: 'M-1' });
