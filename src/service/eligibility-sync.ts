@@ -350,6 +350,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
   metrics.serviceUp = () => worker.service.since === undefined && worker.keyRefusedSince === undefined && catalogNow() !== undefined;
+  metrics.portalsOut = () => worker.service.portalsOut.length;
   serviceOut = () => worker.service.since !== undefined;
   throttleNews = () => worker.throttleNews();
 

@@ -57,6 +57,8 @@ export class SyncMetrics {
   inHand: () => number = () => 0;
   /** Whether the worker finds the verification service answering (ServiceOutage). */
   serviceUp: () => boolean = () => true;
+  /** How many payer portals the worker finds out on their own, the service answering for the others (ServiceOutage). */
+  portalsOut: () => number = () => 0;
 
   constructor(store: JobStore, now: () => Date) {
     // Read from this process when scraped: what the worker holds now, not a count kept beside it.
@@ -70,7 +72,8 @@ export class SyncMetrics {
         },
       });
     live('dental_elig_checks_in_hand', 'Checks the worker holds right now (at most concurrency plus chartConcurrency)', () => this.inHand());
-    live('dental_elig_service_up', 'Whether the worker finds the verification service answering (0: out, checks waiting for it; one call at a time tries it)', () => (this.serviceUp() ? 1 : 0));
+    live('dental_elig_service_up', 'Whether the worker finds the verification service answering and taking its API key (0: out, checks waiting for it; one call at a time tries it)', () => (this.serviceUp() ? 1 : 0));
+    live('dental_elig_payer_portals_out', 'Payer portals the worker finds out on their own, their checks waiting for them while the others go on (/healthz names them)', () => this.portalsOut());
     const checks = new Gauge({ name: 'dental_elig_checks', help: 'Checks by state', labelNames: ['state'], registers: [this.registry] });
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });

@@ -133,7 +133,10 @@ describe('webhooks and service faults', () => {
       const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
       return /^not answering for payer portal \S+ since \d{4}-\d\d-\d\dT.*: its checks wait for it, the others go on$/.test(service) && service;
     });
-    expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toMatch(/^dental_elig_service_up 1$/m);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_service_up 1$/m);
+    // An alert's measure of it: one portal out.
+    expect(metrics).toMatch(/^dental_elig_payer_portals_out 1$/m);
     // Guardian and MetLife: verified while Cigna's portal is out, not held for it.
     await h.sync.receiveHl7(booking('PORTAL', 0));
     await h.sync.receiveHl7(booking('PORTAL', 3));
