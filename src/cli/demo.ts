@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import type { Bundle } from 'fhir/r4';
+import { dollarsText } from '../adapters/fhir/out/values';
 import { splitMessages } from '../adapters/hl7';
 import { projectRoot } from '../mapping-files';
 import { serve, type Serving } from '../service/serve';
@@ -148,5 +149,5 @@ function annualMaximumLeft(c: CheckRow): string {
   if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
   const maximums = entries(outcome.result.data?.maximums, (m) => m);
   const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '')) ?? maximums[0];
-  return typeof annual?.remainingAmount === 'number' ? `$${annual.remainingAmount.toFixed(2)}` : '';
+  return typeof annual?.remainingAmount === 'number' ? dollarsText(annual.remainingAmount) : '';
 }

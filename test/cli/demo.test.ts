@@ -22,12 +22,12 @@ describe('dental-elig demo (what `npm start` runs)', () => {
     const rows = lines.slice(header + 1, header + 7);
     // Initials only; both coverages of the FHIR appointment and of the two-insurance SIU, async and sync payers.
     expect(rows.map((r) => r.split(/\s{2,}/))).toEqual([
-      ['M.A.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
-      ['M.A.', 'Aetna Dental', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
-      ['S.R.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
-      ['S.R.', 'MetLife', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
-      ['C.O.', 'Cigna Dental', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
-      ['G.H.', 'Guardian', 'primary', 'sync', 'completed', expect.stringMatching(/^\$\d+\.\d\d$/), 'written'],
+      ['M.A.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
+      ['M.A.', 'Aetna Dental', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
+      ['S.R.', 'Delta Dental of California', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
+      ['S.R.', 'MetLife', 'secondary', 'async', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
+      ['C.O.', 'Cigna Dental', 'primary', 'async', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
+      ['G.H.', 'Guardian', 'primary', 'sync', 'completed', expect.stringMatching(/^\$\d{1,3}(,\d{3})*\.\d\d$/), 'written'],
     ]);
     expect(run.stdout).toContain("1 booking(s) awaiting the patient's insurance");
     expect(run.stdout).toContain('6 of 6 checks written to the chart as CoverageEligibilityResponse.');

@@ -2,7 +2,7 @@ import type { CoverageEligibilityResponseInsuranceItem as Item } from 'fhir/r4';
 import type { Deductible, Maximum } from '../../../verification/wire';
 import { benefitTypeConcept, categoryConcept, mappedConcept } from './codes';
 import { extension, type ExtensionKey } from './extensions';
-import { capitalised, defined, money, said } from './values';
+import { capitalised, defined, dollarsText, money, said } from './values';
 
 /**
  * Maximums: benefit-type `benefit` with the maximum as allowedMoney and what is used as
@@ -62,14 +62,12 @@ export function deductibleItem(d: Deductible): Item {
   };
 }
 
-const dollars = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' });
-
 /**
  * The figures R4 has no element for, in words: an EHR shows allowed and used, not extensions, and a
  * deductible a portal gives as amount and remaining alone would read as still owed.
  */
 function figures(labelled: Array<[string, number | null | undefined]>): string | undefined {
-  return sentence(labelled.map(([label, amount]) => (amount == null ? undefined : `${label} ${dollars.format(amount)}`)));
+  return sentence(labelled.map(([label, amount]) => (amount == null ? undefined : `${label} ${dollarsText(amount)}`)));
 }
 
 /** The parts that are there, joined by semicolons, the first capitalised: `Remaining $0.00; waived for Preventive`. */

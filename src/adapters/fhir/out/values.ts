@@ -42,6 +42,13 @@ export function money(value: number | null | undefined): Money | undefined {
   return value === null || value === undefined ? undefined : { value, currency: 'USD' };
 }
 
+const dollars = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' });
+
+/** An amount as a person reads it, wherever one is shown (the chart's descriptions, the demo's table): `$1,234.50`. */
+export function dollarsText(value: number): string {
+  return dollars.format(value);
+}
+
 /** unsignedInt where the value is a count, else the number as a string, so an odd value is still carried. */
 export function allowedCount(value: number | null | undefined): Pick<CoverageEligibilityResponseInsuranceItemBenefit, 'allowedUnsignedInt' | 'allowedString'> {
   if (value === null || value === undefined) return {};
