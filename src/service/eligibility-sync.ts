@@ -446,9 +446,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const receivedAt = now();
       const reason = `not handled (${errorText(err)}); the sender was asked to send it again`;
       // An id-only notification names its resource in its path alone: kept so, the letter says what it was.
-      const kept = raw === undefined || (await keepUnhandled(store, { url: req.url ?? '', raw, kept: raw === '' ? JSON.stringify({ path: req.url ?? '' }) : raw, reason, receivedAt }).catch(() => true));
+      // Undefined: nothing to keep (a body not read), or the store failing to keep it; false: kept before and dead still.
+      const kept = raw === undefined ? undefined : await keepUnhandled(store, { url: req.url ?? '', raw, kept: raw === '' ? JSON.stringify({ path: req.url ?? '' }) : raw, reason, receivedAt }).catch(() => undefined);
+      // Counted as every dead letter kept is, a refused notification's too.
+      if (kept) metrics.messages.inc({ type: 'fhir-notification', ack: 'dead' });
       // The store out of reach is said once by its watch; the sender is asked to send it again all the same.
-      if (kept && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not handled; the sender was asked to send it again');
+      if (kept !== false && !storeOutage(err)) logger.error({ err: errorText(err) }, 'FHIR notification not handled; the sender was asked to send it again');
       sendOutcome(res, 500, 'exception', 'the notification could not be handled now; send it again');
     });
   }, (res) => sendOutcome(res, 503, 'transient', STOPPED));

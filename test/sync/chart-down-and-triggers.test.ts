@@ -159,6 +159,8 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       // Its body was empty: the path is what names the appointment, and a person reading the letter needs it.
       expect(letter?.raw).toBe(JSON.stringify({ path: '/fhir-notifications/Appointment/appt-4004' }));
       expect(h.logs.filter((l) => l.includes('FHIR notification not handled'))).toHaveLength(1);
+      // Counted once among the messages, as every dead letter kept is.
+      expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toContain('dental_elig_messages_total{type="fhir-notification",ack="dead"} 1\n');
       proxy.down = false;
       expect(await send()).toBe(200);
       await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
@@ -171,6 +173,7 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(await send()).toBe(500);
       expect((await h.store.listMessages({ status: 'dead' })).map((m) => m.id)).toEqual([letter?.id]);
       expect(h.logs.filter((l) => l.includes('FHIR notification not handled'))).toHaveLength(2);
+      expect(await (await fetch(`${h.httpUrl}/metrics`)).text()).toContain('dental_elig_messages_total{type="fhir-notification",ack="dead"} 2\n');
     } finally {
       await proxy.close();
     }
