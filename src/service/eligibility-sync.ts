@@ -34,7 +34,7 @@ import { closeEachOrThrow } from '../close-each';
 import { timerMs } from '../timer-ms';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
-import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
+import { THROTTLE_SAID_MS, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
 import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
@@ -219,6 +219,24 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     res.once('close', () => arriving--);
     handler(req, res);
   };
+  /** When a webhook delivery last reached this sync, taken or not: see webhookMissed. */
+  let webhookCameAt = Number.NEGATIVE_INFINITY;
+  let webhookMissSaidAt = Number.NEGATIVE_INFINITY;
+  /**
+   * A result polling took that its webhook was to bring: counted, and said at warn once a spell
+   * while no delivery reaches this sync, as webhooks that stop arriving (a secret rotated on one
+   * side, a proxy, serve unreachable from the service) leave results to the slower poll with nothing
+   * else to say so. Deliveries that reach it (refused, or failing with the store away, the service
+   * delivering again) are webhooks arriving: that one is late, not stopped, and said at debug.
+   */
+  const webhookMissed = (key: string) => {
+    metrics.webhooks.inc({ result: 'not-received' });
+    const at = now().getTime();
+    const message = 'a result came by polling, no webhook received in webhookDeadlineMs: check the webhook URL the service has, its secret, and what stands between (said once in ten minutes)';
+    if (at - webhookCameAt < settings.webhookDeadlineMs || at - webhookMissSaidAt < THROTTLE_SAID_MS) return void logger.debug({ key }, message);
+    webhookMissSaidAt = at;
+    logger.warn({ key, webhookDeadlineMs: settings.webhookDeadlineMs }, message);
+  };
   // Its handler refuses a webhook secret that is not one.
   const webhookHandler = config.webhook
     ? counted(createWebhookHandler({
@@ -226,6 +244,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         log: logger,
         secrets: passwords,
         onDelivery: async (delivery) => {
+          webhookCameAt = now().getTime();
           const applied = await ingestWebhook(store, worker, delivery, now());
           metrics.webhooks.inc({ result: applied.status });
           if (applied.status === 'applied') {
@@ -238,8 +257,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
         },
         alreadySaid: storeOutage,
         // A secret rotated too soon or a clock skewed refuses every delivery, the results coming only by the slower poll: an alert needs it counted.
-        onRefused: () => metrics.webhooks.inc({ result: 'refused' }),
+        onRefused: () => {
+          webhookCameAt = now().getTime();
+          metrics.webhooks.inc({ result: 'refused' });
+        },
         onUnreadable: async (raw, reason) => {
+          webhookCameAt = now().getTime();
           metrics.webhooks.inc({ result: 'dead' });
           await deadLetter(store, { kind: 'webhook', raw, reason, receivedAt: now() });
         },
@@ -340,7 +363,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     log: logger,
     emit,
     arriving: () => arriving,
-    webhookMissed: () => metrics.webhooks.inc({ result: 'not-received' }),
+    webhookMissed,
     observe: (target, operation, seconds, ok) => {
       metrics.latency.observe({ target, operation, ok: String(ok) }, seconds);
       if (target === 'service') lastServiceCall = { ok, at: now().toISOString() };

@@ -109,8 +109,8 @@ export interface WorkerDeps {
    * back only slows the batch. Default: as if one always were.
    */
   arriving?: () => number;
-  /** A result polling took that a webhook was to bring (one is configured): its webhook had not come. */
-  webhookMissed?: () => void;
+  /** A result polling took that a webhook was to bring (one is configured): its webhook had not come, or had not been taken. */
+  webhookMissed?: (key: string) => void;
 }
 
 /** A change of a check's state; `keepsDismissal`: a person's dismissal of it holds through this change (see dismissed). */
@@ -147,8 +147,8 @@ const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
-/** How long after a 429, or a result polling took before its webhook, said at warn the next is said at debug (see throttleSaidAt). */
-const THROTTLE_SAID_MS = 10 * 60_000;
+/** How long after a warning said once a spell (a 429: throttleSaidAt; a result polling took before its webhook, serve's) the next is said at debug. */
+export const THROTTLE_SAID_MS = 10 * 60_000;
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
@@ -186,8 +186,6 @@ export class Worker {
   private readonly tookOver = (checks: number) => this.deps.log.info({ checks }, 'took up the checks another worker had in hand (its lease ran out, or its process is gone)');
   /** When a 429 of the service's was last said at warn: a service asking for fewer requests is said once a spell (THROTTLE_SAID_MS), not at each check's. */
   private throttleSaidAt = Number.NEGATIVE_INFINITY;
-  /** When a result polling took before its webhook came was last said at warn: once a spell (THROTTLE_SAID_MS), as a 429 is. */
-  private webhookMissSaidAt = Number.NEGATIVE_INFINITY;
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
@@ -675,20 +673,6 @@ export class Worker {
     return true;
   }
 
-  /**
-   * A result polling took that its webhook was to bring: counted, and said at warn once a spell.
-   * Webhooks that stop arriving (a secret rotated on one side, a proxy, serve unreachable from the
-   * service) leave results to the slower poll with nothing else to say so.
-   */
-  private webhookMissed(row: CheckRow): void {
-    this.deps.webhookMissed?.();
-    const now = this.deps.now().getTime();
-    const message = 'a result came by polling, its webhook not received in webhookDeadlineMs: check the webhook URL the service has, its secret, and what stands between (said once in ten minutes)';
-    if (now - this.webhookMissSaidAt < THROTTLE_SAID_MS) return void this.deps.log.debug?.({ key: row.key }, message);
-    this.webhookMissSaidAt = now;
-    this.deps.log.warn({ key: row.key, webhookDeadlineMs: this.options.webhookDeadlineMs }, message);
-  }
-
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
   private pendingPast(row: CheckRow, laterMs: number): boolean {
     return this.untilPendingGiveUp(row) < laterMs;
@@ -808,7 +792,7 @@ export class Worker {
         await this.pendingTooLong(row);
         return;
       }
-      if (hasResult(outcome.kind) && this.options.asyncEnabled) this.webhookMissed(row);
+      if (hasResult(outcome.kind) && this.options.asyncEnabled) this.deps.webhookMissed?.(row.key);
       await this.outcomeArrived(row, outcome);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
