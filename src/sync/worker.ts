@@ -650,10 +650,16 @@ export class Worker {
       return;
     }
     const next: CheckState = from === 'submitted' ? 'received' : from;
-    const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0);
+    // Put off for no load of the service's (its portal failing this check alone, a Retry-After each time), a send waits a
+    // tenth of the time its round has, up to backoff.maxMs: its attempts held, its backoff did not grow, and one such check
+    // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say.
+    const heldBack = putOff && status !== 429 ? Math.min(this.options.backoff.maxMs, (this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt)) / 10) : 0;
+    const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0, heldBack);
     if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.
     const fields = { key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait };
+    // Put off the same way as its last send was: said, at warn, for the first (each was 43 % of a day's log, audit-leaks).
+    if (status !== 429 && putOff && row.lastError === summary) return void this.deps.log.debug?.(fields, 'the service failed; will retry');
     if (status !== 429) return void this.deps.log.warn(fields, 'the service failed; will retry');
     // Asking for fewer requests, it asks it of every check sent meanwhile: a warning each (and four retries each) was some
     // twenty a check a minute, saying the one thing an operator can do (lower requestsPerSecond) no better than the first.

@@ -149,6 +149,24 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(JSON.stringify(row.result)).not.toMatch(/attempts? in all/);
   });
 
+  it('puts a send off for no load of the service\'s a tenth of the time its round has waited, not Retry-After alone, and says it again at debug', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, backoff: { baseMs: 20, maxMs: 600_000 } },
+      answer: (_req, res) => json(res, 503, { title: 'Unavailable', status: 503 }, { 'retry-after': '1' }),
+    });
+    // A round first sent an hour ago, its last send put off as this one will be: one member id its portal chokes on.
+    await rig.addCheck('stuck', { submittedAt: new Date(Date.now() - 3_600_000).toISOString(), lastError: '503: Unavailable' });
+    rig.worker.start();
+    const row = await until('put off', async () => {
+      const now = await rig.check('stuck');
+      return posts(rig.requests).length === 1 && now.state === 'received' && now.lastError === '503: Unavailable' && now.dueAt !== undefined && Date.parse(now.dueAt) > Date.now() && now;
+    });
+    // Six minutes, where Retry-After said a second: sent every ten seconds, it was 8,000 rounds a day.
+    expect(Date.parse(row.dueAt ?? '') - Date.now()).toBeGreaterThan(300_000);
+    expect(row.attempts).toBe(0);
+    expect(rig.warnings.filter((w) => w.msg === 'the service failed; will retry')).toEqual([]);
+  });
+
   it('counts the sends of a check whose visit is today, failing with a Retry-After, so the front desk hears in time', async () => {
     rig = await startWorkerRig({
       worker: { maxAttempts: 2, pendingGiveUpMs: 24 * 3_600_000 },
