@@ -42,8 +42,11 @@ export class MllpConnection {
   private paused = false;
   /** Answers written that the sender has not read: waiting for the socket to drain. */
   private blocked = false;
-  /** The sender half-closed, or the connection went idle: answer what is left, then close. */
-  private finishing: 'end' | 'idle' | undefined;
+  /**
+   * The sender half-closed, or the connection went idle: answer what is left, then close. Reset by
+   * the sender: what is left is handled all the same, no answer going back.
+   */
+  private finishing: 'end' | 'idle' | 'reset' | undefined;
   /** When the sender last sent anything. */
   private lastHeard = Date.now();
   /** What the connection sent before its first VT, while that may still begin an HTTP request line (opensAsHttp); undefined once it cannot. */
@@ -56,8 +59,14 @@ export class MllpConnection {
     this.decoder = new MllpDecoder(context.limits.maxFrameBytes);
     socket.on('data', (chunk: Buffer) => this.receive(chunk));
     socket.on('end', () => this.finish('end'));
-    // A peer that resets the connection is normal; it must not take the process down.
-    socket.on('error', () => socket.destroy());
+    // A peer that resets the connection is normal; it must not take the process down, nor lose what it sent:
+    // frames received and not yet answered are handled (the sender, unanswered, sends them again: a resend changes
+    // nothing), and a frame begun is kept as a dead letter, as one left unfinished at a close is.
+    socket.on('error', () => {
+      this.finishing = 'reset';
+      socket.destroy();
+      this.enqueue(this.decoder.end());
+    });
     if (context.limits.idleTimeoutMs > 0) {
       socket.setTimeout(context.limits.idleTimeoutMs);
       socket.on('timeout', () => this.idle());
@@ -153,7 +162,7 @@ export class MllpConnection {
     if (this.working) return;
     this.working = true;
     try {
-      for (let next = this.waiting[0]; next !== undefined && !this.socket.destroyed; next = this.waiting[0]) {
+      for (let next = this.waiting[0]; next !== undefined && (!this.socket.destroyed || this.finishing === 'reset'); next = this.waiting[0]) {
         const acks = await this.context.answer(next);
         if (acks === undefined) {
           this.socket.destroy();

@@ -13,6 +13,7 @@ import {
 import { frame, FS, VT } from '../../src/service/mllp-framing';
 import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
 import { StoreUnavailableError } from '../../src/sync/job-store';
+import { until } from '../sync/harness';
 import { listenerUnderTest, message, msa } from './mllp-client';
 
 /** Real sockets on loopback: a raw client speaks MLLP to the listener and reads every ACK frame. */
@@ -295,6 +296,28 @@ describe('MllpListener', () => {
       expect(handled.map((m) => readMessageHeader(m)?.controlId)).toEqual(['NEXT']);
       expect(deadLetters).toEqual([{ message: fragment, bytes: Buffer.from(fragment), reason: 'frame abandoned after 60 bytes: a new frame began before it ended' }]);
       expect(listener.stats()).toMatchObject({ framesAborted: 1, deadLetters: 1, acks: { AA: 1 } });
+    });
+
+    it('handles the frames a sender reset its connection after, unanswered, and dead-letters the one it left unfinished', async () => {
+      let release = () => {};
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const store = new InMemoryPatientInsuranceStore();
+      const standard = createMessageHandler({ mappings, routing, store, onResult: async (r) => void results.push(r) });
+      // The first message is being handled when the sender resets the connection.
+      await start(async (m) => {
+        if (handled.length === 1) await held;
+        return standard(m);
+      });
+      const c = await open();
+      c.socket.write(Buffer.concat([frame(message('R1')), frame(message('R2')), Buffer.from([VT]), Buffer.from('MSH|^~\\&|cut')]));
+      await until('the first message in hand', async () => handled.length === 1);
+      c.socket.resetAndDestroy();
+      await new Promise((r) => setTimeout(r, 50));
+      release();
+      await until('the rest handled', async () => deadLetters.length === 1 && handled.length === 2);
+      expect(handled.map((m) => readMessageHeader(m)?.controlId)).toEqual(['R1', 'R2']);
+      expect(results.map((r) => r.outcome.kind)).toEqual(['book', 'book']);
+      expect(deadLetters.map((l) => [l.message, l.reason])).toEqual([['MSH|^~\\&|cut', 'frame unfinished after 12 bytes when the connection ended or went idle']]);
     });
 
     it('closes a connection that opens as an HTTP request, whatever frame its body holds: a web page\'s cross-site POST to this port', async () => {
