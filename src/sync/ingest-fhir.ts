@@ -66,11 +66,10 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
 
   return store.transaction(async (tx) => {
     const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
-    // Handled before as it reads now (the chart put back what it refused since, a member id deleted and typed in again): handled still.
-    if (duplicate) {
-      await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
-      return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
-    }
+    // Read and handled, as new or as it was handled before (the chart put back what it refused since, a member id
+    // deleted and typed in again): a letter that refused it is moot.
+    await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
+    if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
     const done = await scheduleAppointment(
       tx,
       {
@@ -88,7 +87,6 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
     // What the chart got wrong that the checks go ahead without (an invalid NPI, a second patient): an HL7 sender hears it in its ACK.
     const warnings = [...new Set(checks.flatMap((c) => c.warnings ?? []))];
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks${warnings.length > 0 ? `; warnings: ${warnings.join('; ')}` : ''}` });
-    await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
     return { appointment: reference, status, ...done, duplicate: false };
   });
 }
@@ -239,13 +237,11 @@ async function heldAppointments(store: JobStore, patient: string, at: Present): 
  * says the chart refused for their data (a Coverage without a member id, a birth date after the
  * visit): the store does not hold them, and a correction of the patient or a coverage is how the
  * chart fixes them, so they are read again with the patient's own (before, only `jobs replay`
- * did). One search, made only while such letters are kept; a chart that refuses it, or fails it
+ * did). One search, made only while such letters are kept (`refused`: refusedAppointments, read once a poll); a chart that refuses it, or fails it
  * (slow, out of reach), has them read by `jobs replay` alone, as before: else the search would fail
  * the whole poll, no appointment polled, and a Patient notification that reads nothing else.
  */
-async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: string, at: Present): Promise<string[]> {
-  const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
-  const refused = new Set(letters.flatMap((l) => changeOf(l.detail)?.id ?? []));
+async function refusedOfPatient(reader: FhirReader, patient: string, refused: ReadonlySet<string>, at: Present): Promise<string[]> {
   if (refused.size === 0) return [];
   let found: unknown[];
   try {
@@ -257,6 +253,12 @@ async function refusedOfPatient(store: JobStore, reader: FhirReader, patient: st
     const id = AppointmentHead.safeParse(a).data?.id;
     return id !== undefined && refused.has(id) ? [id] : [];
   });
+}
+
+/** The ids of the appointments dead letters say the chart refused (refusedOfPatient). */
+async function refusedAppointments(store: JobStore): Promise<Set<string>> {
+  const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
+  return new Set(letters.flatMap((l) => changeOf(l.detail)?.id ?? []));
 }
 
 /**
@@ -283,7 +285,7 @@ export async function appointmentsOfChanged(
   }
   const patient = `Patient/${patientId}`;
   const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : [];
-  return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(store, reader, patient, at))])] };
+  return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(reader, patient, await refusedAppointments(store), at))])] };
 }
 
 /**
@@ -402,9 +404,10 @@ export async function appointmentsToPoll(
   const coverages = await changesOf('Coverage', previous.coverages);
   const patients = await changesOf('Patient', previous.patients);
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
+  const refused = changedPatients.size > 0 ? await refusedAppointments(store) : new Set<string>();
   for (const patient of changedPatients) {
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
-    for (const id of await refusedOfPatient(store, reader, `Patient/${patient}`, options)) ids.add(id);
+    for (const id of await refusedOfPatient(reader, `Patient/${patient}`, refused, options)) ids.add(id);
   }
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {
