@@ -24,6 +24,11 @@ export interface ConnectionContext {
   stats: MllpStats;
   log?: MllpLog | undefined;
   remote: string;
+  /**
+   * The socket closed and nothing it sent is being handled: until then the connection holds its
+   * place under maxConnections, as one reset by its sender has its frames handled after it closes.
+   */
+  gone: () => void;
 }
 
 /**
@@ -51,6 +56,8 @@ export class MllpConnection {
   private lastHeard = Date.now();
   /** What the connection sent before its first VT, while that may still begin an HTTP request line (opensAsHttp); undefined once it cannot. */
   private lead: Buffer | undefined = Buffer.alloc(0);
+  /** The socket closed; `gone` is told once nothing is being handled either, and then `told`. */
+  private closed: boolean | 'told' = false;
 
   constructor(
     private readonly socket: Socket,
@@ -59,6 +66,10 @@ export class MllpConnection {
     this.decoder = new MllpDecoder(context.limits.maxFrameBytes);
     socket.on('data', (chunk: Buffer) => this.receive(chunk));
     socket.on('end', () => this.finish('end'));
+    socket.on('close', () => {
+      this.closed = true;
+      this.goneIfDone();
+    });
     // A peer that resets the connection is normal; it must not take the process down, nor lose what it sent:
     // frames received and not yet answered are handled (the sender, unanswered, sends them again: a resend changes
     // nothing), and a frame begun is kept as a dead letter, as one left unfinished at a close is.
@@ -178,9 +189,16 @@ export class MllpConnection {
       return;
     } finally {
       this.working = false;
+      this.goneIfDone();
     }
     if (this.finishing === 'end') this.socket.end();
     else if (this.finishing === 'idle') this.socket.destroy();
+  }
+
+  private goneIfDone(): void {
+    if (this.closed !== true || this.working) return;
+    this.closed = 'told';
+    this.context.gone();
   }
 
   private resumeIfRoom(): void {

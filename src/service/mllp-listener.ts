@@ -118,14 +118,15 @@ export class MllpListener {
       remote,
       answer: (frame) =>
         answerFrame(frame, { handler: this.options.handler, onDeadLetter: this.options.onDeadLetter, charsets: settings, maxFrameBytes: settings.maxFrameBytes, stats, log, remote }),
+      // Counted until what it sent is handled: a sender resetting connection after connection would pile work past the cap.
+      gone: () => {
+        this.connections.delete(socket);
+        this.counters.connectionsOpen = this.connections.size;
+      },
     });
     this.connections.set(socket, connection);
     this.counters.connectionsAccepted++;
     this.counters.connectionsOpen = this.connections.size;
-    socket.on('close', () => {
-      this.connections.delete(socket);
-      this.counters.connectionsOpen = this.connections.size;
-    });
   }
 
   /** Closes the connection quiet longest, if one is; says whether one was. */

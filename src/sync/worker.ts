@@ -798,7 +798,8 @@ export class Worker {
         await this.pendingTooLong(row);
         return;
       }
-      if (hasResult(outcome.kind) && this.options.asyncEnabled) this.deps.webhookMissed?.(row.key);
+      // Sent synchronously (its payer has no async portal) and answered Pending, it has no webhook to come.
+      if (hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
       await this.outcomeArrived(row, outcome);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);

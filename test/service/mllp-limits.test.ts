@@ -3,6 +3,7 @@ import { runInNewContext } from 'node:vm';
 import { buildAck, readMessageHeader, type Ack } from '../../src/adapters/hl7';
 import { frame, FS, VT } from '../../src/service/mllp-framing';
 import { MllpListener, type DeadLetter, type MllpListenerOptions } from '../../src/service/mllp-listener';
+import { until } from '../sync/harness';
 import { listenerUnderTest, message, msa, type Client } from './mllp-client';
 
 /** The listener under senders that push too much, too slowly, or too often; real sockets on loopback. */
@@ -208,6 +209,36 @@ describe('MllpListener limits', () => {
     const refusal = logged.find((l) => l.msg === 'MLLP connection refused: too many open, none quiet');
     expect(refusal?.obj).toEqual({ remote: expect.stringMatching(/^127\.0\.0\.1:\d+$/), open: 2, maxConnections: 2 });
     expect(JSON.stringify(logged)).not.toMatch(/DOE|JANE|19800102|M-1/);
+  });
+
+  it('counts a connection its sender reset under maxConnections until what it sent is handled, so resets do not pile work past the cap', async () => {
+    // Each reset connection's frames are handled after it closes (1ebdf5c): uncounted, a sender that fills a connection and
+    // resets it, again and again, had the listener hold maxBufferedBytes and a handler's work each time, with no cap.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const handled: string[] = [];
+    await start({
+      maxConnections: 1,
+      handler: async (m) => {
+        handled.push(readMessageHeader(m)?.controlId ?? '');
+        await held;
+        return aa(m);
+      },
+    });
+    const reset = await open();
+    reset.socket.write(Buffer.concat([frame(message('R1')), frame(message('R2'))]));
+    await until('R1 in hand', async () => handled.length === 1);
+    reset.socket.resetAndDestroy();
+    await reset.closed;
+    const next = await open();
+    await until('the next connection refused', async () => listener.stats().connectionsRefused === 1);
+    await next.closed;
+    expect(listener.stats()).toMatchObject({ connectionsAccepted: 1, connectionsOpen: 1 });
+    release();
+    await until('R2 handled, the place given back', async () => handled.length === 2 && listener.stats().connectionsOpen === 0);
+    const pms = await open();
+    pms.socket.write(frame(message('IN')));
+    expect(msa((await pms.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'IN' });
   });
 
   it('takes a frame begun and left, one byte a connection, for quiet once its sender has sent nothing for midFrameQuietMs, keeping the fragment', async () => {

@@ -5,7 +5,7 @@ import type { Coverage, CoverageEligibilityResponse } from 'fhir/r4';
 import { searchFhir, until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
 import { StoreUnavailableError } from '../../src/sync/job-store';
-import type { CoverageInfo } from '../../src/domain';
+import type { CoverageInfo, PayerResolver } from '../../src/domain';
 import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
@@ -205,6 +205,23 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(Date.parse(given.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
     expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
   });
+  it('counts a result polled as a webhook not received only for an asynchronous send: a synchronous one answered Pending has none to come', async () => {
+    // A payer verified synchronously (its catalog entry has no async portal) while a webhook is configured for the others.
+    const missed: string[] = [];
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true },
+      resolver: { resolve: () => ({ status: 'resolved', name: 'Guardian', commonPayerId: '64246', supportsAsync: false, asyncPortals: [], syncPortals: ['portal-a'] }) } as unknown as PayerResolver,
+      webhookMissed: (key) => void missed.push(key),
+      answer: (req, res) =>
+        req.method === 'POST' ? json(res, 201, { correlationId: 'ver-sync', status: 'Pending' }) : json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-sync' }),
+    });
+    await rig.addCheck('sync-pending');
+    rig.worker.start();
+    const written = await rig.reach('sync-pending', 'written', 5000);
+    expect([written.mode, posts(rig.requests), gets(rig.requests).length]).toEqual(['sync', ['/v2/insurance-verifications'], 1]);
+    expect(missed).toEqual([]);
+  });
+
   it('polls at once when the send, repeated after its answer was lost, is answered with a verification already done', async () => {
     // The first send's answer never comes (the service took it); the same externalId sent again is
     // answered with that verification, Completed by now: its webhook came while no check had its id.

@@ -83,6 +83,8 @@ export async function startWorkerRig(options: {
   onEvent?: (name: SyncEventName) => void;
   /** Wraps the chart writer, e.g. to hold a write back while the test changes the check. */
   writer?: (chart: EligibilityWriter) => EligibilityWriter;
+  /** Told of each result polling took that a webhook was to bring, as serve counts it. */
+  webhookMissed?: (key: string) => void;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
   const store = SqliteJobStore.open(dir);
@@ -107,6 +109,7 @@ export async function startWorkerRig(options: {
       ...(options.random && { random: options.random }),
       ...(options.loopBusy && { loopBusy: options.loopBusy }),
       ...(options.arriving && { arriving: options.arriving }),
+      ...(options.webhookMissed && { webhookMissed: options.webhookMissed }),
       log: { info: (fields, msg) => infos.push({ msg, fields }), warn: (fields, msg) => warnings.push({ msg, fields }), error: (_obj, msg) => errors.push(msg) },
       emit: (name, event) => {
         events.push({ name, event });
