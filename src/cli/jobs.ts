@@ -118,9 +118,10 @@ export function registerJobs(program: Command, io: CliIo): void {
     .option('--state <state>', `instead of naming checks: every check in this state (${RETRYABLE_STATES.join(', ')})`)
     .option('--failure-kind <kind>', 'with --state: only those whose result failed with this kind, e.g. InvalidCredentials after the portal credentials were fixed (mappings/failure-kinds.json)')
     .option('--portal <portalId>', 'with --state: only those sent to this portal')
+    .option('--clinic <clinicId>', "with --state: only this clinic's (stored credentials are a clinic's on a portal)")
     .action(async (keys: string[], opts: JobsOpts & RetrySelection, command: Command) =>
       withStore(io, opts, command, async (store) => {
-        if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
+        if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal ?? opts.clinic) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
         const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
@@ -261,12 +262,17 @@ interface RetrySelection {
   state?: string;
   failureKind?: string;
   portal?: string;
+  clinic?: string;
 }
 
-/** The checks `jobs retry --state` names: every one in that state, narrowed by failure kind and portal. */
+/**
+ * The checks `jobs retry --state` names: every one in that state, narrowed by failure kind, portal
+ * and clinic. A group's offices each have their own credentials on a portal: retrying the portal's
+ * whole InvalidCredentials once one office's are fixed would log in again with another's still wrong.
+ */
 async function retrySelection(store: JobStore, opts: RetrySelection): Promise<string[]> {
   if (opts.state === undefined) {
-    const narrowing = opts.failureKind !== undefined ? '--failure-kind' : opts.portal !== undefined ? '--portal' : undefined;
+    const narrowing = opts.failureKind !== undefined ? '--failure-kind' : opts.portal !== undefined ? '--portal' : opts.clinic !== undefined ? '--clinic' : undefined;
     throw new CliError(narrowing ? `jobs retry: ${narrowing} narrows --state; give --state too` : 'jobs retry: name the checks to retry, or give --state to retry every check in a state', 2);
   }
   const state = parseState(opts.state);
@@ -279,7 +285,9 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   if (kind !== undefined && !(kind in failureKinds()) && !kinds.includes(kind)) {
     throw new CliError(`--failure-kind: ${kind.slice(0, 40)} is no kind in mappings/failure-kinds.json, and no ${state} check failed with it`, 2);
   }
-  return rows.filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || kinds[i] === kind)).map((row) => row.key);
+  return rows
+    .filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (opts.clinic === undefined || row.check.clinicId === opts.clinic) && (kind === undefined || kinds[i] === kind))
+    .map((row) => row.key);
 }
 
 /** `also`: what the option takes beside a check's state, named with them when the text is neither. */
