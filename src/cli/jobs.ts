@@ -10,6 +10,7 @@ import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve
 import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
 import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
+import { clinicOf } from '../sync/schedule';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
@@ -54,7 +55,8 @@ export function registerJobs(program: Command, io: CliIo): void {
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
     .option('--for-a-person', 'only checks needing attention or dead that no person has dismissed (what dental_elig_checks_for_a_person counts)')
-    .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean }, command: Command) => {
+    .option('--clinic <clinicId>', "only this clinic's checks")
+    .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean; clinic?: string }, command: Command) => {
       if (opts.forAPerson && opts.state !== undefined) throw new CliError('jobs list: give --state or --for-a-person, not both', 2);
       // Read before the store, as serve reads it at start: a copy of mappings/ it cannot use is said, not a blank column.
       failureKinds();
@@ -62,15 +64,17 @@ export function registerJobs(program: Command, io: CliIo): void {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
         const states = opts.forAPerson ? [...FOR_A_PERSON] : opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
         const listed = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
-        const checks = opts.forAPerson ? listed.filter((c) => !dismissed(c)) : listed;
-        const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
+        // Which office each check is for: a group's offices share one serve, each with its own credentials.
+        const checks = listed.filter((c) => !(opts.forAPerson && dismissed(c)) && (opts.clinic === undefined || c.check.clinicId === opts.clinic));
+        const waiting = states === undefined ? (await store.listAppointments(AWAITING_INSURANCE)).filter((a) => opts.clinic === undefined || clinicOf(a) === opts.clinic) : [];
         const rows = [
-          ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), clinic: c.check.clinicId, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
+          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, clinic: clinicOf(a), payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
           ['STATE', (r) => ('dismissed' in r ? `${r.state} (dismissed)` : r.state)],
+          ['CLINIC', (r) => r.clinic],
           ['PAYER', (r) => r.payer],
           ['DATE OF SERVICE', (r) => r.dateOfService],
           ['ATTEMPTS', (r) => r.attempts],

@@ -35,7 +35,19 @@ describe('dental-elig jobs', () => {
     expect(rows[1]?.lastError).toBe("no insurance in force on the visit's date received for the patient yet");
     expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
     const table = await cli(['jobs', 'list', '--data-dir', dir]);
-    expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+    expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +CLINIC +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+  });
+
+  it("says each check's clinic, and lists one clinic's alone, its bookings awaiting insurance too: offices sharing one serve", async () => {
+    const store = SqliteJobStore.open(dir);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J10', 'BSD-NORTH'), 'SCH|APT-J10^SC||||||||||^^^20261212093000', 'PID|1||PJ-10^^^SC^MR||DOE^JOHN||19800102|M', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD10' })].join('\r'), options);
+    await store.close();
+    const all = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ state: string; clinic?: string }>;
+    expect(all.map((r) => [r.state, r.clinic])).toEqual([['received', 'cln_sandbox_north'], ['received', 'cln_sandbox_main'], ['awaiting-insurance', 'cln_sandbox_main']]);
+    const north = await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_north']);
+    expect(north.stdout.split('\n').filter((l) => l !== '').map((l) => l.split(/ +/).slice(1, 3))).toEqual([['STATE', 'CLINIC'], ['received', 'cln_sandbox_north']]);
+    const main = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_main', '--json'])).stdout) as Array<{ state: string }>;
+    expect(main.map((r) => r.state)).toEqual(['received', 'awaiting-insurance']);
   });
 
   it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
