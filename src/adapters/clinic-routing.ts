@@ -53,7 +53,9 @@ export const sameText = (a: string, b: string) => a.trim().toUpperCase() === b.t
  * The clinicId for a message, or undefined when nothing matches and there is no default. A FHIR
  * Location names one clinic. An HL7 location (AIL-3.1) is often an operatory name that every
  * clinic has (OP1), so it counts first together with the facility; then the facility alone; then
- * the location alone, for senders whose MSH-4 names no clinic. Routes are tried in file order.
+ * the location alone, for senders whose MSH-4 names no clinic, but only a location one clinic
+ * lists: OP1 of a clinic not in the file would otherwise be verified as the first clinic listing
+ * OP1, under its NPI and portal credentials. Routes are tried in file order.
  */
 export function resolveClinic(routing: ClinicRouting, hints: ClinicHints): string | undefined {
   const { hl7Facilities = [], hl7Location, fhirLocation, fhirLocationIdentifiers = [] } = hints;
@@ -66,8 +68,14 @@ export function resolveClinic(routing: ClinicRouting, hints: ClinicHints): strin
     routing.routes.find(atFhirLocation) ??
     routing.routes.find((r) => atLocation(r) && atFacility(r)) ??
     routing.routes.find(atFacility) ??
-    routing.routes.find(atLocation);
+    onlyClinic(routing.routes.filter(atLocation));
   return route?.clinicId ?? routing.defaultClinicId;
+}
+
+/** The route when every one given is the same clinic's; none when they name several (or none). */
+function onlyClinic(routes: Route[]): Route | undefined {
+  const [first] = routes;
+  return first !== undefined && routes.every((r) => r.clinicId === first.clinicId) ? first : undefined;
 }
 
 /**

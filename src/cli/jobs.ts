@@ -10,6 +10,7 @@ import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve
 import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
 import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
+import { clinicOf } from '../sync/schedule';
 import { failureKinds } from '../verification/failure-kinds';
 import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
@@ -54,7 +55,8 @@ export function registerJobs(program: Command, io: CliIo): void {
   common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
     .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
     .option('--for-a-person', 'only checks needing attention or dead that no person has dismissed (what dental_elig_checks_for_a_person counts)')
-    .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean }, command: Command) => {
+    .option('--clinic <clinicId>', "only this clinic's checks")
+    .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean; clinic?: string }, command: Command) => {
       if (opts.forAPerson && opts.state !== undefined) throw new CliError('jobs list: give --state or --for-a-person, not both', 2);
       // Read before the store, as serve reads it at start: a copy of mappings/ it cannot use is said, not a blank column.
       failureKinds();
@@ -62,15 +64,17 @@ export function registerJobs(program: Command, io: CliIo): void {
         const onlyWaiting = opts.state === AWAITING_INSURANCE;
         const states = opts.forAPerson ? [...FOR_A_PERSON] : opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
         const listed = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
-        const checks = opts.forAPerson ? listed.filter((c) => !dismissed(c)) : listed;
-        const waiting = states === undefined ? await store.listAppointments(AWAITING_INSURANCE) : [];
+        // Which office each check is for: a group's offices share one serve, each with its own credentials.
+        const checks = listed.filter((c) => !(opts.forAPerson && dismissed(c)) && (opts.clinic === undefined || c.check.clinicId === opts.clinic));
+        const waiting = states === undefined ? (await store.listAppointments(AWAITING_INSURANCE)).filter((a) => opts.clinic === undefined || clinicOf(a) === opts.clinic) : [];
         const rows = [
-          ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
+          ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), clinic: c.check.clinicId, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
+          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, clinic: clinicOf(a), payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
           ['STATE', (r) => ('dismissed' in r ? `${r.state} (dismissed)` : r.state)],
+          ['CLINIC', (r) => r.clinic],
           ['PAYER', (r) => r.payer],
           ['DATE OF SERVICE', (r) => r.dateOfService],
           ['ATTEMPTS', (r) => r.attempts],
@@ -118,9 +122,10 @@ export function registerJobs(program: Command, io: CliIo): void {
     .option('--state <state>', `instead of naming checks: every check in this state (${RETRYABLE_STATES.join(', ')})`)
     .option('--failure-kind <kind>', 'with --state: only those whose result failed with this kind, e.g. InvalidCredentials after the portal credentials were fixed (mappings/failure-kinds.json)')
     .option('--portal <portalId>', 'with --state: only those sent to this portal')
+    .option('--clinic <clinicId>', "with --state: only this clinic's (stored credentials are a clinic's on a portal)")
     .action(async (keys: string[], opts: JobsOpts & RetrySelection, command: Command) =>
       withStore(io, opts, command, async (store) => {
-        if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
+        if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal ?? opts.clinic) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
         const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
@@ -261,12 +266,17 @@ interface RetrySelection {
   state?: string;
   failureKind?: string;
   portal?: string;
+  clinic?: string;
 }
 
-/** The checks `jobs retry --state` names: every one in that state, narrowed by failure kind and portal. */
+/**
+ * The checks `jobs retry --state` names: every one in that state, narrowed by failure kind, portal
+ * and clinic. A group's offices each have their own credentials on a portal: retrying the portal's
+ * whole InvalidCredentials once one office's are fixed would log in again with another's still wrong.
+ */
 async function retrySelection(store: JobStore, opts: RetrySelection): Promise<string[]> {
   if (opts.state === undefined) {
-    const narrowing = opts.failureKind !== undefined ? '--failure-kind' : opts.portal !== undefined ? '--portal' : undefined;
+    const narrowing = opts.failureKind !== undefined ? '--failure-kind' : opts.portal !== undefined ? '--portal' : opts.clinic !== undefined ? '--clinic' : undefined;
     throw new CliError(narrowing ? `jobs retry: ${narrowing} narrows --state; give --state too` : 'jobs retry: name the checks to retry, or give --state to retry every check in a state', 2);
   }
   const state = parseState(opts.state);
@@ -279,7 +289,9 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   if (kind !== undefined && !(kind in failureKinds()) && !kinds.includes(kind)) {
     throw new CliError(`--failure-kind: ${kind.slice(0, 40)} is no kind in mappings/failure-kinds.json, and no ${state} check failed with it`, 2);
   }
-  return rows.filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (kind === undefined || kinds[i] === kind)).map((row) => row.key);
+  return rows
+    .filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (opts.clinic === undefined || row.check.clinicId === opts.clinic) && (kind === undefined || kinds[i] === kind))
+    .map((row) => row.key);
 }
 
 /** `also`: what the option takes beside a check's state, named with them when the text is neither. */

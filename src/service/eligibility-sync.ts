@@ -328,8 +328,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (name === 'failed' && event.failureKind) metrics.failures.inc({ kind: Object.hasOwn(failureKinds(), event.failureKind) ? event.failureKind : 'Unknown' });
     if (name === 'written') metrics.lastWritten.set(now().getTime() / 1000);
     // One line per check at info (written, failed, needs attention); a result on its way to the chart is debug.
+    // The clinic and portal say whose credentials or office a failure is, where several share one serve.
     const level = name === 'verified' ? 'debug' : 'info';
-    logger[level]({ event: name, key: event.key, state: event.state, correlationId: event.correlationId, outcome: event.outcome, failureKind: event.failureKind }, `check ${name}`);
+    const { key, state, clinicId, portalId, correlationId, outcome, failureKind } = event;
+    logger[level]({ event: name, key, state, clinicId, portalId, correlationId, outcome, failureKind }, `check ${name}`);
     events.emit(name, event);
   };
 

@@ -43,10 +43,18 @@ export type SyncEventName = 'verified' | 'failed' | 'needs-attention' | 'written
 export interface SyncEvent {
   key: string;
   state: CheckState;
+  /** The check's clinic and the portal it was sent to (none before its first send): whose credentials, in a group of several offices. */
+  clinicId: string;
+  portalId?: string | undefined;
   correlationId?: string | undefined;
   outcome?: string | undefined;
   failureKind?: string | undefined;
   detail?: string | undefined;
+}
+
+/** An event of the check in `row`: which check it is, and where. */
+function eventOf(row: CheckRow, event: Omit<SyncEvent, 'key' | 'clinicId' | 'portalId'>): SyncEvent {
+  return { key: row.key, clinicId: row.check.clinicId, portalId: row.portalId, ...event };
 }
 
 export interface WorkerOptions {
@@ -595,7 +603,7 @@ export class Worker {
       // Sent again, it would be answered the same: a person reads what the service sent, kept as the check's result.
       const summary = `${err.problem.title ?? 'unreadable answer'}: ${err.problem.detail ?? 'the service answered with a body this plugin cannot read'}`;
       if (await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, result: err.received, lastError: summary })) {
-        this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'answer unreadable' });
+        this.emit('needs-attention', eventOf(row, { state: 'needs-attention', correlationId: row.correlationId, detail: 'answer unreadable' }));
       }
       return;
     }
@@ -616,7 +624,7 @@ export class Worker {
       // Said only when the check moved: a webhook may have applied its result meanwhile.
       if (status === 401) this.keyRefusedSince ??= this.deps.now();
       if (!(await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
-      this.emit('needs-attention', { key: row.key, state: 'needs-attention', detail: summary });
+      this.emit('needs-attention', eventOf(row, { state: 'needs-attention', detail: summary }));
       this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
     }
@@ -691,7 +699,7 @@ export class Worker {
 
   private async pendingTooLong(row: CheckRow): Promise<void> {
     const moved = await this.toPerson(row, row.state, { state: 'needs-attention', dueAt: undefined, lastError: 'still pending at the service; check it there' });
-    if (moved) this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' });
+    if (moved) this.emit('needs-attention', eventOf(row, { state: 'needs-attention', correlationId: row.correlationId, detail: 'pending too long' }));
   }
 
   /**
@@ -711,7 +719,7 @@ export class Worker {
       return this.storeLocalFailure(row, NOT_VERIFIED, 'Benefits could not be verified', `${why}${count}; given up ${at}.`, from);
     }
     const dead = await this.step(row, from, { state: 'dead', dueAt: undefined, lastError: `gave up after ${attempts ?? 'its'} attempts: ${summary}` });
-    if (dead) this.emit('failed', { key: row.key, state: 'dead', detail: summary });
+    if (dead) this.emit('failed', eventOf(row, { state: 'dead', detail: summary }));
   }
 
   /**
@@ -765,7 +773,7 @@ export class Worker {
       change: { state: 'result-stored', result: outcome.verification, resultAt: this.now(), correlationId, dueAt: this.now(), attempts: 0, lastError: undefined },
       event: {
         name: outcome.kind === 'failed' ? 'failed' : 'verified',
-        event: { key: row.key, state: 'result-stored', correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) },
+        event: eventOf(row, { state: 'result-stored', correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) }),
       },
     };
   }
@@ -831,7 +839,7 @@ export class Worker {
       if (!retryable) {
         this.chartRefused(err);
         if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `${CHART_REFUSED}: ${detail}` })) {
-          this.emit('needs-attention', { key: row.key, state: 'needs-attention', correlationId: row.correlationId, detail: CHART_REFUSED });
+          this.emit('needs-attention', eventOf(row, { state: 'needs-attention', correlationId: row.correlationId, detail: CHART_REFUSED }));
           // The operator's to fix (a token expired, a permission, a profile the chart holds to), as a refusal of the service is: said at warn with what the chart answered.
           this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart write refused; needs attention (jobs retry once the chart takes it)');
         }
@@ -876,8 +884,8 @@ export class Worker {
     ));
     // Written either way; a failure whose plan is gone is left to no person (endCoverage).
     if (done?.state !== state && done?.state !== 'ending-coverage') return;
-    this.emit('written', { key: row.key, state: done.state, correlationId: row.correlationId, outcome: outcome.kind });
-    if (done.state === state && needsPerson && !told) this.emit('needs-attention', { key: row.key, state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) });
+    this.emit('written', eventOf(row, { state: done.state, correlationId: row.correlationId, outcome: outcome.kind }));
+    if (done.state === state && needsPerson && !told) this.emit('needs-attention', eventOf(row, { state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) }));
   }
 
   /** Where a check whose Coverage is in the chart goes once its plan was dropped while it was under way for a visit over: to end it (endCoverage). */

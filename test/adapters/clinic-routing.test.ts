@@ -34,8 +34,17 @@ describe('resolveClinic', () => {
   it('then a route whose location matches, for senders whose MSH-4 names no clinic', () => {
     expect(resolveClinic(routing, { hl7Facilities: ['PMS-HQ'], hl7Location: 'N-OP2' })).toBe('cln_north');
     expect(resolveClinic(routing, { hl7Location: 'MAIN' })).toBe('cln_main');
-    // A chair name every clinic has goes to the first route that lists it.
-    expect(resolveClinic(routing, { hl7Facilities: ['PMS-HQ'], hl7Location: 'OP1' })).toBe('cln_main');
+  });
+
+  it('but not by a chair name several clinics list: a clinic not in the file is not taken for the first that lists it', () => {
+    // OP1 at BSD-SOUTH, a clinic opened since the file was written, is neither cln_main nor cln_north.
+    expect(resolveClinic(routing, { hl7Facilities: ['BSD-SOUTH'], hl7Location: 'OP1' })).toBe('cln_default');
+    expect(resolveClinic(routing, { hl7Location: 'op1' })).toBe('cln_default');
+    const { defaultClinicId: _default, ...withoutDefault } = routing;
+    expect(resolveClinic(withoutDefault, { hl7Facilities: ['BSD-SOUTH'], hl7Location: 'OP1' })).toBeUndefined();
+    // Two routes of one clinic listing the chair still name it.
+    const twice: ClinicRouting = { routes: [routing.routes[0]!, { ...routing.routes[0]!, hl7Facilities: ['BSD-MAIN-2'] }] };
+    expect(resolveClinic(twice, { hl7Facilities: ['PMS-HQ'], hl7Location: 'OP1' })).toBe('cln_main');
   });
 
   it('then the default, or nothing when there is none', () => {

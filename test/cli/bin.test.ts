@@ -192,7 +192,7 @@ describe('the dental-elig executable', () => {
   });
 
   it("begins its usage errors with its name, as every other line it writes to stderr, and exits 2", async () => {
-    expect(await run('jobs', 'list', '--limit')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown option '--limit'\n" });
+    expect(await run('jobs', 'list', '--verbose')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown option '--verbose'\n" });
     expect(await run('convert', 'hl7')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: missing required argument 'file'\n" });
     expect(await run('nosuch')).toEqual({ code: 2, stdout: '', stderr: "dental-elig: error: unknown command 'nosuch'\n" });
   });

@@ -35,7 +35,19 @@ describe('dental-elig jobs', () => {
     expect(rows[1]?.lastError).toBe("no insurance in force on the visit's date received for the patient yet");
     expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
     const table = await cli(['jobs', 'list', '--data-dir', dir]);
-    expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+    expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +CLINIC +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
+  });
+
+  it("says each check's clinic, and lists one clinic's alone, its bookings awaiting insurance too: offices sharing one serve", async () => {
+    const store = SqliteJobStore.open(dir);
+    await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J10', 'BSD-NORTH'), 'SCH|APT-J10^SC||||||||||^^^20261212093000', 'PID|1||PJ-10^^^SC^MR||DOE^JOHN||19800102|M', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD10' })].join('\r'), options);
+    await store.close();
+    const all = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ state: string; clinic?: string }>;
+    expect(all.map((r) => [r.state, r.clinic])).toEqual([['received', 'cln_sandbox_north'], ['received', 'cln_sandbox_main'], ['awaiting-insurance', 'cln_sandbox_main']]);
+    const north = await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_north']);
+    expect(north.stdout.split('\n').filter((l) => l !== '').map((l) => l.split(/ +/).slice(1, 3))).toEqual([['STATE', 'CLINIC'], ['received', 'cln_sandbox_north']]);
+    const main = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_main', '--json'])).stdout) as Array<{ state: string }>;
+    expect(main.map((r) => r.state)).toEqual(['received', 'awaiting-insurance']);
   });
 
   it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
@@ -131,6 +143,29 @@ describe('dental-elig jobs', () => {
       stdout: `${keys[2]}: received again (round 1); a running serve picks it up\n`,
       stderr: `dental-elig: jobs: check ${keys[0]} is received; a check is retried when it is needs-attention, dead, cancelled, written\n`,
     });
+  });
+
+  it("retries one clinic's checks its portal credentials failed, not another clinic's on the same portal", async () => {
+    const store = SqliteJobStore.open(dir);
+    for (const [id, facility] of [['J8', 'BSD-MAIN'], ['J9', 'BSD-NORTH']] as const) {
+      await ingestHl7(store, [msh('SIU^S12^SIU_S12', id, facility), `SCH|APT-${id}^SC||||||||||^^^20261212093000`, `PID|1||P${id}^^^SC^MR||DOE^JOHN||19800102|M`, segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: `DD${id}` })].join('\r'), options);
+    }
+    const rows = (await store.listChecks({ states: ['received'] })).filter((r) => r.check.patient.lastName === 'DOE');
+    const refused = (i: number) => ({ correlationId: `ver-c${i}`, status: 'Failed', result: { type: 'https://api.example/problems/InvalidCredentials', title: 'InvalidCredentials', detail: 'refused' } });
+    await store.transaction(async (tx) => {
+      for (const [i, { dueAt: _due, ...row }] of rows.entries()) {
+        await tx.putCheck({ ...row, state: 'needs-attention', portalId: 'portal-a', correlationId: `ver-c${i}`, result: refused(i), resultAt: '2026-11-23T10:00:05.000Z', lastError: 'refused' });
+      }
+    });
+    await store.close();
+    const north = rows.find((r) => r.check.clinicId === 'cln_sandbox_north')?.key;
+    expect(rows.map((r) => r.check.clinicId).sort()).toEqual(['cln_sandbox_main', 'cln_sandbox_north']);
+
+    const run = await cli(['jobs', 'retry', '--state', 'needs-attention', '--failure-kind', 'InvalidCredentials', '--portal', 'portal-a', '--clinic', 'cln_sandbox_north', '--data-dir', dir, '--json']);
+    expect([run.code, (JSON.parse(run.stdout) as Array<{ job: string }>).map((r) => r.job)]).toEqual([0, [north]]);
+    const after = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'needs-attention', '--json'])).stdout) as Array<{ job: string }>;
+    expect(after.map((r) => r.job)).toEqual(rows.filter((r) => r.key !== north).map((r) => r.key));
+    expect((await cli(['jobs', 'retry', '--clinic', 'cln_sandbox_north', '--data-dir', dir])).stderr).toBe('dental-elig: jobs retry: --clinic narrows --state; give --state too\n');
   });
 
   it('says how to name the checks to retry, and refuses a state that is not retried', async () => {

@@ -313,6 +313,21 @@ describe('HL7 v2 into the chart', () => {
     expect(await responses()).toHaveLength(2);
   });
 
+  it('names the clinic and the portal of a failure left to a person, in its event and its log line: whose credentials, where offices share one serve', async () => {
+    await start();
+    const told: Array<{ clinicId: string; portalId?: string | undefined }> = [];
+    h.sync.on('needs-attention', ({ clinicId, portalId }) => told.push({ clinicId, portalId }));
+    const refused: [string, string, string] = ['64246', 'Guardian', 'SBX-FAIL-InvalidCredentials'];
+    expect(await send(siu('F9', 'P-19', 'APT-19', ...insurance(refused)))).toEqual(['AA']);
+    await until('the person told', async () => told.length === 1);
+    expect(told).toEqual([{ clinicId: 'cln_sandbox_main', portalId: 'guardiananytime' }]);
+    const lines = h.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'check needs-attention' || l.msg === 'check failed');
+    expect(lines.map(({ msg, clinicId, portalId, failureKind }) => ({ msg, clinicId, portalId, failureKind }))).toEqual([
+      { msg: 'check failed', clinicId: 'cln_sandbox_main', portalId: 'guardiananytime', failureKind: 'InvalidCredentials' },
+      { msg: 'check needs-attention', clinicId: 'cln_sandbox_main', portalId: 'guardiananytime', failureKind: 'InvalidCredentials' },
+    ]);
+  });
+
   it('keeps a person\'s dismissal of a failure through its write again after a swap of plans', async () => {
     await start();
     const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE'];
