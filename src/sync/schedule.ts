@@ -66,7 +66,8 @@ export async function scheduleAppointment(tx: StoreTx, event: AppointmentEvent, 
   }
   const dropped = (earlier?.checkKeys ?? []).filter((k) => !keys.includes(k));
   const withdrawn: string[] = [];
-  for (const key of dropped) if (await withdrawIfUnheld(tx, key, now)) withdrawn.push(key);
+  const why = WITHDRAWN_BECAUSE[event.status];
+  for (const key of dropped) if (await withdrawIfUnheld(tx, key, now, why)) withdrawn.push(key);
   return { created, withdrawn };
 }
 
@@ -228,7 +229,18 @@ function resultWritten(row: CheckRow): boolean {
   );
 }
 
-async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<boolean> {
+/**
+ * Why a check its appointment no longer holds is withdrawn, by what the appointment is now: `jobs
+ * list` said 'cancelled or moved' of a check a corrected member id replaced, the visit still booked.
+ */
+const WITHDRAWN_BECAUSE: Record<AppointmentStatus, string> = {
+  booked: "the appointment verifies another check now (its date, the patient's details or a plan changed)",
+  'awaiting-insurance': 'the appointment has no insurance in force now',
+  'self-pay': 'the patient pays for the visit now (no insurance)',
+  cancelled: 'the appointment was cancelled',
+};
+
+async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: string): Promise<boolean> {
   if ((await tx.appointmentsHolding(key)).length > 0) return false;
   const check = await tx.getCheck(key);
   const closing = check && (await closingCheck(tx, check));
@@ -246,7 +258,7 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string): Promise<
   }
   if (!check || !WITHDRAWABLE.has(check.state)) return false;
   const { dueAt: _due, ...rest } = check;
-  await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: 'the appointment was cancelled or moved' });
+  await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: why });
   return true;
 }
 
