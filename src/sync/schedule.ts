@@ -234,7 +234,8 @@ function resultWritten(row: CheckRow): boolean {
  * list` said 'cancelled or moved' of a check a corrected member id replaced, the visit still booked.
  */
 const WITHDRAWN_BECAUSE: Record<AppointmentStatus, string> = {
-  booked: "the appointment verifies another check now (its date, the patient's details or a plan changed)",
+  // A check is its clinic's, patient's, plan's and day's (idempotencyKey): a visit moved to another office is one too.
+  booked: "the appointment verifies another check now (its date or office, the patient's details or a plan changed)",
   'awaiting-insurance': 'the appointment has no insurance in force now',
   'self-pay': 'the patient pays for the visit now (no insurance)',
   cancelled: 'the appointment was cancelled',

@@ -20,6 +20,10 @@ describe('a check withdrawn from its appointment', () => {
     const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...base, subscriber: { ...base.subscriber, memberId } };
     return { ...base, subscriber: { ...base.subscriber, memberId }, idempotencyKey: idempotencyKey(body) };
   };
+  const atClinic = (check: EligibilityCheck, clinicId: string): EligibilityCheck => {
+    const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...check, clinicId };
+    return { ...check, clinicId, idempotencyKey: idempotencyKey(body) };
+  };
   const schedule = (status: AppointmentStatus, checks: EligibilityCheck[]) =>
     store().transaction((tx) => scheduleAppointment(tx, { key: 'appt-1', patientKey: 'hl7|BSD|P-1', dateOfService: base.dateOfService, status, checks, basis: {} }, { now: NOW, policy }));
   const why = async (check: EligibilityCheck) => {
@@ -31,9 +35,16 @@ describe('a check withdrawn from its appointment', () => {
     const [typo, corrected] = [withMemberId('M-1'), withMemberId('M-2')];
     await schedule('booked', [typo]);
     expect((await schedule('booked', [corrected])).withdrawn).toEqual([typo.idempotencyKey]);
-    expect(await why(typo)).toEqual(['cancelled', "the appointment verifies another check now (its date, the patient's details or a plan changed)"]);
+    expect(await why(typo)).toEqual(['cancelled', "the appointment verifies another check now (its date or office, the patient's details or a plan changed)"]);
     await schedule('cancelled', []);
     expect(await why(corrected)).toEqual(['cancelled', 'the appointment was cancelled']);
+  });
+
+  it('says the office may have changed when the visit moved to another office of the group, the day and plan the same', async () => {
+    const main = withMemberId('M-5');
+    await schedule('booked', [main]);
+    expect((await schedule('booked', [atClinic(main, 'cln_sandbox_north')])).withdrawn).toEqual([main.idempotencyKey]);
+    expect(await why(main)).toEqual(['cancelled', expect.stringContaining('its date or office')]);
   });
 
   it('says the patient pays for the visit, or has no insurance in force, when the appointment turns so', async () => {
