@@ -666,7 +666,7 @@ export class Worker {
     if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.
     const fields = { key: row.key, step: from === 'submitted' ? 'send' : 'poll', failure: status ?? err.code ?? 'network', attempts: row.attempts, retryInMs: wait };
-    // Put off the same way as its last send was: said, at warn, for the first (each was 43 % of a day's log, audit-leaks).
+    // Put off as its last send was: at warn for the first of such a run only (their warnings were 43 % of audit-leaks' log).
     if (status !== 429 && putOff && row.lastError === summary) return void this.deps.log.debug?.(fields, 'the service failed; will retry');
     if (status !== 429) return void this.deps.log.warn(fields, 'the service failed; will retry');
     // Asking for fewer requests, it asks it of every check sent meanwhile: a warning each (and four retries each) was some
