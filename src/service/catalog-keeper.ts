@@ -43,6 +43,8 @@ export class CatalogKeeper {
   private lastError: unknown;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** When the service last gave the catalog (the sync's clock, ms): an answer to this plugin's API key too. */
+  answeredAt: number | undefined;
 
   constructor(private readonly options: CatalogKeeperOptions) {
     // The start's refresh asks for what changed since the saved copy (for the whole network when none is saved); the whole, a day later.
@@ -138,6 +140,7 @@ export class CatalogKeeper {
     }
     if (this.lastError !== undefined && this.catalog) this.options.logger.info('payer catalog refreshed again');
     this.lastError = undefined;
+    this.answeredAt = this.askedAt;
     this.catalog = fetched;
     if (whole) this.wholeAt = this.askedAt;
     // Used even when it cannot be saved: a restart then starts from the last copy saved, and brings it up to date.

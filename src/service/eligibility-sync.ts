@@ -374,7 +374,16 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   metrics.inHand = () => worker.busy;
   // One payer portal out is not the service down: its checks wait, and healthz says which.
-  metrics.serviceUp = () => worker.service.since === undefined && worker.keyRefusedSince === undefined && catalogNow() !== undefined;
+  /**
+   * Since when the service refuses the API key, while it does: until a call of the worker's is
+   * answered, or a refresh of the payer catalog, which uses the key too (an instance that sends
+   * nothing for hours would else say the key refused after it was replaced).
+   */
+  const keyRefusedSince = () => {
+    const since = worker.keyRefusedSince;
+    return since !== undefined && (keeper?.answeredAt ?? Number.NEGATIVE_INFINITY) < since.getTime() ? since : undefined;
+  };
+  metrics.serviceUp = () => worker.service.since === undefined && keyRefusedSince() === undefined && catalogNow() !== undefined;
   metrics.portalsOut = () => worker.service.portalsOut.length;
   serviceOut = () => worker.service.since !== undefined;
   throttleNews = () => worker.throttleNews();
@@ -662,7 +671,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           ? `refusing this plugin's writes (${refusing.status}: ${refusing.status === 401 ? 'its token' : 'its permissions'}) since ${refusing.since.toISOString()}: checks wait for a person (jobs retry once it takes them)`
           : reached;
       const out = worker.service.since;
-      const keyRefused = worker.keyRefusedSince;
+      const keyRefused = keyRefusedSince();
       const portals = worker.service.portalsOut;
       const portalsSaid = `payer ${portals.length === 1 ? 'portal' : 'portals'} ${portals.map((p) => `${p.portal} since ${p.since.toISOString()}`).join(', ')}`;
       // A portal out on its own before the service went stays out once it is back: said meanwhile too.

@@ -124,6 +124,21 @@ describe('webhooks and service faults', () => {
     expect(await said()).toEqual(['ok', '1']);
   });
 
+  it('no longer says the API key refused once a refresh of the payer catalog, which uses it too, is answered', async () => {
+    h = await startHarness({ settings: { catalogRefreshMs: 300 } });
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 401, times: 2 });
+    await notify('appt-4004');
+    await until('both checks left to a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 2);
+    // Nothing else is sent: the key taken again is known from the catalog's refresh alone.
+    const said = await until('the key taken again', async () => {
+      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+      const up = /^dental_elig_service_up (\d)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+      return up === '1' && service;
+    });
+    expect(said).not.toMatch(/refusing the API key/);
+  });
+
   it('says one payer portal out in /healthz, not the service, and verifies other payers\' bookings meanwhile', async () => {
     // Each 503 an attempt of the worker's (the client's own retries off), a second apart (the sandbox's Retry-After).
     h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
