@@ -625,7 +625,8 @@ export class Worker {
       if (status === 401) this.keyRefusedSince ??= this.deps.now();
       if (!(await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
       this.emit('needs-attention', eventOf(row, { state: 'needs-attention', detail: summary }));
-      this.deps.log.warn({ key: row.key, status, portalId: row.portalId }, 'verification refused by the service; needs attention');
+      // Whose: a 403 is what one clinic's registration or key may not do, where a group's offices share a serve.
+      this.deps.log.warn({ key: row.key, status, clinicId: row.check.clinicId, portalId: row.portalId }, 'verification refused by the service; needs attention');
       return;
     }
     // The service out, this failure one of those that say so: the check waits for it, its send not counted.

@@ -104,6 +104,19 @@ describe('the worker when the service says to try again later', () => {
   });
 });
 
+describe('the worker when the service refuses a verification (403)', () => {
+  it('leaves it to a person, saying at warn which clinic and portal it was for', async () => {
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 403, { title: 'Forbidden', status: 403 }) });
+    await rig.addCheck('forbidden');
+    rig.worker.start();
+    const row = await rig.reach('forbidden', 'needs-attention');
+    expect(rig.warnings.filter((w) => w.msg === 'verification refused by the service; needs attention').map((w) => w.fields)).toEqual([
+      { key: 'forbidden', status: 403, clinicId: row.check.clinicId, portalId: row.portalId },
+    ]);
+    expect(row.check.clinicId).toMatch(/\S/);
+  });
+});
+
 describe('the worker when the service asks it to wait (Retry-After)', () => {
   const throttle = (res: ServerResponse) => json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '1' });
 
