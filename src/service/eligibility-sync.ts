@@ -20,6 +20,7 @@ import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, webhookProblem, typ
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
+import { onceASpell } from '../sync/once-a-spell';
 import { sendProblem } from '../problem-details';
 import { deadLetter, detailForLog, keepUnhandled, refusedOn, resolveResent } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
@@ -34,7 +35,7 @@ import { closeEachOrThrow } from '../close-each';
 import { timerMs } from '../timer-ms';
 import type { SchedulePolicy } from '../sync/schedule';
 import { SqliteJobStore } from '../sync/sqlite-job-store';
-import { THROTTLE_SAID_MS, Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
+import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../sync/worker';
 import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/write-back';
 import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
@@ -221,7 +222,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
   /** When a webhook delivery last reached this sync, taken or not: see webhookMissed. */
   let webhookCameAt = Number.NEGATIVE_INFINITY;
-  let webhookMissSaidAt = Number.NEGATIVE_INFINITY;
+  const webhookMissSaid = onceASpell(() => now().getTime());
   /**
    * A result polling took that its webhook was to bring: counted, and said at warn once a spell
    * while no delivery reaches this sync, as webhooks that stop arriving (a secret rotated on one
@@ -233,8 +234,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     metrics.webhooks.inc({ result: 'not-received' });
     const at = now().getTime();
     const message = 'a result came by polling, no webhook received in webhookDeadlineMs: check the webhook URL the service has, its secret, and what stands between (said once in ten minutes)';
-    if (at - webhookCameAt < settings.webhookDeadlineMs || at - webhookMissSaidAt < THROTTLE_SAID_MS) return void logger.debug({ key }, message);
-    webhookMissSaidAt = at;
+    if (at - webhookCameAt < settings.webhookDeadlineMs || !webhookMissSaid()) return void logger.debug({ key }, message);
     logger.warn({ key, webhookDeadlineMs: settings.webhookDeadlineMs }, message);
   };
   // Its handler refuses a webhook secret that is not one.

@@ -15,6 +15,7 @@ import { errorText } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
 import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
+import { onceASpell } from './once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
@@ -155,9 +156,6 @@ const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
 
-/** How long after a warning said once a spell (a 429: throttleSaidAt; a result polling took before its webhook, serve's) the next is said at debug. */
-export const THROTTLE_SAID_MS = 10 * 60_000;
-
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
   private readonly limiter: RateLimiter;
@@ -192,8 +190,8 @@ export class Worker {
    * mid-batch, whose checks this one takes up, as a restart on SQLite says of a process before it.
    */
   private readonly tookOver = (checks: number) => this.deps.log.info({ checks }, 'took up the checks another worker had in hand (its lease ran out, or its process is gone)');
-  /** When a 429 of the service's was last said at warn: a service asking for fewer requests is said once a spell (THROTTLE_SAID_MS), not at each check's. */
-  private throttleSaidAt = Number.NEGATIVE_INFINITY;
+  /** A service asking for fewer requests is said once a spell, not at each check's: see throttleNews. */
+  private readonly throttleSaid = onceASpell(() => this.deps.now().getTime());
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
@@ -678,14 +676,11 @@ export class Worker {
   }
 
   /**
-   * Whether a 429 of the service's is to be said at warn: once in THROTTLE_SAID_MS, counting the
+   * Whether a 429 of the service's is to be said at warn: once a spell (onceASpell), counting the
    * retries after one that serve's client says (one its retry gets answered reaches no step here).
    */
   throttleNews(): boolean {
-    const now = this.deps.now().getTime();
-    if (now - this.throttleSaidAt < THROTTLE_SAID_MS) return false;
-    this.throttleSaidAt = now;
-    return true;
+    return this.throttleSaid();
   }
 
   /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
