@@ -17,6 +17,12 @@ describe('webhooks and service faults', () => {
   afterEach(async () => h.close());
 
   const notify = (appointment: string) => fetch(`${h.httpUrl}/fhir-notifications/Appointment/${appointment}`, { method: 'POST' });
+  /** What /healthz says of the service, and dental_elig_service_up. */
+  const serviceSaid = async () => {
+    const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
+    const up = /^dental_elig_service_up (\d)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+    return [service, up] as const;
+  };
 
   it('refuses forged and stale deliveries, applies a replay once, and keeps an unreadable one', async () => {
     h = await startHarness({ settings: { webhookDeadlineMs: 60_000 } });
@@ -103,25 +109,20 @@ describe('webhooks and service faults', () => {
   it('says in /healthz and dental_elig_service_up that the service refuses the API key (401) until a call of it is answered', async () => {
     h = await startHarness();
     await h.fhir.seed(chartOf('primary-secondary'));
-    const said = async () => {
-      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
-      const up = /^dental_elig_service_up (\d)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
-      return [service, up];
-    };
     h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 401, times: Infinity });
     await notify('appt-4004');
     const refused = await until('both checks left to a person', async () => {
       const rows = await h.store.listChecks({ states: ['needs-attention'] });
       return rows.length === 2 && rows;
     });
-    const [service, up] = await said();
+    const [service, up] = await serviceSaid();
     expect(service).toMatch(/^refusing the API key \(401\) since \d{4}-\d\d-\d\dT[^ ]+: checks wait for a person \(jobs retry once the key is replaced\)$/);
     expect(up).toBe('0');
 
     h.sandbox.clearFaults();
     for (const row of refused) await retryCheck(h.store, row.key, new Date());
     await until('both written once the key is taken', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
-    expect(await said()).toEqual(['ok', '1']);
+    expect(await serviceSaid()).toEqual(['ok', '1']);
   });
 
   it('no longer says the API key refused once a refresh of the payer catalog, which uses it too, is answered', async () => {
@@ -132,8 +133,7 @@ describe('webhooks and service faults', () => {
     await until('both checks left to a person', async () => (await h.store.listChecks({ states: ['needs-attention'] })).length === 2);
     // Nothing else is sent: the key taken again is known from the catalog's refresh alone.
     const said = await until('the key taken again', async () => {
-      const { service } = (await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string };
-      const up = /^dental_elig_service_up (\d)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+      const [service, up] = await serviceSaid();
       return up === '1' && service;
     });
     expect(said).not.toMatch(/refusing the API key/);
