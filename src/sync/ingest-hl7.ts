@@ -12,13 +12,14 @@ import {
   sentEarlier,
   type Ack,
   type AppointmentBasis,
+  type HeldBooking,
   type Hl7Mappings,
   type Hl7Outcome,
   type Hl7Result,
   type PatientMerge,
 } from '../adapters/hl7';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import type { AppointmentRow, JobStore, StoreTx } from './job-store';
+import type { AppointmentRow, JobStore, MessageRow, StoreTx } from './job-store';
 import { endDroppedPlans, scheduleAppointment, stillToCome, type AppointmentEvent, type ScheduleContext } from './schedule';
 
 export interface Hl7IngestOptions {
@@ -72,13 +73,13 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     });
     const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
     const sent = { facility, sentAt: result.header?.sentAt ?? '' };
-    const appointmentId = result.outcome.kind === 'book' || result.outcome.kind === 'reschedule' || result.outcome.kind === 'cancel' ? result.outcome.appointmentId : undefined;
+    const appointmentId = appointmentIdOf(result.outcome);
     const last = appointmentId === undefined ? undefined : await tx.getAppointment(appointmentKey(facility, appointmentId));
     const superseded = supersededBy(last, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
     const stale = superseded ? undefined : await patients.commit(statesInsurance(result) ? sent.sentAt : undefined);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
-    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy });
+    const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy }, message);
     const acks = ackFor(result, { now: receivedAt });
     const rejected = result.outcome.kind === 'reject';
     // What the ACK warned of is kept with it: a booking that made no check (its plan ended before the visit) says why, not only `self-pay`.
@@ -86,11 +87,17 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
     const detail =
       (superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message`
       : stale ? `${describe(outcome)}; the patient's details and insurance not applied: sent (MSH-7) before the message that last changed them`
-      : describe(result.outcome)) + warned;
+      : describe(result.outcome)) + (!superseded && holdsVisit(outcome, last) ? HELD : '') + warned;
     await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { messageId: message.id, acks, result, created, withdrawn };
   });
+}
+
+/** The appointment a message names, whose row says what was applied to it last. */
+function appointmentIdOf(outcome: Hl7Outcome): string | undefined {
+  if (outcome.kind === 'book' || outcome.kind === 'reschedule' || outcome.kind === 'cancel') return outcome.appointmentId;
+  return outcome.kind === 'reject' ? outcome.held?.appointmentId : undefined;
 }
 
 /** A sender's message is known by its application, facility and control id (derived from its content when MSH-10 is empty). */
@@ -108,6 +115,31 @@ interface Sent {
 /** What an appointment's row keeps of the last message applied to it, beside what its checks are built from. */
 interface Stamped {
   sentAt?: string;
+  /** An appointment awaiting correction: the letter of the booking refused (its id, and its key, by which the store finds it). */
+  heldBy?: { messageId: number; dedupeKey: string };
+}
+
+/** Said after a held booking's reason, in its letter. */
+const HELD = "; its visit is held: booked from the patient's record once an ADT corrects it";
+
+/**
+ * Whether a booking refused for the patient's details holds its visit: one not booked before, or
+ * held already (a booked visit keeps its checks, as a message refused changes nothing of it).
+ */
+function holdsVisit(outcome: Hl7Outcome, last: AppointmentRow | undefined): outcome is Extract<Hl7Outcome, { kind: 'reject' }> & { held: HeldBooking } {
+  return outcome.kind === 'reject' && outcome.held !== undefined && (last === undefined || last.status === 'awaiting-correction');
+}
+
+/**
+ * The letter of a held booking let go of, handled, once its visit no longer waits for it (booked
+ * from a corrected record, booked, moved, cancelled or refused again by a later message): it stood
+ * in dental_elig_dead_letters, an alert firing, for what the PMS has since done.
+ */
+async function releaseHeld(tx: StoreTx, appointment: AppointmentRow | undefined, why: string): Promise<void> {
+  const by = appointment?.status === 'awaiting-correction' ? (appointment.basis as Stamped).heldBy : undefined;
+  const letter = by && (await tx.findMessage('hl7', by.dedupeKey));
+  if (letter?.id !== by?.messageId || letter?.status !== 'dead') return;
+  await tx.updateMessage(letter.id, { status: 'handled', detail: `${letter.detail ?? ''}; handled: ${why}` });
 }
 
 /**
@@ -120,13 +152,25 @@ function supersededBy(last: AppointmentRow | undefined, sent: Sent): boolean {
   return sent.sentAt !== '' && lastSentAt !== undefined && sentEarlier(sent.sentAt, lastSentAt);
 }
 
-/** What the message does to the store; `last` is its appointment as stored before it, when it names one. */
-async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: AppointmentRow | undefined, ctx: ScheduleContext): Promise<{ created: string[]; withdrawn: string[] }> {
+/**
+ * What the message does to the store; `last` is its appointment as stored before it, when it
+ * names one, and `letter` the message as stored (a held booking's row names it).
+ */
+async function apply(
+  tx: StoreTx,
+  outcome: Hl7Outcome,
+  sent: Sent,
+  last: AppointmentRow | undefined,
+  ctx: ScheduleContext,
+  letter: Pick<MessageRow, 'id' | 'dedupeKey'>,
+): Promise<{ created: string[]; withdrawn: string[] }> {
   const { facility } = sent;
   const stamp: Stamped = sent.sentAt === '' ? {} : { sentAt: sent.sentAt };
+  const nextMessage = `the visit's next message came at ${ctx.now.toISOString()}`;
   switch (outcome.kind) {
     case 'book':
     case 'reschedule': {
+      await releaseHeld(tx, last, nextMessage);
       const basis: AppointmentBasis & Stamped = { ...outcome.appointment, ...stamp };
       const status = outcome.awaitingInsurance ? 'awaiting-insurance' : outcome.selfPay ? 'self-pay' : 'booked';
       const event = appointmentEvent(facility, outcome.patientKey, basis, outcome.appointmentId);
@@ -138,6 +182,7 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
+      await releaseHeld(tx, last, nextMessage);
       if (last) return scheduleAppointment(tx, { ...last, basis: { ...(last.basis as object), ...stamp }, status: 'cancelled', checks: [] }, ctx);
       const key = appointmentKey(facility, outcome.appointmentId);
       // A cancellation that overtook its booking is kept, so the booking, sent before it, books nothing when it comes.
@@ -149,8 +194,10 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
       return { created: [], withdrawn: [] };
     }
     case 'record':
-      // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks.
-      return outcome.record ? reevaluateAppointments(tx, outcome, outcome.record, ctx) : { created: [], withdrawn: [] };
+      if (outcome.record) return reevaluateAppointments(tx, outcome, outcome.record, ctx);
+      // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks, but that of a
+      // booking refused for the patient's details since, which the record, as the PMS states it after, corrects.
+      return rebuildHeld(tx, outcome.patientKey, sent, ctx);
     case 'merge': {
       const created: string[] = [];
       const withdrawn: string[] = [];
@@ -161,10 +208,28 @@ async function apply(tx: StoreTx, outcome: Hl7Outcome, sent: Sent, last: Appoint
       }
       return { created, withdrawn };
     }
+    case 'reject': {
+      if (!holdsVisit(outcome, last)) return { created: [], withdrawn: [] };
+      await releaseHeld(tx, last, nextMessage);
+      const { held } = outcome;
+      const basis: AppointmentBasis & Stamped = { ...held.appointment, ...stamp, heldBy: { messageId: letter.id, dedupeKey: letter.dedupeKey } };
+      const event = appointmentEvent(facility, held.patientKey, basis, held.appointmentId);
+      return scheduleAppointment(tx, { ...event, status: 'awaiting-correction', checks: [] }, ctx);
+    }
     case 'ignore':
-    case 'reject':
       return { created: [], withdrawn: [] };
   }
+}
+
+/** The patient's bookings held for a correction, sent before `sent`, built from their record as it stands. */
+async function rebuildHeld(tx: StoreTx, key: PatientKey, sent: Sent, ctx: ScheduleContext) {
+  const patientKey = patientKeyText(key);
+  const held = (await tx.appointmentsOfPatient(patientKey)).filter((a) => {
+    const heldSentAt = (a.basis as Stamped).sentAt;
+    return a.status === 'awaiting-correction' && (heldSentAt === undefined || sent.sentAt === '' || !sentEarlier(sent.sentAt, heldSentAt));
+  });
+  const record = held.length > 0 ? await tx.getPatient(patientKey) : undefined;
+  return record ? rebuildAppointments(tx, held, key, record, ctx) : { created: [], withdrawn: [] };
 }
 
 /**
@@ -209,6 +274,7 @@ async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], 
     }
     const { checks, status } = checksFromRecord(appointment.basis as AppointmentBasis, record);
     const done = await scheduleAppointment(tx, { ...appointment, patientKey, status, checks }, ctx);
+    await releaseHeld(tx, appointment, `booked from the patient's record, corrected at ${ctx.now.toISOString()}`);
     created.push(...done.created);
     withdrawn.push(...done.withdrawn);
   }

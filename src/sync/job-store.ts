@@ -187,7 +187,8 @@ export function checkOfPlanFrom(r: CheckOfPlanRecord): CheckOfPlan {
   });
 }
 
-export const AppointmentStatus = z.enum(['booked', 'awaiting-insurance', 'self-pay', 'cancelled']);
+/** awaiting-correction: an HL7 booking refused for what it said of the patient, waiting for an ADT to correct their record (HeldBooking). */
+export const AppointmentStatus = z.enum(['booked', 'awaiting-insurance', 'awaiting-correction', 'self-pay', 'cancelled']);
 export type AppointmentStatus = z.infer<typeof AppointmentStatus>;
 
 export const AppointmentRow = z.strictObject({

@@ -93,6 +93,9 @@ const MIGRATIONS: readonly string[] = [
   // The worker claims the chart's work (results to write, Coverages to end) into places of their own (claimDue's chart cap):
   // this finds it without reading past a batch's due sends. Unreleased, so changed in place (results alone at first).
   `CREATE INDEX IF NOT EXISTS checks_chart_due ON checks (due_at) WHERE state IN ('result-stored', 'ending-coverage');`,
+  // Nothing to change in the tables: an appointment may now be awaiting-correction (an HL7 booking refused for the patient's
+  // details, held for an ADT), which no earlier version reads.
+  `SELECT 1;`,
 ];
 
 /** The version this program writes. */

@@ -237,6 +237,7 @@ const WITHDRAWN_BECAUSE: Record<AppointmentStatus, string> = {
   // A check is its clinic's, patient's, plan's and day's (idempotencyKey): a visit moved to another office is one too.
   booked: "the appointment verifies another check now (its date or office, the patient's details or a plan changed)",
   'awaiting-insurance': 'the appointment has no insurance in force now',
+  'awaiting-correction': "the appointment's latest booking was refused for the patient's details (AE): it waits for their correction",
   'self-pay': 'the patient pays for the visit now (no insurance)',
   cancelled: 'the appointment was cancelled',
 };

@@ -95,6 +95,84 @@ describe('HL7 v2 into the chart', () => {
     expect(await responses()).toHaveLength(1);
   });
 
+  describe('a booking refused for what it says of the patient (AE)', () => {
+    const guardian = in1('64246', 'Guardian', 'SBX-COMPLETE');
+    const noMemberId = segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL' });
+    const letters = async () => (await h.store.listMessages()).filter((m) => m.kind === 'hl7' && m.status === 'dead');
+    const letterOf = async (controlId: string) => (await h.store.listMessages()).find((m) => m.kind === 'hl7' && m.raw.includes(`|${controlId}|`));
+    const checksOf = async (appointment: string) => (await h.store.listChecks()).filter((c) => c.check.source.kind === 'hl7' && c.check.source.appointmentId === appointment);
+
+    it('is held, and verified once an ADT corrects the patient: the PMS sends the correction, not the booking again; its letter handled', async () => {
+      await start();
+      expect(await send(siu('R1', 'P-R1', 'APT-R1', noMemberId))).toEqual(['AE']);
+      expect(await letterOf('R1')).toMatchObject({ status: 'dead', detail: expect.stringMatching(/^rejected: IN1-36: member id missing; its visit is held: booked from the patient's record once an ADT corrects it/) });
+      expect((await h.store.listAppointments('awaiting-correction')).map((a) => a.key)).toEqual(['hl7|BSD-MAIN|APT-R1']);
+      expect(await h.store.listChecks()).toEqual([]);
+
+      expect(await send(adt('R2', 'P-R1', guardian))).toEqual(['AA']);
+      await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await checksOf('APT-R1')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letterOf('R1')).toMatchObject({ status: 'handled', detail: expect.stringMatching(/; handled: booked from the patient's record, corrected at \d{4}-/) });
+      expect(await letters()).toEqual([]);
+      expect(await h.store.listAppointments('awaiting-correction')).toEqual([]);
+      expect(await responses()).toHaveLength(1);
+    });
+
+    it('is held for a birth date after the visit, and verified with the date the ADT corrects', async () => {
+      await start();
+      const typo = [msh('SIU^S12^SIU_S12', 'R3'), sch('APT-R3'), pid('P-R3', 'DOE^JANE', '20800102'), guardian].join('\r');
+      expect(await send(typo)).toEqual(['AE']);
+      expect(await send([msh('ADT^A08^ADT_A01', 'R4'), pid('P-R3', 'DOE^JANE', '19800102'), guardian].join('\r'))).toEqual(['AA']);
+      await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await checksOf('APT-R3')).map((c) => c.check.patient.birthDate)).toEqual(['1980-01-02']);
+      expect(await letters()).toEqual([]);
+    });
+
+    it("is verified when an ADT restates the patient's record as it was, the booking's own IN1 having been the one wrong", async () => {
+      await start();
+      expect(await send([msh('SIU^S12^SIU_S12', 'R5'), sch('APT-R5', visitIn(10)), pid('P-R5'), guardian].join('\r'))).toEqual(['AA']);
+      expect(await send([msh('SIU^S12^SIU_S12', 'R6'), sch('APT-R6', visitIn(20)), pid('P-R5'), noMemberId].join('\r'))).toEqual(['AE']);
+      expect(await send(adt('R7', 'P-R5', guardian))).toEqual(['AA']);
+      await until('both visits written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+      expect((await checksOf('APT-R6')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letters()).toEqual([]);
+    });
+
+    it('lets its letter go when the visit is cancelled, and a later ADT books nothing for it', async () => {
+      await start();
+      expect(await send(siu('R8', 'P-R8', 'APT-R8', noMemberId))).toEqual(['AE']);
+      expect(await send([msh('SIU^S15^SIU_S12', 'R9'), sch('APT-R8'), pid('P-R8')].join('\r'))).toEqual(['AA']);
+      expect(await letterOf('R8')).toMatchObject({ status: 'handled', detail: expect.stringContaining("; handled: the visit's next message came at ") });
+      expect(await send(adt('R10', 'P-R8', guardian))).toEqual(['AA']);
+      expect(await h.store.listChecks()).toEqual([]);
+      expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['cancelled']);
+    });
+
+    it('refused again by a later message, is held by that one, whose letter alone stays dead', async () => {
+      await start();
+      expect(await send(siu('R11', 'P-R11', 'APT-R11', noMemberId))).toEqual(['AE']);
+      expect(await send([msh('SIU^S14^SIU_S12', 'R12'), sch('APT-R11'), pid('P-R11', 'DOE^JANE', ''), guardian].join('\r'))).toEqual(['AE']);
+      expect((await letters()).map((m) => /\|(R1[12])\|/.exec(m.raw)?.[1])).toEqual(['R12']);
+      expect(await send(adt('R13', 'P-R11', guardian))).toEqual(['AA']);
+      await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect(await letters()).toEqual([]);
+    });
+
+    it('is not held when the appointment itself is unreadable, nor when its visit was booked already, whose checks stay', async () => {
+      await start();
+      // No start (SCH-11.4): no visit to hold.
+      expect(await send([msh('SIU^S12^SIU_S12', 'R14'), 'SCH|APT-R14^SC', pid('P-R14'), noMemberId].join('\r'))).toEqual(['AE']);
+      // Booked, then a modification refused: the booking's check is kept.
+      expect(await send(siu('R15', 'P-R15', 'APT-R15', guardian))).toEqual(['AA']);
+      expect(await send([msh('SIU^S14^SIU_S12', 'R16'), sch('APT-R15'), pid('P-R15'), noMemberId].join('\r'))).toEqual(['AE']);
+      expect(await send(adt('R17', 'P-R14', guardian))).toEqual(['AA']);
+      await until('the booked visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await h.store.listChecks()).map((c) => c.check.source.appointmentId)).toEqual(['APT-R15']);
+      expect(await h.store.listAppointments('awaiting-correction')).toEqual([]);
+      expect((await letters()).map((m) => m.detail)).toEqual([expect.not.stringContaining('held'), expect.not.stringContaining('held')]);
+    });
+  });
+
   it('sends a corrected name as a new verification, and the same event twice as one', async () => {
     await start();
     const booking = (id: string, name: string) => [msh('SIU^S12^SIU_S12', id), sch('APT-3'), pid('P-3', name), in1('64246', 'Guardian', 'SBX-COMPLETE')].join('\r');

@@ -81,7 +81,19 @@ export type Hl7Outcome =
       merges: PatientMerge[];
     }
   | { kind: 'ignore'; reason: string }
-  | { kind: 'reject'; problems: Hl7Problem[] };
+  | { kind: 'reject'; problems: Hl7Problem[]; held?: HeldBooking };
+
+/**
+ * A booking refused for what it says of the patient alone (PID, IN1: a member id missing, a birth
+ * date mistyped), its visit, office and patient known: the PMS sends the correction as an ADT, not
+ * the booking again, so the pipeline keeps the visit waiting for the patient's record to be
+ * corrected, as a booking without insurance waits for it.
+ */
+export interface HeldBooking {
+  patientKey: PatientKey;
+  appointmentId?: string;
+  appointment: AppointmentBasis;
+}
 
 /** A prior patient (MRG) merged into the surviving one (PID). */
 export interface PatientMerge {
@@ -154,8 +166,8 @@ export async function handleHl7Message(text: string, options: Hl7HandlerOptions)
 }
 
 /** Readers return what is wrong with a message rather than throw it: a throw costs a stack trace. */
-function rejected(problems: Hl7Problem[]): Hl7Outcome {
-  return { kind: 'reject', problems };
+function rejected(problems: Hl7Problem[], held?: HeldBooking): Hl7Outcome {
+  return held ? { kind: 'reject', problems, held } : { kind: 'reject', problems };
 }
 
 /**
@@ -243,11 +255,20 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const problems = missingSegments(message, 'SCH', 'PID');
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
+  const ofPatient = problems.length;
   const appointment = readAppointment(message, profile, options.mappings.codeTables, problems, ctx.warnings);
+  const ofAppointment = problems.length;
   const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
+  const ofInsurance = problems.length;
   const clinicId = readClinic(ctx, problems);
   const named = read && patientKey(read.identifiers, ctx.facility);
-  if (problems.length > 0) return rejected(problems);
+  if (problems.length > 0) {
+    // Only what the message says of the patient is wrong (the appointment and the office read): the visit waits for its correction.
+    const patientOnly = ofAppointment === ofPatient && problems.length === ofInsurance;
+    const heldKey = patientOnly ? (named ?? readPatientKey(message, profile, ctx.facility)) : undefined;
+    if (!heldKey || !appointment || !clinicId) return rejected(problems);
+    return rejected(problems, held(ctx, (await patientNamed(ctx, heldKey)).key, appointment, clinicId));
+  }
   if (!read || !appointment || !insurance || !clinicId || !named) throw new Error('readers returned nothing without a problem');
 
   const found = await patientNamed(ctx, named);
@@ -257,16 +278,9 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const insuranceKnown = stated || insuranceKnownIn(known);
   const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
   const unborn = olderThanRecord(ctx, found, insurance) ? [] : bornAfter(ctx, read, insurance, { date: dateOfService, said: `after the date of service, ${dateOfService}` });
-  if (unborn.length > 0) return rejected(unborn);
+  if (unborn.length > 0) return rejected(unborn, held(ctx, key, appointment, clinicId));
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
-  // Spreads last, as readPatient says why.
-  const basis: AppointmentBasis = {
-    clinicId,
-    dateOfService,
-    source: source(ctx, appointment.appointmentId),
-    ...(appointment.provider && { provider: appointment.provider }),
-    ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
-  };
+  const basis = basisOf(ctx, appointment, clinicId, dateOfService);
   const checks = assembleChecks({ patient, coverages, resolver: options.resolver, ...basis });
   const keys = checks.map((c) => c.idempotencyKey);
   const { appointmentId } = appointment;
@@ -289,6 +303,24 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     ...(!sameDetails(known, record) && { record }),
     ...dropped(known?.coverages, coverages),
   };
+}
+
+/** What the appointment's checks are built from, but the patient and their plans. */
+function basisOf(ctx: Context, appointment: AppointmentReading, clinicId: string, dateOfService: string): AppointmentBasis {
+  // Spreads last, as readPatient says why.
+  return {
+    clinicId,
+    dateOfService,
+    source: source(ctx, appointment.appointmentId),
+    ...(appointment.provider && { provider: appointment.provider }),
+    ...(ctx.warnings.length > 0 && { warnings: ctx.warnings.map(describeProblem) }),
+  };
+}
+
+function held(ctx: Context, patientKey: PatientKey, appointment: AppointmentReading, clinicId: string): HeldBooking {
+  const { appointmentId } = appointment;
+  const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(ctx.options.routing, clinicId));
+  return { patientKey, appointment: basisOf(ctx, appointment, clinicId, dateOfService), ...(appointmentId !== undefined && { appointmentId }) };
 }
 
 async function cancel(ctx: Context): Promise<Hl7Outcome> {

@@ -1,5 +1,5 @@
 export { sentEarlier } from './hl7-date';
-export { handleHl7Message, ackFor, type AppointmentBasis, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result, type PatientMerge } from './handle-message';
+export { handleHl7Message, ackFor, type AppointmentBasis, type HeldBooking, type Hl7HandlerOptions, type Hl7Outcome, type Hl7Result, type PatientMerge } from './handle-message';
 export { buildChecks, dayInPlan, planKey, spanOf, type CheckSourceFields } from './build-checks';
 export { acknowledgements, buildAck, type Ack, type AckCode, type AckOptions, type Answer, type ApplicationAckCode, type CommitAckCode } from './ack';
 export { readMessageHeader, messageControlId, messageTypeOf, resendIdentity, DERIVED_CONTROL_ID_PREFIX, isEnhancedMode, ackConditions, type AckCondition, type MessageHeader } from './message-header';

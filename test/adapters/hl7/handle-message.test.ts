@@ -100,7 +100,12 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     const self = await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 16: 'DOE^JANE', 36: 'M-1' })]);
     expect(checksOf(self)[0]?.subscriber.relationship).toBe('self');
     const other = await run([msh('SIU^S12'), SCH, PID, segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 16: 'DOE^JOHN', 36: 'M-1' })]);
-    expect(other.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', field: 17, reason: 'relationship to patient missing', code: 101 })] });
+    // Refused for what it says of the patient alone: its visit is held for the correction (see ingest-hl7).
+    expect(other.outcome).toEqual({
+      kind: 'reject',
+      problems: [expect.objectContaining({ segment: 'IN1', field: 17, reason: 'relationship to patient missing', code: 101 })],
+      held: { patientKey: { facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } }, appointmentId: 'APT-1', appointment: expect.objectContaining({ dateOfService: '2024-06-10' }) },
+    });
   });
 
   it('orders coverages by IN1-22 when every IN1 gives a distinct priority, else by IN1 order', async () => {
@@ -167,7 +172,7 @@ describe('SIU^S12 with insurance: where each field goes', () => {
   it('rejects a fourth insurance rather than drop it', async () => {
     const in1 = (set: number) => segment('IN1', { 1: `${set}`, 3: `6230${set}`, 4: 'P', 17: 'SEL', 36: `M-${set}` });
     const result = await run([msh('SIU^S12'), SCH, PID, in1(1), in1(2), in1(3), in1(4)]);
-    expect(result.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', sequence: 4, reason: 'more than three insurances in force at once' })] });
+    expect(result.outcome).toEqual({ kind: 'reject', problems: [expect.objectContaining({ segment: 'IN1', sequence: 4, reason: 'more than three insurances in force at once' })], held: expect.objectContaining({ appointmentId: 'APT-1' }) });
   });
 
   it('leaves the resolution out when no catalog is at hand, and writes unknown gender codes as unknown', async () => {
