@@ -158,6 +158,8 @@ export function storeLocation(env: NodeJS.ProcessEnv, fromArgs: string | undefin
     throw new ConfigError('--store: a password does not belong on the command line; set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE');
   }
   const [name, location] = fromArgs !== undefined ? ['--store', fromArgs] : env.DENTAL_ELIG_STORE !== undefined ? ['DENTAL_ELIG_STORE', env.DENTAL_ELIG_STORE] : ['store (config file)', fromFile];
+  // An empty one (an unfilled line of an environment file) would stand over the file's and open SQLite in the data dir: another store than the instances share.
+  if (location?.trim() === '') throw new ConfigError(`${name}: must not be empty (leave it out for the SQLite store in the data dir)`);
   // Refused as a setting, before anything is opened, rather than as a store that failed to open.
   const problem = location === undefined ? undefined : storeLocationProblem(location);
   if (problem) throw new ConfigError(`${name}: ${problem}`);

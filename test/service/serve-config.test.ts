@@ -217,4 +217,14 @@ describe('the settings file and the environment', () => {
     expect(refusal({ DENTAL_ELIG_STORE: 'postgres://elig:hunter2@[db/x' })).toEqual({ type: 'ConfigError', message: 'DENTAL_ELIG_STORE: the postgres:// URL is not a valid URL' });
     expect(loadServeConfig({}, { configFile: file, store: 'stores/jobs.sqlite' }).store).toBe('stores/jobs.sqlite');
   });
+
+  it('refuses an empty store location rather than letting it stand over the file\'s and open SQLite in the data dir', () => {
+    const file = path.join(dir, 'dental-elig.config.json');
+    writeFileSync(file, JSON.stringify({ store: 'postgres://elig@db.internal/eligibility' }));
+    const empty = 'must not be empty (leave it out for the SQLite store in the data dir)';
+    expect(() => loadServeConfig({ DENTAL_ELIG_STORE: '' }, { configFile: file })).toThrow(`DENTAL_ELIG_STORE: ${empty}`);
+    expect(() => loadServeConfig({}, { configFile: file, store: '' })).toThrow(`--store: ${empty}`);
+    writeFileSync(file, JSON.stringify({ store: ' ' }));
+    expect(() => loadServeConfig({}, { configFile: file })).toThrow(`store (config file): ${empty}`);
+  });
 });
