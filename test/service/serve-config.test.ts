@@ -41,6 +41,15 @@ describe('the settings file and the environment', () => {
     });
   });
 
+  it('refuses an empty service URL rather than letting it stand over the file\'s and run the in-process sandbox', () => {
+    const secrets = { DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    const config = file({ baseUrl: 'https://api.example.test' });
+    const empty = "must not be empty (leave it out for serve's in-process sandbox)";
+    expect(() => loadServeConfig({ ...secrets, DENTAL_ELIG_BASE_URL: '' }, { configFile: config })).toThrow(`DENTAL_ELIG_BASE_URL: ${empty}`);
+    expect(() => loadSettings({ ...secrets, DENTAL_ELIG_BASE_URL: '' }, config)).toThrow(`DENTAL_ELIG_BASE_URL: ${empty}`);
+    expect(() => loadServeConfig(secrets, { configFile: file({ baseUrl: '' }) })).toThrow(`baseUrl (config file): ${empty}`);
+  });
+
   it('refuses secrets in the file, naming the setting and not the value', () => {
     const config = file({ webhookSecret: 'whsec_dont' });
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(/webhookSecret: secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET/);
