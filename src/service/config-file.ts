@@ -51,6 +51,8 @@ export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
 /** The settings file in force, or {} when there is none. */
 export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {
   const file = explicit ?? env.DENTAL_ELIG_CONFIG ?? (existsSync(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : undefined);
+  // Empty (an unfilled line of an environment file) it read no file at all, ./dental-elig.config.json neither: every setting at its default, the sandbox for the service.
+  if (file?.trim() === '') throw new ConfigError(`${explicit !== undefined ? '--config' : 'DENTAL_ELIG_CONFIG'}: must not be empty (leave it out for ./${DEFAULT_CONFIG_FILE})`);
   if (!file) return {};
   let text: string | undefined;
   try {

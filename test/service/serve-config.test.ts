@@ -50,6 +50,13 @@ describe('the settings file and the environment', () => {
     expect(() => loadServeConfig(secrets, { configFile: file({ baseUrl: '' }) })).toThrow(`baseUrl (config file): ${empty}`);
   });
 
+  it('refuses an empty config file name rather than reading no file at all, the one in the working folder neither', () => {
+    const empty = 'must not be empty (leave it out for ./dental-elig.config.json)';
+    expect(() => loadServeConfig({ DENTAL_ELIG_CONFIG: '' }, {})).toThrow(`DENTAL_ELIG_CONFIG: ${empty}`);
+    expect(() => loadServeConfig({}, { configFile: '' })).toThrow(`--config: ${empty}`);
+    expect(() => loadSettings({ DENTAL_ELIG_CONFIG: '' })).toThrow(`DENTAL_ELIG_CONFIG: ${empty}`);
+  });
+
   it('refuses secrets in the file, naming the setting and not the value', () => {
     const config = file({ webhookSecret: 'whsec_dont' });
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(/webhookSecret: secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET/);
