@@ -6,7 +6,7 @@ import { loadHl7Mappings } from '../adapters/hl7';
 import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibility-sync';
 import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
-import { chartSettings, DEFAULT_DATA_DIR, storeLocation } from '../service/serve-config';
+import { chartSettings, dataDirSetting, storeLocation } from '../service/serve-config';
 import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
 import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
@@ -246,7 +246,8 @@ async function withStore(io: CliIo, opts: JobsOpts, command: Command, run: (stor
   let store: JobStore;
   try {
     fromFile = readConfigFile(io.env, command.optsWithGlobals<{ config?: string }>().config);
-    const dir = path.resolve(opts.dataDir ?? io.env.DENTAL_ELIG_DATA_DIR ?? fromFile.dataDir ?? DEFAULT_DATA_DIR);
+    // Empty, it was the working folder, where serve refuses it.
+    const dir = path.resolve(dataDirSetting(io.env, opts.dataDir, fromFile)[1]);
     store = await openJobStore(storeLocation(io.env, opts.store, fromFile.store), dir, { create: false });
   } catch (err) {
     if (err instanceof ConfigError) throw err;

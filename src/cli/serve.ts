@@ -43,6 +43,11 @@ export function registerServe(program: Command, io: CliIo): void {
         if (err instanceof ConfigError) throw err;
         const code = (err as NodeJS.ErrnoException).code;
         if (code === 'EADDRINUSE' || code === 'EACCES') throw new CliError(`serve: cannot listen (${code}); choose other ports with --mllp-port and --http-port`);
+        // The address to listen on comes from the config file alone: one this machine does not have (a typo, another host's) is that setting's to fix.
+        const address = (err as { hostname?: string; address?: string }).hostname ?? (err as { address?: string }).address;
+        if ((code === 'ENOTFOUND' || code === 'EADDRNOTAVAIL') && address === config.host) {
+          throw new ConfigError(`host (config file): cannot listen on ${config.host} (${code === 'ENOTFOUND' ? 'no such host' : 'not an address of this machine'})`);
+        }
         throw new CliError(`serve: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
       }
       await stopped(io.signal);

@@ -51,6 +51,8 @@ export const DEFAULT_CONFIG_FILE = 'dental-elig.config.json';
 /** The settings file in force, or {} when there is none. */
 export function readConfigFile(env: NodeJS.ProcessEnv, explicit?: string): ConfigFile {
   const file = explicit ?? env.DENTAL_ELIG_CONFIG ?? (existsSync(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : undefined);
+  // Empty (an unfilled line of an environment file) it read no file at all, ./dental-elig.config.json neither: every setting at its default, the sandbox for the service.
+  if (file?.trim() === '') throw new ConfigError(`${explicit !== undefined ? '--config' : 'DENTAL_ELIG_CONFIG'}: must not be empty (leave it out for ./${DEFAULT_CONFIG_FILE})`);
   if (!file) return {};
   let text: string | undefined;
   try {
@@ -82,8 +84,11 @@ const SERVICE_VARIABLES = {
 /** The verification service's settings from the environment over the file; the API key from the environment or a key file. */
 export function serviceSettings(env: NodeJS.ProcessEnv, fromFile: ConfigFile): Partial<ClientConfigInput> {
   const apiKeyFile = env.DENTAL_ELIG_API_KEY_FILE ?? fromFile.apiKeyFile;
+  const baseUrl = env[SERVICE_VARIABLES.baseUrl] ?? fromFile.baseUrl;
+  // Empty (an unfilled line of an environment file) it stood over the file's URL, and serve ran the in-process sandbox instead of the service.
+  if (baseUrl?.trim() === '') throw new ConfigError(`${serviceSettingSource(env, 'baseUrl')}: must not be empty (leave it out for serve's in-process sandbox)`);
   return withoutUndefined({
-    baseUrl: env[SERVICE_VARIABLES.baseUrl] ?? fromFile.baseUrl,
+    baseUrl,
     // A key file that cannot be read, or holds nothing, is named where it was set: the environment or the file.
     apiKey: env.DENTAL_ELIG_API_KEY ?? (apiKeyFile ? keyInFile(env.DENTAL_ELIG_API_KEY_FILE !== undefined ? 'DENTAL_ELIG_API_KEY_FILE' : 'apiKeyFile', apiKeyFile) : undefined),
     apiKeyHeader: env[SERVICE_VARIABLES.apiKeyHeader] ?? fromFile.apiKeyHeader,

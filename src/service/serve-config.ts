@@ -76,10 +76,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
   const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
   const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
-  const [dataDirName, dataDir] =
-    overrides.dataDir !== undefined ? ['--data-dir', overrides.dataDir] : env.DENTAL_ELIG_DATA_DIR !== undefined ? ['DENTAL_ELIG_DATA_DIR', env.DENTAL_ELIG_DATA_DIR] : ['dataDir (config file)', fromFile.dataDir ?? DEFAULT_DATA_DIR];
-  // The file's own dataDir is refused empty by its schema; an empty variable (an unfilled line of an environment file) is refused here, as a setting.
-  if (dataDir === '') throw new ConfigError(`${dataDirName}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
+  const [dataDirName, dataDir] = dataDirSetting(env, overrides.dataDir, fromFile);
   const notAFolder = fileInTheWay(dataDir);
   if (notAFolder) throw new ConfigError(`${dataDirName}: ${notAFolder === path.resolve(dataDir) ? `${notAFolder} is a file, not a folder` : `${notAFolder} is a file, so no folder can be made under it`}`);
   return {
@@ -98,6 +95,17 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},
   };
+}
+
+/**
+ * The data dir, and where it was given: --data-dir, then DENTAL_ELIG_DATA_DIR, then the config file
+ * (serve, and `jobs` finding serve's store). The file's own dataDir is refused empty by its schema;
+ * an empty variable (an unfilled line of an environment file) is refused here, as a setting.
+ */
+export function dataDirSetting(env: NodeJS.ProcessEnv, fromArgs: string | undefined, fromFile: ConfigFile): [name: string, dir: string] {
+  const [name, dir] = fromArgs !== undefined ? ['--data-dir', fromArgs] : env.DENTAL_ELIG_DATA_DIR !== undefined ? ['DENTAL_ELIG_DATA_DIR', env.DENTAL_ELIG_DATA_DIR] : ['dataDir (config file)', fromFile.dataDir ?? DEFAULT_DATA_DIR];
+  if (dir === '') throw new ConfigError(`${name}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
+  return [name, dir];
 }
 
 /**
@@ -158,6 +166,8 @@ export function storeLocation(env: NodeJS.ProcessEnv, fromArgs: string | undefin
     throw new ConfigError('--store: a password does not belong on the command line; set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE');
   }
   const [name, location] = fromArgs !== undefined ? ['--store', fromArgs] : env.DENTAL_ELIG_STORE !== undefined ? ['DENTAL_ELIG_STORE', env.DENTAL_ELIG_STORE] : ['store (config file)', fromFile];
+  // An empty one (an unfilled line of an environment file) would stand over the file's and open SQLite in the data dir: another store than the instances share.
+  if (location?.trim() === '') throw new ConfigError(`${name}: must not be empty (leave it out for the SQLite store in the data dir)`);
   // Refused as a setting, before anything is opened, rather than as a store that failed to open.
   const problem = location === undefined ? undefined : storeLocationProblem(location);
   if (problem) throw new ConfigError(`${name}: ${problem}`);

@@ -268,6 +268,13 @@ describe('dental-elig jobs', () => {
     // The environment names it too, as for serve.
     expect(JSON.parse((await cli(['jobs', 'list', '--json'], { DENTAL_ELIG_CONFIG: config })).stdout)).toHaveLength(2);
 
+    // An empty variable stood over the file's dataDir and opened the working folder's store, where serve refuses it.
+    expect(await cli(['jobs', 'list', '--config', config], { DENTAL_ELIG_DATA_DIR: '' })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: `dental-elig: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})\n`,
+    });
+
     writeFileSync(config, JSON.stringify({ dataDir: dir, settings: { freshnessDays: 'a week' } }));
     const refused = await cli(['jobs', 'list', '--config', config]);
     expect(refused.code).toBe(2);

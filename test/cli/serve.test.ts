@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { Readable } from 'node:stream';
@@ -46,5 +46,24 @@ describe('dental-elig serve', () => {
     expect(await failing.stop()).toBe(1);
     expect(failing.err()).toBe('dental-elig: serve: stopped with errors: closing the job store failed; see the log\n');
     expect(failing.out()).not.toMatch(/^stopped$/m);
+  });
+
+  it('names the config file\'s host when it is no address of this machine: a setting to fix (exit 2), not a failure of serve', async () => {
+    const refusal = async (host: string) => {
+      const config = path.join(dir, 'dental-elig.config.json');
+      writeFileSync(config, JSON.stringify({ host }));
+      let stderr = '';
+      const code = await runCli(['--config', config, 'serve', '--data-dir', path.join(dir, 'data'), '--mllp-port', '0', '--http-port', '0'], {
+        stdout: { write: () => true },
+        stderr: { write: (s: string) => (stderr += s) },
+        stdin: Readable.from(['']),
+        env: { DENTAL_ELIG_LOG_LEVEL: 'silent' },
+        signal: new AbortController().signal,
+      });
+      return [code, stderr];
+    };
+    // TEST-NET-1 (RFC 5737): an address no machine here has.
+    expect(await refusal('192.0.2.1')).toEqual([2, 'dental-elig: host (config file): cannot listen on 192.0.2.1 (not an address of this machine)\n']);
+    expect(await refusal('300.1.1.1')).toEqual([2, 'dental-elig: host (config file): cannot listen on 300.1.1.1 (no such host)\n']);
   });
 });

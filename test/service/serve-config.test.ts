@@ -41,6 +41,22 @@ describe('the settings file and the environment', () => {
     });
   });
 
+  it('refuses an empty service URL rather than letting it stand over the file\'s and run the in-process sandbox', () => {
+    const secrets = { DENTAL_ELIG_API_KEY: 'k', DENTAL_ELIG_WEBHOOK_SECRET: 'whsec_c2VjcmV0' };
+    const config = file({ baseUrl: 'https://api.example.test' });
+    const empty = "must not be empty (leave it out for serve's in-process sandbox)";
+    expect(() => loadServeConfig({ ...secrets, DENTAL_ELIG_BASE_URL: '' }, { configFile: config })).toThrow(`DENTAL_ELIG_BASE_URL: ${empty}`);
+    expect(() => loadSettings({ ...secrets, DENTAL_ELIG_BASE_URL: '' }, config)).toThrow(`DENTAL_ELIG_BASE_URL: ${empty}`);
+    expect(() => loadServeConfig(secrets, { configFile: file({ baseUrl: '' }) })).toThrow(`baseUrl (config file): ${empty}`);
+  });
+
+  it('refuses an empty config file name rather than reading no file at all, the one in the working folder neither', () => {
+    const empty = 'must not be empty (leave it out for ./dental-elig.config.json)';
+    expect(() => loadServeConfig({ DENTAL_ELIG_CONFIG: '' }, {})).toThrow(`DENTAL_ELIG_CONFIG: ${empty}`);
+    expect(() => loadServeConfig({}, { configFile: '' })).toThrow(`--config: ${empty}`);
+    expect(() => loadSettings({ DENTAL_ELIG_CONFIG: '' })).toThrow(`DENTAL_ELIG_CONFIG: ${empty}`);
+  });
+
   it('refuses secrets in the file, naming the setting and not the value', () => {
     const config = file({ webhookSecret: 'whsec_dont' });
     expect(() => loadServeConfig({}, { configFile: config })).toThrow(/webhookSecret: secrets do not belong in the config file; set DENTAL_ELIG_WEBHOOK_SECRET/);
@@ -216,5 +232,15 @@ describe('the settings file and the environment', () => {
     expect(refusal({})).toEqual({ type: 'ConfigError', message: `store (config file): ${understood}` });
     expect(refusal({ DENTAL_ELIG_STORE: 'postgres://elig:hunter2@[db/x' })).toEqual({ type: 'ConfigError', message: 'DENTAL_ELIG_STORE: the postgres:// URL is not a valid URL' });
     expect(loadServeConfig({}, { configFile: file, store: 'stores/jobs.sqlite' }).store).toBe('stores/jobs.sqlite');
+  });
+
+  it('refuses an empty store location rather than letting it stand over the file\'s and open SQLite in the data dir', () => {
+    const file = path.join(dir, 'dental-elig.config.json');
+    writeFileSync(file, JSON.stringify({ store: 'postgres://elig@db.internal/eligibility' }));
+    const empty = 'must not be empty (leave it out for the SQLite store in the data dir)';
+    expect(() => loadServeConfig({ DENTAL_ELIG_STORE: '' }, { configFile: file })).toThrow(`DENTAL_ELIG_STORE: ${empty}`);
+    expect(() => loadServeConfig({}, { configFile: file, store: '' })).toThrow(`--store: ${empty}`);
+    writeFileSync(file, JSON.stringify({ store: ' ' }));
+    expect(() => loadServeConfig({}, { configFile: file })).toThrow(`store (config file): ${empty}`);
   });
 });
