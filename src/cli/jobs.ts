@@ -8,7 +8,7 @@ import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, dataDirSetting, storeLocation } from '../service/serve-config';
 import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
-import { dismissCheck, dismissMessage, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
+import { dismissCheck, dismissMessage, noCheck, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { clinicOf } from '../sync/schedule';
 import { failureKinds } from '../verification/failure-kinds';
@@ -67,6 +67,7 @@ export function registerJobs(program: Command, io: CliIo): void {
         // Which office each check is for: a group's offices share one serve, each with its own credentials.
         const checks = listed.filter((c) => !(opts.forAPerson && dismissed(c)) && (opts.clinic === undefined || c.check.clinicId === opts.clinic));
         const waiting = states === undefined ? (await store.listAppointments(AWAITING_INSURANCE)).filter((a) => opts.clinic === undefined || clinicOf(a) === opts.clinic) : [];
+        if (checks.length === 0 && waiting.length === 0) await refuseUnknown(store, opts);
         const rows = [
           ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), clinic: c.check.clinicId, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
           ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, clinic: clinicOf(a), payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
@@ -88,8 +89,18 @@ export function registerJobs(program: Command, io: CliIo): void {
   common(jobs.command('show').argument('<job>', 'a check key (elig_…) from jobs list').description('One check: state, attempts, verification, chart resources'))
     .action(async (key: string, opts: JobsOpts, command: Command) =>
       withStore(io, opts, command, async (store) => {
-        const row = await store.transaction((tx) => tx.getCheck(key));
-        if (!row) throw new CliError(`jobs show: no check with key ${key}`);
+        const { row, booking, why } = await store.transaction(async (tx) => {
+          const check = await tx.getCheck(key);
+          if (check) return { row: check };
+          const appointment = await tx.getAppointment(key);
+          return appointment?.status === AWAITING_INSURANCE ? { booking: appointment } : { why: await noCheck(tx, key) };
+        });
+        // A booking awaiting insurance is listed by jobs list under its own key: shown as listed, what it waits for.
+        if (booking) {
+          const shown = { job: booking.key, state: booking.status, clinic: clinicOf(booking), dateOfService: booking.dateOfService, waitingFor: WAITING_FOR, updated: booking.updatedAt };
+          return printRecord(io, opts.json ? { ...shown, checks: booking.checkKeys } : shown, Boolean(opts.json));
+        }
+        if (!row) throw new CliError(`jobs show: ${why?.message ?? `no check with key ${key}`}`);
         if (opts.json) return printRecord(io, row as unknown as Record<string, unknown>, true);
         printRecord(io, {
           job: row.key,
@@ -127,6 +138,7 @@ export function registerJobs(program: Command, io: CliIo): void {
       withStore(io, opts, command, async (store) => {
         if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal ?? opts.clinic) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
+        if (selected.length === 0) await refuseUnknown(store, opts);
         const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
         else for (const row of retried) io.stdout.write(`${row.key}: ${row.state === 'result-stored' ? 'its result, which the chart refused, to be written again' : 'received again'} (round ${row.round}); a running serve picks it up\n`);
@@ -171,7 +183,8 @@ export function registerJobs(program: Command, io: CliIo): void {
       ),
   ).action(async (items: string[], opts: JobsOpts, command: Command) =>
     withStore(io, opts, command, async (store) => {
-      const bad = items.find((item) => !/^\d+$/.test(item) && !item.startsWith('elig_'));
+      // A booking's key (hl7|…, fhir|…), as jobs list gives one awaiting insurance, is told why it is not dismissed.
+      const bad = items.find((item) => !/^\d+$/.test(item) && !item.startsWith('elig_') && !/^(hl7|fhir)\|/.test(item));
       if (bad !== undefined) throw new CliError('jobs dismiss: give message ids (whole numbers, jobs messages --dead) or check keys (elig_…, jobs list)', 2);
       const now = new Date();
       // Message ids as numbers, check keys as text, as jobs messages and jobs list give them.
@@ -293,6 +306,29 @@ async function retrySelection(store: JobStore, opts: RetrySelection): Promise<st
   return rows
     .filter((row, i) => (opts.portal === undefined || row.portalId === opts.portal) && (opts.clinic === undefined || row.check.clinicId === opts.clinic) && (kind === undefined || kinds[i] === kind))
     .map((row) => row.key);
+}
+
+/**
+ * A --clinic or --portal that selected nothing is refused when nothing in the store names it (nor,
+ * for a clinic, mappings/clinics.json): a typo would list "(none)", or retry "0 checks", and exit 0,
+ * and the person on call would take the night's failures of that office for cleared.
+ */
+async function refuseUnknown(store: JobStore, opts: { clinic?: string; portal?: string }): Promise<void> {
+  if (opts.clinic === undefined && opts.portal === undefined) return;
+  const checks = await store.listChecks({});
+  if (opts.clinic !== undefined) {
+    const { clinic } = opts;
+    const routing = loadClinicRouting();
+    const known =
+      routing.defaultClinicId === clinic ||
+      routing.routes.some((r) => r.clinicId === clinic) ||
+      checks.some((c) => c.check.clinicId === clinic) ||
+      (await store.listAppointments()).some((a) => clinicOf(a) === clinic);
+    if (!known) throw new CliError(`--clinic: ${clinic.slice(0, 40)} is no clinic of mappings/clinics.json nor of any check in the job store`, 2);
+  }
+  if (opts.portal !== undefined && !checks.some((c) => c.portalId === opts.portal)) {
+    throw new CliError(`--portal: no check in the job store was sent to ${opts.portal.slice(0, 40)} (jobs show names a check's portal)`, 2);
+  }
 }
 
 /** `also`: what the option takes beside a check's state, named with them when the text is neither. */

@@ -4,7 +4,7 @@ import { externalIdFor } from './schedule';
 import { CHART_REFUSED } from './chart-errors';
 import { changeOf, refusedOn } from './dead-letters';
 import { errorText } from './error-text';
-import { dismissed, FOR_A_PERSON, resultKindOf, type CheckRow, type JobStore, type MessageRow } from './job-store';
+import { dismissed, FOR_A_PERSON, resultKindOf, type CheckRow, type JobStore, type MessageRow, type StoreTx } from './job-store';
 import { ingestFhirChange, type FhirChange, type FhirIngested } from './ingest-fhir';
 import { ingestHl7, type Hl7IngestOptions } from './ingest-hl7';
 
@@ -21,7 +21,7 @@ export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention'
 export async function retryCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
   return store.transaction(async (tx) => {
     const row = await tx.getCheck(key);
-    if (!row) throw new OperationError(`no check with key ${key}`);
+    if (!row) throw await noCheck(tx, key);
     if (!RETRYABLE_STATES.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is retried when it is ${RETRYABLE_STATES.join(', ')}`);
     const next = refusedByChart(row) ? writeAgain(row, now) : nextRound(row, now);
     await tx.putCheck(next);
@@ -156,7 +156,7 @@ export async function dismissMessage(store: JobStore, id: number): Promise<void>
 export async function dismissCheck(store: JobStore, key: string, now: Date): Promise<CheckRow> {
   return store.transaction(async (tx) => {
     const row = await tx.getCheck(key);
-    if (!row) throw new OperationError(`no check with key ${key}`);
+    if (!row) throw await noCheck(tx, key);
     if (!FOR_A_PERSON.includes(row.state)) throw new OperationError(`check ${key} is ${row.state}; a check is dismissed when it is ${FOR_A_PERSON.join(' or ')}`);
     if (dismissed(row)) throw new OperationError(`check ${key} is dismissed already`);
     const at = now.toISOString();
@@ -168,3 +168,16 @@ export async function dismissCheck(store: JobStore, key: string, now: Date): Pro
 
 /** A request an operator made that cannot be done; its message names the key or id, never patient data. */
 export class OperationError extends Error {}
+
+/**
+ * Why a key names no check: jobs list lists the bookings awaiting the patient's insurance beside
+ * the checks, under their own keys (hl7|TSD-CHI|APT-20), and an operator takes a key from that
+ * list to the next command; such a booking has no check yet to retry, dismiss or show.
+ */
+export async function noCheck(tx: StoreTx, key: string): Promise<OperationError> {
+  const booking = await tx.getAppointment(key);
+  if (booking?.status === 'awaiting-insurance') {
+    return new OperationError(`${key} is a booking awaiting the patient's insurance, not a check: its checks are made once insurance in force on its date comes (an ADT or another booking from the PMS)`);
+  }
+  return new OperationError(booking ? `${key} is a booking (${booking.status}), not a check: jobs list names its checks` : `no check with key ${key}`);
+}

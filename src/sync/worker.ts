@@ -130,6 +130,8 @@ const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-res
 
 /** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
 const NOT_VERIFIED = 'NotVerified';
+/** The plugin's own kind for a request the service (422) or the client refused, its detail the fields it named. */
+const REQUEST_REFUSED = 'RequestRefused';
 
 const LOCAL = 'local-';
 /**
@@ -496,7 +498,7 @@ export class Worker {
       );
     } catch (err) {
       if (!(err instanceof z.ZodError)) throw err;
-      return this.storeLocalFailure(row, 'RequestRefused', 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
+      return this.storeLocalFailure(row, REQUEST_REFUSED, 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
     }
 
     const pass = this.service.admit(this.urgent(row), portalId, row.key);
@@ -595,7 +597,7 @@ export class Worker {
       if (from === 'submitted' && (await this.sentAnotherWay(row, err))) return;
       // The data is wrong: the front desk sees it in the chart and corrects it at the source.
       const fields = err.fieldErrors.join('; ');
-      return this.storeLocalFailure(row, 'RequestRefused', 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
+      return this.storeLocalFailure(row, REQUEST_REFUSED, 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
     }
     if (err.code === UNREADABLE_ANSWER) {
       // Sent again, it would be answered the same: a person reads what the service sent, kept as the check's result.
@@ -1232,6 +1234,9 @@ function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.kind !== 'failed') return outcome.kind;
   // The front desk's advice is in the chart; the operator reading jobs list wants why and when.
   if (outcome.failure.kind === NOT_VERIFIED && outcome.problem.detail) return `${NOT_VERIFIED}: ${outcome.problem.detail}`;
+  // The fields the service refused, which the advice says are named ('portalId: no credentials are stored for this
+  // clinic and portal' is the office's setup, not the PMS's data): the chart's disposition names them, jobs list too.
+  if (outcome.failure.kind === REQUEST_REFUSED && outcome.problem.detail) return `${REQUEST_REFUSED}: ${outcome.problem.detail}`;
   // A kind the table does not list is told by the service's own title: its advice is the same for every such kind.
   const { failure, problem } = outcome;
   const said = failure.action === 'unknown' ? (problem.title || failure.advice) : (failure.advice ?? problem.title);

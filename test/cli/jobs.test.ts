@@ -50,6 +50,37 @@ describe('dental-elig jobs', () => {
     expect(main.map((r) => r.state)).toEqual(['received', 'awaiting-insurance']);
   });
 
+  it('refuses a --clinic or --portal that nothing names, rather than listing none or retrying none and exiting 0', async () => {
+    const run = async (...args: string[]) => {
+      const done = await cli(['jobs', ...args, '--data-dir', dir]);
+      return [done.code, done.stderr];
+    };
+    expect(await run('list', '--clinic', 'cln_sandbox_mian')).toEqual([2, 'dental-elig: --clinic: cln_sandbox_mian is no clinic of mappings/clinics.json nor of any check in the job store\n']);
+    expect(await run('list', '--clinic', 'cln_sandbox_mian', '--json')).toEqual([2, 'dental-elig: --clinic: cln_sandbox_mian is no clinic of mappings/clinics.json nor of any check in the job store\n']);
+    // A clinic clinics.json lists with nothing in the store, or nothing in that state, has none to list: that is no typo.
+    expect(await cli(['jobs', 'list', '--clinic', 'cln_sandbox_north', '--data-dir', dir, '--json'])).toEqual({ code: 0, stdout: '[]\n', stderr: '' });
+    expect(await cli(['jobs', 'list', '--clinic', 'cln_sandbox_main', '--state', 'dead', '--data-dir', dir, '--json'])).toEqual({ code: 0, stdout: '[]\n', stderr: '' });
+    expect(await run('retry', '--state', 'needs-attention', '--clinic', 'cln_sandbox_mian')).toEqual([2, 'dental-elig: --clinic: cln_sandbox_mian is no clinic of mappings/clinics.json nor of any check in the job store\n']);
+    expect(await run('retry', '--state', 'needs-attention', '--portal', 'deltadentail')).toEqual([2, "dental-elig: --portal: no check in the job store was sent to deltadentail (jobs show names a check's portal)\n"]);
+    expect(await cli(['jobs', 'retry', '--state', 'needs-attention', '--clinic', 'cln_sandbox_north', '--data-dir', dir])).toEqual({ code: 0, stdout: '0 checks retried\n', stderr: '' });
+  });
+
+  it('takes the key jobs list gives a booking awaiting insurance to show, and says why retry and dismiss have nothing to act on', async () => {
+    const [booking] = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-insurance', '--json'])).stdout) as Array<{ job: string }>;
+    expect(booking?.job).toBe('hl7|BSD-MAIN|APT-J2');
+    const shown = await cli(['jobs', 'show', 'hl7|BSD-MAIN|APT-J2', '--data-dir', dir]);
+    expect([shown.code, shown.stderr]).toEqual([0, '']);
+    expect(shown.stdout).toMatch(/^state +awaiting-insurance$/m);
+    expect(shown.stdout).toMatch(/^clinic +cln_sandbox_main$/m);
+    expect(shown.stdout).not.toMatch(/DOE|JANE|1980-01-02/);
+    const json = JSON.parse((await cli(['jobs', 'show', 'hl7|BSD-MAIN|APT-J2', '--data-dir', dir, '--json'])).stdout) as { job: string; state: string; checks: string[] };
+    expect(json).toMatchObject({ job: 'hl7|BSD-MAIN|APT-J2', state: 'awaiting-insurance', checks: [] });
+    const why = "hl7|BSD-MAIN|APT-J2 is a booking awaiting the patient's insurance, not a check: its checks are made once insurance in force on its date comes (an ADT or another booking from the PMS)";
+    expect(await cli(['jobs', 'retry', 'hl7|BSD-MAIN|APT-J2', '--data-dir', dir])).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: ${why}\n` });
+    expect(await cli(['jobs', 'dismiss', 'hl7|BSD-MAIN|APT-J2', '--data-dir', dir])).toEqual({ code: 1, stdout: '', stderr: `dental-elig: jobs: ${why}\n` });
+    expect((await cli(['jobs', 'show', 'hl7|BSD-MAIN|APT-NONE', '--data-dir', dir])).stderr).toBe('dental-elig: jobs show: no check with key hl7|BSD-MAIN|APT-NONE\n');
+  });
+
   it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
     const run = await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-insurance', '--json']);
     expect(run.code).toBe(0);

@@ -1,5 +1,5 @@
 import { FhirInputError } from '../../src/adapters/fhir/operation-outcome';
-import { changeOf, keepUnhandled, refusedOn, resolveResent } from '../../src/sync/dead-letters';
+import { changeOf, detailForLog, keepUnhandled, refusedOn, resolveResent } from '../../src/sync/dead-letters';
 import { dismissMessage, notReplayed } from '../../src/sync/operations';
 import { storePerTest } from '../support/sqlite-store';
 
@@ -30,6 +30,20 @@ describe('the resource a FHIR dead letter names', () => {
 });
 
 /** A notification answered 500 is one letter a day (keepUnhandled), let go of once a resend is handled (resolveResent) or a person dismisses it. */
+describe("a FHIR letter's detail for the log", () => {
+  it("names no id of a patient's resources, the one it is about nor the others it names, as a chart's ids may be made of a name", () => {
+    expect(detailForLog('Appointment/appt-1001: Appointment.participant.actor.where(resolve() is Patient): references Patient/pat-ellen, which the bundle does not hold')).toBe(
+      'Appointment/(id): Appointment.participant.actor.where(resolve() is Patient): references Patient/(id), which the bundle does not hold',
+    );
+    expect(detailForLog('Coverage/cov-marco-aetna: Coverage.subscriber: references RelatedPerson/rp-sofia, which the bundle does not hold')).toBe(
+      'Coverage/(id): Coverage.subscriber: references RelatedPerson/(id), which the bundle does not hold',
+    );
+    // What names no resource of a patient's is said whole: the field, the status.
+    expect(detailForLog('Appointment/1: the FHIR server answered 401 to the read; Practitioner/prac-chen')).toBe('Appointment/(id): the FHIR server answered 401 to the read; Practitioner/prac-chen');
+    expect(detailForLog('body is not valid JSON at line 1, column 2')).toBe('body is not valid JSON at line 1, column 2');
+  });
+});
+
 describe('the letter of a FHIR notification the sender was asked to send again', () => {
   const store = storePerTest('dead-letters-');
   const letter = (at: string) => ({ url: '/fhir-notifications/Appointment/appt-4004', raw: '', kept: '{"path":"/fhir-notifications/Appointment/appt-4004"}', reason: 'not handled (FHIR server unreachable); the sender was asked to send it again', receivedAt: new Date(at) });

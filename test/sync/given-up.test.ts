@@ -259,3 +259,17 @@ describe('a check the worker gives up on', () => {
     expect(posts(rig.requests)).toHaveLength(3);
   });
 });
+
+describe('a check whose request the service refuses', () => {
+  it('says to the operator which fields it refused, as the chart does, not only that they are named somewhere', async () => {
+    // A group's office with no credentials stored on the payer's portal: its setup, not the patient's data.
+    const refused = { title: 'Unprocessable', status: 422, errors: [{ field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' }] };
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 422, refused) });
+    await rig.addCheck('refused');
+    rig.worker.start();
+    const row = await rig.reach('refused', 'needs-attention');
+    expect(row.lastError).toBe('RequestRefused: portalId: no credentials are stored for this clinic and portal');
+    const [response] = await responses();
+    expect(response?.disposition).toMatch(/portalId: no credentials are stored for this clinic and portal/);
+  });
+});
