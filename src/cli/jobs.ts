@@ -7,7 +7,8 @@ import { chartReader, schedulePolicy, SyncSettings } from '../service/eligibilit
 import { type ConfigFile, readConfigFile } from '../service/config-file';
 import { ConfigError } from '../config-error';
 import { chartSettings, dataDirSetting, storeLocation } from '../service/serve-config';
-import { CheckState, dismissed, FOR_A_PERSON, type CheckRow, type JobStore } from '../sync/job-store';
+import { CheckState, dismissed, FOR_A_PERSON, type AppointmentRow, type CheckRow, type JobStore } from '../sync/job-store';
+import { heldLetterOf } from '../sync/ingest-hl7';
 import { dismissCheck, dismissMessage, noCheck, notReplayed, OperationError, RETRYABLE_STATES, replayMessage, retryCheck } from '../sync/operations';
 import { openJobStore } from '../sync/open-store';
 import { clinicOf } from '../sync/schedule';
@@ -27,10 +28,20 @@ const REPLAY_ENV: readonly EnvVar[] = [
   ENV.mappings,
 ];
 
-/** A booking's state, not a check's: the rows jobs list shows for bookings without insurance yet. */
-const AWAITING_INSURANCE = 'awaiting-insurance';
-/** Why such a booking waits: none received, or only plans ended before the visit (or not yet begun on its day), as a Coverage whose period ended is. */
-const WAITING_FOR = "no insurance in force on the visit's date received for the patient yet";
+/** A booking's states, not a check's: the rows jobs list shows for bookings waiting on the PMS. */
+const WAITING = ['awaiting-insurance', 'awaiting-correction'] as const;
+type Waiting = (typeof WAITING)[number];
+const isWaiting = (status: string): status is Waiting => (WAITING as readonly string[]).includes(status);
+
+/** What such a booking waits for. */
+function waitingFor(booking: AppointmentRow): string {
+  if (booking.status === 'awaiting-correction') {
+    const letter = heldLetterOf(booking);
+    return `its booking was refused for the patient's details (AE${letter === undefined ? '' : `, message ${letter}`}): booked once an ADT corrects them`;
+  }
+  // None received, or only plans ended before the visit (or not yet begun on its day), as a Coverage whose period ended is.
+  return "no insurance in force on the visit's date received for the patient yet";
+}
 
 interface JobsOpts {
   dataDir?: string;
@@ -52,8 +63,8 @@ export function registerJobs(program: Command, io: CliIo): void {
       .option('--json', 'print JSON');
 
   // The failureKind column classifies a failed result by mappings/failure-kinds.json.
-  common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance'), [ENV.mappings])
-    .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or ${AWAITING_INSURANCE}: the bookings waiting for the patient's insurance`)
+  common(jobs.command('list').description('Every check with its state, and the bookings awaiting the patient\'s insurance or a correction of their details'), [ENV.mappings])
+    .option('--state <state>', `only checks in this state (${CheckState.options.join(', ')}), or a booking's: ${WAITING[0]} (the patient's insurance) or ${WAITING[1]} (a correction of the patient's details)`)
     .option('--for-a-person', 'only checks needing attention or dead that no person has dismissed (what dental_elig_checks_for_a_person counts)')
     .option('--clinic <clinicId>', "only this clinic's checks")
     .action(async (opts: JobsOpts & { state?: string; forAPerson?: boolean; clinic?: string }, command: Command) => {
@@ -61,16 +72,17 @@ export function registerJobs(program: Command, io: CliIo): void {
       // Read before the store, as serve reads it at start: a copy of mappings/ it cannot use is said, not a blank column.
       failureKinds();
       return withStore(io, opts, command, async (store) => {
-        const onlyWaiting = opts.state === AWAITING_INSURANCE;
-        const states = opts.forAPerson ? [...FOR_A_PERSON] : opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [AWAITING_INSURANCE])];
+        const onlyWaiting = opts.state !== undefined && isWaiting(opts.state);
+        const states = opts.forAPerson ? [...FOR_A_PERSON] : opts.state === undefined || onlyWaiting ? undefined : [parseState(opts.state, [...WAITING])];
         const listed = onlyWaiting ? [] : await store.listChecks(states ? { states } : {});
         // Which office each check is for: a group's offices share one serve, each with its own credentials.
         const checks = listed.filter((c) => !(opts.forAPerson && dismissed(c)) && (opts.clinic === undefined || c.check.clinicId === opts.clinic));
-        const waiting = states === undefined ? (await store.listAppointments(AWAITING_INSURANCE)).filter((a) => opts.clinic === undefined || clinicOf(a) === opts.clinic) : [];
+        const waitingIn = states !== undefined ? [] : opts.state !== undefined && isWaiting(opts.state) ? [opts.state] : WAITING;
+        const waiting = (await Promise.all(waitingIn.map((status) => store.listAppointments(status)))).flat().filter((a) => opts.clinic === undefined || clinicOf(a) === opts.clinic);
         if (checks.length === 0 && waiting.length === 0) await refuseUnknown(store, opts);
         const rows = [
           ...checks.map((c) => ({ job: c.key, state: c.state as string, ...(dismissed(c) && { dismissed: true }), clinic: c.check.clinicId, payer: payerOf(c), dateOfService: c.check.dateOfService, attempts: c.attempts, due: c.dueAt, outcome: outcomeOf(c), failureKind: failureKindOfCheck(c), lastError: c.lastError })),
-          ...waiting.map((a) => ({ job: a.key, state: AWAITING_INSURANCE as string, clinic: clinicOf(a), payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: WAITING_FOR })),
+          ...waiting.map((a) => ({ job: a.key, state: a.status as string, clinic: clinicOf(a), payer: undefined, dateOfService: a.dateOfService, attempts: 0, due: undefined, outcome: undefined, failureKind: undefined, lastError: waitingFor(a) })),
         ];
         printRows(io, rows, [
           ['JOB', (r) => r.job],
@@ -93,11 +105,11 @@ export function registerJobs(program: Command, io: CliIo): void {
           const check = await tx.getCheck(key);
           if (check) return { row: check };
           const appointment = await tx.getAppointment(key);
-          return appointment?.status === AWAITING_INSURANCE ? { booking: appointment } : { why: await noCheck(tx, key) };
+          return appointment && isWaiting(appointment.status) ? { booking: appointment } : { why: await noCheck(tx, key) };
         });
         // A booking awaiting insurance is listed by jobs list under its own key: shown as listed, what it waits for.
         if (booking) {
-          const shown = { job: booking.key, state: booking.status, clinic: clinicOf(booking), dateOfService: booking.dateOfService, waitingFor: WAITING_FOR, updated: booking.updatedAt };
+          const shown = { job: booking.key, state: booking.status, clinic: clinicOf(booking), dateOfService: booking.dateOfService, waitingFor: waitingFor(booking), updated: booking.updatedAt };
           return printRecord(io, opts.json ? { ...shown, checks: booking.checkKeys } : shown, Boolean(opts.json));
         }
         if (!row) throw new CliError(`jobs show: ${why?.message ?? `no check with key ${key}`}`);

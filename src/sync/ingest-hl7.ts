@@ -119,6 +119,11 @@ interface Stamped {
   heldBy?: { messageId: number; dedupeKey: string };
 }
 
+/** The message id of the letter a booking awaiting correction is held by (jobs messages). */
+export function heldLetterOf(appointment: AppointmentRow): number | undefined {
+  return appointment.status === 'awaiting-correction' ? (appointment.basis as Stamped).heldBy?.messageId : undefined;
+}
+
 /** Said after a held booking's reason, in its letter. */
 const HELD = "; its visit is held: booked from the patient's record once an ADT corrects it";
 

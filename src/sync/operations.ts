@@ -179,5 +179,8 @@ export async function noCheck(tx: StoreTx, key: string): Promise<OperationError>
   if (booking?.status === 'awaiting-insurance') {
     return new OperationError(`${key} is a booking awaiting the patient's insurance, not a check: its checks are made once insurance in force on its date comes (an ADT or another booking from the PMS)`);
   }
+  if (booking?.status === 'awaiting-correction') {
+    return new OperationError(`${key} is a booking refused for the patient's details, not a check: its checks are made once an ADT from the PMS corrects them`);
+  }
   return new OperationError(booking ? `${key} is a booking (${booking.status}), not a check: jobs list names its checks` : `no check with key ${key}`);
 }

@@ -26,13 +26,15 @@ describe('dental-elig jobs', () => {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('lists checks and bookings awaiting insurance, with ids and states but no patient names', async () => {
+  it('lists checks and bookings awaiting insurance or a correction, with ids and states but no patient names', async () => {
     const run = await cli(['jobs', 'list', '--data-dir', dir, '--json']);
     expect(run.code).toBe(0);
     const rows = JSON.parse(run.stdout) as Array<{ job: string; state: string; payer?: string; lastError?: string }>;
-    expect(rows.map((r) => [r.state, r.payer])).toEqual([['received', 'Guardian'], ['awaiting-insurance', undefined]]);
+    expect(rows.map((r) => [r.state, r.payer])).toEqual([['received', 'Guardian'], ['awaiting-insurance', undefined], ['awaiting-correction', undefined]]);
     // Not "no insurance received": a booking whose only plan ended before the visit waits as well.
     expect(rows[1]?.lastError).toBe("no insurance in force on the visit's date received for the patient yet");
+    // J3, refused for its missing birth date, names its letter.
+    expect(rows[2]).toMatchObject({ job: 'hl7|NOWHERE-CLINIC|APT-J3', lastError: "its booking was refused for the patient's details (AE, message 3): booked once an ADT corrects them" });
     expect(run.stdout).not.toMatch(/WHITAKER|ELLEN|1984-03-02|DD1234567/);
     const table = await cli(['jobs', 'list', '--data-dir', dir]);
     expect(table.stdout.split('\n')[0]).toMatch(/^JOB +STATE +CLINIC +PAYER +DATE OF SERVICE +ATTEMPTS +OUTCOME +NEXT +LAST ERROR$/);
@@ -43,11 +45,11 @@ describe('dental-elig jobs', () => {
     await ingestHl7(store, [msh('SIU^S12^SIU_S12', 'J10', 'BSD-NORTH'), 'SCH|APT-J10^SC||||||||||^^^20261212093000', 'PID|1||PJ-10^^^SC^MR||DOE^JOHN||19800102|M', segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'DD10' })].join('\r'), options);
     await store.close();
     const all = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--json'])).stdout) as Array<{ state: string; clinic?: string }>;
-    expect(all.map((r) => [r.state, r.clinic])).toEqual([['received', 'cln_sandbox_north'], ['received', 'cln_sandbox_main'], ['awaiting-insurance', 'cln_sandbox_main']]);
+    expect(all.map((r) => [r.state, r.clinic])).toEqual([['received', 'cln_sandbox_north'], ['received', 'cln_sandbox_main'], ['awaiting-insurance', 'cln_sandbox_main'], ['awaiting-correction', 'cln_sandbox_main']]);
     const north = await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_north']);
     expect(north.stdout.split('\n').filter((l) => l !== '').map((l) => l.split(/ +/).slice(1, 3))).toEqual([['STATE', 'CLINIC'], ['received', 'cln_sandbox_north']]);
     const main = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--clinic', 'cln_sandbox_main', '--json'])).stdout) as Array<{ state: string }>;
-    expect(main.map((r) => r.state)).toEqual(['received', 'awaiting-insurance']);
+    expect(main.map((r) => r.state)).toEqual(['received', 'awaiting-insurance', 'awaiting-correction']);
   });
 
   it('refuses a --clinic or --portal that nothing names, rather than listing none or retrying none and exiting 0', async () => {
@@ -81,6 +83,18 @@ describe('dental-elig jobs', () => {
     expect((await cli(['jobs', 'show', 'hl7|BSD-MAIN|APT-NONE', '--data-dir', dir])).stderr).toBe('dental-elig: jobs show: no check with key hl7|BSD-MAIN|APT-NONE\n');
   });
 
+  it('takes the key jobs list gives a booking awaiting a correction to show, and says why retry has nothing to act on', async () => {
+    const held = JSON.parse((await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-correction', '--json'])).stdout) as Array<{ job: string }>;
+    expect(held.map((r) => r.job)).toEqual(['hl7|NOWHERE-CLINIC|APT-J3']);
+    const shown = await cli(['jobs', 'show', 'hl7|NOWHERE-CLINIC|APT-J3', '--data-dir', dir]);
+    expect(shown.stdout).toMatch(/^waitingFor +its booking was refused for the patient's details \(AE, message 3\): booked once an ADT corrects them$/m);
+    expect(await cli(['jobs', 'retry', 'hl7|NOWHERE-CLINIC|APT-J3', '--data-dir', dir])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: "dental-elig: jobs: hl7|NOWHERE-CLINIC|APT-J3 is a booking refused for the patient's details, not a check: its checks are made once an ADT from the PMS corrects them\n",
+    });
+  });
+
   it('filters on every state its STATE column shows, awaiting-insurance too', async () => {
     const run = await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting-insurance', '--json']);
     expect(run.code).toBe(0);
@@ -91,7 +105,7 @@ describe('dental-elig jobs', () => {
     expect(await cli(['jobs', 'list', '--data-dir', dir, '--state', 'awaiting'])).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'dental-elig: --state: awaiting is not a state (received, submitted, awaiting-result, result-stored, written, needs-attention, ending-coverage, cancelled, dead, awaiting-insurance)\n',
+      stderr: 'dental-elig: --state: awaiting is not a state (received, submitted, awaiting-result, result-stored, written, needs-attention, ending-coverage, cancelled, dead, awaiting-insurance, awaiting-correction)\n',
     });
   });
 
@@ -295,9 +309,9 @@ describe('dental-elig jobs', () => {
     writeFileSync(config, JSON.stringify({ dataDir: dir, settings: { freshnessDays: 3 } }));
     const run = await cli(['jobs', 'list', '--json', '--config', config]);
     expect(run.code).toBe(0);
-    expect((JSON.parse(run.stdout) as unknown[]).length).toBe(2);
+    expect((JSON.parse(run.stdout) as unknown[]).length).toBe(3);
     // The environment names it too, as for serve.
-    expect(JSON.parse((await cli(['jobs', 'list', '--json'], { DENTAL_ELIG_CONFIG: config })).stdout)).toHaveLength(2);
+    expect(JSON.parse((await cli(['jobs', 'list', '--json'], { DENTAL_ELIG_CONFIG: config })).stdout)).toHaveLength(3);
 
     // An empty variable stood over the file's dataDir and opened the working folder's store, where serve refuses it.
     expect(await cli(['jobs', 'list', '--config', config], { DENTAL_ELIG_DATA_DIR: '' })).toEqual({

@@ -167,7 +167,7 @@ describe('HL7 v2 into the chart', () => {
       expect(await send([msh('SIU^S14^SIU_S12', 'R16'), sch('APT-R15'), pid('P-R15'), noMemberId].join('\r'))).toEqual(['AE']);
       expect(await send(adt('R17', 'P-R14', guardian))).toEqual(['AA']);
       await until('the booked visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
-      expect((await h.store.listChecks()).map((c) => c.check.source.appointmentId)).toEqual(['APT-R15']);
+      expect((await h.store.listChecks()).map((c) => c.check.source.kind === 'hl7' && c.check.source.appointmentId)).toEqual(['APT-R15']);
       expect(await h.store.listAppointments('awaiting-correction')).toEqual([]);
       expect((await letters()).map((m) => m.detail)).toEqual([expect.not.stringContaining('held'), expect.not.stringContaining('held')]);
     });
