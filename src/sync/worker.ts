@@ -7,6 +7,7 @@ import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { minuteAt } from '../adapters/local-date';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
+import { refusesSetup } from '../verification/failure-kinds';
 import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
@@ -132,6 +133,8 @@ const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-res
 const NOT_VERIFIED = 'NotVerified';
 /** The plugin's own kind for a request the service (422) or the client refused, its detail the fields it named. */
 const REQUEST_REFUSED = 'RequestRefused';
+/** The same, where the fields are the office's setup alone (refusesSetup). */
+const SETUP_REFUSED = 'SetupRefused';
 
 const LOCAL = 'local-';
 /**
@@ -595,9 +598,10 @@ export class Worker {
     }
     if (status === 422 || err.code === 'invalid_request') {
       if (from === 'submitted' && (await this.sentAnotherWay(row, err))) return;
-      // The data is wrong: the front desk sees it in the chart and corrects it at the source.
+      // The data is wrong: the front desk sees it in the chart and corrects it at the source; the office's setup, its administrator.
       const fields = err.fieldErrors.join('; ');
-      return this.storeLocalFailure(row, REQUEST_REFUSED, 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
+      const kind = refusesSetup((err.problem.errors ?? []).map((e) => e.field ?? '')) ? SETUP_REFUSED : REQUEST_REFUSED;
+      return this.storeLocalFailure(row, kind, 'Request refused', fields || (err.problem.detail ?? 'the service refused the request'), from);
     }
     if (err.code === UNREADABLE_ANSWER) {
       // Sent again, it would be answered the same: a person reads what the service sent, kept as the check's result.
@@ -1236,7 +1240,7 @@ function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.failure.kind === NOT_VERIFIED && outcome.problem.detail) return `${NOT_VERIFIED}: ${outcome.problem.detail}`;
   // The fields the service refused, which the advice says are named ('portalId: no credentials are stored for this
   // clinic and portal' is the office's setup, not the PMS's data): the chart's disposition names them, jobs list too.
-  if (outcome.failure.kind === REQUEST_REFUSED && outcome.problem.detail) return `${REQUEST_REFUSED}: ${outcome.problem.detail}`;
+  if ((outcome.failure.kind === REQUEST_REFUSED || outcome.failure.kind === SETUP_REFUSED) && outcome.problem.detail) return `${outcome.failure.kind}: ${outcome.problem.detail}`;
   // A kind the table does not list is told by the service's own title: its advice is the same for every such kind.
   const { failure, problem } = outcome;
   const said = failure.action === 'unknown' ? (problem.title || failure.advice) : (failure.advice ?? problem.title);

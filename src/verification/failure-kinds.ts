@@ -8,6 +8,8 @@ const FailureKindsFile = z.looseObject({
   kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })),
   /** What the front desk reads of a kind the table does not list; a copy of the mappings from before it had one still reads. */
   unknown: z.strictObject({ advice: z.string() }).optional(),
+  /** The request's fields filled from the office's setup, not the PMS; a copy without it takes every refusal for the data's. */
+  setupFields: z.array(z.string().min(1)).optional(),
 });
 
 let file: z.infer<typeof FailureKindsFile> | undefined;
@@ -17,6 +19,17 @@ const failureKindsFile = () => (file ??= readMappingFile('failure-kinds.json', F
 /** The table of kinds (failure-kinds.json). */
 export function failureKinds() {
   return failureKindsFile().kinds;
+}
+
+/**
+ * Whether a 422 names only fields the plugin fills from the office's setup (its clinic, portal and
+ * stored credentials: 'portalId: no credentials are stored for this clinic and portal'): the
+ * office's to fix with the setup commands, where the front desk, told to correct the request's
+ * data in the practice-management system, found nothing wrong there.
+ */
+export function refusesSetup(fields: readonly string[]): boolean {
+  const setup = failureKindsFile().setupFields ?? [];
+  return fields.length > 0 && fields.every((field) => setup.includes(field));
 }
 
 export interface FailureClassification {

@@ -261,15 +261,39 @@ describe('a check the worker gives up on', () => {
 });
 
 describe('a check whose request the service refuses', () => {
-  it('says to the operator which fields it refused, as the chart does, not only that they are named somewhere', async () => {
+  const errorCodes = (r: CoverageEligibilityResponse | undefined) => (r?.error ?? []).flatMap((e) => e.code.coding ?? []).map((c) => c.code);
+
+  it("says to the operator which fields it refused, as the chart does, and tells the office's setup from the patient's data", async () => {
     // A group's office with no credentials stored on the payer's portal: its setup, not the patient's data.
     const refused = { title: 'Unprocessable', status: 422, errors: [{ field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' }] };
     rig = await startWorkerRig({ answer: (_req, res) => json(res, 422, refused) });
     await rig.addCheck('refused');
     rig.worker.start();
     const row = await rig.reach('refused', 'needs-attention');
-    expect(row.lastError).toBe('RequestRefused: portalId: no credentials are stored for this clinic and portal');
+    expect(row.lastError).toBe('SetupRefused: portalId: no credentials are stored for this clinic and portal');
     const [response] = await responses();
     expect(response?.disposition).toMatch(/portalId: no credentials are stored for this clinic and portal/);
+    // The front desk is not sent to correct the practice-management system, where nothing is wrong.
+    expect(response?.disposition).not.toMatch(/practice-management system/);
+    expect(errorCodes(response)).toContain('SetupRefused');
+  });
+
+  it("keeps a refusal naming the patient's data, or the office's setup beside it, the front desk's to correct", async () => {
+    const refused = {
+      title: 'Unprocessable',
+      status: 422,
+      errors: [
+        { field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' },
+        { field: 'subscriber.memberId', message: 'is not a member id this payer issues', code: 'invalid_value' },
+      ],
+    };
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 422, refused) });
+    await rig.addCheck('refused');
+    rig.worker.start();
+    const row = await rig.reach('refused', 'needs-attention');
+    expect(row.lastError).toMatch(/^RequestRefused: portalId: .*; subscriber\.memberId: is not a member id this payer issues$/);
+    const [response] = await responses();
+    expect(response?.disposition).toMatch(/practice-management system/);
+    expect(errorCodes(response)).toContain('RequestRefused');
   });
 });
