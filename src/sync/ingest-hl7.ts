@@ -124,6 +124,16 @@ export function heldLetterOf(appointment: AppointmentRow): number | undefined {
   return appointment.status === 'awaiting-correction' ? (appointment.basis as Stamped).heldBy?.messageId : undefined;
 }
 
+/**
+ * A booking held for a correction by a message sent (MSH-7) after `sent`: what `sent` says of the
+ * patient was said before the booking was refused, so corrects nothing of it (an ADT an engine
+ * delivered late), whether it changes the record or restates it.
+ */
+function heldSince(appointment: AppointmentRow, sent: Sent): boolean {
+  const heldSentAt = (appointment.basis as Stamped).sentAt;
+  return appointment.status === 'awaiting-correction' && heldSentAt !== undefined && sent.sentAt !== '' && sentEarlier(sent.sentAt, heldSentAt);
+}
+
 /** Said after a held booking's reason, in its letter. */
 const HELD = "; its visit is held: booked from the patient's record once an ADT corrects it";
 
@@ -183,7 +193,7 @@ async function apply(
       // What a booking says of the patient (a corrected name, a new member id) is the record now, as after an ADT:
       // their other appointments to come are verified with it, not with what was said when they were booked.
       if (!outcome.record) return own;
-      const others = await reevaluateAppointments(tx, outcome, outcome.record, ctx, event.key);
+      const others = await reevaluateAppointments(tx, outcome, outcome.record, sent, ctx, event.key);
       return { created: [...own.created, ...others.created], withdrawn: [...own.withdrawn, ...others.withdrawn] };
     }
     case 'cancel': {
@@ -199,7 +209,7 @@ async function apply(
       return { created: [], withdrawn: [] };
     }
     case 'record':
-      if (outcome.record) return reevaluateAppointments(tx, outcome, outcome.record, ctx);
+      if (outcome.record) return reevaluateAppointments(tx, outcome, outcome.record, sent, ctx);
       // An ADT restating what is on file (an A08 sent for a new phone number) changes no appointment's checks, but that of a
       // booking refused for the patient's details since, which the record, as the PMS states it after, corrects.
       return rebuildHeld(tx, outcome.patientKey, sent, ctx);
@@ -229,10 +239,7 @@ async function apply(
 /** The patient's bookings held for a correction, sent before `sent`, built from their record as it stands. */
 async function rebuildHeld(tx: StoreTx, key: PatientKey, sent: Sent, ctx: ScheduleContext) {
   const patientKey = patientKeyText(key);
-  const held = (await tx.appointmentsOfPatient(patientKey)).filter((a) => {
-    const heldSentAt = (a.basis as Stamped).sentAt;
-    return a.status === 'awaiting-correction' && (heldSentAt === undefined || sent.sentAt === '' || !sentEarlier(sent.sentAt, heldSentAt));
-  });
+  const held = (await tx.appointmentsOfPatient(patientKey)).filter((a) => a.status === 'awaiting-correction' && !heldSince(a, sent));
   const record = held.length > 0 ? await tx.getPatient(patientKey) : undefined;
   return record ? rebuildAppointments(tx, held, key, record, ctx) : { created: [], withdrawn: [] };
 }
@@ -247,10 +254,12 @@ async function reevaluateAppointments(
   tx: StoreTx,
   { patientKey: key, droppedMemberIds }: { patientKey: PatientKey; droppedMemberIds?: readonly string[] },
   record: PatientInsuranceRecord,
+  sent: Sent,
   ctx: ScheduleContext,
   except?: string,
 ) {
-  const done = await rebuildAppointments(tx, await tx.appointmentsOfPatient(patientKeyText(key), except), key, record, ctx);
+  const appointments = (await tx.appointmentsOfPatient(patientKeyText(key), except)).filter((a) => !heldSince(a, sent));
+  const done = await rebuildAppointments(tx, appointments, key, record, ctx);
   if (droppedMemberIds) await endDroppedPlans(tx, patientKeyText(key), record, droppedMemberIds, ctx.now.toISOString());
   return done;
 }

@@ -138,6 +138,22 @@ describe('HL7 v2 into the chart', () => {
       expect(await letters()).toEqual([]);
     });
 
+    it('is not booked by an ADT sent before it (MSH-7) and delivered after it, though that ADT changes the record', async () => {
+      await start();
+      expect(await send(siu('R18', 'P-R18', 'APT-R18', noMemberId))).toEqual(['AE']);
+      // Made the day before the booking on the ADT feed, delivered late: the patient's first record, with what the PMS said then.
+      const earlier = adt('R19', 'P-R18', in1('64246', 'Guardian', 'SBX-EARLIER')).replace('20261123090000', '20261122090000');
+      expect(await send(earlier)).toEqual(['AA']);
+      expect(await h.store.listChecks()).toEqual([]);
+      expect((await h.store.listAppointments('awaiting-correction')).map((a) => a.key)).toEqual(['hl7|BSD-MAIN|APT-R18']);
+      expect(await letterOf('R18')).toMatchObject({ status: 'dead' });
+
+      expect(await send(adt('R20', 'P-R18', guardian))).toEqual(['AA']);
+      await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await checksOf('APT-R18')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letters()).toEqual([]);
+    });
+
     it('lets its letter go when the visit is cancelled, and a later ADT books nothing for it', async () => {
       await start();
       expect(await send(siu('R8', 'P-R8', 'APT-R8', noMemberId))).toEqual(['AE']);
