@@ -151,7 +151,8 @@ function holdsVisit(outcome: Hl7Outcome, last: AppointmentRow | undefined): outc
  * in dental_elig_dead_letters, an alert firing, for what the PMS has since done.
  */
 async function releaseHeld(tx: StoreTx, appointment: AppointmentRow | undefined, why: string): Promise<void> {
-  const by = appointment?.status === 'awaiting-correction' ? (appointment.basis as Stamped).heldBy : undefined;
+  // Any status: one corrected into awaiting-insurance keeps its letter until booked (rebuildAppointments).
+  const by = (appointment?.basis as Stamped | undefined)?.heldBy;
   const letter = by && (await tx.findMessage('hl7', by.dedupeKey));
   if (letter?.id !== by?.messageId || letter?.status !== 'dead') return;
   await tx.updateMessage(letter.id, { status: 'handled', detail: `${letter.detail ?? ''}; handled: ${why}` });
@@ -288,7 +289,9 @@ async function rebuildAppointments(tx: StoreTx, appointments: AppointmentRow[], 
     }
     const { checks, status } = checksFromRecord(appointment.basis as AppointmentBasis, record);
     const done = await scheduleAppointment(tx, { ...appointment, patientKey, status, checks }, ctx);
-    await releaseHeld(tx, appointment, `booked from the patient's record, corrected at ${ctx.now.toISOString()}`);
+    // A record still without insurance (a PID-only A08 correcting a first booking's birth date) has not the insurance
+    // the refused booking carried: its letter stays for a person until insurance comes, the PMS taking it for sent.
+    if (status !== 'awaiting-insurance') await releaseHeld(tx, appointment, `booked from the patient's record, corrected at ${ctx.now.toISOString()}`);
     created.push(...done.created);
     withdrawn.push(...done.withdrawn);
   }

@@ -154,6 +154,19 @@ describe('HL7 v2 into the chart', () => {
       expect(await letters()).toEqual([]);
     });
 
+    it("keeps its letter while an ADT correcting the patient's details brings no insurance, the one the refused booking carried lost with it", async () => {
+      await start();
+      // A first booking, its birth date mistyped: the patient has no record yet.
+      expect(await send([msh('SIU^S12^SIU_S12', 'R20'), sch('APT-R20'), pid('P-R20', 'DOE^JANE', '20800102'), guardian].join('\r'))).toEqual(['AE']);
+      // The PMS corrects the birth date with an A08 of the patient alone (no IN1): no insurance is on file.
+      expect(await send(adt('R21', 'P-R20'))).toEqual(['AA']);
+      expect((await h.store.listAppointments('awaiting-insurance')).map((a) => a.key)).toEqual(['hl7|BSD-MAIN|APT-R20']);
+      expect(await letterOf('R20')).toMatchObject({ status: 'dead' });
+      expect(await send(adt('R22', 'P-R20', guardian))).toEqual(['AA']);
+      await until('the visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect(await letterOf('R20')).toMatchObject({ status: 'handled', detail: expect.stringContaining("; handled: booked from the patient's record, corrected at ") });
+    });
+
     it('lets its letter go when the visit is cancelled, and a later ADT books nothing for it', async () => {
       await start();
       expect(await send(siu('R8', 'P-R8', 'APT-R8', noMemberId))).toEqual(['AE']);
