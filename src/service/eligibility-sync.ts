@@ -42,6 +42,13 @@ import { createLogger, type Logger } from './logger';
 import { storeAnswer, SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
 
+/**
+ * A span added to a date (a deadline, a give-up, a lead): past the dates JavaScript holds it made each
+ * check's step fail ('Invalid time value'); a hundred years is kept for good, as retentionDays says.
+ */
+const spanMs = () => z.number().int().max(CENTURY_DAYS * 86_400_000, { error: `must be at most ${CENTURY_DAYS * 86_400_000} (a hundred years)` });
+const CENTURY_DAYS = 36_500;
+
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({
   concurrency: z.number().int().min(1).max(1000).default(8),
@@ -54,13 +61,13 @@ export const SyncSettings = z.strictObject({
   maxAttempts: z.number().int().min(1).default(8),
   backoffBaseMs: z.number().int().min(1).default(2000),
   backoffMaxMs: timerMs(1).default(5 * 60_000),
-  webhookDeadlineMs: z.number().int().min(0).default(2 * 60_000),
-  pollAfterMs: z.number().int().min(1, { error: 'must be at least 1 (0 would poll a Pending verification in a tight loop)' }).default(5000),
-  pendingGiveUpMs: z.number().int().min(1).default(24 * 3600_000),
+  webhookDeadlineMs: spanMs().min(0).default(2 * 60_000),
+  pollAfterMs: spanMs().min(1, { error: 'must be at least 1 (0 would poll a Pending verification in a tight loop)' }).default(5000),
+  pendingGiveUpMs: spanMs().min(1).default(24 * 3600_000),
   leaseMs: timerMs(1000).default(2 * 60_000),
   idleMs: timerMs(10).default(500),
-  freshnessDays: z.number().min(0).default(7),
-  reverifyLeadDays: z.number().min(0).default(1),
+  freshnessDays: z.number().min(0).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(7),
+  reverifyLeadDays: z.number().min(0).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(1),
   /** Bring the payer catalog up to date from the service this often (0: at start, and for a payer it does not know or a request refused naming it, only). */
   catalogRefreshMs: timerMs(0).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
@@ -68,7 +75,7 @@ export const SyncSettings = z.strictObject({
   fhirPollDays: z.number().int().min(1).default(14),
   /** How long the store keeps finished work (messages handled, checks done with, appointments over): see prune. */
   // Bounded: a cutoff past the dates JavaScript holds (some 270,000 years back) failed the prune's timer, and serve with it.
-  retentionDays: z.number().min(1).max(36_500, { error: 'must be at most 36500 (a hundred years)' }).default(90),
+  retentionDays: z.number().min(1).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(90),
   /** Prune the store this often, the first a few minutes after start (the interval, if shorter). */
   pruneIntervalMs: timerMs(1).default(3_600_000),
 }).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {

@@ -35,6 +35,17 @@ describe('SyncSettings', () => {
     expect(create({ setings: 1 } as unknown as SyncSettings)).toThrow(/^settings: Unrecognized key: "setings"$/);
   });
 
+  it('refuses a span past the dates a check can be given (a hundred years), naming the setting', () => {
+    // Each was added to a date at every check's step: 'Invalid time value', a failed step a check, the checks still written.
+    for (const setting of ['webhookDeadlineMs', 'pollAfterMs', 'pendingGiveUpMs'] as const) {
+      expect(create({ [setting]: 9_000_000_000_000_000 })).toThrow(new RegExp(`^settings\\.${setting}: must be at most 3153600000000 \\(a hundred years\\)$`));
+    }
+    for (const setting of ['reverifyLeadDays', 'freshnessDays'] as const) {
+      expect(create({ [setting]: 1e9 })).toThrow(new RegExp(`^settings\\.${setting}: must be at most 36500 \\(a hundred years\\)$`));
+    }
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
   it('refuses polling a Pending verification with no wait between polls', () => {
     expect(create({ pollAfterMs: 0 })).toThrow(/^settings.pollAfterMs: /);
     expect(readdirSync(dataDir)).toEqual([]);
