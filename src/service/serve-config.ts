@@ -74,6 +74,9 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
   const store = storeLocation(env, overrides.store, fromFile.store);
   const logLevel = LogLevel.safeParse(env.DENTAL_ELIG_LOG_LEVEL ?? fromFile.logLevel ?? 'info');
   if (!logLevel.success) throw new ConfigError(`DENTAL_ELIG_LOG_LEVEL: must be one of ${LogLevel.options.join(', ')}`);
+  const notificationToken = env.DENTAL_ELIG_NOTIFICATION_TOKEN;
+  // Empty (an unfilled line of an environment file) it read as none: notifications taken from anyone, with nothing said on this machine.
+  if (notificationToken?.trim() === '') throw new ConfigError('DENTAL_ELIG_NOTIFICATION_TOKEN: must not be empty (leave it out to take notifications without a token)');
   const credentialsFile = env.DENTAL_ELIG_PORTAL_CREDENTIALS_FILE;
   const inlineCredentials = credentialsFile ? readPortalCredentials(credentialsFile) : undefined;
   const [dataDirName, dataDir] = dataDirSetting(env, overrides.dataDir, fromFile);
@@ -90,7 +93,7 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
     ...(customerId && { customerId }),
     ...(inlineCredentials && { inlineCredentials }),
     ...(fhir && { fhir }),
-    ...(env.DENTAL_ELIG_NOTIFICATION_TOKEN && { notificationToken: env.DENTAL_ELIG_NOTIFICATION_TOKEN }),
+    ...(notificationToken !== undefined && { notificationToken }),
     webhook: scheme === 'bearer' ? { scheme, token: env.DENTAL_ELIG_WEBHOOK_TOKEN as string } : { scheme, ...(webhookSecret && { secret: webhookSecret }), ...(previousSecret && { previousSecret }) },
     logLevel: logLevel.data,
     settings: fromFile.settings ?? {},

@@ -185,6 +185,10 @@ describe('the settings file and the environment', () => {
     const empty = path.join(dir, 'empty-key');
     writeFileSync(empty, '\n');
     expect(refusal({ ...service, DENTAL_ELIG_API_KEY_FILE: empty })).toBe(`ConfigError: DENTAL_ELIG_API_KEY_FILE: ${empty} is empty`);
+    // An empty token would take notifications from anyone, where the operator meant to require one.
+    for (const token of ['', ' ']) {
+      expect(refusal({ DENTAL_ELIG_NOTIFICATION_TOKEN: token })).toBe('ConfigError: DENTAL_ELIG_NOTIFICATION_TOKEN: must not be empty (leave it out to take notifications without a token)');
+    }
     expect(refusal({ DENTAL_ELIG_DATA_DIR: '' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     expect(refusal({}, { dataDir: '' })).toBe(`ConfigError: --data-dir: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     // A file where the folder would be: said so, not as mkdir's EEXIST or ENOTDIR once serve is starting.
