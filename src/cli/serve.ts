@@ -65,7 +65,7 @@ const SERVE_ENV: readonly EnvVar[] = [
   [ENV.baseUrl[0], 'the service root (without it, the sandbox runs in-process)'],
   ENV.apiKey,
   ENV.insecure,
-  [ENV.customerId[0], 'the customer id issued at onboarding (or customerId in the config file)'],
+  [ENV.customerId[0], 'the customer id of the in-process sandbox, without DENTAL_ELIG_BASE_URL (or customerId in the config file; the service itself takes none from serve)'],
   [ENV.fhirUrl[0], "the chart's FHIR base (without it, the embedded FHIR server answers at /fhir)"],
   ENV.fhirToken,
   ENV.fhirClientId,
