@@ -280,14 +280,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const ownsClient = !(config.service instanceof VerificationClient);
   // The client warns of each retry, so a wait is never silent; once the worker has said the service is out
   // (one warning), each call trying it retries as it fails, and four warnings a try, a try a minute, said
-  // that outage again for as long as it lasted: at debug until it answers, as a chart's writes are.
-  let serviceOut = (): boolean => false;
+  // that outage again for as long as it lasted: at debug until it answers, as a chart's writes are. So
+  // for a payer portal out on its own, whose checks' sends name it (portalId), the service answering the rest.
+  let outFor = (_portal: string | undefined): boolean => false;
   // A retry after a 429 is said with the worker's 429s, at warn once in ten minutes: a retry answered reaches no step, and a
   // service turning away some of each burst, each taken on the retry, would otherwise never say requestsPerSecond is too high.
   let throttleNews = (): boolean => true;
   const clientLog = {
     warn: (obj: object, msg: string) => {
-      if (serviceOut()) return logger.debug(obj, msg);
+      if (outFor((obj as { portalId?: string }).portalId)) return logger.debug(obj, msg);
       // A retry's line only (it counts `attempt`): one on the 429's body is not about the rate.
       if (!('attempt' in obj && (obj as { status?: unknown }).status === 429)) return logger.warn(obj, msg);
       if (!throttleNews()) return logger.debug(obj, msg);
@@ -392,7 +393,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
   metrics.serviceUp = () => worker.service.since === undefined && keyRefusedSince() === undefined && catalogNow() !== undefined;
   metrics.portalsOut = () => worker.service.portalsOut.length;
-  serviceOut = () => worker.service.since !== undefined;
+  outFor = (portal) => worker.service.outFor(portal) !== undefined;
   throttleNews = () => worker.throttleNews();
 
   const fhirOptions = { routing, now, policy };

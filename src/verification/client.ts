@@ -203,14 +203,14 @@ export class VerificationClient {
   async verify(body: VerificationRequest): Promise<VerificationOutcome> {
     const request = strict(VerificationRequest, body, 'verify insurance');
     const answer = request.externalId === undefined ? Verification : sentFor(Verification, request.externalId);
-    const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, answer, request.externalId !== undefined);
+    const verification = await this.post('verify insurance', '/v2/insurance-verifications', request, answer, request.externalId !== undefined, request.portalId);
     return readOutcome(verification, 'verify insurance');
   }
 
   /** Asynchronous verification: queued; the outcome arrives by webhook (or getVerification). */
   async requestVerification(body: VerificationRequest): Promise<Accepted> {
     const request = strict(VerificationRequest, body, 'request insurance verification');
-    return this.post('request insurance verification', '/v2/insurance-verification-requests', request, Accepted, request.externalId !== undefined);
+    return this.post('request insurance verification', '/v2/insurance-verification-requests', request, Accepted, request.externalId !== undefined, request.portalId);
   }
 
   /**
@@ -267,8 +267,8 @@ export class VerificationClient {
     return required(body, operation);
   }
 
-  private async post<T extends z.ZodType>(operation: string, path: string, body: unknown, response: T, idempotent: boolean): Promise<z.infer<T>> {
-    const result = await this.http.call({ operation, method: 'POST', path, body, response, idempotent });
+  private async post<T extends z.ZodType>(operation: string, path: string, body: unknown, response: T, idempotent: boolean, portalId?: string): Promise<z.infer<T>> {
+    const result = await this.http.call({ operation, method: 'POST', path, body, response, idempotent, portalId });
     return required(result.body, operation);
   }
 

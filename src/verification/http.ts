@@ -30,6 +30,8 @@ export interface CallOptions<T extends z.ZodType> {
   idempotent: boolean;
   /** Extra statuses that are not errors for this call (e.g. 304 for an unchanged PATCH). */
   accept?: number[];
+  /** The payer portal a verification is sent to: its retries' lines name it (serve says them at debug while that portal is out). */
+  portalId?: string | undefined;
 }
 
 export interface CallResult<T> {
@@ -128,7 +130,7 @@ export class ServiceHttp {
           // Per-request retry switch: only safe requests get the methods list the interceptor checks.
           retryOptions: {
             methods: opts.idempotent ? [opts.method] : [],
-            retry: this.#retry(opts.operation, target, tally),
+            retry: this.#retry(opts.operation, target, tally, opts.portalId),
           },
         } as Parameters<typeof request>[1]);
         tally.responded = true;
@@ -139,7 +141,7 @@ export class ServiceHttp {
         // A body cut off or stalled after the headers: undici would resume it with a Range request, which
         // the service does not serve (it answers in full and the resume fails), so the whole request goes again.
         if (tally.responded && opts.idempotent && RETRY_ERROR_CODES.includes(code ?? '') && tally.retries < this.#config.maxRetries) {
-          const delay = this.#nextRetry(opts.operation, target, tally, { code }, undefined);
+          const delay = this.#nextRetry(opts.operation, target, tally, { code }, undefined, opts.portalId);
           await new Promise((resolve) => setTimeout(resolve, delay));
           continue;
         }
@@ -196,7 +198,7 @@ export class ServiceHttp {
   }
 
   /** The interceptor's retry decision for one request, before its answer's headers; every retry is a warning, so a wait is never silent. */
-  #retry(operation: string, target: string, tally: { retries: number; responded: boolean }): RetryCallback {
+  #retry(operation: string, target: string, tally: { retries: number; responded: boolean }, portalId: string | undefined): RetryCallback {
     const { maxRetries, retryMaxDelayMs } = this.#config;
     return (err, { opts }, cb) => {
       const e = err as Error & { statusCode?: number; code?: string; headers?: Record<string, string | string[] | undefined> };
@@ -211,20 +213,27 @@ export class ServiceHttp {
       // A service that asks for a longer pause than we would ever wait gets its answer back now.
       const after = retryAfterMs(headerValue(e.headers?.['retry-after']));
       if (after !== undefined && after > retryMaxDelayMs) return cb(err);
-      const delay = this.#nextRetry(operation, target, tally, { status: e.statusCode, code: e.code }, after);
+      const delay = this.#nextRetry(operation, target, tally, { status: e.statusCode, code: e.code }, after, portalId);
       // Not unref'd: the pending retry is what keeps a CLI process alive when the socket closed.
       setTimeout(() => cb(null), delay);
     };
   }
 
   /** Counts one more retry of a call and says so; returns how long to wait before it. */
-  #nextRetry(operation: string, target: string, tally: { retries: number }, cause: { status?: number | undefined; code?: string | undefined }, after: number | undefined): number {
+  #nextRetry(
+    operation: string,
+    target: string,
+    tally: { retries: number },
+    cause: { status?: number | undefined; code?: string | undefined },
+    after: number | undefined,
+    portalId: string | undefined,
+  ): number {
     const { maxRetries, retryMinDelayMs, retryMaxDelayMs } = this.#config;
     tally.retries += 1;
     const delay = retryDelay(tally.retries, after, { retryMinDelayMs, retryMaxDelayMs }, this.#random);
     const why = cause.status !== undefined ? `answered ${cause.status}` : `${describeTransportError(cause.code)} (${cause.code ?? 'no code'})`;
     this.#log.warn(
-      { attempt: tally.retries, delayMs: delay, status: cause.status, code: cause.code },
+      { attempt: tally.retries, delayMs: delay, status: cause.status, code: cause.code, ...(portalId !== undefined && { portalId }) },
       `${operation}: ${target} ${why}; retry ${tally.retries} of ${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
     );
     return delay;

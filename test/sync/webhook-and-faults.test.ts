@@ -210,25 +210,45 @@ describe('webhooks and service faults', () => {
     expect(metrics).not.toMatch(/outcome="failed"|kind="NotVerified"/);
   });
 
+  type LogLine = { level: number; msg: string; portalId?: string };
+  const logLines = () => h.logs.map((line) => JSON.parse(line) as LogLine);
+  const retried503 = (line: LogLine) => / answered 503; retry 1 of 1 in /.test(line.msg);
+  /** The log lines after the first that `outage` takes, once three retries of calls trying it follow it. */
+  const retriedAfter = (outage: (line: LogLine) => boolean) =>
+    until('three calls retried after the outage was said', async () => {
+      const all = logLines();
+      const after = all.slice(all.findIndex(outage) + 1);
+      return all.some(outage) && after.filter(retried503).length >= 3 && after;
+    }, 30_000);
+
   it('says a service outage once: the retries of the calls trying it are at debug until it answers', async () => {
     // The client retrying each call once, as serve's four times: each retry a warning before the outage is said.
     h = await startHarness({ settings: { backoffBaseMs: 50, backoffMaxMs: 200 }, service: { maxRetries: 1 } });
     await h.fhir.seed(chartOf('primary-secondary'));
     h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity, retryAfterSeconds: 0 });
     await notify('appt-4004');
-    const lines = () => h.logs.map((line) => JSON.parse(line) as { level: number; msg: string });
-    const outage = (line: { msg: string }) => line.msg.startsWith('the verification service is not answering');
-    const retry = (line: { msg: string }) => / answered 503; retry 1 of 1 in /.test(line.msg);
+    const outage = (line: LogLine) => line.msg.startsWith('the verification service is not answering');
     // Three calls trying it since it was said, each retried: three warnings a minute or so with serve's settings, for as long as it lasts.
-    const since = await until('three calls retried after the outage was said', async () => {
-      const all = lines();
-      const after = all.slice(all.findIndex(outage) + 1);
-      return all.some(outage) && after.filter(retry).length >= 3 && after;
-    }, 30_000);
-    expect(lines().filter(outage)).toHaveLength(1);
-    expect(since.filter(retry).map((line) => line.level)).toEqual(since.filter(retry).map(() => 20));
+    const since = await retriedAfter(outage);
+    expect(logLines().filter(outage)).toHaveLength(1);
+    expect(since.filter(retried503).map((line) => line.level)).toEqual(since.filter(retried503).map(() => 20));
     h.sandbox.clearFaults();
     await until('both checks written once the service answers', async () => (await h.store.listChecks({ states: ['written'] })).length === 2, 30_000);
+  });
+
+  it('says one payer portal out once: the retries of its checks\' sends are at debug, naming the portal, until it answers', async () => {
+    // The client retrying each call once, as serve's four times; the portal's sends tried one at a time, every 50 to 200 ms.
+    h = await startHarness({ sandbox: { seed: true, timing: { retryAfterSeconds: 0 } }, settings: { backoffBaseMs: 50, backoffMaxMs: 200 }, service: { maxRetries: 1 } });
+    // SBX-503: the service answers 503 to each (Retry-After 0, within the client's wait), three patients of Cigna Dental's portal.
+    for (const id of ['PO1', 'PO2', 'PO3']) await h.sync.receiveHl7(bookingFor(id, 'SBX-503').replace('DOE^JANE', `DOE^${id}`));
+    const outage = (line: LogLine) => line.msg.startsWith('the verification service is not answering for one payer portal');
+    const since = await retriedAfter(outage);
+    const portal = logLines().find(outage)?.portalId;
+    expect(portal).toEqual(expect.any(String));
+    // Four warnings a try, a try a minute, for as long as the portal stayed out, with serve's settings: at debug, its portal named.
+    expect(since.filter(retried503).map((line) => [line.level, line.portalId])).toEqual(since.filter(retried503).map(() => [20, portal]));
+    // Before it was said, the retries warned, as they do of any call: the outage is news.
+    expect(logLines().slice(0, logLines().findIndex(outage)).filter(retried503).map((line) => line.level)).toContain(40);
   });
 
   it('says a service asking for fewer requests (429) at warn once in ten minutes: its client\'s retries and the worker\'s failures alike', async () => {
