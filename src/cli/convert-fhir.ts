@@ -13,6 +13,7 @@ import { describeIssue, type EligibilityCheck } from '../domain';
 import { toOutcome } from '../verification/outcome';
 import { describeTransportError } from '../verification/http';
 import { asRequest, shapeOf } from './as-request';
+import { ENV, readsEnvironment } from './service-context';
 import { CliError, inputName, instant, loadCatalog, parseJsonInput, readInput, say, writeJson, type CliIo } from './io';
 
 interface ConvertFhirOptions {
@@ -33,6 +34,7 @@ interface ConvertResultOptions {
 }
 
 export function registerConvertFhir(convert: Command, io: CliIo): void {
+  readsEnvironment(
   convert
     .command('fhir [bundle]')
     .description(
@@ -53,8 +55,11 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
       const options: FhirInputOptions = { routing: loadClinicRouting(), receivedAt, resolver: opts.catalog ? await loadCatalog(io, opts.catalog) : undefined };
       const checks = file !== undefined ? await fromBundle(io, file, { ...options, appointmentId: opts.appointment }) : await fromServer(io, opts, options);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
-    });
+    }),
+    [ENV.fhirToken, [ENV.insecure[0], '1, true or yes allows a plain http:// --server for a host other than this machine'], ENV.mappings],
+  );
 
+  readsEnvironment(
   convert
     .command('result <file>')
     .description(
@@ -87,7 +92,9 @@ export function registerConvertFhir(convert: Command, io: CliIo): void {
         throw err;
       }
       writeJson(io, response);
-    });
+    }),
+    [ENV.mappings, ENV.fhirSystemBase, ENV.fhirExtensionBase],
+  );
 }
 
 async function fromBundle(io: CliIo, file: string, options: FhirInputOptions): Promise<EligibilityCheck[]> {

@@ -14,6 +14,7 @@ import {
 import type { EligibilityCheck, PatientKey, PayerResolver } from '../domain';
 import { charsetOptionsSchema, decodeFrame } from '../service/hl7-charset';
 import { asRequest, shapeOf } from './as-request';
+import { ENV, readsEnvironment } from './service-context';
 import { CliError, inputName, instant, loadCatalog, readInputBytes, say, writeJson, type CliIo } from './io';
 
 interface ConvertHl7Options {
@@ -24,6 +25,7 @@ interface ConvertHl7Options {
 }
 
 export function registerConvertHl7(convert: Command, io: CliIo): void {
+  readsEnvironment(
   convert
     .command('hl7 <file>')
     .description(
@@ -42,7 +44,9 @@ export function registerConvertHl7(convert: Command, io: CliIo): void {
       const resolver = opts.catalog ? await loadCatalog(io, opts.catalog) : undefined;
       const checks = await convertHl7(hl7Text(await readInputBytes(io, file), file), { receivedAt, resolver, warn: (text) => say(io, `warning: ${text}`) }, file);
       writeJson(io, shape === 'request' ? checks.map((c) => asRequest(c, opts.portal)) : checks);
-    });
+    }),
+    [ENV.mappings],
+  );
 }
 
 /**

@@ -64,6 +64,8 @@ export function registerServe(program: Command, io: CliIo): void {
 const SERVE_ENV: readonly EnvVar[] = [
   [ENV.baseUrl[0], 'the service root (without it, the sandbox runs in-process)'],
   ENV.apiKey,
+  ENV.apiKeyHeader,
+  ENV.apiKeyScheme,
   ENV.insecure,
   [ENV.customerId[0], 'the customer id of the in-process sandbox, without DENTAL_ELIG_BASE_URL (or customerId in the config file; the service itself takes none from serve)'],
   [ENV.fhirUrl[0], "the chart's FHIR base (without it, the embedded FHIR server answers at /fhir)"],
@@ -79,5 +81,7 @@ const SERVE_ENV: readonly EnvVar[] = [
   ENV.store,
   ['DENTAL_ELIG_LOG_LEVEL', 'fatal, error, warn, info (default), debug, trace or silent'],
   ENV.mappings,
+  ENV.fhirSystemBase,
+  ENV.fhirExtensionBase,
   ENV.config,
 ];

@@ -22,10 +22,14 @@ export const ENV = {
   dataDir: ['DENTAL_ELIG_DATA_DIR', 'the data dir (or --data-dir)'],
   store: ['DENTAL_ELIG_STORE', 'the job store, e.g. postgres://user:password@host/db (or --store, without the password)'],
   mappings: ['DENTAL_ELIG_MAPPINGS', "a copy of mappings/ to run with (default: the package's own)"],
+  apiKeyHeader: ['DENTAL_ELIG_API_KEY_HEADER', 'the header the API key goes in (default authorization; or apiKeyHeader in the config file)'],
+  apiKeyScheme: ['DENTAL_ELIG_API_KEY_SCHEME', 'the scheme before the key (default Bearer; empty for a bare key, as x-api-key takes it)'],
+  fhirSystemBase: ['DENTAL_ELIG_FHIR_SYSTEM_BASE', "the base of the plugin's own code and identifier systems written into the chart (an absolute URL)"],
+  fhirExtensionBase: ['DENTAL_ELIG_FHIR_EXTENSION_BASE', "the base of the plugin's extension URLs written into the chart (an absolute URL)"],
 } as const satisfies Record<string, EnvVar>;
 
 /** What every command that talks to the service reads. */
-export const SERVICE_ENV: readonly EnvVar[] = [ENV.baseUrl, ENV.apiKey, ENV.insecure, ENV.config];
+export const SERVICE_ENV: readonly EnvVar[] = [ENV.baseUrl, ENV.apiKey, ENV.apiKeyHeader, ENV.apiKeyScheme, ENV.insecure, ENV.config];
 
 /** Names, in the command's own --help, the environment variables it reads. */
 export function readsEnvironment(command: Command, vars: readonly EnvVar[]): Command {
