@@ -733,10 +733,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   }
   async function startOnce(): Promise<void> {
     try {
-      // The validator's definitions are read in a thread of their own while the catalog loads.
-      await Promise.all([keeper?.load(), loadR4Validation()]);
+      // Worked from before the catalog loads, which waits out the service's retries in an outage: a newer version
+      // started meanwhile finds this one working the store (its lock) and is refused, not upgrading it under this one.
       const orphaned = await store.beginWork();
       if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+      // The validator's definitions are read in a thread of their own while the catalog loads.
+      await Promise.all([keeper?.load(), loadR4Validation()]);
     } catch (err) {
       // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client),
       // and the start's failure is the one given: a close failing after it is said in the log.

@@ -300,6 +300,31 @@ describe('a sync that fails to be created or started', () => {
     expect(said()).toEqual([expect.objectContaining({ from: 13, msg: 'the job store was upgraded from its schema version as it opened: earlier versions cannot open it now (roll back to a copy kept before)' })]);
   });
 
+  it('works its store from the start of its start: a newer version started beside it while it waits for the catalog upgrades nothing under it', async () => {
+    // A service slow to give the catalog (a start in an outage waits through its retries): the start waits for it.
+    let answer = () => {};
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    const service = await startScriptedServer(async (_req, res) => {
+      await answered;
+      json(res, 401, { type: 'about:blank', title: 'Unauthorized', status: 401 });
+    });
+    try {
+      const starting = createEligibilitySync(config({ service: { baseUrl: service.url, apiKey: 'k', maxRetries: 0 } }));
+      const started = starting.start();
+      while (service.requests.length === 0) await new Promise((resolve) => setImmediate(resolve));
+      // Its store left at the schema before, as the version before this one would be: the next version's open upgrades it.
+      const db = new Database(storeFile());
+      db.pragma('user_version = 14');
+      db.close();
+      expect(() => SqliteJobStore.open(dataDir)).toThrow(/another process is working it \(stop it before this version upgrades the store from schema version 14\)$/);
+      answer();
+      await expect(started).rejects.toThrow(/^payer catalog: cannot be fetched/);
+    } finally {
+      answer();
+      await service.close();
+    }
+  });
+
   it('closes its store when another process works it, and a second sync starts once that one is gone', async () => {
     const catalog = new PayerCatalog({ syncedAt: '2026-11-24T00:00:00Z', payers: [], portals: [] });
     const other = SqliteJobStore.open(dataDir);
