@@ -154,6 +154,31 @@ describe('HL7 v2 into the chart', () => {
       expect(await letters()).toEqual([]);
     });
 
+    it('is booked from the record, not refused, when the ADT that corrects it (by MSH-7) came first', async () => {
+      await start();
+      const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+      // The A08 made at 10:00 is delivered before the booking made at 09:00, whose IN1 has no member id: what it says would not be used.
+      expect(await send(sentAt('100000', adt('R30', 'P-R30', guardian)))).toEqual(['AA']);
+      expect(await send(sentAt('090000', siu('R31', 'P-R30', 'APT-R30', noMemberId)))).toEqual(['AA']);
+      await until('the booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await checksOf('APT-R30')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letters()).toEqual([]);
+    });
+
+    it('kept as a dead letter by a version that held no booking, is booked when replayed after the ADT that corrected it', async () => {
+      await start();
+      const refused = siu('R32', 'P-R32', 'APT-R32', noMemberId);
+      // What an earlier version left: the refused booking a dead letter, its visit not held, so the ADT after it books nothing.
+      await h.sync.deadLetterHl7({ message: refused, reason: 'rejected: IN1-36: member id missing' });
+      expect(await send(adt('R33', 'P-R32', guardian).replace('|20261123090000|', '|20261123100000|'))).toEqual(['AA']);
+      expect(await h.store.listChecks()).toEqual([]);
+      const [letter] = await letters();
+      expect(await h.sync.replay(letter?.id ?? -1)).toEqual({ kind: 'hl7', ackCodes: ['AA'] });
+      await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+      expect((await checksOf('APT-R32')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letters()).toEqual([]);
+    });
+
     it("keeps its letter while an ADT correcting the patient's details brings no insurance, the one the refused booking carried lost with it", async () => {
       await start();
       // A first booking, its birth date mistyped: the patient has no record yet.

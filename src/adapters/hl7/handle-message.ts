@@ -267,7 +267,15 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     const patientOnly = ofAppointment === ofPatient && problems.length === ofInsurance;
     const heldKey = patientOnly ? (named ?? readPatientKey(message, profile, ctx.facility)) : undefined;
     if (!heldKey || !appointment || !clinicId) return rejected(problems);
-    return rejected(problems, held(ctx, (await patientNamed(ctx, heldKey)).key, appointment, clinicId));
+    const found = await patientNamed(ctx, heldKey);
+    // Made before the record's last word, what it says of the patient would not be used (see fromRecord in ingest-hl7): no reason to refuse
+    // it, as the ADT that corrected it came first (an engine's order, or a dead letter of a version that held no booking, replayed).
+    if (found.known && olderThanRecord(ctx, found, { present: message.first('IN1') !== undefined })) {
+      const { known } = found;
+      const fromRecord = { patient: known.patient, coverages: known.coverages, insuranceKnown: insuranceKnownIn(known), stated: false };
+      return booked(ctx, kind, found, fromRecord, appointment.appointmentId, basisOf(ctx, appointment, clinicId, dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId))));
+    }
+    return rejected(problems, held(ctx, found.key, appointment, clinicId));
   }
   if (!read || !appointment || !insurance || !clinicId || !named) throw new Error('readers returned nothing without a problem');
 
@@ -280,14 +288,26 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const unborn = olderThanRecord(ctx, found, insurance) ? [] : bornAfter(ctx, read, insurance, { date: dateOfService, said: `after the date of service, ${dateOfService}` });
   if (unborn.length > 0) return rejected(unborn, held(ctx, key, appointment, clinicId));
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
-  const basis = basisOf(ctx, appointment, clinicId, dateOfService);
-  const checks = assembleChecks({ patient, coverages, resolver: options.resolver, ...basis });
+  return booked(ctx, kind, found, { patient, coverages, insuranceKnown, stated }, appointment.appointmentId, basisOf(ctx, appointment, clinicId, dateOfService));
+}
+
+/** A booking's outcome: its checks built from `said` of the patient, the record kept with the appointment remembered. */
+async function booked(
+  ctx: Context,
+  kind: 'book' | 'reschedule',
+  { key, known }: Named,
+  said: { patient: PatientDemographics; coverages: KnownCoverage[]; insuranceKnown: boolean; stated: boolean },
+  appointmentId: string | undefined,
+  basis: AppointmentBasis,
+): Promise<Hl7Outcome> {
+  const { patient, coverages, insuranceKnown, stated } = said;
+  const { dateOfService } = basis;
+  const checks = assembleChecks({ patient, coverages, resolver: ctx.options.resolver, ...basis });
   const keys = checks.map((c) => c.idempotencyKey);
-  const { appointmentId } = appointment;
   const earlier = appointmentId === undefined ? undefined : known?.appointments.find((a) => a.appointmentId === appointmentId);
   const appointments = appointmentId === undefined ? (known?.appointments ?? []) : remember(known?.appointments ?? [], { appointmentId, dateOfService, keys });
   const record = recordOf(ctx, patient, coverages, appointments, insuranceKnown);
-  await options.store.put(key, record);
+  await ctx.options.store.put(key, record);
   return {
     kind,
     checks,
@@ -534,7 +554,7 @@ function bornAfter(ctx: Context, patient: PatientDemographics, insurance: Insura
  * message stating insurance, which the pipeline orders by MSH-7): its PID and IN1 change nothing
  * then, and make no check, so a typo corrected since is no reason to refuse it.
  */
-function olderThanRecord(ctx: Context, found: Awaited<ReturnType<typeof patientNamed>>, insurance: InsuranceReading): boolean {
+function olderThanRecord(ctx: Context, found: Named, insurance: Pick<InsuranceReading, 'present'>): boolean {
   return found.outdated || (insurance.present && found.known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, found.known.sentAt));
 }
 
