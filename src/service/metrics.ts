@@ -78,6 +78,11 @@ export class SyncMetrics {
     const depth = new Gauge({ name: 'dental_elig_queue_depth', help: 'Checks due now', registers: [this.registry] });
     const oldest = new Gauge({ name: 'dental_elig_oldest_due_age_seconds', help: 'How long the oldest due check has waited', registers: [this.registry] });
     const awaiting = new Gauge({ name: 'dental_elig_awaiting_insurance', help: 'Booked appointments waiting for the patient\'s insurance', registers: [this.registry] });
+    const held = new Gauge({
+      name: 'dental_elig_awaiting_correction',
+      help: "HL7 bookings refused for the patient's details (AE), held until an ADT corrects them (jobs list names each; a dismissed letter leaves its visit here)",
+      registers: [this.registry],
+    });
     const deadLetters = new Gauge({ name: 'dental_elig_dead_letters', help: 'Dead letters kept for a person, by kind (jobs messages --dead; jobs replay or jobs dismiss lets one go)', labelNames: ['kind'], registers: [this.registry] });
     const forAPerson = new Gauge({
       name: 'dental_elig_checks_for_a_person',
@@ -97,6 +102,7 @@ export class SyncMetrics {
       depth.set(counts.due);
       oldest.set(counts.oldestDueAt ? Math.max(0, (at.getTime() - Date.parse(counts.oldestDueAt)) / 1000) : 0);
       awaiting.set(counts.awaitingInsurance);
+      held.set(counts.awaitingCorrection);
       // An alert on it clears once a person has dealt with each: dental_elig_checks counts them by state whatever a person did.
       forAPerson.set(counts.forAPerson);
       // Every kind, none at 0: an alert on dead letters clears once a person has replayed or dismissed them.

@@ -303,6 +303,8 @@ export interface StoreCounts {
   checks: Record<string, number>;
   messages: Record<string, number>;
   awaitingInsurance: number;
+  /** HL7 bookings held for a correction of the patient's details (awaiting-correction). */
+  awaitingCorrection: number;
   /** Checks left to a person (FOR_A_PERSON) that no person has dismissed. */
   forAPerson: number;
   /** Checks due now and not leased. */

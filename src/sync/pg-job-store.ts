@@ -201,12 +201,13 @@ export class PgJobStore implements JobStore {
        WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)`,
       [now, WORKABLE_STATES],
     );
-    const awaiting = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM appointments WHERE status = 'awaiting-insurance'`);
+    const waiting = await tally(`SELECT status AS k, COUNT(*)::integer AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') GROUP BY status`);
     const forAPerson = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`);
     return {
       checks: await tally('SELECT state AS k, COUNT(*)::integer AS n FROM checks GROUP BY state'),
       messages: await tally(`SELECT kind || ':' || status AS k, COUNT(*)::integer AS n FROM messages GROUP BY kind, status`),
-      awaitingInsurance: awaiting.rows[0]?.n ?? 0,
+      awaitingInsurance: waiting['awaiting-insurance'] ?? 0,
+      awaitingCorrection: waiting['awaiting-correction'] ?? 0,
       forAPerson: forAPerson.rows[0]?.n ?? 0,
       due: due.rows[0]?.n ?? 0,
       oldestDueAt: due.rows[0]?.oldest?.toISOString() ?? undefined,

@@ -461,12 +461,13 @@ export class SqliteJobStore implements JobStore {
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')})`,
       )
       .get(now, now, ...WORKABLE_STATES) as { n: number; oldest: string | null };
-    const awaiting = this.db.prepare(`SELECT COUNT(*) AS n FROM appointments WHERE status = 'awaiting-insurance'`).get() as { n: number };
+    const waiting = tally(`SELECT status AS k, COUNT(*) AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') GROUP BY status`);
     const forAPerson = this.db.prepare(`SELECT COUNT(*) AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`).get() as { n: number };
     return {
       checks: tally('SELECT state AS k, COUNT(*) AS n FROM checks GROUP BY state'),
       messages: tally(`SELECT kind || ':' || status AS k, COUNT(*) AS n FROM messages GROUP BY kind, status`),
-      awaitingInsurance: awaiting.n,
+      awaitingInsurance: waiting['awaiting-insurance'] ?? 0,
+      awaitingCorrection: waiting['awaiting-correction'] ?? 0,
       forAPerson: forAPerson.n,
       due: due.n,
       oldestDueAt: due.oldest ?? undefined,

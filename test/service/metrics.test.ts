@@ -14,7 +14,7 @@ jest.mock('prom-client', () => {
   };
 });
 
-const store = { counts: async () => ({ checks: { written: 2, 'needs-attention': 3 }, messages: { 'hl7:handled': 5, 'hl7:dead': 2, 'webhook:dead': 1 }, due: 0, awaitingInsurance: 0, forAPerson: 1 }) } as unknown as JobStore;
+const store = { counts: async () => ({ checks: { written: 2, 'needs-attention': 3 }, messages: { 'hl7:handled': 5, 'hl7:dead': 2, 'webhook:dead': 1 }, due: 0, awaitingInsurance: 0, awaitingCorrection: 2, forAPerson: 1 }) } as unknown as JobStore;
 
 describe('SyncMetrics', () => {
   it("gives each instance's own counts and the process's figures, collected once however many instances a process holds", async () => {
@@ -27,6 +27,8 @@ describe('SyncMetrics', () => {
       expect(text).toMatch(/^dental_elig_checks\{state="written"\} 2$/m);
       // Of the three needing attention, the one no person has dismissed.
       expect(text).toMatch(/^dental_elig_checks_for_a_person 1$/m);
+      // The bookings held for a correction of the patient's details, which a dismissed letter no longer counts.
+      expect(text).toMatch(/^dental_elig_awaiting_correction 2$/m);
       // The dead letters a person has still to see, every kind named, none at 0.
       expect(text?.match(/^dental_elig_dead_letters\{.*$/gm)).toEqual(['dental_elig_dead_letters{kind="hl7"} 2', 'dental_elig_dead_letters{kind="webhook"} 1', 'dental_elig_dead_letters{kind="fhir-notification"} 0']);
     }
@@ -36,7 +38,7 @@ describe('SyncMetrics', () => {
 
   it('answers with everything but the store figures while the store does not, saying so', async () => {
     let down = false;
-    const flaky = { counts: async () => (down ? Promise.reject(new Error('connect ECONNREFUSED')) : { checks: { written: 3 }, messages: {}, due: 1, awaitingInsurance: 0, forAPerson: 0 }) } as unknown as JobStore;
+    const flaky = { counts: async () => (down ? Promise.reject(new Error('connect ECONNREFUSED')) : { checks: { written: 3 }, messages: {}, due: 1, awaitingInsurance: 0, awaitingCorrection: 0, forAPerson: 0 }) } as unknown as JobStore;
     const metrics = new SyncMetrics(flaky, () => new Date());
     expect(await metrics.text()).toMatch(/^dental_elig_store_up 1$/m);
     down = true;

@@ -108,11 +108,14 @@ describe('HL7 v2 into the chart', () => {
       expect(await letterOf('R1')).toMatchObject({ status: 'dead', detail: expect.stringMatching(/^rejected: IN1-36: member id missing; its visit is held: booked from the patient's record once an ADT corrects it/) });
       expect((await h.store.listAppointments('awaiting-correction')).map((a) => a.key)).toEqual(['hl7|BSD-MAIN|APT-R1']);
       expect(await h.store.listChecks()).toEqual([]);
+      const held = async () => /^dental_elig_awaiting_correction (\d+)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+      expect(await held()).toBe('1');
 
       expect(await send(adt('R2', 'P-R1', guardian))).toEqual(['AA']);
       await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
       expect((await checksOf('APT-R1')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
       expect(await letterOf('R1')).toMatchObject({ status: 'handled', detail: expect.stringMatching(/; handled: booked from the patient's record, corrected at \d{4}-/) });
+      expect(await held()).toBe('0');
       expect(await letters()).toEqual([]);
       expect(await h.store.listAppointments('awaiting-correction')).toEqual([]);
       expect(await responses()).toHaveLength(1);

@@ -212,7 +212,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putCheck(checkRow('elig_3', { state: 'dead', dueAt: '2026-11-23T08:00:00.000Z' }));
       });
       expect(await store.nextDueAt()).toBe('2026-11-23T09:00:00.000Z');
-      expect(await store.counts(NOW)).toEqual({ checks: { received: 2, dead: 1 }, messages: {}, awaitingInsurance: 0, forAPerson: 1, due: 1, oldestDueAt: '2026-11-23T09:00:00.000Z' });
+      expect(await store.counts(NOW)).toEqual({ checks: { received: 2, dead: 1 }, messages: {}, awaitingInsurance: 0, awaitingCorrection: 0, forAPerson: 1, due: 1, oldestDueAt: '2026-11-23T09:00:00.000Z' });
       await store.claimDue({ now: NOW, limit: 1, owner: 'a', leaseMs: 30 * 60_000 });
       expect(await store.nextDueAt()).toBe('2026-11-23T10:30:00.000Z');
       expect((await store.counts(NOW)).due).toBe(0);
@@ -273,6 +273,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_x', 'elig_y'] }));
         await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));
         await tx.putAppointment(appointment('apt-3', { patientKey: 'hl7|BSD|MR|2', status: 'awaiting-insurance', checkKeys: ['elig_x'] }));
+        await tx.putAppointment(appointment('apt-4', { patientKey: 'hl7|BSD|MR|3', status: 'awaiting-correction', checkKeys: [] }));
       });
       await store.transaction((tx) => tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } })));
       const seen = await store.transaction(async (tx) => ({
@@ -284,7 +285,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       }));
       expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], ofPatientBut2: ['apt-1'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
       expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key)).toEqual(['apt-3']);
-      expect((await store.counts(NOW)).awaitingInsurance).toBe(1);
+      expect(await store.counts(NOW)).toMatchObject({ awaitingInsurance: 1, awaitingCorrection: 1 });
     });
 
     it('knows which booked appointments hold a check of a FHIR Coverage, each once', async () => {
