@@ -1129,6 +1129,8 @@ export class Worker {
       return answer;
     } catch (err) {
       this.service.failed(err, pass, key, portal);
+      // Any refusal but the key's (a 403 of one clinic's, a 422 of the data) says the key was taken.
+      if (err instanceof ServiceError && keyTaken(err.status)) this.keyRefusedSince = undefined;
       throw err;
     }
   }
@@ -1232,6 +1234,11 @@ function givenUpHere(row: CheckRow): boolean {
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
 function chartMayTakeIt(err: unknown): boolean {
   return err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+}
+
+/** Whether an answer of this status shows the API key taken: a 4xx of the request's own, not 401's refusal nor a 429 that may come before it is read. */
+function keyTaken(status: number | undefined): boolean {
+  return status !== undefined && status >= 400 && status < 500 && status !== 401 && status !== 429;
 }
 
 function adviceOf(outcome: VerificationOutcome): string {

@@ -125,6 +125,26 @@ describe('webhooks and service faults', () => {
     expect(await serviceSaid()).toEqual(['ok', '1']);
   });
 
+  it('no longer says the API key refused once a call is refused for anything else, which the key passed to be', async () => {
+    h = await startHarness();
+    await h.fhir.seed(chartOf('primary-secondary'));
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 401, times: 2 });
+    await notify('appt-4004');
+    const refused = await until('both checks left to a person', async () => {
+      const rows = await h.store.listChecks({ states: ['needs-attention'] });
+      return rows.length === 2 && rows;
+    });
+    expect((await serviceSaid())[1]).toBe('0');
+    // The key replaced; the first send again is refused for one clinic's registration (403): the key was read and taken.
+    h.sandbox.injectFault({ path: /^\/v2\/insurance-verification/, status: 403, times: 1 });
+    await retryCheck(h.store, refused[0]?.key ?? '', new Date());
+    const said = await until('the key taken again', async () => {
+      const [service, up] = await serviceSaid();
+      return up === '1' && service;
+    });
+    expect(said).not.toMatch(/refusing the API key/);
+  });
+
   it('no longer says the API key refused once a refresh of the payer catalog, which uses it too, is answered', async () => {
     h = await startHarness({ settings: { catalogRefreshMs: 300 } });
     await h.fhir.seed(chartOf('primary-secondary'));
