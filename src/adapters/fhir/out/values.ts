@@ -12,13 +12,14 @@ const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|
 
 /**
  * A date a service wrote as a date-time at midnight, as .NET writes a DateTime (2026-05-12T00:00:00)
- * and Java one with Z or an offset: the day it names is the day written. Any other time of day
- * stays an error: which day it meant depends on a zone the service does not say.
+ * and Java one with Z or an offset, or at the day's last second, as a period's end is written
+ * (2026-12-31T23:59:59.999): the day it names is the day written. Any other time of day stays an
+ * error: which day it meant depends on a zone the service does not say.
  */
-const MIDNIGHT = /^(\d{4}-\d{2}-\d{2})T00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d{2}:?\d{2})?$/;
+const DAY_EDGE = /^(\d{4}-\d{2}-\d{2})T(?:00:00(?::00(?:\.0+)?)?|23:59(?::59(?:\.9+)?)?)(?:Z|[+-]\d{2}:?\d{2})?$/;
 
-/** The day a date written as a date-time at midnight names; any other value as written. */
-export const dayWritten = (value: string): string => MIDNIGHT.exec(value)?.[1] ?? value;
+/** The day a date written as a date-time at its first or last moment names; any other value as written. */
+export const dayWritten = (value: string): string => DAY_EDGE.exec(value)?.[1] ?? value;
 
 /** A blank date is one the portal does not know, as present() reads any blank value: none, not a malformed one. */
 export function fhirDate(value: string | null | undefined, path: string): string | undefined {

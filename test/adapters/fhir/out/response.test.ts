@@ -662,7 +662,7 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
-  it('reads a date written as midnight, as .NET and Java services write dates, as the day written, and refuses another time of day', () => {
+  it('reads a date written as midnight, as .NET and Java services write dates, or as the day\'s last second, as the day written, and refuses another time of day', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
     body.result.plan.effectiveDate = '2024-01-01T00:00:00';
     body.result.plan.benefitPeriod = { start: '2026-01-01T00:00:00Z', end: '2026-12-31T00:00:00.000-05:00' };
@@ -672,7 +672,14 @@ describe('toCoverageEligibilityResponse', () => {
     expect([insurance?.benefitPeriod, planPart('effectiveDate')]).toEqual([{ start: '2026-01-01', end: '2026-12-31' }, '2024-01-01']);
     expect(JSON.stringify(response)).not.toMatch(/T00:00/);
     expect(validateR4(response)).toEqual([]);
+    // A period's end at its last second, as services that store an inclusive end write it: the benefit year was unreadable.
+    for (const end of ['2026-12-31T23:59:59', '2026-12-31T23:59:59.999Z', '2026-12-31T23:59:59.9999999-05:00', '2026-12-31T23:59']) {
+      body.result.plan.benefitPeriod = { start: '2026-01-01', end };
+      expect(convert(body).insurance?.[0]?.benefitPeriod).toEqual({ start: '2026-01-01', end: '2026-12-31' });
+    }
     body.result.plan.effectiveDate = '2024-01-01T05:00:00Z';
+    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
+    body.result.plan.effectiveDate = '2024-01-01T23:59:58';
     expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
   });
 
