@@ -51,7 +51,21 @@ const OutcomeIssues = z.looseObject({
 export function outcomeIssues(body: unknown): ChartIssue[] {
   const parsed = OutcomeIssues.safeParse(body);
   if (!parsed.success) return [];
-  return parsed.data.issue.map((i) => ({ expression: i.expression?.[0] ?? 'request', code: i.code }));
+  return parsed.data.issue.map((i) => {
+    const first = i.expression?.[0];
+    return { expression: first === undefined ? 'request' : elementsOf(first), code: i.code };
+  });
+}
+
+/**
+ * A chart's expression by its elements alone, as it is said in log lines (a write refused, a
+ * notification's read refused or failing), which take no patient data: the values it may quote
+ * are left out, a FHIRPath's literals (`Patient.name.where(family='Alvarez')`) and the resource a
+ * validator names in a comment (HAPI's `Bundle.entry[0].resource/*Patient/pat-marco*\/.birthDate`),
+ * whose id may be made of a name.
+ */
+function elementsOf(expression: string): string {
+  return expression.replace(/\/\*([\s\S]*?)\*\//g, (_, named: string) => `/*${/^\s*([A-Za-z]+)\//.exec(named)?.[1] ?? ''}*/`).replace(/'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"/g, "'…'");
 }
 
 /**

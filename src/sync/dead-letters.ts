@@ -104,12 +104,15 @@ export function detailForLog(detail: string): string {
   // The id alone, not the same characters inside a longer word or number (an id 1 in a status 401).
   const named = id ? detail.replace(new RegExp(`(?<![A-Za-z0-9.-])${id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![A-Za-z0-9.-])`, 'g'), '(id)') : detail;
   // And every other of a patient's resources it names: a notification's Appointment the chart could
-  // not be read into names the Patient it lacks ('references Patient/pat-ellen, which the bundle does not hold').
-  return named.replace(PATIENTS_REFERENCE, '$1/(id)');
+  // not be read into names the Patient it lacks ('references Patient/pat-ellen, which the bundle does not hold'),
+  // and one of its Coverages wrong names that one by its id in a FHIRPath (`Coverage.where(id='cov-ellen').period`).
+  return named.replace(PATIENTS_REFERENCE, '$1/(id)').replace(WHERE_ID, ".where(id='(id)')");
 }
 
 /** A reference to a resource of a patient's, its id made of what it is of as often as not. */
 const PATIENTS_REFERENCE = /\b(Appointment|Patient|RelatedPerson|Coverage)\/[A-Za-z0-9\-.]{1,64}(?![A-Za-z0-9\-.])/g;
+/** A resource named by its id in a FHIRPath, as BundleIndex.pathOf names a Coverage wrong. */
+const WHERE_ID = /\.where\(id='[^']*'\)/g;
 
 /** The resource a FHIR letter's detail names first (refusedOn), which `jobs replay` reads again; none for one the chart refused nothing of. */
 export function changeOf(detail: string | undefined): FhirChange | undefined {

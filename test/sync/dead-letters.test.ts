@@ -38,6 +38,10 @@ describe("a FHIR letter's detail for the log", () => {
     expect(detailForLog('Coverage/cov-marco-aetna: Coverage.subscriber: references RelatedPerson/rp-sofia, which the bundle does not hold')).toBe(
       'Coverage/(id): Coverage.subscriber: references RelatedPerson/(id), which the bundle does not hold',
     );
+    // A Coverage the chart holds wrong is named by its id in a FHIRPath (BundleIndex.pathOf).
+    expect(detailForLog("Appointment/appt-ellen: Coverage.where(id='cov-ellen-aetna').period.start: must be a FHIR dateTime")).toBe(
+      "Appointment/(id): Coverage.where(id='(id)').period.start: must be a FHIR dateTime",
+    );
     // What names no resource of a patient's is said whole: the field, the status.
     expect(detailForLog('Appointment/1: the FHIR server answered 401 to the read; Practitioner/prac-chen')).toBe('Appointment/(id): the FHIR server answered 401 to the read; Practitioner/prac-chen');
     expect(detailForLog('body is not valid JSON at line 1, column 2')).toBe('body is not valid JSON at line 1, column 2');

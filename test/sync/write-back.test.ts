@@ -773,6 +773,21 @@ describe('failures', () => {
     }
   });
 
+  it("names the element the chart's issue is about without the values its expression quotes: a FHIRPath's literals, the resource a validator names", async () => {
+    const expressions = ["Bundle.entry[0].resource/*Patient/pat-ellen-zygmuntowicz*/.birthDate", "CoverageEligibilityResponse.patient.where(display='Ellen \\'Zygmuntowicz\\'')", 'Patient.name.where(family="Zygmuntowicz")'];
+    const stub = await startScriptedServer((_req, res) =>
+      json(res, 422, { resourceType: 'OperationOutcome', issue: expressions.map((e) => ({ severity: 'error', code: 'invalid', diagnostics: 'rejected', expression: [e] })) }),
+    );
+    try {
+      const err = (await (await fhirWriter(stub.url)).write(required(primary), completed).catch((e: unknown) => e)) as ChartWriteError;
+      // The message goes into the warning `chart write refused`, a log line.
+      expect(err.message).toBe('write eligibility: the FHIR server answered 422 to the search for what the chart holds: Bundle.entry[0].resource/*Patient*/.birthDate (invalid) (+2 more)');
+      expect(err.issues.map((i) => i.expression)).toEqual(['Bundle.entry[0].resource/*Patient*/.birthDate', "CoverageEligibilityResponse.patient.where(display='…')", "Patient.name.where(family='…')"]);
+    } finally {
+      await stub.close();
+    }
+  });
+
   it.each([307, 308, 302])('a chart answering %i is refused as a redirect, not followed: its search and the patient data after it go nowhere else', async (status) => {
     const elsewhere = await startScriptedServer((_req, res) => json(res, 200, { resourceType: 'Bundle', type: 'batch-response', entry: [] }));
     const redirecting = await startScriptedServer((req, res) => void res.writeHead(status, { location: `${elsewhere.url}${req.url}` }).end());
