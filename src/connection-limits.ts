@@ -33,6 +33,15 @@ export function takeInHand(req: IncomingMessage, res: ServerResponse): boolean {
 }
 
 /**
+ * Connections open at once to serve's HTTP face; past this, a new one is closed as it comes. The
+ * service's webhook, a FHIR server's notifications and a scraper keep a few each, but a peer on the
+ * network (serve listening beyond this machine) could open tens of thousands of idle ones and spend
+ * the process's file descriptors, which the store, the chart's and the service's connections and
+ * MLLP's need: MLLP has its own cap (maxConnections, 100).
+ */
+export const HTTP_MAX_CONNECTIONS = 1000;
+
+/**
  * Bytes of request bodies being read at once, over every connection. A body must be read whole
  * before a webhook's signature can be checked or a notification read, and each may be 1 MiB: 400
  * connections sending theirs slowly took serve from 176 to 548 MB, and more would have taken the

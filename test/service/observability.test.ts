@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { bodyBytesReading } from '../../src/connection-limits';
+import { bodyBytesReading, HTTP_MAX_CONNECTIONS } from '../../src/connection-limits';
 import { startHttpServer } from '../../src/service/http-server';
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { createLogger } from '../../src/service/logger';
@@ -257,6 +257,24 @@ describe('observability', () => {
       expect(said).toContain('"detail":"the request target is not a URL path"');
       expect((await fetch(`${started.httpUrl}/healthz`)).status).toBe(200);
     } finally {
+      await started.close();
+    }
+  });
+
+  it(`has at most ${HTTP_MAX_CONNECTIONS} connections open, closing those past them as they come, and says so once`, async () => {
+    const started = await startHarness();
+    const { hostname, port } = new URL(started.httpUrl);
+    const idle = Array.from({ length: HTTP_MAX_CONNECTIONS }, () => connect(Number(port), hostname));
+    try {
+      await Promise.all(idle.map((socket) => once(socket, 'connect')));
+      // Idle connections that send nothing: past them, a request finds its connection closed, not answered.
+      await until('a connection past the cap closed', async () => (await fetch(`${started.httpUrl}/healthz`).then(() => 'answered', () => 'closed')) === 'closed');
+      const warned = started.logs.filter((line) => line.includes('HTTP connection refused: too many open'));
+      expect(warned).toHaveLength(1);
+      idle.pop()?.destroy();
+      await until('a place free again', async () => (await fetch(`${started.httpUrl}/healthz`).then((res) => res.status, () => 0)) === 200);
+    } finally {
+      for (const socket of idle) socket.destroy();
       await started.close();
     }
   });
