@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
+import { withoutQuotes } from './error-text';
 
 /** The start of the lastError of a check whose result the chart refused (needs-attention): `jobs retry` writes it again, not verifying it again. */
 export const CHART_REFUSED = 'chart write refused';
@@ -65,7 +66,7 @@ export function outcomeIssues(body: unknown): ChartIssue[] {
  * whose id may be made of a name.
  */
 function elementsOf(expression: string): string {
-  return expression.replace(/\/\*([\s\S]*?)\*\//g, (_, named: string) => `/*${/^\s*([A-Za-z]+)\//.exec(named)?.[1] ?? ''}*/`).replace(/'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"/g, "'…'");
+  return withoutQuotes(expression.replace(/\/\*([\s\S]*?)\*\//g, (_, named: string) => `/*${/^\s*([A-Za-z]+)\//.exec(named)?.[1] ?? ''}*/`));
 }
 
 /**

@@ -1,3 +1,12 @@
+/**
+ * A text with what it quotes ('DD1234567', "Zygmuntowicz") left out: the service's and the chart's
+ * words may quote the value they refuse, patient data as often as not, where the text reaches a
+ * log line or `jobs`.
+ */
+export function withoutQuotes(text: string): string {
+  return text.replace(/'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"/g, "'…'");
+}
+
 /** An error's first line, without anything it may quote from a body. */
 export function errorText(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);

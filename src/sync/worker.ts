@@ -12,7 +12,7 @@ import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOu
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { CHART_REFUSED, ChartWriteError } from './chart-errors';
-import { errorText } from './error-text';
+import { errorText, withoutQuotes } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
 import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
@@ -1247,7 +1247,7 @@ function adviceOf(outcome: VerificationOutcome): string {
   if (outcome.failure.kind === NOT_VERIFIED && outcome.problem.detail) return `${NOT_VERIFIED}: ${outcome.problem.detail}`;
   // The fields the service refused, which the advice says are named ('portalId: no credentials are stored for this
   // clinic and portal' is the office's setup, not the PMS's data): the chart's disposition names them, jobs list too.
-  if ((outcome.failure.kind === REQUEST_REFUSED || outcome.failure.kind === SETUP_REFUSED) && outcome.problem.detail) return `${outcome.failure.kind}: ${outcome.problem.detail}`;
+  if ((outcome.failure.kind === REQUEST_REFUSED || outcome.failure.kind === SETUP_REFUSED) && outcome.problem.detail) return `${outcome.failure.kind}: ${withoutQuotes(outcome.problem.detail)}`;
   // A kind the table does not list is told by the service's own title: its advice is the same for every such kind.
   const { failure, problem } = outcome;
   const said = failure.action === 'unknown' ? (problem.title || failure.advice) : (failure.advice ?? problem.title);
