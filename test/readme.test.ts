@@ -96,6 +96,12 @@ describe('README', () => {
     expect(lines.length).toBeGreaterThan(15);
     expect(lines.flatMap(unknownParts)).toEqual([]);
   });
+
+  it('gives --state with each `jobs retry` its prose narrows by kind, portal or clinic, as the CLI requires (exit 2 without)', () => {
+    const narrowed = [...readme.matchAll(/`(?:npx dental-elig )?jobs retry ([^`]*)`/g)].map((m) => m[1] ?? '').filter((options) => /--(failure-kind|portal|clinic)\b/.test(options));
+    expect(narrowed.length).toBeGreaterThan(1);
+    expect(narrowed.filter((options) => !/--state\b/.test(options))).toEqual([]);
+  });
 });
 
 /**

@@ -72,7 +72,8 @@ export const SyncSettings = z.strictObject({
   catalogRefreshMs: timerMs(0).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: timerMs(0).default(0),
-  fhirPollDays: z.number().int().min(1).default(14),
+  // Added to today for the search's last day: past the dates JavaScript holds, every poll failed ('Invalid time value'), warned of once.
+  fhirPollDays: z.number().int().min(1).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(14),
   /** How long the store keeps finished work (messages handled, checks done with, appointments over): see prune. */
   // Bounded: a cutoff past the dates JavaScript holds (some 270,000 years back) failed the prune's timer, and serve with it.
   retentionDays: z.number().min(1).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(90),

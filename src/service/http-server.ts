@@ -34,6 +34,8 @@ export async function startHttpServer(
     requestTimeoutMs?: number;
   } = {},
 ): Promise<{ server: Server; host: string; port: number; close(): Promise<void> }> {
+  // Empty (an embedder's unset variable read as '') it was no token: notifications taken from anyone, as serve's DENTAL_ELIG_NOTIFICATION_TOKEN was.
+  if (options.notificationToken?.trim() === '') throw new Error('notificationToken: must not be empty (leave it out to take notifications without a token)');
   const server = createServer(requestTiming(options.requestTimeoutMs), (req, res) => {
     if (!takeInHand(req, res)) return;
     // The sync is bound late: it needs this server's address (its webhook URL, the embedded FHIR base).

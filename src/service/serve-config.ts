@@ -107,7 +107,8 @@ export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?
  */
 export function dataDirSetting(env: NodeJS.ProcessEnv, fromArgs: string | undefined, fromFile: ConfigFile): [name: string, dir: string] {
   const [name, dir] = fromArgs !== undefined ? ['--data-dir', fromArgs] : env.DENTAL_ELIG_DATA_DIR !== undefined ? ['DENTAL_ELIG_DATA_DIR', env.DENTAL_ELIG_DATA_DIR] : ['dataDir (config file)', fromFile.dataDir ?? DEFAULT_DATA_DIR];
-  if (dir === '') throw new ConfigError(`${name}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
+  // Spaces too (an environment file's line with a space after =, a config file's "dataDir": " "): a folder of that name in the working one, another store than serve's.
+  if (dir.trim() === '') throw new ConfigError(`${name}: must not be empty (leave it out for ${DEFAULT_DATA_DIR})`);
   return [name, dir];
 }
 

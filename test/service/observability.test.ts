@@ -350,6 +350,17 @@ describe('observability', () => {
     }
   });
 
+  it('refuses an empty notification token rather than take FHIR notifications from anyone, as serve refuses an empty DENTAL_ELIG_NOTIFICATION_TOKEN', async () => {
+    for (const notificationToken of ['', '  ']) {
+      const started = startHttpServer(() => undefined, { notificationToken });
+      try {
+        await expect(started).rejects.toThrow('notificationToken: must not be empty (leave it out to take notifications without a token)');
+      } finally {
+        await started.then((http) => http.close(), () => undefined);
+      }
+    }
+  });
+
   it('gives a request its time to arrive whole, then answers 408 and closes, its part of the bodies being read given back', async () => {
     const started = await startHarness();
     const http = await startHttpServer(() => started.sync, { requestTimeoutMs: 400 });

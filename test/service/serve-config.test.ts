@@ -191,6 +191,9 @@ describe('the settings file and the environment', () => {
     }
     expect(refusal({ DENTAL_ELIG_DATA_DIR: '' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     expect(refusal({}, { dataDir: '' })).toBe(`ConfigError: --data-dir: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
+    // Spaces were a folder of that name in the working one: a store of its own, as an empty one was.
+    expect(refusal({ DENTAL_ELIG_DATA_DIR: ' ' })).toBe(`ConfigError: DENTAL_ELIG_DATA_DIR: must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
+    expect(refusal({}, { configFile: file({ dataDir: '  ' }) })).toBe(`ConfigError: dataDir (config file): must not be empty (leave it out for ${path.join('.dental-elig', 'data')})`);
     // A file where the folder would be: said so, not as mkdir's EEXIST or ENOTDIR once serve is starting.
     const aFile = path.join(dir, 'a-file');
     writeFileSync(aFile, 'not a folder');

@@ -40,7 +40,7 @@ describe('SyncSettings', () => {
     for (const setting of ['webhookDeadlineMs', 'pollAfterMs', 'pendingGiveUpMs'] as const) {
       expect(create({ [setting]: 9_000_000_000_000_000 })).toThrow(new RegExp(`^settings\\.${setting}: must be at most 3153600000000 \\(a hundred years\\)$`));
     }
-    for (const setting of ['reverifyLeadDays', 'freshnessDays'] as const) {
+    for (const setting of ['reverifyLeadDays', 'freshnessDays', 'fhirPollDays'] as const) {
       expect(create({ [setting]: 1e9 })).toThrow(new RegExp(`^settings\\.${setting}: must be at most 36500 \\(a hundred years\\)$`));
     }
     expect(readdirSync(dataDir)).toEqual([]);
