@@ -4,7 +4,8 @@
  * log line or `jobs`.
  */
 export function withoutQuotes(text: string): string {
-  return text.replace(/'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"/g, "'…'");
+  // A quote opens and closes outside a word: an apostrophe (the patient's, isn't) quotes nothing.
+  return text.replace(/(?<![\p{L}\p{N}])(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\p{L}\p{N}])/gu, "'…'");
 }
 
 /** An error's first line, without anything it may quote from a body. */

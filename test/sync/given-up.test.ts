@@ -284,7 +284,7 @@ describe('a check whose request the service refuses', () => {
       status: 422,
       errors: [
         { field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' },
-        { field: 'subscriber.memberId', message: "'DD1234567' is not a member id this payer issues", code: 'invalid_value' },
+        { field: 'subscriber.memberId', message: "the subscriber's member id 'DD1234567' isn't one this payer issues", code: 'invalid_value' },
       ],
     };
     rig = await startWorkerRig({ answer: (_req, res) => json(res, 422, refused) });
@@ -292,11 +292,12 @@ describe('a check whose request the service refuses', () => {
     rig.worker.start();
     const row = await rig.reach('refused', 'needs-attention');
     // The value the service quotes is the patient's: jobs list shows the field and why, not the member id.
-    expect(row.lastError).toMatch(/^RequestRefused: portalId: .*; subscriber\.memberId: '…' is not a member id this payer issues$/);
+    // An apostrophe quotes nothing: the words around the value stay as written.
+    expect(row.lastError).toMatch(/^RequestRefused: portalId: .*; subscriber\.memberId: the subscriber's member id '…' isn't one this payer issues$/);
     const [response] = await responses();
     expect(response?.disposition).toMatch(/practice-management system/);
     // The chart, which holds the patient's data, says it whole: the front desk reads which value to correct.
-    expect(response?.disposition).toContain("'DD1234567' is not a member id");
+    expect(response?.disposition).toContain("member id 'DD1234567' isn't one");
     expect(errorCodes(response)).toContain('RequestRefused');
   });
 });
