@@ -4,8 +4,9 @@
  * log line or `jobs`.
  */
 export function withoutQuotes(text: string): string {
-  // A quote opens and closes outside a word: an apostrophe (the patient's, isn't) quotes nothing.
-  return text.replace(/(?<![\p{L}\p{N}])(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\p{L}\p{N}])/gu, "'…'");
+  // A quote opens and closes outside a word: an apostrophe (the patient's, isn't) quotes nothing,
+  // and one inside a word it quotes is of that word, as a name's ('O'Brien') is.
+  return text.replace(/(?<![\p{L}\p{N}])(?:'(?:[^'\\]|\\.|(?<=[\p{L}\p{N}])'(?=[\p{L}\p{N}]))*'|"(?:[^"\\]|\\.)*")(?![\p{L}\p{N}])/gu, "'…'");
 }
 
 /** An error's first line, without anything it may quote from a body. */

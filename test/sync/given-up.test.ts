@@ -285,6 +285,7 @@ describe('a check whose request the service refuses', () => {
       errors: [
         { field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' },
         { field: 'subscriber.memberId', message: "the subscriber's member id 'DD1234567' isn't one this payer issues", code: 'invalid_value' },
+        { field: 'subscriber.lastName', message: "'O'Brien' doesn't match the payer's records", code: 'invalid_value' },
       ],
     };
     rig = await startWorkerRig({ answer: (_req, res) => json(res, 422, refused) });
@@ -293,7 +294,8 @@ describe('a check whose request the service refuses', () => {
     const row = await rig.reach('refused', 'needs-attention');
     // The value the service quotes is the patient's: jobs list shows the field and why, not the member id.
     // An apostrophe quotes nothing: the words around the value stay as written.
-    expect(row.lastError).toMatch(/^RequestRefused: portalId: .*; subscriber\.memberId: the subscriber's member id '…' isn't one this payer issues$/);
+    // A name's own apostrophe is of the value: the name is left out whole.
+    expect(row.lastError).toMatch(/^RequestRefused: portalId: .*; subscriber\.memberId: the subscriber's member id '…' isn't one this payer issues; subscriber\.lastName: '…' doesn't match the payer's records$/);
     const [response] = await responses();
     expect(response?.disposition).toMatch(/practice-management system/);
     // The chart, which holds the patient's data, says it whole: the front desk reads which value to correct.
