@@ -1,6 +1,7 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { sendProblem } from './problem-details';
+import { onceASpell } from './sync/once-a-spell';
 
 /**
  * Requests one connection may have in hand at once. Node reads pipelined requests off a socket
@@ -40,6 +41,19 @@ export function takeInHand(req: IncomingMessage, res: ServerResponse): boolean {
  * MLLP's need: MLLP has its own cap (maxConnections, 100).
  */
 export const HTTP_MAX_CONNECTIONS = 1000;
+
+/**
+ * Holds `server` to HTTP_MAX_CONNECTIONS, said at warn once a spell to `log` (none while it gives
+ * none): a sender whose connections are closed as they come sees resets and nothing else.
+ */
+export function capConnections(server: Server, log: () => { warn(obj: object, msg: string): void } | undefined): void {
+  server.maxConnections = HTTP_MAX_CONNECTIONS;
+  const dropSaid = onceASpell(Date.now);
+  server.on('drop', () => {
+    const said = log();
+    if (said && dropSaid()) said.warn({ maxConnections: HTTP_MAX_CONNECTIONS }, 'HTTP connection refused: too many open (said once in ten minutes)');
+  });
+}
 
 /**
  * Bytes of request bodies being read at once, over every connection. A body must be read whole

@@ -1,8 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
-import { HTTP_MAX_CONNECTIONS, requestTiming, takeInHand } from '../connection-limits';
-import { onceASpell } from '../sync/once-a-spell';
+import { capConnections, requestTiming, takeInHand } from '../connection-limits';
 import { sendProblem } from '../problem-details';
 import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer, WEBHOOK_PATH } from '../verification/webhook';
@@ -86,13 +85,8 @@ export async function startHttpServer(
     }
     sendProblem(res, 404, 'no such endpoint');
   });
-  server.maxConnections = HTTP_MAX_CONNECTIONS;
-  // Said, as MLLP's refusals are: a sender whose connections are closed as they come sees resets and nothing else.
-  const dropSaid = onceASpell(Date.now);
-  server.on('drop', () => {
-    const log = target()?.logger;
-    if (log && dropSaid()) log.warn({ maxConnections: HTTP_MAX_CONNECTIONS }, 'HTTP connection refused: too many open (said once in ten minutes)');
-  });
+  // Said, as MLLP's refusals are.
+  capConnections(server, () => target()?.logger);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {

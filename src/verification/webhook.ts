@@ -9,7 +9,7 @@ import { redacted } from './redact';
 import { inResult, toOutcome, type VerificationOutcome } from './outcome';
 import { Verification, type FieldError } from './wire';
 import { httpOrigin, requestUrl } from '../url-checks';
-import { readBody, requestTiming, takeInHand } from '../connection-limits';
+import { capConnections, readBody, requestTiming, takeInHand } from '../connection-limits';
 import { sendProblem } from '../problem-details';
 
 export interface WebhookDelivery {
@@ -184,6 +184,8 @@ export async function startWebhookServer(
     if (requestUrl(req.url, 'http://x')?.pathname !== path) return webhookProblem(res, 404, 'Not found', 'no such endpoint');
     handler(req, res);
   });
+  // It faces the service, often beyond this machine, as serve's listener does: idle connections past the cap would spend the embedder's file descriptors.
+  capConnections(server, () => options.log);
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
   const { address, port } = server.address() as AddressInfo;
   return {

@@ -1,6 +1,9 @@
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import * as path from 'node:path';
 import { request } from 'undici';
+import { HTTP_MAX_CONNECTIONS } from '../../src/connection-limits';
 import { projectRoot } from '../../src/mapping-files';
 import { Webhook } from 'standardwebhooks';
 import { checkWebhookConfig } from '../../src/sandbox/webhooks';
@@ -8,6 +11,7 @@ import { loadServeConfig } from '../../src/service/serve-config';
 import { createWebhookHandler, notAWebhookSecret, startWebhookServer, type WebhookDelivery, type WebhookReceiverOptions } from '../../src/verification/webhook';
 
 import { NO_URL_PATH, rawRequest } from '../support/http-server';
+import { until } from '../sync/harness';
 
 const secret = `whsec_${Buffer.from('a-test-secret-of-enough-length!!').toString('base64')}`;
 const body = JSON.stringify({ correlationId: 'corr-1', status: 'Completed', result: { plan: { name: 'PPO' } } });
@@ -247,6 +251,25 @@ describe('verification webhook receiver', () => {
       expect((await post(url, body, { authorization: 'Bearer   tok-abc' })).status).toBe(204);
       expect((await post(url, body, { authorization: 'Bearer tok-abc' })).status).toBe(204);
       expect(deliveries[0]?.webhookId).toBe('corr-1:Completed');
+    });
+  });
+
+  it(`has at most ${HTTP_MAX_CONNECTIONS} connections open, as serve's listener has, closing those past them and saying so once`, async () => {
+    const warned: string[] = [];
+    const log = { warn: (_obj: object, msg: string) => void warned.push(msg), debug: () => undefined };
+    await withReceiver({ log }, async (url) => {
+      const { hostname, port } = new URL(url);
+      const idle = Array.from({ length: HTTP_MAX_CONNECTIONS }, () => connect(Number(port), hostname));
+      try {
+        await Promise.all(idle.map((socket) => once(socket, 'connect')));
+        // The receiver faces the service, often beyond this machine: idle connections past the cap spent the embedder's file descriptors.
+        await until('a connection past the cap closed', async () => (await post(url, body, signed(body)).then(() => 'answered', () => 'closed')) === 'closed');
+        expect(warned.filter((msg) => msg.includes('HTTP connection refused: too many open'))).toHaveLength(1);
+        idle.pop()?.destroy();
+        await until('a place free again', async () => (await post(url, body, signed(body)).then((res) => res.status, () => 0)) === 204);
+      } finally {
+        for (const socket of idle) socket.destroy();
+      }
     });
   });
 
