@@ -1130,7 +1130,7 @@ export class Worker {
     } catch (err) {
       this.service.failed(err, pass, key, portal);
       // Any refusal but the key's (a 403 of one clinic's, a 422 of the data) says the key was taken.
-      if (err instanceof ServiceError && keyTaken(err.status)) this.keyRefusedSince = undefined;
+      if (err instanceof ServiceError && keyTaken(err)) this.keyRefusedSince = undefined;
       throw err;
     }
   }
@@ -1236,9 +1236,13 @@ function chartMayTakeIt(err: unknown): boolean {
   return err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
 }
 
-/** Whether an answer of this status shows the API key taken: a 4xx of the request's own, not 401's refusal nor a 429 that may come before it is read. */
-function keyTaken(status: number | undefined): boolean {
-  return status !== undefined && status >= 400 && status < 500 && status !== 401 && status !== 429;
+/**
+ * Whether a refusal shows the API key taken: a 4xx of the request's own, not 401's refusal nor one
+ * that may pass later (408, 425, 429), which a proxy or the service's gateway answers before the key is read.
+ */
+function keyTaken(err: ServiceError): boolean {
+  const { status } = err;
+  return status !== undefined && status >= 400 && status < 500 && status !== 401 && !err.mayPassLater;
 }
 
 function adviceOf(outcome: VerificationOutcome): string {
