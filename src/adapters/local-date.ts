@@ -21,6 +21,11 @@ function offsetAt(at: number, timeZone: string): number {
   return sign === undefined ? 0 : (sign === '-' ? -1 : 1) * (Number(hours) * 60 + Number(minutes)) * 60_000;
 }
 
+/** The earliest date it is anywhere on Earth at `at` (UTC−12): a visit of that date may be still to come somewhere. */
+export function earliestDateAnywhere(at: Date): string {
+  return new Date(at.getTime() - 12 * 3_600_000).toISOString().slice(0, 10);
+}
+
 /** The date it is in `timeZone` at `at`. */
 export function dateAt(at: Date, timeZone: string): string {
   return formatter(timeZone).format(at);

@@ -1,4 +1,5 @@
 import { Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
+import { earliestDateAnywhere } from '../adapters/local-date';
 import { closeEachOrThrow } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
 import {
@@ -195,13 +196,17 @@ export class PgJobStore implements JobStore {
   }
 
   async counts(now: string): Promise<StoreCounts> {
-    const tally = async (sql: string) => Object.fromEntries((await this.query<{ k: string; n: number }>(sql)).rows.map((r) => [r.k, r.n]));
+    const tally = async (sql: string, params: string[] = []) => Object.fromEntries((await this.query<{ k: string; n: number }>(sql, params)).rows.map((r) => [r.k, r.n]));
     const due = await this.query<{ n: number; oldest: Date | null }>(
       `SELECT COUNT(*)::integer AS n, MIN(due_at) AS oldest FROM checks
        WHERE due_at <= $1 AND ${LEASE_FREE} AND state = ANY($2)`,
       [now, WORKABLE_STATES],
     );
-    const waiting = await tally(`SELECT status AS k, COUNT(*)::integer AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') GROUP BY status`);
+    // Visits still to come somewhere: one whose day is over waits for nothing a person can do, and an alert on it would not clear.
+    const waiting = await tally(
+      `SELECT status AS k, COUNT(*)::integer AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') AND date_of_service >= $1 GROUP BY status`,
+      [earliestDateAnywhere(new Date(now))],
+    );
     const forAPerson = await this.query<{ n: number }>(`SELECT COUNT(*)::integer AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`);
     return {
       checks: await tally('SELECT state AS k, COUNT(*)::integer AS n FROM checks GROUP BY state'),

@@ -2,7 +2,7 @@ import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
-import { dateAt, startOfDate } from '../adapters/local-date';
+import { dateAt, earliestDateAnywhere, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
 import { dayWritten, present } from '../adapters/fhir/out/values';
@@ -421,7 +421,7 @@ function restsInChart(row: { state: CheckState; written?: unknown }): boolean {
  * once UTC has passed midnight.
  */
 export function firstDateToCome(now: Date, timeZone: string | undefined): string {
-  return timeZone === undefined ? new Date(now.getTime() - 12 * 3_600_000).toISOString().slice(0, 10) : dateAt(now, timeZone);
+  return timeZone === undefined ? earliestDateAnywhere(now) : dateAt(now, timeZone);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import * as path from 'node:path';
+import { earliestDateAnywhere } from '../adapters/local-date';
 import { closeEachOrThrow } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
 import {
@@ -454,14 +455,18 @@ export class SqliteJobStore implements JobStore {
   }
 
   async counts(now: string): Promise<StoreCounts> {
-    const tally = (sql: string) => Object.fromEntries((this.db.prepare(sql).all() as { k: string; n: number }[]).map((r) => [r.k, r.n]));
+    const tally = (sql: string, ...params: string[]) => Object.fromEntries((this.db.prepare(sql).all(...params) as { k: string; n: number }[]).map((r) => [r.k, r.n]));
     const due = this.db
       .prepare(
         `SELECT COUNT(*) AS n, MIN(due_at) AS oldest FROM checks WHERE due_at IS NOT NULL AND due_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
          AND state IN (${WORKABLE_STATES.map(() => '?').join(',')})`,
       )
       .get(now, now, ...WORKABLE_STATES) as { n: number; oldest: string | null };
-    const waiting = tally(`SELECT status AS k, COUNT(*) AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') GROUP BY status`);
+    // Visits still to come somewhere: one whose day is over waits for nothing a person can do, and an alert on it would not clear.
+    const waiting = tally(
+      `SELECT status AS k, COUNT(*) AS n FROM appointments WHERE status IN ('awaiting-insurance', 'awaiting-correction') AND date_of_service >= ? GROUP BY status`,
+      earliestDateAnywhere(new Date(now)),
+    );
     const forAPerson = this.db.prepare(`SELECT COUNT(*) AS n FROM checks c WHERE c.state IN ${FOR_A_PERSON_SQL} AND NOT ${dismissedSql(ROW_SQL, 'c')}`).get() as { n: number };
     return {
       checks: tally('SELECT state AS k, COUNT(*) AS n FROM checks GROUP BY state'),

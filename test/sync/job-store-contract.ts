@@ -274,6 +274,9 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putAppointment(appointment('apt-1', { checkKeys: ['elig_x'] }));
         await tx.putAppointment(appointment('apt-3', { patientKey: 'hl7|BSD|MR|2', status: 'awaiting-insurance', checkKeys: ['elig_x'] }));
         await tx.putAppointment(appointment('apt-4', { patientKey: 'hl7|BSD|MR|3', status: 'awaiting-correction', checkKeys: [] }));
+        // Their visits over (NOW is the 23rd): waiting for nothing a person can do, not counted.
+        await tx.putAppointment(appointment('apt-5', { patientKey: 'hl7|BSD|MR|4', dateOfService: '2026-11-21', status: 'awaiting-correction', checkKeys: [] }));
+        await tx.putAppointment(appointment('apt-6', { patientKey: 'hl7|BSD|MR|5', dateOfService: '2026-11-21', status: 'awaiting-insurance', checkKeys: [] }));
       });
       await store.transaction((tx) => tx.putAppointment(appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } })));
       const seen = await store.transaction(async (tx) => ({
@@ -284,7 +287,7 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         apt2: await tx.getAppointment('apt-2'),
       }));
       expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], ofPatientBut2: ['apt-1'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
-      expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key)).toEqual(['apt-3']);
+      expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key).sort()).toEqual(['apt-3', 'apt-6']);
       expect(await store.counts(NOW)).toMatchObject({ awaitingInsurance: 1, awaitingCorrection: 1 });
     });
 
