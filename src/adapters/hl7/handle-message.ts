@@ -268,14 +268,15 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
     const heldKey = patientOnly ? (named ?? readPatientKey(message, profile, ctx.facility)) : undefined;
     if (!heldKey || !appointment || !clinicId) return rejected(problems);
     const found = await patientNamed(ctx, heldKey);
+    const basis = basisOf(ctx, appointment, clinicId, dateOfVisit(ctx, appointment, clinicId));
     // Made before the record's last word, what it says of the patient would not be used (see fromRecord in ingest-hl7): no reason to refuse
     // it, as the ADT that corrected it came first (an engine's order, or a dead letter of a version that held no booking, replayed).
     if (found.known && olderThanRecord(ctx, found, { present: message.first('IN1') !== undefined })) {
       const { known } = found;
       const fromRecord = { patient: known.patient, coverages: known.coverages, insuranceKnown: insuranceKnownIn(known), stated: false };
-      return booked(ctx, kind, found, fromRecord, appointment.appointmentId, basisOf(ctx, appointment, clinicId, dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId))));
+      return booked(ctx, kind, found, fromRecord, appointment.appointmentId, basis);
     }
-    return rejected(problems, held(ctx, found.key, appointment, clinicId));
+    return rejected(problems, held(found.key, appointment.appointmentId, basis));
   }
   if (!read || !appointment || !insurance || !clinicId || !named) throw new Error('readers returned nothing without a problem');
 
@@ -284,9 +285,9 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const { patient, stated } = saidOf(found, named, read, insurance.present);
   const coverages = stated ? keptPeriods(insurance, known?.coverages ?? []) : coveragesOfPatient(known?.coverages ?? [], patient);
   const insuranceKnown = stated || insuranceKnownIn(known);
-  const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(options.routing, clinicId));
+  const dateOfService = dateOfVisit(ctx, appointment, clinicId);
   const unborn = olderThanRecord(ctx, found, insurance) ? [] : bornAfter(ctx, read, insurance, { date: dateOfService, said: `after the date of service, ${dateOfService}` });
-  if (unborn.length > 0) return rejected(unborn, held(ctx, key, appointment, clinicId));
+  if (unborn.length > 0) return rejected(unborn, held(key, appointment.appointmentId, basisOf(ctx, appointment, clinicId, dateOfService)));
   if (stated) ctx.warnings.push(...notInForce({ ...insurance, coverages }, dateOfService));
   return booked(ctx, kind, found, { patient, coverages, insuranceKnown, stated }, appointment.appointmentId, basisOf(ctx, appointment, clinicId, dateOfService));
 }
@@ -337,10 +338,8 @@ function basisOf(ctx: Context, appointment: AppointmentReading, clinicId: string
   };
 }
 
-function held(ctx: Context, patientKey: PatientKey, appointment: AppointmentReading, clinicId: string): HeldBooking {
-  const { appointmentId } = appointment;
-  const dateOfService = dateOfVisit(ctx, appointment, clinicTimeZone(ctx.options.routing, clinicId));
-  return { patientKey, appointment: basisOf(ctx, appointment, clinicId, dateOfService), ...(appointmentId !== undefined && { appointmentId }) };
+function held(patientKey: PatientKey, appointmentId: string | undefined, appointment: AppointmentBasis): HeldBooking {
+  return { patientKey, appointment, ...(appointmentId !== undefined && { appointmentId }) };
 }
 
 async function cancel(ctx: Context): Promise<Hl7Outcome> {
@@ -506,7 +505,8 @@ function saidOf(found: Named, named: PatientKey, read: PatientDemographics, stat
  * California, 202406110000+0000, was dated the 11th); else as written, in the sender's local time.
  * A start written with the clinic's own offset is dated as written either way.
  */
-function dateOfVisit(ctx: Context, appointment: AppointmentReading, timeZone: string | undefined): string {
+function dateOfVisit(ctx: Context, appointment: AppointmentReading, clinicId: string): string {
+  const timeZone = clinicTimeZone(ctx.options.routing, clinicId);
   if (timeZone === undefined) return appointment.dateOfService;
   // The start read again as written, for a clinic whose zone is known only: most practices name none.
   const instant = instantWritten(firstValue(ctx.message.segments, ctx.profile.appointment.start)?.value ?? '');
