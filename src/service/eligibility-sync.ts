@@ -42,12 +42,13 @@ import { createLogger, type Logger } from './logger';
 import { storeAnswer, SyncMetrics } from './metrics';
 import { subscriptionNotificationIds } from './notifications';
 
+const CENTURY_DAYS = 36_500;
 /**
- * A span added to a date (a deadline, a give-up, a lead): past the dates JavaScript holds it made each
- * check's step fail ('Invalid time value'); a hundred years is kept for good, as retentionDays says.
+ * A span added to a date (a deadline, a give-up, a lead, a retention): past the dates JavaScript
+ * holds it made each check's step fail ('Invalid time value'); a hundred years is kept for good.
  */
 const spanMs = () => z.number().int().max(CENTURY_DAYS * 86_400_000, { error: `must be at most ${CENTURY_DAYS * 86_400_000} (a hundred years)` });
-const CENTURY_DAYS = 36_500;
+const spanDays = () => z.number().max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` });
 
 /** Settings that are plain data, validated at the boundary; defaults suit one practice on one machine. */
 export const SyncSettings = z.strictObject({
@@ -66,17 +67,17 @@ export const SyncSettings = z.strictObject({
   pendingGiveUpMs: spanMs().min(1).default(24 * 3600_000),
   leaseMs: timerMs(1000).default(2 * 60_000),
   idleMs: timerMs(10).default(500),
-  freshnessDays: z.number().min(0).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(7),
-  reverifyLeadDays: z.number().min(0).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(1),
+  freshnessDays: spanDays().min(0).default(7),
+  reverifyLeadDays: spanDays().min(0).default(1),
   /** Bring the payer catalog up to date from the service this often (0: at start, and for a payer it does not know or a request refused naming it, only). */
   catalogRefreshMs: timerMs(0).default(3_600_000),
   /** Poll the FHIR server for booked appointments this often (0: only notifications). */
   fhirPollIntervalMs: timerMs(0).default(0),
   // Added to today for the search's last day: past the dates JavaScript holds, every poll failed ('Invalid time value'), warned of once.
-  fhirPollDays: z.number().int().min(1).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(14),
+  fhirPollDays: spanDays().int().min(1).default(14),
   /** How long the store keeps finished work (messages handled, checks done with, appointments over): see prune. */
   // Bounded: a cutoff past the dates JavaScript holds (some 270,000 years back) failed the prune's timer, and serve with it.
-  retentionDays: z.number().min(1).max(CENTURY_DAYS, { error: `must be at most ${CENTURY_DAYS} (a hundred years)` }).default(90),
+  retentionDays: spanDays().min(1).default(90),
   /** Prune the store this often, the first a few minutes after start (the interval, if shorter). */
   pruneIntervalMs: timerMs(1).default(3_600_000),
 }).refine((s) => s.backoffBaseMs <= s.backoffMaxMs, {
@@ -385,8 +386,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   // One payer portal out is not the service down: its checks wait, and healthz says which.
   /**
    * Since when the service refuses the API key, while it does: until a call of the worker's is
-   * answered, or a refresh of the payer catalog, which uses the key too (an instance that sends
-   * nothing for hours would else say the key refused after it was replaced).
+   * answered (or refused for anything but the key: see keyTaken), or a refresh of the payer catalog,
+   * which uses the key too (an instance that sends nothing for hours would else say the key refused
+   * after it was replaced).
    */
   const keyRefusedSince = () => {
     const since = worker.keyRefusedSince;
