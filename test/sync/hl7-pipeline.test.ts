@@ -101,6 +101,12 @@ describe('HL7 v2 into the chart', () => {
     const letters = async () => (await h.store.listMessages()).filter((m) => m.kind === 'hl7' && m.status === 'dead');
     const letterOf = async (controlId: string) => (await h.store.listMessages()).find((m) => m.kind === 'hl7' && m.raw.includes(`|${controlId}|`));
     const checksOf = async (appointment: string) => (await h.store.listChecks()).filter((c) => c.check.source.kind === 'hl7' && c.check.source.appointmentId === appointment);
+    /** The visit verified with the member id the correction gave, `written` checks written in all, no letter left dead. */
+    const verifiedAsCorrected = async (appointment: string, written = 1) => {
+      await until(`${appointment} written`, async () => (await h.store.listChecks({ states: ['written'] })).length === written);
+      expect((await checksOf(appointment)).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
+      expect(await letters()).toEqual([]);
+    };
 
     it('is held, and verified once an ADT corrects the patient: the PMS sends the correction, not the booking again; its letter handled', async () => {
       await start();
@@ -136,9 +142,7 @@ describe('HL7 v2 into the chart', () => {
       expect(await send([msh('SIU^S12^SIU_S12', 'R5'), sch('APT-R5', visitIn(10)), pid('P-R5'), guardian].join('\r'))).toEqual(['AA']);
       expect(await send([msh('SIU^S12^SIU_S12', 'R6'), sch('APT-R6', visitIn(20)), pid('P-R5'), noMemberId].join('\r'))).toEqual(['AE']);
       expect(await send(adt('R7', 'P-R5', guardian))).toEqual(['AA']);
-      await until('both visits written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
-      expect((await checksOf('APT-R6')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
-      expect(await letters()).toEqual([]);
+      await verifiedAsCorrected('APT-R6', 2);
     });
 
     it('is not booked by an ADT sent before it (MSH-7) and delivered after it, though that ADT changes the record', async () => {
@@ -152,9 +156,7 @@ describe('HL7 v2 into the chart', () => {
       expect(await letterOf('R18')).toMatchObject({ status: 'dead' });
 
       expect(await send(adt('R20', 'P-R18', guardian))).toEqual(['AA']);
-      await until('the held booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
-      expect((await checksOf('APT-R18')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
-      expect(await letters()).toEqual([]);
+      await verifiedAsCorrected('APT-R18');
     });
 
     it('is booked from the record, not refused, when the ADT that corrects it (by MSH-7) came first', async () => {
@@ -163,9 +165,7 @@ describe('HL7 v2 into the chart', () => {
       // The A08 made at 10:00 is delivered before the booking made at 09:00, whose IN1 has no member id: what it says would not be used.
       expect(await send(sentAt('100000', adt('R30', 'P-R30', guardian)))).toEqual(['AA']);
       expect(await send(sentAt('090000', siu('R31', 'P-R30', 'APT-R30', noMemberId)))).toEqual(['AA']);
-      await until('the booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
-      expect((await checksOf('APT-R30')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
-      expect(await letters()).toEqual([]);
+      await verifiedAsCorrected('APT-R30');
     });
 
     it('kept as a dead letter by a version that held no booking, is booked when replayed after the ADT that corrected it', async () => {
@@ -177,9 +177,7 @@ describe('HL7 v2 into the chart', () => {
       expect(await h.store.listChecks()).toEqual([]);
       const [letter] = await letters();
       expect(await h.sync.replay(letter?.id ?? -1)).toEqual({ kind: 'hl7', ackCodes: ['AA'] });
-      await until('the replayed booking written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
-      expect((await checksOf('APT-R32')).map((c) => c.check.subscriber.memberId)).toEqual(['SBX-COMPLETE']);
-      expect(await letters()).toEqual([]);
+      await verifiedAsCorrected('APT-R32');
     });
 
     it("keeps its letter while an ADT correcting the patient's details brings no insurance, the one the refused booking carried lost with it", async () => {
