@@ -181,8 +181,9 @@ export class VerificationClient {
     return status === 304 ? { changed: false } : { changed: true, ...(body ? { record: body } : {}) };
   }
 
-  async requestCredentialsValidation(body: CredentialsValidationRequest): Promise<CredentialsValidation> {
-    return this.post('request credentials validation', '/v2/credentials-validation-requests', strict(CredentialsValidationRequest, body, 'request credentials validation'), CredentialsValidation, false);
+  /** The interface promises only a correlationId in the answer: read as any asynchronous request's (Accepted), its status when given. */
+  async requestCredentialsValidation(body: CredentialsValidationRequest): Promise<Accepted> {
+    return this.post('request credentials validation', '/v2/credentials-validation-requests', strict(CredentialsValidationRequest, body, 'request credentials validation'), Accepted, false);
   }
 
   async getCredentialsValidation(correlationId: string): Promise<CredentialsValidation> {

@@ -226,8 +226,12 @@ export const Registration = z.looseObject({
 });
 export type Registration = z.infer<typeof Registration>;
 
+/**
+ * A 2FA message as listed. The interface shows none of its fields and nothing here reads its id:
+ * one the service does not give leaves the code a person waits for shown all the same.
+ */
 export const Email = z.looseObject({
-  id: Str,
+  id: Opt(Str),
   correlationId: Opt(Str),
   from: Opt(Str),
   to: Opt(Str),
@@ -237,8 +241,9 @@ export const Email = z.looseObject({
 });
 export type Email = z.infer<typeof Email>;
 
+/** As Email: its id may be absent. */
 export const SmsMessage = z.looseObject({
-  id: Str,
+  id: Opt(Str),
   correlationId: Opt(Str),
   from: Opt(Str),
   to: Opt(Str),

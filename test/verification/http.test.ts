@@ -695,6 +695,29 @@ describe('VerificationClient paging and polling', () => {
     }
   });
 
+  it('takes the answer to a credentials validation request that gives its correlationId alone, as the interface promises no more', async () => {
+    const server = await startScriptedServer((_r, res) => json(res, 202, { correlationId: 'val-1' }));
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      expect(await client.requestCredentialsValidation({ clinicId: 'cln_1', portalId: 'p1' })).toEqual({ correlationId: 'val-1' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('lists the 2FA emails and SMS messages of a service that gives them no id', async () => {
+    const server = await startScriptedServer((req, res) =>
+      json(res, 200, { items: [{ from: 'no-reply@portal.example', ...(req.url?.includes('emails') && { subject: 'Your code' }), body: 'code 123456' }] }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const pages = [await client.registrationEmails('reg-1'), await client.listEmails(), await client.registrationSmsMessages('reg-1'), await client.listSmsMessages()];
+      expect(pages.map((p) => [p.items.map((m) => m.body), p.unreadable])).toEqual(Array(4).fill([['code 123456'], undefined]));
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
   it('keeps polling a credentials validation through pending synonyms and stops on a success synonym', async () => {
     const statuses = ['Queued', 'InProgress', 'Success'];
     const server = await startScriptedServer((_r, res, i) => json(res, 200, { correlationId: 'v1', status: statuses[i] }));
