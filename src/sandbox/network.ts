@@ -210,7 +210,7 @@ export function lookupPayer(
     let matches = payers.filter((p) => norm(p.commonPayerId) === id || p.alternatePayerIds.some((a) => norm(a) === id));
     if (matches.length > 1 && byName.length > 0) matches = matches.filter((p) => byName.includes(p));
     if (matches.length > 1 && portalId) {
-      const onPortal = matches.filter((p) => Object.values(p.features).some((f) => f.portals?.includes(portalId)));
+      const onPortal = matches.filter((p) => Object.values(p.features).some((f) => f?.portals?.includes(portalId)));
       if (onPortal.length > 0) matches = onPortal;
     }
     if (matches.length === 1) return { status: 'found', payer: matches[0] as SandboxPayer };

@@ -303,7 +303,7 @@ export function outOfNetworkResult(ctx: ResultContext): VerificationResult {
 export function partialResult(ctx: ResultContext): VerificationResult {
   const base = derivedResult(ctx);
   const otherPortal = Object.values(ctx.payer.features)
-    .flatMap((f) => f.portals ?? [])
+    .flatMap((f) => f?.portals ?? [])
     .find((p) => p !== ctx.portalId);
   const missingFrom = otherPortal ?? ctx.portalId;
   return {

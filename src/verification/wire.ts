@@ -180,7 +180,11 @@ export const Payer = z.looseObject({
   commonPayerId: Opt(Str),
   alternatePayerIds: Opt(z.array(Str)),
   name: Str,
-  features: Opt(z.record(Str, PayerFeature)),
+  /**
+   * The map holds more features than the two read here, whose shapes nobody has shown: one of them as `true`
+   * or null would otherwise leave the whole payer out of the catalog, and every check of its members unresolved.
+   */
+  features: Opt(z.looseObject({ [FEATURE_SYNC]: Opt(PayerFeature), [FEATURE_ASYNC]: Opt(PayerFeature) })),
   createdAt: Opt(Timestamp),
   updatedAt: Opt(Timestamp),
 });

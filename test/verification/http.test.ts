@@ -5,6 +5,7 @@ import { ServiceError, UNREADABLE_ANSWER } from '../../src/verification/errors';
 import { ConfigError } from '../../src/config-error';
 import { ServiceHttp, retryAfterMs, retryDelay, versionlessRoot, type Log } from '../../src/verification/http';
 import { validationKindOf } from '../../src/verification/outcome';
+import { portalsOf } from '../../src/verification/payer-catalog';
 import { Organization, Verification } from '../../src/verification/wire';
 import { json, startScriptedServer } from '../support/http-server';
 
@@ -700,6 +701,22 @@ describe('VerificationClient paging and polling', () => {
     const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
     try {
       expect(await client.requestCredentialsValidation({ clinicId: 'cln_1', portalId: 'p1' })).toEqual({ correlationId: 'val-1' });
+    } finally {
+      await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it('keeps a payer whose features map holds a feature not read here in a shape of its own', async () => {
+    const server = await startScriptedServer((_r, res) =>
+      json(res, 200, {
+        items: [{ primaryPayerId: 'ABC123', name: 'Acme Dental', features: { insuranceVerificationAsynchronous: { supported: true, portals: ['p1'] }, claimRetrieval: true, benefitsBreakdown: null } }],
+        nextCursor: null,
+      }),
+    );
+    const client = new VerificationClient({ baseUrl: server.url, apiKey: 'k' });
+    try {
+      const page = await client.listPayers();
+      expect([page.unreadable, page.items.map(portalsOf)]).toEqual([undefined, [{ syncPortals: [], asyncPortals: ['p1'] }]]);
     } finally {
       await Promise.all([client.close(), server.close()]);
     }
