@@ -47,7 +47,23 @@ export interface FailureClassification {
 export function failureKindOf(problemType: string | null | undefined): string {
   if (problemType?.trim().toLowerCase() === 'about:blank') return 'Unknown';
   const segment = problemType?.replace(/[/#:]+$/, '').split(/[/#:]/).pop();
-  return segment || 'Unknown';
+  return segment ? tableKind(segment) : 'Unknown';
+}
+
+/**
+ * The table's name of a kind the type URI writes otherwise (`site-maintenance`, `INVALID_CREDENTIALS`),
+ * as the service's statuses are read: read as unknown, a kind to retry would have waited for a person.
+ */
+function tableKind(segment: string): string {
+  const kinds = failureKinds();
+  if (Object.hasOwn(kinds, segment)) return segment;
+  const word = looseWord(segment);
+  return Object.keys(kinds).find((kind) => looseWord(kind) === word) ?? segment;
+}
+
+/** A word of the service's, case, spaces, underscores and hyphens aside. */
+export function looseWord(text: string): string {
+  return text.replace(/[\s_-]/g, '').toLowerCase();
 }
 
 export function classifyFailure(problemType: string | null | undefined): FailureClassification {

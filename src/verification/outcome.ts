@@ -5,7 +5,7 @@
  * details.message, coinsurance percentage.final as a string) are normalised with a warning.
  */
 import type * as z from 'zod';
-import { classifyFailure, type FailureClassification } from './failure-kinds';
+import { classifyFailure, type FailureClassification, looseWord } from './failure-kinds';
 import { describeIssue, valueAt } from '../domain/issues';
 import { HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
 
@@ -32,7 +32,7 @@ const STATUS_SYNONYMS: Record<string, OutcomeKind> = {
 };
 
 export function outcomeKindOf(status: string): OutcomeKind {
-  return STATUS_SYNONYMS[status.replace(/[\s_-]/g, '').toLowerCase()] ?? 'unknown';
+  return STATUS_SYNONYMS[looseWord(status)] ?? 'unknown';
 }
 
 /**
@@ -61,7 +61,7 @@ export type ValidationKind = 'valid' | 'invalid' | 'pending' | 'unknown';
  * synonyms as a verification's: Queued is pending, Success valid, Failed invalid.
  */
 export function validationKindOf(status: string): ValidationKind {
-  const word = status.replace(/[\s_-]/g, '').toLowerCase();
+  const word = looseWord(status);
   if (word === 'valid' || word === 'validated') return 'valid';
   if (word === 'invalid' || word === 'rejected') return 'invalid';
   const kind = outcomeKindOf(status);

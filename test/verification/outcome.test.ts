@@ -226,6 +226,15 @@ describe('failure kinds', () => {
     expect(failureKindOf('about:blank')).toBe('Unknown');
   });
 
+  it("reads a kind written otherwise than the table writes it as the table's, so one to retry is retried", () => {
+    expect(failureKindOf('https://errors.example/v2/site-maintenance')).toBe('SiteMaintenance');
+    expect(failureKindOf('urn:x#INVALID_CREDENTIALS')).toBe('InvalidCredentials');
+    expect(classifyFailure('https://e/two-factor-authentication').action).toBe('retry-later');
+    expect(classifyFailure('https://e/patient_not_found')).toMatchObject({ kind: 'PatientNotFound', action: 'needs-a-person' });
+    // A kind the table does not hold stays as the service wrote it.
+    expect(failureKindOf('https://e/site-closed')).toBe('site-closed');
+  });
+
   it('reads a copy of the mappings made before failure-kinds.json had an unknown entry: such a kind has no advice, as then', () => {
     const copy = mkdtempSync(path.join(tmpdir(), 'elig-mappings-'));
     try {
