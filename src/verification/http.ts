@@ -167,11 +167,13 @@ export class ServiceHttp {
     const ok = (res.statusCode >= 200 && res.statusCode < 300) || (opts.accept ?? []).includes(res.statusCode);
     if (!ok) {
       const retryAfter = retryAfterMs(headerValue(res.headers['retry-after']));
+      const problem = redacted(problemFrom(text, res, target, this.#log), [apiKey, ...passwords]);
       throw new ServiceError({
         operation: opts.operation,
         status: res.statusCode,
-        problem: redacted(problemFrom(text, res, target, this.#log), [apiKey, ...passwords]),
-        requestId,
+        problem,
+        // The service asks that a 500 be reported with the request's correlationId: in a header, or in the problem itself.
+        requestId: requestId ?? (typeof problem.correlationId === 'string' ? problem.correlationId : undefined),
         ...(retryAfter !== undefined && { retryAfterMs: retryAfter }),
       });
     }

@@ -8,6 +8,7 @@ import { validationKindOf } from '../../src/verification/outcome';
 import { portalsOf } from '../../src/verification/payer-catalog';
 import { Organization, Verification } from '../../src/verification/wire';
 import { json, startScriptedServer } from '../support/http-server';
+import { toCliError } from '../../src/cli/service-context';
 
 const fast = { retryMinDelayMs: 5, retryMaxDelayMs: 50 };
 /** A verification sent with inline portal credentials. */
@@ -223,6 +224,23 @@ describe('ServiceHttp', () => {
       }
     } finally {
       await Promise.all([client.close(), server.close()]);
+    }
+  });
+
+  it("names the request to report a 500 with: the x-request-id header's, or the correlationId its problem details carry", async () => {
+    const server = await startScriptedServer((_r, res, i) =>
+      i === 0
+        ? json(res, 500, { title: 'Internal Server Error', status: 500 }, { 'x-request-id': 'req-77' })
+        : json(res, 500, { title: 'Internal Server Error', status: 500, correlationId: 'corr-88' }),
+    );
+    const http = new ServiceHttp({ baseUrl: server.url, apiKey: 'k', maxRetries: 0, ...fast });
+    const failure = () => http.call({ operation: 'get verification', method: 'GET', path: '/v2/insurance-verifications/v1', response: Verification, idempotent: true }).catch((err: unknown) => err);
+    try {
+      const [byHeader, byBody] = [await failure(), await failure()];
+      expect([byHeader instanceof ServiceError && byHeader.requestId, byBody instanceof ServiceError && byBody.requestId]).toEqual(['req-77', 'corr-88']);
+      expect(toCliError(byBody as ServiceError).message).toMatch(/\(report request id corr-88\)/);
+    } finally {
+      await Promise.all([http.close(), server.close()]);
     }
   });
 
