@@ -20,7 +20,7 @@ import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, webhookProblem, typ
 import { readBody } from '../connection-limits';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
-import { onceASpell } from '../sync/once-a-spell';
+import { onceASpell } from '../once-a-spell';
 import { sendProblem } from '../problem-details';
 import { deadLetter, detailForLog, keepUnhandled, refusedOn, resolveResent } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
