@@ -149,6 +149,9 @@ export interface EligibilitySync {
   stop(): Promise<void>;
 }
 
+/** Where the SQLite store and the payer catalog are kept when no data dir is given: the sync's and serve's alike. */
+export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
+
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -207,7 +210,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const settings = parsed.data;
   const now = config.now ?? (() => new Date());
   const logger = config.logger ?? createLogger();
-  const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
+  const dataDir = config.dataDir ?? DEFAULT_DATA_DIR;
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   checkFhir(config.fhir);
   checkService(config.service);
