@@ -18,6 +18,7 @@ import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catal
 import { InlineCredentials } from '../verification/wire';
 import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, webhookProblem, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
+import { CHART_TIMEOUT_MS } from '../sync/chart-client';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
 import { onceASpell } from '../once-a-spell';
@@ -856,7 +857,7 @@ export function chartReader(fhir: { baseUrl: string } & FhirWriterOptions): Prom
 
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
-  const timeoutMs = fhir.timeoutMs ?? 30_000;
+  const timeoutMs = fhir.timeoutMs ?? CHART_TIMEOUT_MS;
   const allowInsecureHttp = fhir.allowInsecureHttp ?? false;
   if (fhir.smart) return { timeoutMs, allowInsecureHttp, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, allowInsecureHttp) };
   return { timeoutMs, allowInsecureHttp, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };
