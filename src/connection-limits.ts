@@ -1,7 +1,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { sendProblem } from './problem-details';
-import { onceASpell } from './sync/once-a-spell';
+import { onceASpell } from './once-a-spell';
 
 /**
  * Requests one connection may have in hand at once. Node reads pipelined requests off a socket

@@ -25,7 +25,6 @@ export const FAILURE_KINDS = [
   'TwoFactorAuthenticationConfiguration',
   'Upstream',
 ] as const;
-export type FailureKind = (typeof FAILURE_KINDS)[number];
 
 /** A kind the published list does not have, to show that unknown kinds are kept. */
 export const UNLISTED_FAILURE_KIND = 'CoverageUnderReview';

@@ -18,9 +18,10 @@ import { loadPayerAliases, type PayerCatalog } from '../verification/payer-catal
 import { InlineCredentials } from '../verification/wire';
 import { BUSY_READING, createWebhookHandler, SENDER_HUNG_UP, webhookProblem, type WebhookAuth } from '../verification/webhook';
 import { readBody } from '../connection-limits';
+import { CHART_TIMEOUT_MS } from '../sync/chart-client';
 import { READ_SCOPE, smartBackendTokens } from '../sync/fhir-auth';
 import { fhirKitReader, type FhirKitReaderOptions } from '../sync/fhir-reader';
-import { onceASpell } from '../sync/once-a-spell';
+import { onceASpell } from '../once-a-spell';
 import { sendProblem } from '../problem-details';
 import { deadLetter, detailForLog, keepUnhandled, refusedOn, resolveResent } from '../sync/dead-letters';
 import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirIngested } from '../sync/ingest-fhir';
@@ -149,6 +150,9 @@ export interface EligibilitySync {
   stop(): Promise<void>;
 }
 
+/** Where the SQLite store and the payer catalog are kept when no data dir is given: the sync's and serve's alike. */
+export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
+
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -207,7 +211,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const settings = parsed.data;
   const now = config.now ?? (() => new Date());
   const logger = config.logger ?? createLogger();
-  const dataDir = config.dataDir ?? path.join('.dental-elig', 'data');
+  const dataDir = config.dataDir ?? DEFAULT_DATA_DIR;
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
   checkFhir(config.fhir);
   checkService(config.service);
@@ -853,7 +857,7 @@ export function chartReader(fhir: { baseUrl: string } & FhirWriterOptions): Prom
 
 /** The reader's credentials (the static token, or SMART tokens of its own, for the read scopes unless a scope is configured) and deadline. */
 function readerAuth(fhir: { baseUrl: string } & FhirWriterOptions): FhirKitReaderOptions {
-  const timeoutMs = fhir.timeoutMs ?? 30_000;
+  const timeoutMs = fhir.timeoutMs ?? CHART_TIMEOUT_MS;
   const allowInsecureHttp = fhir.allowInsecureHttp ?? false;
   if (fhir.smart) return { timeoutMs, allowInsecureHttp, tokens: smartBackendTokens(fhir.baseUrl.replace(/\/+$/, ''), { ...fhir.smart, scope: fhir.smart.scope ?? READ_SCOPE }, timeoutMs, allowInsecureHttp) };
   return { timeoutMs, allowInsecureHttp, ...(fhir.bearerToken && { bearerToken: fhir.bearerToken }) };

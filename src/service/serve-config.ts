@@ -9,7 +9,7 @@ import { isWebhookSecret, notAWebhookSecret } from '../verification/webhook';
 import { ConfigError } from '../config-error';
 import { clientConfig, type ConfigFile, insecureHttpAllowed, LogLevel, readConfigFile, readSecretFile, serviceSettings, settingSource, withoutUndefined } from './config-file';
 import { CHART_TRAFFIC, TOKEN_TRAFFIC, carriesCredentials, isHttpUrl, isPlainHttpAcrossNetwork, onThisMachine, plainHttpRefused } from '../url-checks';
-import type { SyncSettings } from './eligibility-sync';
+import { DEFAULT_DATA_DIR, type SyncSettings } from './eligibility-sync';
 
 /**
  * What `serve` runs with: the settings file (never secrets) overlaid by the environment, where
@@ -37,8 +37,6 @@ export interface ServeConfig {
   logLevel: string;
   settings: SyncSettings;
 }
-
-export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 
 export function loadServeConfig(env: NodeJS.ProcessEnv, overrides: { configFile?: string; dataDir?: string; store?: string; mllpPort?: number; httpPort?: number }): ServeConfig {
   const fromFile = readConfigFile(env, overrides.configFile);

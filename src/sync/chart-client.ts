@@ -142,6 +142,8 @@ const FHIR_JSON = 'application/fhir+json';
 export const MAX_CHART_ANSWER_BYTES = 32 * 1024 * 1024;
 /** The chart's side, its SMART authorization too: every answer under MAX_CHART_ANSWER_BYTES. */
 export const chartAgent = new Agent({ maxResponseSize: MAX_CHART_ANSWER_BYTES });
+/** How long one request to the chart (or its token endpoint) waits unless told: the writer's, the reader's and the sync's reader alike. */
+export const CHART_TIMEOUT_MS = 30_000;
 
 const typeOf = (search: string | undefined) => search?.split('?')[0] ?? 'resource';
 

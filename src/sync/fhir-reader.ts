@@ -4,7 +4,7 @@ import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../ur
 import type { FhirReader } from '../adapters/fhir/in';
 import { FHIR_ID } from '../adapters/fhir/in/bundle-index';
 import { FhirInputError, type FhirIssue } from '../adapters/fhir/operation-outcome';
-import { chartAgent } from './chart-client';
+import { CHART_TIMEOUT_MS, chartAgent } from './chart-client';
 import { answerOf, answerTooLarge, ChartWriteError, chartAnswered, toChartWriteError, tooLargeToRead } from './chart-errors';
 import type { AccessTokens } from './fhir-auth';
 import { nextPageUrl, type PagedBundle } from './search-pages';
@@ -42,7 +42,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
   const maxPages = options.maxPages ?? 1000;
   const tokens = options.tokens;
   // A timer (AbortSignal.timeout) waits for it: longer than one can wait, every read would give up at once, as the writer's timeoutMs is refused too.
-  const timeout = timerMs(1).default(30_000).safeParse(options.timeoutMs);
+  const timeout = timerMs(1).default(CHART_TIMEOUT_MS).safeParse(options.timeoutMs);
   if (!timeout.success) throw new Error(describeIssue(timeout.error, 'timeoutMs'));
   const timeoutMs = timeout.data;
 

@@ -16,7 +16,7 @@ import { errorText, withoutQuotes } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
 import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
-import { onceASpell } from './once-a-spell';
+import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';

@@ -10,7 +10,7 @@ import { assertValidR4, r4Errors } from '../adapters/fhir/validate';
 import type { VerificationOutcome } from '../verification/outcome';
 import { timerMs } from '../timer-ms';
 import { CHART_TRAFFIC, isPlainHttpAcrossNetwork, plainHttpRefused } from '../url-checks';
-import { chartClient, idFrom, type ChartClient } from './chart-client';
+import { CHART_TIMEOUT_MS, chartClient, idFrom, type ChartClient } from './chart-client';
 import { ChartWriteError, toChartWriteError } from './chart-errors';
 import { appointmentReference, chartParts, closedCoverage, coverageResource, endedCoverage, forBeneficiary, sharedPatient, identifierCondition, insurerResource, patientResource, payerOf, rekeyed, updatedCoverage, updatedPatient, type ChartPart, type Rekey } from './chart-resources';
 import { SmartBackendAuth, smartBackendTokens, staticToken } from './fhir-auth';
@@ -86,7 +86,7 @@ export const FhirWriterOptions = z
     /** SMART Backend Services: tokens fetched with a signed client assertion and kept until shortly before they expire. */
     smart: SmartBackendAuth.optional(),
     /** Each request to the FHIR server or token endpoint gives up after this long (a retryable failure). Default 30 s; a timer (AbortSignal.timeout) waits for it. */
-    timeoutMs: timerMs(1).default(30_000),
+    timeoutMs: timerMs(1).default(CHART_TIMEOUT_MS),
     /** Plain http:// to another machine sends the access token and patient data unencrypted: only when asked for (checked where the sync is created). */
     allowInsecureHttp: z.boolean().default(false),
   })

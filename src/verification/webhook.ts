@@ -186,7 +186,14 @@ export async function startWebhookServer(
   });
   // It faces the service, often beyond this machine, as serve's listener does: idle connections past the cap would spend the embedder's file descriptors.
   capConnections(server, () => options.log);
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
+  // A port another holds is the embedder's to hear of: an 'error' event no one listens for ended its process instead.
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
   const { address, port } = server.address() as AddressInfo;
   return {
     url: `${httpOrigin(address, port)}${path}`,

@@ -281,6 +281,14 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('rejects, started on a port another holds, rather than leave the listen error to end the embedder\'s process', async () => {
+    await withReceiver({}, async (url) => {
+      const taken = Number(new URL(url).port);
+      const second = startWebhookServer({ auth: { scheme: 'standard-webhooks', secret }, onDelivery: async () => undefined, port: taken });
+      await expect(second).rejects.toMatchObject({ code: 'EADDRINUSE' });
+    });
+  });
+
   it('names the secret or token an embedder left empty or mistyped, when the receiver is made', () => {
     const receiver = (auth: WebhookReceiverOptions['auth']) => () => createWebhookHandler({ auth, isKnownCorrelationId: () => true, onDelivery: async () => undefined });
     expect(receiver({ scheme: 'standard-webhooks', secret: '' })).toThrow(/^webhook\.secret: must be a Standard Webhooks secret, whsec_ followed by base64$/);
