@@ -178,7 +178,8 @@ const ConfigKeys = z.strictObject({
       error: (issue) => (typeof (issue.input as { then?: unknown } | undefined)?.then === 'function' ? 'is a promise: await openJobStore(…) before handing it over' : 'must be a job store, not a location: open it with openJobStore(location, dataDir)'),
     })
     .optional(),
-  dataDir: z.string().min(1, { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
+  // Spaces too, as serve refuses them: a folder named by spaces, made in the working directory, is no one's choice.
+  dataDir: z.string().refine((dir) => dir.trim() !== '', { error: 'must not be empty (leave it out for .dental-elig/data)' }).optional(),
   service: z.custom<object>((value) => typeof value === 'object' && value !== null, { error: 'is required: the service\'s baseUrl and apiKey, or a client of your own' }),
   // From JavaScript these were taken as given and failed later, some at creation in words of their own
   // ('options.now is not a function', 'Cannot read properties of undefined'), a catalog only at a check's resolve.

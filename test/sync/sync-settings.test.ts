@@ -143,6 +143,8 @@ describe('a sync that fails to be created or started', () => {
     expect(create({ ...config(), datadir: dataDir })).toThrow(/^config: Unrecognized key: "datadir"$/);
     // An environment variable left unset: the store would open in the current folder.
     expect(create({ ...config(), dataDir: '' })).toThrow(/^dataDir: must not be empty \(leave it out for \.dental-elig\/data\)$/);
+    // Spaces too, as serve refuses them: the store would open in a folder named by them.
+    expect(create({ ...config(), dataDir: '  ' })).toThrow(/^dataDir: must not be empty \(leave it out for \.dental-elig\/data\)$/);
     const { service: _service, ...withoutService } = config();
     expect(create(withoutService)).toThrow(/^service: is required: the service's baseUrl and apiKey, or a client of your own$/);
     expect(readdirSync(dataDir)).toEqual([]);
