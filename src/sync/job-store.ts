@@ -502,7 +502,11 @@ export interface RateBucket {
   atMs: number;
 }
 
-/** How far ahead of the clock a rate bucket's time is taken for a clock stepped back, not for instances' clocks differing: past a lease's heartbeat (leaseMs / 3 at the least, 1 s), which they must be within already. */
+/**
+ * How far ahead of the clock a rate bucket's time is taken for a clock stepped back, not for the
+ * clocks of instances sharing the store differing: those a minute or more apart break more than
+ * the bucket (past about two thirds of leaseMs, one takes the checks another has in hand).
+ */
 const CLOCK_STEPPED_BACK_MS = 60_000;
 
 /**
