@@ -10,7 +10,8 @@ export function onceASpell(now: () => number): () => boolean {
   let saidAt = Number.NEGATIVE_INFINITY;
   return () => {
     const at = now();
-    if (at - saidAt < SPELL_MS) return false;
+    // Said before a clock stepped back (NTP): the spell is over, or its warnings would stay at debug for as long as the step, an hour or a day, too.
+    if (at >= saidAt && at - saidAt < SPELL_MS) return false;
     saidAt = at;
     return true;
   };

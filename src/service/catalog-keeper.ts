@@ -110,7 +110,9 @@ export class CatalogKeeper {
    */
   async again(): Promise<PayerCatalog | undefined> {
     if (this.refreshing) return this.refreshing;
-    if (this.options.now().getTime() - this.askedAt < CATALOG_ASK_AGAIN_MS) return undefined;
+    // Asked for at a time still to come (the clock stepped back since): asked again, or not for as long as the step, an hour or a day.
+    const since = this.options.now().getTime() - this.askedAt;
+    if (since >= 0 && since < CATALOG_ASK_AGAIN_MS) return undefined;
     return this.refresh();
   }
 
@@ -129,7 +131,8 @@ export class CatalogKeeper {
 
   private async fetch(): Promise<PayerCatalog | undefined> {
     this.askedAt = this.options.now().getTime();
-    const whole = this.askedAt - this.wholeAt >= WHOLE_EVERY_MS;
+    // Whole too after the clock stepped back: what changed would be asked for since a time the service's clock has not reached.
+    const whole = this.askedAt - this.wholeAt >= WHOLE_EVERY_MS || this.askedAt < this.wholeAt;
     let fetched: PayerCatalog;
     try {
       fetched = await PayerCatalog.sync(this.options.client, this.catalog, { unreadable: this.unreadable, full: whole });

@@ -503,6 +503,13 @@ export interface RateBucket {
 }
 
 /**
+ * How far ahead of the clock a rate bucket's time is taken for a clock stepped back, not for the
+ * clocks of instances sharing the store differing: those a minute or more apart break more than
+ * the bucket (past about two thirds of leaseMs, one takes the checks another has in hand).
+ */
+const CLOCK_STEPPED_BACK_MS = 60_000;
+
+/**
  * One token from a bucket, as TokenBucket.reserve does in memory: refill for the time passed, take
  * one, and say how long until it is there. Both stores run this inside a transaction on the row.
  */
@@ -511,8 +518,12 @@ export function takeToken(bucket: RateBucket | undefined, perSecond: number, now
   if (!Number.isFinite(nowMs)) throw new Error('takeRateToken: now is not an ISO 8601 instant');
   if (!(perSecond > 0)) throw new Error('takeRateToken: perSecond must be above 0');
   const last = bucket ?? { tokens: perSecond, atMs: nowMs };
-  // Clocks of several instances differ a little: time never runs backwards for the bucket.
-  const atMs = Math.max(last.atMs, nowMs);
-  const tokens = Math.min(perSecond, last.tokens + ((atMs - last.atMs) / 1000) * perSecond) - 1;
+  // Clocks of several instances differ a little: time never runs backwards for the bucket. A bucket
+  // further ahead was dated by a clock since stepped back (NTP correcting one that ran ahead): waited
+  // for, it would refill nothing until this clock caught up, an hour or a day, each request waiting
+  // longer than the last. It goes on from now, with the tokens it has.
+  const since = last.atMs - nowMs > CLOCK_STEPPED_BACK_MS ? nowMs : last.atMs;
+  const atMs = Math.max(since, nowMs);
+  const tokens = Math.min(perSecond, last.tokens + ((atMs - since) / 1000) * perSecond) - 1;
   return { bucket: { tokens, atMs }, waitMs: tokens >= 0 ? 0 : Math.ceil((-tokens / perSecond) * 1000) };
 }

@@ -20,7 +20,8 @@ export class TokenBucket {
   /** Milliseconds to wait before a request may go; takes the token when it is 0. */
   reserve(): number {
     const now = this.now();
-    this.tokens = Math.min(this.perSecond, this.tokens + ((now - this.last) / 1000) * this.perSecond);
+    // A clock stepped back (NTP) passed no time: counted, it would take an hour's tokens from the bucket for an hour's step.
+    this.tokens = Math.min(this.perSecond, this.tokens + (Math.max(0, now - this.last) / 1000) * this.perSecond);
     this.last = now;
     this.tokens -= 1;
     return this.tokens >= 0 ? 0 : Math.ceil((-this.tokens / this.perSecond) * 1000);

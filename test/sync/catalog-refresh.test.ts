@@ -66,6 +66,20 @@ describe('the payer catalog of a running sync', () => {
     expect(saved()).toContain('MLD77');
   });
 
+  it('is brought up to date, whole, for a payer it does not know after the clock is stepped back', async () => {
+    let clock = Date.parse('2026-11-23T12:00:00Z');
+    h = await startHarness({ now: () => new Date(clock) });
+    const atStart = payerReads().length;
+    h.sandbox.updatePayer('M6MET1', NEW_ID);
+    // NTP steps the clock back an hour: the catalog was asked for at start, an hour from now by this clock.
+    clock -= 3_600_000;
+    await send('U1');
+    const verified = await until('U1 answered', checkOf('U1'));
+    expect([verified.state, verified.lastError]).toEqual(['written', undefined]);
+    // What changed since the start's time would be nothing: the service's clock has not reached it.
+    expect(payerReads().slice(atStart)).toEqual([expect.not.stringContaining('updatedSince=')]);
+  });
+
   it('is brought up to date every catalogRefreshMs', async () => {
     h = await startHarness({ settings: { ...FAST, catalogRefreshMs: 100 } });
     const atStart = payerReads().length;

@@ -587,6 +587,16 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       await expect(store.takeRateToken('portal:A', 2, 'yesterday')).rejects.toThrow('now is not an ISO 8601 instant');
     });
 
+    it('goes on refilling a rate bucket after the clock that dated it is stepped back an hour', async () => {
+      if (!store.takeRateToken) throw new Error('the store has no rate buckets');
+      // Taken while the clock ran an hour ahead, then NTP stepped it back.
+      expect(await store.takeRateToken('portal:A', 2, '2026-11-23T11:00:00.000Z')).toBe(0);
+      const waits: number[] = [];
+      // One every half second, the bucket's rate: none waits, as at any other time (the bucket stuck an hour ahead, each waited half a second longer than the last).
+      for (let i = 0, at = Date.parse(NOW); i < 6; i++, at += 500) waits.push(await store.takeRateToken('portal:A', 2, new Date(at).toISOString()));
+      expect(waits).toEqual([0, 0, 0, 0, 0, 0]);
+    });
+
     it('survives being reopened: what was committed is there', async () => {
       await store.transaction((tx) => tx.putCheck(checkRow('elig_kept', { state: 'awaiting-result', correlationId: 'corr-9' })));
       await store.close();

@@ -11,6 +11,16 @@ describe('rate limits', () => {
     expect(bucket.reserve()).toBe(0);
   });
 
+  it('takes a clock stepped back as no time passed, not as tokens spent', () => {
+    let now = 3_600_000;
+    const bucket = new TokenBucket(5, () => now);
+    expect(bucket.reserve()).toBe(0);
+    // NTP steps the clock back an hour: the bucket still holds four tokens, not four less 18,000.
+    now = 0;
+    expect([1, 2, 3, 4].map(() => bucket.reserve())).toEqual([0, 0, 0, 0]);
+    expect(bucket.reserve()).toBe(200);
+  });
+
   it('waits for the slower of the service-wide and the portal bucket, and draws from shared buckets when given', async () => {
     const slept: number[] = [];
     const asked: string[] = [];
