@@ -1,4 +1,4 @@
-import { onceASpell, SPELL_MS } from '../../src/sync/once-a-spell';
+import { onceASpell, SPELL_MS } from '../../src/once-a-spell';
 
 describe('onceASpell', () => {
   it('says a warning once a spell, and again at the first after a clock stepped back', () => {
