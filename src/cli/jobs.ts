@@ -151,7 +151,7 @@ export function registerJobs(program: Command, io: CliIo): void {
         if (keys.length > 0 && (opts.state ?? opts.failureKind ?? opts.portal ?? opts.clinic) !== undefined) throw new CliError('jobs retry: name the checks or select them with --state, not both', 2);
         const selected = keys.length > 0 ? keys : await retrySelection(store, opts);
         if (selected.length === 0) await refuseUnknown(store, opts);
-        const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, new Date()));
+        const { done: retried, refused } = await eachAlone(selected, (key) => retryCheck(store, key, storeTime(store)));
         if (opts.json) io.stdout.write(`${JSON.stringify(retried.map((row) => ({ job: row.key, state: row.state, round: row.round, externalId: row.externalId })), null, 2)}\n`);
         else for (const row of retried) io.stdout.write(`${row.key}: ${row.state === 'result-stored' ? 'its result, which the chart refused, to be written again' : 'received again'} (round ${row.round}); a running serve picks it up\n`);
         if (keys.length === 0 && !opts.json) io.stdout.write(`${retried.length} ${retried.length === 1 ? 'check' : 'checks'} retried\n`);
@@ -171,7 +171,7 @@ export function registerJobs(program: Command, io: CliIo): void {
           if (!chart) throw new ConfigError("DENTAL_ELIG_FHIR_URL: not set (nor fhirUrl in the config file); a FHIR letter's replay reads the chart serve reads");
           return chartReader(chart);
         };
-        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing, now: () => new Date(), policy, reader });
+        const done = await replayMessage(store, id, { mappings: loadHl7Mappings(), routing, now: () => storeTime(store), policy, reader });
         if (done.kind === 'hl7') {
           if (opts.json) printRecord(io, { message: id, acks: done.ackCodes }, true);
           else io.stdout.write(`message ${id}: handled again, ACK ${done.ackCodes.join('+')}\n`);
@@ -198,7 +198,7 @@ export function registerJobs(program: Command, io: CliIo): void {
       // A booking's key (hl7|…, fhir|…), as jobs list gives one awaiting insurance, is told why it is not dismissed.
       const bad = items.find((item) => !/^\d+$/.test(item) && !item.startsWith('elig_') && !/^(hl7|fhir)\|/.test(item));
       if (bad !== undefined) throw new CliError('jobs dismiss: give message ids (whole numbers, jobs messages --dead) or check keys (elig_…, jobs list)', 2);
-      const now = new Date();
+      const now = storeTime(store);
       // Message ids as numbers, check keys as text, as jobs messages and jobs list give them.
       const { done, refused } = await eachAlone(items, async (item): Promise<number | string> =>
         /^\d+$/.test(item) ? (await dismissMessage(store, Number(item)), Number(item)) : (await dismissCheck(store, item, now)).key,
@@ -360,6 +360,11 @@ function outcomeOf(row: CheckRow): string | undefined {
 }
 
 /** The kind of a check's failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
+/** Now by the clock serve's instances go by: a retry made due by this machine's, behind the database's, would wait for it. */
+function storeTime(store: JobStore): Date {
+  return store.now?.() ?? new Date();
+}
+
 function failureKindOfCheck(row: CheckRow): string | undefined {
   if (outcomeOf(row) !== 'failed') return undefined;
   try {

@@ -153,6 +153,8 @@ export interface EligibilitySync {
 /** Where the SQLite store and the payer catalog are kept when no data dir is given: the sync's and serve's alike. */
 export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 
+/** How far this machine's clock may be from the shared store's before serve says so as it starts. */
+const CLOCK_SKEW_SAID_MS = 5000;
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -210,7 +212,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const parsed = SyncSettings.safeParse(config.settings ?? {});
   if (!parsed.success) throw new Error(describeIssue(parsed.error, 'settings', ['settings']));
   const settings = parsed.data;
-  const now = config.now ?? (() => new Date());
+  // A store several instances share gives the clock they all go by (JobStore.now), once it is open.
+  let clock = () => new Date();
+  const now = config.now ?? (() => clock());
   const logger = config.logger ?? createLogger();
   const dataDir = config.dataDir ?? DEFAULT_DATA_DIR;
   // Everything that can refuse a setting runs before the store opens: a failed creation leaves nothing open.
@@ -312,6 +316,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (ownsClient) void client.close();
     throw err;
   }
+  const storeNow = store.now;
+  if (storeNow) clock = () => storeNow.call(store);
   const policy = schedulePolicy(settings, routing);
   const metrics = new SyncMetrics(store, now);
   const events = new EventEmitter();
@@ -745,6 +751,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // started meanwhile finds this one working the store (its lock) and is refused, not upgrading it under this one.
       const orphaned = await store.beginWork();
       if (orphaned > 0) logger.info({ checks: orphaned }, 'took up the checks a stopped process had in hand');
+      // Said, as this machine's log lines are dated by its own clock, not the one its work goes by.
+      const skewMs = storeNow && !config.now ? clock().getTime() - Date.now() : 0;
+      if (Math.abs(skewMs) > CLOCK_SKEW_SAID_MS) logger.warn({ skewMs: Math.round(skewMs) }, "this machine's clock differs from the job store's database: checks are timed by the database's clock");
       // The validator's definitions are read in a thread of their own while the catalog loads.
       await Promise.all([keeper?.load(), loadR4Validation()]);
     } catch (err) {

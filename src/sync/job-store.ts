@@ -404,6 +404,12 @@ export interface JobStore {
   /** The schema version the store was upgraded from as this program opened it; undefined when it was at this program's, or new. */
   readonly upgradedFrom?: number | undefined;
   /**
+   * The time by the clock instances sharing the store go by (PostgreSQL: the database's), for a
+   * sync to time its work by: leases, due times and what it dates. None where one process works
+   * the store (SQLite): that machine's clock.
+   */
+  now?(): Date;
+  /**
    * Runs `work` in one transaction. A store shared by several instances may run it again after a
    * lost race (a deadlock, a key another instance inserted first), so `work` does nothing outside
    * `tx` that a second run would repeat.
@@ -504,8 +510,8 @@ export interface RateBucket {
 
 /**
  * How far ahead of the clock a rate bucket's time is taken for a clock stepped back, not for the
- * clocks of instances sharing the store differing: those a minute or more apart break more than
- * the bucket (past about two thirds of leaseMs, one takes the checks another has in hand).
+ * clocks of instances sharing the store differing by a moment's reading: they go by the
+ * database's (JobStore.now).
  */
 const CLOCK_STEPPED_BACK_MS = 60_000;
 

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { earliestDateAnywhere } from '../adapters/local-date';
 import { closeEachOrThrow } from '../close-each';
@@ -82,11 +83,13 @@ export class PgJobStore implements JobStore {
     try {
       if (options.create === false) await expectSchema(pool);
       else from = await migrate(pool);
+      const store = new PgJobStore(pool, url, from !== undefined && from > 0 && from < PG_SCHEMA_VERSION ? from : undefined);
+      await store.readClock();
+      return store;
     } catch (err) {
       await pool.end();
       throw err;
     }
-    return new PgJobStore(pool, url, from !== undefined && from > 0 && from < PG_SCHEMA_VERSION ? from : undefined);
   }
 
   private constructor(
@@ -94,6 +97,30 @@ export class PgJobStore implements JobStore {
     private readonly url: string,
     readonly upgradedFrom: number | undefined,
   ) {}
+
+  /** The database's time as last read, and this process's monotonic time when it was: see now(). */
+  private clock = { dbMs: Date.now(), at: performance.now() };
+  private clockTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * The database's time, which every instance sharing it goes by. A lease is judged free, and a
+   * check due, by the clock of the instance that claims it: one whose clock ran ahead of another's
+   * by more than a lease took the other's live checks and sent them again, and one behind took up a
+   * dead instance's checks as late as it was behind. Read at open and every CLOCK_READ_MS since,
+   * and carried on between by this process's monotonic clock, which NTP's steps do not move.
+   */
+  now(): Date {
+    return new Date(this.clock.dbMs + (performance.now() - this.clock.at));
+  }
+
+  private async readClock(): Promise<void> {
+    const before = performance.now();
+    const { rows } = await this.pool.query<{ ms: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms');
+    const after = performance.now();
+    const ms = rows[0]?.ms;
+    // A reading held up (a pool whose connections are all busy, a slow network) says little of when the database read it: the last is kept.
+    if (typeof ms === 'number' && Number.isFinite(ms) && after - before < CLOCK_READ_WITHIN_MS) this.clock = { dbMs: ms, at: (before + after) / 2 };
+  }
 
   /** The schema version the database is at. */
   schemaVersion(): Promise<number> {
@@ -149,6 +176,8 @@ export class PgJobStore implements JobStore {
       throw new Error('the job store is closed');
     }
     this.live = live;
+    // A database out of reach keeps the last reading, carried on: the next read once it answers.
+    this.clockTimer = setInterval(() => void this.readClock().catch(() => undefined), CLOCK_READ_MS).unref();
     const { rowCount } = await this.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE ${LEASE_ORPHANED}`);
     return rowCount ?? 0;
   }
@@ -253,6 +282,7 @@ export class PgJobStore implements JobStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.clockTimer);
     // The live lock let go whatever ending the pool throws: held on, it kept this instance looking alive, its leases from the others.
     await closeEachOrThrow([
       { name: 'the pool', close: () => this.pool.end() },
@@ -266,6 +296,11 @@ export class PgJobStore implements JobStore {
     return (rowCount ?? 0) > 0;
   }
 }
+
+/** How often a working instance reads the database's clock again: a change of it (the database's host stepped by NTP) is followed within this. */
+const CLOCK_READ_MS = 60_000;
+/** A reading whose round trip took longer is not taken: the database's time then lies anywhere in it. */
+const CLOCK_READ_WITHIN_MS = 1000;
 
 /** A lease no other worker holds at $1: none, run out, or taken by an instance that is gone. */
 const LEASE_FREE = `(lease_until IS NULL OR lease_until <= $1 OR ${LEASE_ORPHANED})`;

@@ -203,8 +203,8 @@ export function watchOutages(store: JobStore, log: OutageLog, now: () => number 
       const method = (value as (...a: unknown[]) => unknown).bind(target);
       // A prune deletes: it changes what the store holds, as a transaction that writes does.
       const need: Need = LEASES.has(key) ? 1 : key === 'prune' ? 2 : 0;
-      // Closing answers nothing of whether the store is back.
-      const call = key === 'close' ? method : key === 'transaction' ? transaction : (...args: unknown[]) => {
+      // Closing answers nothing of whether the store is back, nor does reading its clock.
+      const call = key === 'close' || key === 'now' ? method : key === 'transaction' ? transaction : (...args: unknown[]) => {
         const made = ++calls;
         const result = method(...args);
         return result instanceof Promise ? watch(made, result, () => need) : result;

@@ -95,8 +95,8 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
     await postgres.stop();
   });
 
-  /** One deployment: its database, service, chart, balancers and instances. */
-  async function deploy() {
+  /** One deployment: its database, service, chart, balancers and instances; `clockAheadMs` runs an instance's wall clock ahead, as its host's. */
+  async function deploy(clockAheadMs: Record<string, number> = {}) {
     const store = await postgres.createDatabase();
     const sandbox: Sandbox = await startSandbox({ seed: true, timing: { asyncCompletionMs: 400, webhookBackoffMs: 100, latencyMs: 80, latencyJitterMs: 40 } });
     const fhir: FhirServer = await startFhirServer({ validate: true });
@@ -118,7 +118,14 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
       );
       const service = await httpBalancer([sandbox.port]);
       closing.push(() => service.close(), async () => rmSync(dir, { recursive: true, force: true }));
-      const env = { DENTAL_ELIG_BASE_URL: `http://127.0.0.1:${service.port}`, DENTAL_ELIG_API_KEY: sandbox.apiKey, DENTAL_ELIG_FHIR_URL: fhir.url, DENTAL_ELIG_WEBHOOK_SECRET: secret };
+      const ahead = clockAheadMs[name];
+      const env = {
+        DENTAL_ELIG_BASE_URL: `http://127.0.0.1:${service.port}`,
+        DENTAL_ELIG_API_KEY: sandbox.apiKey,
+        DENTAL_ELIG_FHIR_URL: fhir.url,
+        DENTAL_ELIG_WEBHOOK_SECRET: secret,
+        ...(ahead !== undefined && { NODE_OPTIONS: `--max-semi-space-size=16 --require ${path.join(__dirname, '../support/clock-ahead.cjs')}`, CLOCK_AHEAD_MS: `${ahead}` }),
+      };
       const serve = await startServe(dir, env, ['--store', store]);
       closing.push(async () => serve.child.kill('SIGKILL'));
       services.push({ name, exchanges: service.exchanges });
@@ -343,6 +350,22 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
     expect(again).toBe(0);
     const away = warnings.flatMap((w) => (w.outageMs === undefined ? [] : [`${w.outageMs} ms`])).join(', ');
     console.log(`restarted (${mode}) in ${restartMs} ms; all written ${Date.now() - restartedAt} ms after; ${again} sent again; ${errors(d).length} error lines, ${warnings.length} warnings (store away ${away})`);
+  }, 90_000);
+
+  it(`takes none of another instance's checks when its host's clock runs three minutes ahead, past a lease: ${COUNT} bookings, each sent once`, async () => {
+    const d = await deploy({ B: 3 * 60_000 });
+    const answers = await sendEach(d.mllp.port, Array.from({ length: COUNT }, (_, i) => halfAsync('CK', i)), 6, 40);
+    await allWritten(d, 45_000);
+    await expectEachVerifiedAndWrittenOnce(d, 'CK', answers);
+    // B judged A's leases by its own clock, and took the checks A had in hand, sending them again.
+    const again = [...postsByExternalId(d).values()].filter((sent) => sent.length > 1);
+    expect(again.map((sent) => sent.map((p) => p.instance))).toEqual([]);
+    const b = d.b.serve.stderr.join('');
+    expect(b).not.toContain('took up the checks another worker had in hand');
+    expect(b).toContain("this machine's clock differs from the job store's database: checks are timed by the database's clock");
+    expect(errors(d)).toEqual([]);
+    const sentBy = d.exchanges().filter((x) => x.method === 'POST' && SERVICE_POST.test(x.path));
+    console.log(`B three minutes ahead: A sent ${sentBy.filter((x) => x.instance === 'A').length}, B ${sentBy.filter((x) => x.instance === 'B').length}; ${again.length} sent twice`);
   }, 90_000);
 
   it('refuses a database password on the command line', async () => {
