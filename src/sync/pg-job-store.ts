@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
+import { Client, DatabaseError, Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { earliestDateAnywhere } from '../adapters/local-date';
 import { closeEachOrThrow } from '../close-each';
 import { PatientInsuranceRecord } from '../domain';
@@ -45,6 +45,30 @@ import { expectSchema, migrate, PG_SCHEMA_VERSION, schemaVersion } from './pg-sc
 import { inTransaction, lockKey, storeError, type Queryable } from './pg-transaction';
 
 /**
+ * pg's Client, but one whose start fails closes its connection. The server asking for a password
+ * none was given for (no PGPASSWORD, none in the URL) fails in pg, on this side, with the
+ * connection left open, which the server closes only at its authentication_timeout: `jobs`, or a
+ * serve refused at start, said nothing for a minute, then named a SASL message. It is said at once,
+ * naming where the password goes.
+ */
+class ClosingClient extends Client {
+  override connect(): Promise<Client>;
+  override connect(callback: (err: Error | null, client?: Client) => void): void;
+  override connect(callback?: (err: Error | null, client?: Client) => void): Promise<Client> | void {
+    if (!callback) return new Promise((resolve, reject) => this.connect((err) => (err ? reject(err) : resolve(this))));
+    let askedForPassword = false;
+    const asked = () => (askedForPassword = true);
+    for (const request of ['authenticationCleartextPassword', 'authenticationMD5Password', 'authenticationSASL']) this.connection.once(request, asked);
+    super.connect((err: Error | null) => {
+      if (!err) return callback(null, this);
+      void this.end().catch(() => undefined);
+      const refusedByServer = err instanceof DatabaseError;
+      callback(askedForPassword && !refusedByServer && !this.password ? new Error('the database asks for a password: set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE') : err);
+    });
+  }
+}
+
+/**
  * The job store on PostgreSQL, for several instances sharing the work. Claims are plain
  * `FOR UPDATE SKIP LOCKED` leases on the checks table: the store is a table of states with due
  * times, not a queue of jobs, so a queue library (pg-boss) would be a second copy of the state to
@@ -61,6 +85,7 @@ export class PgJobStore implements JobStore {
   /** Connects to a postgres:// URL and creates or migrates the schema; with create false (a reader), finds it at this program's version. */
   static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number; create?: boolean } = {}): Promise<PgJobStore> {
     const pool = new Pool({
+      Client: ClosingClient,
       connectionString: url,
       max: options.poolSize ?? 10,
       connectionTimeoutMillis: 10_000,

@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { Client, Pool } from 'pg';
 import type { PayerResolver } from '../../src/domain';
 import type { CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
@@ -792,5 +793,41 @@ describe('PgJobStore with two instances on one database', () => {
   it('shares a rate bucket between the instances', async () => {
     const waits = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? a : b).takeRateToken('portal:DELTA', 5, NOW)));
     expect(waits.sort((x, y) => x - y)).toEqual([0, 0, 0, 0, 0, 200, 400, 600, 800, 1000]);
+  });
+});
+
+describe('PgJobStore opening a database that asks for a password none was given for', () => {
+  it('says where the password goes, and closes the connection rather than leaving it to the server', async () => {
+    // A server that asks for SCRAM, as PostgreSQL does by default, and then waits, as PostgreSQL
+    // waits up to its authentication_timeout (a minute) for an answer that never comes.
+    const authentication = (code: number, data: string) => {
+      const head = Buffer.alloc(9);
+      head.write('R');
+      head.writeInt32BE(8 + Buffer.byteLength(data), 1);
+      head.writeInt32BE(code, 5);
+      return Buffer.concat([head, Buffer.from(data)]);
+    };
+    const sockets: Socket[] = [];
+    const server: Server = createServer((socket) => {
+      sockets.push(socket);
+      // The startup message, then the client's first SCRAM message: the second needs the password.
+      socket.once('data', () => {
+        socket.write(authentication(10, 'SCRAM-SHA-256\0\0'));
+        socket.once('data', () => socket.write(authentication(11, 'r=nonce,s=c2FsdA==,i=4096')));
+      });
+    });
+    const closed = new Promise<void>((resolve) => server.once('connection', (socket) => socket.once('close', () => resolve())));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const given = process.env.PGPASSWORD;
+    delete process.env.PGPASSWORD;
+    try {
+      const url = `postgres://elig@127.0.0.1:${(server.address() as AddressInfo).port}/eligibility`;
+      await expect(PgJobStore.open(url)).rejects.toThrow('the database asks for a password: set PGPASSWORD, or the whole URL in DENTAL_ELIG_STORE');
+      await closed;
+    } finally {
+      if (given !== undefined) process.env.PGPASSWORD = given;
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
