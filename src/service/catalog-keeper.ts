@@ -70,6 +70,11 @@ export class CatalogKeeper {
     throw new Error(`payer catalog: cannot be fetched from the service and none is saved (${this.failure})`);
   }
 
+  /** Whether the last refresh failed, said once (the one it has kept, or none yet): the next are not news until one succeeds. */
+  get failing(): boolean {
+    return this.lastError !== undefined;
+  }
+
   /** Why the catalog could not be fetched last, in a line; empty when the last refresh succeeded. */
   get failure(): string {
     return this.lastError === undefined ? '' : errorText(this.lastError);

@@ -153,6 +153,8 @@ export interface EligibilitySync {
 /** Where the SQLite store and the payer catalog are kept when no data dir is given: the sync's and serve's alike. */
 export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 
+/** The client's operations a catalog refresh makes (PayerCatalog.sync). */
+const CATALOG_LISTINGS = new Set(['list payer network', 'list portal network']);
 /** How far this machine's clock may be from the shared store's before serve says so as it starts. */
 const CLOCK_SKEW_SAID_MS = 5000;
 const POLL_CURSOR = 'fhir-poll-cursor';
@@ -300,6 +302,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const clientLog = {
     warn: (obj: object, msg: string) => {
       if (outFor((obj as { portalId?: string }).portalId)) return logger.debug(obj, msg);
+      // So for the catalog's listings once a refresh has failed, said once: four warnings a try, at each try after, until one succeeds.
+      if (keeper?.failing && CATALOG_LISTINGS.has(String((obj as { operation?: unknown }).operation))) return logger.debug(obj, msg);
       // A retry's line only (it counts `attempt`): one on the 429's body is not about the rate.
       if (!('attempt' in obj && (obj as { status?: unknown }).status === 429)) return logger.warn(obj, msg);
       if (!throttleNews()) return logger.debug(obj, msg);

@@ -235,7 +235,7 @@ export class ServiceHttp {
     const delay = retryDelay(tally.retries, after, { retryMinDelayMs, retryMaxDelayMs }, this.#random);
     const why = cause.status !== undefined ? `answered ${cause.status}` : `${describeTransportError(cause.code)} (${cause.code ?? 'no code'})`;
     this.#log.warn(
-      { attempt: tally.retries, delayMs: delay, status: cause.status, code: cause.code, ...(portalId !== undefined && { portalId }) },
+      { operation, attempt: tally.retries, delayMs: delay, status: cause.status, code: cause.code, ...(portalId !== undefined && { portalId }) },
       `${operation}: ${target} ${why}; retry ${tally.retries} of ${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
     );
     return delay;

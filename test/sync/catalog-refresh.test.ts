@@ -110,6 +110,9 @@ describe('the payer catalog of a running sync', () => {
     await until('refreshed again', async () => said('payer catalog refreshed again').length > 0);
     expect(h.sandbox.requestLog.filter((r) => r.path.startsWith('/v2/network/payers') && r.status === 503)).toHaveLength(15);
     expect(said('payer catalog refresh failed; using the one it has')).toHaveLength(1);
+    // The client's retries are warned of at the first refresh that failed, not again at each after until one succeeds.
+    const retries = said('list payer network: ').map((line) => (JSON.parse(line) as { level: number }).level);
+    expect(retries).toEqual([...Array(4).fill(40), ...Array(8).fill(20)]);
     await until('saved', async () => saved().includes('MLD77'));
   });
 
