@@ -579,7 +579,7 @@ describe('the patient insurance store', () => {
     });
   });
 
-  it('lets a store failure through, so the listener answers AR and keeps the message', async () => {
+  it('lets a store failure through as a throw, not a reject outcome: the listener answers it (AR, or no ACK for an outage: mllp-listener.test)', async () => {
     const failing: PatientInsuranceStore = {
       get: async () => undefined,
       put: async () => {
