@@ -109,17 +109,19 @@ async function keepAborted(decoded: Extract<DecodedFrame, { kind: 'aborted' }>, 
     decoded.cause === 'restarted'
       ? `frame abandoned after ${decoded.bytes} bytes: a new frame began before it ended`
       : `frame unfinished after ${decoded.bytes} bytes when the connection ended or went idle`;
-  await deadLetter(context, { message: decodeFrame(decoded.fragment, context.charsets).text, bytes: decoded.fragment, reason });
+  // Not kept, it is lost all the same: no ACK was owed, and dropping the connection would bring it back no more than the next frame.
+  await deadLetter(context, { message: decodeFrame(decoded.fragment, context.charsets).text, bytes: decoded.fragment, reason }, 'the abandoned frame is lost');
   return [];
 }
 
-async function deadLetter(context: AnswerContext, letter: DeadLetter): Promise<boolean> {
+/** Keeps the letter; when that fails, says so with what becomes of the frame (`then`): by default it goes unanswered, to be sent again. */
+async function deadLetter(context: AnswerContext, letter: DeadLetter, then = 'connection dropped without an ACK'): Promise<boolean> {
   try {
     await context.onDeadLetter?.(letter);
     context.stats.deadLetters++;
     return true;
   } catch {
-    context.log?.warn({ remote: context.remote }, 'MLLP dead letter could not be kept; connection dropped without an ACK');
+    context.log?.warn({ remote: context.remote }, `MLLP dead letter could not be kept; ${then}`);
     return false;
   }
 }

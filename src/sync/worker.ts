@@ -808,7 +808,7 @@ export class Worker {
         await this.pendingTooLong(row);
         return;
       }
-      // Sent synchronously (its payer has no async portal) and answered Pending, it has no webhook to come.
+      // A webhook missed only where one was to come: a check sent synchronously (its payer has no async portal) and answered Pending is polled for its result.
       if (hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
       await this.outcomeArrived(row, outcome);
     } catch (err) {

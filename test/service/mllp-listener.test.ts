@@ -298,6 +298,17 @@ describe('MllpListener', () => {
       expect(listener.stats()).toMatchObject({ framesAborted: 1, deadLetters: 1, acks: { AA: 1 } });
     });
 
+    it('goes on answering on the connection when the letter of an abandoned frame cannot be kept, and says the frame is lost, not the connection dropped', async () => {
+      const warnings: string[] = [];
+      await start(undefined, async () => {
+        throw new Error('dead-letter store unavailable');
+      }, { log: { info: () => {}, warn: (_fields, msg) => void warnings.push(msg) } });
+      const c = await open();
+      c.socket.write(Buffer.concat([Buffer.from([VT]), Buffer.from(message('GONE').slice(0, 60)), frame(message('NEXT'))]));
+      expect((await c.waitFor(1)).map((a) => msa(a).echoes)).toEqual(['NEXT']);
+      expect(warnings.filter((w) => w.startsWith('MLLP dead letter'))).toEqual(['MLLP dead letter could not be kept; the abandoned frame is lost']);
+    });
+
     it('handles the frames a sender reset its connection after, unanswered, and dead-letters the one it left unfinished', async () => {
       let release = () => {};
       const held = new Promise<void>((resolve) => (release = resolve));

@@ -252,7 +252,7 @@ function dispatch(received: Received, options: Hl7HandlerOptions): Hl7Outcome | 
 
 async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  const problems = missingSegments(message, 'SCH', 'PID');
+  const problems = [...missingSegments(message, 'SCH', 'PID'), ...repeatedSegments(message, 'SCH', 'PID')];
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
   const ofPatient = problems.length;
@@ -344,7 +344,7 @@ function held(patientKey: PatientKey, appointmentId: string | undefined, appoint
 
 async function cancel(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  const missing = missingSegments(message, 'SCH');
+  const missing = [...missingSegments(message, 'SCH'), ...repeatedSegments(message, 'SCH')];
   if (missing.length > 0) return rejected(missing);
   const appointmentId = readAppointmentId(message, profile);
   if (!appointmentId) return rejected([problemAt(whereMissing(message.segments, profile.appointment.id), 101, 'appointment id missing')]);
@@ -561,6 +561,21 @@ function olderThanRecord(ctx: Context, found: Named, insurance: Pick<InsuranceRe
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
   return names.filter((name) => !message.first(name)).map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));
 }
+
+/**
+ * A second SCH or PID, where a message is read as one appointment of one patient: the readers take
+ * the first's values, so a second appointment was answered AA and never booked, and a second
+ * patient's IN1 was read as the first patient's plan (a check of it under their name, a Coverage in
+ * their chart, and the plan kept on their record). SIU allows patient groups to repeat; none is read.
+ */
+function repeatedSegments(message: Hl7Message, ...names: Array<keyof typeof REPEATED>): Hl7Problem[] {
+  return names.flatMap((name) => (message.segments.some((s) => s.name === name && s.sequence === 2) ? [problemAt({ segment: name, sequence: 2 }, 100, REPEATED[name])] : []));
+}
+
+const REPEATED = {
+  SCH: 'a second appointment in one message: not read, nor the first',
+  PID: "a second patient in one booking: not read, nor the first (each patient's IN1 would be taken for the first's)",
+} as const;
 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {
   const { message, profile, options } = ctx;

@@ -185,13 +185,20 @@ export function profileFor(mappings: Hl7Mappings, sendingApplication: string): H
   return mappings.dialects.find((d) => d.sendingApplications.some((a) => a.toUpperCase() === app)) ?? mappings.defaultProfile;
 }
 
+/**
+ * The dialect files, none where the folder is not there. One that cannot be listed (its permissions
+ * not the service user's) is refused: read as none, each PMS a dialect names would be read by the
+ * default profile, its member ids looked for where it does not write them, every booking refused.
+ */
 function dialectFiles(dir: string): string[] {
+  const folder = path.join(dir, DIALECTS);
   try {
-    return readdirSync(path.join(dir, DIALECTS))
+    return readdirSync(folder)
       .filter((f) => f.endsWith('.json'))
       .sort();
-  } catch {
-    return [];
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw new ConfigError(`mappings/${DIALECTS}: cannot be listed (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
 }
 

@@ -212,6 +212,29 @@ describe('SIU^S12 with insurance: where each field goes', () => {
   });
 });
 
+describe('a message of more than one appointment or patient', () => {
+  const in1 = (payer: string, memberId: string) => segment('IN1', { 1: '1', 3: payer, 4: 'P', 17: 'SEL', 36: memberId });
+  const problemsOf = (result: Hl7Result) => (result.outcome.kind === 'reject' ? result.outcome.problems.map((p) => `${p.segment}[${p.sequence}]: ${p.code} ${p.ackCode}`) : []);
+
+  it('refuses a booking with a second SCH, which was answered AA and never booked', async () => {
+    const result = await run([msh('SIU^S12'), SCH, SCH.replace('APT-1', 'APT-2').replace('20240610', '20240612'), PID, in1('62308', 'M-1')]);
+    expect(problemsOf(result)).toEqual(['SCH[2]: 100 AE']);
+  });
+
+  it("refuses a booking with a second patient rather than verify the first under the second's plan", async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const result = await run([msh('SIU^S12'), SCH, PID, in1('62308', 'M-1'), 'PID|2||P-2^^^SC^MR||ROE^RICHARD||19700101|M', in1('65978', 'M-2')], store);
+    expect(problemsOf(result)).toEqual(['PID[2]: 100 AE']);
+    expect(result.outcome).not.toHaveProperty('held');
+    // Nothing of either patient's plans is kept as the first's.
+    expect(await store.get({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } })).toBeUndefined();
+  });
+
+  it('refuses a cancellation with a second SCH rather than cancel the first alone', async () => {
+    expect(problemsOf(await run([msh('SIU^S15'), SCH, SCH.replace('APT-1', 'APT-2'), PID]))).toEqual(['SCH[2]: 100 AE']);
+  });
+});
+
 describe('the subscriber', () => {
   const in1 = (fields: Record<number, string>) => segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 36: 'M-1', ...fields });
   const problemsOf = (result: Hl7Result) => (result.outcome.kind === 'reject' ? result.outcome.problems : []);
@@ -556,7 +579,7 @@ describe('the patient insurance store', () => {
     });
   });
 
-  it('lets a store failure through, so the listener answers AR and keeps the message', async () => {
+  it('lets a store failure through as a throw, not a reject outcome: the listener answers it (AR, or no ACK for an outage: mllp-listener.test)', async () => {
     const failing: PatientInsuranceStore = {
       get: async () => undefined,
       put: async () => {

@@ -124,4 +124,11 @@ describe('a bad mapping edit fails at load, naming the file and the entry', () =
     await rm(path.join(dir, 'hl7', 'dialects'), { recursive: true });
     expect(loadHl7Mappings(dir).dialects).toEqual([]);
   });
+
+  it('a dialects folder that cannot be listed, rather than its dialects left unread', async () => {
+    // As root can list a folder whatever its permissions, a file in its place stands for one the service user may not read.
+    await rm(path.join(dir, 'hl7', 'dialects'), { recursive: true });
+    await writeFile(path.join(dir, 'hl7', 'dialects'), '');
+    expect(() => loadHl7Mappings(dir)).toThrow(/^mappings\/hl7\/dialects: cannot be listed \(ENOTDIR\)/);
+  });
 });
