@@ -138,11 +138,12 @@ function heldSince(appointment: AppointmentRow, sent: Sent): boolean {
 const HELD = "; its visit is held: booked from the patient's record once an ADT corrects it";
 
 /**
- * Whether a booking refused for the patient's details holds its visit: one not booked before, or
- * held already (a booked visit keeps its checks, as a message refused changes nothing of it).
+ * Whether a booking refused for the patient's details holds its visit: one not booked before, held
+ * already, or cancelled (booked again: it has no checks to keep). A booked visit keeps its checks,
+ * as a message refused changes nothing of it.
  */
 function holdsVisit(outcome: Hl7Outcome, last: AppointmentRow | undefined): outcome is Extract<Hl7Outcome, { kind: 'reject' }> & { held: HeldBooking } {
-  return outcome.kind === 'reject' && outcome.held !== undefined && (last === undefined || last.status === 'awaiting-correction');
+  return outcome.kind === 'reject' && outcome.held !== undefined && (last === undefined || last.status === 'awaiting-correction' || last.status === 'cancelled');
 }
 
 /**

@@ -203,6 +203,17 @@ describe('HL7 v2 into the chart', () => {
       expect((await h.store.listAppointments()).map((a) => a.status)).toEqual(['cancelled']);
     });
 
+    it('booked again after its cancellation, and refused, is held by that booking and verified once an ADT corrects it', async () => {
+      await start();
+      expect(await send(siu('R40', 'P-R40', 'APT-R40', noMemberId))).toEqual(['AE']);
+      expect(await send([msh('SIU^S15^SIU_S12', 'R41'), sch('APT-R40'), pid('P-R40')].join('\r'))).toEqual(['AA']);
+      // The patient books the visit again an hour later, the PMS still without the member id: a cancelled visit has no checks to keep.
+      expect(await send(siu('R42', 'P-R40', 'APT-R40', noMemberId).replace('|20261123090000|', '|20261123100000|'))).toEqual(['AE']);
+      expect((await h.store.listAppointments('awaiting-correction')).map((a) => a.key)).toEqual(['hl7|BSD-MAIN|APT-R40']);
+      expect(await send(adt('R43', 'P-R40', guardian).replace('|20261123090000|', '|20261123110000|'))).toEqual(['AA']);
+      await verifiedAsCorrected('APT-R40');
+    });
+
     it('refused again by a later message, is held by that one, whose letter alone stays dead', async () => {
       await start();
       expect(await send(siu('R11', 'P-R11', 'APT-R11', noMemberId))).toEqual(['AE']);
