@@ -116,8 +116,13 @@ async function keepAborted(decoded: Extract<DecodedFrame, { kind: 'aborted' }>, 
 
 /** Keeps the letter; when that fails, says so with what becomes of the frame (`then`): by default it goes unanswered, to be sent again. */
 async function deadLetter(context: AnswerContext, letter: DeadLetter, then = 'connection dropped without an ACK'): Promise<boolean> {
+  // A listener given nowhere to keep letters (an embedder's, without onDeadLetter) keeps nothing: answered CE or AR as kept, the frame was lost.
+  if (!context.onDeadLetter) {
+    context.log?.warn({ remote: context.remote }, `MLLP listener has no onDeadLetter, so nothing is kept; ${then}`);
+    return false;
+  }
   try {
-    await context.onDeadLetter?.(letter);
+    await context.onDeadLetter(letter);
     context.stats.deadLetters++;
     return true;
   } catch {

@@ -24,7 +24,10 @@ import { emptyStats, type MllpLog, type MllpStats } from './mllp-stats';
 export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionLimits> {
   /** Answers one message (the frame's text, without MLLP bytes) with its ACKs, in sending order. */
   handler: (message: string) => Promise<readonly Ack[]>;
-  /** Receives what the handler could not take: it threw, the frame was too large, undecodable or abandoned. */
+  /**
+   * Receives what the handler could not take: it threw, the frame was too large, undecodable or
+   * abandoned. Without it nothing is kept, so such a frame is not answered (the sender sends it again).
+   */
   onDeadLetter?: (letter: DeadLetter) => void | Promise<void>;
   host?: string;
   port?: number;

@@ -142,6 +142,21 @@ describe('MllpListener', () => {
     expect(c.acks).toEqual([]);
   });
 
+  it('keeps nothing, and so answers nothing, for a handler that throws when it is given no onDeadLetter: a CE would say it was kept', async () => {
+    const log = { warnings: [] as string[], info: () => undefined, warn: (_o: object, msg: string) => void log.warnings.push(msg) };
+    listener = await mllp.start({
+      handler: async () => {
+        throw new Error('the embedder\'s handler failed');
+      },
+      log,
+    });
+    const c = await open();
+    c.socket.write(frame(message('NOWHERE', '|||AL|NE')));
+    await Promise.race([c.closed, c.waitFor(1).catch(() => undefined)]);
+    expect(c.acks).toEqual([]);
+    expect(log.warnings).toEqual(['MLLP listener has no onDeadLetter, so nothing is kept; connection dropped without an ACK']);
+  });
+
   it.each([
     ['PostgreSQL out of reach', () => new StoreUnavailableError(new Error('Connection terminated unexpectedly'))],
     ['SQLite held by another process past its busy_timeout', () => Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' })],
