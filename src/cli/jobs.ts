@@ -359,12 +359,12 @@ function outcomeOf(row: CheckRow): string | undefined {
   return typeof status === 'string' ? outcomeKindOf(status) : undefined;
 }
 
-/** The kind of a check's failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
 /** Now by the clock serve's instances go by: a retry made due by this machine's, behind the database's, would wait for it. */
 function storeTime(store: JobStore): Date {
   return store.now?.() ?? new Date();
 }
 
+/** The kind of a check's failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
 function failureKindOfCheck(row: CheckRow): string | undefined {
   if (outcomeOf(row) !== 'failed') return undefined;
   try {

@@ -123,8 +123,8 @@ export class PgJobStore implements JobStore {
     readonly upgradedFrom: number | undefined,
   ) {}
 
-  /** The database's time as last read, and this process's monotonic time when it was: see now(). */
-  private clock = { dbMs: Date.now(), at: performance.now() };
+  /** The database's time as last read, and this process's monotonic time when it was: see now(). Before the first reading, this machine's. */
+  private clock = { dbMs: Date.now(), at: performance.now(), read: false };
   private clockTimer: NodeJS.Timeout | undefined;
 
   /**
@@ -144,7 +144,8 @@ export class PgJobStore implements JobStore {
     const after = performance.now();
     const ms = rows[0]?.ms;
     // A reading held up (a pool whose connections are all busy, a slow network) says little of when the database read it: the last is kept.
-    if (typeof ms === 'number' && Number.isFinite(ms) && after - before < CLOCK_READ_WITHIN_MS) this.clock = { dbMs: ms, at: (before + after) / 2 };
+    // The first is taken all the same: off by half its round trip at most, where this machine's clock, kept, may be off by minutes, and unsaid.
+    if (typeof ms === 'number' && Number.isFinite(ms) && (after - before < CLOCK_READ_WITHIN_MS || !this.clock.read)) this.clock = { dbMs: ms, at: (before + after) / 2, read: true };
   }
 
   /** The schema version the database is at. */

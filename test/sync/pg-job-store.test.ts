@@ -1,4 +1,5 @@
-import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Pool } from 'pg';
 import type { PayerResolver } from '../../src/domain';
 import type { CheckRow, JobStore, StoreTx } from '../../src/sync/job-store';
@@ -828,6 +829,54 @@ describe('PgJobStore opening a database that asks for a password none was given 
       if (given !== undefined) process.env.PGPASSWORD = given;
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
+describe("PgJobStore's clock", () => {
+  it("goes by the database's clock from a first reading that came slowly, not by this machine's an hour off", async () => {
+    const url = new URL(await postgres.createDatabase());
+    const target = { port: Number(url.port), host: url.hostname };
+    // A hop that holds the answer to the clock's reading back a second and a half, as a database
+    // under load or far away answers: the answers after it wait their turn behind it.
+    const sockets = new Set<Socket>();
+    const hop: Server = createServer((socket) => {
+      sockets.add(socket);
+      const upstream = connect(target.port, target.host);
+      sockets.add(upstream);
+      let reading = false;
+      let passed = Promise.resolve();
+      socket.on('data', (chunk: Buffer) => {
+        if (chunk.includes('clock_timestamp')) reading = true;
+        upstream.write(chunk);
+      });
+      upstream.on('data', (chunk: Buffer) => {
+        const held = reading;
+        reading = false;
+        passed = passed.then(() => (held ? sleep(1500) : undefined)).then(() => void socket.write(chunk));
+      });
+      socket.on('error', () => upstream.destroy());
+      upstream.on('error', () => socket.destroy());
+      socket.on('close', () => upstream.destroy());
+    });
+    await new Promise<void>((resolve) => hop.listen(0, '127.0.0.1', resolve));
+    const realNow = Date.now.bind(Date);
+    const ahead = jest.spyOn(Date, 'now').mockImplementation(() => realNow() + 3_600_000);
+    let store: PgJobStore | undefined;
+    try {
+      url.port = String((hop.address() as AddressInfo).port);
+      store = await PgJobStore.open(url.toString());
+      const db = new Client({ connectionString: url.toString() });
+      await db.connect();
+      const { rows } = await db.query<{ at: Date }>('SELECT clock_timestamp() AS at');
+      await db.end();
+      // Off by the reading's round trip at most, not by the hour this machine's clock is.
+      expect(Math.abs(store.now().getTime() - (rows[0] as { at: Date }).at.getTime())).toBeLessThan(60_000);
+    } finally {
+      ahead.mockRestore();
+      await store?.close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => hop.close(resolve));
     }
   });
 });
