@@ -315,7 +315,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const ownsStore = !config.store;
   let store: JobStore;
   try {
-    store = watchOutages(config.store ?? SqliteJobStore.open(dataDir), logger);
+    // Its outage dated as the rest of /healthz is: `failing since` by the clock the sync goes by.
+    store = watchOutages(config.store ?? SqliteJobStore.open(dataDir), logger, () => now().getTime());
   } catch (err) {
     if (ownsClient) void client.close();
     throw err;

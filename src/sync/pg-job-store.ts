@@ -139,11 +139,18 @@ export class PgJobStore implements JobStore {
   }
 
   private async readClock(): Promise<void> {
+    // Timed from a connection in hand: the wait for one, under load, is no part of the round trip.
+    const client = await this.pool.connect();
     const before = performance.now();
-    const { rows } = await this.pool.query<{ ms: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms');
+    const { rows } = await client.query<{ ms: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms').catch((err: Error) => {
+      // A connection that failed is not put back in the pool.
+      client.release(err);
+      throw err;
+    });
     const after = performance.now();
+    client.release();
     const ms = rows[0]?.ms;
-    // A reading held up (a pool whose connections are all busy, a slow network) says little of when the database read it: the last is kept.
+    // A reading held up (a slow network, a busy server) says little of when the database read it: the last is kept.
     // The first is taken all the same: off by half its round trip at most, where this machine's clock, kept, may be off by minutes, and unsaid.
     if (typeof ms === 'number' && Number.isFinite(ms) && (after - before < CLOCK_READ_WITHIN_MS || !this.clock.read)) this.clock = { dbMs: ms, at: (before + after) / 2, read: true };
   }

@@ -141,6 +141,30 @@ describe('the store disk full', () => {
     await until('every booking written', async () => (await store.listChecks({ states: ['written'] })).length === texts.length, 30_000);
   }
 
+  it('dates its outage by the clock a store shared by instances gives (JobStore.now, the database\'s on PostgreSQL), as the rest of the sync does', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'elig-full-'));
+    const sqlite = SqliteJobStore.open(dataDir);
+    const { state, store } = fillable(sqlite);
+    // The database's clock an hour behind this host's.
+    const behind = new Proxy(store, { get: (target, key) => (key === 'now' ? () => new Date(Date.now() - 3_600_000) : Reflect.get(target, key, target)) });
+    const sync = await syncOn(behind, dataDir);
+    try {
+      expect(await sendOne(sync.port, booking('C', 0))).toBe('AA');
+      state.full = true;
+      await sendUntilRefused(sync.port, behind, [booking('C', 1), booking('C', 2)]);
+      const since = /^failing since (\S+): /.exec((await sync.health()).store)?.[1];
+      expect(Date.now() - Date.parse(since ?? '')).toBeGreaterThan(3_500_000);
+      // What it stored is dated so too.
+      const [message] = await sqlite.listMessages({ kind: 'hl7' });
+      expect(Date.now() - Date.parse(message?.receivedAt ?? '')).toBeGreaterThan(3_500_000);
+    } finally {
+      state.full = false;
+      await sync.close();
+      await sqlite.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('a store failing with SQLITE_FULL: no ACK, the connection dropped, the reason logged; the resend stored once room is back', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'elig-full-'));
     const sqlite = SqliteJobStore.open(dataDir);
