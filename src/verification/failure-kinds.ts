@@ -5,7 +5,15 @@ export const FailureAction = z.enum(['retry-later', 'needs-a-person']);
 export type FailureAction = z.infer<typeof FailureAction>;
 
 const FailureKindsFile = z.looseObject({
-  kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })),
+  // Two kinds written alike but for case, hyphens or underscores would be one kind as a type URI is read (tableKind).
+  kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })).superRefine((kinds, ctx) => {
+    const seen = new Map<string, string>();
+    for (const kind of Object.keys(kinds)) {
+      const same = seen.get(looseWord(kind));
+      if (same !== undefined) ctx.addIssue({ code: 'custom', path: [kind], message: `is ${same} written otherwise: a type URI names them alike` });
+      seen.set(looseWord(kind), kind);
+    }
+  }),
   /** What the front desk reads of a kind the table does not list; a copy of the mappings from before it had one still reads. */
   unknown: z.strictObject({ advice: z.string() }).optional(),
   /** The request's fields filled from the office's setup, not the PMS; a copy without it takes every refusal for the data's. */

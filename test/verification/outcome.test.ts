@@ -235,6 +235,23 @@ describe('failure kinds', () => {
     expect(failureKindOf('https://e/site-closed')).toBe('site-closed');
   });
 
+  it('refuses a table with two kinds a type URI names alike, which would be read as whichever came first', () => {
+    const copy = mkdtempSync(path.join(tmpdir(), 'elig-mappings-'));
+    try {
+      cpSync(path.join(projectRoot, 'mappings'), copy, { recursive: true });
+      const file = path.join(copy, 'failure-kinds.json');
+      const table = JSON.parse(readFileSync(file, 'utf8')) as { kinds: Record<string, unknown> };
+      table.kinds['up-stream'] = { action: 'needs-a-person', advice: 'call the payer' };
+      writeFileSync(file, JSON.stringify(table));
+      freshModules({ DENTAL_ELIG_MAPPINGS: copy }, () => {
+        const kinds = jest.requireActual<typeof import('../../src/verification/failure-kinds')>('../../src/verification/failure-kinds');
+        expect(() => kinds.failureKinds()).toThrow(/kinds\.up-stream: is Upstream written otherwise: a type URI names them alike/);
+      });
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
+  });
+
   it('reads a copy of the mappings made before failure-kinds.json had an unknown entry: such a kind has no advice, as then', () => {
     const copy = mkdtempSync(path.join(tmpdir(), 'elig-mappings-'));
     try {
