@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
+import { request } from 'undici';
 import { Webhook } from 'standardwebhooks';
 import { bodyBytesReading, HTTP_MAX_CONNECTIONS } from '../../src/connection-limits';
 import { startHttpServer } from '../../src/service/http-server';
@@ -267,8 +268,9 @@ describe('observability', () => {
     const idle = Array.from({ length: HTTP_MAX_CONNECTIONS }, () => connect(Number(port), hostname));
     try {
       await Promise.all(idle.map((socket) => once(socket, 'connect')));
-      // Idle connections that send nothing: past them, a request finds its connection closed, not answered.
-      await until('a connection past the cap closed', async () => (await fetch(`${started.httpUrl}/healthz`).then(() => 'answered', () => 'closed')) === 'closed');
+      // Idle connections that send nothing: past them, a request finds its connection closed, not answered. Each probe on a
+      // connection of its own: one the server took before the last idle one, kept alive, would be answered again and again.
+      await until('a connection past the cap closed', async () => (await request(`${started.httpUrl}/healthz`, { reset: true }).then(() => 'answered', () => 'closed')) === 'closed');
       const warned = started.logs.filter((line) => line.includes('HTTP connection refused: too many open'));
       expect(warned).toHaveLength(1);
       idle.pop()?.destroy();
