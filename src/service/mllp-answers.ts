@@ -48,8 +48,7 @@ async function answerMessageFrame(payload: Buffer, context: AnswerContext): Prom
   if (!decoded.ok) {
     context.stats.framesUndecodable++;
     context.log?.warn({ remote: context.remote, bytes: payload.length }, 'MLLP frame not decodable in its character set');
-    const kept = await deadLetter(context, { message: decoded.text, bytes: payload, reason: `MSH-18: ${decoded.problem.reason}` });
-    return kept ? frames(failure(decoded.text, 'CR', decoded.problem), decoded.encoding, context) : undefined;
+    return refuse(context, { message: decoded.text, bytes: payload, reason: `MSH-18: ${decoded.problem.reason}` }, () => frames(failure(decoded.text, 'CR', decoded.problem), decoded.encoding, context));
   }
   const batch = readBatch(decoded.text);
   if (!batch) {
@@ -96,9 +95,23 @@ async function answerOversized(head: Buffer, bytes: number, context: AnswerConte
   context.log?.warn({ remote: context.remote, bytes, limit }, 'MLLP frame over the size limit');
   // The head is cut at a byte count, maybe inside a character: read it leniently, keep its bytes.
   const { text, encoding } = decodeFrame(head, context.charsets);
-  const kept = await deadLetter(context, { message: text, bytes: head, reason: `frame of ${bytes} bytes is larger than ${limit} bytes (first ${head.length} bytes kept)` });
   // Sending it again would not make it smaller: CR.
-  return kept ? frames(failure(text, 'CR', rejection({ segment: 'MSH' }, 207, `message larger than ${limit} bytes`)), encoding, context) : undefined;
+  return refuse(context, { message: text, bytes: head, reason: `frame of ${bytes} bytes is larger than ${limit} bytes (first ${head.length} bytes kept)` }, () =>
+    frames(failure(text, 'CR', rejection({ segment: 'MSH' }, 207, `message larger than ${limit} bytes`)), encoding, context),
+  );
+}
+
+/**
+ * A frame no resend makes acceptable (too large, not decodable), refused once its letter is kept.
+ * A listener given nowhere to keep letters refuses it all the same: unanswered, it would be sent
+ * again and again, as large or as undecodable, and the sender's queue stopped behind it for good.
+ */
+async function refuse(context: AnswerContext, letter: DeadLetter, answer: () => Buffer[]): Promise<Buffer[] | undefined> {
+  if (!context.onDeadLetter) {
+    context.log?.warn({ remote: context.remote }, 'MLLP listener has no onDeadLetter, so nothing is kept; the frame is refused all the same, as sent again it would be again');
+    return answer();
+  }
+  return (await deadLetter(context, letter)) ? answer() : undefined;
 }
 
 /** No ACK: the sender gave this frame up, and an answer would be read as the answer to its next one. */

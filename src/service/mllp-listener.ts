@@ -26,7 +26,8 @@ export interface MllpListenerOptions extends CharsetOptions, Partial<ConnectionL
   handler: (message: string) => Promise<readonly Ack[]>;
   /**
    * Receives what the handler could not take: it threw, the frame was too large, undecodable or
-   * abandoned. Without it nothing is kept, so such a frame is not answered (the sender sends it again).
+   * abandoned. Without it nothing is kept, so a message the handler failed on is not answered (the
+   * sender sends it again); a frame too large or undecodable is refused all the same, as a resend would be.
    */
   onDeadLetter?: (letter: DeadLetter) => void | Promise<void>;
   host?: string;

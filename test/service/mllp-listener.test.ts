@@ -157,6 +157,19 @@ describe('MllpListener', () => {
     expect(log.warnings).toEqual(['MLLP listener has no onDeadLetter, so nothing is kept; connection dropped without an ACK']);
   });
 
+  it('refuses a frame too large or undecodable all the same when it is given no onDeadLetter: unanswered, it would be sent again and again, the feed stopped behind it', async () => {
+    const log = { warnings: [] as string[], info: () => undefined, warn: (_o: object, msg: string) => void log.warnings.push(msg) };
+    listener = await mllp.start({ handler: async (m) => [buildAck(readMessageHeader(m), { code: 'AA' })], maxFrameBytes: 400, log });
+    const c = await open();
+    const big = message('BIG') + `\rNTE|1||${'x'.repeat(1000)}`;
+    // Not UTF-8, and MSH-18 names no other set.
+    const latin1 = message('LATIN').replace('DOE^JANE', 'MÜLLER^JANE');
+    c.socket.write(Buffer.concat([frame(big), frame(latin1, 'latin1'), frame(message('NEXT'))]));
+    expect((await c.waitFor(3)).map((a) => msa(a).code)).toEqual(['AR', 'AR', 'AA']);
+    expect(log.warnings.filter((w) => w.startsWith('MLLP listener has no onDeadLetter'))).toHaveLength(2);
+    expect(listener.stats().deadLetters).toBe(0);
+  });
+
   it.each([
     ['PostgreSQL out of reach', () => new StoreUnavailableError(new Error('Connection terminated unexpectedly'))],
     ['SQLite held by another process past its busy_timeout', () => Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' })],
