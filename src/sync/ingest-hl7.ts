@@ -88,7 +88,8 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
       (superseded ? `${describe(result.outcome)}; not applied: sent (MSH-7) before the appointment's last message`
       : stale ? `${describe(outcome)}; the patient's details and insurance not applied: sent (MSH-7) before the message that last changed them`
       : describe(result.outcome)) + (!superseded && holdsVisit(outcome, last) ? HELD : '') + warned;
-    await tx.updateMessage(message.id, { status: rejected ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
+    // A refusal the appointment's later message overtook leaves a person nothing to do: the visit is that message's.
+    await tx.updateMessage(message.id, { status: rejected && !superseded ? 'dead' : 'handled', detail, answer: JSON.stringify(acks) });
     if (options.replayOf !== undefined) await tx.updateMessage(options.replayOf, { status: 'handled', detail: `replayed as message ${message.id}` });
     return { messageId: message.id, acks, result, created, withdrawn };
   });

@@ -1066,6 +1066,21 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listMessages()).find((m) => m.raw.includes('|U1|'))?.detail).toMatch(/not applied: sent \(MSH-7\) before the appointment's last message$/);
   });
 
+  it('keeps a booking refused for the patient, which a cancellation sent after it overtook, as handled, not a dead letter for a person', async () => {
+    await start({ settings: { idleMs: 60_000 } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
+    const refused = [msh('SIU^S12^SIU_S12', 'U5'), sch('APT-19'), pid('P-19'), segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL' })].join('\r');
+    const cancellation = [msh('SIU^S15^SIU_S12', 'U6'), sch('APT-19'), pid('P-19')].join('\r');
+    // The sender is answered as the booking deserves; the visit is the cancellation's, which nothing is left to correct.
+    expect(await send(sentAt('100000', cancellation), sentAt('090000', refused))).toEqual(['AA', 'AE']);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|U5|'))).toMatchObject({
+      status: 'handled',
+      detail: expect.stringMatching(/^rejected: IN1-36: member id missing; not applied: sent \(MSH-7\) before the appointment's last message$/),
+    });
+    expect(await h.store.listAppointments('awaiting-correction')).toEqual([]);
+  });
+
   it('applies an A08 insurance made before a booking without IN1 that overtook it: the booking stated no insurance', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();
