@@ -324,7 +324,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const storeNow = store.now;
   if (storeNow) clock = () => storeNow.call(store);
   const policy = schedulePolicy(settings, routing);
-  const metrics = new SyncMetrics(store, now);
+  const metrics = new SyncMetrics(store, now, Object.keys(failureKinds()));
   const events = new EventEmitter();
   const given = config.catalog;
   const keeper = given ? undefined : new CatalogKeeper({ client, file: path.join(dataDir, 'catalog.json'), logger, now, refreshMs: settings.catalogRefreshMs });
