@@ -324,7 +324,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   const storeNow = store.now;
   if (storeNow) clock = () => storeNow.call(store);
   const policy = schedulePolicy(settings, routing);
-  const metrics = new SyncMetrics(store, now);
+  const metrics = new SyncMetrics(store, now, Object.keys(failureKinds()));
   const events = new EventEmitter();
   const given = config.catalog;
   const keeper = given ? undefined : new CatalogKeeper({ client, file: path.join(dataDir, 'catalog.json'), logger, now, refreshMs: settings.catalogRefreshMs });
@@ -759,8 +759,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // Said, as this machine's log lines are dated by its own clock, not the one its work goes by.
       const skewMs = storeNow && !config.now ? clock().getTime() - Date.now() : 0;
       if (Math.abs(skewMs) > CLOCK_SKEW_SAID_MS) logger.warn({ skewMs: Math.round(skewMs) }, "this machine's clock differs from the job store's database: checks are timed by the database's clock");
-      // The validator's definitions are read in a thread of their own while the catalog loads.
-      await Promise.all([keeper?.load(), loadR4Validation()]);
+      // The validator's definitions are read in a thread of their own while the catalog loads. An outage the store
+      // keeps is taken up first: the load waits out the client's retries of a service still away, /healthz and
+      // dental_elig_service_up saying it answered meanwhile, an alert on it cleared by each restart in the outage.
+      await Promise.all([worker.takeUpOutage(), keeper?.load(), loadR4Validation()]);
     } catch (err) {
       // Nothing is left open for an embedder that tries again with another sync (the store, its worker lock, the client),
       // and the start's failure is the one given: a close failing after it is said in the log.

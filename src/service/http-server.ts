@@ -57,10 +57,11 @@ export async function startHttpServer(
         res.setHeader('allow', 'POST, PUT');
         return sendProblem(res, 405, 'notifications are POST or PUT');
       }
-      // Said, as a webhook refused is: a Subscription sent without its header, or a FHIR server or proxy that adds Origin,
-      // has every notification refused, and nothing verified but by the poll.
+      // Said and counted, as a webhook refused is: a Subscription sent without its header, or a FHIR server or proxy that
+      // adds Origin, has every notification refused, and nothing verified but by the poll; a log line alone no alert watches.
       const refuse = (status: number, detail: string) => {
         sync.logger.warn({ status }, `FHIR notification refused: ${detail}`);
+        sync.metrics.messages.inc({ type: 'fhir-notification', ack: 'refused' });
         return sendProblem(res, status, detail);
       };
       // A FHIR server sends no Origin; a web page open on this machine does, and its text/plain POST needs no preflight.

@@ -60,7 +60,16 @@ export class SyncMetrics {
   /** How many payer portals the worker finds out on their own, the service answering for the others (ServiceOutage). */
   portalsOut: () => number = () => 0;
 
-  constructor(store: JobStore, now: () => Date) {
+  /**
+   * `failureKinds`: the kinds mappings/failure-kinds.json lists. Each series known beforehand starts
+   * at 0 (a failure kind, Unknown too; what became of a webhook; a FHIR notification's ack): born at
+   * its first event with 1, it showed Prometheus no increase, and an alert on increase() missed the
+   * first failure of a kind after each start, a secret's every refusal in the first scrape's spell.
+   */
+  constructor(store: JobStore, now: () => Date, failureKinds: readonly string[] = []) {
+    for (const kind of [...failureKinds, 'Unknown']) this.failures.inc({ kind }, 0);
+    for (const result of ['applied', 'duplicate', 'ignored', 'dead', 'refused', 'not-received']) this.webhooks.inc({ result }, 0);
+    for (const ack of ['stored', 'duplicate', 'dead', 'refused']) this.messages.inc({ type: 'fhir-notification', ack }, 0);
     // Read from this process when scraped: what the worker holds now, not a count kept beside it.
     const live = (name: string, help: string, read: () => number) =>
       new Gauge({

@@ -1093,8 +1093,11 @@ export class Worker {
     }
   }
 
-  /** The outage a worker before this one found, taken up; the store out of reach, this worker's calls find it. */
-  private async takeUpOutage(): Promise<void> {
+  /**
+   * The outage a worker before this one found, taken up; the store out of reach, this worker's calls find it.
+   * Again at start() (taken up once: a second changes nothing), so a sync says it while its start waits out the catalog's retries.
+   */
+  async takeUpOutage(): Promise<void> {
     try {
       const kept = await keptOutages(this.store);
       if (kept.service) this.service.resume(kept.service);

@@ -108,6 +108,8 @@ describe('serve on the in-process sandbox', () => {
       const refusals = lines.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.msg.startsWith('FHIR notification refused'));
       expect(refusals).toEqual(Array.from({ length: 3 }, () => expect.objectContaining({ level: 40, status: 401, msg: "FHIR notification refused: authorization does not carry the notification token (the Subscription's channel.header)" })));
       expect(lines.join('\n')).not.toContain('notification-token');
+      // Counted too, for an alert: the log line alone was watched by none, and nothing else told of notifications refused.
+      expect(await serving.sync.metrics.text()).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="refused"\} 3$/m);
       // The token taken, the body is read: not JSON, it is refused and kept.
       expect((await notify('Bearer notification-token')).status).toBe(400);
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);
@@ -204,6 +206,7 @@ describe('serve on the in-process sandbox', () => {
       const refusals = lines.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((l) => l.msg.startsWith('FHIR notification refused'));
       expect(refusals).toEqual([expect.objectContaining({ level: 40, status: 403, msg: 'FHIR notification refused: a FHIR notification comes from a FHIR server, not a web page (it carries Origin)' })]);
       expect(lines.join('\n')).not.toContain('attacker.example');
+      expect(await serving.sync.metrics.text()).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="refused"\} 1$/m);
       // A FHIR server sends none: its unreadable notification is kept, as before.
       expect((await notify({})).status).toBe(400);
       expect(await serving.sync.store.listMessages({ status: 'dead' })).toHaveLength(1);

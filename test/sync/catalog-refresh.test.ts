@@ -7,6 +7,9 @@ import { segment } from '../adapters/hl7/segment';
 import { FEATURE_ASYNC, FEATURE_SYNC } from '../../src/verification/wire';
 import { client } from '../service/mllp-client';
 import { bookingFor } from '../support/bookings';
+import { createEligibilitySync } from '../../src/service/eligibility-sync';
+import { createLogger } from '../../src/service/logger';
+import { keepOutageStart } from '../../src/sync/outage-record';
 import { FAST, startHarness, until, type Harness } from './harness';
 
 /** A booking naming its payer by an id and a name the sandbox's network does not list until the test adds the id (MetLife's). */
@@ -114,6 +117,35 @@ describe('the payer catalog of a running sync', () => {
     const retries = said('list payer network: ').map((line) => (JSON.parse(line) as { level: number }).level);
     expect(retries).toEqual([...Array(4).fill(40), ...Array(8).fill(20)]);
     await until('saved', async () => saved().includes('MLD77'));
+  });
+
+  it('says the service out as a restart in its outage begins, while the catalog is asked for, not only once the worker starts', async () => {
+    h = await startHarness();
+    const harness = h;
+    // A sync before this one found the service out, and stopped; the store keeps when.
+    await harness.sync.stop();
+    const since = new Date(Date.now() - 60_000);
+    await keepOutageStart(harness.store, since);
+    // The service still away: the catalog is asked for and not yet answered.
+    harness.sandbox.injectFault({ method: 'GET', path: '/v2/network/payers', delayMs: 1500 });
+    const again = createEligibilitySync({
+      store: harness.store,
+      dataDir: harness.dataDir,
+      service: { baseUrl: harness.sandbox.url, apiKey: harness.sandbox.apiKey },
+      fhir: { baseUrl: harness.fhir.url },
+      settings: FAST,
+      logger: createLogger({ level: 'silent' }),
+    });
+    const starting = again.start();
+    try {
+      await until('the catalog asked for', async () => harness.sandbox.requestLog.some((r) => r.path.startsWith('/v2/network/payers') && r.status === 0));
+      // An alert on dental_elig_service_up == 0 for 5m was cleared by each restart, as /healthz said 'no calls yet' meanwhile.
+      expect(await again.metrics.registry.getSingleMetricAsString('dental_elig_service_up')).toMatch(/dental_elig_service_up 0$/);
+      expect((await again.health()).service).toBe(`not answering since ${since.toISOString()}: checks wait for it`);
+    } finally {
+      await starting;
+      await again.stop();
+    }
   });
 
   it('takes no more checks once stopped while a refresh is under way, which it waits for', async () => {

@@ -231,7 +231,8 @@ describe('webhooks and service faults', () => {
     expect(h.sandbox.requestLog.filter((r) => r.status === 503)).toHaveLength(12);
     const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
     expect(metrics).toMatch(/^dental_elig_service_up 1$/m);
-    expect(metrics).not.toMatch(/outcome="failed"|kind="NotVerified"/);
+    expect(metrics).not.toMatch(/outcome="failed"/);
+    expect(metrics).toMatch(/^dental_elig_failures_total\{kind="NotVerified"\} 0$/m);
   });
 
   type LogLine = { level: number; msg: string; portalId?: string };
