@@ -202,6 +202,20 @@ export class ServiceOutage {
   }
 
   /**
+   * The portal's outage over because another instance sharing the store found it answering (its
+   * answer forgot the outage there), when this worker found it out more than `foundBeforeMs` ago:
+   * one found since may not be in the store yet. Its checks held here go; those given up in it
+   * were sent again by the instance that found it back.
+   */
+  endedElsewhere(portal: string, foundBeforeMs: number): void {
+    const own = this.portals.get(portal);
+    if (!own || this.now() - own.foundAt < foundBeforeMs) return;
+    this.portals.delete(portal);
+    this.portalRows.delete(portal);
+    this.log.info({ outageMs: this.now() - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal, as another instance found; its checks held go on');
+  }
+
+  /**
    * A call of the check `key` to `portal` that failed: counted when the failure says the service
    * is out, an answer when it says the service is there. Only a probe's failure puts the next
    * probe off further: the calls under way when the service went fail together, and say no more
@@ -312,12 +326,16 @@ class Outage {
   /** The checks whose calls failed in it: those that found it, and those that tried it in vain. */
   readonly failed: Set<string>;
 
+  /** When this worker found it out, or took it up. */
+  readonly foundAt: number;
+
   constructor(
     readonly since: number,
     at: number,
     foundBy: Iterable<string> = [],
   ) {
     this.asked = at;
+    this.foundAt = at;
     this.failed = new Set(foundBy);
   }
 }

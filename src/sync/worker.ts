@@ -160,6 +160,8 @@ export function storeRetryWaitMs(idleMs: number, failures: number): number {
 const NO_CHECK = '';
 /** The longest a service's answer waits in hand before the store is tried with it again, or a check whose step the store failed before it is given back: it holds a place of `concurrency`, and stop() ends the wait. */
 const ANSWER_RETRY_MAX_MS = 1000;
+/** Ticks (idleMs each, 5 s at the default) between reads of the store for portals another instance found back. */
+const PORTALS_READ_TICKS = 10;
 
 export class Worker {
   readonly owner = `worker-${randomUUID()}`;
@@ -205,6 +207,8 @@ export class Worker {
   private sendingAgain: Promise<void> = Promise.resolve();
   /** The worker's own try of the service while it is out and no check is left to try it (tryItself). */
   private tryingItself: Promise<void> = Promise.resolve();
+  /** When the store was last read for portals another instance found back (portalsBackElsewhere). */
+  private portalsReadAt = Number.NEGATIVE_INFINITY;
   /** The outage a worker before this one found, being read at start (takeUpOutage). */
   private takingUp: Promise<void> | undefined;
   /**
@@ -309,6 +313,7 @@ export class Worker {
     await ticking;
     this.ticking = undefined;
     this.tryItself();
+    await this.portalsBackElsewhere();
     if (!this.running || this.timer) return;
     // A kick during a failing claim may be the store answering again (a message just stored): look at once.
     const wait = this.kicked ? 0 : this.storeFailures > 0 ? storeRetryWaitMs(this.options.idleMs, this.storeFailures) : this.options.idleMs;
@@ -1104,6 +1109,26 @@ export class Worker {
       for (const { portal, since } of kept.portals) this.service.resume(since, portal);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');
+    }
+  }
+
+  /**
+   * The portals out here that another instance sharing the store found answering, read from the
+   * store at most every PORTALS_READ_TICKS ticks while one is out: a portal out on its own ends only
+   * by an answer to one of its checks, and the next of them this worker sends may be hours away,
+   * /healthz and dental_elig_payer_portals_out saying it out meanwhile.
+   */
+  private async portalsBackElsewhere(): Promise<void> {
+    const out = this.service.portalsOut;
+    const every = PORTALS_READ_TICKS * this.options.idleMs;
+    const now = this.deps.now().getTime();
+    if (out.length === 0 || Math.abs(now - this.portalsReadAt) < every) return;
+    this.portalsReadAt = now;
+    try {
+      const kept = new Set((await keptOutages(this.store)).portals.map((p) => p.portal));
+      for (const { portal } of out) if (!kept.has(portal)) this.service.endedElsewhere(portal, every);
+    } catch (err) {
+      if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether another instance found a payer portal answering again');
     }
   }
 

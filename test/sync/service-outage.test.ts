@@ -134,6 +134,20 @@ describe('ServiceOutage', () => {
     expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
   });
 
+  it('ends a portal\'s outage another instance found over, unless this worker found it out too lately for the store to hold it yet', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    w.endedElsewhere('a', 5000);
+    expect(out(w)).toEqual([undefined, ['a']]);
+    clock += 5000;
+    w.endedElsewhere('a', 5000);
+    expect([...out(w), w.covers('a')]).toEqual([undefined, [], false]);
+    // Those given up in it were sent again by the instance that found it back.
+    expect(back).not.toHaveBeenCalled();
+    expect(log.info).toHaveBeenCalledWith(expect.objectContaining({ portalId: 'a' }), 'the verification service answers again for the payer portal, as another instance found; its checks held go on');
+  });
+
   it('finds one portal out on a busy day: the other portals\' answers between its failures do not start its count again', () => {
     const w = watch();
     for (let i = 0; i < OUTAGE_AFTER; i++) {

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
 import { retryCheck } from '../../src/sync/operations';
+import { forgetOutageStart, keptOutages } from '../../src/sync/outage-record';
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { booking, bookingFor } from '../support/bookings';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
@@ -189,6 +190,24 @@ describe('webhooks and service faults', () => {
     expect(held.every((row) => row.attempts < 3)).toBe(true);
     // The same outage still: the other payers' answers did not end it.
     expect(((await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string }).service).toBe(said);
+  });
+
+  it('says a payer portal back once another instance sharing the store found it answering, though no check of its own tries it', async () => {
+    h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
+    for (const id of ['ELS1', 'ELS2', 'ELS3']) await h.sync.receiveHl7(bookingFor(id, 'SBX-503').replace('DOE^JANE', `DOE^${id}`));
+    const gauge = async () => /^dental_elig_payer_portals_out (\d+)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+    await until('the portal out', async () => (await gauge()) === '1');
+    const [portal] = (await keptOutages(h.store)).portals.map((p) => p.portal);
+    // Its checks done by the other instance (left as it would leave them: nothing due), which found the portal answering
+    // and forgot its outage in the store.
+    const held = await h.store.listChecks({ states: ['received', 'submitted'] });
+    expect(held).toHaveLength(3);
+    await h.store.transaction(async (tx) => {
+      for (const row of held) await tx.putCheck({ ...row, state: 'written', dueAt: undefined, updatedAt: new Date().toISOString() });
+    });
+    await forgetOutageStart(h.store, portal);
+    await until('the portal back here too', async () => (await gauge()) === '0');
+    expect(((await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string }).service).not.toMatch(/not answering/);
   });
 
   it('says in /healthz a payer portal out on its own while the whole service is out too', async () => {
