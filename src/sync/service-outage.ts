@@ -127,7 +127,10 @@ export class ServiceOutage {
     const at = since.getTime();
     if (portal !== undefined) {
       if (this.portals.has(portal)) return;
-      this.portals.set(portal, new Outage(at, this.now()));
+      const outage = new Outage(at, this.now());
+      // Read from the store.
+      outage.stored = true;
+      this.portals.set(portal, outage);
       this.log.warn({ since: since.toISOString(), portalId: portal }, 'the verification service was not answering for one payer portal when this worker started; its checks wait for it without using their attempts, one call at a time tries it');
       return;
     }
@@ -202,14 +205,24 @@ export class ServiceOutage {
   }
 
   /**
+   * The portal's outage found failing at `since` is in the store (this worker kept it, or found a
+   * start kept before): gone from there since, another instance forgot it. One whose keeping failed
+   * (the store out of reach, SQLite's disk full) was never there, and its absence says nothing.
+   */
+  kept(portal: string, since: Date): void {
+    const own = this.portals.get(portal);
+    if (own?.since === since.getTime()) own.stored = true;
+  }
+
+  /**
    * The portal's outage over because another instance sharing the store found it answering (its
-   * answer forgot the outage there), when this worker found it out more than `foundBeforeMs` ago:
-   * one found since may not be in the store yet. Its checks held here go; those given up in it
-   * were sent again by the instance that found it back.
+   * answer forgot the outage there), when the store held it (kept) and this worker found it out
+   * more than `foundBeforeMs` ago: a read begun before it was kept does not hold it. Its checks
+   * held here go; those given up in it were sent again by the instance that found it back.
    */
   endedElsewhere(portal: string, foundBeforeMs: number): void {
     const own = this.portals.get(portal);
-    if (!own || this.now() - own.foundAt < foundBeforeMs) return;
+    if (!own?.stored || this.now() - own.foundAt < foundBeforeMs) return;
     this.portals.delete(portal);
     this.portalRows.delete(portal);
     this.log.info({ outageMs: this.now() - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal, as another instance found; its checks held go on');
@@ -328,6 +341,8 @@ class Outage {
 
   /** When this worker found it out, or took it up. */
   readonly foundAt: number;
+  /** Whether the store holds it (a portal's: ServiceOutage.kept), so that its absence there says another instance ended it. */
+  stored = false;
 
   constructor(
     readonly since: number,

@@ -1093,6 +1093,7 @@ export class Worker {
   private async keepOutage(since: Date, portal: string | undefined): Promise<void> {
     try {
       await keepOutageStart(this.store, since, portal);
+      if (portal !== undefined) this.service.kept(portal, since);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when the verification service was found out');
     }

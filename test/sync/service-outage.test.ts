@@ -138,6 +138,8 @@ describe('ServiceOutage', () => {
     const back = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
     for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    // Kept in the store as found.
+    for (const { portal, since } of w.portalsOut) w.kept(portal, since);
     w.endedElsewhere('a', 5000);
     expect(out(w)).toEqual([undefined, ['a']]);
     clock += 5000;
@@ -146,6 +148,17 @@ describe('ServiceOutage', () => {
     // Those given up in it were sent again by the instance that found it back.
     expect(back).not.toHaveBeenCalled();
     expect(log.info).toHaveBeenCalledWith(expect.objectContaining({ portalId: 'a' }), 'the verification service answers again for the payer portal, as another instance found; its checks held go on');
+  });
+
+  it('keeps a portal\'s outage the store never held (its keeping failed): its absence there says no other instance ended it', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    clock += 5000;
+    w.endedElsewhere('a', 5000);
+    // Another start kept, not this outage's.
+    w.kept('a', new Date(clock));
+    w.endedElsewhere('a', 5000);
+    expect(out(w)).toEqual([undefined, ['a']]);
   });
 
   it('finds one portal out on a busy day: the other portals\' answers between its failures do not start its count again', () => {

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { generateWebhookSecret } from '../../src/sandbox';
 import { retryCheck } from '../../src/sync/operations';
+import type { StoreTx } from '../../src/sync/job-store';
 import { forgetOutageStart, keptOutages } from '../../src/sync/outage-record';
 import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { booking, bookingFor } from '../support/bookings';
@@ -208,6 +209,36 @@ describe('webhooks and service faults', () => {
     await forgetOutageStart(h.store, portal);
     await until('the portal back here too', async () => (await gauge()) === '0');
     expect(((await (await fetch(`${h.httpUrl}/healthz`)).json()) as { service: string }).service).not.toMatch(/not answering/);
+  });
+
+  it('keeps a payer portal out that this worker found while the store could not keep it: no other instance ended it', async () => {
+    h = await startHarness({ settings: { maxAttempts: 3, backoffBaseMs: 50, backoffMaxMs: 1000 }, service: { maxRetries: 0 } });
+    const { store } = h;
+    // The disk full as the portal is found out (SQLite answers reads meanwhile): its start is not kept.
+    const full = Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    let reads = 0;
+    const transaction = store.transaction.bind(store);
+    store.transaction = <T>(work: (tx: StoreTx) => Promise<T>) =>
+      transaction((tx) =>
+        work(
+          new Proxy(tx, {
+            get(target, key) {
+              if (key === 'setMeta') return (name: string, value: string) => (name === 'service-out-since' ? Promise.reject(full) : target.setMeta(name, value));
+              if (key === 'getMeta') return (name: string) => ((reads += name === 'service-out-since' ? 1 : 0), target.getMeta(name));
+              const value = Reflect.get(target, key, target) as unknown;
+              return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+            },
+          }),
+        ),
+      );
+    for (const id of ['KPT1', 'KPT2', 'KPT3']) await h.sync.receiveHl7(bookingFor(id, 'SBX-503').replace('DOE^JANE', `DOE^${id}`));
+    const gauge = async () => /^dental_elig_payer_portals_out (\d+)$/m.exec(await (await fetch(`${h.httpUrl}/metrics`)).text())?.[1];
+    await until('the portal out', async () => (await gauge()) === '1');
+    // Read for portals found back elsewhere, two reads apart past the time the store is given to keep it: not in the store, as it never was.
+    const before = reads;
+    await until('the store read for portals found back', async () => reads >= before + 4);
+    expect(h.logs.filter((line) => line.includes('as another instance found'))).toEqual([]);
+    expect(await gauge()).toBe('1');
   });
 
   it('says in /healthz a payer portal out on its own while the whole service is out too', async () => {
