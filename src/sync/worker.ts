@@ -308,12 +308,13 @@ export class Worker {
         this.claimFaulted = true;
         this.deps.log.error({ err: errorText(err) }, 'worker could not read the job store; trying again, less and less often');
       },
-    );
+    )
+      // Part of the tick, so stop() waits for its read of the store and a kick meanwhile starts no second tick beside it.
+      .then(() => this.portalsBackElsewhere());
     this.ticking = ticking;
     await ticking;
     this.ticking = undefined;
     this.tryItself();
-    await this.portalsBackElsewhere();
     if (!this.running || this.timer) return;
     // A kick during a failing claim may be the store answering again (a message just stored): look at once.
     const wait = this.kicked ? 0 : this.storeFailures > 0 ? storeRetryWaitMs(this.options.idleMs, this.storeFailures) : this.options.idleMs;
