@@ -449,7 +449,12 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const body = await readBody(req, 1024 * 1024);
       // The sender hung up before its body ended: its fault, nothing to keep, and no notification this sync failed to handle.
       if (body.kind === 'cut-off') return sendOutcome(res, 400, 'incomplete', SENDER_HUNG_UP);
-      if (body.kind === 'too-large') return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
+      if (body.kind === 'too-large') {
+        // Not read whole, so not kept: said and counted, as one refused at the door is, or only its sender would know.
+        logger.warn({ status: 413 }, 'FHIR notification refused: its body exceeds 1 MiB');
+        metrics.messages.inc({ type: 'fhir-notification', ack: 'refused' });
+        return sendOutcome(res, 413, 'too-costly', 'notification body exceeds 1 MiB');
+      }
       if (body.kind === 'busy') {
         res.setHeader('retry-after', '5');
         return sendOutcome(res, 503, 'transient', BUSY_READING);

@@ -460,6 +460,14 @@ describe('FHIR-triggered eligibility', () => {
     expect(dead[0]?.raw).toContain('appt-4004');
   });
 
+  it('refuses a notification over 1 MiB, 413, said and counted as refused, as one refused at the door is', async () => {
+    const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', headers: { 'content-type': 'application/fhir+json' }, body: `{"padding":"${'x'.repeat(1024 * 1024)}"}` });
+    expect(res.status).toBe(413);
+    const metrics = await (await fetch(`${h.httpUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^dental_elig_messages_total\{type="fhir-notification",ack="refused"\} 1$/m);
+    expect(h.logs.filter((line) => line.includes('FHIR notification refused: its body exceeds 1 MiB'))).toHaveLength(1);
+  });
+
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
     expect(res.status).toBe(400);
