@@ -277,11 +277,13 @@ describe('serve instances on PostgreSQL behind a load balancer', () => {
     // A's checks in hand, and a verification it requested whose result the service is yet to send.
     await bothHolding(d, () => awaitedWebhooks(d, 'A').length > 0);
     const awaited = awaitedWebhooks(d, 'A');
+    // What A holds as it dies, read while it is stopped: read before, A may finish some of it before the kill, which no one
+    // takes up; read after, B may have taken them up already, its lock on them.
+    d.a.serve.child.kill('SIGSTOP');
+    const inHandAtKill = await d.inHand();
     d.a.serve.child.kill('SIGKILL');
     const killedAt = Date.now();
     expect(await d.a.serve.exited).toBeNull();
-    // What A held as it died, read after it: it may have finished some of what bothHolding read before the kill, which no one takes up.
-    const inHandAtKill = await d.inHand();
     expect(sent).toBe(false);
     // PostgreSQL drops the lock as it sees the connections close, a moment after the process is gone.
     const live = await until('the killed instance\'s live lock dropped', async () => {
