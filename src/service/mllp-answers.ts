@@ -107,11 +107,9 @@ async function answerOversized(head: Buffer, bytes: number, context: AnswerConte
  * again and again, as large or as undecodable, and the sender's queue stopped behind it for good.
  */
 async function refuse(context: AnswerContext, letter: DeadLetter, answer: () => Buffer[]): Promise<Buffer[] | undefined> {
-  if (!context.onDeadLetter) {
-    context.log?.warn({ remote: context.remote }, 'MLLP listener has no onDeadLetter, so nothing is kept; the frame is refused all the same, as sent again it would be again');
-    return answer();
-  }
-  return (await deadLetter(context, letter)) ? answer() : undefined;
+  const nowhere = !context.onDeadLetter;
+  const kept = await deadLetter(context, letter, nowhere ? 'the frame is refused all the same, as sent again it would be again' : undefined);
+  return kept || nowhere ? answer() : undefined;
 }
 
 /** No ACK: the sender gave this frame up, and an answer would be read as the answer to its next one. */
