@@ -360,7 +360,7 @@ async function cancel(ctx: Context): Promise<Hl7Outcome> {
 
 async function record(ctx: Context): Promise<Hl7Outcome> {
   const { message, profile, options } = ctx;
-  const problems = missingSegments(message, 'PID');
+  const problems = [...missingSegments(message, 'PID'), ...repeatedSegments(message, 'PID')];
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
   const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
@@ -566,7 +566,9 @@ function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] 
  * A second SCH or PID, where a message is read as one appointment of one patient: the readers take
  * the first's values, so a second appointment was answered AA and never booked, and a second
  * patient's IN1 was read as the first patient's plan (a check of it under their name, a Coverage in
- * their chart, and the plan kept on their record). SIU allows patient groups to repeat; none is read.
+ * their chart, and the plan kept on their record; from an ADT, the plan kept alone). SIU allows patient
+ * groups to repeat; none is read. A cancellation goes by its SCH's appointment id alone, so a second PID
+ * there is not refused.
  */
 function repeatedSegments(message: Hl7Message, ...names: Array<keyof typeof REPEATED>): Hl7Problem[] {
   return names.flatMap((name) => (message.segments.some((s) => s.name === name && s.sequence === 2) ? [problemAt({ segment: name, sequence: 2 }, 100, REPEATED[name])] : []));
@@ -574,7 +576,7 @@ function repeatedSegments(message: Hl7Message, ...names: Array<keyof typeof REPE
 
 const REPEATED = {
   SCH: 'a second appointment in one message: not read, nor the first',
-  PID: "a second patient in one booking: not read, nor the first (each patient's IN1 would be taken for the first's)",
+  PID: "a second patient in one message: not read, nor the first (each patient's IN1 would be taken for the first's)",
 } as const;
 
 function readClinic(ctx: Context, problems: Hl7Problem[]): string | undefined {

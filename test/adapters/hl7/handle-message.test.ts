@@ -230,6 +230,13 @@ describe('a message of more than one appointment or patient', () => {
     expect(await store.get({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } })).toBeUndefined();
   });
 
+  it("refuses an ADT with a second patient rather than record the second's plan as the first's", async () => {
+    const store = new InMemoryPatientInsuranceStore();
+    const result = await run([msh('ADT^A08^ADT_A01'), PID, in1('62308', 'M-1'), 'PID|2||P-2^^^SC^MR||ROE^RICHARD||19700101|M', in1('65978', 'M-2')], store);
+    expect(problemsOf(result)).toEqual(['PID[2]: 100 AE']);
+    expect(await store.get({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } })).toBeUndefined();
+  });
+
   it('refuses a cancellation with a second SCH rather than cancel the first alone', async () => {
     expect(problemsOf(await run([msh('SIU^S15'), SCH, SCH.replace('APT-1', 'APT-2'), PID]))).toEqual(['SCH[2]: 100 AE']);
   });
