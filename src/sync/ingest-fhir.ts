@@ -183,7 +183,11 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
 }
 
 /** The little of a Coverage the pipeline reads to find whose it is. */
-const CoverageHead = z.looseObject({ beneficiary: z.looseObject({ reference: z.string().optional() }).optional() });
+const CoverageHead = z.looseObject({
+  id: z.string().optional(),
+  beneficiary: z.looseObject({ reference: z.string().optional() }).optional(),
+  subscriber: z.looseObject({ reference: z.string().optional() }).optional(),
+});
 /** A Patient reference, relative or absolute, versioned (`/_history/n`) or not. */
 const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
 const patientIdOf = (reference: string | undefined) => (reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1]);
@@ -255,6 +259,39 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
   });
 }
 
+/** How many patients one search for the Coverages they subscribe to names: a poll's changed patients go in several. */
+const SUBSCRIBERS_PER_SEARCH = 50;
+
+/**
+ * The appointments held still to come whose checks verify a Coverage these patients are the
+ * subscriber of, not its beneficiary (a parent's plan that covers a child): those checks carry
+ * the subscriber's name and birth date, so a correction of them is new work there too, where the
+ * patient's own appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
+ * search parameter (R4's), its answers kept to those naming one of them as subscriber, in case a
+ * chart ignores the parameter. A chart that refuses it has them read by a notification of the
+ * appointment or the Coverage alone, as before; one out of reach fails the read, to be tried again.
+ */
+async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, patients: readonly string[], at: Present): Promise<string[]> {
+  const found: string[] = [];
+  for (let i = 0; i < patients.length; i += SUBSCRIBERS_PER_SEARCH) {
+    const asked = patients.slice(i, i + SUBSCRIBERS_PER_SEARCH);
+    let coverages: unknown[];
+    try {
+      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' });
+    } catch (err) {
+      if (err instanceof FhirInputError) return found;
+      throw err;
+    }
+    for (const coverage of coverages) {
+      const head = CoverageHead.safeParse(coverage).data;
+      const subscriber = patientIdOf(head?.subscriber?.reference);
+      if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
+      found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
+    }
+  }
+  return found;
+}
+
 /** The ids of the appointments dead letters say the chart refused (refusedOfPatient). */
 async function refusedAppointments(store: JobStore): Promise<Set<string>> {
   const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
@@ -284,7 +321,8 @@ export async function appointmentsOfChanged(
     if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
   }
   const patient = `Patient/${patientId}`;
-  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : [];
+  // A Coverage's own appointments; a Patient's as subscriber of another's Coverage.
+  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patientId], at);
   return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(reader, patient, await refusedAppointments(store), at))])] };
 }
 
@@ -409,6 +447,8 @@ export async function appointmentsToPoll(
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
     for (const id of await refusedOfPatient(reader, `Patient/${patient}`, refused, options)) ids.add(id);
   }
+  // A Patient changed who is the subscriber of another's Coverage: that one's appointments verifying it too.
+  for (const id of await appointmentsSubscribedBy(store, reader, patients.fresh.map((p) => p.id), options)) ids.add(id);
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {
     for (const id of await appointmentsVerifying(store, `Coverage/${coverage}`, options)) ids.add(id);
