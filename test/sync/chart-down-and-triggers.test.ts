@@ -6,6 +6,7 @@ import { MllpListener } from '../../src/service/mllp-listener';
 import { retryCheck } from '../../src/sync/operations';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
+import { gate } from '../support/gate';
 import { switchableProxy } from '../support/switchable-proxy';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
@@ -449,6 +450,36 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(answering.requests.filter((r) => r.url === '/fhir/Coverage')).toHaveLength(1);
     } finally {
       await answering.close();
+    }
+  });
+
+  it('keeps an appointment cancelled when a read of it begun before the cancellation ends after it, and verifies nothing for it', async () => {
+    // The first notification's read is held at the Coverage search while the chart cancels the appointment and says so.
+    const held = gate();
+    let holding = true;
+    const reached = gate();
+    const chart = await inFrontOfFhir(async (req) => {
+      if (!holding || !req.url.startsWith('/fhir/Coverage?')) return;
+      holding = false;
+      reached.open();
+      await held.opened;
+    });
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed(seeded);
+      const booked = notify('/Appointment/appt-4004');
+      await reached.opened;
+      await h.fhir.seed(seeded.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' }] : [])));
+      expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: cancelled']);
+      held.open();
+      // Read again, once the other read was stored: the appointment as the chart has it now.
+      expect(await booked).toEqual([200, 'Appointment/appt-4004: cancelled']);
+      expect((await h.store.listAppointments()).map((a) => [a.key, a.status, a.checkKeys])).toEqual([['fhir|Appointment/appt-4004', 'cancelled', []]]);
+      expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(0);
+    } finally {
+      held.open();
+      await chart.close();
     }
   });
 
