@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
@@ -37,17 +38,44 @@ export interface FhirIngested {
  * its checks in one transaction. An appointment whose patient has no active coverage yet waits as
  * awaiting-insurance and is read again on the next poll or notification. One in a status
  * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A
- * notification for a version already handled changes nothing.
+ * notification for a version already handled changes nothing. Reads during which another read of
+ * the appointment was stored are made again, so that what is stored last is what the chart has last.
  */
 export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
+  const key = `fhir|Appointment/${appointmentId}`;
+  for (let read = 1; ; read++) {
+    const before = await store.transaction((tx) => tx.getAppointment(key));
+    // Stored only while the store's appointment is as it was before the reads: another read of it stored meanwhile (a
+    // notification or a poll beside this one) may have found a later version than these reads did, and storing these
+    // after it would put back what the chart changed since, a cancellation undone, which its resending, a duplicate, would not mend.
+    const unchanged = async (tx: StoreTx) => {
+      if (!isDeepStrictEqual(await tx.getAppointment(key), before)) throw new StoredMeanwhile();
+    };
+    try {
+      return await readAndStore(store, reader, appointmentId, options, unchanged);
+    } catch (err) {
+      if (!(err instanceof StoredMeanwhile)) throw err;
+      if (read === READS_WHILE_STORED) throw new Error(`Appointment/${appointmentId}: stored by ${READS_WHILE_STORED} other reads of it while it was read`);
+    }
+  }
+}
+
+/** How often an appointment is read again when another read of it is stored first, before it is left to be tried again. */
+const READS_WHILE_STORED = 5;
+
+/** Thrown in a transaction to roll it back: another read of the appointment was stored since this one began. */
+class StoredMeanwhile extends Error {}
+
+/** One read of an appointment and what it needs, stored if `unchanged` lets it (ingestFhirAppointment). */
+async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }, unchanged: (tx: StoreTx) => Promise<void>): Promise<FhirIngested> {
   const receivedAt = options.now();
   const found = await reader.read('Appointment', appointmentId);
   const reference = `Appointment/${appointmentId}`;
-  if (found === undefined) return withdrawGone(store, appointmentId, receivedAt, options);
+  if (found === undefined) return withdrawGone(store, appointmentId, receivedAt, options, unchanged);
   const head = AppointmentHead.parse(found);
   const version = head.meta?.versionId ?? head.meta?.lastUpdated ?? digestOf(found);
   const rule = appointmentStatusRule(head.status);
-  if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options);
+  if (rule === 'neither') return passOver(store, reference, head.status ?? '', version, receivedAt, options, unchanged);
   // Keyed by id alone, as a Patient or Coverage changed later names it: a versioned reference is the same patient.
   const patient = head.participant?.map((p) => patientIdOf(p.actor?.reference)).find((id) => id !== undefined);
   if (!patient) {
@@ -65,6 +93,7 @@ export async function ingestFhirAppointment(store: JobStore, reader: FhirReader,
   const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}`).join(',')}`;
 
   return store.transaction(async (tx) => {
+    await unchanged(tx);
     const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
     // Read and handled, as new or as it was handled before (the chart put back what it refused since, a member id
     // deleted and typed in again): a letter that refused it is moot.
@@ -135,8 +164,9 @@ export async function ingestFhirChange(
  * it holds no checks to withdraw), else every poll would read it again for nothing. Booked
  * again, it comes back as a new booking.
  */
-async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
+async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }, unchanged: (tx: StoreTx) => Promise<void>): Promise<FhirIngested> {
   return store.transaction(async (tx) => {
+    await unchanged(tx);
     const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, options.raw);
     if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
     const earlier = await tx.getAppointment(`fhir|${reference}`);
@@ -163,10 +193,11 @@ function digestOf(resource: unknown): string {
  * the store holds it, it is cancelled and its checks withdrawn, as a cancellation would be. One
  * the store never knew names nothing to do, and is refused.
  */
-async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
+async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }, unchanged: (tx: StoreTx) => Promise<void>): Promise<FhirIngested> {
   const reference = `Appointment/${appointmentId}`;
   const key = `fhir|${reference}`;
   return store.transaction(async (tx) => {
+    await unchanged(tx);
     // Refused before anything is written: the transaction leaves no trace.
     const earlier = await tx.getAppointment(key);
     if (!earlier) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
@@ -183,7 +214,11 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
 }
 
 /** The little of a Coverage the pipeline reads to find whose it is. */
-const CoverageHead = z.looseObject({ beneficiary: z.looseObject({ reference: z.string().optional() }).optional() });
+const CoverageHead = z.looseObject({
+  id: z.string().optional(),
+  beneficiary: z.looseObject({ reference: z.string().optional() }).optional(),
+  subscriber: z.looseObject({ reference: z.string().optional() }).optional(),
+});
 /** A Patient reference, relative or absolute, versioned (`/_history/n`) or not. */
 const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
 const patientIdOf = (reference: string | undefined) => (reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1]);
@@ -255,6 +290,39 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
   });
 }
 
+/** How many patients one search for the Coverages they subscribe to names: a poll's changed patients go in several. */
+const SUBSCRIBERS_PER_SEARCH = 50;
+
+/**
+ * The appointments held still to come whose checks verify a Coverage these patients are the
+ * subscriber of, not its beneficiary (a parent's plan that covers a child): those checks carry
+ * the subscriber's name and birth date, so a correction of them is new work there too, where the
+ * patient's own appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
+ * search parameter (R4's), its answers kept to those naming one of them as subscriber, in case a
+ * chart ignores the parameter. A chart that refuses it has them read by a notification of the
+ * appointment or the Coverage alone, as before; one out of reach fails the read, to be tried again.
+ */
+async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, patients: readonly string[], at: Present): Promise<string[]> {
+  const found: string[] = [];
+  for (let i = 0; i < patients.length; i += SUBSCRIBERS_PER_SEARCH) {
+    const asked = patients.slice(i, i + SUBSCRIBERS_PER_SEARCH);
+    let coverages: unknown[];
+    try {
+      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' });
+    } catch (err) {
+      if (err instanceof FhirInputError) return found;
+      throw err;
+    }
+    for (const coverage of coverages) {
+      const head = CoverageHead.safeParse(coverage).data;
+      const subscriber = patientIdOf(head?.subscriber?.reference);
+      if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
+      found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
+    }
+  }
+  return found;
+}
+
 /** The ids of the appointments dead letters say the chart refused (refusedOfPatient). */
 async function refusedAppointments(store: JobStore): Promise<Set<string>> {
   const letters = await store.transaction((tx) => tx.deadLettersNaming('Appointment/'));
@@ -284,7 +352,8 @@ export async function appointmentsOfChanged(
     if (!patientId) throw new FhirInputError([{ expression: 'Coverage.beneficiary', diagnostics: 'names no Patient', code: 'required' }]);
   }
   const patient = `Patient/${patientId}`;
-  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : [];
+  // A Coverage's own appointments; a Patient's as subscriber of another's Coverage.
+  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patientId], at);
   return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(reader, patient, await refusedAppointments(store), at))])] };
 }
 
@@ -409,6 +478,8 @@ export async function appointmentsToPoll(
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
     for (const id of await refusedOfPatient(reader, `Patient/${patient}`, refused, options)) ids.add(id);
   }
+  // A Patient changed who is the subscriber of another's Coverage: that one's appointments verifying it too.
+  for (const id of await appointmentsSubscribedBy(store, reader, patients.fresh.map((p) => p.id), options)) ids.add(id);
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {
     for (const id of await appointmentsVerifying(store, `Coverage/${coverage}`, options)) ids.add(id);

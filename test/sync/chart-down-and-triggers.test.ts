@@ -1,11 +1,12 @@
 import type { ServerResponse } from 'node:http';
 import { startScriptedServer, type RecordedRequest } from '../support/http-server';
-import type { CoverageEligibilityResponse } from 'fhir/r4';
+import type { CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { retryCheck } from '../../src/sync/operations';
 import { segment } from '../adapters/hl7/segment';
 import { client } from '../service/mllp-client';
+import { gate } from '../support/gate';
 import { switchableProxy } from '../support/switchable-proxy';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
@@ -420,6 +421,65 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(said('FHIR poll searches what changed of this type again', 30)).toEqual(['Coverage', 'Patient']);
     } finally {
       await refusing.close();
+    }
+  });
+
+  it('reads a changed patient\'s own appointments on a chart that refuses a search of Coverages by subscriber, and no other patient\'s on one that ignores it', async () => {
+    const bySubscriber = /\/Coverage\?(.*&)?subscriber=/;
+    let chart: 'refuses' | 'ignores' = 'refuses';
+    const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'unknown search parameter: subscriber' }] };
+    const answering = await inFrontOfFhir(async (req) => {
+      // A chart that does not know the parameter and ignores it, as R4 lets it: every Coverage.
+      if (chart === 'ignores' && bySubscriber.test(req.url)) req.url = '/fhir/Coverage';
+    }, (req, res) => chart === 'refuses' && bySubscriber.test(req.url) && fhirJson(res, 400, outcome));
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: answering.via });
+      const seeded = chartOf('primary-secondary');
+      // Lucia's appointment verifies a Coverage of her own, Marco not its subscriber.
+      const lucia = [
+        { resourceType: 'Patient', id: 'pat-lucia', name: [{ family: 'Alvarez', given: ['Lucia'] }], gender: 'female', birthDate: '2015-06-01' },
+        { resourceType: 'Coverage', id: 'cov-lucia', status: 'active', subscriberId: 'L1', beneficiary: { reference: 'Patient/pat-lucia' }, payor: [{ reference: 'Organization/org-delta-ca' }] },
+        ...seeded.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, id: 'appt-5005', participant: [{ actor: { reference: 'Patient/pat-lucia' } }] }] : [])),
+      ] as FhirResource[];
+      await h.fhir.seed([...seeded, ...lucia]);
+      expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: booked']);
+      expect(await notify('/Appointment/appt-5005')).toEqual([200, 'Appointment/appt-5005: booked']);
+      expect(await notify('/Patient/pat-marco')).toEqual([200, 'Patient/pat-marco: Appointment/appt-4004: booked']);
+      chart = 'ignores';
+      expect(await notify('/Patient/pat-marco')).toEqual([200, 'Patient/pat-marco: Appointment/appt-4004: booked']);
+      expect(answering.requests.filter((r) => r.url === '/fhir/Coverage')).toHaveLength(1);
+    } finally {
+      await answering.close();
+    }
+  });
+
+  it('keeps an appointment cancelled when a read of it begun before the cancellation ends after it, and verifies nothing for it', async () => {
+    // The first notification's read is held at the Coverage search while the chart cancels the appointment and says so.
+    const held = gate();
+    let holding = true;
+    const reached = gate();
+    const chart = await inFrontOfFhir(async (req) => {
+      if (!holding || !req.url.startsWith('/fhir/Coverage?')) return;
+      holding = false;
+      reached.open();
+      await held.opened;
+    });
+    try {
+      h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed(seeded);
+      const booked = notify('/Appointment/appt-4004');
+      await reached.opened;
+      await h.fhir.seed(seeded.flatMap((r) => (r.resourceType === 'Appointment' ? [{ ...r, status: 'cancelled' }] : [])));
+      expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: cancelled']);
+      held.open();
+      // Read again, once the other read was stored: the appointment as the chart has it now.
+      expect(await booked).toEqual([200, 'Appointment/appt-4004: cancelled']);
+      expect((await h.store.listAppointments()).map((a) => [a.key, a.status, a.checkKeys])).toEqual([['fhir|Appointment/appt-4004', 'cancelled', []]]);
+      expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(0);
+    } finally {
+      held.open();
+      await chart.close();
     }
   });
 

@@ -205,6 +205,37 @@ describe('FHIR-triggered eligibility', () => {
       });
     });
 
+    describe('a patient who is the subscriber of another patient\'s Coverage', () => {
+      // Lucia is on her father's plan: her check names Marco, as subscriber, by his name and birth date.
+      const lucia = [
+        { resourceType: 'Patient', id: 'pat-lucia', name: [{ family: 'Alvarez', given: ['Lucia'] }], gender: 'female', birthDate: '2015-06-01' },
+        { resourceType: 'Coverage', id: 'cov-lucia-delta', status: 'active', subscriber: { reference: 'Patient/pat-marco' }, subscriberId: 'DD7654321', beneficiary: { reference: 'Patient/pat-lucia' }, relationship: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'child' }] }, payor: [{ reference: 'Organization/org-delta-ca' }], order: 1 },
+        { resourceType: 'Appointment', id: 'appt-5005', status: 'booked', start: `${visit}T14:00:00-06:00`, end: `${visit}T15:00:00-06:00`, participant: [{ actor: { reference: 'Patient/pat-lucia' }, status: 'accepted' }, { actor: { reference: 'Location/bright-smiles-main' }, status: 'accepted' }] },
+      ] as FhirResource[];
+      const corrected = () => chart().flatMap((r) => (r.resourceType === 'Patient' ? [{ ...r, birthDate: '1985-11-03' }] : []));
+      const luciaSubscriber = async () => (await h.store.listChecks({ states: ['written'] })).filter((c) => c.check.patient.firstName === 'Lucia').map((c) => [c.round, c.check.subscriber.birthDate]);
+      beforeEach(async () => {
+        await h.fhir.seed(lucia);
+        expect(await notify('/Appointment/appt-5005')).toEqual({ status: 200, said: 'Appointment/appt-5005: booked' });
+        await until('Lucia\'s written', async () => (await luciaSubscriber()).length === 1);
+      });
+
+      it('verifies again the dependent\'s appointment when the subscriber\'s birth date is corrected, told of the Patient', async () => {
+        await h.fhir.seed(corrected());
+        expect(await notify('/Patient/pat-marco')).toEqual({ status: 200, said: 'Patient/pat-marco: Appointment/appt-4004: booked, Appointment/appt-5005: booked' });
+        await until('Lucia\'s verified again', async () => (await luciaSubscriber())[0]?.[0] === 1);
+        expect(await luciaSubscriber()).toEqual([[1, '1985-11-03']]);
+      });
+
+      it('does the same when a poll finds the Patient changed', async () => {
+        await h.sync.pollAppointments();
+        await h.fhir.seed(corrected());
+        expect(await h.sync.pollAppointments()).toBe(2);
+        await until('Lucia\'s verified again', async () => (await luciaSubscriber())[0]?.[0] === 1);
+        expect(await luciaSubscriber()).toEqual([[1, '1985-11-03']]);
+      });
+    });
+
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
       expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
