@@ -115,7 +115,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
      * Every page: the poll moves its cursor past what a search gave, so a search cut short would
      * lose what was on the pages not read (nextPageUrl fails it instead).
      */
-    async search(resourceType, params) {
+    async search(resourceType, params, searchOptions) {
       const found: unknown[] = [];
       const followed = new Set<string>();
       const step = { resourceType, verb: 'search' } as const;
@@ -124,7 +124,7 @@ export async function fhirKitReader(baseUrl: string, options: FhirKitReaderOptio
         for (const entry of page.entry ?? []) if (entry.resource && entry.search?.mode !== 'outcome') found.push(entry.resource);
         // fhir-kit-client keeps the Request each answer came to: the page's own URL, for a link relative to it.
         const pageUrl = Client.httpFor(page).request?.url ?? `${baseUrl}/`;
-        const next = nextPageUrl(page, followed, { baseUrl, pageUrl, maxPages, what: resourceType });
+        const next = nextPageUrl(page, followed, { baseUrl, pageUrl, maxPages: Math.min(maxPages, searchOptions?.maxPages ?? maxPages), what: resourceType });
         if (!next) break;
         page = await authorized(step, async (requestOptions) => client.request(next, { options: requestOptions }));
       }

@@ -294,13 +294,22 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
 const SUBSCRIBERS_PER_SEARCH = 50;
 
 /**
+ * The pages one such search may take. A patient subscribes to a few Coverages, so two pages of 100
+ * hold what 50 name; a chart that ignores the parameter, as R4 lets one that does not know it, would
+ * give every Coverage it has instead, page after page, at each Patient changed.
+ */
+const SUBSCRIBER_SEARCH_PAGES = 2;
+
+/**
  * The appointments held still to come whose checks verify a Coverage these patients are the
  * subscriber of, not its beneficiary (a parent's plan that covers a child): those checks carry
  * the subscriber's name and birth date, so a correction of them is new work there too, where the
  * patient's own appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
  * search parameter (R4's), its answers kept to those naming one of them as subscriber, in case a
- * chart ignores the parameter. A chart that refuses it has them read by a notification of the
- * appointment or the Coverage alone, as before; one out of reach fails the read, to be tried again.
+ * chart ignores the parameter. A chart that refuses the search, fails it or pages past
+ * SUBSCRIBER_SEARCH_PAGES has them read by a notification of the appointment or the Coverage alone,
+ * as before, as refusedOfPatient's search is left: else the search would fail the whole poll and
+ * each Patient notification, where the patient's own appointments are read all the same.
  */
 async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, patients: readonly string[], at: Present): Promise<string[]> {
   const found: string[] = [];
@@ -308,10 +317,9 @@ async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, pat
     const asked = patients.slice(i, i + SUBSCRIBERS_PER_SEARCH);
     let coverages: unknown[];
     try {
-      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' });
-    } catch (err) {
-      if (err instanceof FhirInputError) return found;
-      throw err;
+      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
+    } catch {
+      return found;
     }
     for (const coverage of coverages) {
       const head = CoverageHead.safeParse(coverage).data;

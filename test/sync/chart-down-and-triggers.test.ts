@@ -53,7 +53,8 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       if (answer(req, res, `${server.url}/fhir`)) return;
       const headers = { accept: 'application/fhir+json', 'content-type': req.headers['content-type'] ?? 'application/fhir+json' };
       const upstream = await fetch(`${fhirUrl}${req.url.replace(/^\/fhir/, '')}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : req.body });
-      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end(await upstream.text());
+      // The chart's links (a search's next page) as they would be, the chart's own: through here.
+      res.writeHead(upstream.status, { 'content-type': 'application/fhir+json' }).end((await upstream.text()).replaceAll(fhirUrl, `${server.url}/fhir`));
     });
     return { ...server, via: async (url: string) => ((fhirUrl = url), `${server.url}/fhir`) };
   }
@@ -424,14 +425,14 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     }
   });
 
-  it('reads a changed patient\'s own appointments on a chart that refuses a search of Coverages by subscriber, and no other patient\'s on one that ignores it', async () => {
+  it('reads a changed patient\'s own appointments on a chart that refuses or fails a search of Coverages by subscriber, and no other patient\'s, nor every page, on one that ignores it', async () => {
     const bySubscriber = /\/Coverage\?(.*&)?subscriber=/;
-    let chart: 'refuses' | 'ignores' = 'refuses';
+    let chart: 'refuses' | 'fails' | 'ignores' = 'refuses';
     const outcome = { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'not-supported', diagnostics: 'unknown search parameter: subscriber' }] };
     const answering = await inFrontOfFhir(async (req) => {
-      // A chart that does not know the parameter and ignores it, as R4 lets it: every Coverage.
-      if (chart === 'ignores' && bySubscriber.test(req.url)) req.url = '/fhir/Coverage';
-    }, (req, res) => chart === 'refuses' && bySubscriber.test(req.url) && fhirJson(res, 400, outcome));
+      // A chart that does not know the parameter and ignores it, as R4 lets it: every Coverage, a page each here.
+      if (chart === 'ignores' && bySubscriber.test(req.url)) req.url = '/fhir/Coverage?_count=1';
+    }, (req, res) => chart !== 'ignores' && bySubscriber.test(req.url) && fhirJson(res, chart === 'refuses' ? 400 : 500, outcome));
     try {
       h = await startHarness({ now: () => new Date('2026-11-23T12:00:00Z'), fhirVia: answering.via });
       const seeded = chartOf('primary-secondary');
@@ -445,9 +446,13 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: booked']);
       expect(await notify('/Appointment/appt-5005')).toEqual([200, 'Appointment/appt-5005: booked']);
       expect(await notify('/Patient/pat-marco')).toEqual([200, 'Patient/pat-marco: Appointment/appt-4004: booked']);
-      chart = 'ignores';
+      chart = 'fails';
       expect(await notify('/Patient/pat-marco')).toEqual([200, 'Patient/pat-marco: Appointment/appt-4004: booked']);
-      expect(answering.requests.filter((r) => r.url === '/fhir/Coverage')).toHaveLength(1);
+      chart = 'ignores';
+      const before = answering.requests.length;
+      expect(await notify('/Patient/pat-marco')).toEqual([200, 'Patient/pat-marco: Appointment/appt-4004: booked']);
+      // Three Coverages, a page each: the search gives up at its second page rather than read the chart's every one.
+      expect(answering.requests.slice(before).filter((r) => r.url.startsWith('/fhir/Coverage') && !/[?&](patient|beneficiary)=/.test(r.url))).toHaveLength(2);
     } finally {
       await answering.close();
     }

@@ -9,8 +9,11 @@ import { Appointment, Coverage } from './shapes';
 export interface FhirReader {
   /** The resource, or undefined when the server has none (404, 410). */
   read(resourceType: string, id: string): Promise<unknown>;
-  /** Every match, across pages; a parameter given several values is repeated (all must match). */
-  search(resourceType: string, params: Record<string, string | string[]>): Promise<unknown[]>;
+  /**
+   * Every match, across pages; a parameter given several values is repeated (all must match). More
+   * pages than `maxPages` (the reader's own limit when not given) fail the search.
+   */
+  search(resourceType: string, params: Record<string, string | string[]>, options?: { maxPages?: number }): Promise<unknown[]>;
 }
 
 const PARTICIPANT_TYPES = ['Patient', 'Practitioner', 'Location'];
