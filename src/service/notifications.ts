@@ -79,7 +79,11 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
   try {
     json = JSON.parse(body);
   } catch {
-    return { kind: 'invalid', reason: `body is ${describeJsonSyntax(body)}` };
+    // Only the id is taken from a body, and each resource read from the chart: one the path names needs none of it (a
+    // Subscription whose channel.payload is application/fhir+xml posts to [endpoint]/[type]/[id] all the same).
+    if (fromPath) return changes([fromPath]);
+    const xml = body.trimStart().startsWith('<');
+    return { kind: 'invalid', reason: xml ? 'body is XML: a notification is read as JSON (channel.payload application/fhir+json), or id-only' : `body is ${describeJsonSyntax(body)}` };
   }
   const typed = Typed.safeParse(json);
   if (!typed.success) return { kind: 'invalid', reason: 'body is neither a FHIR resource nor a Bundle (resourceType missing)' };

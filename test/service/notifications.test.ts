@@ -27,6 +27,12 @@ describe('reading what a FHIR notification names', () => {
     expect(subscriptionNotificationIds(bundleOf(['a 1', '..']), '/fhir-notifications')).toEqual({ kind: 'invalid', reason });
   });
 
+  it('reads the resource the path names when the body is not JSON (an XML payload), and says an XML one naming none is not read', () => {
+    const xml = '<Patient xmlns="http://hl7.org/fhir"><id value="pat-1"/></Patient>';
+    expect(subscriptionNotificationIds(xml, '/fhir-notifications/Patient/pat-1')).toEqual({ kind: 'changes', changed: { Appointment: [], Patient: ['pat-1'], Coverage: [] }, unfit: [] });
+    expect(subscriptionNotificationIds(xml, '/fhir-notifications')).toEqual({ kind: 'invalid', reason: 'body is XML: a notification is read as JSON (channel.payload application/fhir+json), or id-only' });
+  });
+
   it('reads a Bundle as large as a notification may be without holding the event loop on each id', () => {
     // Under 1 MiB, the most serve reads: some 32,000 entries. Looking each id up among those before it
     // held the event loop 1.2 s (71c46d9); how long it takes is measured, not asserted: here, what it says.

@@ -499,6 +499,14 @@ describe('FHIR-triggered eligibility', () => {
     expect(h.logs.filter((line) => line.includes('FHIR notification refused: its body exceeds 1 MiB'))).toHaveLength(1);
   });
 
+  it('verifies the appointment a notification with an XML payload names by its path (channel.payload application/fhir+xml)', async () => {
+    const xml = '<Appointment xmlns="http://hl7.org/fhir"><id value="appt-4004"/><status value="booked"/></Appointment>';
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST', headers: { 'content-type': 'application/fhir+xml' }, body: xml });
+    expect(res.status).toBe(200);
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    expect(await h.store.listMessages({ status: 'dead' })).toEqual([]);
+  });
+
   it('answers an unreadable notification 400 with an OperationOutcome and keeps it as a dead letter', async () => {
     const res = await fetch(`${h.httpUrl}/fhir-notifications`, { method: 'POST', body: '{"resourceType": "Appointment", "id": WHITAKER' });
     expect(res.status).toBe(400);
