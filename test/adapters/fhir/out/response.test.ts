@@ -662,6 +662,37 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
+  it('leaves out whole a benefit entry that says what it is of in an element its kind is not read with, which it would otherwise be charted without', () => {
+    const ortho = { type: 'Lifetime', category: 'Orthodontics', amount: 100 };
+    const crownsWait = { procedureCodes: ['D2740'], months: 12 };
+    const outOfNetwork = { category: 'Preventive', network: 'OutOfNetwork', limit: 1, period: 'CalendarYear' };
+    const crown = { procedureCode: 'D2740', percentage: { final: { start: 50, end: 50 } } };
+    const response = completedWith({
+      deductibles: [{ type: 'Annual', amount: 50 }, ortho],
+      waitingPeriods: [crownsWait, { category: 'Major', months: 12, note: 'from the effective date' }],
+      frequencies: [outOfNetwork],
+      coinsurance: [crown],
+    });
+    // An orthodontic deductible is not the plan's deductible, a crown's wait not all dental care's, an out-of-network limit not every network's, a crown's 50 % not all care's.
+    expect(items(response).map((i) => [i.name, i.category?.text ?? codes(i.category)])).toEqual([
+      ['Deductible', ['https://x12.org/codes/service-type-codes#35', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#35']],
+      ['Waiting period', 'Major'],
+    ]);
+    expect(response.disposition).toBe(
+      'Completed. Plan: Active. Not read, kept with this response as sent: result.data.deductibles[1]; result.data.coinsurance[0]; result.data.frequencies[0]; result.data.waitingPeriods[0].',
+    );
+    const unmapped = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.map((part) => part.valueString));
+    // An element that says nothing of what the entry is of leaves it charted, and is kept beside it as ever.
+    expect(unmapped).toEqual([
+      ['result.data.waitingPeriods[1].note', '"from the effective date"'],
+      ['result.data.deductibles[1]', JSON.stringify(ortho)],
+      ['result.data.coinsurance[0]', JSON.stringify(crown)],
+      ['result.data.frequencies[0]', JSON.stringify(outOfNetwork)],
+      ['result.data.waitingPeriods[0]', JSON.stringify(crownsWait)],
+    ]);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('reads a date written as midnight, as .NET and Java services write dates, or as the day\'s last second, as the day written, and refuses another time of day', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
     body.result.plan.effectiveDate = '2024-01-01T00:00:00';
