@@ -6,6 +6,22 @@ export const IsoDate = z
   .regex(/^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/, { error: 'must be a date as YYYY-MM-DD' });
 export type IsoDate = z.infer<typeof IsoDate>;
 
+/** A FHIR `date`: to the year, the month or the day. */
+const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
+
+export const isFhirDate = (value: string): boolean => FHIR_DATE.test(value);
+
+/**
+ * A date a service wrote as a date-time at midnight, as .NET writes a DateTime (2026-05-12T00:00:00)
+ * and Java one with Z or an offset, or at the day's last second, as a period's end is written
+ * (2026-12-31T23:59:59.999): the day it names is the day written. Any other time of day is no
+ * date: which day it meant depends on a zone the service does not say.
+ */
+const DAY_EDGE = /^(\d{4}-\d{2}-\d{2})T(?:00:00(?::00(?:\.0+)?)?|23:59(?::59(?:\.9+)?)?)(?:Z|[+-]\d{2}:?\d{2})?$/;
+
+/** The day a date written as a date-time at its first or last moment names; any other value as written. */
+export const dayWritten = (value: string): string => DAY_EDGE.exec(value)?.[1] ?? value;
+
 /** An instant with an offset (FHIR instant, the service's timestamps). */
 export const IsoInstant = z.iso.datetime({ offset: true, error: 'must be an ISO 8601 date-time with offset' });
 export type IsoInstant = z.infer<typeof IsoInstant>;

@@ -4,8 +4,8 @@ import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import { dateAt, earliestDateAnywhere, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
-import { samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
-import { dayWritten, present } from '../adapters/fhir/out/values';
+import { dayWritten, samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
+import { present } from '../adapters/fhir/out/values';
 import { toOutcome } from '../verification/outcome';
 import type { VerificationResult } from '../verification/wire';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
@@ -159,7 +159,7 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
   return inPeriod && within(dated(plan?.effectiveDate), dated(plan?.terminationDate)) && issues.length === 0;
 }
 
-/** The plan a completed result states (none, where it states none); undefined for a result of another kind. */
+/** The plan a completed result states (none, where it states none); undefined for a result of another kind, or one whose plan dates were not read. */
 function completedPlan(result: unknown): { plan: VerificationResult['plan'] } | undefined {
   let outcome;
   try {
@@ -167,8 +167,12 @@ function completedPlan(result: unknown): { plan: VerificationResult['plan'] } | 
   } catch {
     return undefined;
   }
-  return outcome.kind === 'completed' ? { plan: outcome.result.plan } : undefined;
+  if (outcome.kind !== 'completed') return undefined;
+  // A plan date the result writes as no date is left out as it is read: taken for none, the visit's date would be measured without it.
+  return outcome.unread.some((u) => PLAN_DATE.test(u.path)) ? undefined : { plan: outcome.result.plan };
 }
+
+const PLAN_DATE = /^result\.plan(?:$|\.(?:effectiveDate|terminationDate|benefitPeriod)(?:$|\.))/;
 
 /** A blank date is one the portal does not know, and one at midnight the day it names, as the writer reads them. */
 function dated(value: string | null | undefined): string | undefined {

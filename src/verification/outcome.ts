@@ -7,7 +7,7 @@
 import type * as z from 'zod';
 import { classifyFailure, type FailureClassification, looseWord } from './failure-kinds';
 import { describeIssue, valueAt } from '../domain/issues';
-import { HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
+import { BenefitData, HttpProblemDetails, type ProblemDetails, Verification, VerificationResult } from './wire';
 
 export type OutcomeKind = 'completed' | 'partial' | 'failed' | 'pending' | 'unknown';
 
@@ -161,20 +161,21 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
   // Each round leaves out one value at least; a body that would take more rounds than this is no result.
   for (let round = 0; ; round++) {
     const parsed = VerificationResult.safeParse(current);
-    if (parsed.success) {
+    const qualified = parsed.success ? entriesQualifiedUnread(parsed.data) : [];
+    if (parsed.success && qualified.length === 0) {
       if (unread.size > 0) warnings.push(`result values not in the expected shape were left out and kept in the response's unmapped elements: ${[...unread.keys()].join(', ')}`);
       return { result: parsed.data, unread: [...unread.values()] };
     }
-    if (round === MAX_ROUNDS) throw parsed.error;
+    if (round === MAX_ROUNDS && !parsed.success) throw parsed.error;
     const copy = structuredClone(current) as Record<string, unknown>;
-    for (const { path } of parsed.error.issues) {
+    for (const path of parsed.success ? qualified : parsed.error.issues.map((issue) => issue.path)) {
       // Missing where it may not be, or left out already (null in a list that takes none): its holder goes instead.
       const odd = valueAt(copy, path) == null ? path.slice(0, -1) : path;
       // What an entry of the benefits is of, left out, would widen it: its care (itemSubject), a panoramic x-ray once in
       // 60 months charted as any care once in 60 months; its network, an in-network 80 % as any network's; its period
       // length, once in 60 months as once a month. The entry goes with it, kept whole; a figure goes alone.
       const at = odd[0] === 'data' && typeof odd[2] === 'number' && QUALIFYING_KEYS.has(String(odd[3])) ? odd.slice(0, 3) : odd;
-      if (at.length === 0) throw parsed.error;
+      if (at.length === 0) throw parsed.success ? new Error('result: nothing to leave out') : parsed.error;
       const holder = valueAt(copy, at.slice(0, -1));
       // Gone with a holder left out before it in this round.
       if (holder === null || typeof holder !== 'object') continue;
@@ -193,6 +194,30 @@ function readableResult(body: unknown, warnings: string[]): { result: Verificati
 const MAX_ROUNDS = 50;
 /** The keys of a benefit entry (data.frequencies[i], ...) that say what it is of: its care, network, who, term and period, and what it waives. */
 const QUALIFYING_KEYS = new Set(['category', 'procedureCodes', 'procedureCode', 'network', 'scope', 'type', 'period', 'periodLength', 'waivedCategories']);
+
+/**
+ * Where a benefit entry says what it is of in a key its kind is not read with (a deductible's
+ * category, a waiting period's procedure codes, a frequency's network): charted without it, an
+ * orthodontic deductible reads as the plan's, a crown's wait as all dental care's, an
+ * out-of-network limit as every network's. Each such key's path, its entry to go whole with it.
+ */
+function entriesQualifiedUnread(result: VerificationResult): PropertyKey[][] {
+  const found: PropertyKey[][] = [];
+  for (const [list, schema] of Object.entries(BenefitData.shape)) {
+    const read = new Set(Object.keys(schema.unwrap().unwrap().element.unwrap().shape));
+    // Each of BenefitData's lists is one of entries or nulls (ListOf); its index signature, what the service adds, is not walked.
+    const listed = (result.data as Record<string, ReadonlyArray<object | null> | null | undefined> | null | undefined)?.[list] ?? [];
+    listed.forEach((entry, index) => {
+      for (const [key, value] of Object.entries(entry ?? {})) {
+        if (QUALIFYING_KEYS.has(key) && !read.has(key) && saysSomething(value)) found.push(['data', list, index, key]);
+      }
+    });
+  }
+  return found;
+}
+
+/** A blank word or an empty list names nothing, as the writer reads them. */
+const saysSomething = (value: unknown) => value != null && !(typeof value === 'string' && value.trim() === '') && !(Array.isArray(value) && value.length === 0);
 
 /**
  * v1 wrote coinsurance percentage.final as a string ("80", "80%", "50-80"); v2 as {start, end}.

@@ -10,7 +10,7 @@
  */
 import * as z from 'zod';
 import { describeIssue } from '../domain/issues';
-import { IsoDate, isValidNpi } from '../domain/primitives';
+import { dayWritten, IsoDate, isFhirDate, isValidNpi } from '../domain/primitives';
 
 const Str = z.string();
 /** An id the service gives and we key on (in URLs, in the chart's identifiers): a blank one names nothing. */
@@ -30,6 +30,13 @@ const Timestamp = Str.transform((text) => {
   if (offset === undefined) return `${time}Z`;
   return offset.length === 5 ? `${time}${offset.slice(0, 3)}:${offset.slice(3)}` : `${time}${offset}`;
 });
+/**
+ * A date a result gives: to the year, month or day (a plan terminating 2026-12 ends with December),
+ * or at a day's first or last moment (dayWritten); blank is one the portal does not know. Any other
+ * (03/02/2026, a time of day in a zone not said) is not read: left out and kept as sent (outcome.ts),
+ * the rest of the result charted.
+ */
+const ResultDate = Str.refine((text) => text.trim() === '' || isFhirDate(dayWritten(text)), { error: 'must be a date (YYYY-MM-DD)' });
 /** A number as portals give it: 1500, or "1500.00" when a portal's figure arrives as text. */
 const Num = z.union([z.number(), Str.trim().regex(/^-?\d+(\.\d+)?$/).transform(Number)]);
 /**
@@ -439,7 +446,7 @@ export const Frequency = z.looseObject({
   period: Opt(Str), // CalendarYear | BenefitYear | Months | Lifetime
   periodLength: Opt(Num),
   used: Opt(Num),
-  lastServiceDate: Opt(Str),
+  lastServiceDate: Opt(ResultDate),
   description: Opt(Str),
 });
 export type Frequency = z.infer<typeof Frequency>;
@@ -455,13 +462,13 @@ export type AgeLimit = z.infer<typeof AgeLimit>;
 export const WaitingPeriod = z.looseObject({
   category: Opt(Str),
   months: Opt(Num),
-  endsOn: Opt(Str),
+  endsOn: Opt(ResultDate),
 });
 export type WaitingPeriod = z.infer<typeof WaitingPeriod>;
 
 export const HistoryEntry = z.looseObject({
   procedureCode: Opt(Str),
-  date: Opt(Str),
+  date: Opt(ResultDate),
   tooth: Opt(Digits),
   surface: Opt(Str),
 });
@@ -501,9 +508,9 @@ export const Plan = z.looseObject({
   groupNumber: Opt(Digits),
   groupName: Opt(Str),
   status: Opt(Str), // Active | Inactive
-  effectiveDate: Opt(Str),
-  terminationDate: Opt(Str),
-  benefitPeriod: Opt(z.looseObject({ start: Opt(Str), end: Opt(Str) })),
+  effectiveDate: Opt(ResultDate),
+  terminationDate: Opt(ResultDate),
+  benefitPeriod: Opt(z.looseObject({ start: Opt(ResultDate), end: Opt(ResultDate) })),
   payer: Opt(z.looseObject({ name: Opt(Str), payerId: Opt(Digits), phone: Opt(Digits) })),
   assignment: Opt(PlanAssignment),
 });
@@ -530,7 +537,7 @@ export type Disclaimer = z.infer<typeof Disclaimer>;
 const ResultPerson = z.looseObject({
   firstName: Opt(Str),
   lastName: Opt(Str),
-  dateOfBirth: Opt(Str),
+  dateOfBirth: Opt(ResultDate),
   memberId: Opt(Digits),
   relationship: Opt(Str),
 });

@@ -44,6 +44,8 @@ describe('a fresh result reused for another visit of the same coverage', () => {
     ['a year from a period stated by its start alone at midnight UTC: after it', { start: '2026-01-01T00:00:00Z' }, '2027-01-05', 'received'],
     ['a year before a period stated by its end alone at midnight with an offset: before it', { end: '2027-12-31T00:00:00+01:00' }, '2026-12-31', 'received'],
     ['a year from a period stated by its start alone at midnight with no offset, as .NET writes it: within it', { start: '2026-01-01T00:00:00' }, '2026-12-31', 'result-stored'],
+    // A bound the result writes as no date (left out as read, kept with the response) settles nothing: not read as no bound, which the same calendar year would stand in for.
+    ['a period whose bounds are not written as dates: the visit is verified for itself', { start: '07/01/2026', end: '06/30/2027' }, '2026-12-28', 'received'],
   ])('%s', async (_case, period, dateOfService, state) => {
     expect(await visitAfter(period, dateOfService)).toBe(state);
   });

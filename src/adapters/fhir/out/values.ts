@@ -1,31 +1,20 @@
 /**
  * FHIR datatypes from the service's values. Dates and times the service writes badly are an
- * error naming the source element, never a silently dropped or an invalid FHIR value.
+ * error naming the source element, never a silently dropped or an invalid FHIR value (a result's
+ * dates are read as dates in wire.ts, so one written badly there is left out and kept before this).
  */
 import type { Address, CoverageEligibilityResponseInsuranceItemBenefit, HumanName, Money, Quantity } from 'fhir/r4';
-import { withoutControlCharacters } from '../../../domain';
+import { dayWritten, isFhirDate, withoutControlCharacters } from '../../../domain';
 import { FhirInputError } from '../operation-outcome';
 import { systemUrl } from '../systems';
 
-const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
 const FHIR_DATE_TIME = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
-
-/**
- * A date a service wrote as a date-time at midnight, as .NET writes a DateTime (2026-05-12T00:00:00)
- * and Java one with Z or an offset, or at the day's last second, as a period's end is written
- * (2026-12-31T23:59:59.999): the day it names is the day written. Any other time of day stays an
- * error: which day it meant depends on a zone the service does not say.
- */
-const DAY_EDGE = /^(\d{4}-\d{2}-\d{2})T(?:00:00(?::00(?:\.0+)?)?|23:59(?::59(?:\.9+)?)?)(?:Z|[+-]\d{2}:?\d{2})?$/;
-
-/** The day a date written as a date-time at its first or last moment names; any other value as written. */
-export const dayWritten = (value: string): string => DAY_EDGE.exec(value)?.[1] ?? value;
 
 /** A blank date is one the portal does not know, as present() reads any blank value: none, not a malformed one. */
 export function fhirDate(value: string | null | undefined, path: string): string | undefined {
   if (value == null || present(value) === undefined) return undefined;
   const date = dayWritten(value);
-  if (!FHIR_DATE.test(date)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
+  if (!isFhirDate(date)) throw new FhirInputError([{ expression: path, diagnostics: 'must be a date (YYYY-MM-DD)', code: 'value' }]);
   return date;
 }
 

@@ -662,6 +662,37 @@ describe('toCoverageEligibilityResponse', () => {
     expect(validateR4(response)).toEqual([]);
   });
 
+  it('leaves out whole a benefit entry that says what it is of in an element its kind is not read with, which it would otherwise be charted without', () => {
+    const ortho = { type: 'Lifetime', category: 'Orthodontics', amount: 100 };
+    const crownsWait = { procedureCodes: ['D2740'], months: 12 };
+    const outOfNetwork = { category: 'Preventive', network: 'OutOfNetwork', limit: 1, period: 'CalendarYear' };
+    const crown = { procedureCode: 'D2740', percentage: { final: { start: 50, end: 50 } } };
+    const response = completedWith({
+      deductibles: [{ type: 'Annual', amount: 50 }, ortho],
+      waitingPeriods: [crownsWait, { category: 'Major', months: 12, note: 'from the effective date' }],
+      frequencies: [outOfNetwork],
+      coinsurance: [crown],
+    });
+    // An orthodontic deductible is not the plan's deductible, a crown's wait not all dental care's, an out-of-network limit not every network's, a crown's 50 % not all care's.
+    expect(items(response).map((i) => [i.name, i.category?.text ?? codes(i.category)])).toEqual([
+      ['Deductible', ['https://x12.org/codes/service-type-codes#35', 'http://terminology.hl7.org/CodeSystem/ex-benefitcategory#35']],
+      ['Waiting period', 'Major'],
+    ]);
+    expect(response.disposition).toBe(
+      'Completed. Plan: Active. Not read, kept with this response as sent: result.data.deductibles[1]; result.data.coinsurance[0]; result.data.frequencies[0]; result.data.waitingPeriods[0].',
+    );
+    const unmapped = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.map((part) => part.valueString));
+    // An element that says nothing of what the entry is of leaves it charted, and is kept beside it as ever.
+    expect(unmapped).toEqual([
+      ['result.data.waitingPeriods[1].note', '"from the effective date"'],
+      ['result.data.deductibles[1]', JSON.stringify(ortho)],
+      ['result.data.coinsurance[0]', JSON.stringify(crown)],
+      ['result.data.frequencies[0]', JSON.stringify(outOfNetwork)],
+      ['result.data.waitingPeriods[0]', JSON.stringify(crownsWait)],
+    ]);
+    expect(validateR4(response)).toEqual([]);
+  });
+
   it('reads a date written as midnight, as .NET and Java services write dates, or as the day\'s last second, as the day written, and refuses another time of day', () => {
     const body = readResult('completed-full') as { result: { plan: { effectiveDate: string; terminationDate?: string; benefitPeriod: { start: string; end: string } } } };
     body.result.plan.effectiveDate = '2024-01-01T00:00:00';
@@ -677,10 +708,13 @@ describe('toCoverageEligibilityResponse', () => {
       body.result.plan.benefitPeriod = { start: '2026-01-01', end };
       expect(convert(body).insurance?.[0]?.benefitPeriod).toEqual({ start: '2026-01-01', end: '2026-12-31' });
     }
-    body.result.plan.effectiveDate = '2024-01-01T05:00:00Z';
-    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
-    body.result.plan.effectiveDate = '2024-01-01T23:59:58';
-    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
+    // Any other time of day is not read: which day it meant depends on a zone the service does not say. It is kept as sent.
+    for (const effectiveDate of ['2024-01-01T05:00:00Z', '2024-01-01T23:59:58']) {
+      body.result.plan.effectiveDate = effectiveDate;
+      const notRead = convert(body);
+      expect(notRead.insurance?.[0]?.extension?.find((e) => e.url.endsWith('/plan'))?.extension?.find((e) => e.url === 'effectiveDate')).toBeUndefined();
+      expect(notRead.disposition).toContain(`Not read, kept with this response as sent: result.plan.effectiveDate "${effectiveDate}".`);
+    }
   });
 
   it('passes over the nulls of a result\'s lists, naming an entry it refuses by its index as sent', () => {
@@ -694,7 +728,7 @@ describe('toCoverageEligibilityResponse', () => {
     expect(response.error?.map((e) => e.code.text)).toEqual(['history was not retrieved']);
     expect(response.disposition).toBe('Partial. Plan: Active. Not retrieved: history.');
     expect(validateR4(response)).toEqual([]);
-    expect(() => convert(result([null, { procedureCode: 'D2740', date: '03/02/2026' }]))).toThrow('result.data.history[1].date: must be a date (YYYY-MM-DD)');
+    expect(convert(result([null, { procedureCode: 'D2740', date: '03/02/2026' }])).disposition).toContain('Not read, kept with this response as sent: result.data.history[1].date "03/02/2026".');
   });
 
   it('says of a Partial that names nothing not retrieved that it did not say, not reading as complete', () => {
@@ -706,10 +740,23 @@ describe('toCoverageEligibilityResponse', () => {
     ]);
   });
 
-  it('refuses a malformed date, naming the result element', () => {
-    const body = readResult('completed-full') as { result: { plan: { effectiveDate: string } } };
-    body.result.plan.effectiveDate = '01/01/2024';
-    expect(() => convert(body)).toThrow('result.plan.effectiveDate: must be a date (YYYY-MM-DD)');
+  it('charts a result with a date it cannot read, leaving that date out, keeping it as sent and naming it: one past service dated 03/02/2026 is no reason to chart nothing', () => {
+    const body = readResult('completed-full') as { result: Record<string, { [key: string]: unknown }> & { data: { history: Array<{ date: string }>; frequencies: Array<{ lastServiceDate: string }> } } };
+    body.result.plan = { ...body.result.plan, effectiveDate: '01/01/2024', benefitPeriod: { start: '2026-01-01', end: '12/31/2026' } };
+    body.result.patient = { ...body.result.patient, dateOfBirth: '03/14/1978' };
+    body.result.data.history[2] = { ...body.result.data.history[2], date: 'Feb 18, 2025' };
+    body.result.data.frequencies[0] = { ...body.result.data.frequencies[0], lastServiceDate: '2026-05-12T14:30:00Z' };
+    const response = convert(body, RESULT_REFS);
+    const whole = convert(readResult('completed-full'));
+    expect(items(response).map((i) => i.name)).toEqual(items(whole).map((i) => i.name));
+    expect(response.insurance?.[0]?.benefitPeriod).toEqual({ start: '2026-01-01' });
+    expect(items(response).find((i) => i.name === 'Frequency limit')?.description).toBe('Prophylaxis twice per calendar year');
+    expect(response.disposition).toContain(
+      'Not read, kept with this response as sent: result.patient.dateOfBirth "03/14/1978"; result.plan.effectiveDate "01/01/2024"; result.plan.benefitPeriod.end "12/31/2026"; result.data.frequencies[0].lastServiceDate "2026-05-12T14:30:00Z"; result.data.history[2].date "Feb 18, 2025".',
+    );
+    const unmapped = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.[0]?.valueString);
+    expect(unmapped).toEqual(expect.arrayContaining(['result.plan.effectiveDate', 'result.plan.benefitPeriod.end', 'result.patient.dateOfBirth', 'result.data.history[2].date', 'result.data.frequencies[0].lastServiceDate']));
+    expect(validateR4(response)).toEqual([]);
   });
 
   it('moves every extension URL to DENTAL_ELIG_FHIR_EXTENSION_BASE, and local systems to DENTAL_ELIG_FHIR_SYSTEM_BASE', () => {
