@@ -121,6 +121,8 @@ export const FhirSource = z.strictObject({
   appointment: z.string().optional(),
   patient: NonEmpty,
   coverage: NonEmpty,
+  /** The Coverage's payor Organization, when the server holds it: the insurer the response names. */
+  insurer: z.string().optional(),
   receivedAt: IsoInstant,
 });
 

@@ -142,6 +142,8 @@ const MIGRATIONS: readonly string[] = [
   // Nothing to change in the tables: an appointment may now be awaiting-correction (an HL7 booking refused for the patient's
   // details, held for an ADT), which no earlier version reads.
   `SELECT 1;`,
+  // Nor here: a FHIR check's source may now name its payor Organization (check.source.insurer), which no earlier version reads.
+  `SELECT 1;`,
 ];
 
 /** The version this program writes. */

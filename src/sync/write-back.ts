@@ -132,7 +132,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     const given: Partial<Record<ChartPart['kind'], string>> = {
       patient: refs.patient ?? source?.patient,
       coverage: refs.coverage ?? source?.coverage,
-      insurer: refs.insurer,
+      insurer: refs.insurer ?? source?.insurer,
     };
     const parts = check.source.kind === 'hl7' ? chartParts(check).filter((p) => !given[p.kind]) : [];
     const { correlationId } = outcome.verification;

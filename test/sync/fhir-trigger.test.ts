@@ -24,6 +24,11 @@ describe('FHIR-triggered eligibility', () => {
     const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     expect(responses).toHaveLength(2);
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'complete']);
+    // The insurer is the chart's own Organization each Coverage's payor names, which a reader of the chart can follow.
+    expect(responses.map((r) => `${r.insurance?.[0]?.coverage.reference} ${r.insurer.reference}`).sort()).toEqual([
+      'Coverage/cov-marco-aetna Organization/org-aetna',
+      'Coverage/cov-marco-delta Organization/org-delta-ca',
+    ]);
     const checks = await h.store.listChecks();
     expect(checks.map((c) => c.state)).toEqual(['written', 'written']);
     // Both payers take asynchronous verification: the results came by webhook.

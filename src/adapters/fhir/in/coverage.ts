@@ -1,7 +1,7 @@
 import { CoverageOrder, type PayerAsNamed, type Relationship, type Subscriber } from '../../../domain';
 import type { FhirIssue } from '../operation-outcome';
 import { systemUrl } from '../systems';
-import type { AnyResource, BundleIndex } from './bundle-index';
+import { FHIR_ID, type AnyResource, type BundleIndex } from './bundle-index';
 import { payerAsNamed } from './payer';
 import { birthDate, identifierType, personName, type PersonName } from './person';
 import { relationshipOf } from './relationship';
@@ -75,6 +75,8 @@ export function coverageOrders(coverages: ActiveCoverage[], issues: FhirIssue[])
 
 export interface CoverageFacts {
   payer: PayerAsNamed;
+  /** The payor Organization as the chart knows it (Organization/id), when the Coverage names one it holds. */
+  insurer: string | undefined;
   groupNumber: string | undefined;
   groupName: string | undefined;
   planName: string | undefined;
@@ -118,12 +120,13 @@ export function coverageFacts(
   const isPatient = subscriberPerson?.resource === patient.resource;
   const name = isPatient ? patient.name : subscriberPerson && personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService);
   const dob = isPatient ? patient.birthDate : subscriberPerson && birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false, dateOfService);
-  const payer = payerOf(index, raw, coverage, path, issues);
+  const payor = payerOf(index, raw, coverage, path, issues);
 
-  if (issues.length > before || !name || !memberId || !relationship || !payer) return undefined;
+  if (issues.length > before || !name || !memberId || !relationship || !payor) return undefined;
   const group = classOf(coverage, 'group');
   return {
-    payer,
+    payer: payor.payer,
+    insurer: payor.organization?.id && FHIR_ID.test(payor.organization.id) ? `Organization/${payor.organization.id}` : undefined,
     groupNumber: group?.value?.trim() || undefined,
     groupName: group?.name?.trim() || undefined,
     planName: classOf(coverage, 'plan')?.name?.trim() || undefined,
@@ -169,21 +172,27 @@ function relationshipFor(coverage: Coverage, path: string, subscriberIsPatient: 
   return undefined;
 }
 
-/** The first payor that is an Organization (or a logical reference to one) names the payer. */
-function payerOf(index: BundleIndex, raw: AnyResource, coverage: Coverage, path: string, issues: FhirIssue[]): PayerAsNamed | undefined {
+/**
+ * The first payor that is an Organization (or a logical reference to one) names the payer; the
+ * Organization, when it is an entry of the Bundle or read from the server, is the insurer the
+ * chart knows.
+ */
+function payerOf(index: BundleIndex, raw: AnyResource, coverage: Coverage, path: string, issues: FhirIssue[]): { payer: PayerAsNamed; organization?: Organization } | undefined {
   const payors = coverage.payor ?? [];
   for (const [i, ref] of payors.entries()) {
     const resolved = index.resolve(ref, ['Organization', 'Patient', 'RelatedPerson'], raw);
     if (resolved.kind === 'found') {
       if (resolved.resource.resourceType !== 'Organization') continue;
       const org = parseResource(Organization, resolved.resource, `${path}.payor[${i}].resolve()`, issues);
-      if (!org) return undefined;
-      return named(payerAsNamed(org.name, org.identifier), `${path}.payor[${i}].resolve().name`, issues);
+      const payer = org && named(payerAsNamed(org.name, org.identifier), `${path}.payor[${i}].resolve().name`, issues);
+      // One contained in the Coverage (#payer) is no resource of the chart's: nothing to reference.
+      return org && payer && { payer, ...(!ref.reference?.startsWith('#') && { organization: org }) };
     }
     const logical = ref.type === undefined || ref.type === 'Organization';
     if (logical && !ref.reference && (ref.display || ref.identifier)) {
       const identifiers: Identifier[] = ref.identifier ? [ref.identifier] : [];
-      return named(payerAsNamed(ref.display, identifiers), `${path}.payor[${i}]`, issues);
+      const payer = named(payerAsNamed(ref.display, identifiers), `${path}.payor[${i}]`, issues);
+      return payer && { payer };
     }
     issues.push({ expression: `${path}.payor[${i}]`, diagnostics: resolved.problem, code: 'not-found' });
     return undefined;

@@ -130,6 +130,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
         appointment: index.relativeReference(appointmentRaw),
         patient: index.relativeReference(patientRaw),
         coverage: index.relativeReference(c.raw),
+        insurer: fact.insurer,
         receivedAt: receivedAt.data,
       },
       warnings: checkWarnings,
