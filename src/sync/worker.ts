@@ -733,13 +733,15 @@ export class Worker {
   /**
    * A verification body arrived (sync answer or poll) for a check in `row.state`. A result is
    * written to the chart in the same turn, under the lease this worker already holds, rather than
-   * released and claimed again.
+   * released and claimed again. Whether it took the check on: false when the check had moved on
+   * meanwhile (cancelled, corrected, or its result brought by webhook).
    */
-  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<boolean> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.kept(() => this.step(row, row.state, change));
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
+    return moved !== undefined;
   }
 
   /**
@@ -814,9 +816,10 @@ export class Worker {
         await this.pendingTooLong(row);
         return;
       }
+      const took = await this.outcomeArrived(row, outcome);
       // A webhook missed only where one was to come: a check sent synchronously (its payer has no async portal) and answered Pending is polled for its result.
-      if (hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
-      await this.outcomeArrived(row, outcome);
+      // And only where the poll took the result: its webhook, come while the poll was under way, took it first.
+      if (took && hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
     } finally {

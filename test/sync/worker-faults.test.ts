@@ -235,6 +235,34 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(missed).toEqual([]);
   });
 
+  it('counts no webhook as not received when it came while the poll was under way: the webhook took the result, written once', async () => {
+    const missed: string[] = [];
+    const webhookIn = gate();
+    let polled = () => {};
+    const polling = new Promise<void>((resolve) => (polled = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true },
+      webhookMissed: (key) => void missed.push(key),
+      answer: async (req, res) => {
+        if (req.method === 'POST') return json(res, 201, { correlationId: 'ver-race', status: 'Pending' });
+        polled();
+        await webhookIn.opened;
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-race' });
+      },
+    });
+    await rig.addCheck('race');
+    rig.worker.start();
+    await polling;
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-race' };
+    const applied = await ingestWebhook(rig.store, rig.worker, { webhookId: 'msg_race', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
+    webhookIn.open();
+    expect(applied.status).toBe('applied');
+    await rig.reach('race', 'written', 5000);
+    await until('the poll done', async () => rig.worker.busy === 0);
+    expect([posts(rig.requests).length, gets(rig.requests).length, rig.events.filter((e) => e.name === 'written').length]).toEqual([1, 1, 1]);
+    expect(missed).toEqual([]);
+  });
+
   it('polls at once when the send, repeated after its answer was lost, is answered with a verification already done', async () => {
     // The first send's answer never comes (the service took it); the same externalId sent again is
     // answered with that verification, Completed by now: its webhook came while no check had its id.
