@@ -593,7 +593,7 @@ export class Worker {
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
     if (!(err instanceof ServiceError)) throw err;
     const status = err.status;
-    if (status === 422 && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
+    if (refusedForFields(err) && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
       // The service holds another request under this externalId: a send whose answer was lost, its
       // body changed since (the payer catalog synced again, inline credentials rotated). Nothing in the
       // data is wrong, so it is not the front desk's to fix: this one goes as a verification of its own.
@@ -602,7 +602,7 @@ export class Worker {
       await this.step(row, from, { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: 'the service holds another request under this externalId; sending as a new verification' });
       return;
     }
-    if (status === 422 || err.code === 'invalid_request') {
+    if (refusedForFields(err) || err.code === 'invalid_request') {
       if (from === 'submitted' && (await this.sentAnotherWay(row, err))) return;
       // The data is wrong: the front desk sees it in the chart and corrects it at the source; the office's setup, its administrator.
       const fields = err.fieldErrors.join('; ');
@@ -1267,6 +1267,19 @@ function givenUpHere(row: CheckRow): boolean {
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
 function chartMayTakeIt(err: unknown): boolean {
   return err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+}
+
+/**
+ * Whether the service refused the request for its fields: a 422, as the interface answers a request
+ * failing validation, or another 4xx naming them in errors[] (a 400, which earlier versions of
+ * the interface answered on other endpoints). Left to the operator as a 401, 403 or 404 is, the front desk never heard: nothing was
+ * written to the chart, and sent again as it is, it is refused again.
+ */
+function refusedForFields(err: ServiceError): boolean {
+  const { status } = err;
+  if (status === 422) return true;
+  const named = (err.problem.errors ?? []).length > 0;
+  return named && status !== undefined && status >= 400 && status < 500 && status !== 401 && status !== 403 && status !== 404 && !err.mayPassLater;
 }
 
 /**
