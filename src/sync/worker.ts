@@ -650,12 +650,14 @@ export class Worker {
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
     // A 429 is put off still: the service asking for less says nothing of the check (those that found their portal out
-    // are left alone too, and the burst of them sent once it answers would be given up for it). A check whose visit's
+    // are left alone too, and the burst of them sent once it answers would be given up for it), with or without a
+    // Retry-After: a gateway's rate limit often says none, and a morning's batch throttled for minutes was written into
+    // every chart as not verified. A check whose visit's
     // day has come is not put off by a failure that asks to wait: its attempts count, as when the service is out,
     // or the front desk would hear nothing until pendingGiveUpMs, past the visit.
-    const putOff = from === 'submitted' && retryAfter !== undefined && (status === 429 || (!this.service.failsAlone(row.key) && !this.urgent(row)));
+    const putOff = from === 'submitted' && (status === 429 || (retryAfter !== undefined && !this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
-      const usedUp = putOff ? this.pendingPast(row, retryAfter) : row.attempts >= this.options.maxAttempts;
+      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
         const why = putOff ? 'The verification service put it off past the time a verification may wait' : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         // Sends put off are not counted: how many there were says nothing.
@@ -671,8 +673,9 @@ export class Worker {
     const next: CheckState = from === 'submitted' ? 'received' : from;
     // Put off for no load of the service's (its portal failing this check alone, a Retry-After each time), a send waits a
     // tenth of the time its round has, up to backoff.maxMs: its attempts held, its backoff did not grow, and one such check
-    // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say.
-    const heldBack = putOff && status !== 429 ? Math.min(this.options.backoff.maxMs, (this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt)) / 10) : 0;
+    // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say;
+    // one that says none waits as long, its backoff not growing either.
+    const heldBack = putOff && (status !== 429 || retryAfter === undefined) ? Math.min(this.options.backoff.maxMs, (this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt)) / 10) : 0;
     const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0, heldBack);
     if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.

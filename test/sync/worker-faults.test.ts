@@ -150,6 +150,19 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(rig.warnings.filter((w) => w.msg === 'the service failed; will retry')).toEqual([]);
   });
 
+  it('uses no attempt on a 429 that says no Retry-After either: the service asking for less says nothing of the check', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2 },
+      answer: (_req, res, index) => (index < 4 ? json(res, 429, { title: 'Too many requests', status: 429 }) : json(res, 201, resultBody('completed-minimal'))),
+    });
+    await rig.addCheck('throttled-unsaid');
+    rig.worker.start();
+    const row = await rig.reach('throttled-unsaid', 'written', 8000);
+    expect(posts(rig.requests)).toHaveLength(5);
+    expect(row.lastError).toBeUndefined();
+    expect(rig.events.map((e) => e.name)).toEqual(['verified', 'written']);
+  });
+
   it('gives a check the service throttles for longer than pendingGiveUpMs up, saying so in the chart', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
     await rig.addCheck('throttled-for-ever');
