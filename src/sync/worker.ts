@@ -736,15 +736,15 @@ export class Worker {
   /**
    * A verification body arrived (sync answer or poll) for a check in `row.state`. A result is
    * written to the chart in the same turn, under the lease this worker already holds, rather than
-   * released and claimed again. Whether it took the check on: false when the check had moved on
-   * meanwhile (cancelled, corrected, or its result brought by webhook).
+   * released and claimed again. `taken` is told when the body took the check on, not when it had
+   * moved on meanwhile (cancelled, corrected, or its result brought by webhook).
    */
-  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<boolean> {
+  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome, taken?: () => void): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.kept(() => this.step(row, row.state, change));
+    if (moved) taken?.();
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
-    return moved !== undefined;
   }
 
   /**
@@ -819,10 +819,10 @@ export class Worker {
         await this.pendingTooLong(row);
         return;
       }
-      const took = await this.outcomeArrived(row, outcome);
       // A webhook missed only where one was to come: a check sent synchronously (its payer has no async portal) and answered Pending is polled for its result.
       // And only where the poll took the result: its webhook, come while the poll was under way, took it first.
-      if (took && hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
+      const missed = hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async';
+      await this.outcomeArrived(row, outcome, missed ? () => this.deps.webhookMissed?.(row.key) : undefined);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
     } finally {
