@@ -593,7 +593,7 @@ export class Worker {
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
     if (!(err instanceof ServiceError)) throw err;
     const status = err.status;
-    if (status === 422 && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
+    if (refusedForFields(err) && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
       // The service holds another request under this externalId: a send whose answer was lost, its
       // body changed since (the payer catalog synced again, inline credentials rotated). Nothing in the
       // data is wrong, so it is not the front desk's to fix: this one goes as a verification of its own.
@@ -602,7 +602,7 @@ export class Worker {
       await this.step(row, from, { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined, dueAt: this.now(), lastError: 'the service holds another request under this externalId; sending as a new verification' });
       return;
     }
-    if (status === 422 || err.code === 'invalid_request') {
+    if (refusedForFields(err) || err.code === 'invalid_request') {
       if (from === 'submitted' && (await this.sentAnotherWay(row, err))) return;
       // The data is wrong: the front desk sees it in the chart and corrects it at the source; the office's setup, its administrator.
       const fields = err.fieldErrors.join('; ');
@@ -650,12 +650,14 @@ export class Worker {
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
     // A 429 is put off still: the service asking for less says nothing of the check (those that found their portal out
-    // are left alone too, and the burst of them sent once it answers would be given up for it). A check whose visit's
+    // are left alone too, and the burst of them sent once it answers would be given up for it), with or without a
+    // Retry-After: a gateway's rate limit often says none, and a morning's batch throttled for minutes was written into
+    // every chart as not verified. A check whose visit's
     // day has come is not put off by a failure that asks to wait: its attempts count, as when the service is out,
     // or the front desk would hear nothing until pendingGiveUpMs, past the visit.
-    const putOff = from === 'submitted' && retryAfter !== undefined && (status === 429 || (!this.service.failsAlone(row.key) && !this.urgent(row)));
+    const putOff = from === 'submitted' && (status === 429 || (retryAfter !== undefined && !this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
-      const usedUp = putOff ? this.pendingPast(row, retryAfter) : row.attempts >= this.options.maxAttempts;
+      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
         const why = putOff ? 'The verification service put it off past the time a verification may wait' : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         // Sends put off are not counted: how many there were says nothing.
@@ -671,8 +673,9 @@ export class Worker {
     const next: CheckState = from === 'submitted' ? 'received' : from;
     // Put off for no load of the service's (its portal failing this check alone, a Retry-After each time), a send waits a
     // tenth of the time its round has, up to backoff.maxMs: its attempts held, its backoff did not grow, and one such check
-    // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say.
-    const heldBack = putOff && status !== 429 ? Math.min(this.options.backoff.maxMs, (this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt)) / 10) : 0;
+    // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say;
+    // one that says none waits as long, its backoff not growing either.
+    const heldBack = putOff && (status !== 429 || retryAfter === undefined) ? Math.min(this.options.backoff.maxMs, (this.deps.now().getTime() - Date.parse(row.submittedAt ?? row.updatedAt)) / 10) : 0;
     const wait = Math.max(from === 'awaiting-result' ? this.pollWait(row) : this.backoff(row.attempts), retryAfter ?? 0, heldBack);
     if (!(await this.step(row, from, { state: next, ...(putOff && { attempts: row.attempts - 1 }), dueAt: this.later(wait), lastError: summary }))) return;
     // The status or network code only: a problem's title and detail may quote what was sent.
@@ -733,11 +736,13 @@ export class Worker {
   /**
    * A verification body arrived (sync answer or poll) for a check in `row.state`. A result is
    * written to the chart in the same turn, under the lease this worker already holds, rather than
-   * released and claimed again.
+   * released and claimed again. `taken` is told when the body took the check on, not when it had
+   * moved on meanwhile (cancelled, corrected, or its result brought by webhook).
    */
-  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+  private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome, taken?: () => void): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.kept(() => this.step(row, row.state, change));
+    if (moved) taken?.();
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
   }
@@ -815,8 +820,9 @@ export class Worker {
         return;
       }
       // A webhook missed only where one was to come: a check sent synchronously (its payer has no async portal) and answered Pending is polled for its result.
-      if (hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async') this.deps.webhookMissed?.(row.key);
-      await this.outcomeArrived(row, outcome);
+      // And only where the poll took the result: its webhook, come while the poll was under way, took it first.
+      const missed = hasResult(outcome.kind) && this.options.asyncEnabled && row.mode === 'async';
+      await this.outcomeArrived(row, outcome, missed ? () => this.deps.webhookMissed?.(row.key) : undefined);
     } catch (err) {
       await this.serviceFailed(row, 'awaiting-result', err);
     } finally {
@@ -1264,6 +1270,19 @@ function givenUpHere(row: CheckRow): boolean {
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
 function chartMayTakeIt(err: unknown): boolean {
   return err instanceof ChartWriteError ? err.retryable : !(err instanceof FhirInputError);
+}
+
+/**
+ * Whether the service refused the request for its fields: a 422, as the interface answers a request
+ * failing validation, or another 4xx naming them in errors[] (a 400, which earlier versions of
+ * the interface answered on other endpoints). Left to the operator as a 401, 403 or 404 is, the front desk never heard: nothing was
+ * written to the chart, and sent again as it is, it is refused again.
+ */
+function refusedForFields(err: ServiceError): boolean {
+  const { status } = err;
+  if (status === 422) return true;
+  const named = (err.problem.errors ?? []).length > 0;
+  return named && status !== undefined && status >= 400 && status < 500 && status !== 401 && status !== 403 && status !== 404 && !err.mayPassLater;
 }
 
 /**

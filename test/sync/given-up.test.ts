@@ -302,4 +302,17 @@ describe('a check whose request the service refuses', () => {
     expect(response?.disposition).toContain("member id 'DD1234567' isn't one");
     expect(errorCodes(response)).toContain('RequestRefused');
   });
+
+  it('reads a 400 naming the fields in errors[] as the refusal a 422 is: answered in the chart, not left to the operator with nothing written', async () => {
+    const refused = { title: 'Bad request', status: 400, errors: [{ field: 'subscriber.memberId', message: 'is not a member id this payer issues', code: 'invalid_value' }] };
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 400, refused) });
+    await rig.addCheck('refused-400');
+    rig.worker.start();
+    const row = await rig.reach('refused-400', 'needs-attention');
+    expect(row.lastError).toBe('RequestRefused: subscriber.memberId: is not a member id this payer issues');
+    const [response] = await responses();
+    expect(response?.disposition).toMatch(/subscriber\.memberId: is not a member id this payer issues/);
+    expect(errorCodes(response)).toContain('RequestRefused');
+    expect(posts(rig.requests)).toHaveLength(1);
+  });
 });

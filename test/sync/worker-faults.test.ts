@@ -150,6 +150,19 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(rig.warnings.filter((w) => w.msg === 'the service failed; will retry')).toEqual([]);
   });
 
+  it('uses no attempt on a 429 that says no Retry-After either: the service asking for less says nothing of the check', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 2 },
+      answer: (_req, res, index) => (index < 4 ? json(res, 429, { title: 'Too many requests', status: 429 }) : json(res, 201, resultBody('completed-minimal'))),
+    });
+    await rig.addCheck('throttled-unsaid');
+    rig.worker.start();
+    const row = await rig.reach('throttled-unsaid', 'written', 8000);
+    expect(posts(rig.requests)).toHaveLength(5);
+    expect(row.lastError).toBeUndefined();
+    expect(rig.events.map((e) => e.name)).toEqual(['verified', 'written']);
+  });
+
   it('gives a check the service throttles for longer than pendingGiveUpMs up, saying so in the chart', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 1500 }, answer: (_req, res) => throttle(res) });
     await rig.addCheck('throttled-for-ever');
@@ -232,6 +245,34 @@ describe('the worker waiting for an asynchronous result', () => {
     rig.worker.start();
     const written = await rig.reach('sync-pending', 'written', 5000);
     expect([written.mode, posts(rig.requests), gets(rig.requests).length]).toEqual(['sync', ['/v2/insurance-verifications'], 1]);
+    expect(missed).toEqual([]);
+  });
+
+  it('counts no webhook as not received when it came while the poll was under way: the webhook took the result, written once', async () => {
+    const missed: string[] = [];
+    const webhookIn = gate();
+    let polled = () => {};
+    const polling = new Promise<void>((resolve) => (polled = resolve));
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true },
+      webhookMissed: (key) => void missed.push(key),
+      answer: async (req, res) => {
+        if (req.method === 'POST') return json(res, 201, { correlationId: 'ver-race', status: 'Pending' });
+        polled();
+        await webhookIn.opened;
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-race' });
+      },
+    });
+    await rig.addCheck('race');
+    rig.worker.start();
+    await polling;
+    const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-race' };
+    const applied = await ingestWebhook(rig.store, rig.worker, { webhookId: 'msg_race', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) }, new Date());
+    webhookIn.open();
+    expect(applied.status).toBe('applied');
+    await rig.reach('race', 'written', 5000);
+    await until('the poll done', async () => rig.worker.busy === 0);
+    expect([posts(rig.requests).length, gets(rig.requests).length, rig.events.filter((e) => e.name === 'written').length]).toEqual([1, 1, 1]);
     expect(missed).toEqual([]);
   });
 
