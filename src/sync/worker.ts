@@ -808,11 +808,12 @@ export class Worker {
       await this.step(row, row.state, { state: 'received', dueAt: this.now() });
       return;
     }
-    // A poll reads the service, not the payer's portal: it waits only for the whole service.
+    // A poll reads the service, not the payer's portal: it waits only for the whole service, and draws from its rate alone,
+    // or a batch's polls would hold back the portal's sends (requestsPerSecondPerPortal spares the portal's logins).
     const pass = this.service.admit(this.urgent(row), undefined, row.key);
     if (pass === 'hold') return this.hold(row, undefined, 'awaiting-result', { state: 'awaiting-result' });
     try {
-      await this.limiter.take(row.portalId);
+      await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {

@@ -1147,3 +1147,21 @@ describe('a verification the service completes after its Partial', () => {
     expect(await responses()).toEqual(['complete']);
   });
 });
+
+describe('the worker and the rate limits', () => {
+  it("draws a poll from the service's bucket alone, not its portal's: a poll reads the service, and the portal's sends wait for none of it", async () => {
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, webhookDeadlineMs: 20, rateLimits: { perSecond: 1000, perPortalPerSecond: 1000 } },
+      answer: (req, res) => (req.method === 'POST' ? json(res, 202, { correlationId: 'ver-polled', status: 'Pending' }) : json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-polled' })),
+    });
+    const drawn: string[] = [];
+    const take = rig.store.takeRateToken.bind(rig.store);
+    rig.store.takeRateToken = (bucket, perSecond, now) => (drawn.push(bucket), take(bucket, perSecond, now));
+    await rig.addCheck('polled');
+    rig.worker.start();
+    await rig.reach('polled', 'written', 5000);
+    expect(gets(rig.requests).length).toBeGreaterThan(0);
+    expect(drawn.filter((b) => b.startsWith('portal:'))).toEqual(['portal:portal-a']);
+    expect(drawn.filter((b) => b === 'service')).toHaveLength(posts(rig.requests).length + gets(rig.requests).length);
+  });
+});
