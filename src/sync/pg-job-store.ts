@@ -81,6 +81,8 @@ export class PgJobStore implements JobStore {
   private closed = false;
   /** This instance's sign of life, taken when its worker begins: see LiveLock. */
   private live: LiveLock | undefined;
+  /** The workers that claimed checks through this store: their leases are this instance's. */
+  private readonly owners = new Set<string>();
 
   /** Connects to a postgres:// URL and creates or migrates the schema; with create false (a reader), finds it at this program's version. */
   static async open(url: string, options: { poolSize?: number; queryTimeoutMs?: number; create?: boolean } = {}): Promise<PgJobStore> {
@@ -165,6 +167,7 @@ export class PgJobStore implements JobStore {
   }
 
   async claimDue(options: ClaimOptions): Promise<CheckRow[]> {
+    this.owners.add(options.owner);
     let tookOver = 0;
     const count = (taken: { rows: CheckRow[]; tookOver: number }) => ((tookOver += taken.tookOver), taken.rows);
     // One transaction: the server gone between the chart's work and the service's would leave the chart's
@@ -202,7 +205,7 @@ export class PgJobStore implements JobStore {
   async beginWork(): Promise<number> {
     if (this.live) return 0;
     if (this.closed) throw new Error('the job store is closed');
-    const live = await LiveLock.take(this.url);
+    const live = await LiveLock.take(this.url, (key) => void this.holdUnder(key));
     if (this.closed) {
       // Closed while the lock was being taken: close() did not see it, and it would hold the process open.
       await live.close();
@@ -213,6 +216,19 @@ export class PgJobStore implements JobStore {
     this.clockTimer = setInterval(() => void this.readClock().catch(() => undefined), CLOCK_READ_MS).unref();
     const { rowCount } = await this.query(`UPDATE checks SET lease_owner = NULL, lease_until = NULL, lease_lock = NULL, leased_at = NULL WHERE ${LEASE_ORPHANED}`);
     return rowCount ?? 0;
+  }
+
+  /**
+   * The live lock held again after it was lost on every connection: the leases this instance took
+   * meanwhile carry no lock, and those it held before carry the key it lost, which its own claims
+   * meanwhile took again as an orphan's. Each is put under `key`, so another instance takes them at
+   * once if this one dies, not when they run out (two minutes, kept up while a step runs). One
+   * another instance took meanwhile has another owner and stays its.
+   */
+  private async holdUnder(key: number): Promise<void> {
+    if (this.owners.size === 0) return;
+    // The database gone again: the leases stay as they are, plain ones running out as before.
+    await this.query('UPDATE checks SET lease_lock = $1 WHERE lease_owner = ANY($2) AND lease_lock IS DISTINCT FROM $1', [key, [...this.owners]]).catch(() => undefined);
   }
 
   async release(key: string, owner: string): Promise<void> {

@@ -15,8 +15,9 @@ import { Client } from 'pg';
  * A key is drawn with the exclusive lock, which no other instance can take while one connection
  * holds the shared one, so no two live instances share a key. Lost on both connections while the
  * process lives (the network, a restart of the server), it is taken again; meanwhile `key` is
- * undefined and this instance's new leases are plain ones. Another instance may take those it
- * held when it lost both; after a restart of the server, not for RESTART_GRACE_SECONDS.
+ * undefined and this instance's new leases are plain ones, put under the key once it is held again
+ * (`retaken`). Another instance may take those it held when it lost both; after a restart of the
+ * server, not for RESTART_GRACE_SECONDS.
  */
 export class LiveLock {
   /** The connections holding the lock, LIVE_CONNECTIONS of them while it is fully held. */
@@ -29,12 +30,20 @@ export class LiveLock {
   private opening: { client: Client; abandon: () => void } | undefined;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
+  /** Whether the lock was held once: held again since, it was lost on every connection. */
+  private takenBefore = false;
 
-  private constructor(private readonly url: string) {}
+  private constructor(
+    private readonly url: string,
+    private readonly retaken: (key: number) => void,
+  ) {}
 
-  /** Takes a lock under a key no live instance holds. */
-  static async take(url: string): Promise<LiveLock> {
-    const lock = new LiveLock(url);
+  /**
+   * Takes a lock under a key no live instance holds. `retaken` is told the key each time the lock is
+   * held again after it was lost on every connection: the leases taken meanwhile carry none.
+   */
+  static async take(url: string, retaken: (key: number) => void = () => undefined): Promise<LiveLock> {
+    const lock = new LiveLock(url, retaken);
     try {
       await lock.fill();
     } catch (err) {
@@ -72,6 +81,7 @@ export class LiveLock {
     while (!this.closed && this.holders.size < LIVE_CONNECTIONS) {
       const client = await this.connect();
       try {
+        const drawn = this.held === undefined;
         const key = this.held ?? (await draw(client, this.lastKey));
         // With the key held already, a shared lock refused means another instance drew it after this one lost every connection.
         if (this.held !== undefined && !(await tryLock(client, 'pg_try_advisory_lock_shared', key))) throw new Error('the live lock was taken by another instance');
@@ -79,6 +89,8 @@ export class LiveLock {
         if (this.closed) throw new Error('closed');
         this.holders.add(client);
         this.held = this.lastKey = key;
+        if (drawn && this.takenBefore) this.retaken(key);
+        this.takenBefore = true;
       } catch (err) {
         await client.end().catch(() => undefined);
         if (this.closed) return;

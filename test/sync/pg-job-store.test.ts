@@ -56,6 +56,21 @@ function failClaimOfServiceWork(failure: () => Error | undefined): void {
   } as typeof query);
 }
 
+/** Holds back the connect of each live-lock connection until `held.open()`; `asked` says one is waiting. */
+function holdLiveConnects() {
+  const held = gate();
+  const asked = gate();
+  const connect = Client.prototype.connect as (this: Client) => Promise<Client>;
+  jest.spyOn(Client.prototype, 'connect').mockImplementation(async function (this: Client & { connectionParameters: { application_name?: string } }) {
+    if (this.connectionParameters.application_name === 'dental-elig live') {
+      asked.open();
+      await held.opened;
+    }
+    return connect.call(this);
+  } as unknown as Client['connect']);
+  return { held, asked };
+}
+
 /** The database as schema `version` left it: each later migration undone, the newest first. */
 async function downTo(db: Client, version: number): Promise<void> {
   const undo: Record<number, string> = {
@@ -341,6 +356,34 @@ describe('PgJobStore with two instances on one database', () => {
       expect(await claim(b, 'b')).toEqual([]);
     });
 
+    it('marks with its live lock the checks it took while taking the lock again: they go to the other at once if it dies after', async () => {
+      await a.transaction(async (tx) => {
+        for (const key of ['elig_1', 'elig_2']) await tx.putCheck(checkRow(key));
+      });
+      await a.beginWork();
+      await b.beginWork();
+      expect(await claim(a, 'a')).toEqual(['elig_1']);
+      const key = await leaseLock('elig_1');
+      // Both of A's lock connections ended (the network, a restart of the server): it takes the lock again, held back here.
+      const { held, asked } = holdLiveConnects();
+      try {
+        await db.query('SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = $1 AND classid = $2 AND objid = $3 AND objsubid = 2', ['advisory', LIVE_NAMESPACE, key]);
+        await asked.opened;
+        // Meanwhile A's worker goes on: leases without a lock, which no one takes before they run out; the check
+        // it was sending among them, its lock gone (a worker leaves a check it holds already in hand, once).
+        expect((await a.claimDue({ now: NOW, limit: 10, owner: 'a', leaseMs: 60_000 })).map((c) => c.key).sort()).toEqual(['elig_1', 'elig_2']);
+        expect([await leaseLock('elig_1'), await leaseLock('elig_2')]).toEqual([0, 0]);
+        held.open();
+        await until('the lock is taken again', async () => (await holders(key)).length === 2);
+      } finally {
+        jest.restoreAllMocks();
+      }
+      await until('the checks A holds under its lock again', async () => (await leaseLock('elig_1')) === key && (await leaseLock('elig_2')) === key);
+      // A dies with both in hand: B takes them at once, not a minute on when their leases run out.
+      await a.close();
+      expect((await b.claimDue({ now: NOW, limit: 10, owner: 'b', leaseMs: 60_000 })).map((c) => c.key).sort()).toEqual(['elig_1', 'elig_2']);
+    });
+
     it('lets go of its live lock when ending its pool fails, and says so once', async () => {
       await a.transaction((tx) => tx.putCheck(checkRow('elig_1')));
       await a.beginWork();
@@ -417,20 +460,6 @@ describe('PgJobStore with two instances on one database', () => {
   });
 
   describe('closed while its live lock is being taken', () => {
-    /** Holds back the connect of each live-lock connection until `held.open()`; `asked` says one is waiting. */
-    const holdLiveConnects = () => {
-      const held = gate();
-      const asked = gate();
-      const connect = Client.prototype.connect as (this: Client) => Promise<Client>;
-      jest.spyOn(Client.prototype, 'connect').mockImplementation(async function (this: Client & { connectionParameters: { application_name?: string } }) {
-        if (this.connectionParameters.application_name === 'dental-elig live') {
-          asked.open();
-          await held.opened;
-        }
-        return connect.call(this);
-      } as unknown as Client['connect']);
-      return { held, asked };
-    };
     const liveSessions = async (db: Client) =>
       Number((await db.query(`SELECT COUNT(*) AS n FROM pg_stat_activity WHERE application_name = 'dental-elig live' AND datname = current_database()`)).rows[0].n);
     let db: Client;
