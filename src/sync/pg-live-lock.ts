@@ -170,7 +170,11 @@ export const LIVE_NAMESPACE = 0x656c6967;
 /** Connections each holding the lock: one may end while the process lives, and the lock stays. */
 const LIVE_CONNECTIONS = 2;
 const RETAKE_FIRST_MS = 500;
-const RETAKE_MAX_MS = 30_000;
+/**
+ * The longest between tries at the lock: its leases meanwhile are plain ones, taken up only when they
+ * run out if this instance dies before it holds it again, while the worker tries the store within 5 s.
+ */
+const RETAKE_MAX_MS = 5000;
 
 /** A positive int4, so pg_locks' objid (an oid) reads back as the same integer. */
 const randomKey = () => randomInt(1, 2 ** 31);
