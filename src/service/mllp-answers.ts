@@ -30,6 +30,8 @@ export interface AnswerContext {
   log?: MllpLog | undefined;
   /** Where the frame came from, for logs: an address, never content. */
   remote: string;
+  /** Whether a message the store cannot take is to be said at info now (onceASpell, the listener's), else at debug. */
+  storeRefusalSaid?: () => boolean;
 }
 
 export async function answerFrame(decoded: DecodedFrame, context: AnswerContext): Promise<Buffer[] | undefined> {
@@ -77,8 +79,13 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
     // Nothing wrong with the message: the store went away under it (or is full, or held past its busy_timeout).
     // Unanswered, as when it is down, it is sent again; kept as a dead letter it would be answered AR, and not sent again.
     // The outage itself is said once by the store's watch (watchOutages), not for each message it turns away.
+    // A sender resending at once would write a line per try, thousands in a 30 s outage: one a spell, the rest at debug.
     if (storeOutage(error)) {
-      context.log?.info({ remote: context.remote, bytes: message.length }, 'MLLP message not stored: the job store cannot take it now; connection dropped without an ACK');
+      const fields = { remote: context.remote, bytes: message.length };
+      const line = 'MLLP message not stored: the job store cannot take it now; connection dropped without an ACK';
+      if (!context.storeRefusalSaid) context.log?.info(fields, line);
+      else if (context.storeRefusalSaid()) context.log?.info(fields, `${line} (the others for 10 minutes at debug)`);
+      else context.log?.debug?.(fields, line);
       return undefined;
     }
     const kept = await deadLetter(context, { message, reason: 'the handler failed', error });

@@ -5,6 +5,7 @@ import { charsetOptionsSchema, type CharsetOptions } from './hl7-charset';
 import { answerFrame, type DeadLetter } from './mllp-answers';
 import { MllpConnection, type ConnectionLimits } from './mllp-connection';
 import { emptyStats, type MllpLog, type MllpStats } from './mllp-stats';
+import { onceASpell } from '../once-a-spell';
 
 /**
  * An MLLP listener on node:net. Each message gets its acknowledgements (one in original mode; in
@@ -59,6 +60,8 @@ export class MllpListener {
   private server: Server | undefined;
   private readonly connections = new Map<Socket, MllpConnection>();
   private readonly counters = emptyStats();
+  /** Messages the store cannot take, said once a spell across every connection: each is resent, often at once. */
+  private readonly storeRefusalSaid = onceASpell(() => Date.now());
   private readonly settings: z.infer<typeof optionsSchema>;
 
   constructor(private readonly options: MllpListenerOptions) {
@@ -121,7 +124,7 @@ export class MllpListener {
       log,
       remote,
       answer: (frame) =>
-        answerFrame(frame, { handler: this.options.handler, onDeadLetter: this.options.onDeadLetter, charsets: settings, maxFrameBytes: settings.maxFrameBytes, stats, log, remote }),
+        answerFrame(frame, { handler: this.options.handler, onDeadLetter: this.options.onDeadLetter, charsets: settings, maxFrameBytes: settings.maxFrameBytes, stats, log, remote, storeRefusalSaid: this.storeRefusalSaid }),
       // Counted until what it sent is handled: a sender resetting connection after connection would pile work past the cap.
       gone: () => {
         this.connections.delete(socket);

@@ -4,6 +4,8 @@ import type { AckCode } from '../adapters/hl7/ack';
 export interface MllpLog {
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
+  /** What is said at info once a spell, the rest of the spell (a pino logger has it; one without says nothing then). */
+  debug?(obj: object, msg: string): void;
 }
 
 /** Counters since start (connectionsOpen is a level), for the service to publish as metrics. */

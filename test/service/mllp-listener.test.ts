@@ -186,6 +186,24 @@ describe('MllpListener', () => {
     expect(deadLetters).toEqual([]);
   });
 
+  it('says a message the store cannot take at info once, not once for each sent again, the others at debug', async () => {
+    const log = { infos: [] as string[], debugs: [] as string[], info: (_o: object, msg: string) => void log.infos.push(msg), warn: () => undefined, debug: (_o: object, msg: string) => void log.debugs.push(msg) };
+    listener = await mllp.start({
+      handler: async () => {
+        throw new StoreUnavailableError(new Error('Connection terminated unexpectedly'));
+      },
+      onDeadLetter: async (l) => void deadLetters.push(l),
+      log,
+    });
+    for (const id of ['R1', 'R2', 'R3']) {
+      const c = await open();
+      c.socket.write(frame(message(id)));
+      await c.closed;
+    }
+    expect(log.infos).toEqual(['MLLP message not stored: the job store cannot take it now; connection dropped without an ACK (the others for 10 minutes at debug)']);
+    expect(log.debugs).toHaveLength(2);
+  });
+
   it('acknowledges only after the result has been kept', async () => {
     const events: string[] = [];
     const store = new InMemoryPatientInsuranceStore();
