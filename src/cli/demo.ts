@@ -143,11 +143,15 @@ function outcomeOf(c: CheckRow): string {
   return outcome.kind === 'failed' ? `failed (${outcome.failure.kind})` : outcome.kind;
 }
 
-function annualMaximumLeft(c: CheckRow): string {
+/**
+ * What is left of the patient's own annual maximum in network, for dental care as a whole: not an
+ * orthodontic one listed first, nor a lifetime one where the result gives no annual one.
+ */
+export function annualMaximumLeft(c: Pick<CheckRow, 'result'>): string {
   if (c.result === undefined) return '';
   const outcome = toOutcome(c.result);
   if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
   const maximums = entries(outcome.result.data?.maximums, (m) => m);
-  const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '')) ?? maximums[0];
+  const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '') && /^(general|dental( care)?)?$/i.test(m.category?.trim() ?? ''));
   return typeof annual?.remainingAmount === 'number' ? dollarsText(annual.remainingAmount) : '';
 }

@@ -1,4 +1,5 @@
 import { cli } from '../support/cli';
+import { annualMaximumLeft } from '../../src/cli/demo';
 
 describe('dental-elig demo (what `npm start` runs)', () => {
   it('runs serve on embedded defaults, feeds it over MLLP and a FHIR notification, and writes every verified check to the chart', async () => {
@@ -32,5 +33,19 @@ describe('dental-elig demo (what `npm start` runs)', () => {
     expect(run.stdout).toContain("1 booking(s) awaiting the patient's insurance");
     expect(run.stdout).toContain('6 of 6 checks written to the chart as CoverageEligibilityResponse.');
     expect(run.stdout).toContain('npx dental-elig jobs list --data-dir .dental-elig/demo');
+  });
+});
+
+describe("the demo's annual maximum left", () => {
+  const result = (maximums: object[]) => ({ result: { correlationId: 'ver-1', status: 'Completed', result: { plan: { status: 'Active' }, data: { maximums } } } });
+  const annual = (fields: object) => ({ type: 'Annual', scope: 'Individual', network: 'InNetwork', ...fields });
+
+  it("is the patient's general annual maximum in network, not an orthodontic one listed before it", () => {
+    expect(annualMaximumLeft(result([annual({ category: 'Orthodontics', remainingAmount: 900 }), annual({ category: 'General', remainingAmount: 1250 })]))).toBe('$1,250.00');
+    expect(annualMaximumLeft(result([annual({ remainingAmount: 400 })]))).toBe('$400.00');
+  });
+
+  it('is blank where the result gives no such maximum, rather than a lifetime one', () => {
+    expect(annualMaximumLeft(result([{ type: 'Lifetime', category: 'Orthodontics', remainingAmount: 1500 }]))).toBe('');
   });
 });
