@@ -100,6 +100,12 @@ export interface Sandbox {
   clearFaults(): void;
   /** Changes a portal in the network, e.g. its authenticationMethods; updatedAt moves to now. */
   updatePortal(portalId: string, patch: Partial<Omit<SandboxPortal, 'portalId'>>): void;
+  /**
+   * Takes a portal down for maintenance (`down` true) or brings it back: meanwhile every verification
+   * sent to it, of any member id, is Failed with SiteMaintenance, as SBX-FAIL-SiteMaintenance is, a
+   * payer's night or weekend of maintenance being of its portal, not of a member.
+   */
+  portalMaintenance(portalId: string, down: boolean): void;
   /** Changes a payer in the network; updatedAt moves to now. */
   updatePayer(primaryPayerId: string, patch: Partial<Omit<SandboxPayer, 'primaryPayerId'>>): void;
   /** Method, path and status of every request, in order; never a body or a key. */
@@ -170,6 +176,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       const portal = state.portal(portalId);
       if (!portal) throw new Error(`sandbox: no portal ${portalId}`);
       Object.assign(portal, patch, { updatedAt: stamp() });
+    },
+    portalMaintenance: (portalId, down) => {
+      if (!state.portal(portalId)) throw new Error(`sandbox: no portal ${portalId}`);
+      if (down) state.inMaintenance.add(portalId);
+      else state.inMaintenance.delete(portalId);
     },
     updatePayer: (primaryPayerId, patch) => {
       const payer = state.payers.find((p) => p.primaryPayerId === primaryPayerId);

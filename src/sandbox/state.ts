@@ -127,6 +127,8 @@ export class SandboxState {
   readonly attempts = new Map<string, number>();
   readonly payers: SandboxPayer[] = defaultPayers();
   readonly portals: SandboxPortal[] = defaultPortals();
+  /** The portals down for maintenance (portalMaintenance): every verification sent to one is Failed, SiteMaintenance. */
+  readonly inMaintenance = new Set<string>();
 
   customerByKey(apiKey: string): CustomerRec | undefined {
     for (const c of this.customers.values()) if (c.apiKey === apiKey) return c;

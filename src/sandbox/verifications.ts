@@ -148,6 +148,8 @@ function check(core: SandboxCore, mode: Mode, req: VerificationRequest, clinic: 
 /** What the verification comes to. */
 function decide(core: SandboxCore, scenario: Scenario, ctx: ResultContext, checked: Checked): { status: string; result: unknown } {
   const portalId = checked.portal.portalId;
+  // A portal down for maintenance is not logged into: no credentials or second factor are tried.
+  if (core.state.inMaintenance.has(portalId)) return { status: 'Failed', result: failureResult('SiteMaintenance', portalId) };
   if (checked.portal.requiresAuthentication && checked.credentials && portalRefuses(checked.credentials)) {
     return { status: 'Failed', result: failureResult('InvalidCredentials', portalId) };
   }
@@ -255,7 +257,7 @@ async function submit(core: SandboxCore, mode: Mode, body: unknown, customer: Cu
     portalId: checked.portal.portalId,
   };
   state.verifications.set(v.correlationId, v);
-  secondFactor(core, v.clinicId, v.portalId);
+  if (!state.inMaintenance.has(checked.portal.portalId)) secondFactor(core, v.clinicId, v.portalId);
 
   if (mode === 'async') {
     core.scheduler.later(delay, () => complete(core, v, true));

@@ -11,7 +11,7 @@ export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName;
  * replay is answered 2xx and not applied twice) and its effect on the check commit together,
  * before the receiver answers 2xx.
  */
-export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionFor'>, delivery: WebhookDelivery, now: Date): Promise<WebhookApplied> {
+export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionFor' | 'portalHeard'>, delivery: WebhookDelivery, now: Date): Promise<WebhookApplied> {
   return store.transaction(async (tx): Promise<WebhookApplied> => {
     const { message, duplicate } = await tx.addMessage({
       kind: 'webhook',
@@ -44,6 +44,8 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       await tx.updateMessage(message.id, { status: 'handled', detail });
       return { status: 'ignored', detail };
     }
+    // Its portal's answer, for the outage watch, before its step: one saying the portal away may find it out, and the check is held for it.
+    worker.portalHeard('go', row.key, row.portalId, delivery.outcome);
     const { change, event } = worker.transitionFor(row, delivery.outcome);
     await tx.putCheck(applyStep(row, change, now));
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });

@@ -44,7 +44,7 @@ function saysOut(err: ServiceError): boolean | undefined {
  * out, each into the chart as not verified. Said once when it goes, once when it is back.
  *
  * A payer portal is out on its own after OUTAGE_AFTER failures in a row of the verifications sent
- * to it (5xx or time-outs), counted until it answers, whatever the other portals' calls get
+ * to it (5xx or time-outs, or answers saying the portal itself away: portalAway), counted until it answers, whatever the other portals' calls get
  * meanwhile: only its checks wait and try it, its answer ends it, and the other portals' checks go
  * on, rather than being held until a probe happened to be one of theirs. Two portals out at once
  * are two such outages. The whole service is out when the failures in a row across every call come
@@ -238,19 +238,48 @@ export class ServiceOutage {
     if (!(err instanceof ServiceError)) return;
     const out = saysOut(err);
     if (out === false) return this.answered(portal, key);
-    const at = this.now();
     // Asked for less while it is out: the next probe waits as long as it asks, not for the next check due.
     if (out === undefined) {
       const outage = this.covering(portal);
-      if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, at + (err.retryAfterMs ?? this.probeWait(outage)));
+      if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait(outage)));
       return;
     }
+    this.outFailure({ failure: err.status ?? err.code ?? 'network', notSent: err.notSent === true, retryAfterMs: err.retryAfterMs }, pass, key, portal);
+  }
+
+  /**
+   * The check `key`'s verification answered by the service with a failure that says its payer's
+   * portal itself is away (a kind marked portalAway: SiteMaintenance), by the call's answer, a poll or
+   * a webhook: the service answered, the portal failed, counted in the portal's row as a 5xx of it
+   * is. Never left out as a check failing alone: a portal's maintenance is no member id's.
+   */
+  portalAway(pass: Pass, key: string, portal: string, kind: string): void {
+    this.answered(undefined, key);
+    this.outFailure({ failure: kind, answered: true }, pass, key, portal);
+  }
+
+  /**
+   * The service took the check `key`'s request to `portal` for an asynchronous verification: the
+   * service answered, but the portal answers with the result, by webhook or poll (answered or
+   * portalAway). A probe so taken is over without the portal's word: the next waits as after a failure.
+   */
+  accepted(pass: Pass, key: string, portal: string | undefined): void {
+    this.answered(undefined, key);
+    const own = portal === undefined ? undefined : this.portals.get(portal);
+    if (!own || pass !== 'probe') return;
+    own.nextProbe = Math.max(own.nextProbe, this.now() + this.probeWait(own));
+    own.probes++;
+  }
+
+  /** A failure that says `portal` (or the service) is out, by a call that failed or an answer saying the portal away (`answered`). */
+  private outFailure(failure: OutFailure, pass: Pass, key: string, portal: string | undefined): void {
+    const at = this.now();
     // A check left out fails on its own only at its portal: a request that never reached the service, or a call of no portal, says the service away whoever made it.
-    const own = !err.notSent && portal !== undefined && this.failsAlone(key);
-    const found = own ? undefined : this.counted(err, key, at, portal);
+    const own = !failure.notSent && portal !== undefined && this.failsAlone(key);
+    const found = own ? undefined : this.counted(failure, key, at, portal);
     const outage = found ?? this.covering(portal);
     if (!outage) return;
-    const retryAfter = at + (err.retryAfterMs ?? 0);
+    const retryAfter = at + (failure.retryAfterMs ?? 0);
     if (!found && pass !== 'probe') {
       outage.nextProbe = Math.max(outage.nextProbe, retryAfter);
       return;
@@ -274,18 +303,18 @@ export class ServiceOutage {
   }
 
   /** A failure that says the service is out counted in the rows: the outage they say, when it is news. */
-  private counted(err: ServiceError, key: string, at: number, portal: string | undefined): Outage | undefined {
+  private counted(failure: OutFailure, key: string, at: number, portal: string | undefined): Outage | undefined {
     let portalRow: FailureRow | undefined;
-    const ofPortal = err.notSent ? undefined : portal;
-    // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two.
-    if (!this.portalOut(ofPortal)) this.row.add(key, at, ofPortal);
+    const ofPortal = failure.notSent ? undefined : portal;
+    // A portal out on its own failing again says nothing new of the service: a second portal failing then is not two. Nor does one the service answered for.
+    if (!this.portalOut(ofPortal) && !failure.answered) this.row.add(key, at, ofPortal);
     if (ofPortal !== undefined) {
       portalRow = this.portalRows.get(ofPortal) ?? new FailureRow();
       this.portalRows.set(ofPortal, portalRow);
       portalRow.add(key, at, ofPortal);
     }
-    if (this.row.saysOut && this.row.ofService) return this.find(err, undefined, this.row);
-    return portalRow?.saysOut ? this.find(err, portal, portalRow) : undefined;
+    if (this.row.saysOut && this.row.ofService) return this.find(failure, undefined, this.row);
+    return portalRow?.saysOut ? this.find(failure, portal, portalRow) : undefined;
   }
 
   /** The checks that failed in a portal's outage the check `answering` ended are left out of the rows; those left out long ago are forgotten. */
@@ -295,10 +324,9 @@ export class ServiceOutage {
   }
 
   /** The outage the failures in a row say, when it is news: the whole service's (`portal` undefined), or one portal's while the service answers. */
-  private find(err: ServiceError, portal: string | undefined, row: FailureRow): Outage | undefined {
+  private find({ failure }: OutFailure, portal: string | undefined, row: FailureRow): Outage | undefined {
     if (this.service || this.portalOut(portal)) return undefined;
     const outage = new Outage(row.since, this.now(), row.checks);
-    const failure = err.status ?? err.code ?? 'network';
     if (portal === undefined) {
       this.service = outage;
       this.log.warn({ failures: row.count, checks: row.checks.size, failure }, 'the verification service is not answering; checks wait for it without using their attempts, one call at a time tries it');
@@ -324,6 +352,16 @@ export class ServiceOutage {
   private probeWait(outage: Outage): number {
     return Math.min(this.backoff.maxMs, PROBE_MAX_MS, this.backoff.baseMs * 2 ** outage.probes);
   }
+}
+
+/** A failure that says the service or a portal out: what (a status, a code, or the kind an answer named), and how it came. */
+interface OutFailure {
+  failure: string | number;
+  /** The request never reached the service (refused, no such host): the service itself away, whoever made it. */
+  notSent?: boolean;
+  retryAfterMs?: number | undefined;
+  /** The service answered, saying the portal away: no failure of the service's own. */
+  answered?: boolean;
 }
 
 /** One outage, the whole service's or a portal's: since when, and the one call at a time that tries it. */

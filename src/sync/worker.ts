@@ -524,10 +524,10 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body));
+          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row.key, portalId, answer, true));
           await this.outcomeArrived(sent, outcome);
         } else {
-          const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body));
+          const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
@@ -768,19 +768,12 @@ export class Worker {
         },
       };
     }
-    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && row.attempts < this.options.maxAttempts) {
+    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || this.heldForPortal(row, outcome))) {
       const round = row.round + 1;
-      return {
-        change: {
-          state: 'received',
-          round,
-          externalId: externalIdFor(row.key, row.fingerprint, round),
-          correlationId: undefined,
-          submittedAt: undefined,
-          dueAt: this.later(this.backoff(row.attempts)),
-          lastError: `${outcome.failure.kind}: retrying later`,
-        },
-      };
+      const again: Step = { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined };
+      // Its portal found away (this answer the one that found it, or one more while it is): held as a 5xx of it is, its send given back.
+      if (this.heldForPortal(row, outcome)) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind) };
+      return { change: { ...again, dueAt: this.later(this.backoff(row.attempts)), lastError: `${outcome.failure.kind}: retrying later` } };
     }
     return {
       change: { state: 'result-stored', result: outcome.verification, resultAt: this.now(), correlationId, dueAt: this.now(), attempts: 0, lastError: undefined },
@@ -789,6 +782,11 @@ export class Worker {
         event: eventOf(row, { state: 'result-stored', correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) }),
       },
     };
+  }
+
+  /** Whether a failure saying the check's portal away (portalAway) finds that portal out, the check's visit still to come: it is held, not retried (as a 5xx of it is, serviceFailed). */
+  private heldForPortal(row: CheckRow, outcome: Extract<VerificationOutcome, { kind: 'failed' }>): boolean {
+    return outcome.failure.portalAway === true && row.portalId !== undefined && this.service.covers(row.portalId) && !this.urgent(row);
   }
 
   /**
@@ -815,6 +813,7 @@ export class Worker {
     try {
       await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
+      this.portalHeard('go', row.key, row.portalId, outcome);
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -1062,12 +1061,17 @@ export class Worker {
    * next send: held longer than that, it would be given to a person at its first Pending answer.
    */
   private async hold(row: CheckRow, portal: string | undefined, from: CheckState, change: Step, failure?: string): Promise<void> {
+    await this.step(row, from, this.held(row, portal, change, failure));
+  }
+
+  /** The step of a check held for an outage (hold), from `change`. */
+  private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string): Step {
     const since = this.service.outFor(portal);
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
     const what = this.service.portalOut(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
-    await this.step(row, from, { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why });
+    return { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
   }
 
   /**
@@ -1088,7 +1092,7 @@ export class Worker {
       let sent = 0;
       // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
       // whose portal is still out would only fail again, and be written into the chart as not verified again.
-      const givenUp = (row: CheckRow) => givenUpHere(row) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
+      const givenUp = (row: CheckRow) => givenUpHere(row, portal) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
       for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
       if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
       this.kick();
@@ -1152,16 +1156,27 @@ export class Worker {
     this.tryingItself = this.serviceCall('probe', NO_CHECK, undefined, 'list payer network', () => this.deps.client.listPayers({ limit: 1 })).then(over, over);
   }
 
+  /**
+   * A verification's answer told to the outage watch as its portal's: a failure of a kind that says the
+   * portal itself is away (portalAway) counts as the portal failing, as a 5xx does, by the send's answer
+   * (`sync`), a poll or a webhook (`pass` 'go'); any other answer is the portal answering. Pending by a
+   * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted).
+   */
+  portalHeard(pass: Pass, key: string, portal: string | undefined, outcome: VerificationOutcome, sync = false): void {
+    if (outcome.kind === 'failed' && outcome.failure.portalAway && portal !== undefined) return this.service.portalAway(pass, key, portal, outcome.failure.kind);
+    if (sync || hasResult(outcome.kind)) this.service.answered(portal, key);
+  }
+
   /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */
   private urgent(row: CheckRow): boolean {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
   }
 
-  /** A call to the service for the check `key`, its answer or failure told to the outage watch. */
-  private async serviceCall<T>(pass: Pass, key: string, portal: string | undefined, operation: string, call: () => Promise<T>): Promise<T> {
+  /** A call to the service for the check `key`, its answer (`heard`, by default the service and `portal` answering) or failure told to the outage watch. */
+  private async serviceCall<T>(pass: Pass, key: string, portal: string | undefined, operation: string, call: () => Promise<T>, heard = (_answer: T) => this.service.answered(portal, key)): Promise<T> {
     try {
       const answer = await this.timed('service', operation, call);
-      this.service.answered(portal, key);
+      heard(answer);
       this.keyRefusedSince = undefined;
       return answer;
     } catch (err) {
@@ -1262,10 +1277,27 @@ function failureOfRoundBefore(row: CheckRow, outcome: VerificationOutcome): Writ
   return outcome.verification.correlationId === localCorrelationId(row.externalId) ? before : undefined;
 }
 
-/** Whether a check's result is this plugin's not-verified failure of its round (giveUp), not an answer of the service's. */
-function givenUpHere(row: CheckRow): boolean {
-  if ((row.result as { correlationId?: unknown } | undefined)?.correlationId !== localCorrelationId(row.externalId)) return false;
-  return failureKindIn(toOutcome(row.result)) === NOT_VERIFIED;
+/**
+ * Whether a check's result is this plugin's not-verified failure of its round (giveUp), not an answer of the service's,
+ * or, once `portal`'s outage ends, the service's saying that portal away (portalAway), its retries used up (its visit's
+ * day come): each waited for the service or the portal to answer, and is sent again once it does.
+ */
+function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
+  if (resultKindOf(row) !== 'failed') return false;
+  const outcome = readable(row.result);
+  if (outcome?.kind !== 'failed') return false;
+  const { failure } = outcome;
+  if (failure.portalAway) return portal !== undefined && row.portalId === portal;
+  return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+}
+
+/** A stored result as an outcome; undefined for an answer kept for a person because it could not be read (serviceFailed). */
+function readable(result: unknown): VerificationOutcome | undefined {
+  try {
+    return toOutcome(result);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */

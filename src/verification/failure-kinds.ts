@@ -6,7 +6,9 @@ export type FailureAction = z.infer<typeof FailureAction>;
 
 const FailureKindsFile = z.looseObject({
   // Two kinds written alike but for case, hyphens or underscores would be one kind as a type URI is read (tableKind).
-  kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string() })).superRefine((kinds, ctx) => {
+  // portalAway: a Failed answer of this kind says the payer's portal itself is away (its maintenance), not this check's
+  // request: counted in the portal's outage watch as a 5xx of it is (service-outage.ts).
+  kinds: z.record(z.string(), z.strictObject({ action: FailureAction, advice: z.string(), portalAway: z.literal(true).optional() })).superRefine((kinds, ctx) => {
     const seen = new Map<string, string>();
     for (const kind of Object.keys(kinds)) {
       const same = seen.get(looseWord(kind));
@@ -46,6 +48,8 @@ export interface FailureClassification {
   /** unknown: a kind the table does not list; kept and surfaced, treated as needing a person. */
   action: FailureAction | 'unknown';
   advice?: string;
+  /** The answer says the payer's portal itself is away, not anything of this check: the portal's outage watch counts it. */
+  portalAway?: true;
 }
 
 /**
@@ -77,7 +81,7 @@ export function looseWord(text: string): string {
 export function classifyFailure(problemType: string | null | undefined): FailureClassification {
   const kind = failureKindOf(problemType);
   const known = failureKinds()[kind];
-  if (known) return { kind, action: known.action, advice: known.advice };
+  if (known) return { kind, action: known.action, advice: known.advice, ...(known.portalAway && { portalAway: true as const }) };
   const unknown = failureKindsFile().unknown;
   return { kind, action: 'unknown', ...(unknown && { advice: unknown.advice }) };
 }

@@ -172,6 +172,14 @@ describe('inline credentials and portal logins', () => {
     expect(after.at(-1).body).toMatch(/code is \d{6}/);
   });
 
+  test('a portal down for maintenance fails every verification sent to it with SiteMaintenance, whatever the member id, until it is brought back', async () => {
+    sb.portalMaintenance('deltadentalins', true);
+    expect(toOutcome(await verified('DD1'))).toMatchObject({ kind: 'failed', failure: { kind: 'SiteMaintenance' } });
+    sb.portalMaintenance('deltadentalins', false);
+    expect((await verified('DD1')).status).toBe('Completed');
+    expect(() => sb.portalMaintenance('no-such-portal', true)).toThrow('no portal no-such-portal');
+  });
+
   test('a portal that switched to SMS fails with TwoFactorAuthenticationConfiguration until the registration is re-evaluated', async () => {
     sb.updatePortal('deltadentalins', { authenticationMethods: ['TwoFactorSms'] });
     const path = '/v2/clinics/cln_sandbox_main/portals/deltadentalins/credentials';

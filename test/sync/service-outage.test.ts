@@ -134,6 +134,67 @@ describe('ServiceOutage', () => {
     expect(back).toHaveBeenCalledWith(new Date(clock - 100), 'a');
   });
 
+  it('counts an answer saying a payer portal is away (SiteMaintenance) as that portal failing: out after OUTAGE_AFTER of more than one check, its probes so answered put off, any other answer ending it', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) w.portalAway('go', `check-${i}`, 'a', 'SiteMaintenance');
+    expect(w.covers('a')).toBe(false);
+    // One check alone answered so, again and again, is that check's (its attempts), not the portal's.
+    const lone = watch();
+    for (let i = 0; i < OUTAGE_AFTER * 2; i++) lone.portalAway('go', 'only', 'a', 'SiteMaintenance');
+    expect(lone.covers('a')).toBe(false);
+    w.portalAway('go', 'check-9', 'a', 'SiteMaintenance');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    expect(log.warn).toHaveBeenCalledWith(expect.objectContaining({ failure: 'SiteMaintenance', portalId: 'a', failures: OUTAGE_AFTER }), expect.stringMatching(/one payer portal/));
+    expect(w.admit(false, 'b', 'check-b')).toBe('go');
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-1')).toBe('probe');
+    w.portalAway('probe', 'check-1', 'a', 'SiteMaintenance');
+    w.done('probe', 'check-1');
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-2')).toBe('hold');
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-2')).toBe('probe');
+    w.answered('a', 'check-2');
+    w.done('probe', 'check-2');
+    expect([...out(w), w.covers('a')]).toEqual([undefined, [], false]);
+    expect(back).toHaveBeenCalledWith(new Date(clock - 300), 'a');
+    // None left out: a portal's maintenance is no member id's, and each of them counts again.
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.portalAway('go', `check-${i}`, 'a', 'SiteMaintenance');
+    expect(w.covers('a')).toBe(true);
+  });
+
+  it('never takes payer portals away for the service out: it answered them, which starts the service\'s own row again', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) {
+      w.portalAway('go', `a-${i}`, 'a', 'SiteMaintenance');
+      w.portalAway('go', `b-${i}`, 'b', 'SiteMaintenance');
+    }
+    expect(out(w)).toEqual([undefined, ['a', 'b']]);
+    const v = watch();
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) v.failed(failure(503), 'go', `c-${i}`, 'c');
+    v.portalAway('go', 'm-0', 'm', 'SiteMaintenance');
+    v.failed(failure(503), 'go', 'd-0', 'd');
+    expect(out(v)).toEqual([undefined, []]);
+  });
+
+  it('takes a request accepted for an asynchronous verification for the service answering, not its portal: the portal\'s count goes on, its outage stays, a probe so taken puts the next off, and the result ends it', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER - 1; i++) w.portalAway('go', `check-${i}`, 'a', 'SiteMaintenance');
+    w.accepted('go', 'check-x', 'a');
+    w.portalAway('go', 'check-y', 'a', 'SiteMaintenance');
+    expect(out(w)).toEqual([undefined, ['a']]);
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-y')).toBe('probe');
+    w.accepted('probe', 'check-y', 'a');
+    w.done('probe', 'check-y');
+    expect(w.covers('a')).toBe(true);
+    expect(w.admit(false, 'a', 'check-z')).toBe('hold');
+    // Its result, by webhook or poll: anything but the portal away.
+    w.answered('a', 'check-y');
+    expect(w.covers('a')).toBe(false);
+  });
+
   it('ends a portal\'s outage another instance found over, unless this worker found it out too lately for the store to hold it yet', () => {
     const back = jest.fn();
     const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
