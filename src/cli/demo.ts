@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import type { Bundle } from 'fhir/r4';
+import { mappedConcept } from '../adapters/fhir/out/codes';
 import { dollarsText } from '../adapters/fhir/out/values';
 import { splitMessages } from '../adapters/hl7';
 import { projectRoot } from '../mapping-files';
@@ -152,6 +153,7 @@ export function annualMaximumLeft(c: Pick<CheckRow, 'result'>): string {
   const outcome = toOutcome(c.result);
   if (outcome.kind !== 'completed' && outcome.kind !== 'partial') return '';
   const maximums = entries(outcome.result.data?.maximums, (m) => m);
-  const annual = maximums.find((m) => /annual/i.test(m.type ?? '') && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '') && /^(general|dental( care)?)?$/i.test(m.category?.trim() ?? ''));
+  // Annual as the chart codes it (benefit-codes.json's term): a CalendarYear or BenefitYear maximum is the plan's annual one too.
+  const annual = maximums.find((m) => mappedConcept('term', m.type)?.coding?.[0]?.code === 'annual' && !/family/i.test(m.scope ?? '') && !/out/i.test(m.network ?? '') && /^(general|dental( care)?)?$/i.test(m.category?.trim() ?? ''));
   return typeof annual?.remainingAmount === 'number' ? dollarsText(annual.remainingAmount) : '';
 }

@@ -135,10 +135,16 @@ export async function freshResultFor(
   };
 }
 
-/** What the chart's Coverage states of a check that no new verification follows from: its order and the plan's dates. */
+/**
+ * What the chart's Coverage states of a check that no new verification follows from: its order, the plan's dates, and,
+ * read from a FHIR chart, the payor Organization its pair names as insurer (check.source.insurer).
+ */
 export function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
-  return stored.coverage.order !== check.coverage.order || !samePeriod(stored.coverage.period, check.coverage.period);
+  return stored.coverage.order !== check.coverage.order || !samePeriod(stored.coverage.period, check.coverage.period) || chartInsurer(stored) !== chartInsurer(check);
 }
+
+/** The payor Organization a FHIR chart's Coverage names (none for an HL7 check, whose insurer the writer finds). */
+export const chartInsurer = (check: EligibilityCheck): string | undefined => (check.source.kind === 'fhir' ? check.source.insurer : undefined);
 
 /**
  * Whether a result verified for one visit tells another's benefits: what is used of a maximum or

@@ -45,6 +45,11 @@ describe("the demo's annual maximum left", () => {
     expect(annualMaximumLeft(result([annual({ remainingAmount: 400 })]))).toBe('$400.00');
   });
 
+  it('is one by calendar or benefit year too, as the chart codes either annual', () => {
+    expect(annualMaximumLeft(result([annual({ type: 'CalendarYear', remainingAmount: 800 })]))).toBe('$800.00');
+    expect(annualMaximumLeft(result([annual({ type: 'BenefitYear', category: 'General', remainingAmount: 650 })]))).toBe('$650.00');
+  });
+
   it('is blank where the result gives no such maximum, rather than a lifetime one', () => {
     expect(annualMaximumLeft(result([{ type: 'Lifetime', category: 'Orthodontics', remainingAmount: 1500 }]))).toBe('');
   });

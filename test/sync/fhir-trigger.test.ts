@@ -129,6 +129,19 @@ describe('FHIR-triggered eligibility', () => {
       expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(3);
     });
 
+    it('writes the pair again naming the Organization a Coverage\'s payor now references, verifying nothing again', async () => {
+      // The EHR moves the plan to another Organization of the same payer (two merged, the old one to be deleted).
+      const delta = chart().find((r) => r.resourceType === 'Organization' && r.id === 'org-delta-ca') as FhirResource;
+      const moved = chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, payor: [{ reference: 'Organization/org-delta-2' }] }] : []));
+      await h.fhir.seed([{ ...delta, id: 'org-delta-2' }, ...moved]);
+      expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked' });
+      const insurers = async () => ((await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => `${r.insurance?.[0]?.coverage.reference} ${r.insurer.reference}`).sort();
+      await until('the pair names the new Organization', async () => (await insurers()).includes('Coverage/cov-marco-delta Organization/org-delta-2'));
+      expect(await insurers()).toEqual(['Coverage/cov-marco-aetna Organization/org-aetna', 'Coverage/cov-marco-delta Organization/org-delta-2']);
+      expect((await h.store.listChecks()).map((c) => [c.round, c.check.source.kind === 'fhir' && c.check.source.insurer])).toEqual(expect.arrayContaining([[0, 'Organization/org-delta-2']]));
+      expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    });
+
     it('reads the patient\'s appointments again on a Patient notification, full-resource or in a backport Bundle, and changes nothing when nothing changed', async () => {
       const patient = chart().find((r) => r.resourceType === 'Patient');
       expect(await notify('', patient)).toEqual({ status: 200, said: 'Patient/pat-marco: Appointment/appt-4004: booked' });
