@@ -82,9 +82,8 @@ async function answerMessage(message: string, context: AnswerContext): Promise<r
     // A sender resending at once would write a line per try, thousands in a 30 s outage: one a spell, the rest at debug.
     if (storeOutage(error)) {
       const fields = { remote: context.remote, bytes: message.length };
-      const line = 'MLLP message not stored: the job store cannot take it now; connection dropped without an ACK';
-      if (!context.storeRefusalSaid) context.log?.info(fields, line);
-      else if (context.storeRefusalSaid()) context.log?.info(fields, `${line} (the others for 10 minutes at debug)`);
+      const line = `MLLP message not stored: the job store cannot take it now; connection dropped without an ACK${context.storeRefusalSaid ? ' (said once in ten minutes)' : ''}`;
+      if (context.storeRefusalSaid?.() ?? true) context.log?.info(fields, line);
       else context.log?.debug?.(fields, line);
       return undefined;
     }
