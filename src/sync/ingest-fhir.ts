@@ -298,13 +298,17 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
   });
 }
 
-/** How many patients one search for the Coverages they subscribe to names: a poll's changed patients go in several. */
-const SUBSCRIBERS_PER_SEARCH = 50;
+/**
+ * How many patients one search for the Coverages they subscribe to names: a poll's changed patients go
+ * in several. Each subscribes to their own Coverage at least, so this many fill a page of a chart that
+ * pages by 20 whatever _count asks (HAPI's default), and a few more the next.
+ */
+const SUBSCRIBERS_PER_SEARCH = 20;
 
 /**
- * The pages one such search may take. A patient subscribes to a few Coverages, so two pages of 100
- * hold what 50 name; a chart that ignores the parameter, as R4 lets one that does not know it, would
- * give every Coverage it has instead, page after page, at each Patient changed.
+ * The pages one such search may take: what SUBSCRIBERS_PER_SEARCH patients subscribe to. A chart that
+ * ignores the parameter, as R4 lets one that does not know it, would give every Coverage it has
+ * instead, page after page, at each Patient changed.
  */
 const SUBSCRIBER_SEARCH_PAGES = 2;
 
