@@ -116,7 +116,10 @@ describe('MllpListener limits', () => {
     await start({ idleTimeoutMs: 300, handler: async (m) => (await aa(m)).map((ack) => ({ ...ack, text: `${ack.text}\rNTE|1||${'y'.repeat(16 * 1024)}` })) });
     const c = await open();
     c.socket.pause();
-    const { stalled } = await push(c, frame(message('N')), 64 * MiB, 500);
+    // A stall a loaded machine makes (no drain for 500 ms, the listener slow but reading) left every ACK in the
+    // kernel's buffers, none waiting on the listener, which then closed the connection as merely idle: the
+    // stall waited for is the listener's, which outlasts it.
+    const { stalled } = await push(c, frame(message('N')), 64 * MiB, 3000);
     expect(stalled).toBe(true);
     await c.closed;
     expect(listener.stats().connectionsClosedIdle).toBe(1);
