@@ -1165,10 +1165,13 @@ export class Worker {
    * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted).
    */
   portalHeard(pass: Pass, key: string, portal: string | undefined, outcome: VerificationOutcome, sync = false): void {
+    // The send's own answer is the service answering a call (a poll's call was told so already); a webhook is not: the
+    // service delivers results while its API fails every call, and the whole service's outage stays until a call is answered.
+    if (sync) this.service.answered(undefined, key);
     if (outcome.kind === 'failed' && outcome.failure.portalAway && portal !== undefined) return this.service.portalAway(pass, key, portal, outcome.failure.kind);
     if (!sync && !hasResult(outcome.kind)) return;
     if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal);
-    this.service.answered(portal, key);
+    this.service.portalAnswered(portal, key);
   }
 
   /**

@@ -145,6 +145,39 @@ describe('a payer portal down for maintenance', () => {
     expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 
+  it('ends no outage of the whole service by a webhook: a result the service delivers is its portal\'s answer, not the service answering a call', async () => {
+    const api = { down: false };
+    const taken: Array<{ req: RecordedRequest; correlationId: string }> = [];
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: { ...options, asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      resolver,
+      service: { maxRetries: 0 },
+      answer: (req, res: ServerResponse) => {
+        if (api.down) return json(res, 503, { title: 'Service Unavailable', status: 503 });
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        const correlationId = `ver-${++n}`;
+        taken.push({ req, correlationId });
+        json(res, 202, { correlationId, status: 'Pending' });
+      },
+    });
+    await addOf('early', 'Guardian');
+    rig.worker.start();
+    await rig.reach('early', 'awaiting-result');
+    api.down = true;
+    for (const [i, key] of maintKeys.entries()) await addOf(key, i % 2 === 0 ? 'Maint Dental' : 'Guardian');
+    rig.worker.kick();
+    const since = await until('the service found out', async () => rig.worker.service.since, 8000);
+    // The result of a verification taken before it went: the service's webhooks go on while its API fails every call.
+    const early = taken[0] as (typeof taken)[number];
+    deliver(early.req, early.correlationId, false);
+    await rig.reach('early', 'written', 8000);
+    expect(rig.worker.service.since).toEqual(since);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toEqual([]);
+    const held = await Promise.all(maintKeys.map((key) => rig.check(key)));
+    expect(held.every((row) => row.attempts < 3 && row.state !== 'needs-attention')).toBe(true);
+  });
+
   it('counts the SiteMaintenance results polled for, its webhook not come', async () => {
     const portal = { down: true };
     let n = 0;
