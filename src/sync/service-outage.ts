@@ -182,26 +182,35 @@ export class ServiceOutage {
   answered(portal: string | undefined, key: string): void {
     this.alone.delete(key);
     this.row = new FailureRow();
-    if (portal !== undefined) this.portalRows.delete(portal);
     const whole = this.service;
-    const own = portal === undefined ? undefined : this.portals.get(portal);
-    if (!whole && !own) return;
-    const now = this.now();
     if (whole) {
-      this.log.info({ outageMs: now - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
+      this.log.info({ outageMs: this.now() - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
       this.service = undefined;
       // The portals' failures while the service was away were its own: a portal's count starts again, or one failure after would find it out, since before.
       this.portalRows.clear();
+      // Told apart from the portal's: the checks given up since the service went are every portal's, those since the portal went only its.
+      this.told.back?.(new Date(whole.since), undefined);
     }
-    if (own) {
-      this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
-      this.portals.delete(portal as string);
-    }
+    this.portalAnswered(portal, key);
+  }
+
+  /**
+   * The check `key`'s verification answered by its portal, by a result the service delivered (a
+   * webhook) or a call answered: it ends that portal's outage, not the whole service's, which only a
+   * call answered ends (answered): the service's webhooks may come while its API fails every call.
+   */
+  portalAnswered(portal: string | undefined, key: string): void {
+    this.alone.delete(key);
+    if (portal === undefined) return;
+    this.portalRows.delete(portal);
+    const own = this.portals.get(portal);
+    if (!own) return;
+    const now = this.now();
+    this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
+    this.portals.delete(portal);
     // Only a portal's: a member id chokes one portal, and the whole service's outage was found by two portals or the service itself away.
-    if (own) this.leaveAlone(own.failed, key, now);
-    // Each told apart: the checks given up since the service went are every portal's, those since the portal went only its.
-    if (whole) this.told.back?.(new Date(whole.since), undefined);
-    if (own) this.told.back?.(new Date(own.since), portal);
+    this.leaveAlone(own.failed, key, now);
+    this.told.back?.(new Date(own.since), portal);
   }
 
   /**
@@ -249,12 +258,12 @@ export class ServiceOutage {
 
   /**
    * The check `key`'s verification answered by the service with a failure that says its payer's
-   * portal itself is away (a kind marked portalAway: SiteMaintenance), by the call's answer, a poll or
-   * a webhook: the service answered, the portal failed, counted in the portal's row as a 5xx of it
-   * is. Never left out as a check failing alone: a portal's maintenance is no member id's.
+   * portal itself is away (a kind marked portalAway: SiteMaintenance), by the call's answer (told
+   * answered first), a poll or a webhook: the portal failed, counted in the portal's row as a 5xx of
+   * it is. Never left out as a check failing alone: a portal's maintenance is no member id's.
    */
   portalAway(pass: Pass, key: string, portal: string, kind: string): void {
-    this.answered(undefined, key);
+    this.alone.delete(key);
     this.outFailure({ failure: kind, answered: true }, pass, key, portal);
   }
 

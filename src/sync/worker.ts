@@ -209,6 +209,8 @@ export class Worker {
   private tryingItself: Promise<void> = Promise.resolve();
   /** When the store was last read for portals another instance found back (portalsBackElsewhere). */
   private portalsReadAt = Number.NEGATIVE_INFINITY;
+  /** When the store was last read, of each portal, for an outage of it another instance found while this one hears it answer (backForOthers). */
+  private readonly portalsHeardAt = new Map<string, number>();
   /** The outage a worker before this one found, being read at start (takeUpOutage). */
   private takingUp: Promise<void> | undefined;
   /**
@@ -1163,8 +1165,38 @@ export class Worker {
    * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted).
    */
   portalHeard(pass: Pass, key: string, portal: string | undefined, outcome: VerificationOutcome, sync = false): void {
+    // The send's own answer is the service answering a call (a poll's call was told so already); a webhook is not: the
+    // service delivers results while its API fails every call, and the whole service's outage stays until a call is answered.
+    if (sync) this.service.answered(undefined, key);
     if (outcome.kind === 'failed' && outcome.failure.portalAway && portal !== undefined) return this.service.portalAway(pass, key, portal, outcome.failure.kind);
-    if (sync || hasResult(outcome.kind)) this.service.answered(portal, key);
+    if (!sync && !hasResult(outcome.kind)) return;
+    if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal);
+    this.service.portalAnswered(portal, key);
+  }
+
+  /**
+   * A result of `portal` by webhook or poll, which this worker does not find out: the answer, maybe, to
+   * another instance's try of it (a request it sent, taken with a 202, whose webhook came here). That
+   * instance hears no answer of its own then, and would hold the portal's checks a try a minute for as long as
+   * results reach this one: the outage it kept in the store is forgotten here, as the instance finding a
+   * portal back does (sendAgainGivenUp), and it ends there at its next read (portalsBackElsewhere). The
+   * store is read at most every PORTALS_READ_TICKS ticks a portal.
+   */
+  private backForOthers(portal: string): void {
+    const now = this.deps.now().getTime();
+    if (Math.abs(now - (this.portalsHeardAt.get(portal) ?? Number.NEGATIVE_INFINITY)) < PORTALS_READ_TICKS * this.options.idleMs) return;
+    this.portalsHeardAt.set(portal, now);
+    this.sendingAgain = this.sendingAgain.then(async () => {
+      try {
+        const kept = (await keptOutages(this.store)).portals.find((p) => p.portal === portal);
+        // Found out here meanwhile: an answer of its own ends it.
+        if (!kept || this.service.portalOut(portal)) return;
+        this.deps.log.info({ portalId: portal }, 'the verification service answers again for a payer portal another instance found out; its checks held there go on');
+        await this.sendAgainGivenUp(kept.since, portal);
+      } catch (err) {
+        if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether another instance found a payer portal out');
+      }
+    });
   }
 
   /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */

@@ -8,7 +8,8 @@ import { checkRow } from './job-store-contract';
 import { resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
 import type { PayerResolver } from '../../src/domain';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
-import type { WorkerOptions } from '../../src/sync/worker';
+import { keptOutages } from '../../src/sync/outage-record';
+import type { Worker, WorkerOptions } from '../../src/sync/worker';
 import { toOutcome } from '../../src/verification/outcome';
 
 /**
@@ -91,17 +92,18 @@ describe('a payer portal down for maintenance', () => {
     await outThenBack(portal);
   });
 
+  /** The service's webhook, received by `worker`'s instance: each result a moment after its request was taken. */
+  const deliver = (req: RecordedRequest, correlationId: string, down: boolean, worker = rig.worker) => {
+    const { externalId } = JSON.parse(req.body) as { externalId: string };
+    const body = { ...(down ? maintenance(0) : completed(0)), correlationId, externalId };
+    const delivery = { webhookId: `msg-${correlationId}`, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+    const applied = new Promise((resolve) => setTimeout(resolve, 10)).then(() => ingestWebhook(rig.store, worker, delivery, new Date())).then(() => rig.worker.kick());
+    webhooks = Promise.all([webhooks, applied]);
+  };
+
   it('counts the SiteMaintenance results that come by webhook: a request taken (202) is not the portal answering', async () => {
     const portal = { down: true };
     let n = 0;
-    /** The service's webhook: each result a moment after its request was taken. */
-    const deliver = (req: RecordedRequest, correlationId: string, down: boolean) => {
-      const { externalId } = JSON.parse(req.body) as { externalId: string };
-      const body = { ...(down ? maintenance(0) : completed(0)), correlationId, externalId };
-      const delivery = { webhookId: `msg-${correlationId}`, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
-      const applied = new Promise((resolve) => setTimeout(resolve, 10)).then(() => ingestWebhook(rig.store, rig.worker, delivery, new Date())).then(() => rig.worker.kick());
-      webhooks = Promise.all([webhooks, applied]);
-    };
     rig = await startWorkerRig({
       worker: { ...options, asyncEnabled: true, webhookDeadlineMs: 60_000 },
       resolver,
@@ -113,6 +115,67 @@ describe('a payer portal down for maintenance', () => {
       },
     });
     await outThenBack(portal);
+  });
+
+  it('ends a portal\'s outage an instance found when another, taking the results by webhook, hears the portal answer: the first hears only requests taken (202)', async () => {
+    const portal = { down: true };
+    let n = 0;
+    let other: Worker | undefined;
+    rig = await startWorkerRig({
+      worker: { ...options, asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      resolver,
+      service: { maxRetries: 0 },
+      answer: (req, res: ServerResponse) => {
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        if (portal.down && req.body.includes('portal-m')) return json(res, 503, { title: 'Service Unavailable', status: 503 });
+        const correlationId = `ver-${++n}`;
+        json(res, 202, { correlationId, status: 'Pending' });
+        // The service's webhook URL is the other instance's (a balancer's choice, or the one configured).
+        deliver(req, correlationId, false, other);
+      },
+    });
+    other = rig.another();
+    for (const key of maintKeys) await addOf(key, 'Maint Dental');
+    rig.worker.start();
+    await until('the portal found out', async () => rig.worker.service.portalOut('portal-m'), 8000);
+    portal.down = false;
+    for (const key of maintKeys) await rig.reach(key, 'written', 15_000);
+    // Its tries' results all reached the other instance: the store's record of the outage, forgotten there, ends it here.
+    await until('the portal found back where it was found out', async () => !rig.worker.service.portalOut('portal-m'), 5000);
+    expect(await keptOutages(rig.store)).toEqual({ portals: [] });
+  });
+
+  it('ends no outage of the whole service by a webhook: a result the service delivers is its portal\'s answer, not the service answering a call', async () => {
+    const api = { down: false };
+    const taken: Array<{ req: RecordedRequest; correlationId: string }> = [];
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: { ...options, asyncEnabled: true, webhookDeadlineMs: 60_000 },
+      resolver,
+      service: { maxRetries: 0 },
+      answer: (req, res: ServerResponse) => {
+        if (api.down) return json(res, 503, { title: 'Service Unavailable', status: 503 });
+        if (req.method !== 'POST') return json(res, 404, { title: 'Not found', status: 404 });
+        const correlationId = `ver-${++n}`;
+        taken.push({ req, correlationId });
+        json(res, 202, { correlationId, status: 'Pending' });
+      },
+    });
+    await addOf('early', 'Guardian');
+    rig.worker.start();
+    await rig.reach('early', 'awaiting-result');
+    api.down = true;
+    for (const [i, key] of maintKeys.entries()) await addOf(key, i % 2 === 0 ? 'Maint Dental' : 'Guardian');
+    rig.worker.kick();
+    const since = await until('the service found out', async () => rig.worker.service.since, 8000);
+    // The result of a verification taken before it went: the service's webhooks go on while its API fails every call.
+    const early = taken[0] as (typeof taken)[number];
+    deliver(early.req, early.correlationId, false);
+    await rig.reach('early', 'written', 8000);
+    expect(rig.worker.service.since).toEqual(since);
+    expect(rig.infos.filter((i) => /answers again/.test(i.msg))).toEqual([]);
+    const held = await Promise.all(maintKeys.map((key) => rig.check(key)));
+    expect(held.every((row) => row.attempts < 3 && row.state !== 'needs-attention')).toBe(true);
   });
 
   it('counts the SiteMaintenance results polled for, its webhook not come', async () => {

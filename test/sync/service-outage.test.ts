@@ -173,9 +173,21 @@ describe('ServiceOutage', () => {
     expect(out(w)).toEqual([undefined, ['a', 'b']]);
     const v = watch();
     for (let i = 0; i < OUTAGE_AFTER - 1; i++) v.failed(failure(503), 'go', `c-${i}`, 'c');
+    // A call's answer (the worker tells it answered first); a webhook's says nothing of the service's calls.
+    v.answered(undefined, 'm-0');
     v.portalAway('go', 'm-0', 'm', 'SiteMaintenance');
     v.failed(failure(503), 'go', 'd-0', 'd');
     expect(out(v)).toEqual([undefined, []]);
+  });
+
+  it('ends a portal\'s outage, not the whole service\'s, by its result the service delivered (portalAnswered): its webhooks may come while its API fails every call', () => {
+    const w = watch();
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.portalAway('go', `a-${i}`, 'a', 'SiteMaintenance');
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `b-${i}`, i % 2 === 0 ? 'b' : 'c');
+    expect(out(w)).toEqual([new Date(clock), ['a']]);
+    w.portalAnswered('b', 'b-0');
+    w.portalAnswered('a', 'a-0');
+    expect(out(w)).toEqual([new Date(clock), []]);
   });
 
   it('takes a request accepted for an asynchronous verification for the service answering, not its portal: the portal\'s count goes on, its outage stays, a probe so taken puts the next off, and the result ends it', () => {

@@ -40,6 +40,8 @@ export interface WorkerRig {
   reach(key: string, state: CheckState, timeoutMs?: number): Promise<CheckRow>;
   /** Stops the worker and puts a new one, not started, on the same store, service and chart: serve restarted. */
   restart(): Promise<void>;
+  /** Another worker, not started, on the same store, service and chart beside this one: a second instance. Stopped by close(). */
+  another(): Worker;
   close(): Promise<void>;
 }
 
@@ -118,6 +120,7 @@ export async function startWorkerRig(options: {
     },
   );
   let closed: Promise<void> | undefined;
+  const others: Worker[] = [];
   const rig: WorkerRig = {
     worker: newWorker(),
     store,
@@ -146,10 +149,16 @@ export async function startWorkerRig(options: {
       await rig.worker.stop();
       rig.worker = newWorker();
     },
+    another() {
+      const other = newWorker();
+      others.push(other);
+      return other;
+    },
     // Once: a suite's afterEach closes the rig of the test before when a test made none of its own.
     close() {
       closed ??= (async () => {
         await rig.worker.stop();
+        for (const other of others) await other.stop();
         await service.close();
         await fhir.close();
         await store.close();
