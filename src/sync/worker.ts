@@ -654,9 +654,8 @@ export class Worker {
     // A 429 is put off still: the service asking for less says nothing of the check (those that found their portal out
     // are left alone too, and the burst of them sent once it answers would be given up for it), with or without a
     // Retry-After: a gateway's rate limit often says none, and a morning's batch throttled for minutes was written into
-    // every chart as not verified. A check whose visit's
-    // day has come is not put off by a failure that asks to wait: its attempts count, as when the service is out,
-    // or the front desk would hear nothing until pendingGiveUpMs, past the visit.
+    // every chart as not verified. Any other failure asking to wait does not put off a check whose visit's day has come:
+    // its attempts count, as when the service is out, or the front desk would hear nothing until pendingGiveUpMs, past the visit.
     const putOff = from === 'submitted' && (status === 429 || (retryAfter !== undefined && !this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
       const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0) : row.attempts >= this.options.maxAttempts;
