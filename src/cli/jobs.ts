@@ -13,7 +13,7 @@ import { dismissCheck, dismissMessage, noCheck, notReplayed, OperationError, RET
 import { openJobStore } from '../sync/open-store';
 import { clinicOf } from '../sync/schedule';
 import { failureKinds } from '../verification/failure-kinds';
-import { failureKindIn, outcomeKindOf, toOutcome } from '../verification/outcome';
+import { failureKindIn, outcomeKindOf, storedOutcome } from '../verification/outcome';
 import { CliError, whole, type CliIo } from './io';
 import { ENV, readsEnvironment, type EnvVar } from './service-context';
 import { printRecord, printRows } from './table';
@@ -367,10 +367,7 @@ function storeTime(store: JobStore): Date {
 /** The kind of a check's failed result (InvalidCredentials, PatientNotFound, …), as the worker classified it. */
 function failureKindOfCheck(row: CheckRow): string | undefined {
   if (outcomeOf(row) !== 'failed') return undefined;
-  try {
-    return failureKindIn(toOutcome(row.result));
-  } catch {
-    // A result kept as the service sent it, unreadable: it has no kind to match.
-    return undefined;
-  }
+  // A result kept as the service sent it, unreadable, has no kind to match.
+  const outcome = storedOutcome(row.result);
+  return outcome && failureKindIn(outcome);
 }

@@ -6,7 +6,7 @@ import { dateAt, earliestDateAnywhere, startOfDate } from '../adapters/local-dat
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
 import { dayWritten, samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
 import { present } from '../adapters/fhir/out/values';
-import { toOutcome } from '../verification/outcome';
+import { storedOutcome } from '../verification/outcome';
 import type { VerificationResult } from '../verification/wire';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
 import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
@@ -167,13 +167,8 @@ function servesVisit(fresh: CheckRow, dateOfService: string): boolean {
 
 /** The plan a completed result states (none, where it states none); undefined for a result of another kind, or one whose plan dates were not read. */
 function completedPlan(result: unknown): { plan: VerificationResult['plan'] } | undefined {
-  let outcome;
-  try {
-    outcome = toOutcome(result);
-  } catch {
-    return undefined;
-  }
-  if (outcome.kind !== 'completed') return undefined;
+  const outcome = storedOutcome(result);
+  if (outcome?.kind !== 'completed') return undefined;
   // A plan date the result writes as no date is left out as it is read: taken for none, the visit's date would be measured without it.
   return outcome.unread.some((u) => PLAN_DATE.test(u.path)) ? undefined : { plan: outcome.result.plan };
 }

@@ -8,7 +8,7 @@ import { minuteAt } from '../adapters/local-date';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 import { refusesSetup } from '../verification/failure-kinds';
-import { failureKindIn, hasResult, outcomeKindOf, toOutcome, type VerificationOutcome } from '../verification/outcome';
+import { failureKindIn, hasResult, outcomeKindOf, storedOutcome, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
 import type { InlineCredentials, VerificationRequest } from '../verification/wire';
 import { CHART_REFUSED, ChartWriteError } from './chart-errors';
@@ -769,11 +769,12 @@ export class Worker {
         },
       };
     }
-    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || this.heldForPortal(row, outcome))) {
+    const heldForPortal = outcome.kind === 'failed' && this.heldForPortal(row, outcome);
+    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || heldForPortal)) {
       const round = row.round + 1;
       const again: Step = { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined };
       // Its portal found away (this answer the one that found it, or one more while it is): held as a 5xx of it is, its send given back.
-      if (this.heldForPortal(row, outcome)) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind) };
+      if (heldForPortal) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind) };
       return { change: { ...again, dueAt: this.later(this.backoff(row.attempts)), lastError: `${outcome.failure.kind}: retrying later` } };
     }
     return {
@@ -1134,13 +1135,12 @@ export class Worker {
    */
   private async portalsBackElsewhere(): Promise<void> {
     const out = this.service.portalsOut;
-    const every = PORTALS_READ_TICKS * this.options.idleMs;
     const now = this.deps.now().getTime();
-    if (out.length === 0 || Math.abs(now - this.portalsReadAt) < every) return;
+    if (out.length === 0 || !this.portalsReadDue(this.portalsReadAt, now)) return;
     this.portalsReadAt = now;
     try {
       const kept = new Set((await keptOutages(this.store)).portals.map((p) => p.portal));
-      for (const { portal } of out) if (!kept.has(portal)) this.service.endedElsewhere(portal, every);
+      for (const { portal } of out) if (!kept.has(portal)) this.service.endedElsewhere(portal, PORTALS_READ_TICKS * this.options.idleMs);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether another instance found a payer portal answering again');
     }
@@ -1173,6 +1173,11 @@ export class Worker {
     this.service.portalAnswered(portal, key);
   }
 
+  /** Whether PORTALS_READ_TICKS ticks have passed since the store was read at `lastAt` for portals out elsewhere (measured either way, so a clock stepped back does not hold the next read off). */
+  private portalsReadDue(lastAt: number | undefined, now: number): boolean {
+    return lastAt === undefined || Math.abs(now - lastAt) >= PORTALS_READ_TICKS * this.options.idleMs;
+  }
+
   /**
    * A result of `portal` by webhook or poll, which this worker does not find out: the answer, maybe, to
    * another instance's try of it (a request it sent, taken with a 202, whose webhook came here). That
@@ -1183,7 +1188,7 @@ export class Worker {
    */
   private backForOthers(portal: string): void {
     const now = this.deps.now().getTime();
-    if (Math.abs(now - (this.portalsHeardAt.get(portal) ?? Number.NEGATIVE_INFINITY)) < PORTALS_READ_TICKS * this.options.idleMs) return;
+    if (!this.portalsReadDue(this.portalsHeardAt.get(portal), now)) return;
     this.portalsHeardAt.set(portal, now);
     this.sendingAgain = this.sendingAgain.then(async () => {
       try {
@@ -1315,20 +1320,11 @@ function failureOfRoundBefore(row: CheckRow, outcome: VerificationOutcome): Writ
  */
 function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   if (resultKindOf(row) !== 'failed') return false;
-  const outcome = readable(row.result);
+  const outcome = storedOutcome(row.result);
   if (outcome?.kind !== 'failed') return false;
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
   return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
-}
-
-/** A stored result as an outcome; undefined for an answer kept for a person because it could not be read (serviceFailed). */
-function readable(result: unknown): VerificationOutcome | undefined {
-  try {
-    return toOutcome(result);
-  } catch {
-    return undefined;
-  }
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */

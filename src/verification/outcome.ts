@@ -91,6 +91,18 @@ export function inResult(issues: readonly z.core.$ZodIssue[]): z.core.$ZodIssue[
   return issues.map((issue) => ({ ...issue, path: ['result', ...issue.path] }));
 }
 
+/**
+ * A result the store keeps, as an outcome; undefined for one kept as the service sent it because it
+ * could not be read (an answer left to a person), which no reader of the store can take further.
+ */
+export function storedOutcome(result: unknown): VerificationOutcome | undefined {
+  try {
+    return toOutcome(result);
+  } catch {
+    return undefined;
+  }
+}
+
 /** Parses a verification body (GET, sync answer or webhook) into its outcome. */
 export function toOutcome(body: unknown): VerificationOutcome {
   const verification = Verification.parse(body);
