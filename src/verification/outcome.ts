@@ -215,9 +215,7 @@ const QUALIFYING_KEYS = new Set(['category', 'procedureCodes', 'procedureCode', 
  */
 function entriesQualifiedUnread(result: VerificationResult): PropertyKey[][] {
   const found: PropertyKey[][] = [];
-  for (const [list, schema] of Object.entries(BenefitData.shape)) {
-    const read = new Set(Object.keys(schema.unwrap().unwrap().element.unwrap().shape));
-    // Each of BenefitData's lists is one of entries or nulls (ListOf); its index signature, what the service adds, is not walked.
+  for (const [list, read] of KEYS_READ) {
     const listed = (result.data as Record<string, ReadonlyArray<object | null> | null | undefined> | null | undefined)?.[list] ?? [];
     listed.forEach((entry, index) => {
       for (const [key, value] of Object.entries(entry ?? {})) {
@@ -227,6 +225,12 @@ function entriesQualifiedUnread(result: VerificationResult): PropertyKey[][] {
   }
   return found;
 }
+
+/**
+ * The keys each of BenefitData's lists reads its entries with, taken from its schema once, not at each
+ * result. Each list is one of entries or nulls (ListOf); its index signature, what the service adds, is not walked.
+ */
+const KEYS_READ: ReadonlyArray<[string, ReadonlySet<string>]> = Object.entries(BenefitData.shape).map(([list, schema]) => [list, new Set(Object.keys(schema.unwrap().unwrap().element.unwrap().shape))]);
 
 /** A blank word or an empty list names nothing, as the writer reads them. */
 const saysSomething = (value: unknown) => value != null && !(typeof value === 'string' && value.trim() === '') && !(Array.isArray(value) && value.length === 0);
