@@ -1,7 +1,7 @@
 import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import { resultKindOf, type CheckRow, type JobStore } from './job-store';
-import { applyStep, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
+import { applyStep, cancelledTakes, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 /** Dead: kept for a person (another request's result), not merely not applied. */
 export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored' | 'dead'; detail: string };
@@ -39,14 +39,15 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       await tx.updateMessage(message.id, { status: 'dead', detail });
       return { status: 'dead', detail };
     }
-    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || takesALateResult(row, delivery))) {
+    const cancelled = row && cancelledTakes(row, correlationId, now.toISOString(), delivery.outcome);
+    if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || cancelled || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });
       return { status: 'ignored', detail };
     }
     // Its portal's answer, for the outage watch, before its step: one saying the portal away may find it out, and the check is held for it.
     worker.portalHeard('go', row.key, row.portalId, delivery.outcome);
-    const { change, event } = worker.transitionFor(row, delivery.outcome);
+    const { change, event } = cancelled ? { change: cancelled, event: undefined } : worker.transitionFor(row, delivery.outcome);
     await tx.putCheck(applyStep(row, change, now));
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });
     return { status: 'applied', ...(event && { event }) };

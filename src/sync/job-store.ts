@@ -287,7 +287,11 @@ export interface StoreTx {
   sentUnder(externalId: string): Promise<CheckRow | undefined>;
   /** The checks of this coverage with a completed result taken at or after `since`, newest first. */
   freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]>;
-  /** The checks of this coverage whose verification is still to be sent or under way (received, submitted, awaiting-result). */
+  /**
+   * The checks of this coverage whose verification is still to be sent or under way (received,
+   * submitted, awaiting-result), and those cancelled without a result: one cancelled with its
+   * request at the service still takes that result (the worker tells which by their fields).
+   */
   verifying(coverageFingerprint: string): Promise<CheckRow[]>;
 
   getMeta(key: string): Promise<string | undefined>;

@@ -502,7 +502,7 @@ class PgTx implements StoreTx {
 
   async freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]> {
     const { rows } = await this.db.query<{ row: unknown }>(
-      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND result_at >= $2 AND state IN ('result-stored', 'written') ORDER BY result_at DESC`,
+      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND result_at >= $2 AND state IN ('result-stored', 'written', 'cancelled') ORDER BY result_at DESC`,
       [coverageFingerprint, since],
     );
     return rows.map((r) => CheckRow.parse(r.row)).filter(hasCompletedResult);
@@ -510,7 +510,7 @@ class PgTx implements StoreTx {
 
   async verifying(coverageFingerprint: string): Promise<CheckRow[]> {
     const { rows } = await this.db.query<{ row: unknown }>(
-      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND state IN ('received', 'submitted', 'awaiting-result')`,
+      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND result_at IS NULL))`,
       [coverageFingerprint],
     );
     return rows.map((r) => CheckRow.parse(r.row));

@@ -124,7 +124,11 @@ export async function freshResultFor(
 ): Promise<Pick<CheckRow, 'state' | 'result' | 'resultAt' | 'mode' | 'reusedFrom'> | undefined> {
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
   // Not only the newest: in December, next year's visit verified yesterday tells nothing of this year's.
-  const fresh = (await tx.freshResults(row.coverageFingerprint, since)).find((other) => servesVisit(other, row.check.dateOfService) && usable(other));
+  // A check cancelled for its plan being dropped does not serve the plan stated again, which is verified anew; one
+  // cancelled for its visit (moved while its verification was at the service) does.
+  const fresh = (await tx.freshResults(row.coverageFingerprint, since)).find(
+    (other) => (other.state !== 'cancelled' || other.planDroppedAt === undefined) && servesVisit(other, row.check.dateOfService) && usable(other),
+  );
   if (fresh?.result === undefined) return undefined;
   return {
     state: 'result-stored',

@@ -605,8 +605,10 @@ export class SqliteJobStore implements JobStore {
     const byCorrelation = db.prepare('SELECT key, row FROM checks WHERE correlation_id = ?');
     // By the partial index of submitted checks (checks_submitted), the expression as it is indexed.
     const submittedUnder = db.prepare(`SELECT key, row FROM checks WHERE state = 'submitted' AND json_extract(row, '$.externalId') = ?`);
-    const fresh = db.prepare(`SELECT key, row, result_at FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written')`);
-    const unfinished = db.prepare(`SELECT key, row FROM checks WHERE coverage_fingerprint = ? AND state IN ('received', 'submitted', 'awaiting-result')`);
+    const fresh = db.prepare(`SELECT key, row, result_at FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written', 'cancelled')`);
+    const unfinished = db.prepare(
+      `SELECT key, row FROM checks WHERE coverage_fingerprint = ? AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND result_at IS NULL))`,
+    );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
     // One statement per combination of the columns changed (at most seven), prepared once.

@@ -533,7 +533,8 @@ export class Worker {
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
-          await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
+          const waiting = await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
+          if (!waiting) await this.tookCancelled(sent, accepted.correlationId);
         }
       } catch (err) {
         await this.serviceFailed(sent, 'submitted', err);
@@ -585,11 +586,29 @@ export class Worker {
     const first = (await tx.verifying(row.coverageFingerprint)).find(
       (other) =>
         other.key !== row.key &&
+        (other.state !== 'cancelled' || this.stillAtService(other)) &&
         // A visit in another year is another benefit period, most often: a result of the one would not serve the other.
         other.check.dateOfService.slice(0, 4) === row.check.dateOfService.slice(0, 4) &&
         (other.state !== 'received' || `${other.createdAt} ${other.key}` < `${row.createdAt} ${row.key}`),
     );
     return first && { state: 'received', dueAt: this.later(pollAfterMs), lastError: 'waiting for the verification of this plan under way for another visit' };
+  }
+
+  /**
+   * A check cancelled while its request was at the service (its visit moved, say) still takes that
+   * verification's result (tookCancelled, ingestWebhook), which the moved visit's check then reuses:
+   * until the result would have come by webhook, it is a verification under way. Past that, nothing
+   * polls it, and the other visit is verified on its own.
+   */
+  private stillAtService(row: CheckRow): boolean {
+    if (row.submittedAt === undefined || row.result !== undefined) return false;
+    return Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
+  }
+
+  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped. */
+  private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome): Promise<void> {
+    const at = this.now();
+    await this.kept(() => this.step(row, 'cancelled', (current) => cancelledTakes(current, correlationId, at, outcome) ?? { state: 'cancelled' }));
   }
 
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
@@ -743,6 +762,7 @@ export class Worker {
   private async outcomeArrived(row: CheckRow, outcome: VerificationOutcome, taken?: () => void): Promise<void> {
     const { change, event } = this.transitionFor(row, outcome);
     const moved = await this.kept(() => this.step(row, row.state, change));
+    if (!moved) await this.tookCancelled(row, outcome.verification.correlationId, outcome);
     if (moved) taken?.();
     if (moved && event) this.emit(event.name, event.event);
     if (moved?.state === 'result-stored') await this.write(moved, outcome);
@@ -1281,6 +1301,20 @@ export class Worker {
 }
 
 /** The check after a step; a field the step sets to undefined is removed. */
+/**
+ * What a check cancelled with its request at the service (its visit moved, say) keeps of the
+ * service's answer: the correlation id, by which the webhook finds it, and the result, which another
+ * visit of the plan may take (freshResultFor) rather than be verified a second time. It stays
+ * cancelled, and nothing is written to the chart. Undefined: nothing to keep (another check's,
+ * another request's, no result yet where the id is known, or a result it has).
+ */
+export function cancelledTakes(row: CheckRow, correlationId: string, at: string, outcome?: VerificationOutcome): Step | undefined {
+  if (row.state !== 'cancelled' || row.submittedAt === undefined || row.result !== undefined) return undefined;
+  if (row.correlationId !== undefined && row.correlationId !== correlationId) return undefined;
+  if (outcome === undefined || !hasResult(outcome.kind)) return row.correlationId === undefined ? { state: 'cancelled', correlationId } : undefined;
+  return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
+}
+
 export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow {
   const { keepsDismissal, ...fields } = change;
   const updatedAt = now.toISOString();

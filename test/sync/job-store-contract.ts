@@ -248,23 +248,29 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         await tx.putCheck(checkRow('elig_old', { state: 'written', result: completed, resultAt: '2026-11-20T10:00:00.000Z' }));
         await tx.putCheck(checkRow('elig_new', { state: 'result-stored', result: completed, resultAt: '2026-11-22T10:00:00.000Z' }));
         await tx.putCheck(checkRow('elig_failed', { state: 'written', result: { correlationId: 'f', status: 'Failed' }, resultAt: '2026-11-23T09:00:00.000Z' }));
+        // Its visit moved while the verification was under way: the result it took serves the moved visit.
+        await tx.putCheck(checkRow('elig_cancelled', { state: 'cancelled', result: completed, resultAt: '2026-11-21T10:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_dead', { state: 'dead', result: completed, resultAt: '2026-11-21T11:00:00.000Z' }));
       });
       const coverage = checkRow('x').coverageFingerprint;
       const keys = async (coverageFingerprint: string, since: string) => (await store.transaction((tx) => tx.freshResults(coverageFingerprint, since))).map((r) => r.key);
-      expect(await keys(coverage, '2026-11-19T00:00:00.000Z')).toEqual(['elig_new', 'elig_old']);
-      expect(await keys(coverage, '2026-11-21T00:00:00.000Z')).toEqual(['elig_new']);
+      expect(await keys(coverage, '2026-11-19T00:00:00.000Z')).toEqual(['elig_new', 'elig_cancelled', 'elig_old']);
+      expect(await keys(coverage, '2026-11-21T00:00:00.000Z')).toEqual(['elig_new', 'elig_cancelled']);
       expect(await keys(coverage, '2026-11-23T00:00:00.000Z')).toEqual([]);
       expect(await keys('another coverage', '2026-11-19T00:00:00.000Z')).toEqual([]);
     });
 
-    it('finds the checks of a coverage whose verification is to be sent or under way', async () => {
+    it('finds the checks of a coverage whose verification is to be sent or under way, and those cancelled without a result', async () => {
       await store.transaction(async (tx) => {
         for (const state of ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'needs-attention', 'cancelled', 'dead'] as const) {
           await tx.putCheck(checkRow(`elig_${state}`, { state }));
         }
+        // Cancelled with its result taken: nothing of it is under way any more.
+        await tx.putCheck(checkRow('elig_cancelled-answered', { state: 'cancelled', result: { correlationId: 'c', status: 'Completed' }, resultAt: '2026-11-21T10:00:00.000Z' }));
       });
       const keys = async (coverageFingerprint: string) => (await store.transaction((tx) => tx.verifying(coverageFingerprint))).map((r) => r.key).sort();
-      expect(await keys(checkRow('x').coverageFingerprint)).toEqual(['elig_awaiting-result', 'elig_received', 'elig_submitted']);
+      // A cancelled one without a result may have its request at the service: the worker tells by its fields.
+      expect(await keys(checkRow('x').coverageFingerprint)).toEqual(['elig_awaiting-result', 'elig_cancelled', 'elig_received', 'elig_submitted']);
       expect(await keys('another coverage')).toEqual([]);
     });
 

@@ -166,6 +166,54 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
   });
 
+  it('verifies a visit moved while its asynchronous verification is under way once: the moved visit waits for the result the cancelled one still takes', async () => {
+    // The real clock: the moved check waits webhookDeadlineMs at most, longer than the sandbox takes to send the result.
+    h = await startHarness({ sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    closing.push(() => listener.stop());
+    const cigna = (m: string) => m.replace('|64246|Guardian|', '|62308|Cigna Dental|');
+    const booking = bookingsOf('P-12', '20261201090000');
+    const c = await client(port);
+    closing.unshift(async () => void c.socket.end());
+    c.socket.write(frame(cigna(booking('M1', 'APT-M1', '20261207093000'))));
+    await c.waitFor(1);
+    const sent = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    c.socket.write(frame(cigna(booking('M2', 'APT-M1', '20261209093000').replace('SIU^S12^SIU_S12', 'SIU^S13^SIU_S12'))));
+    await c.waitFor(2);
+
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    expect(verificationPosts()).toBe(1);
+    expect(moved.reusedFrom).toBe(sent.correlationId);
+    const cancelled = await checkOf(sent.key);
+    expect(cancelled).toMatchObject({ state: 'cancelled', correlationId: sent.correlationId, result: { correlationId: sent.correlationId } });
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
+  it('verifies a visit moved while its synchronous verification is under way once: the answer is kept on the cancelled check, and the moved one takes it', async () => {
+    // Every request of the sandbox's takes 1.5 s: the move lands while Guardian's synchronous verification is answered.
+    h = await startHarness({ sandbox: { timing: { latencyMs: 1500 } } });
+    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
+    const { port } = await listener.start();
+    closing.push(() => listener.stop());
+    const booking = bookingsOf('P-13', '20261201090000');
+    const c = await client(port);
+    closing.unshift(async () => void c.socket.end());
+    c.socket.write(frame(booking('S1', 'APT-S1', '20261207093000')));
+    await c.waitFor(1);
+    const sending = await until('the first verification sent', async () => (await h.store.listChecks({ states: ['submitted'] }))[0]);
+    c.socket.write(frame(booking('S2', 'APT-S1', '20261209093000').replace('SIU^S12^SIU_S12', 'SIU^S13^SIU_S12')));
+    await c.waitFor(2);
+
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    expect(verificationPosts()).toBe(1);
+    const cancelled = await checkOf(sending.key);
+    expect(cancelled?.state).toBe('cancelled');
+    expect(cancelled?.correlationId).toBeDefined();
+    expect(moved.reusedFrom).toBe(cancelled?.correlationId);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
   it('verifies a visit in the next benefit year anew: a result counts what is used in its own year, and this year\'s maximum left is not next year\'s', async () => {
     const book = await bookingOverMllp('P-8', '2026-12-20T12:00:00Z');
     await book('APT-Y1', '20261230093000');
