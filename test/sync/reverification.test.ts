@@ -6,7 +6,7 @@ import { segment } from '../adapters/hl7/segment';
 import { createLogger } from '../../src/service/logger';
 import { client } from '../service/mllp-client';
 import { startScriptedServer } from '../support/http-server';
-import { chartOf, searchFhir, startHarness, startSyncInstance, until, type Harness } from './harness';
+import { chartOf, searchFhir, startHarness, startSyncInstance, until, type Harness, type HarnessOptions } from './harness';
 
 /** Freshness and re-verification on an injected clock: the days pass in milliseconds. */
 describe('fresh results and re-verification before the visit', () => {
@@ -29,16 +29,27 @@ describe('fresh results and re-verification before the visit', () => {
       segment('IN1', { 1: '1', 3: '64246', 4: 'Guardian', 17: 'SEL', 36: 'SBX-COMPLETE' }),
     ].join('\r');
 
-  /** A sync on the clock from `at`, and a sender of bookings of one patient over a real MLLP socket, each waited for until written. */
-  const bookingOverMllp = async (patientId: string, at: string) => {
-    clock = new Date(at);
-    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+  /** Cigna is asynchronous at the sandbox, Guardian synchronous. */
+  const cigna = (m: string) => m.replace('|64246|Guardian|', '|62308|Cigna Dental|');
+  /** The booking as a move (S13) of its appointment to the visit it states. */
+  const asMove = (m: string) => m.replace('SIU^S12^SIU_S12', 'SIU^S13^SIU_S12');
+
+  /** A sync started with `options`, and an MLLP client of its listener over a real socket. */
+  const mllpInto = async (options: HarnessOptions) => {
+    h = await startHarness(options);
     const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
     const { port } = await listener.start();
     closing.push(() => listener.stop());
-    const booking = bookingsOf(patientId, '20261220090000');
     const c = await client(port);
     closing.unshift(async () => void c.socket.end());
+    return c;
+  };
+
+  /** A sync on the clock from `at`, and a sender of bookings of one patient over a real MLLP socket, each waited for until written. */
+  const bookingOverMllp = async (patientId: string, at: string) => {
+    clock = new Date(at);
+    const c = await mllpInto({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
+    const booking = bookingsOf(patientId, '20261220090000');
     let sent = 0;
     return async (appointment: string, start: string) => {
       c.socket.write(frame(booking(`M-${appointment}`, appointment, start)));
@@ -143,15 +154,9 @@ describe('fresh results and re-verification before the visit', () => {
 
   it('verifies two visits of one plan booked back to back once: the second waits for the first verification under way and takes its result', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
-    h = await startHarness({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
-    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
-    const { port } = await listener.start();
-    closing.push(() => listener.stop());
+    const c = await mllpInto({ now: () => clock, settings: { freshnessDays: 7, reverifyLeadDays: 1 } });
     const booking = bookingsOf('P-11', '20261201090000');
-    const c = await client(port);
-    closing.unshift(async () => void c.socket.end());
     // Cigna is asynchronous at the sandbox: the first verification is still under way when the second booking is sent.
-    const cigna = (m: string) => m.replace('|64246|Guardian|', '|62308|Cigna Dental|');
     c.socket.write(frame(cigna(booking('T1', 'APT-T1', '20261207093000'))));
     c.socket.write(frame(cigna(booking('T2', 'APT-T2', '20261209093000'))));
     await c.waitFor(2);
@@ -168,18 +173,12 @@ describe('fresh results and re-verification before the visit', () => {
 
   it('verifies a visit moved while its asynchronous verification is under way once: the moved visit waits for the result the cancelled one still takes', async () => {
     // The real clock: the moved check waits webhookDeadlineMs at most, longer than the sandbox takes to send the result.
-    h = await startHarness({ sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
-    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
-    const { port } = await listener.start();
-    closing.push(() => listener.stop());
-    const cigna = (m: string) => m.replace('|64246|Guardian|', '|62308|Cigna Dental|');
+    const c = await mllpInto({ sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
     const booking = bookingsOf('P-12', '20261201090000');
-    const c = await client(port);
-    closing.unshift(async () => void c.socket.end());
     c.socket.write(frame(cigna(booking('M1', 'APT-M1', '20261207093000'))));
     await c.waitFor(1);
     const sent = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
-    c.socket.write(frame(cigna(booking('M2', 'APT-M1', '20261209093000').replace('SIU^S12^SIU_S12', 'SIU^S13^SIU_S12'))));
+    c.socket.write(frame(asMove(cigna(booking('M2', 'APT-M1', '20261209093000')))));
     await c.waitFor(2);
 
     const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
@@ -192,17 +191,12 @@ describe('fresh results and re-verification before the visit', () => {
 
   it('verifies a visit moved while its synchronous verification is under way once: the answer is kept on the cancelled check, and the moved one takes it', async () => {
     // Every request of the sandbox's takes 1.5 s: the move lands while Guardian's synchronous verification is answered.
-    h = await startHarness({ sandbox: { timing: { latencyMs: 1500 } } });
-    const listener = new MllpListener({ handler: (m) => h.sync.receiveHl7(m) });
-    const { port } = await listener.start();
-    closing.push(() => listener.stop());
+    const c = await mllpInto({ sandbox: { timing: { latencyMs: 1500 } } });
     const booking = bookingsOf('P-13', '20261201090000');
-    const c = await client(port);
-    closing.unshift(async () => void c.socket.end());
     c.socket.write(frame(booking('S1', 'APT-S1', '20261207093000')));
     await c.waitFor(1);
     const sending = await until('the first verification sent', async () => (await h.store.listChecks({ states: ['submitted'] }))[0]);
-    c.socket.write(frame(booking('S2', 'APT-S1', '20261209093000').replace('SIU^S12^SIU_S12', 'SIU^S13^SIU_S12')));
+    c.socket.write(frame(asMove(booking('S2', 'APT-S1', '20261209093000'))));
     await c.waitFor(2);
 
     const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
