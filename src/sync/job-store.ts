@@ -23,8 +23,8 @@ export const CheckState = z.enum([
 ]);
 export type CheckState = z.infer<typeof CheckState>;
 
-/** The states a worker picks up when they are due. */
-export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'ending-coverage'];
+/** The states a worker picks up when they are due (a cancelled check only while its verification is followed for its result). */
+export const WORKABLE_STATES: readonly CheckState[] = ['received', 'submitted', 'awaiting-result', 'result-stored', 'written', 'ending-coverage', 'cancelled'];
 
 /** The workable states whose work is the chart's alone (a result to write, a Coverage to end): a worker does it in places of its own. */
 export const CHART_WORK_STATES: readonly CheckState[] = ['result-stored', 'ending-coverage'];

@@ -268,8 +268,10 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: stri
     return false;
   }
   if (!check || !WITHDRAWABLE.has(check.state)) return false;
-  const { dueAt: _due, ...rest } = check;
-  await tx.putCheck({ ...rest, state: 'cancelled', updatedAt: now, lastError: why });
+  const { dueAt, ...rest } = check;
+  // Its verification at the service is followed still, at its poll's time: another visit of the plan (the visit moved) takes its result.
+  const followed = check.state === 'awaiting-result' && check.correlationId !== undefined && dueAt !== undefined && { dueAt };
+  await tx.putCheck({ ...rest, ...followed, state: 'cancelled', updatedAt: now, lastError: why });
   return true;
 }
 

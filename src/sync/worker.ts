@@ -448,6 +448,8 @@ export class Worker {
     try {
       const current = await this.store.transaction((tx) => tx.getCheck(row.key));
       if (!current || current.round !== row.round || !WORKABLE_STATES.includes(current.state)) return;
+      // A cancelled check's verification is let go rather than given up: nothing is written for a visit cancelled.
+      if (current.state === 'cancelled') return void (await this.step(current, 'cancelled', { state: 'cancelled', dueAt: undefined }));
       // A step that stored its outcome before the fault scheduled what comes next (a re-verification, a poll): that stands.
       if (current.dueAt === undefined || Date.parse(current.dueAt) > this.deps.now().getTime()) return;
       // A send the step already counted is not counted twice.
@@ -477,6 +479,8 @@ export class Worker {
       case 'ending-coverage':
         // A chart write as a result's is: it holds a chart place, not a place for the service.
         return this.inChartPlace(() => this.endCoverage(row));
+      case 'cancelled':
+        return this.followCancelled(row);
       default:
         return;
     }
@@ -596,19 +600,54 @@ export class Worker {
 
   /**
    * A check cancelled while its request was at the service (its visit moved, say) still takes that
-   * verification's result (tookCancelled, ingestWebhook), which the moved visit's check then reuses:
-   * until the result would have come by webhook, it is a verification under way. Past that, nothing
-   * polls it, and the other visit is verified on its own.
+   * verification's result, which the moved visit's check then reuses: it is a verification under way
+   * while it is followed for it (followCancelled), or, its send's answer not back yet, for
+   * webhookDeadlineMs. Past that, the other visit is verified on its own.
    */
   private stillAtService(row: CheckRow): boolean {
     if (row.submittedAt === undefined || row.result !== undefined) return false;
-    return Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
+    return row.dueAt !== undefined || Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
-  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped. */
+  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped; a verification accepted is followed for its result. */
   private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome): Promise<void> {
     const at = this.now();
-    await this.kept(() => this.step(row, 'cancelled', (current) => cancelledTakes(current, correlationId, at, outcome) ?? { state: 'cancelled' }));
+    const follow = outcome === undefined && { dueAt: this.later(this.options.webhookDeadlineMs) };
+    await this.kept(() => this.step(row, 'cancelled', (current) => {
+      const kept = cancelledTakes(current, correlationId, at, outcome);
+      return kept ? { ...kept, ...follow } : { state: 'cancelled' };
+    }));
+  }
+
+  /**
+   * A check cancelled with its verification at the service is polled for its result as one awaiting
+   * it is (the webhook lost, as one sent while this instance was down is after three tries), so that
+   * another visit of the plan takes it; until pendingGiveUpMs from its send, then let go. Whatever the
+   * service answers, nothing is written and no person is told: the visit is cancelled.
+   */
+  private async followCancelled(row: CheckRow): Promise<void> {
+    const letGo = { state: 'cancelled' as const, dueAt: undefined };
+    if (row.correlationId === undefined || row.result !== undefined || this.pendingPast(row, 0)) {
+      await this.step(row, 'cancelled', letGo);
+      return;
+    }
+    const pass = this.service.admit(false, undefined, row.key);
+    if (pass === 'hold') {
+      await this.step(row, 'cancelled', { state: 'cancelled', dueAt: this.later(this.service.holdFor((this.deps.random ?? Math.random)(), undefined, row.key)) });
+      return;
+    }
+    try {
+      await this.limiter.take(undefined);
+      const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
+      const kept = cancelledTakes(row, row.correlationId, this.now(), outcome);
+      await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
+    } catch (err) {
+      if (!(err instanceof ServiceError)) throw err;
+      // A fault that may pass is tried again at the next poll's time; one that will not (the verification unknown to the service) ends it.
+      await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(this.pollWait(row)) } : letGo);
+    } finally {
+      this.service.done(pass, row.key);
+    }
   }
 
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {

@@ -171,37 +171,48 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(2);
   });
 
-  it('verifies a visit moved while its asynchronous verification is under way once: the moved visit waits for the result the cancelled one still takes', async () => {
-    // The real clock: the moved check waits webhookDeadlineMs at most, longer than the sandbox takes to send the result.
-    const c = await mllpInto({ sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
-    const booking = bookingsOf('P-12', '20261201090000');
-    c.socket.write(frame(cigna(booking('M1', 'APT-M1', '20261207093000'))));
+  /**
+   * Books a visit of `patientId` on December 7 (on the payer `payer` makes it), moves it to the 9th
+   * once its check is `under` way, and waits for the moved visit written: the booked visit's check
+   * as it was when moved, the moved one's, and the booked one's as it ends.
+   */
+  const movedWhile = async (c: Awaited<ReturnType<typeof mllpInto>>, patientId: string, under: 'submitted' | 'awaiting-result', payer = (m: string) => m) => {
+    const booking = bookingsOf(patientId, '20261201090000');
+    c.socket.write(frame(payer(booking(`${patientId}-1`, `APT-${patientId}`, '20261207093000'))));
     await c.waitFor(1);
-    const sent = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
-    c.socket.write(frame(asMove(cigna(booking('M2', 'APT-M1', '20261209093000')))));
+    const booked = await until(`the first verification ${under}`, async () => (await h.store.listChecks({ states: [under] }))[0]);
+    c.socket.write(frame(asMove(payer(booking(`${patientId}-2`, `APT-${patientId}`, '20261209093000')))));
     await c.waitFor(2);
-
     const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    return { booked, moved, cancelled: await checkOf(booked.key) };
+  };
+
+  it('verifies a visit moved while its asynchronous verification is under way once: the moved visit waits for the result the cancelled one still takes', async () => {
+    const c = await mllpInto({ sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    const { booked, moved, cancelled } = await movedWhile(c, 'P-12', 'awaiting-result', cigna);
     expect(verificationPosts()).toBe(1);
-    expect(moved.reusedFrom).toBe(sent.correlationId);
-    const cancelled = await checkOf(sent.key);
-    expect(cancelled).toMatchObject({ state: 'cancelled', correlationId: sent.correlationId, result: { correlationId: sent.correlationId } });
+    expect(moved.reusedFrom).toBe(booked.correlationId);
+    expect(cancelled).toMatchObject({ state: 'cancelled', correlationId: booked.correlationId, result: { correlationId: booked.correlationId } });
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
+  it('polls the verification of a visit moved while it was under way when no webhook comes, and the moved visit takes its result', async () => {
+    const c = await mllpInto({});
+    // Every delivery refused: the result comes only by polling, as one sent while serve was down does once its tries are spent.
+    h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
+    const { booked, moved, cancelled } = await movedWhile(c, 'P-14', 'awaiting-result', cigna);
+    expect(verificationPosts()).toBe(1);
+    expect(moved.reusedFrom).toBe(booked.correlationId);
+    expect(cancelled).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
+    // Followed no longer once it has its result: nothing of it is due.
+    expect(cancelled?.dueAt).toBeUndefined();
   });
 
   it('verifies a visit moved while its synchronous verification is under way once: the answer is kept on the cancelled check, and the moved one takes it', async () => {
     // Every request of the sandbox's takes 1.5 s: the move lands while Guardian's synchronous verification is answered.
     const c = await mllpInto({ sandbox: { timing: { latencyMs: 1500 } } });
-    const booking = bookingsOf('P-13', '20261201090000');
-    c.socket.write(frame(booking('S1', 'APT-S1', '20261207093000')));
-    await c.waitFor(1);
-    const sending = await until('the first verification sent', async () => (await h.store.listChecks({ states: ['submitted'] }))[0]);
-    c.socket.write(frame(asMove(booking('S2', 'APT-S1', '20261209093000'))));
-    await c.waitFor(2);
-
-    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    const { moved, cancelled } = await movedWhile(c, 'P-13', 'submitted');
     expect(verificationPosts()).toBe(1);
-    const cancelled = await checkOf(sending.key);
     expect(cancelled?.state).toBe('cancelled');
     expect(cancelled?.correlationId).toBeDefined();
     expect(moved.reusedFrom).toBe(cancelled?.correlationId);
