@@ -68,6 +68,12 @@ export class ServiceOutage {
    * they are answered, or they would find their portal out again each time it came back.
    */
   private readonly alone = new Map<string, number>();
+  /**
+   * Checks whose visit's day had come given up while the service asked for fewer requests (429), since when (the first
+   * of them), until a call is answered: those are sent again then (told.unthrottled), as an outage's are at its end. A
+   * 429 ends nothing, so the worker tries the service itself meanwhile (tryItself), no check of theirs left to send.
+   */
+  private throttled: { since: number; nextTry: number; prober?: string | undefined } | undefined;
 
   constructor(
     private readonly backoff: { baseMs: number; maxMs: number },
@@ -78,6 +84,8 @@ export class ServiceOutage {
       went?: (since: Date, portal: string | undefined) => void;
       /** Told when it answers again, with when it was found failing: once for the service's outage, once for a portal's. */
       back?: (since: Date, portal: string | undefined) => void;
+      /** Told when a call is answered after checks were given up at `since` or later while the service asked for fewer requests (gaveUpThrottled). */
+      unthrottled?: (since: Date) => void;
     } = {},
   ) {}
 
@@ -157,7 +165,8 @@ export class ServiceOutage {
    */
   tryItself(key: string): boolean {
     const outage = this.service;
-    if (!outage || outage.prober !== undefined) return false;
+    if (!outage) return this.tryThrottled(key);
+    if (outage.prober !== undefined) return false;
     if (this.now() < Math.max(outage.nextProbe, outage.asked) + 2 * this.probeWait(outage)) return false;
     outage.prober = key;
     return true;
@@ -167,6 +176,31 @@ export class ServiceOutage {
   done(pass: Pass, key: string): void {
     if (pass !== 'probe') return;
     for (const outage of [this.service, ...this.portals.values()]) if (outage?.prober === key) outage.prober = undefined;
+    if (this.throttled?.prober === key) this.throttled.prober = undefined;
+  }
+
+  /**
+   * A check whose visit's day had come given up at `at` while the service asked for fewer requests (429): sent again
+   * once a call is answered. The worker tries the service itself for it (tryItself), no sooner than a try's wait from now.
+   */
+  gaveUpThrottled(at: Date): void {
+    const since = at.getTime();
+    if (this.throttled) this.throttled.since = Math.min(this.throttled.since, since);
+    else this.throttled = { since, nextTry: this.now() + this.throttleWait() };
+  }
+
+  /** Whether the worker tries the service now for the checks given up while it asked for fewer requests: at most one try a wait. */
+  private tryThrottled(key: string): boolean {
+    const throttled = this.throttled;
+    if (!throttled || throttled.prober !== undefined || this.now() < throttled.nextTry) return false;
+    throttled.prober = key;
+    throttled.nextTry = this.now() + this.throttleWait();
+    return true;
+  }
+
+  /** The wait between tries of a service that asked for fewer requests: as the longest between tries of an outage. */
+  private throttleWait(): number {
+    return Math.min(this.backoff.maxMs, PROBE_MAX_MS);
   }
 
   /** How long a check whose call to `portal` is held waits before it is looked at again: past the next probe, spread over the wait between probes, so the held ones do not all come at once. */
@@ -182,6 +216,8 @@ export class ServiceOutage {
   answered(portal: string | undefined, key: string): void {
     this.alone.delete(key);
     this.row = new FailureRow();
+    const throttled = this.throttled;
+    this.throttled = undefined;
     const whole = this.service;
     if (whole) {
       this.log.info({ outageMs: this.now() - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
@@ -191,6 +227,7 @@ export class ServiceOutage {
       // Told apart from the portal's: the checks given up since the service went are every portal's, those since the portal went only its.
       this.told.back?.(new Date(whole.since), undefined);
     }
+    if (throttled) this.told.unthrottled?.(new Date(throttled.since));
     this.portalAnswered(portal, key);
   }
 
@@ -251,6 +288,7 @@ export class ServiceOutage {
     if (out === undefined) {
       const outage = this.covering(portal);
       if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait(outage)));
+      if (this.throttled?.prober === key) this.throttled.nextTry = Math.max(this.throttled.nextTry, this.now() + (err.retryAfterMs ?? 0));
       return;
     }
     this.outFailure({ failure: err.status ?? err.code ?? 'network', notSent: err.notSent === true, retryAfterMs: err.retryAfterMs }, pass, key, portal);

@@ -84,6 +84,12 @@ export interface WorkerOptions {
   pollAfterMs: number;
   /** Give up polling a verification that stays Pending this long: it needs a person. */
   pendingGiveUpMs: number;
+  /**
+   * Give up a check whose visit's day has come that the service keeps asking for fewer requests
+   * (429) of this long after its round's first send: the front desk is told in time, and it is sent
+   * again once a call of the service is answered. Others wait for pendingGiveUpMs.
+   */
+  throttledGiveUpMs: number;
   leaseMs: number;
   /** When the worker has nothing due, how often it looks again. */
   idleMs: number;
@@ -243,6 +249,7 @@ export class Worker {
       went: (since, portal) => void (this.outageKept = this.outageKept.then(() => this.keepOutage(since, portal))),
       // One after the other: an outage of the service and one of a portal may end at one answer.
       back: (since, portal) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainGivenUp(since, portal))),
+      unthrottled: (since) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgain(undefined, async () => since, 'while the service asked for fewer requests'))),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -647,7 +654,8 @@ export class Worker {
       return this.hold(row, portal, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
-    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
+    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send (a 429's
+    // on its visit's day, throttledGiveUpMs).
     const retryAfter = err.retryAfterMs;
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
@@ -655,14 +663,23 @@ export class Worker {
     // are left alone too, and the burst of them sent once it answers would be given up for it), with or without a
     // Retry-After: a gateway's rate limit often says none, and a morning's batch throttled for minutes was written into
     // every chart as not verified. Any other failure asking to wait does not put off a check whose visit's day has come:
-    // its attempts count, as when the service is out, or the front desk would hear nothing until pendingGiveUpMs, past the visit.
+    // its attempts count, as when the service is out, or the front desk would hear nothing until pendingGiveUpMs, past the visit;
+    // nor does a 429 for longer than throttledGiveUpMs.
     const putOff = from === 'submitted' && (status === 429 || (retryAfter !== undefined && !this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
-      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0) : row.attempts >= this.options.maxAttempts;
+      // Throttled on its visit's day, it waits no longer than throttledGiveUpMs: a service asking for less all day would
+      // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
+      // its attempts were counted; it is sent again once a call is answered, as one given up in an outage at its end.
+      const throttledToday = status === 429 && this.urgent(row);
+      const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
+      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const why = putOff ? 'The verification service put it off past the time a verification may wait' : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const waited = throttledToday ? 'a verification for a visit today' : 'a verification';
+        const why = putOff ? `The verification service put it off past the time ${waited} may wait` : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
+        if (throttledToday) this.service.gaveUpThrottled(at);
         return;
       }
     }
@@ -699,14 +716,14 @@ export class Worker {
     return this.throttleSaid();
   }
 
-  /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
-  private pendingPast(row: CheckRow, laterMs: number): boolean {
-    return this.untilPendingGiveUp(row) < laterMs;
+  /** Whether the round, `laterMs` from now, will have waited longer than `giveUpMs` (pendingGiveUpMs) since its first send. */
+  private pendingPast(row: CheckRow, laterMs: number, giveUpMs = this.options.pendingGiveUpMs): boolean {
+    return this.untilPendingGiveUp(row, giveUpMs) < laterMs;
   }
 
-  /** How long until the round will have waited pendingGiveUpMs since its first send (negative once it has). */
-  private untilPendingGiveUp(row: CheckRow): number {
-    return Date.parse(row.submittedAt ?? row.updatedAt) + this.options.pendingGiveUpMs - this.deps.now().getTime();
+  /** How long until the round will have waited `giveUpMs` (pendingGiveUpMs) since its first send (negative once it has). */
+  private untilPendingGiveUp(row: CheckRow, giveUpMs = this.options.pendingGiveUpMs): number {
+    return Date.parse(row.submittedAt ?? row.updatedAt) + giveUpMs - this.deps.now().getTime();
   }
 
   private async pendingTooLong(row: CheckRow): Promise<void> {
@@ -1083,23 +1100,33 @@ export class Worker {
    * One whose error response the chart has not taken yet (it was away too) is sent again as well:
    * its result is written in its stead.
    */
-  private async sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
-    try {
-      const now = this.deps.now();
+  private sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
+    return this.sendAgain(portal, async () => {
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
       // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
       const kept = await forgetOutageStart(this.store, portal);
-      const since = kept && kept < found ? kept : found;
+      return kept && kept < found ? kept : found;
+    }, 'while the service was away');
+  }
+
+  /**
+   * The checks given up as not verified since `from` (of `portal`'s, or of every portal not out) whose visits are still
+   * to come sent again: those given up `during` an outage (sendAgainGivenUp), or a throttling their visits' day (serviceFailed).
+   */
+  private async sendAgain(portal: string | undefined, from: () => Promise<Date>, during: string): Promise<void> {
+    try {
+      const now = this.deps.now();
+      const since = await from();
       let sent = 0;
       // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
       // whose portal is still out would only fail again, and be written into the chart as not verified again.
       const givenUp = (row: CheckRow) => givenUpHere(row, portal) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
       for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
-      if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
+      if (sent > 0) this.deps.log.info({ checks: sent }, `checks given up ${during} are sent again`);
       this.kick();
     } catch (err) {
-      this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+      this.deps.log.warn({ err: errorText(err) }, `the checks given up ${during} could not be sent again; jobs retry sends them`);
     }
   }
 
