@@ -45,7 +45,7 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       return { status: 'ignored', detail };
     }
     // Its portal's answer, for the outage watch, before its step: one saying the portal away may find it out, and the check is held for it.
-    worker.portalHeard('go', row.key, row.portalId, delivery.outcome);
+    worker.portalHeard('go', row, delivery.outcome);
     const { change, event } = worker.transitionFor(row, delivery.outcome);
     await tx.putCheck(applyStep(row, change, now));
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });

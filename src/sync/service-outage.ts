@@ -235,12 +235,16 @@ export class ServiceOutage {
    * The check `key`'s verification answered by its portal, by a result the service delivered (a
    * webhook) or a call answered: it ends that portal's outage, not the whole service's, which only a
    * call answered ends (answered): the service's webhooks may come while its API fails every call.
+   * A result produced at `producedAt` (undefined: now) before the portal's failures began, polled or
+   * delivered since (its send's before the portal went), says nothing of the portal since: it ends nothing.
    */
-  portalAnswered(portal: string | undefined, key: string): void {
+  portalAnswered(portal: string | undefined, key: string, producedAt?: number): void {
     this.alone.delete(key);
     if (portal === undefined) return;
-    this.portalRows.delete(portal);
     const own = this.portals.get(portal);
+    const failing = own?.since ?? this.portalRows.get(portal)?.since;
+    if (producedAt !== undefined && failing !== undefined && producedAt < failing) return;
+    this.portalRows.delete(portal);
     if (!own) return;
     const now = this.now();
     this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');

@@ -533,7 +533,7 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row.key, portalId, answer, true));
+          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, sent, answer, true));
           await this.outcomeArrived(sent, outcome);
         } else {
           const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
@@ -832,7 +832,7 @@ export class Worker {
     try {
       await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
-      this.portalHeard('go', row.key, row.portalId, outcome);
+      this.portalHeard('go', row, outcome);
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -1188,16 +1188,19 @@ export class Worker {
    * A verification's answer told to the outage watch as its portal's: a failure of a kind that says the
    * portal itself is away (portalAway) counts as the portal failing, as a 5xx does, by the send's answer
    * (`sync`), a poll or a webhook (`pass` 'go'); any other answer is the portal answering. Pending by a
-   * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted).
+   * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted). A result polled or
+   * delivered is the portal's answer when it was produced (producedAt), which may be before its portal went.
    */
-  portalHeard(pass: Pass, key: string, portal: string | undefined, outcome: VerificationOutcome, sync = false): void {
+  portalHeard(pass: Pass, row: Pick<CheckRow, 'key' | 'portalId' | 'submittedAt'>, outcome: VerificationOutcome, sync = false): void {
+    const { key, portalId: portal } = row;
     // The send's own answer is the service answering a call (a poll's call was told so already); a webhook is not: the
     // service delivers results while its API fails every call, and the whole service's outage stays until a call is answered.
     if (sync) this.service.answered(undefined, key);
     if (outcome.kind === 'failed' && outcome.failure.portalAway && portal !== undefined) return this.service.portalAway(pass, key, portal, outcome.failure.kind);
     if (!sync && !hasResult(outcome.kind)) return;
-    if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal);
-    this.service.portalAnswered(portal, key);
+    const at = sync ? undefined : producedAt(row, outcome);
+    if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal, at);
+    this.service.portalAnswered(portal, key, at);
   }
 
   /** Whether PORTALS_READ_TICKS ticks have passed since the store was read at `lastAt` for portals out elsewhere (measured either way, so a clock stepped back does not hold the next read off). */
@@ -1213,15 +1216,15 @@ export class Worker {
    * portal back does (sendAgainGivenUp), and it ends there at its next read (portalsBackElsewhere). The
    * store is read at most every PORTALS_READ_TICKS ticks a portal.
    */
-  private backForOthers(portal: string): void {
+  private backForOthers(portal: string, producedAt: number | undefined): void {
     const now = this.deps.now().getTime();
     if (!this.portalsReadDue(this.portalsHeardAt.get(portal), now)) return;
     this.portalsHeardAt.set(portal, now);
     this.sendingAgain = this.sendingAgain.then(async () => {
       try {
         const kept = (await keptOutages(this.store)).portals.find((p) => p.portal === portal);
-        // Found out here meanwhile: an answer of its own ends it.
-        if (!kept || this.service.portalOut(portal)) return;
+        // Found out here meanwhile: an answer of its own ends it. A result produced before it was found says nothing of it.
+        if (!kept || this.service.portalOut(portal) || (producedAt !== undefined && producedAt < kept.since.getTime())) return;
         this.deps.log.info({ portalId: portal }, 'the verification service answers again for a payer portal another instance found out; its checks held there go on');
         await this.sendAgainGivenUp(kept.since, portal);
       } catch (err) {
@@ -1352,6 +1355,15 @@ function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
   return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+}
+
+/**
+ * When a verification's result polled or delivered was produced, as far as this plugin can know: its own time
+ * (completedAt) where the service gives one, and no earlier than the round's first send; undefined when neither is known.
+ */
+function producedAt(row: Pick<CheckRow, 'submittedAt'>, outcome: VerificationOutcome): number | undefined {
+  const times = [outcome.verification.completedAt, row.submittedAt].map((at) => Date.parse(at ?? '')).filter((at) => !Number.isNaN(at));
+  return times.length === 0 ? undefined : Math.max(...times);
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */
