@@ -121,6 +121,19 @@ export class ServiceOutage {
     return since !== undefined && this.now() - since < ALONE_MS;
   }
 
+  /**
+   * Since when the outage a call to `portal` waits for began, once the check `key`'s answer saying the portal away
+   * (portalAway) is counted: the one it is in, or the one it will find. A webhook's step, its answer told once its
+   * transaction has committed, holds the check that will find its portal out, as the send's answer does.
+   */
+  outOnceAway(portal: string, key: string): Date | undefined {
+    const outage = this.covering(portal);
+    if (outage) return new Date(outage.since);
+    const row = this.portalRows.get(portal)?.copy() ?? new FailureRow();
+    row.add(key, this.now(), portal);
+    return row.saysOut ? new Date(row.since) : undefined;
+  }
+
   /** Whether a call to `portal` waits for an outage. */
   covers(portal: string | undefined): boolean {
     return this.covering(portal) !== undefined;
@@ -452,6 +465,15 @@ class FailureRow {
   readonly checks = new Set<string>();
   /** Their portals, undefined for a failure that says the service itself is away: kept with the count, or one from before a row started again would make it the service's. */
   private readonly portals = new Set<string | undefined>();
+
+  /** The row as it is now, to count in without changing this one. */
+  copy(): FailureRow {
+    const row = new FailureRow();
+    Object.assign(row, { count: this.count, since: this.since, last: this.last });
+    for (const key of this.checks) row.checks.add(key);
+    for (const portal of this.portals) row.portals.add(portal);
+    return row;
+  }
 
   add(key: string, at: number, portal: string | undefined): void {
     if (this.count === 0 || at - this.last > ROW_SPAN_MS) {

@@ -769,9 +769,10 @@ export class Worker {
    * Where a verification body takes a check: Pending is never final (wait for the webhook, then
    * poll); a retry-later failure is tried again as a new round (the service keeps a Failed
    * verification under its externalId); anything else is the result, stored to be written.
-   * Pure, so the webhook applies it inside the transaction that records the delivery.
+   * Pure, so the webhook applies it inside the transaction that records the delivery; `unheard`: the outcome is told
+   * to the outage watch (portalHeard) after it, as a webhook's is once that transaction has committed.
    */
-  transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
+  transitionFor(row: CheckRow, outcome: VerificationOutcome, unheard = false): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
     if (!hasResult(outcome.kind)) {
       // No later than when it will have been pending too long: Pending webhooks coming more often than the polls would put that off for good.
@@ -786,12 +787,12 @@ export class Worker {
         },
       };
     }
-    const heldForPortal = outcome.kind === 'failed' && this.heldForPortal(row, outcome);
-    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || heldForPortal)) {
+    const portalOutSince = outcome.kind === 'failed' ? this.heldForPortal(row, outcome, unheard) : undefined;
+    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || portalOutSince)) {
       const round = row.round + 1;
       const again: Step = { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined };
       // Its portal found away (this answer the one that found it, or one more while it is): held as a 5xx of it is, its send given back.
-      if (heldForPortal) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind) };
+      if (portalOutSince) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind, portalOutSince) };
       return { change: { ...again, dueAt: this.later(this.backoff(row.attempts)), lastError: `${outcome.failure.kind}: retrying later` } };
     }
     return {
@@ -803,9 +804,15 @@ export class Worker {
     };
   }
 
-  /** Whether a failure saying the check's portal away (portalAway) finds that portal out, the check's visit still to come: it is held, not retried (as a 5xx of it is, serviceFailed). */
-  private heldForPortal(row: CheckRow, outcome: Extract<VerificationOutcome, { kind: 'failed' }>): boolean {
-    return outcome.failure.portalAway === true && row.portalId !== undefined && this.service.covers(row.portalId) && !this.urgent(row);
+  /**
+   * Since when the check's portal is out, when a failure saying it away (portalAway) finds it out, or it was, the
+   * check's visit still to come: it is held, not retried (as a 5xx of it is, serviceFailed). `unheard`: the failure is
+   * not counted yet (transitionFor), and the outage it will find is the one it is held for.
+   */
+  private heldForPortal(row: CheckRow, outcome: Extract<VerificationOutcome, { kind: 'failed' }>, unheard: boolean): Date | undefined {
+    const portal = row.portalId;
+    if (outcome.failure.portalAway !== true || portal === undefined || this.urgent(row)) return undefined;
+    return unheard ? this.service.outOnceAway(portal, row.key) : this.service.outFor(portal);
   }
 
   /**
@@ -1083,11 +1090,11 @@ export class Worker {
     await this.step(row, from, this.held(row, portal, change, failure));
   }
 
-  /** The step of a check held for an outage (hold), from `change`. */
-  private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string): Step {
-    const since = this.service.outFor(portal);
+  /** The step of a check held for an outage (hold), from `change`; `since`: when it began, one its failure is still to find (heldForPortal) a portal's. */
+  private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string, since = this.service.outFor(portal)): Step {
+    // The outage not found yet, it is looked at again once it is, at once: the next call's pass holds it then.
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
-    const what = this.service.portalOut(portal) ? ` for payer portal ${portal}` : '';
+    const what = this.service.portalOut(portal) || !this.service.covers(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     return { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
