@@ -1092,7 +1092,7 @@ export class Worker {
 
   /** The step of a check held for an outage (hold), from `change`; `since`: when it began, one its failure is still to find (heldForPortal) a portal's. */
   private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string, since = this.service.outFor(portal)): Step {
-    // The outage not found yet, it is looked at again once it is, at once: the next call's pass holds it then.
+    // An outage its failure is still to find holds it for no time yet: due at once, it is held by its next call's pass.
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
     const what = this.service.portalOut(portal) || !this.service.covers(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
