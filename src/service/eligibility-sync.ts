@@ -66,6 +66,8 @@ export const SyncSettings = z.strictObject({
   webhookDeadlineMs: spanMs().min(0).default(2 * 60_000),
   pollAfterMs: spanMs().min(1, { error: 'must be at least 1 (0 would poll a Pending verification in a tight loop)' }).default(5000),
   pendingGiveUpMs: spanMs().min(1).default(24 * 3600_000),
+  /** A check whose visit's day has come, the service asking for fewer requests (429) this long since its first send, is given up (sent again once the service answers). */
+  throttledGiveUpMs: spanMs().min(1).default(15 * 60_000),
   leaseMs: timerMs(1000).default(2 * 60_000),
   idleMs: timerMs(10).default(500),
   freshnessDays: spanDays().min(0).default(7),
@@ -371,6 +373,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     webhookDeadlineMs: settings.webhookDeadlineMs,
     pollAfterMs: settings.pollAfterMs,
     pendingGiveUpMs: settings.pendingGiveUpMs,
+    throttledGiveUpMs: settings.throttledGiveUpMs,
     leaseMs: settings.leaseMs,
     idleMs: settings.idleMs,
     policy,

@@ -11,8 +11,8 @@ export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName;
  * replay is answered 2xx and not applied twice) and its effect on the check commit together,
  * before the receiver answers 2xx.
  */
-export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionFor' | 'portalHeard'>, delivery: WebhookDelivery, now: Date): Promise<WebhookApplied> {
-  return store.transaction(async (tx): Promise<WebhookApplied> => {
+export async function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionFor' | 'portalHeard'>, delivery: WebhookDelivery, now: Date): Promise<WebhookApplied> {
+  const { applied, heard } = await store.transaction(async (tx): Promise<{ applied: WebhookApplied; heard?: CheckRow }> => {
     const { message, duplicate } = await tx.addMessage({
       kind: 'webhook',
       dedupeKey: delivery.webhookId,
@@ -20,7 +20,7 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
       raw: delivery.rawBody,
       status: 'received',
     });
-    if (duplicate) return { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` };
+    if (duplicate) return { applied: { status: 'duplicate', detail: `webhook ${delivery.webhookId} was received before (message ${message.id})` } };
     const { correlationId, externalId } = delivery.outcome.verification;
     // A result may come before the answer to its send is stored (the service done sooner than its
     // answer reached us): the check is then known by the externalId it was sent under. That answer
@@ -37,21 +37,23 @@ export function ingestWebhook(store: JobStore, worker: Pick<Worker, 'transitionF
     if (row && externalId && row.externalId !== externalId) {
       const detail = `names externalId ${externalId.slice(0, 80)}, not the one the check with its correlation id was sent under; kept, not applied`;
       await tx.updateMessage(message.id, { status: 'dead', detail });
-      return { status: 'dead', detail };
+      return { applied: { status: 'dead', detail } };
     }
     const cancelled = row && cancelledTakes(row, correlationId, now.toISOString(), delivery.outcome);
     if (!row || !(row.state === 'awaiting-result' || row.state === 'submitted' || cancelled || takesALateResult(row, delivery))) {
       const detail = row ? `the check is ${row.state}; result kept, not applied` : 'no check has this correlation id';
       await tx.updateMessage(message.id, { status: 'handled', detail });
-      return { status: 'ignored', detail };
+      return { applied: { status: 'ignored', detail } };
     }
-    // Its portal's answer, for the outage watch, before its step: one saying the portal away may find it out, and the check is held for it.
-    worker.portalHeard('go', row.key, row.portalId, delivery.outcome);
-    const { change, event } = cancelled ? { change: cancelled, event: undefined } : worker.transitionFor(row, delivery.outcome);
+    // Its portal's answer is told to the outage watch once this has committed (on PostgreSQL a transaction may run again,
+    // and would count it twice); its step holds the check for the outage one saying the portal away will find, all the same.
+    const { change, event } = cancelled ? { change: cancelled, event: undefined } : worker.transitionFor(row, delivery.outcome, true);
     await tx.putCheck(applyStep(row, change, now));
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });
-    return { status: 'applied', ...(event && { event }) };
+    return { applied: { status: 'applied', ...(event && { event }) }, heard: row };
   });
+  if (heard) worker.portalHeard('go', heard, delivery.outcome);
+  return applied;
 }
 
 /**

@@ -68,6 +68,12 @@ export class ServiceOutage {
    * they are answered, or they would find their portal out again each time it came back.
    */
   private readonly alone = new Map<string, number>();
+  /**
+   * Checks whose visit's day had come given up while the service asked for fewer requests (429), since when (the first
+   * of them), until a call is answered: those are sent again then (told.unthrottled), as an outage's are at its end. A
+   * 429 ends nothing, so the worker tries the service itself meanwhile (tryItself), no check of theirs left to send.
+   */
+  private throttled: { since: number; nextTry: number; prober?: string | undefined } | undefined;
 
   constructor(
     private readonly backoff: { baseMs: number; maxMs: number },
@@ -78,6 +84,8 @@ export class ServiceOutage {
       went?: (since: Date, portal: string | undefined) => void;
       /** Told when it answers again, with when it was found failing: once for the service's outage, once for a portal's. */
       back?: (since: Date, portal: string | undefined) => void;
+      /** Told when a call is answered after checks were given up at `since` or later while the service asked for fewer requests (gaveUpThrottled). */
+      unthrottled?: (since: Date) => void;
     } = {},
   ) {}
 
@@ -111,6 +119,19 @@ export class ServiceOutage {
   failsAlone(key: string): boolean {
     const since = this.alone.get(key);
     return since !== undefined && this.now() - since < ALONE_MS;
+  }
+
+  /**
+   * Since when the outage a call to `portal` waits for began, once the check `key`'s answer saying the portal away
+   * (portalAway) is counted: the one it is in, or the one it will find. A webhook's step, its answer told once its
+   * transaction has committed, holds the check that will find its portal out, as the send's answer does.
+   */
+  outOnceAway(portal: string, key: string): Date | undefined {
+    const outage = this.covering(portal);
+    if (outage) return new Date(outage.since);
+    const row = this.portalRows.get(portal)?.copy() ?? new FailureRow();
+    row.add(key, this.now(), portal);
+    return row.saysOut ? new Date(row.since) : undefined;
   }
 
   /** Whether a call to `portal` waits for an outage. */
@@ -157,7 +178,8 @@ export class ServiceOutage {
    */
   tryItself(key: string): boolean {
     const outage = this.service;
-    if (!outage || outage.prober !== undefined) return false;
+    if (!outage) return this.tryThrottled(key);
+    if (outage.prober !== undefined) return false;
     if (this.now() < Math.max(outage.nextProbe, outage.asked) + 2 * this.probeWait(outage)) return false;
     outage.prober = key;
     return true;
@@ -167,6 +189,31 @@ export class ServiceOutage {
   done(pass: Pass, key: string): void {
     if (pass !== 'probe') return;
     for (const outage of [this.service, ...this.portals.values()]) if (outage?.prober === key) outage.prober = undefined;
+    if (this.throttled?.prober === key) this.throttled.prober = undefined;
+  }
+
+  /**
+   * A check whose visit's day had come given up at `at` while the service asked for fewer requests (429): sent again
+   * once a call is answered. The worker tries the service itself for it (tryItself), no sooner than a try's wait from now.
+   */
+  gaveUpThrottled(at: Date): void {
+    const since = at.getTime();
+    if (this.throttled) this.throttled.since = Math.min(this.throttled.since, since);
+    else this.throttled = { since, nextTry: this.now() + this.throttleWait() };
+  }
+
+  /** Whether the worker tries the service now for the checks given up while it asked for fewer requests: at most one try a wait. */
+  private tryThrottled(key: string): boolean {
+    const throttled = this.throttled;
+    if (!throttled || throttled.prober !== undefined || this.now() < throttled.nextTry) return false;
+    throttled.prober = key;
+    throttled.nextTry = this.now() + this.throttleWait();
+    return true;
+  }
+
+  /** The wait between tries of a service that asked for fewer requests: as the longest between tries of an outage. */
+  private throttleWait(): number {
+    return Math.min(this.backoff.maxMs, PROBE_MAX_MS);
   }
 
   /** How long a check whose call to `portal` is held waits before it is looked at again: past the next probe, spread over the wait between probes, so the held ones do not all come at once. */
@@ -182,6 +229,8 @@ export class ServiceOutage {
   answered(portal: string | undefined, key: string): void {
     this.alone.delete(key);
     this.row = new FailureRow();
+    const throttled = this.throttled;
+    this.throttled = undefined;
     const whole = this.service;
     if (whole) {
       this.log.info({ outageMs: this.now() - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
@@ -191,6 +240,7 @@ export class ServiceOutage {
       // Told apart from the portal's: the checks given up since the service went are every portal's, those since the portal went only its.
       this.told.back?.(new Date(whole.since), undefined);
     }
+    if (throttled) this.told.unthrottled?.(new Date(throttled.since));
     this.portalAnswered(portal, key);
   }
 
@@ -198,12 +248,16 @@ export class ServiceOutage {
    * The check `key`'s verification answered by its portal, by a result the service delivered (a
    * webhook) or a call answered: it ends that portal's outage, not the whole service's, which only a
    * call answered ends (answered): the service's webhooks may come while its API fails every call.
+   * A result produced at `producedAt` (undefined: now) before the portal's failures began, polled or
+   * delivered since (its send's before the portal went), says nothing of the portal since: it ends nothing.
    */
-  portalAnswered(portal: string | undefined, key: string): void {
+  portalAnswered(portal: string | undefined, key: string, producedAt?: number): void {
     this.alone.delete(key);
     if (portal === undefined) return;
-    this.portalRows.delete(portal);
     const own = this.portals.get(portal);
+    const failing = own?.since ?? this.portalRows.get(portal)?.since;
+    if (producedAt !== undefined && failing !== undefined && producedAt < failing) return;
+    this.portalRows.delete(portal);
     if (!own) return;
     const now = this.now();
     this.log.info({ outageMs: now - own.since, held: own.held.size, portalId: portal }, 'the verification service answers again for the payer portal; its checks held go on');
@@ -251,6 +305,7 @@ export class ServiceOutage {
     if (out === undefined) {
       const outage = this.covering(portal);
       if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait(outage)));
+      if (this.throttled?.prober === key) this.throttled.nextTry = Math.max(this.throttled.nextTry, this.now() + (err.retryAfterMs ?? 0));
       return;
     }
     this.outFailure({ failure: err.status ?? err.code ?? 'network', notSent: err.notSent === true, retryAfterMs: err.retryAfterMs }, pass, key, portal);
@@ -410,6 +465,15 @@ class FailureRow {
   readonly checks = new Set<string>();
   /** Their portals, undefined for a failure that says the service itself is away: kept with the count, or one from before a row started again would make it the service's. */
   private readonly portals = new Set<string | undefined>();
+
+  /** The row as it is now, to count in without changing this one. */
+  copy(): FailureRow {
+    const row = new FailureRow();
+    Object.assign(row, { count: this.count, since: this.since, last: this.last });
+    for (const key of this.checks) row.checks.add(key);
+    for (const portal of this.portals) row.portals.add(portal);
+    return row;
+  }
 
   add(key: string, at: number, portal: string | undefined): void {
     if (this.count === 0 || at - this.last > ROW_SPAN_MS) {

@@ -84,6 +84,12 @@ export interface WorkerOptions {
   pollAfterMs: number;
   /** Give up polling a verification that stays Pending this long: it needs a person. */
   pendingGiveUpMs: number;
+  /**
+   * Give up a check whose visit's day has come that the service keeps asking for fewer requests
+   * (429) of this long after its round's first send: the front desk is told in time, and it is sent
+   * again once a call of the service is answered. Others wait for pendingGiveUpMs.
+   */
+  throttledGiveUpMs: number;
   leaseMs: number;
   /** When the worker has nothing due, how often it looks again. */
   idleMs: number;
@@ -243,6 +249,7 @@ export class Worker {
       went: (since, portal) => void (this.outageKept = this.outageKept.then(() => this.keepOutage(since, portal))),
       // One after the other: an outage of the service and one of a portal may end at one answer.
       back: (since, portal) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainGivenUp(since, portal))),
+      unthrottled: (since) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgain(undefined, async () => since, 'while the service asked for fewer requests'))),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -530,7 +537,7 @@ export class Worker {
       await this.limiter.take(portalId);
       try {
         if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row.key, portalId, answer, true));
+          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, sent, answer, true));
           await this.outcomeArrived(sent, outcome);
         } else {
           const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
@@ -705,7 +712,8 @@ export class Worker {
       return this.hold(row, portal, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
-    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send.
+    // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send (a 429's
+    // on its visit's day, throttledGiveUpMs).
     const retryAfter = err.retryAfterMs;
     // A send of a check its portal fails alone (answering the others) is not put off for the service's load: it
     // counts, or one member id the portal chokes on, answered with a Retry-After each time, would be sent for pendingGiveUpMs.
@@ -713,14 +721,23 @@ export class Worker {
     // are left alone too, and the burst of them sent once it answers would be given up for it), with or without a
     // Retry-After: a gateway's rate limit often says none, and a morning's batch throttled for minutes was written into
     // every chart as not verified. Any other failure asking to wait does not put off a check whose visit's day has come:
-    // its attempts count, as when the service is out, or the front desk would hear nothing until pendingGiveUpMs, past the visit.
+    // its attempts count, as when the service is out, or the front desk would hear nothing until pendingGiveUpMs, past the visit;
+    // nor does a 429 for longer than throttledGiveUpMs.
     const putOff = from === 'submitted' && (status === 429 || (retryAfter !== undefined && !this.service.failsAlone(row.key) && !this.urgent(row)));
     if (from === 'submitted') {
-      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0) : row.attempts >= this.options.maxAttempts;
+      // Throttled on its visit's day, it waits no longer than throttledGiveUpMs: a service asking for less all day would
+      // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
+      // its attempts were counted; it is sent again once a call is answered, as one given up in an outage at its end.
+      const throttledToday = status === 429 && this.urgent(row);
+      const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
+      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const why = putOff ? 'The verification service put it off past the time a verification may wait' : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const waited = throttledToday ? 'a verification for a visit today' : 'a verification';
+        const why = putOff ? `The verification service put it off past the time ${waited} may wait` : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
+        if (throttledToday) this.service.gaveUpThrottled(at);
         return;
       }
     }
@@ -757,14 +774,14 @@ export class Worker {
     return this.throttleSaid();
   }
 
-  /** Whether the round, `laterMs` from now, will have waited longer than pendingGiveUpMs since its first send. */
-  private pendingPast(row: CheckRow, laterMs: number): boolean {
-    return this.untilPendingGiveUp(row) < laterMs;
+  /** Whether the round, `laterMs` from now, will have waited longer than `giveUpMs` (pendingGiveUpMs) since its first send. */
+  private pendingPast(row: CheckRow, laterMs: number, giveUpMs = this.options.pendingGiveUpMs): boolean {
+    return this.untilPendingGiveUp(row, giveUpMs) < laterMs;
   }
 
-  /** How long until the round will have waited pendingGiveUpMs since its first send (negative once it has). */
-  private untilPendingGiveUp(row: CheckRow): number {
-    return Date.parse(row.submittedAt ?? row.updatedAt) + this.options.pendingGiveUpMs - this.deps.now().getTime();
+  /** How long until the round will have waited `giveUpMs` (pendingGiveUpMs) since its first send (negative once it has). */
+  private untilPendingGiveUp(row: CheckRow, giveUpMs = this.options.pendingGiveUpMs): number {
+    return Date.parse(row.submittedAt ?? row.updatedAt) + giveUpMs - this.deps.now().getTime();
   }
 
   private async pendingTooLong(row: CheckRow): Promise<void> {
@@ -811,9 +828,10 @@ export class Worker {
    * Where a verification body takes a check: Pending is never final (wait for the webhook, then
    * poll); a retry-later failure is tried again as a new round (the service keeps a Failed
    * verification under its externalId); anything else is the result, stored to be written.
-   * Pure, so the webhook applies it inside the transaction that records the delivery.
+   * Pure, so the webhook applies it inside the transaction that records the delivery; `unheard`: the outcome is told
+   * to the outage watch (portalHeard) after it, as a webhook's is once that transaction has committed.
    */
-  transitionFor(row: CheckRow, outcome: VerificationOutcome): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
+  transitionFor(row: CheckRow, outcome: VerificationOutcome, unheard = false): { change: Step; event?: { name: SyncEventName; event: SyncEvent } } {
     const correlationId = outcome.verification.correlationId;
     if (!hasResult(outcome.kind)) {
       // No later than when it will have been pending too long: Pending webhooks coming more often than the polls would put that off for good.
@@ -828,12 +846,12 @@ export class Worker {
         },
       };
     }
-    const heldForPortal = outcome.kind === 'failed' && this.heldForPortal(row, outcome);
-    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || heldForPortal)) {
+    const portalOutSince = outcome.kind === 'failed' ? this.heldForPortal(row, outcome, unheard) : undefined;
+    if (outcome.kind === 'failed' && outcome.failure.action === 'retry-later' && (row.attempts < this.options.maxAttempts || portalOutSince)) {
       const round = row.round + 1;
       const again: Step = { state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), correlationId: undefined, submittedAt: undefined };
       // Its portal found away (this answer the one that found it, or one more while it is): held as a 5xx of it is, its send given back.
-      if (heldForPortal) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind) };
+      if (portalOutSince) return { change: this.held(row, row.portalId, { ...again, attempts: Math.max(0, row.attempts - 1) }, outcome.failure.kind, portalOutSince) };
       return { change: { ...again, dueAt: this.later(this.backoff(row.attempts)), lastError: `${outcome.failure.kind}: retrying later` } };
     }
     return {
@@ -845,9 +863,15 @@ export class Worker {
     };
   }
 
-  /** Whether a failure saying the check's portal away (portalAway) finds that portal out, the check's visit still to come: it is held, not retried (as a 5xx of it is, serviceFailed). */
-  private heldForPortal(row: CheckRow, outcome: Extract<VerificationOutcome, { kind: 'failed' }>): boolean {
-    return outcome.failure.portalAway === true && row.portalId !== undefined && this.service.covers(row.portalId) && !this.urgent(row);
+  /**
+   * Since when the check's portal is out, when a failure saying it away (portalAway) finds it out, or it was, the
+   * check's visit still to come: it is held, not retried (as a 5xx of it is, serviceFailed). `unheard`: the failure is
+   * not counted yet (transitionFor), and the outage it will find is the one it is held for.
+   */
+  private heldForPortal(row: CheckRow, outcome: Extract<VerificationOutcome, { kind: 'failed' }>, unheard: boolean): Date | undefined {
+    const portal = row.portalId;
+    if (outcome.failure.portalAway !== true || portal === undefined || this.urgent(row)) return undefined;
+    return unheard ? this.service.outOnceAway(portal, row.key) : this.service.outFor(portal);
   }
 
   /**
@@ -874,7 +898,7 @@ export class Worker {
     try {
       await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
-      this.portalHeard('go', row.key, row.portalId, outcome);
+      this.portalHeard('go', row, outcome);
       // Looked at once more when its time is up: a result whose webhook never came is taken, not left to a person as pending.
       if (!hasResult(outcome.kind) && this.pendingPast(row, 0)) {
         await this.pendingTooLong(row);
@@ -1125,11 +1149,11 @@ export class Worker {
     await this.step(row, from, this.held(row, portal, change, failure));
   }
 
-  /** The step of a check held for an outage (hold), from `change`. */
-  private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string): Step {
-    const since = this.service.outFor(portal);
+  /** The step of a check held for an outage (hold), from `change`; `since`: when it began, one its failure is still to find (heldForPortal) a portal's. */
+  private held(row: CheckRow, portal: string | undefined, change: Step, failure?: string, since = this.service.outFor(portal)): Step {
+    // An outage its failure is still to find holds it for no time yet: due at once, it is held by its next call's pass.
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
-    const what = this.service.portalOut(portal) ? ` for payer portal ${portal}` : '';
+    const what = this.service.portalOut(portal) || !this.service.covers(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
     const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
     return { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
@@ -1142,23 +1166,33 @@ export class Worker {
    * One whose error response the chart has not taken yet (it was away too) is sent again as well:
    * its result is written in its stead.
    */
-  private async sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
-    try {
-      const now = this.deps.now();
+  private sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
+    return this.sendAgain(portal, async () => {
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
       // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
       const kept = await forgetOutageStart(this.store, portal);
-      const since = kept && kept < found ? kept : found;
+      return kept && kept < found ? kept : found;
+    }, 'while the service was away');
+  }
+
+  /**
+   * The checks given up as not verified since `from` (of `portal`'s, or of every portal not out) whose visits are still
+   * to come sent again: those given up `during` an outage (sendAgainGivenUp), or a throttling their visits' day (serviceFailed).
+   */
+  private async sendAgain(portal: string | undefined, from: () => Promise<Date>, during: string): Promise<void> {
+    try {
+      const now = this.deps.now();
+      const since = await from();
       let sent = 0;
       // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
       // whose portal is still out would only fail again, and be written into the chart as not verified again.
       const givenUp = (row: CheckRow) => givenUpHere(row, portal) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
       for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
-      if (sent > 0) this.deps.log.info({ checks: sent }, 'checks given up while the service was away are sent again');
+      if (sent > 0) this.deps.log.info({ checks: sent }, `checks given up ${during} are sent again`);
       this.kick();
     } catch (err) {
-      this.deps.log.warn({ err: errorText(err) }, 'the checks given up while the service was away could not be sent again; jobs retry sends them');
+      this.deps.log.warn({ err: errorText(err) }, `the checks given up ${during} could not be sent again; jobs retry sends them`);
     }
   }
 
@@ -1220,16 +1254,19 @@ export class Worker {
    * A verification's answer told to the outage watch as its portal's: a failure of a kind that says the
    * portal itself is away (portalAway) counts as the portal failing, as a 5xx does, by the send's answer
    * (`sync`), a poll or a webhook (`pass` 'go'); any other answer is the portal answering. Pending by a
-   * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted).
+   * poll or a webhook is the service's word, not the portal's, as a request taken is (accepted). A result polled or
+   * delivered is the portal's answer when it was produced (producedAt), which may be before its portal went.
    */
-  portalHeard(pass: Pass, key: string, portal: string | undefined, outcome: VerificationOutcome, sync = false): void {
+  portalHeard(pass: Pass, row: Pick<CheckRow, 'key' | 'portalId' | 'submittedAt'>, outcome: VerificationOutcome, sync = false): void {
+    const { key, portalId: portal } = row;
     // The send's own answer is the service answering a call (a poll's call was told so already); a webhook is not: the
     // service delivers results while its API fails every call, and the whole service's outage stays until a call is answered.
     if (sync) this.service.answered(undefined, key);
     if (outcome.kind === 'failed' && outcome.failure.portalAway && portal !== undefined) return this.service.portalAway(pass, key, portal, outcome.failure.kind);
     if (!sync && !hasResult(outcome.kind)) return;
-    if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal);
-    this.service.portalAnswered(portal, key);
+    const at = sync ? undefined : producedAt(row, outcome);
+    if (!sync && portal !== undefined && !this.service.portalOut(portal)) this.backForOthers(portal, at);
+    this.service.portalAnswered(portal, key, at);
   }
 
   /** Whether PORTALS_READ_TICKS ticks have passed since the store was read at `lastAt` for portals out elsewhere (measured either way, so a clock stepped back does not hold the next read off). */
@@ -1245,15 +1282,15 @@ export class Worker {
    * portal back does (sendAgainGivenUp), and it ends there at its next read (portalsBackElsewhere). The
    * store is read at most every PORTALS_READ_TICKS ticks a portal.
    */
-  private backForOthers(portal: string): void {
+  private backForOthers(portal: string, producedAt: number | undefined): void {
     const now = this.deps.now().getTime();
     if (!this.portalsReadDue(this.portalsHeardAt.get(portal), now)) return;
     this.portalsHeardAt.set(portal, now);
     this.sendingAgain = this.sendingAgain.then(async () => {
       try {
         const kept = (await keptOutages(this.store)).portals.find((p) => p.portal === portal);
-        // Found out here meanwhile: an answer of its own ends it.
-        if (!kept || this.service.portalOut(portal)) return;
+        // Found out here meanwhile: an answer of its own ends it. A result produced before it was found says nothing of it.
+        if (!kept || this.service.portalOut(portal) || (producedAt !== undefined && producedAt < kept.since.getTime())) return;
         this.deps.log.info({ portalId: portal }, 'the verification service answers again for a payer portal another instance found out; its checks held there go on');
         await this.sendAgainGivenUp(kept.since, portal);
       } catch (err) {
@@ -1398,6 +1435,15 @@ function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
   return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+}
+
+/**
+ * When a verification's result polled or delivered was produced, as far as this plugin can know: its own time
+ * (completedAt) where the service gives one, and no earlier than the round's first send; undefined when neither is known.
+ */
+function producedAt(row: Pick<CheckRow, 'submittedAt'>, outcome: VerificationOutcome): number | undefined {
+  const times = [outcome.verification.completedAt, row.submittedAt].map((at) => Date.parse(at ?? '')).filter((at) => !Number.isNaN(at));
+  return times.length === 0 ? undefined : Math.max(...times);
 }
 
 /** Data the chart refuses is not sent again as it is; anything else (down, busy, timing out) is. */

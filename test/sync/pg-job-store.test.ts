@@ -92,6 +92,18 @@ async function downTo(db: Client, version: number): Promise<void> {
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);
 }
 
+/** A worker that only takes webhooks (ingestWebhook): it calls neither the service nor the chart. */
+const webhookWorker = (store: JobStore) =>
+  new Worker(RIG_OPTIONS, {
+    store,
+    client: { verify: unused, requestVerification: unused, getVerification: unused, listPayers: unused },
+    resolver: unused,
+    writer: unused,
+    now: () => new Date(),
+    log: { info: () => undefined, warn: () => undefined, error: () => undefined },
+    emit: () => undefined,
+  });
+
 describe('PgJobStore with two instances on one database', () => {
   let url: string;
   let a: PgJobStore;
@@ -690,15 +702,7 @@ describe('PgJobStore with two instances on one database', () => {
     await a.transaction((tx) => tx.putCheck(checkRow('elig_1', { state: 'submitted' })));
     // The worker at a stores the service's answer to the send: the check awaits its result under the correlation id.
     const answer = await heldAtA((row) => ({ ...row, state: 'awaiting-result', correlationId: 'ver-1' }));
-    const worker = new Worker(RIG_OPTIONS, {
-      store: b,
-      client: { verify: unused, requestVerification: unused, getVerification: unused, listPayers: unused },
-      resolver: unused,
-      writer: unused,
-      now: () => new Date(),
-      log: { info: () => undefined, warn: () => undefined, error: () => undefined },
-      emit: () => undefined,
-    });
+    const worker = webhookWorker(b);
     const body = { ...(resultBody('completed-minimal') as object), correlationId: 'ver-1', externalId: 'ext-elig_1' };
     const delivery = { webhookId: 'msg_1', rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
     const webhook = ingestWebhook(b, worker, delivery, new Date());
@@ -708,6 +712,45 @@ describe('PgJobStore with two instances on one database', () => {
     expect([waited, (await webhook).status]).toEqual([true, 'applied']);
     const row = await a.transaction((tx) => tx.getCheck('elig_1'));
     expect([row?.state, row?.correlationId]).toEqual(['result-stored', 'ver-1']);
+  });
+
+  it('tells the outage watch of a webhook once, after its transaction committed, though PostgreSQL ran the transaction again (a serialization failure)', async () => {
+    const keys = ['elig_m0', 'elig_m1', 'elig_m2', 'elig_m3', 'elig_m4'];
+    await a.transaction(async (tx) => {
+      for (const [i, key] of keys.entries()) await tx.putCheck(checkRow(key, { state: 'awaiting-result', mode: 'async', portalId: 'portal-m', correlationId: `ver-m${i}` }));
+    });
+    const worker = webhookWorker(b);
+    // Each transaction's first run fails as a serialization failure does at its commit, and pg-transaction runs it again.
+    let runs = 0;
+    const retried = {
+      transaction: <T>(work: (tx: StoreTx) => Promise<T>) => {
+        let first = true;
+        return b.transaction(async (tx) => {
+          runs++;
+          const done = await work(tx);
+          if (!first) return done;
+          first = false;
+          throw Object.assign(new Error('could not serialize access due to read/write dependencies among transactions'), { code: '40001' });
+        });
+      },
+    } as unknown as JobStore;
+    const deliver = async (i: number) => {
+      const body = { ...(resultBody('failed-site-maintenance') as object), correlationId: `ver-m${i}`, externalId: `ext-${keys[i]}` };
+      const delivery = { webhookId: `msg_m${i}`, rawBody: JSON.stringify(body), receivedAt: new Date(), outcome: toOutcome(body) };
+      expect((await ingestWebhook(retried, worker, delivery, new Date())).status).toBe('applied');
+    };
+    for (const i of [0, 1, 2]) await deliver(i);
+    expect(runs).toBe(6);
+    // Three answers saying the portal away, fewer than OUTAGE_AFTER: counted at each run, they were six, and found it out.
+    expect(worker.service.portalOut('portal-m')).toBe(false);
+    const retrying = await a.listChecks({ states: ['received'] });
+    expect(retrying.map((row) => [row.key, row.round, row.lastError]).sort()).toEqual(keys.slice(0, 3).map((key) => [key, 1, 'SiteMaintenance: retrying later']));
+    // The fifth finds it out, told after its step: the step holds its check for it all the same, as a send's answer's does.
+    for (const i of [3, 4]) await deliver(i);
+    expect(worker.service.portalOut('portal-m')).toBe(true);
+    const finder = await a.transaction((tx) => tx.getCheck('elig_m4'));
+    expect([finder?.state, finder?.round, finder?.attempts]).toEqual(['received', 1, 0]);
+    expect(finder?.lastError).toMatch(/^SiteMaintenance; the verification service has not answered for payer portal portal-m since \d{4}-\d{2}-\d{2}.*; waiting for it, the wait using no attempt$/);
   });
 
   it('keeps one message when both instances receive it at once; the second answers from the first', async () => {

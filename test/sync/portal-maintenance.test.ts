@@ -199,6 +199,53 @@ describe('a payer portal down for maintenance', () => {
     await outThenBack(portal);
   });
 
+  it('ends no portal\'s outage by a result polled that was produced before it went: only a result produced since is the portal answering now', async () => {
+    const portal = { down: true };
+    let n = 0;
+    const polled: Record<string, () => object> = {
+      // The service gives no time of its own: the send's, an hour ago, is all this plugin knows of when it was produced.
+      'ver-early': () => ({ ...completed(0), correlationId: 'ver-early' }),
+      // Sent as long ago, but completed now, as its own time says.
+      'ver-fresh': () => ({ ...completed(0), correlationId: 'ver-fresh', completedAt: new Date().toISOString() }),
+    };
+    rig = await startWorkerRig({
+      worker: options,
+      resolver,
+      answer: (req, res) => {
+        if (req.method === 'GET') return json(res, 200, polled[req.url.split('/').at(-1) ?? '']?.() ?? {});
+        json(res, 200, portal.down && req.body.includes('portal-m') ? maintenance(++n) : completed(++n));
+      },
+    });
+    const sentLongAgo = new Date(Date.now() - 3_600_000).toISOString();
+    const early = (key: string, correlationId: string, submittedAt: string) => {
+      const { check } = checkRow(key);
+      const coverage = { ...check.coverage, payer: { ...check.coverage.payer, name: 'Maint Dental' } };
+      // Sent before the portal went, its result not come by webhook: polled later.
+      return rig.addCheck(key, { state: 'awaiting-result', mode: 'async', portalId: 'portal-m', correlationId, submittedAt, dueAt: new Date(Date.now() + 3_600_000).toISOString(), check: { ...check, dateOfService: inDays(10), coverage } });
+    };
+    await early('early', 'ver-early', sentLongAgo);
+    await early('fresh', 'ver-fresh', sentLongAgo);
+    for (const key of maintKeys) await addOf(key, 'Maint Dental');
+    rig.worker.start();
+    await until('the portal found out', async () => rig.worker.service.portalOut('portal-m'), 8000);
+    const pollNow = async (key: string) => {
+      await rig.store.transaction(async (tx) => {
+        const row = await tx.getCheck(key);
+        if (row) await tx.putCheck({ ...row, dueAt: new Date().toISOString() });
+      });
+      rig.worker.kick();
+      return rig.reach(key, 'written', 8000);
+    };
+    await pollNow('early');
+    expect(rig.worker.service.portalOut('portal-m')).toBe(true);
+    expect(rig.infos.filter((i) => /answers again for the payer portal/.test(i.msg))).toEqual([]);
+    // The portal still down for the others: a result produced since it went ends it all the same.
+    await pollNow('fresh');
+    await until('the portal found answering', async () => rig.infos.some((i) => /answers again for the payer portal/.test(i.msg)), 5000);
+    portal.down = false;
+    for (const key of maintKeys) await rig.reach(key, 'written', 10_000);
+  });
+
   it('does not hold a check whose visit is today: its retries used up, the chart says the portal is down, and it is sent again once the portal answers', async () => {
     const portal = await syncRig();
     for (let i = 0; i < 6; i++) await addOf(`later-${i}`, 'Maint Dental');

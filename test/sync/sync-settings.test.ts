@@ -37,7 +37,7 @@ describe('SyncSettings', () => {
 
   it('refuses a span past the dates a check can be given (a hundred years), naming the setting', () => {
     // Each was added to a date at every check's step: 'Invalid time value', a failed step a check, the checks still written.
-    for (const setting of ['webhookDeadlineMs', 'pollAfterMs', 'pendingGiveUpMs'] as const) {
+    for (const setting of ['webhookDeadlineMs', 'pollAfterMs', 'pendingGiveUpMs', 'throttledGiveUpMs'] as const) {
       expect(create({ [setting]: 9_000_000_000_000_000 })).toThrow(new RegExp(`^settings\\.${setting}: must be at most 3153600000000 \\(a hundred years\\)$`));
     }
     for (const setting of ['reverifyLeadDays', 'freshnessDays', 'fhirPollDays'] as const) {

@@ -206,6 +206,33 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(JSON.stringify(row.result)).toContain('2 attempts in all');
     expect(posts(rig.requests)).toHaveLength(2);
   });
+
+  it('gives a check whose visit is today, throttled (429) past throttledGiveUpMs, up into the chart, and sends it again once the service answers', async () => {
+    let throttling = true;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res) => {
+        if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
+        if (req.method === 'GET') return json(res, 200, { items: [] });
+        json(res, 201, resultBody('completed-minimal'));
+      },
+    });
+    await rig.addCheck('today-throttled', { check: { ...checkRow('today-throttled').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    // Put off until pendingGiveUpMs, it would have been told nothing until the day after its visit.
+    const given = await rig.reach('today-throttled', 'needs-attention', 8000);
+    expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; given up /);
+    expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
+    const sentBefore = posts(rig.requests).length;
+    // Nothing else is sent: the worker tries the service itself, and its answer sends the check again.
+    throttling = false;
+    const written = await rig.reach('today-throttled', 'written', 8000);
+    expect(written.round).toBe(given.round + 1);
+    expect(posts(rig.requests)).toHaveLength(sentBefore + 1);
+    expect(rig.infos.map((i) => i.msg)).toContain('checks given up while the service asked for fewer requests are sent again');
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
 });
 
 describe('the worker waiting for an asynchronous result', () => {

@@ -56,6 +56,7 @@ export const RIG_OPTIONS: WorkerOptions = {
   webhookDeadlineMs: 100,
   pollAfterMs: 100,
   pendingGiveUpMs: 60_000,
+  throttledGiveUpMs: 60_000,
   leaseMs: 1000,
   idleMs: 20,
   policy: { freshnessMs: 7 * 86_400_000, reverifyLeadMs: 86_400_000 },
