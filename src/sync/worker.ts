@@ -598,10 +598,12 @@ export class Worker {
    * A check cancelled while its request was at the service (its visit moved, say) still takes that
    * verification's result (tookCancelled, ingestWebhook), which the moved visit's check then reuses:
    * until the result would have come by webhook, it is a verification under way. Past that, nothing
-   * polls it, and the other visit is verified on its own.
+   * polls it, and the other visit is verified on its own. Not one cancelled for its plan being
+   * dropped: the plan stated again does not take its result (freshResultFor), so waiting for it only
+   * puts the other visit's verification off.
    */
   private stillAtService(row: CheckRow): boolean {
-    if (row.submittedAt === undefined || row.result !== undefined) return false;
+    if (row.submittedAt === undefined || row.result !== undefined || row.planDroppedAt !== undefined) return false;
     return Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
