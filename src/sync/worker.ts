@@ -14,7 +14,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { CHART_REFUSED, ChartWriteError } from './chart-errors';
 import { errorText, withoutQuotes } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
+import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
@@ -603,7 +603,7 @@ export class Worker {
    * puts the other visit's verification off.
    */
   private stillAtService(row: CheckRow): boolean {
-    if (row.submittedAt === undefined || row.result !== undefined || row.planDroppedAt !== undefined) return false;
+    if (row.submittedAt === undefined || answeredThisRound(row) || row.planDroppedAt !== undefined) return false;
     return Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
@@ -1308,10 +1308,11 @@ export class Worker {
  * service's answer: the correlation id, by which the webhook finds it, and the result, which another
  * visit of the plan may take (freshResultFor) rather than be verified a second time. It stays
  * cancelled, and nothing is written to the chart. Undefined: nothing to keep (another check's,
- * another request's, no result yet where the id is known, or a result it has).
+ * another request's, no result yet where the id is known, or its round's result it has: a
+ * re-verification's keeps the last round's until then).
  */
 export function cancelledTakes(row: CheckRow, correlationId: string, at: string, outcome?: VerificationOutcome): Step | undefined {
-  if (row.state !== 'cancelled' || row.submittedAt === undefined || row.result !== undefined) return undefined;
+  if (row.state !== 'cancelled' || row.submittedAt === undefined || answeredThisRound(row)) return undefined;
   if (row.correlationId !== undefined && row.correlationId !== correlationId) return undefined;
   if (outcome === undefined || !hasResult(outcome.kind)) return row.correlationId === undefined ? { state: 'cancelled', correlationId } : undefined;
   return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
