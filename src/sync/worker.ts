@@ -1302,7 +1302,6 @@ export class Worker {
   }
 }
 
-/** The check after a step; a field the step sets to undefined is removed. */
 /**
  * What a check cancelled with its request at the service (its visit moved, say) keeps of the
  * service's answer: the correlation id, by which the webhook finds it, and the result, which another
@@ -1318,6 +1317,7 @@ export function cancelledTakes(row: CheckRow, correlationId: string, at: string,
   return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
 }
 
+/** The check after a step; a field the step sets to undefined is removed. */
 export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow {
   const { keepsDismissal, ...fields } = change;
   const updatedAt = now.toISOString();
