@@ -289,8 +289,9 @@ export interface StoreTx {
   freshResults(coverageFingerprint: string, since: string): Promise<CheckRow[]>;
   /**
    * The checks of this coverage whose verification is still to be sent or under way (received,
-   * submitted, awaiting-result), and those cancelled without a result: one cancelled with its
-   * request at the service still takes that result (the worker tells which by their fields).
+   * submitted, awaiting-result), and those cancelled without their round's result (answeredThisRound):
+   * one cancelled with its request at the service still takes that result (the worker tells which by
+   * their fields).
    */
   verifying(coverageFingerprint: string): Promise<CheckRow[]>;
 
@@ -498,6 +499,15 @@ export function schemaRefusal(found: number, known: number, upgrade: boolean): s
 /** Whether a stored verification body is a completed one (a result that may serve another appointment). */
 export function hasCompletedResult(row: CheckRow): boolean {
   return resultKindOf(row) === 'completed';
+}
+
+/**
+ * Whether the check holds its round's answer: a re-verification's round keeps the last round's
+ * result until its own comes, older than its send (submittedAt), so that one is not. The stores'
+ * `verifying` reads the same by result_at.
+ */
+export function answeredThisRound(row: Pick<CheckRow, 'resultAt' | 'submittedAt'>): boolean {
+  return row.resultAt !== undefined && (row.submittedAt === undefined || row.resultAt >= row.submittedAt);
 }
 
 /** The kind of the check's result (its status), undefined while it has none. */

@@ -510,7 +510,7 @@ class PgTx implements StoreTx {
 
   async verifying(coverageFingerprint: string): Promise<CheckRow[]> {
     const { rows } = await this.db.query<{ row: unknown }>(
-      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND result_at IS NULL))`,
+      `SELECT row FROM checks WHERE coverage_fingerprint = $1 AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND (result_at IS NULL OR result_at < (row->>'submittedAt')::timestamptz)))`,
       [coverageFingerprint],
     );
     return rows.map((r) => CheckRow.parse(r.row));

@@ -9,7 +9,7 @@ import { present } from '../adapters/fhir/out/values';
 import { storedOutcome } from '../verification/outcome';
 import type { VerificationResult } from '../verification/wire';
 import { planHoldsVisit, sharedPatient, whyEnding } from './chart-resources';
-import { type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
+import { answeredThisRound, type AppointmentRow, type AppointmentStatus, type CheckOfPlan, type CheckRow, type CheckState, type StoreTx } from './job-store';
 
 /**
  * What an appointment event does to the checks: the appointment is stored with the keys of the
@@ -125,9 +125,10 @@ export async function freshResultFor(
   const since = new Date(ctx.now.getTime() - ctx.policy.freshnessMs).toISOString();
   // Not only the newest: in December, next year's visit verified yesterday tells nothing of this year's.
   // A check cancelled for its plan being dropped does not serve the plan stated again, which is verified anew; one
-  // cancelled for its visit (moved while its verification was at the service) does.
+  // cancelled for its visit (moved while its verification was at the service) does, once it has its round's result: a
+  // re-verification's keeps the last round's until then, its correlation id already the round's.
   const fresh = (await tx.freshResults(row.coverageFingerprint, since)).find(
-    (other) => (other.state !== 'cancelled' || other.planDroppedAt === undefined) && servesVisit(other, row.check.dateOfService) && usable(other),
+    (other) => (other.state !== 'cancelled' || (other.planDroppedAt === undefined && answeredThisRound(other))) && servesVisit(other, row.check.dateOfService) && usable(other),
   );
   if (fresh?.result === undefined) return undefined;
   return {

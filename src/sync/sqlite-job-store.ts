@@ -607,7 +607,7 @@ export class SqliteJobStore implements JobStore {
     const submittedUnder = db.prepare(`SELECT key, row FROM checks WHERE state = 'submitted' AND json_extract(row, '$.externalId') = ?`);
     const fresh = db.prepare(`SELECT key, row, result_at FROM checks WHERE coverage_fingerprint = ? AND result_at >= ? AND state IN ('result-stored', 'written', 'cancelled')`);
     const unfinished = db.prepare(
-      `SELECT key, row FROM checks WHERE coverage_fingerprint = ? AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND result_at IS NULL))`,
+      `SELECT key, row FROM checks WHERE coverage_fingerprint = ? AND (state IN ('received', 'submitted', 'awaiting-result') OR (state = 'cancelled' AND (result_at IS NULL OR result_at < json_extract(row, '$.submittedAt'))))`,
     );
     const getMeta = db.prepare('SELECT value FROM meta WHERE key = ?');
     const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');

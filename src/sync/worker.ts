@@ -14,7 +14,7 @@ import type { InlineCredentials, VerificationRequest } from '../verification/wir
 import { CHART_REFUSED, ChartWriteError } from './chart-errors';
 import { errorText, withoutQuotes } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
-import { CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
+import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, type CheckRow, type CheckState, type JobStore, type StoreTx, type WrittenIds } from './job-store';
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
@@ -609,10 +609,12 @@ export class Worker {
    * A check cancelled while its request was at the service (its visit moved, say) still takes that
    * verification's result, which the moved visit's check then reuses: it is a verification under way
    * while it is followed for it (followCancelled), or, its send's answer not back yet, for
-   * webhookDeadlineMs. Past that, the other visit is verified on its own.
+   * webhookDeadlineMs. Past that, the other visit is verified on its own. Not one cancelled for its
+   * plan being dropped: the plan stated again does not take its result (freshResultFor), so waiting
+   * for it only puts the other visit's verification off.
    */
   private stillAtService(row: CheckRow): boolean {
-    if (row.submittedAt === undefined || row.result !== undefined) return false;
+    if (row.submittedAt === undefined || answeredThisRound(row) || row.planDroppedAt !== undefined) return false;
     return row.dueAt !== undefined || Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
@@ -634,7 +636,7 @@ export class Worker {
    */
   private async followCancelled(row: CheckRow): Promise<void> {
     const letGo = { state: 'cancelled' as const, dueAt: undefined };
-    if (row.correlationId === undefined || row.result !== undefined || this.pendingPast(row, 0)) {
+    if (row.correlationId === undefined || answeredThisRound(row) || this.pendingPast(row, 0)) {
       await this.step(row, 'cancelled', letGo);
       return;
     }
@@ -1376,21 +1378,22 @@ export class Worker {
   }
 }
 
-/** The check after a step; a field the step sets to undefined is removed. */
 /**
  * What a check cancelled with its request at the service (its visit moved, say) keeps of the
  * service's answer: the correlation id, by which the webhook finds it, and the result, which another
  * visit of the plan may take (freshResultFor) rather than be verified a second time. It stays
  * cancelled, and nothing is written to the chart. Undefined: nothing to keep (another check's,
- * another request's, no result yet where the id is known, or a result it has).
+ * another request's, no result yet where the id is known, or its round's result it has: a
+ * re-verification's keeps the last round's until then).
  */
 export function cancelledTakes(row: CheckRow, correlationId: string, at: string, outcome?: VerificationOutcome): Step | undefined {
-  if (row.state !== 'cancelled' || row.submittedAt === undefined || row.result !== undefined) return undefined;
+  if (row.state !== 'cancelled' || row.submittedAt === undefined || answeredThisRound(row)) return undefined;
   if (row.correlationId !== undefined && row.correlationId !== correlationId) return undefined;
   if (outcome === undefined || !hasResult(outcome.kind)) return row.correlationId === undefined ? { state: 'cancelled', correlationId } : undefined;
   return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
 }
 
+/** The check after a step; a field the step sets to undefined is removed. */
 export function applyStep(current: CheckRow, change: Step, now: Date): CheckRow {
   const { keepsDismissal, ...fields } = change;
   const updatedAt = now.toISOString();

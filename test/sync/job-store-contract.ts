@@ -267,10 +267,14 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         }
         // Cancelled with its result taken: nothing of it is under way any more.
         await tx.putCheck(checkRow('elig_cancelled-answered', { state: 'cancelled', result: { correlationId: 'c', status: 'Completed' }, resultAt: '2026-11-21T10:00:00.000Z' }));
+        // A re-verification cancelled with its request at the service: the result it holds is the last round's, older than its send.
+        const lastRound = { result: { correlationId: 'r0', status: 'Completed' }, resultAt: '2026-11-21T10:00:00.000Z' };
+        await tx.putCheck(checkRow('elig_cancelled-reverifying', { state: 'cancelled', ...lastRound, submittedAt: '2026-11-28T10:00:00.000Z' }));
+        await tx.putCheck(checkRow('elig_cancelled-reverified', { state: 'cancelled', ...lastRound, submittedAt: '2026-11-21T09:59:59.000Z' }));
       });
       const keys = async (coverageFingerprint: string) => (await store.transaction((tx) => tx.verifying(coverageFingerprint))).map((r) => r.key).sort();
       // A cancelled one without a result may have its request at the service: the worker tells by its fields.
-      expect(await keys(checkRow('x').coverageFingerprint)).toEqual(['elig_awaiting-result', 'elig_cancelled', 'elig_received', 'elig_submitted']);
+      expect(await keys(checkRow('x').coverageFingerprint)).toEqual(['elig_awaiting-result', 'elig_cancelled', 'elig_cancelled-reverifying', 'elig_received', 'elig_submitted']);
       expect(await keys('another coverage')).toEqual([]);
     });
 

@@ -1,6 +1,7 @@
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
 import { idempotencyKey, type EligibilityCheck } from '../../src/domain';
+import type { CheckRow } from '../../src/sync/job-store';
 import { scheduleAppointment } from '../../src/sync/schedule';
 import { storePerTest } from '../support/sqlite-store';
 import { checkRow } from './job-store-contract';
@@ -14,13 +15,14 @@ describe('a fresh result reused for another visit of the same coverage', () => {
   const NOW = new Date('2026-12-20T12:00:00Z');
   const store = storePerTest('elig-reuse-');
 
-  /** The state a new visit's check starts in after a written result for 2026-12-20 whose plan states `benefitPeriod`. */
-  async function visitAfter(benefitPeriod: Record<string, string>, dateOfService: string): Promise<string | undefined> {
+  /** The state a new visit's check starts in after a written result for 2026-12-20 whose plan states `benefitPeriod` (`earlier`: that check otherwise). */
+  async function visitAfter(benefitPeriod: Record<string, string>, dateOfService: string, earlier: Partial<CheckRow> = {}): Promise<string | undefined> {
     const written = checkRow('written-visit', {
       state: 'written',
       result: { correlationId: 'ver_reuse', status: 'Completed', result: { plan: { status: 'Active', benefitPeriod } } },
       resultAt: NOW.toISOString(),
       correlationId: 'ver_reuse',
+      ...earlier,
     });
     await store().transaction((tx) => tx.putCheck({ ...written, check: { ...written.check, dateOfService: '2026-12-20' } }));
     const { idempotencyKey: _key, source: _source, warnings: _warnings, ...body } = { ...written.check, dateOfService };
@@ -48,5 +50,16 @@ describe('a fresh result reused for another visit of the same coverage', () => {
     ['a period whose bounds are not written as dates: the visit is verified for itself', { start: '07/01/2026', end: '06/30/2027' }, '2026-12-28', 'received'],
   ])('%s', async (_case, period, dateOfService, state) => {
     expect(await visitAfter(period, dateOfService)).toBe(state);
+  });
+
+  it.each([
+    // Its visit moved once the result came: the result serves the visit it moved to.
+    ['a check cancelled after its result came: it serves', '2026-12-20T11:59:00.000Z', 'result-stored'],
+    // Its visit moved while its re-verification was at the service: the result is the last round's, and the verification it
+    // names (the round's) is another, whose answer the check still takes.
+    ['a re-verification cancelled with its request at the service: its last round\'s result does not', '2026-12-20T12:30:00.000Z', 'received'],
+  ])('%s', async (_case, submittedAt, state) => {
+    const cancelled = { state: 'cancelled' as const, correlationId: 'ver_round', submittedAt };
+    expect(await visitAfter({ start: '2026-01-01' }, '2026-12-31', cancelled)).toBe(state);
   });
 });

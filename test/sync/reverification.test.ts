@@ -219,6 +219,35 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
   });
 
+  it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
+    clock = new Date('2026-12-01T12:00:00Z');
+    // The moved check waits webhookDeadlineMs at most, on the clock the test moves on: longer than the sandbox takes to send the result.
+    const settings = { freshnessDays: 7, reverifyLeadDays: 1, webhookDeadlineMs: 10 * 60_000 };
+    const c = await mllpInto({ now: () => clock, settings, sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    const booking = bookingsOf('P-14', '20261201090000');
+    c.socket.write(frame(cigna(booking('V1', 'APT-V1', '20261214093000'))));
+    await c.waitFor(1);
+    const first = await until('the first result written', async () => (await h.store.listChecks({ states: ['written'] }))[0]);
+
+    // The day before the visit: the result is stale, the visit verified again.
+    clock = new Date('2026-12-13T06:00:00Z');
+    const again = await until('the re-verification accepted', async () => {
+      const row = await checkOf(first.key);
+      return row?.round === 1 && row.state === 'awaiting-result' && row;
+    });
+    c.socket.write(frame(asMove(cigna(booking('V2', 'APT-V1', '20261216093000')))));
+    await c.waitFor(2);
+
+    const moved = await until('the moved visit written', async () => {
+      // A second at each look: the one that waits looks again after pollAfterMs.
+      clock = new Date(clock.getTime() + 1000);
+      return (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-16');
+    });
+    expect(verificationPosts()).toBe(2);
+    expect(moved.reusedFrom).toBe(again.correlationId);
+    expect(await checkOf(first.key)).toMatchObject({ state: 'cancelled', correlationId: again.correlationId, result: { correlationId: again.correlationId } });
+  });
+
   it('verifies a visit in the next benefit year anew: a result counts what is used in its own year, and this year\'s maximum left is not next year\'s', async () => {
     const book = await bookingOverMllp('P-8', '2026-12-20T12:00:00Z');
     await book('APT-Y1', '20261230093000');

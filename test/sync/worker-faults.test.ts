@@ -1112,6 +1112,26 @@ describe('the worker ending the Coverage of a plan the PMS dropped', () => {
     expect(withdrawn.lastError).toBe('the PMS no longer sends this plan: its Coverage ended in the chart');
     expect(ends).toEqual([true]);
   });
+
+  it('sends a visit of the plan stated again at once, not waiting for the answer a check withdrawn for the plan\'s drop still takes, which it would not reuse', async () => {
+    rig = await startWorkerRig({
+      // Long: waiting for the withdrawn check's answer, the restated plan's visit would still be waiting when looked at.
+      worker: { webhookDeadlineMs: 10 * 60_000 },
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-restated' }),
+    });
+    const droppedAt = new Date().toISOString();
+    // Its request at the service when the plan was dropped: its Coverage ended, it is withdrawn.
+    await rig.addCheck('dropped', { state: 'ending-coverage', coverageFingerprint: 'one-plan', submittedAt: droppedAt, planDroppedAt: droppedAt });
+    rig.worker.start();
+    await rig.reach('dropped', 'cancelled');
+    await rig.addCheck('restated', { coverageFingerprint: 'one-plan' });
+    const restated = await until('the restated plan\'s visit sent, or waiting', async () => {
+      const row = await rig.check('restated');
+      return (row.state === 'written' || row.lastError?.startsWith('waiting for the verification')) && row;
+    });
+    expect(restated.state).toBe('written');
+    expect(posts(rig.requests)).toHaveLength(1);
+  });
 });
 
 describe('a verification the service completes after its Partial', () => {
