@@ -20,15 +20,18 @@ const Token = Str.trim();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
 /**
  * A timestamp the service gives (createdAt, completedAt, ...). The interface shows none and the
- * sandbox writes `Z`, but a .NET or Java service writes `+0000`, or no offset at all: `+hhmm` is
- * read as `+hh:mm`, and a date-time without an offset as UTC, the only reading a cloud service's
- * clock has (it is in no practice's zone). Anything else is kept as given, for its use to refuse by name.
+ * sandbox writes `Z`, but a .NET or Java service writes `+0000`, or no offset at all: read in any
+ * of ISO 8601's forms (`+hhmm` or `+hh` as `+hh:mm`, a time to the minute as at its second 0, a space
+ * for the T), and a date-time without an offset as UTC, the only reading a cloud service's clock has
+ * (it is in no practice's zone). Anything else is kept as given, for the chart's response to keep as sent.
  */
 const Timestamp = Str.transform((text) => {
-  const [, time, offset] = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)(Z|[+-]\d{2}:?\d{2})?$/.exec(text) ?? [];
-  if (time === undefined) return text;
-  if (offset === undefined) return `${time}Z`;
-  return offset.length === 5 ? `${time}${offset.slice(0, 3)}:${offset.slice(3)}` : `${time}${offset}`;
+  const [, date, minute, second = ':00', offset] = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(?:\.\d+)?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/.exec(text) ?? [];
+  if (date === undefined) return text;
+  const time = `${date}T${minute}${second}`;
+  if (offset === undefined || offset === 'Z') return `${time}Z`;
+  const digits = offset.replace(':', '');
+  return `${time}${digits.slice(0, 3)}:${digits.slice(3) || '00'}`;
 });
 /**
  * A date a result gives: to the year, month or day (a plan terminating 2026-12 ends with December),

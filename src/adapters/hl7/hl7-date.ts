@@ -20,7 +20,7 @@ const DTM = /^(\d{4})(?:(\d{2})(?:(\d{2})(\d{2}(\d{2}(\d{2}(\.\d+)?)?)?)?)?)?([+
 export function readHl7Date(value: string, edge?: 'first' | 'last'): DateReading {
   const m = DTM.exec(value.trim());
   if (!m) return { ok: false, reason: 'invalid' };
-  const [, year = '', writtenMonth, writtenDay, time] = m;
+  const [, year = '', writtenMonth, writtenDay, time, , , , offset] = m;
   if (edge === undefined && (writtenMonth === undefined || writtenDay === undefined)) return { ok: false, reason: 'imprecise' };
   const month = writtenMonth ?? (edge === 'first' ? '01' : '12');
   const day = writtenDay ?? (edge === 'first' ? '01' : String(daysIn(Number(year), Number(month))));
@@ -28,7 +28,7 @@ export function readHl7Date(value: string, edge?: 'first' | 'last'): DateReading
   const mo = Number(month);
   const d = Number(day);
   const realDay = mo >= 1 && mo <= 12 && d >= 1 && d <= daysIn(y, mo);
-  if (y < 1850 || !realDay || (time !== undefined && !validTime(time))) return { ok: false, reason: 'invalid' };
+  if (y < 1850 || !realDay || (time !== undefined && !validTime(time)) || (offset !== undefined && !validOffset(offset))) return { ok: false, reason: 'invalid' };
   return { ok: true, date: `${year}-${month}-${day}` };
 }
 
@@ -45,6 +45,16 @@ function validTime(time: string): boolean {
   const minute = time.length >= 4 ? Number(time.slice(2, 4)) : 0;
   const second = time.length >= 6 ? Number(time.slice(4, 6)) : 0;
   return hour < 24 && minute < 60 && second < 60;
+}
+
+/**
+ * An offset some clock keeps: minutes below 60, and no further from UTC than Kiribati's +14:00.
+ * +9999 moved a visit dated where its clinic is four days back.
+ */
+function validOffset(offset: string): boolean {
+  const hours = Number(offset.slice(1, 3));
+  const minutes = Number(offset.slice(3, 5));
+  return minutes < 60 && hours * 60 + minutes <= 14 * 60;
 }
 
 /**

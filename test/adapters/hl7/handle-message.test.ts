@@ -200,6 +200,17 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(await dateOf('202406110030+0000', routing)).toBe('2024-06-11');
   });
 
+  it('refuses a start whose offset no clock keeps, rather than date the visit days off where the clinic is', async () => {
+    const IN1 = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' });
+    const california: ClinicRouting = { ...routing, timeZone: 'America/Los_Angeles' };
+    for (const start of ['202406101730+9999', '202406101730-2400']) {
+      const text = [msh('SIU^S12'), 'SCH|APT-1^SC', `TQ1|1||||||${start}`, PID, IN1].join('\r');
+      const result = await handleHl7Message(text, { mappings, routing: california, store: new InMemoryPatientInsuranceStore(), receivedAt });
+      expect(result.ackCode).toBe('AE');
+      expect(result.outcome.kind === 'reject' && result.outcome.problems.map((p) => `${p.segment}-${p.field}: ${p.reason}`)).toEqual(['TQ1-7: appointment start is not a valid HL7 date (YYYYMMDD[HHMM[SS]])']);
+    }
+  });
+
   it('collects every problem of a message, each naming its field, none its value', async () => {
     const result = await run([msh('SIU^S12'), 'SCH|APT-1', 'PID|1||P-1^^^SC^MR||DOE||1980', segment('IN1', { 1: '1', 17: 'ZZ' })]);
     expect(result.ackCode).toBe('AE');

@@ -41,6 +41,15 @@ describe('readHl7Date', () => {
   it.each(['19870230', '20231301', '1980-01-01', '20240615256000', '20240615236100', 'tomorrow', '18000101', '19000229', '20230229', '20240431', '20240001', '20240100', '202406100900.1234', '202406100900.12345-0500', '2024061009.5'])('%s is not a valid date', (value) => {
     expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
   });
+
+  it.each(['202612012330+9999', '202612012330-2400', '202612012330+0590', '202612012330+1401', '20261201+1500'])('%s has an offset no clock keeps (past ±14:00, or past 59 minutes): not a valid date', (value) => {
+    expect(readHl7Date(value)).toEqual({ ok: false, reason: 'invalid' });
+    expect(instantWritten(value)).toBeUndefined();
+  });
+
+  it.each(['202612012330+1400', '202612012330-1200', '202612012330+0545', '202612012330-0930'])('%s has an offset some clock keeps', (value) => {
+    expect(readHl7Date(value)).toEqual({ ok: true, date: '2026-12-01' });
+  });
 });
 
 describe('sentEarlier (MSH-7 against MSH-7)', () => {

@@ -66,7 +66,8 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   // The clinic first: its time zone dates the visit. What it finds wrong is reported after the patient's, as before.
   const clinicIssues: FhirIssue[] = [];
   const clinicId = clinicOf(index, appointmentRaw, appointment, options.routing, clinicIssues);
-  const dateOfService = dateOfStart(appointment.start ?? '', clinicId && clinicTimeZone(options.routing, clinicId));
+  const timeZone = clinicId ? clinicTimeZone(options.routing, clinicId) : undefined;
+  const dateOfService = dateOfStart(appointment.start ?? '', timeZone);
   if (!dateOfService) {
     issues.push({ expression: 'Appointment.start', diagnostics: appointment.start ? 'must be a date-time' : 'required', code: appointment.start ? 'value' : 'required' });
   }
@@ -77,7 +78,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const patientResource = parseResource(Patient, patientRaw, 'Patient', issues);
   if (!patientResource) throw new FhirInputError(issues);
   const notes: FhirIssue[] = [];
-  const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues);
+  const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues, timeZone);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
   if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService);

@@ -1,3 +1,4 @@
+import { dateOfStart } from '../../local-date';
 import type { FhirIssue } from '../operation-outcome';
 import type { Period } from './shapes';
 
@@ -6,20 +7,22 @@ const DATE_TIME = /^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T[\d:.
 
 /**
  * Where a day (YYYY-MM-DD) falls against a Period: before it starts, after it ended, or within it.
- * Bounds compare at the precision written, in their own offset, as Appointment.start does: an end
- * of `2026-06` covers all of June. A bound that is no dateTime is an issue at `path`.start/end,
+ * Bounds compare at the precision written (an end of `2026-06` covers all of June); one written as
+ * an instant is dated as Appointment.start is (dateOfStart): where the practice is, given its
+ * `timeZone`, since a chart that writes times in UTC ends Chicago's 30 November at 05:59:59Z on
+ * the 1st; else in its own offset. A bound that is no dateTime is an issue at `path`.start/end,
  * and counts as absent.
  */
-export function dayInPeriod(period: Period | undefined, day: string, path: string, issues: FhirIssue[]): 'not-started' | 'ended' | 'within' {
-  const start = bound(period?.start, 'start', `${path}.start`, issues);
-  const end = bound(period?.end, 'end', `${path}.end`, issues);
+export function dayInPeriod(period: Period | undefined, day: string, path: string, issues: FhirIssue[], timeZone?: string): 'not-started' | 'ended' | 'within' {
+  const start = bound(period?.start, 'start', `${path}.start`, issues, timeZone);
+  const end = bound(period?.end, 'end', `${path}.end`, issues, timeZone);
   if (start !== undefined && day < start) return 'not-started';
   if (end !== undefined && day > end) return 'ended';
   return 'within';
 }
 
 /** The first (start) or last (end) calendar day a period bound written at any precision covers. */
-function bound(value: string | undefined, side: 'start' | 'end', path: string, issues: FhirIssue[]): string | undefined {
+function bound(value: string | undefined, side: 'start' | 'end', path: string, issues: FhirIssue[], timeZone: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   const m = DATE_TIME.exec(value.trim());
   if (!m) {
@@ -27,7 +30,7 @@ function bound(value: string | undefined, side: 'start' | 'end', path: string, i
     return undefined;
   }
   const [, year = '', month, day] = m;
-  if (day !== undefined) return `${year}-${month}-${day}`;
+  if (day !== undefined) return (timeZone !== undefined && dateOfStart(value.trim(), timeZone)) || `${year}-${month}-${day}`;
   if (side === 'start') return `${year}-${month ?? '01'}-01`;
   const lastMonth = month ?? '12';
   // Day 0 of the next month is the last day of this one.

@@ -14,7 +14,7 @@ import { insuranceFor, notInForceOn, periodMissesVisit } from './plan';
 import { providerItem } from './provider';
 import { insurerReference, relativeReference, requestReference } from './references';
 import { unmappedElements } from './unmapped';
-import { defined, fhirDateTime, present, prune, stringValue } from './values';
+import { defined, fhirDateTime, isFhirDateTime, present, prune, stringValue } from './values';
 
 export interface ResponseRefs {
   /** Patient/<id> in the chart. */
@@ -72,8 +72,8 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     ...(outcome.kind === 'failed' ? unmappedElements(outcome.problem, ProblemDetails, '.result') : []),
   ].map((u) => ({ ...u, path: u.path.slice(1) }));
   if (outcome.kind === 'completed' || outcome.kind === 'partial') unmapped.push(...outcome.unread);
-  const created = fhirDateTime(verification.createdAt, 'createdAt');
-  const completed = fhirDateTime(verification.completedAt, 'completedAt');
+  const created = serviceTime(verification.createdAt, 'createdAt', parts);
+  const completed = serviceTime(verification.completedAt, 'completedAt', parts);
 
   const response: CoverageEligibilityResponse = {
     resourceType: 'CoverageEligibilityResponse',
@@ -108,6 +108,17 @@ export function toCoverageEligibilityResponse(outcome: VerificationOutcome, refs
     error: outcome.kind === 'failed' ? failureErrors(outcome) : contextErrors(result?.contexts),
   };
   return prune(response);
+}
+
+/**
+ * A timestamp of the service's as a dateTime. One that is none (wire.ts reads ISO 8601's forms) is
+ * kept as sent, as a result's unreadable date is: refused, it kept the whole result out of the chart.
+ */
+function serviceTime(value: string | null | undefined, path: string, parts: ResponseParts): string | undefined {
+  if (value == null || present(value) === undefined) return undefined;
+  if (isFhirDateTime(value)) return value;
+  parts.unmapped.push({ path, value });
+  return undefined;
 }
 
 function items(result: VerificationResult, parts: ResponseParts): Item[] {

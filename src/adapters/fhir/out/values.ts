@@ -18,10 +18,13 @@ export function fhirDate(value: string | null | undefined, path: string): string
   return date;
 }
 
+/** Whether a value is a FHIR dateTime: a time with its offset, or a date to the year, month or day. */
+export const isFhirDateTime = (value: string): boolean => FHIR_DATE_TIME.test(value);
+
 /** A time needs its offset in FHIR; the service's timestamps carry one. */
 export function fhirDateTime(value: string | null | undefined, path: string): string | undefined {
   if (value == null || present(value) === undefined) return undefined;
-  if (!FHIR_DATE_TIME.test(value)) {
+  if (!isFhirDateTime(value)) {
     throw new FhirInputError([{ expression: path, diagnostics: 'must be an ISO 8601 date-time with offset', code: 'value' }]);
   }
   return value;

@@ -378,6 +378,31 @@ describe('checksFromBundle', () => {
     expect(dated({}).dates).toEqual([]);
   });
 
+  it('reads a Coverage.period bound written as an instant on the practice\'s calendar, as it dates the visit', () => {
+    // A chart that writes times in UTC: 9 am in Chicago on 1 December, the plan's days bounded by Chicago's midnights.
+    const placed = (timeZone: string | undefined, start: string, period: { start?: string; end?: string }) => {
+      const bundle = bundleOf('self');
+      resource(bundle, 'Appointment').start = start;
+      resource(bundle, 'Coverage').period = period;
+      const { checks, notes } = convertBundle(bundle, { routing: timeZone ? { ...routing, timeZone } : routing, receivedAt: RECEIVED_AT });
+      return { dates: checks.map((c) => c.dateOfService), notes: notes.map((n) => n.diagnostics) };
+    };
+    const visit = '2026-12-01T15:00:00Z';
+    // Ended with 30 November, at 23:59:59 in Chicago: 05:59:59 on 1 December in UTC.
+    expect(placed('America/Chicago', visit, { start: '2020-01-01T06:00:00.000Z', end: '2026-12-01T05:59:59.000Z' })).toEqual({
+      dates: [],
+      notes: ['ended before the date of service, though active: not verified'],
+    });
+    // Begins on 2 December at Chicago's midnight.
+    expect(placed('America/Chicago', visit, { start: '2026-12-02T06:00:00.000Z' })).toEqual({ dates: [], notes: ['starts after the date of service: no check'] });
+    // In force from 1 December's first instant to its last there.
+    expect(placed('America/Chicago', visit, { start: '2026-12-01T06:00:00.000Z', end: '2026-12-02T05:59:59.000Z' })).toEqual({ dates: ['2026-12-01'], notes: [] });
+    // Auckland (+13): 2 December begins at 11:00 UTC on the 1st, after a visit at 10 am on its 1 December.
+    expect(placed('Pacific/Auckland', '2026-11-30T21:00:00Z', { start: '2026-12-01T11:00:00Z' })).toEqual({ dates: [], notes: ['starts after the date of service: no check'] });
+    // Where no zone is set, the visit and the bounds are dated as written alike.
+    expect(placed(undefined, visit, { end: '2026-12-01T05:59:59.000Z' })).toEqual({ dates: ['2026-12-01'], notes: [] });
+  });
+
   it('refuses a start on a day the calendar lacks, rather than verify the day Date.parse makes of it', () => {
     const bundle = bundleOf('self');
     const zoned = { ...routing, timeZone: 'America/Los_Angeles' };

@@ -280,6 +280,22 @@ describe('toCoverageEligibilityResponse', () => {
     expect(response.extension?.map((e) => e.url.split('/').pop())).not.toContain('verification-created');
   });
 
+  it("reads the service's timestamps in ISO 8601's other forms, and keeps one it cannot read as sent, never keeping the whole result out of the chart", () => {
+    const at = (value: string) => {
+      const response = convert({ ...(readResult('completed-full') as object), createdAt: value, completedAt: value });
+      expect(validateR4(response)).toEqual([]);
+      const kept = response.extension?.filter((e) => e.url.endsWith('/unmapped-element')).map((e) => e.extension?.map((x) => x.valueString)) ?? [];
+      return { written: response.extension?.filter((e) => e.valueDateTime !== undefined).map((e) => e.valueDateTime), kept: kept.filter((pair) => pair?.[0]?.endsWith('At')) };
+    };
+    // Without seconds, with an hour's offset, with a space for the T: the instant each names.
+    expect(at('2026-11-24T10:00Z').written).toEqual(['2026-11-24T10:00:00Z', '2026-11-24T10:00:00Z']);
+    expect(at('2026-11-24T10:00:03+05').written).toEqual(['2026-11-24T10:00:03+05:00', '2026-11-24T10:00:03+05:00']);
+    expect(at('2026-11-24 10:00:03.5-0330').written).toEqual(['2026-11-24T10:00:03.5-03:30', '2026-11-24T10:00:03.5-03:30']);
+    // No instant at all: left out, kept as sent, and the result charted.
+    expect(at('24/11/2026 10:00')).toEqual({ written: [], kept: [['createdAt', '"24/11/2026 10:00"'], ['completedAt', '"24/11/2026 10:00"']] });
+    expect(at('2026-11-24T10:00:03+14:30').kept).toHaveLength(2);
+  });
+
   it('refuses references that are not Type/id, naming the option', () => {
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, patient: 'pat-ellen' })).toThrow('patient: must be a reference Patient/<id>');
     expect(() => convert(readResult('pending'), { ...RESULT_REFS, coverage: 'Patient/x' })).toThrow('coverage: must be a reference Coverage/<id>');
