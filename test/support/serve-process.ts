@@ -24,7 +24,11 @@ export function startServe(dataDir: string, env: NodeJS.ProcessEnv, extra: strin
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${stderr.join('').slice(0, 500)}`)), 20_000);
+    const timer = setTimeout(() => {
+      // Not left running behind the test that gives up on it.
+      child.kill('SIGKILL');
+      reject(new Error(`serve did not start: ${stderr.join('').slice(0, 500)}`));
+    }, 20_000);
     child.stdout?.on('data', (d: Buffer) => {
       out += d.toString();
       const mllp = /listening: mllp 127\.0\.0\.1:(\d+)/.exec(out);
