@@ -87,6 +87,7 @@ async function downTo(db: Client, version: number): Promise<void> {
     12: 'DROP INDEX checks_chart_due',
     13: 'SELECT 1',
     14: 'SELECT 1',
+    15: 'SELECT 1',
   };
   for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);
