@@ -99,6 +99,12 @@ export const CheckRow = z.strictObject({
   written: WrittenIds.optional(),
   /** The verification whose fresh result this check uses instead of one of its own. */
   reusedFrom: z.string().optional(),
+  /**
+   * Why its visit stopped needing it (a cancellation, a move, a merge) while its result was on its
+   * way to the chart (result-stored): a write in hand then may have reached the chart, so the check
+   * is withdrawn once it is known whether its pair is there (the worker's write, or a look for it).
+   */
+  withdrawnBecause: z.string().optional(),
   /** When the message was received that dropped the check's plan, or ended it before the visit (ending-coverage): a Coverage a later message stated stays. */
   planDroppedAt: z.string().optional(),
   /** When a person dismissed it, needing attention or dead (jobs dismiss): it holds while this is the check's last change (dismissed). */

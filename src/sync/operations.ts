@@ -32,12 +32,13 @@ export async function retryCheck(store: JobStore, key: string, now: Date): Promi
 /**
  * Retries a check the worker read, if it is still as read (its state and round): one retried
  * since (by an operator's jobs retry, or by another instance), or moved on, is left as it is, not
- * sent a second time. Whether it was retried.
+ * sent a second time; nor one whose visit no longer needs it, withdrawn while its failure was on
+ * its way to the chart (withdrawnBecause). Whether it was retried.
  */
 export async function retryAsRead(store: JobStore, read: Pick<CheckRow, 'key' | 'state' | 'round'>, now: Date): Promise<boolean> {
   return store.transaction(async (tx) => {
     const row = await tx.getCheck(read.key);
-    if (row?.state !== read.state || row.round !== read.round) return false;
+    if (row?.state !== read.state || row.round !== read.round || row.withdrawnBecause !== undefined) return false;
     await tx.putCheck(nextRound(row, now));
     return true;
   });

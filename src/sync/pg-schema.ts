@@ -98,6 +98,8 @@ const MIGRATIONS: readonly string[] = [
   `SELECT 1;`,
   // Nor here: a FHIR check's source may now name its payor Organization (check.source.insurer), which no earlier version reads.
   `SELECT 1;`,
+  // Nor here: a check may now say it was withdrawn while its result was on its way to the chart (withdrawnBecause), which no earlier version reads.
+  `SELECT 1;`,
 ];
 
 /** The version this program writes. */

@@ -75,7 +75,13 @@ export async function scheduleAppointment(tx: StoreTx, event: AppointmentEvent, 
 async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: string, ctx: ScheduleContext): Promise<boolean> {
   const now = ctx.now.toISOString();
   const { fingerprint, coverageFingerprint } = fingerprints(check);
-  const existing = await tx.getCheck(check.idempotencyKey);
+  let existing = await tx.getCheck(check.idempotencyKey);
+  if (existing?.withdrawnBecause !== undefined) {
+    // Booked again while being withdrawn (withdrawIfUnheld): its result serves a visit again, and is written as any.
+    const { withdrawnBecause: _was, lastError: _why, ...booked } = existing;
+    existing = { ...booked, updatedAt: now };
+    await tx.putCheck(existing);
+  }
   if (existing && existing.fingerprint === fingerprint && !WITHDRAWN.has(existing.state)) {
     if (chartCoverageChanged(existing.check, check)) {
       // Coordination of benefits changed (primary turned secondary), or the plan's dates: nothing to verify
@@ -258,7 +264,7 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: stri
   const closing = check && (await closingCheck(tx, check));
   if (closing) {
     // No other check would end its Coverage: only a write that creates one ends those beside it.
-    const { dueAt: _due, ...rest } = closing;
+    const { dueAt: _due, withdrawnBecause: _was, ...rest } = closing;
     await tx.putCheck({ ...rest, state: 'ending-coverage', attempts: 0, dueAt: now, planDroppedAt: now, updatedAt: now, lastError: whyEnding(closing.check) });
     return true;
   }
@@ -269,6 +275,13 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: stri
     return false;
   }
   if (!check || !WITHDRAWABLE.has(check.state)) return false;
+  if (check.state === 'result-stored') {
+    // A worker may have its pair on the way to the chart: withdrawn as a check written or not, once it
+    // has found out which (the worker's lease holds others back until its write is done), not cancelled
+    // now with a pair the chart may take that no check would name, nor a plan dropped later end.
+    await tx.putCheck({ ...check, withdrawnBecause: why, attempts: 0, dueAt: now, updatedAt: now, lastError: why });
+    return true;
+  }
   const { dueAt, ...rest } = check;
   // Its verification at the service is followed still, at its poll's time: another visit of the plan (the visit moved) takes its result.
   const followed = check.state === 'awaiting-result' && check.correlationId !== undefined && dueAt !== undefined && { dueAt };

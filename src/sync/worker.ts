@@ -924,6 +924,7 @@ export class Worker {
   }
 
   private async writeNow(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+    if (row.withdrawnBecause !== undefined) return this.lookForWithdrawn(row, outcome);
     let written;
     try {
       const writer = await this.deps.writer();
@@ -939,7 +940,9 @@ export class Worker {
       const detail = errorText(err);
       if (!retryable) {
         this.chartRefused(err);
-        if (await this.toPerson(row, 'result-stored', { state: 'needs-attention', dueAt: undefined, lastError: `${CHART_REFUSED}: ${detail}` })) {
+        // Refused whole (a transaction): nothing of it is in the chart, and a visit that no longer needs it needs no person either.
+        const refused: Step = { state: 'needs-attention', dueAt: undefined, lastError: `${CHART_REFUSED}: ${detail}` };
+        if (await this.toPerson(row, 'result-stored', (current) => (current.withdrawnBecause !== undefined ? withdrawnUnwritten(current) : refused))) {
           this.emit('needs-attention', eventOf(row, { state: 'needs-attention', correlationId: row.correlationId, detail: CHART_REFUSED }));
           // The operator's to fix (a token expired, a permission, a profile the chart holds to), as a refusal of the service is: said at warn with what the chart answered.
           this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart write refused; needs attention (jobs retry once the chart takes it)');
@@ -963,7 +966,7 @@ export class Worker {
     // Its verification marks a pair the person was told of: until then, the write again after a swap below still tells them.
     const { verification: _untold, ...pair } = ids;
     // Written, the Coverage is active again: a later drop of its plan ends it again (endDroppedPlans).
-    const done = await this.kept(() => this.step(row, 'result-stored', async (current, tx): Promise<Step> =>
+    const done = await this.kept(() => this.step(row, 'result-stored', async (current, tx): Promise<Step> => withdrawnOnceWritten(current,
       // The result of a round given up came by webhook while its failure was written, or the Completed of the Partial being
       // written (takesALateResult): it is written next, after it.
       current.correlationId !== row.correlationId || resultKindOf(current) !== resultKindOf(row) ? { state: 'result-stored', written: ids, dueAt: this.now() }
@@ -982,11 +985,53 @@ export class Worker {
           // The same failure written again, which a person had dismissed: nothing new for them to act on.
           ...(needsPerson && told && current.dismissedAt !== undefined && { keepsDismissal: true as const }),
         },
-    ));
-    // Written either way; a failure whose plan is gone is left to no person (endCoverage).
-    if (done?.state !== state && done?.state !== 'ending-coverage') return;
+    )));
+    // Written either way; a failure whose plan is gone, or whose visit no longer needs it, is left to no person.
+    const withdrawn = done?.state === 'cancelled' && done.written?.responseId === ids.responseId;
+    if (done?.state !== state && done?.state !== 'ending-coverage' && !withdrawn) return;
     this.emit('written', eventOf(row, { state: done.state, correlationId: row.correlationId, outcome: outcome.kind }));
     if (done.state === state && needsPerson && !told) this.emit('needs-attention', eventOf(row, { state, correlationId: row.correlationId, outcome: outcome.kind, failureKind: failureKindIn(outcome) }));
+  }
+
+  /**
+   * A check withdrawn while its result was on its way to the chart (withdrawnBecause), taken by a
+   * worker that was not writing it: a write of it may have reached the chart all the same (its
+   * process killed before the store had it, or a write that failed once the chart had taken it).
+   * Its pair is looked for, not written: a visit that no longer needs it gets nothing new, and a
+   * pair the chart took is named on it (withdrawnOnceWritten). The chart out of reach, it is looked
+   * for again as a write is tried again; refusing the search, it is withdrawn as written or not.
+   */
+  private async lookForWithdrawn(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+    let found: { requestId: string; responseId: string } | undefined;
+    try {
+      const writer = await this.deps.writer();
+      const find = writer.find?.bind(writer);
+      if (find) {
+        found = await this.timed('fhir', 'find eligibility', () => find(row.check, outcome));
+        this.chartTook();
+      }
+    } catch (err) {
+      const detail = errorText(err);
+      if (chartMayTakeIt(err)) {
+        await this.step(row, 'result-stored', { state: 'result-stored', attempts: row.attempts + 1, dueAt: this.later(this.backoff(row.attempts)), lastError: `${row.withdrawnBecause}; looking for its pair in the chart failed: ${detail}` });
+        this.chartFailed({ key: row.key, attempts: row.attempts + 1, err: detail }, 'chart search failed; will retry');
+        return;
+      }
+      this.chartRefused(err);
+      this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart search refused; a withdrawn check is taken for one whose pair the chart does not hold');
+    }
+    const ids = found && { ...found, verification: outcome.verification.correlationId };
+    const written: Step | undefined = ids && { state: outcome.kind === 'failed' ? 'needs-attention' : 'written', written: ids, attempts: 0, dueAt: undefined, lastError: undefined, planDroppedAt: undefined };
+    const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
+      // Booked again meanwhile (its mark gone): written as any. Or a later result of it came (takesALateResult): looked for next.
+      current.withdrawnBecause === undefined || current.correlationId !== row.correlationId || resultKindOf(current) !== resultKindOf(row) ? { state: 'result-stored', ...(ids && { written: ids }), dueAt: this.now() }
+      : written ? withdrawnOnceWritten(current, written)
+      : withdrawnUnwritten(current),
+    ));
+    if (ids && done?.written?.responseId === ids.responseId && done.state !== 'result-stored') {
+      // Written by a worker that could not say so: said now, as a write found in the chart after a restart is.
+      this.emit('written', eventOf(row, { state: done.state, correlationId: row.correlationId, outcome: outcome.kind }));
+    }
   }
 
   /** Where a check whose Coverage is in the chart goes once its plan was dropped while it was under way for a visit over: to end it (endCoverage). */
@@ -1001,8 +1046,10 @@ export class Worker {
    * endDroppedPlans could not take it under way, and no later message looks at a plan gone.
    * Whether it went to a person.
    */
-  private async toPerson(row: CheckRow, from: CheckState, change: Step): Promise<boolean> {
-    const moved = await this.step(row, from, async (current, tx) => (current.written !== undefined && (await planDroppedSince(tx, current)) ? this.droppedSince(current) : change));
+  private async toPerson(row: CheckRow, from: CheckState, change: Step | ((current: CheckRow) => Step)): Promise<boolean> {
+    const moved = await this.step(row, from, async (current, tx) =>
+      current.written !== undefined && (await planDroppedSince(tx, current)) ? this.droppedSince(current) : typeof change === 'function' ? change(current) : change,
+    );
     return moved?.state === 'needs-attention';
   }
 
@@ -1391,6 +1438,28 @@ export function cancelledTakes(row: CheckRow, correlationId: string, at: string,
   if (row.correlationId !== undefined && row.correlationId !== correlationId) return undefined;
   if (outcome === undefined || !hasResult(outcome.kind)) return row.correlationId === undefined ? { state: 'cancelled', correlationId } : undefined;
   return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
+}
+
+/**
+ * What a check withdrawn while its pair was on its way to the chart (withdrawnBecause) comes to once
+ * the chart has taken that pair (`step`, the write's): what the withdrawal makes of a check written
+ * before it (withdrawIfUnheld), its pair named, so that a plan the PMS drops later ends its Coverage
+ * through it (restsInChart). A result rests written, no visit left to verify it again for; a
+ * failure is withdrawn, left to no person. A Coverage to end is ended; a result still to write (a
+ * later one came) stays withdrawn, to be looked for in its turn.
+ */
+function withdrawnOnceWritten(current: CheckRow, step: Step): Step {
+  const why = current.withdrawnBecause;
+  if (why === undefined || step.state === 'result-stored') return step;
+  if (step.state === 'written') return { ...step, dueAt: undefined, withdrawnBecause: undefined };
+  if (step.state !== 'needs-attention') return { ...step, withdrawnBecause: undefined };
+  const { keepsDismissal: _told, ...failure } = step;
+  return { ...failure, state: 'cancelled', dueAt: undefined, lastError: why, withdrawnBecause: undefined };
+}
+
+/** The same, its pair not in the chart (refused, or looked for and not found): withdrawn as a result not yet written is. */
+function withdrawnUnwritten(current: CheckRow): Step {
+  return { state: 'cancelled', dueAt: undefined, lastError: current.withdrawnBecause, withdrawnBecause: undefined };
 }
 
 /** The check after a step; a field the step sets to undefined is removed. */

@@ -77,6 +77,12 @@ export interface EligibilityWriter {
    * they are.
    */
   endCoverage?(check: EligibilityCheck, droppedAt: string): Promise<boolean>;
+  /**
+   * The pair a write of this check and verification made, where the chart holds it (found by its
+   * identifiers, as `write` finds it), writing nothing: for a check withdrawn while a write of it
+   * may have been under way. A writer without it is taken to hold none.
+   */
+  find?(check: EligibilityCheck, outcome: VerificationOutcome): Promise<{ requestId: string; responseId: string } | undefined>;
 }
 
 export const FhirWriterOptions = z
@@ -136,8 +142,7 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     };
     const parts = check.source.kind === 'hl7' ? chartParts(check).filter((p) => !given[p.kind]) : [];
     const { correlationId } = outcome.verification;
-    // Both identifiers, ANDed: the verification's correlation id alone is shared by every check its result serves.
-    const pairCondition = `${identifierCondition(systemUrl('eligibilityCheck'), check.idempotencyKey)}&${identifierCondition(systemUrl('correlationId'), correlationId)}`;
+    const pairCondition = pairConditionOf(check, outcome);
     // What this plugin wrote under a former identifier is searched in the same batch, and used only where the current one finds nothing.
     const formerly = parts.flatMap((p) => (p.rekey ? [`${p.resourceType}?${identifierCondition(p.rekey.from.system, p.rekey.from.value)}`] : []));
     const replaced = options.replaces;
@@ -244,6 +249,13 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     };
   }
 
+  async function find(check: EligibilityCheck, outcome: VerificationOutcome): Promise<{ requestId: string; responseId: string } | undefined> {
+    const pairCondition = pairConditionOf(check, outcome);
+    const [request, response] = await client.findEach([`CoverageEligibilityRequest?${pairCondition}`, `CoverageEligibilityResponse?${pairCondition}`]);
+    // Written in one transaction: both, or neither.
+    return request?.id && response?.id ? { requestId: request.id, responseId: response.id } : undefined;
+  }
+
   async function endCoverage(check: EligibilityCheck, droppedAt: string): Promise<boolean> {
     // A FHIR-sourced check's Coverage is the EHR's own.
     const part = check.source.kind === 'hl7' ? chartParts(check).find((p) => p.kind === 'coverage') : undefined;
@@ -274,7 +286,13 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
   return {
     write: (check, outcome, refs = {}, options = {}) => redoneOnConflict('write', () => write(check, outcome, refs, options)),
     endCoverage: (check, droppedAt) => redoneOnConflict('write ending a Coverage', () => endCoverage(check, droppedAt)),
+    find: (check, outcome) => find(check, outcome).catch((err: unknown) => Promise.reject(toChartWriteError(err, 'search for a written pair'))),
   };
+}
+
+/** What finds a check's pair for a verification: both identifiers, ANDed, as the verification's correlation id alone is shared by every check its result serves. */
+function pairConditionOf(check: EligibilityCheck, outcome: VerificationOutcome): string {
+  return `${identifierCondition(systemUrl('eligibilityCheck'), check.idempotencyKey)}&${identifierCondition(systemUrl('correlationId'), outcome.verification.correlationId)}`;
 }
 
 function partResource(part: ChartPart, check: EligibilityCheck, chart: Partial<Record<ChartPart['kind'], string>>): Organization | Patient | Coverage {

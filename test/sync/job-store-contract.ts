@@ -3,7 +3,7 @@ import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { PatientInsuranceRecord } from '../../src/domain';
 import type { AppointmentRow, CheckRow, CheckState, JobStore, StoreTx } from '../../src/sync/job-store';
 import { pruneFinished } from '../../src/sync/prune';
-import { endDroppedPlans, fingerprints } from '../../src/sync/schedule';
+import { endDroppedPlans, fingerprints, scheduleAppointment } from '../../src/sync/schedule';
 import { chartOf } from './harness';
 
 /**
@@ -299,6 +299,25 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       expect(seen).toEqual({ holdingX: ['apt-1'], holdingY: ['apt-2'], ofPatient: ['apt-1', 'apt-2'], ofPatientBut2: ['apt-1'], apt2: appointment('apt-2', { dateOfService: '2026-12-02', checkKeys: ['elig_y'], basis: { moved: true } }) });
       expect((await store.listAppointments('awaiting-insurance')).map((a) => a.key).sort()).toEqual(['apt-3', 'apt-6']);
       expect(await store.counts(NOW)).toMatchObject({ awaitingInsurance: 1, awaitingCorrection: 1 });
+    });
+
+    it("withdraws a check cancelled while its result is on its way to the chart as the chart's work, held back while a worker has it in hand", async () => {
+      const booked = checkRow('elig_flying');
+      const book = (status: 'booked' | 'cancelled') => (tx: StoreTx) =>
+        scheduleAppointment(tx, { key: 'apt-f', patientKey: booked.patientKey, dateOfService: booked.check.dateOfService, status, checks: status === 'booked' ? [booked.check] : [], basis: {} }, {
+          now: new Date(NOW),
+          policy: { freshnessMs: 86_400_000, reverifyLeadMs: 86_400_000 },
+        });
+      await store.transaction(book('booked'));
+      await store.transaction(async (tx) => tx.putCheck({ ...((await tx.getCheck('elig_flying')) as CheckRow), state: 'result-stored', result: { status: 'Completed' }, resultAt: NOW }));
+      expect((await store.claimDue({ now: NOW, limit: 1, owner: 'writing', leaseMs: 60_000 })).map((c) => c.key)).toEqual(['elig_flying']);
+      await store.transaction(book('cancelled'));
+      const withdrawing = { state: 'result-stored', withdrawnBecause: 'the appointment was cancelled', dueAt: NOW };
+      expect(await store.transaction((tx) => tx.getCheck('elig_flying'))).toMatchObject(withdrawing);
+      // The worker writing it has it until its write is done; the lease gone (its process killed), another looks for its pair.
+      expect(await store.claimDue({ now: NOW, limit: 1, owner: 'other', leaseMs: 60_000 })).toEqual([]);
+      await store.release('elig_flying', 'writing');
+      expect(await store.claimDue({ now: NOW, limit: 1, chart: 1, service: 0, owner: 'other', leaseMs: 60_000 })).toMatchObject([{ key: 'elig_flying', ...withdrawing }]);
     });
 
     it('knows which booked appointments hold a check of a FHIR Coverage, each once', async () => {

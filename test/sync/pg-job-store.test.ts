@@ -7,7 +7,8 @@ import { openJobStore } from '../../src/sync/open-store';
 import { PgJobStore } from '../../src/sync/pg-job-store';
 import { LIVE_NAMESPACE, LiveLock } from '../../src/sync/pg-live-lock';
 import { PG_SCHEMA_VERSION } from '../../src/sync/pg-schema';
-import { endDroppedPlans } from '../../src/sync/schedule';
+import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
+import type { WrittenEligibility } from '../../src/sync/write-back';
 import { gate } from '../support/gate';
 import { postgresForTests } from '../support/postgres';
 import { switchableProxy } from '../support/switchable-proxy';
@@ -87,6 +88,7 @@ async function downTo(db: Client, version: number): Promise<void> {
     12: 'DROP INDEX checks_chart_due',
     13: 'SELECT 1',
     14: 'SELECT 1',
+    15: 'SELECT 1',
   };
   for (let v = PG_SCHEMA_VERSION; v > version; v--) await db.query(undo[v] as string);
   await db.query('DELETE FROM schema_migrations WHERE version > $1', [version]);
@@ -655,6 +657,56 @@ describe('PgJobStore with two instances on one database', () => {
     const dated = await a.transaction((tx) => tx.getCheck('elig_dated'));
     expect([dated?.state, dated?.planDroppedAt, dated?.check.coverage.period]).toEqual(['ending-coverage', dropAt, undefined]);
     expect((await a.transaction((tx) => tx.getCheck('elig_over')))?.planDroppedAt).toBe(dropAt);
+  });
+
+  it("names the pair one instance's worker writes for a visit the other cancels meanwhile, and looks for the pair of one whose write it did not have in hand", async () => {
+    const book = (key: string, status: 'booked' | 'cancelled') => (tx: StoreTx) => {
+      const { check } = checkRow(key);
+      return scheduleAppointment(tx, { key: `apt-${key}`, patientKey: 'fhir|Patient/pat-ellen', dateOfService: check.dateOfService, status, checks: status === 'booked' ? [check] : [], basis: {} }, {
+        now: new Date(),
+        policy: RIG_OPTIONS.policy,
+      });
+    };
+    const result = { ...(resultBody('completed-minimal') as object), correlationId: 'corr-w' };
+    for (const key of ['elig_flying', 'elig_left']) {
+      await a.transaction(book(key, 'booked'));
+      await a.transaction(async (tx) => tx.putCheck({ ...((await tx.getCheck(key)) as CheckRow), state: 'result-stored', result, resultAt: new Date().toISOString(), correlationId: `corr-${key}`, dueAt: new Date(Date.now() + 60_000).toISOString() }));
+    }
+    await a.transaction(async (tx) => tx.putCheck({ ...((await tx.getCheck('elig_flying')) as CheckRow), dueAt: new Date().toISOString() }));
+    const [writing, release] = [gate(), gate()];
+    const looked: string[] = [];
+    const worker = new Worker(RIG_OPTIONS, {
+      store: b,
+      client: { verify: unused, requestVerification: unused, getVerification: unused, listPayers: unused },
+      resolver: unused,
+      writer: async () => ({
+        async write(check) {
+          writing.open();
+          await release.opened;
+          return { requestId: `req-${check.idempotencyKey}`, responseId: `res-${check.idempotencyKey}` } as WrittenEligibility;
+        },
+        find: async (check) => (looked.push(check.idempotencyKey), undefined),
+      }),
+      now: () => new Date(),
+      log: { info: () => undefined, warn: () => undefined, error: () => undefined },
+      emit: () => undefined,
+    });
+    worker.start();
+    try {
+      await writing.opened;
+      await a.transaction(book('elig_flying', 'cancelled'));
+      await a.transaction(book('elig_left', 'cancelled'));
+      release.open();
+      const settled = (key: string) => until(`${key} settled`, async () => {
+        const row = await a.transaction((tx) => tx.getCheck(key));
+        return row?.dueAt === undefined && row;
+      });
+      expect(await settled('elig_flying')).toMatchObject({ state: 'written', written: { responseId: 'res-elig_flying' } });
+      expect(await settled('elig_left')).toMatchObject({ state: 'cancelled', lastError: 'the appointment was cancelled' });
+      expect(looked).toEqual(['elig_left']);
+    } finally {
+      await worker.stop();
+    }
   });
 
   it('leaves no outage in the store when the service answers while the store is still keeping when it was found out', async () => {

@@ -29,7 +29,7 @@ describe('SqliteJobStore', () => {
     const db = new Database(path.join(dir, 'dental-elig.sqlite'), { readonly: true });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
-    expect(store.schemaVersion).toBe(16);
+    expect(store.schemaVersion).toBe(17);
     await store.close();
   });
 
@@ -59,7 +59,7 @@ describe('SqliteJobStore', () => {
     db.close();
     expect(store.upgradedFrom).toBeUndefined();
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(16);
+    expect(reopened.schemaVersion).toBe(17);
     // Said as the sync starts: the point past which a rollback needs the copy kept before.
     expect(reopened.upgradedFrom).toBe(1);
     expect(await reopened.transaction((tx) => tx.getMeta('poll-cursor'))).toBe('kept');
@@ -87,7 +87,7 @@ describe('SqliteJobStore', () => {
     db.close();
 
     const reopened = SqliteJobStore.open(dir);
-    expect(reopened.schemaVersion).toBe(16);
+    expect(reopened.schemaVersion).toBe(17);
     expect(await reopened.listChecks()).toEqual(before);
     expect((await reopened.transaction((tx) => tx.checkByCorrelationId('corr-1')))?.result).toEqual(body);
     await reopened.close();
@@ -394,7 +394,7 @@ describe('SqliteJobStore', () => {
     await working.close();
 
     const upgraded = SqliteJobStore.open(dir);
-    expect(upgraded.schemaVersion).toBe(16);
+    expect(upgraded.schemaVersion).toBe(17);
     expect(await upgraded.beginWork()).toBe(0);
     await upgraded.close();
   });
