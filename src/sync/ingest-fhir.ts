@@ -6,7 +6,7 @@ import type { EligibilityCheck } from '../domain';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { changeOf, resolveRefused } from './dead-letters';
-import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
+import type { AppointmentRow, AppointmentStatus, JobStore, MessageRow, StoreTx } from './job-store';
 import { chartInsurer, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
@@ -38,8 +38,10 @@ export interface FhirIngested {
  * coverages (network first, outside any transaction), then store the notification and schedule
  * its checks in one transaction. An appointment whose patient has no active coverage yet waits as
  * awaiting-insurance and is read again on the next poll or notification. One in a status
- * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A
- * notification for a version already handled changes nothing. Reads during which another read of
+ * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A read
+ * that yields what the store's appointment was last stored by changes nothing (a notification sent
+ * twice, a poll of an unchanged appointment); one that yields what an earlier read did, the chart
+ * having put back since what it changed (readOf), is stored again. Reads during which another read of
  * the appointment was stored are made again, so that what is stored last is what the chart has last.
  */
 export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
@@ -96,11 +98,13 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
 
   return store.transaction(async (tx) => {
     await unchanged(tx);
-    const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
+    const held = await tx.getAppointment(`fhir|${reference}`);
+    const duplicate = readOf(held) === dedupeKey;
     // Read and handled, as new or as it was handled before (the chart put back what it refused since, a member id
     // deleted and typed in again): a letter that refused it is moot.
     await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
     if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    const message = await keepRead(tx, reference, dedupeKey, receivedAt, options.raw);
     const done = await scheduleAppointment(
       tx,
       {
@@ -111,7 +115,7 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
         status,
         checks,
         // Its clinic, whose zone tells when the visit is over (stillToCome).
-        basis: { reference, ...(conversion?.clinicId !== undefined && { clinicId: conversion.clinicId }) },
+        basis: { reference, ...(conversion?.clinicId !== undefined && { clinicId: conversion.clinicId }), read: dedupeKey },
       },
       { now: receivedAt, policy: options.policy },
     );
@@ -175,11 +179,14 @@ export async function ingestFhirChange(
 async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }, unchanged: (tx: StoreTx) => Promise<void>): Promise<FhirIngested> {
   return store.transaction(async (tx) => {
     await unchanged(tx);
-    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
+    const dedupeKey = `${reference}|${version}|not-verified`;
     const earlier = await tx.getAppointment(`fhir|${reference}`);
     const waiting = earlier?.status === 'awaiting-insurance';
-    if (waiting) await scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, { now: receivedAt, policy: options.policy });
+    // One waiting is new work however often this read was kept before (waiting again since); any other is left as it was,
+    // a duplicate once kept.
+    const { message, duplicate } = waiting ? { message: await keepRead(tx, reference, dedupeKey, receivedAt, options.raw), duplicate: false } : await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
+    if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
+    if (waiting) await scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [], basis: storedBy(earlier.basis, dedupeKey) }, { now: receivedAt, policy: options.policy });
     const detail = `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)${waiting ? '; no longer awaiting insurance' : ''}`;
     await tx.updateMessage(message.id, { status: 'handled', detail });
     return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
@@ -189,6 +196,34 @@ async function passOver(store: JobStore, reference: string, status: string, vers
 /** The notification as received (the reference alone for a poll's read), or the one already kept under its key. */
 function keepNotification(tx: StoreTx, reference: string, dedupeKey: string, receivedAt: Date, raw: string | undefined) {
   return tx.addMessage({ kind: 'fhir-notification', dedupeKey, receivedAt: receivedAt.toISOString(), raw: raw ?? JSON.stringify({ reference }), status: 'received' });
+}
+
+/**
+ * The dedupe key of the read the store's appointment was last stored by: a read whose key it is
+ * finds what it would store there already (FhirIngested's duplicate). An earlier read's key, kept
+ * as a notification, is not: the chart may have put back since what it changed after it (a birth
+ * date corrected and restored, a visit moved and moved back). Undefined for an appointment never
+ * stored, or stored before the key was kept with it.
+ */
+function readOf(held: AppointmentRow | undefined): string | undefined {
+  return StoredRead.safeParse(held?.basis).data?.read;
+}
+const StoredRead = z.looseObject({ read: z.string() });
+
+/** The basis of an appointment stored again by a read that builds no checks (passOver, withdrawGone): the read it was stored by. */
+function storedBy(basis: unknown, read: string): object {
+  return { ...(basis as object), read };
+}
+
+/**
+ * The read kept as its notification: under its dedupe key, or, where an earlier read of what the
+ * chart has put back since kept that key, under the key numbered on, a notification of its own.
+ */
+async function keepRead(tx: StoreTx, reference: string, dedupeKey: string, receivedAt: Date, raw: string | undefined): Promise<MessageRow> {
+  for (let n = 1; ; n++) {
+    const { message, duplicate } = await keepNotification(tx, reference, n === 1 ? dedupeKey : `${dedupeKey}#${n}`, receivedAt, raw);
+    if (!duplicate) return message;
+  }
 }
 
 /** A resource as it reads now, for a server that gives it no versionId. */
@@ -209,11 +244,12 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
     // Refused before anything is written: the transaction leaves no trace.
     const earlier = await tx.getAppointment(key);
     if (!earlier) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
-    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|gone|${earlier.updatedAt}`, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    const dedupeKey = `${reference}|gone`;
+    if (readOf(earlier) === dedupeKey) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    const message = await keepRead(tx, reference, dedupeKey, receivedAt, options.raw);
     const done = await scheduleAppointment(
       tx,
-      { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: earlier.basis },
+      { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: storedBy(earlier.basis, dedupeKey) },
       { now: receivedAt, policy: options.policy },
     );
     await tx.updateMessage(message.id, { status: 'handled', detail: 'cancelled: the server no longer has it' });
