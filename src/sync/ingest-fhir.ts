@@ -134,9 +134,12 @@ function insurerPart(check: EligibilityCheck): string {
 
 /** What a notification names (a poll, an appointment): the road one resource is read by, and a dead letter's replay. */
 export interface FhirChange {
-  type: 'Appointment' | 'Patient' | 'Coverage';
+  type: 'Appointment' | PersonChanged;
   id: string;
 }
+
+/** A resource whose change is read under appointments already booked (appointmentsOfChanged). */
+export type PersonChanged = 'Patient' | 'Coverage' | 'RelatedPerson';
 
 /**
  * One resource a notification names, read and ingested: an appointment; or, for a patient whose
@@ -158,12 +161,14 @@ export async function ingestFhirChange(
   if (change.type === 'Appointment') return ingest(change.id);
   const { patient, appointments } = await appointmentsOfChanged(store, reader, { type: change.type, id: change.id }, { now: options.now(), policy: options.policy });
   const reference = `${change.type}/${change.id}`;
-  const gone = patient ? '' : 'the server no longer has it';
+  // A RelatedPerson is not read: only the Coverages naming it as subscriber are.
+  const gone = patient || change.type === 'RelatedPerson' ? '' : 'the server no longer has it';
+  const whose = change.type === 'RelatedPerson' ? 'verifying a Coverage it is the subscriber of' : `of ${patient}`;
   const read: string[] = [];
   for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
   // It and each appointment of it read and handled (none, for a patient with no visit to come): what a letter naming the patient or coverage refused is so no more.
   await store.transaction((tx) => resolveRefused(tx, change, options.now()));
-  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
+  if (appointments.length === 0) return `${reference}: ${gone || `no appointment ${whose} held from today on`}`;
   return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
 }
 
@@ -267,6 +272,10 @@ const CoverageHead = z.looseObject({
 const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
 const patientIdOf = (reference: string | undefined) => (reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1]);
 
+/** A Coverage's subscriber as `Patient/<id>` or `RelatedPerson/<id>`, from a reference relative or absolute, versioned or not. */
+const SUBSCRIBER_REF = /(?:^|\/)((?:Patient|RelatedPerson)\/[A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+const subscriberOf = (reference: string | undefined) => (reference === undefined ? undefined : SUBSCRIBER_REF.exec(reference)?.[1]);
+
 /** The id of the Patient a Coverage is for, when its beneficiary names one. */
 function beneficiaryOf(coverage: unknown): string | undefined {
   return patientIdOf(CoverageHead.safeParse(coverage).data?.beneficiary?.reference);
@@ -335,7 +344,7 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
 }
 
 /**
- * How many patients one search for the Coverages they subscribe to names: a poll's changed patients go
+ * How many subscribers one search for the Coverages they subscribe to names: a poll's changed patients go
  * in several. Each subscribes to their own Coverage at least, so this many fill a page of a chart that
  * pages by 20 whatever _count asks (HAPI's default), and a few more the next.
  */
@@ -349,29 +358,30 @@ const SUBSCRIBERS_PER_SEARCH = 20;
 const SUBSCRIBER_SEARCH_PAGES = 2;
 
 /**
- * The appointments held still to come whose checks verify a Coverage these patients are the
- * subscriber of, not its beneficiary (a parent's plan that covers a child): those checks carry
- * the subscriber's name and birth date, so a correction of them is new work there too, where the
- * patient's own appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
+ * The appointments held still to come whose checks verify a Coverage these subscribers (`Patient/<id>`,
+ * `RelatedPerson/<id>`) are the subscriber of, not its beneficiary (a parent's plan that covers a child,
+ * the parent a patient of the practice or kept as a RelatedPerson): those checks carry the subscriber's
+ * name and birth date, so a correction of them is new work there too, where the patient's own
+ * appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
  * search parameter (R4's), its answers kept to those naming one of them as subscriber, in case a
  * chart ignores the parameter. A chart that refuses the search, fails it or pages past
  * SUBSCRIBER_SEARCH_PAGES has them read by a notification of the appointment or the Coverage alone,
  * as before, as refusedOfPatient's search is left: else the search would fail the whole poll and
  * each Patient notification, where the patient's own appointments are read all the same.
  */
-async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, patients: readonly string[], at: Present): Promise<string[]> {
+async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, subscribers: readonly string[], at: Present): Promise<string[]> {
   const found: string[] = [];
-  for (let i = 0; i < patients.length; i += SUBSCRIBERS_PER_SEARCH) {
-    const asked = patients.slice(i, i + SUBSCRIBERS_PER_SEARCH);
+  for (let i = 0; i < subscribers.length; i += SUBSCRIBERS_PER_SEARCH) {
+    const asked = subscribers.slice(i, i + SUBSCRIBERS_PER_SEARCH);
     let coverages: unknown[];
     try {
-      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
+      coverages = await reader.search('Coverage', { subscriber: asked.join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
     } catch {
       return found;
     }
     for (const coverage of coverages) {
       const head = CoverageHead.safeParse(coverage).data;
-      const subscriber = patientIdOf(head?.subscriber?.reference);
+      const subscriber = subscriberOf(head?.subscriber?.reference);
       if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
       found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
     }
@@ -392,14 +402,17 @@ async function refusedAppointments(store: JobStore): Promise<Set<string>> {
  * insurance. Read again, one whose checks come out the same is a duplicate and changes nothing. A
  * Coverage names its patient as beneficiary; the appointments whose checks verify it are read
  * again too, so a Coverage moved to another patient leaves the first patient's visits, and one the
- * server no longer has (deleted) the visits it served (a poll does not see deletions).
+ * server no longer has (deleted) the visits it served (a poll does not see deletions). A
+ * RelatedPerson is no patient: the appointments whose checks verify a Coverage it is the
+ * subscriber of are read again (a parent kept so, their birth date corrected), no patient named.
  */
 export async function appointmentsOfChanged(
   store: JobStore,
   reader: FhirReader,
-  changed: { type: 'Patient' | 'Coverage'; id: string },
+  changed: { type: PersonChanged; id: string },
   at: Present,
 ): Promise<{ patient: string | undefined; appointments: string[] }> {
+  if (changed.type === 'RelatedPerson') return { patient: undefined, appointments: await appointmentsSubscribedBy(store, reader, [`RelatedPerson/${changed.id}`], at) };
   let patientId: string | undefined = changed.id;
   if (changed.type === 'Coverage') {
     const coverage = await reader.read('Coverage', changed.id);
@@ -409,7 +422,7 @@ export async function appointmentsOfChanged(
   }
   const patient = `Patient/${patientId}`;
   // A Coverage's own appointments; a Patient's as subscriber of another's Coverage.
-  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patientId], at);
+  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patient], at);
   return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(reader, patient, await refusedAppointments(store), at))])] };
 }
 
@@ -422,9 +435,10 @@ type Mark = z.infer<typeof Mark>;
 
 /**
  * What the poll keeps between polls: the appointments' mark, the last day the window reached, and
- * the marks of the Coverages and Patients read for changes under appointments already booked.
+ * the marks of the Coverages, Patients and RelatedPersons read for changes under appointments already
+ * booked (a cursor from before RelatedPersons were has none: its first search looks back a day, as a first poll's).
  */
-const PollCursor = Mark.extend({ horizon: z.string().optional(), coverages: Mark.optional(), patients: Mark.optional() });
+const PollCursor = Mark.extend({ horizon: z.string().optional(), coverages: Mark.optional(), patients: Mark.optional(), relatedPersons: Mark.optional() });
 type PollCursor = z.infer<typeof PollCursor>;
 
 /** A cursor as stored; a bare timestamp is one from before the window was kept. */
@@ -473,7 +487,8 @@ const FIRST_CHANGES_MS = 86_400_000;
  * (mappings/fhir/appointment-status.json) since the last poll, those verified the window
  * reached since then (booked long ahead, they changed before they were in it), those still
  * waiting for insurance, whose coverages may have arrived since, and those held still to come of
- * patients whose Coverage or Patient changed since the last poll (a first poll looks back a day).
+ * patients whose Coverage or Patient changed since the last poll, and of those whose Coverage's
+ * subscriber, a Patient or RelatedPerson, did (a first poll looks back a day).
  * The cursor holds the newest meta.lastUpdated the server gave, so the FHIR server's clock, not
  * ours, decides what changed.
  */
@@ -481,7 +496,7 @@ export async function appointmentsToPoll(
   store: JobStore,
   reader: FhirReader,
   options: Present & { days: number; since: string | undefined },
-): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> }> {
+): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: PersonChanged; err: unknown }> }> {
   // The search's first day is the earliest any clinic may be at: which clinic an appointment is at is read with it.
   const from = firstDateToCome(options.now, undefined);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
@@ -514,8 +529,8 @@ export async function appointmentsToPoll(
     if (id !== undefined && stillToCome(waiting, options.now, options.policy)) ids.add(id);
   }
   const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
-  const unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> = [];
-  const changesOf = async (type: 'Coverage' | 'Patient', mark: Mark | undefined) => {
+  const unread: Array<{ resourceType: PersonChanged; err: unknown }> = [];
+  const changesOf = async (type: PersonChanged, mark: Mark | undefined) => {
     try {
       const found = await reader.search(type, { _lastUpdated: `ge${mark?.lastUpdated ?? firstLook}`, _count: '100' });
       return sinceMark(found, mark ?? {});
@@ -528,18 +543,20 @@ export async function appointmentsToPoll(
   };
   const coverages = await changesOf('Coverage', previous.coverages);
   const patients = await changesOf('Patient', previous.patients);
+  const relatedPersons = await changesOf('RelatedPerson', previous.relatedPersons);
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
   const refused = changedPatients.size > 0 ? await refusedAppointments(store) : new Set<string>();
   for (const patient of changedPatients) {
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
     for (const id of await refusedOfPatient(reader, `Patient/${patient}`, refused, options)) ids.add(id);
   }
-  // A Patient changed who is the subscriber of another's Coverage: that one's appointments verifying it too.
-  for (const id of await appointmentsSubscribedBy(store, reader, patients.fresh.map((p) => p.id), options)) ids.add(id);
+  // A Patient changed who is the subscriber of another's Coverage, or a RelatedPerson who is: the appointments verifying it too.
+  const subscribers = [...patients.fresh.map((p) => `Patient/${p.id}`), ...relatedPersons.fresh.map((r) => `RelatedPerson/${r.id}`)];
+  for (const id of await appointmentsSubscribedBy(store, reader, subscribers, options)) ids.add(id);
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {
     for (const id of await appointmentsVerifying(store, `Coverage/${coverage}`, options)) ids.add(id);
   }
-  const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
+  const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark, relatedPersons: relatedPersons.mark };
   return { ids: [...ids], cursor: JSON.stringify(cursor), unread };
 }

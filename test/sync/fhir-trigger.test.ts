@@ -297,10 +297,38 @@ describe('FHIR-triggered eligibility', () => {
       });
     });
 
+    describe('a subscriber kept as a RelatedPerson (Marco\'s Aetna plan is Sofia\'s)', () => {
+      const corrected = () => chart().flatMap((r) => (r.resourceType === 'RelatedPerson' ? [{ ...r, birthDate: '1987-04-19' }] : []));
+      const subscribers = async () => (await h.store.listChecks()).map((c) => [c.check.coverage.order, c.round, c.check.subscriber.birthDate]).sort();
+
+      it('verifies again the plan she subscribes when her birth date is corrected, told of the RelatedPerson', async () => {
+        await h.fhir.seed(corrected());
+        expect(await notify('/RelatedPerson/rp-sofia')).toEqual({ status: 200, said: 'RelatedPerson/rp-sofia: Appointment/appt-4004: booked' });
+        expect(await subscribers()).toEqual([
+          ['primary', 0, '1985-11-30'],
+          ['secondary', 1, '1987-04-19'],
+        ]);
+        // A full-resource notification of one no Coverage names as subscriber reads nothing.
+        expect(await notify('', { resourceType: 'RelatedPerson', id: 'rp-nobody' })).toEqual({ status: 200, said: 'RelatedPerson/rp-nobody: no appointment verifying a Coverage it is the subscriber of held from today on' });
+      });
+
+      it('does the same when a poll finds the RelatedPerson changed, and reads nothing again after', async () => {
+        await h.sync.pollAppointments();
+        expect(await h.sync.pollAppointments()).toBe(0);
+        await h.fhir.seed(corrected());
+        expect(await h.sync.pollAppointments()).toBe(1);
+        expect(await subscribers()).toEqual([
+          ['primary', 0, '1985-11-30'],
+          ['secondary', 1, '1987-04-19'],
+        ]);
+        expect(await h.sync.pollAppointments()).toBe(0);
+      });
+    });
+
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
       expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
-      expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient or Coverage' });
+      expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient, Coverage or RelatedPerson' });
     });
 
     it('refuses a notification naming an id R4 does not allow, as a mistake of the sender, not a chart to be tried again', async () => {
