@@ -41,7 +41,7 @@ import { fhirWriter, FhirWriterOptions, type EligibilityWriter } from '../sync/w
 import { CatalogKeeper } from './catalog-keeper';
 import { createLogger, type Logger } from './logger';
 import { storeAnswer, SyncMetrics } from './metrics';
-import { subscriptionNotificationIds } from './notifications';
+import { CHANGED_TYPES, subscriptionNotificationIds } from './notifications';
 
 const CENTURY_DAYS = 36_500;
 /**
@@ -484,7 +484,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       }
       const refused = [...unfit];
       // Appointments first; a patient's details or coverages changed: their appointments already held are read again, but those read above.
-      for (const type of ['Appointment', 'Patient', 'Coverage'] as const) {
+      for (const type of CHANGED_TYPES) {
         for (const id of changed[type]) {
           // One resource that cannot be read is no reason to leave the others of the notification unread.
           try {
@@ -500,7 +500,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
           }
         }
       }
-      const told = (['Appointment', 'Patient', 'Coverage'] as const).filter((type) => changed[type].length > 0);
+      const told = CHANGED_TYPES.filter((type) => changed[type].length > 0);
       // Handled (what the chart refused kept as letters of their own): a letter of its earlier tries, answered 500, is moot.
       // Not a reason to answer a notification handled 500: its letter stays, for a person.
       const resolved = await resolveResent(store, { url: req.url ?? '', raw: received, handledAt: now() }).catch(() => 0);
@@ -530,7 +530,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   async function pollAppointments(): Promise<number> {
     const since = await store.transaction((tx) => tx.getMeta(POLL_CURSOR));
     const { ids, cursor, unread } = await appointmentsToPoll(store, await getReader(), { now: now(), policy, days: settings.fhirPollDays, since });
-    for (const resourceType of ['Coverage', 'Patient'] as const) {
+    for (const resourceType of ['Coverage', 'Patient', 'RelatedPerson'] as const) {
       const failed = unread.find((u) => u.resourceType === resourceType);
       if (!failed) {
         if (unreadTypes.delete(resourceType)) logger.info({ resourceType }, 'FHIR poll searches what changed of this type again');

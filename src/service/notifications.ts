@@ -4,9 +4,9 @@ import { pathOf } from '../adapters/fhir/in/shapes';
 import { describeJsonSyntax } from '../verification/json-syntax';
 
 /**
- * Which Appointments, Patients and Coverages an R4 Subscription rest-hook notification is about:
- * an appointment booked or changed, or a patient's details or coverages changed under appointments
- * already booked. R4 servers send either nothing (id-only: "something changed"), the resource
+ * Which Appointments, Patients, Coverages and RelatedPersons an R4 Subscription rest-hook notification
+ * is about: an appointment booked or changed, or a patient's details or coverages, or a subscriber's
+ * kept as a RelatedPerson, changed under appointments already booked. R4 servers send either nothing (id-only: "something changed"), the resource
  * itself (full-resource, often PUT to .../Coverage/{id}), or, with the R4 subscriptions backport, a
  * Bundle whose entries carry the resources (full-resource) or only their fullUrl (id-only, STU
  * 1.0), and whose SubscriptionStatus (a Parameters) names each event's focus (id-only from STU 1.1
@@ -18,7 +18,7 @@ export type NotificationIds =
   | { kind: 'invalid'; reason: string }
   | { kind: 'too-many'; reason: string };
 export type Changed = Record<ChangedType, string[]>;
-export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage'] as const;
+export const CHANGED_TYPES = ['Appointment', 'Patient', 'Coverage', 'RelatedPerson'] as const;
 type ChangedType = (typeof CHANGED_TYPES)[number];
 
 const Typed = z.looseObject({ resourceType: z.string() });
@@ -35,7 +35,7 @@ const Bundle = z.looseObject({
 
 // Any id: changes() refuses one R4 does not allow, where passed over here a path naming it was taken for a heartbeat
 // (a trailing slash too, which had the path name nothing).
-const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage)\/([^/?#]+)(?:\/_history\/[^/?#]+)?\/?(?:[?#].*)?$/;
+const CHANGED_REF = /(?:^|\/)(Appointment|Patient|Coverage|RelatedPerson)\/([^/?#]+)(?:\/_history\/[^/?#]+)?\/?(?:[?#].*)?$/;
 
 /** The type and id a reference or URL names, when it is one of the types a change is read for. */
 function changedRef(ref: string | undefined): [ChangedType, string] | undefined {
@@ -59,17 +59,17 @@ function changes(refs: Array<[ChangedType, string]>): NotificationIds {
   // It is no reason to leave unread what else the notification names, which the sender, told 4xx, would not send again.
   const unfit = new Set<string>();
   // A Set: a 1 MiB Bundle names some 30,000, and looking each up in an array held the event loop over a second.
-  const seen: Record<ChangedType, Set<string>> = { Appointment: new Set(), Patient: new Set(), Coverage: new Set() };
+  const seen: Record<ChangedType, Set<string>> = { Appointment: new Set(), Patient: new Set(), Coverage: new Set(), RelatedPerson: new Set() };
   for (const [type, id] of refs) {
     if (FHIR_ID.test(id)) seen[type].add(id);
     else unfit.add(`${type}.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)`);
   }
-  const count = seen.Appointment.size + seen.Patient.size + seen.Coverage.size;
+  const count = CHANGED_TYPES.reduce((sum, type) => sum + seen[type].size, 0);
   if (count > MAX_CHANGES) {
     return { kind: 'too-many', reason: `names ${count} resources, more than the ${MAX_CHANGES} one notification is read for: send them in several, or let the poll (fhirPollIntervalMs) find them` };
   }
   if (count === 0) return { kind: 'invalid', reason: [...unfit].join('; ') };
-  return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage] }, unfit: [...unfit] };
+  return { kind: 'changes', changed: { Appointment: [...seen.Appointment], Patient: [...seen.Patient], Coverage: [...seen.Coverage], RelatedPerson: [...seen.RelatedPerson] }, unfit: [...unfit] };
 }
 
 export function subscriptionNotificationIds(body: string, url: string): NotificationIds {
@@ -102,7 +102,7 @@ export function subscriptionNotificationIds(body: string, url: string): Notifica
     }
     return changes(refs);
   }
-  if (!isChangedType(type)) return { kind: 'invalid', reason: `resourceType ${type.slice(0, 40)} is not Appointment, Patient or Coverage` };
+  if (!isChangedType(type)) return { kind: 'invalid', reason: `resourceType ${type.slice(0, 40)} is not Appointment, Patient, Coverage or RelatedPerson` };
   const resource = Resource.safeParse(json);
   if (!resource.success) return unreadable(type, resource.error);
   const id = resource.data.id ?? (fromPath?.[0] === type ? fromPath[1] : undefined);

@@ -92,7 +92,7 @@ export function refusedOn(change: FhirChange, err: Error): string {
   return `${change.type}/${change.id}: ${err.message}`;
 }
 
-const NAMED_CHANGE = /^(Appointment|Patient|Coverage)\/([^:/]+): /;
+const NAMED_CHANGE = /^(Appointment|Patient|Coverage|RelatedPerson)\/([^:/]+): /;
 
 /**
  * A FHIR letter's detail for a log line: the id it names left out wherever it stands, as a chart's

@@ -6,7 +6,7 @@ import type { EligibilityCheck } from '../domain';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { changeOf, resolveRefused } from './dead-letters';
-import type { AppointmentStatus, JobStore, StoreTx } from './job-store';
+import type { AppointmentRow, AppointmentStatus, JobStore, MessageRow, StoreTx } from './job-store';
 import { chartInsurer, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
@@ -38,8 +38,10 @@ export interface FhirIngested {
  * coverages (network first, outside any transaction), then store the notification and schedule
  * its checks in one transaction. An appointment whose patient has no active coverage yet waits as
  * awaiting-insurance and is read again on the next poll or notification. One in a status
- * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A
- * notification for a version already handled changes nothing. Reads during which another read of
+ * mappings/fhir/appointment-status.json neither verifies nor withdraws is not stored. A read
+ * that yields what the store's appointment was last stored by changes nothing (a notification sent
+ * twice, a poll of an unchanged appointment); one that yields what an earlier read did, the chart
+ * having put back since what it changed (readOf), is stored again. Reads during which another read of
  * the appointment was stored are made again, so that what is stored last is what the chart has last.
  */
 export async function ingestFhirAppointment(store: JobStore, reader: FhirReader, appointmentId: string, options: FhirIngestOptions & { raw?: string }): Promise<FhirIngested> {
@@ -96,11 +98,13 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
 
   return store.transaction(async (tx) => {
     await unchanged(tx);
-    const { message, duplicate } = await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
+    const held = await tx.getAppointment(`fhir|${reference}`);
+    const duplicate = readOf(held) === dedupeKey;
     // Read and handled, as new or as it was handled before (the chart put back what it refused since, a member id
     // deleted and typed in again): a letter that refused it is moot.
     await resolveRefused(tx, { type: 'Appointment', id: appointmentId }, receivedAt);
     if (duplicate) return { appointment: reference, status, created: [], withdrawn: [], duplicate: true };
+    const message = await keepRead(tx, reference, dedupeKey, receivedAt, options.raw);
     const done = await scheduleAppointment(
       tx,
       {
@@ -111,7 +115,7 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
         status,
         checks,
         // Its clinic, whose zone tells when the visit is over (stillToCome).
-        basis: { reference, ...(conversion?.clinicId !== undefined && { clinicId: conversion.clinicId }) },
+        basis: { reference, ...(conversion?.clinicId !== undefined && { clinicId: conversion.clinicId }), read: dedupeKey },
       },
       { now: receivedAt, policy: options.policy },
     );
@@ -130,9 +134,12 @@ function insurerPart(check: EligibilityCheck): string {
 
 /** What a notification names (a poll, an appointment): the road one resource is read by, and a dead letter's replay. */
 export interface FhirChange {
-  type: 'Appointment' | 'Patient' | 'Coverage';
+  type: 'Appointment' | PersonChanged;
   id: string;
 }
+
+/** A resource whose change is read under appointments already booked (appointmentsOfChanged). */
+export type PersonChanged = 'Patient' | 'Coverage' | 'RelatedPerson';
 
 /**
  * One resource a notification names, read and ingested: an appointment; or, for a patient whose
@@ -154,12 +161,14 @@ export async function ingestFhirChange(
   if (change.type === 'Appointment') return ingest(change.id);
   const { patient, appointments } = await appointmentsOfChanged(store, reader, { type: change.type, id: change.id }, { now: options.now(), policy: options.policy });
   const reference = `${change.type}/${change.id}`;
-  const gone = patient ? '' : 'the server no longer has it';
+  // A RelatedPerson is not read: only the Coverages naming it as subscriber are.
+  const gone = patient || change.type === 'RelatedPerson' ? '' : 'the server no longer has it';
+  const whose = change.type === 'RelatedPerson' ? 'verifying a Coverage it is the subscriber of' : `of ${patient}`;
   const read: string[] = [];
   for (const id of appointments) read.push(options.readAbove?.includes(id) ? `Appointment/${id}: read above` : await ingest(id));
   // It and each appointment of it read and handled (none, for a patient with no visit to come): what a letter naming the patient or coverage refused is so no more.
   await store.transaction((tx) => resolveRefused(tx, change, options.now()));
-  if (appointments.length === 0) return `${reference}: ${gone || `no appointment of ${patient} held from today on`}`;
+  if (appointments.length === 0) return `${reference}: ${gone || `no appointment ${whose} held from today on`}`;
   return `${reference}: ${gone ? `${gone}; ` : ''}${read.join(', ')}`;
 }
 
@@ -175,11 +184,14 @@ export async function ingestFhirChange(
 async function passOver(store: JobStore, reference: string, status: string, version: string, receivedAt: Date, options: FhirIngestOptions & { raw?: string }, unchanged: (tx: StoreTx) => Promise<void>): Promise<FhirIngested> {
   return store.transaction(async (tx) => {
     await unchanged(tx);
-    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|${version}|not-verified`, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
+    const dedupeKey = `${reference}|${version}|not-verified`;
     const earlier = await tx.getAppointment(`fhir|${reference}`);
     const waiting = earlier?.status === 'awaiting-insurance';
-    if (waiting) await scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [] }, { now: receivedAt, policy: options.policy });
+    // One waiting is new work however often this read was kept before (waiting again since); any other is left as it was,
+    // a duplicate once kept.
+    const { message, duplicate } = waiting ? { message: await keepRead(tx, reference, dedupeKey, receivedAt, options.raw), duplicate: false } : await keepNotification(tx, reference, dedupeKey, receivedAt, options.raw);
+    if (duplicate) return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
+    if (waiting) await scheduleAppointment(tx, { ...earlier, status: 'cancelled', checks: [], basis: storedBy(earlier.basis, dedupeKey) }, { now: receivedAt, policy: options.policy });
     const detail = `not-verified: status ${status.slice(0, 40)} is neither verified nor withdrawn (mappings/fhir/appointment-status.json)${waiting ? '; no longer awaiting insurance' : ''}`;
     await tx.updateMessage(message.id, { status: 'handled', detail });
     return { appointment: reference, status: 'not-verified', created: [], withdrawn: [], duplicate };
@@ -189,6 +201,34 @@ async function passOver(store: JobStore, reference: string, status: string, vers
 /** The notification as received (the reference alone for a poll's read), or the one already kept under its key. */
 function keepNotification(tx: StoreTx, reference: string, dedupeKey: string, receivedAt: Date, raw: string | undefined) {
   return tx.addMessage({ kind: 'fhir-notification', dedupeKey, receivedAt: receivedAt.toISOString(), raw: raw ?? JSON.stringify({ reference }), status: 'received' });
+}
+
+/**
+ * The dedupe key of the read the store's appointment was last stored by: a read whose key it is
+ * finds what it would store there already (FhirIngested's duplicate). An earlier read's key, kept
+ * as a notification, is not: the chart may have put back since what it changed after it (a birth
+ * date corrected and restored, a visit moved and moved back). Undefined for an appointment never
+ * stored, or stored before the key was kept with it.
+ */
+function readOf(held: AppointmentRow | undefined): string | undefined {
+  return StoredRead.safeParse(held?.basis).data?.read;
+}
+const StoredRead = z.looseObject({ read: z.string() });
+
+/** The basis of an appointment stored again by a read that builds no checks (passOver, withdrawGone): the read it was stored by. */
+function storedBy(basis: unknown, read: string): object {
+  return { ...(basis as object), read };
+}
+
+/**
+ * The read kept as its notification: under its dedupe key, or, where an earlier read of what the
+ * chart has put back since kept that key, under the key numbered on, a notification of its own.
+ */
+async function keepRead(tx: StoreTx, reference: string, dedupeKey: string, receivedAt: Date, raw: string | undefined): Promise<MessageRow> {
+  for (let n = 1; ; n++) {
+    const { message, duplicate } = await keepNotification(tx, reference, n === 1 ? dedupeKey : `${dedupeKey}#${n}`, receivedAt, raw);
+    if (!duplicate) return message;
+  }
 }
 
 /** A resource as it reads now, for a server that gives it no versionId. */
@@ -209,11 +249,12 @@ async function withdrawGone(store: JobStore, appointmentId: string, receivedAt: 
     // Refused before anything is written: the transaction leaves no trace.
     const earlier = await tx.getAppointment(key);
     if (!earlier) throw new FhirInputError([{ expression: 'Appointment', diagnostics: `the server has no Appointment with id ${appointmentId}`, code: 'not-found' }]);
-    const { message, duplicate } = await keepNotification(tx, reference, `${reference}|gone|${earlier.updatedAt}`, receivedAt, options.raw);
-    if (duplicate) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    const dedupeKey = `${reference}|gone`;
+    if (readOf(earlier) === dedupeKey) return { appointment: reference, status: 'cancelled', created: [], withdrawn: [], duplicate: true };
+    const message = await keepRead(tx, reference, dedupeKey, receivedAt, options.raw);
     const done = await scheduleAppointment(
       tx,
-      { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: earlier.basis },
+      { key, patientKey: earlier.patientKey, dateOfService: earlier.dateOfService, status: 'cancelled', checks: [], basis: storedBy(earlier.basis, dedupeKey) },
       { now: receivedAt, policy: options.policy },
     );
     await tx.updateMessage(message.id, { status: 'handled', detail: 'cancelled: the server no longer has it' });
@@ -230,6 +271,10 @@ const CoverageHead = z.looseObject({
 /** A Patient reference, relative or absolute, versioned (`/_history/n`) or not. */
 const PATIENT_REF = /(?:^|\/)Patient\/([A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
 const patientIdOf = (reference: string | undefined) => (reference === undefined ? undefined : PATIENT_REF.exec(reference)?.[1]);
+
+/** A Coverage's subscriber as `Patient/<id>` or `RelatedPerson/<id>`, from a reference relative or absolute, versioned or not. */
+const SUBSCRIBER_REF = /(?:^|\/)((?:Patient|RelatedPerson)\/[A-Za-z0-9\-.]{1,64})(?:\/_history\/[^/]+)?$/;
+const subscriberOf = (reference: string | undefined) => (reference === undefined ? undefined : SUBSCRIBER_REF.exec(reference)?.[1]);
 
 /** The id of the Patient a Coverage is for, when its beneficiary names one. */
 function beneficiaryOf(coverage: unknown): string | undefined {
@@ -299,7 +344,7 @@ async function refusedOfPatient(reader: FhirReader, patient: string, refused: Re
 }
 
 /**
- * How many patients one search for the Coverages they subscribe to names: a poll's changed patients go
+ * How many subscribers one search for the Coverages they subscribe to names: a poll's changed patients go
  * in several. Each subscribes to their own Coverage at least, so this many fill a page of a chart that
  * pages by 20 whatever _count asks (HAPI's default), and a few more the next.
  */
@@ -313,29 +358,30 @@ const SUBSCRIBERS_PER_SEARCH = 20;
 const SUBSCRIBER_SEARCH_PAGES = 2;
 
 /**
- * The appointments held still to come whose checks verify a Coverage these patients are the
- * subscriber of, not its beneficiary (a parent's plan that covers a child): those checks carry
- * the subscriber's name and birth date, so a correction of them is new work there too, where the
- * patient's own appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
+ * The appointments held still to come whose checks verify a Coverage these subscribers (`Patient/<id>`,
+ * `RelatedPerson/<id>`) are the subscriber of, not its beneficiary (a parent's plan that covers a child,
+ * the parent a patient of the practice or kept as a RelatedPerson): those checks carry the subscriber's
+ * name and birth date, so a correction of them is new work there too, where the patient's own
+ * appointments (heldAppointments) do not reach. Found by Coverage's `subscriber`
  * search parameter (R4's), its answers kept to those naming one of them as subscriber, in case a
  * chart ignores the parameter. A chart that refuses the search, fails it or pages past
  * SUBSCRIBER_SEARCH_PAGES has them read by a notification of the appointment or the Coverage alone,
  * as before, as refusedOfPatient's search is left: else the search would fail the whole poll and
  * each Patient notification, where the patient's own appointments are read all the same.
  */
-async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, patients: readonly string[], at: Present): Promise<string[]> {
+async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, subscribers: readonly string[], at: Present): Promise<string[]> {
   const found: string[] = [];
-  for (let i = 0; i < patients.length; i += SUBSCRIBERS_PER_SEARCH) {
-    const asked = patients.slice(i, i + SUBSCRIBERS_PER_SEARCH);
+  for (let i = 0; i < subscribers.length; i += SUBSCRIBERS_PER_SEARCH) {
+    const asked = subscribers.slice(i, i + SUBSCRIBERS_PER_SEARCH);
     let coverages: unknown[];
     try {
-      coverages = await reader.search('Coverage', { subscriber: asked.map((id) => `Patient/${id}`).join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
+      coverages = await reader.search('Coverage', { subscriber: asked.join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
     } catch {
       return found;
     }
     for (const coverage of coverages) {
       const head = CoverageHead.safeParse(coverage).data;
-      const subscriber = patientIdOf(head?.subscriber?.reference);
+      const subscriber = subscriberOf(head?.subscriber?.reference);
       if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
       found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
     }
@@ -356,14 +402,17 @@ async function refusedAppointments(store: JobStore): Promise<Set<string>> {
  * insurance. Read again, one whose checks come out the same is a duplicate and changes nothing. A
  * Coverage names its patient as beneficiary; the appointments whose checks verify it are read
  * again too, so a Coverage moved to another patient leaves the first patient's visits, and one the
- * server no longer has (deleted) the visits it served (a poll does not see deletions).
+ * server no longer has (deleted) the visits it served (a poll does not see deletions). A
+ * RelatedPerson is no patient: the appointments whose checks verify a Coverage it is the
+ * subscriber of are read again (a parent kept so, their birth date corrected), no patient named.
  */
 export async function appointmentsOfChanged(
   store: JobStore,
   reader: FhirReader,
-  changed: { type: 'Patient' | 'Coverage'; id: string },
+  changed: { type: PersonChanged; id: string },
   at: Present,
 ): Promise<{ patient: string | undefined; appointments: string[] }> {
+  if (changed.type === 'RelatedPerson') return { patient: undefined, appointments: await appointmentsSubscribedBy(store, reader, [`RelatedPerson/${changed.id}`], at) };
   let patientId: string | undefined = changed.id;
   if (changed.type === 'Coverage') {
     const coverage = await reader.read('Coverage', changed.id);
@@ -373,7 +422,7 @@ export async function appointmentsOfChanged(
   }
   const patient = `Patient/${patientId}`;
   // A Coverage's own appointments; a Patient's as subscriber of another's Coverage.
-  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patientId], at);
+  const verifying = changed.type === 'Coverage' ? await appointmentsVerifying(store, `Coverage/${changed.id}`, at) : await appointmentsSubscribedBy(store, reader, [patient], at);
   return { patient, appointments: [...new Set([...(await heldAppointments(store, patient, at)), ...verifying, ...(await refusedOfPatient(reader, patient, await refusedAppointments(store), at))])] };
 }
 
@@ -386,9 +435,10 @@ type Mark = z.infer<typeof Mark>;
 
 /**
  * What the poll keeps between polls: the appointments' mark, the last day the window reached, and
- * the marks of the Coverages and Patients read for changes under appointments already booked.
+ * the marks of the Coverages, Patients and RelatedPersons read for changes under appointments already
+ * booked (a cursor from before RelatedPersons were has none: its first search looks back a day, as a first poll's).
  */
-const PollCursor = Mark.extend({ horizon: z.string().optional(), coverages: Mark.optional(), patients: Mark.optional() });
+const PollCursor = Mark.extend({ horizon: z.string().optional(), coverages: Mark.optional(), patients: Mark.optional(), relatedPersons: Mark.optional() });
 type PollCursor = z.infer<typeof PollCursor>;
 
 /** A cursor as stored; a bare timestamp is one from before the window was kept. */
@@ -437,7 +487,8 @@ const FIRST_CHANGES_MS = 86_400_000;
  * (mappings/fhir/appointment-status.json) since the last poll, those verified the window
  * reached since then (booked long ahead, they changed before they were in it), those still
  * waiting for insurance, whose coverages may have arrived since, and those held still to come of
- * patients whose Coverage or Patient changed since the last poll (a first poll looks back a day).
+ * patients whose Coverage or Patient changed since the last poll, and of those whose Coverage's
+ * subscriber, a Patient or RelatedPerson, did (a first poll looks back a day).
  * The cursor holds the newest meta.lastUpdated the server gave, so the FHIR server's clock, not
  * ours, decides what changed.
  */
@@ -445,7 +496,7 @@ export async function appointmentsToPoll(
   store: JobStore,
   reader: FhirReader,
   options: Present & { days: number; since: string | undefined },
-): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> }> {
+): Promise<{ ids: string[]; cursor: string; unread: Array<{ resourceType: PersonChanged; err: unknown }> }> {
   // The search's first day is the earliest any clinic may be at: which clinic an appointment is at is read with it.
   const from = firstDateToCome(options.now, undefined);
   const until = new Date(options.now.getTime() + options.days * 86_400_000).toISOString().slice(0, 10);
@@ -478,8 +529,8 @@ export async function appointmentsToPoll(
     if (id !== undefined && stillToCome(waiting, options.now, options.policy)) ids.add(id);
   }
   const firstLook = new Date(options.now.getTime() - FIRST_CHANGES_MS).toISOString();
-  const unread: Array<{ resourceType: 'Coverage' | 'Patient'; err: unknown }> = [];
-  const changesOf = async (type: 'Coverage' | 'Patient', mark: Mark | undefined) => {
+  const unread: Array<{ resourceType: PersonChanged; err: unknown }> = [];
+  const changesOf = async (type: PersonChanged, mark: Mark | undefined) => {
     try {
       const found = await reader.search(type, { _lastUpdated: `ge${mark?.lastUpdated ?? firstLook}`, _count: '100' });
       return sinceMark(found, mark ?? {});
@@ -492,18 +543,20 @@ export async function appointmentsToPoll(
   };
   const coverages = await changesOf('Coverage', previous.coverages);
   const patients = await changesOf('Patient', previous.patients);
+  const relatedPersons = await changesOf('RelatedPerson', previous.relatedPersons);
   const changedPatients = new Set([...patients.fresh.map((p) => p.id), ...coverages.fresh.flatMap((c) => beneficiaryOf(c.resource) ?? [])]);
   const refused = changedPatients.size > 0 ? await refusedAppointments(store) : new Set<string>();
   for (const patient of changedPatients) {
     for (const id of await heldAppointments(store, `Patient/${patient}`, options)) ids.add(id);
     for (const id of await refusedOfPatient(reader, `Patient/${patient}`, refused, options)) ids.add(id);
   }
-  // A Patient changed who is the subscriber of another's Coverage: that one's appointments verifying it too.
-  for (const id of await appointmentsSubscribedBy(store, reader, patients.fresh.map((p) => p.id), options)) ids.add(id);
+  // A Patient changed who is the subscriber of another's Coverage, or a RelatedPerson who is: the appointments verifying it too.
+  const subscribers = [...patients.fresh.map((p) => `Patient/${p.id}`), ...relatedPersons.fresh.map((r) => `RelatedPerson/${r.id}`)];
+  for (const id of await appointmentsSubscribedBy(store, reader, subscribers, options)) ids.add(id);
   // A Coverage moved to another patient: the first's appointments verifying it are read again too.
   for (const { id: coverage } of coverages.fresh) {
     for (const id of await appointmentsVerifying(store, `Coverage/${coverage}`, options)) ids.add(id);
   }
-  const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark };
+  const cursor: PollCursor = { ...appointments.mark, horizon: until, coverages: coverages.mark, patients: patients.mark, relatedPersons: relatedPersons.mark };
   return { ids: [...ids], cursor: JSON.stringify(cursor), unread };
 }

@@ -23,14 +23,22 @@ describe('reading what a FHIR notification names', () => {
 
   it('reads what a Bundle names beside an id R4 does not allow, saying why that one is not read, and refuses one naming nothing else', () => {
     const reason = 'Appointment.id is not an R4 id (1 to 64 of A-Z, a-z, 0-9, - and ., not . or ..)';
-    expect(subscriptionNotificationIds(bundleOf(['a 1', 'a2', '..']), '/fhir-notifications')).toEqual({ kind: 'changes', changed: { Appointment: ['a2'], Patient: [], Coverage: [] }, unfit: [reason] });
+    expect(subscriptionNotificationIds(bundleOf(['a 1', 'a2', '..']), '/fhir-notifications')).toEqual({ kind: 'changes', changed: { Appointment: ['a2'], Patient: [], Coverage: [], RelatedPerson: [] }, unfit: [reason] });
     expect(subscriptionNotificationIds(bundleOf(['a 1', '..']), '/fhir-notifications')).toEqual({ kind: 'invalid', reason });
   });
 
   it('reads the resource the path names when the body is not JSON (an XML payload), and says an XML one naming none is not read', () => {
     const xml = '<Patient xmlns="http://hl7.org/fhir"><id value="pat-1"/></Patient>';
-    expect(subscriptionNotificationIds(xml, '/fhir-notifications/Patient/pat-1')).toEqual({ kind: 'changes', changed: { Appointment: [], Patient: ['pat-1'], Coverage: [] }, unfit: [] });
+    expect(subscriptionNotificationIds(xml, '/fhir-notifications/Patient/pat-1')).toEqual({ kind: 'changes', changed: { Appointment: [], Patient: ['pat-1'], Coverage: [], RelatedPerson: [] }, unfit: [] });
     expect(subscriptionNotificationIds(xml, '/fhir-notifications')).toEqual({ kind: 'invalid', reason: 'body is XML: a notification is read as JSON (channel.payload application/fhir+json), or id-only' });
+  });
+
+  it('reads a RelatedPerson, a subscriber kept so, by its path, as a full resource and in a Bundle', () => {
+    const related = (...ids: string[]) => ({ kind: 'changes', changed: { Appointment: [], Patient: [], Coverage: [], RelatedPerson: ids }, unfit: [] });
+    expect(subscriptionNotificationIds('', '/fhir-notifications/RelatedPerson/rp-1')).toEqual(related('rp-1'));
+    expect(subscriptionNotificationIds(JSON.stringify({ resourceType: 'RelatedPerson', id: 'rp-2' }), '/fhir-notifications')).toEqual(related('rp-2'));
+    const bundle = { resourceType: 'Bundle', type: 'history', entry: [{ fullUrl: 'http://chart/fhir/RelatedPerson/rp-3/_history/2' }, { resource: { resourceType: 'RelatedPerson', id: 'rp-4' } }] };
+    expect(subscriptionNotificationIds(JSON.stringify(bundle), '/fhir-notifications')).toEqual(related('rp-3', 'rp-4'));
   });
 
   it('reads a Bundle as large as a notification may be without holding the event loop on each id', () => {

@@ -142,6 +142,49 @@ describe('FHIR-triggered eligibility', () => {
       expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
     });
 
+    describe('a correction the chart puts back', () => {
+      it('verifies again with the birth date the chart restored after correcting it, and once only', async () => {
+        const bornOn = (birthDate: string | undefined) => chart().flatMap((r) => (r.resourceType === 'Patient' ? [{ ...r, birthDate }] : []));
+        const restored = (chart().find((r) => r.resourceType === 'Patient') as { birthDate?: string }).birthDate;
+        const verified = async () => (await h.store.listChecks()).map((c) => [c.round, c.state, c.check.patient.birthDate]);
+        const said = { status: 200, said: 'Patient/pat-marco: Appointment/appt-4004: booked' };
+        await h.fhir.seed(bornOn('1985-11-03'));
+        expect(await notify('/Patient/pat-marco')).toEqual(said);
+        await until('verified with the correction', async () => (await verified()).every(([round, state]) => round === 1 && state === 'written'));
+        await h.fhir.seed(bornOn(restored));
+        expect(await notify('/Patient/pat-marco')).toEqual(said);
+        // The new round is made while the notification is read; verified and written after.
+        expect((await verified()).map(([round, , birthDate]) => [round, birthDate])).toEqual([
+          [2, restored],
+          [2, restored],
+        ]);
+        await until('verified again with the birth date restored', async () => (await verified()).every(([round, state]) => round === 2 && state === 'written'));
+        // Sent again, and polled: what the store holds already.
+        expect(await notify('/Patient/pat-marco')).toEqual(said);
+        expect(await h.sync.pollAppointments()).toBeGreaterThan(0);
+        expect(await verified()).toEqual([
+          [2, 'written', restored],
+          [2, 'written', restored],
+        ]);
+        expect((await h.store.listMessages({ kind: 'fhir-notification' })).map((m) => m.status)).toEqual(['handled', 'handled', 'handled']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(6);
+      });
+
+      it('writes the pair again naming the payor Organization the chart moved the Coverage back to', async () => {
+        const delta = chart().find((r) => r.resourceType === 'Organization' && r.id === 'org-delta-ca') as FhirResource;
+        const paidBy = (org: string) => chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, payor: [{ reference: `Organization/${org}` }] }] : []));
+        const insurers = async () => ((await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => `${r.insurance?.[0]?.coverage.reference} ${r.insurer.reference}`).sort();
+        await h.fhir.seed([{ ...delta, id: 'org-delta-2' }, ...paidBy('org-delta-2')]);
+        expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked' });
+        await until('the pair names the new Organization', async () => (await insurers()).includes('Coverage/cov-marco-delta Organization/org-delta-2'));
+        await h.fhir.seed(paidBy('org-delta-ca'));
+        expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: Appointment/appt-4004: booked' });
+        await until('the pair names the first Organization again', async () => (await insurers()).includes('Coverage/cov-marco-delta Organization/org-delta-ca'));
+        expect(await insurers()).toEqual(['Coverage/cov-marco-aetna Organization/org-aetna', 'Coverage/cov-marco-delta Organization/org-delta-ca']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
+    });
+
     it('reads the patient\'s appointments again on a Patient notification, full-resource or in a backport Bundle, and changes nothing when nothing changed', async () => {
       const patient = chart().find((r) => r.resourceType === 'Patient');
       expect(await notify('', patient)).toEqual({ status: 200, said: 'Patient/pat-marco: Appointment/appt-4004: booked' });
@@ -254,10 +297,38 @@ describe('FHIR-triggered eligibility', () => {
       });
     });
 
+    describe('a subscriber kept as a RelatedPerson (Marco\'s Aetna plan is Sofia\'s)', () => {
+      const corrected = () => chart().flatMap((r) => (r.resourceType === 'RelatedPerson' ? [{ ...r, birthDate: '1987-04-19' }] : []));
+      const subscribers = async () => (await h.store.listChecks()).map((c) => [c.check.coverage.order, c.round, c.check.subscriber.birthDate]).sort();
+
+      it('verifies again the plan she subscribes when her birth date is corrected, told of the RelatedPerson', async () => {
+        await h.fhir.seed(corrected());
+        expect(await notify('/RelatedPerson/rp-sofia')).toEqual({ status: 200, said: 'RelatedPerson/rp-sofia: Appointment/appt-4004: booked' });
+        expect(await subscribers()).toEqual([
+          ['primary', 0, '1985-11-30'],
+          ['secondary', 1, '1987-04-19'],
+        ]);
+        // A full-resource notification of one no Coverage names as subscriber reads nothing.
+        expect(await notify('', { resourceType: 'RelatedPerson', id: 'rp-nobody' })).toEqual({ status: 200, said: 'RelatedPerson/rp-nobody: no appointment verifying a Coverage it is the subscriber of held from today on' });
+      });
+
+      it('does the same when a poll finds the RelatedPerson changed, and reads nothing again after', async () => {
+        await h.sync.pollAppointments();
+        expect(await h.sync.pollAppointments()).toBe(0);
+        await h.fhir.seed(corrected());
+        expect(await h.sync.pollAppointments()).toBe(1);
+        expect(await subscribers()).toEqual([
+          ['primary', 0, '1985-11-30'],
+          ['secondary', 1, '1987-04-19'],
+        ]);
+        expect(await h.sync.pollAppointments()).toBe(0);
+      });
+    });
+
     it('says so of a Coverage the server no longer has or a patient with no appointment held, and refuses another type', async () => {
       expect(await notify('/Coverage/cov-gone')).toEqual({ status: 200, said: 'Coverage/cov-gone: the server no longer has it' });
       expect(await notify('/Coverage/cov-other-patient')).toEqual({ status: 200, said: 'Coverage/cov-other-patient: no appointment of Patient/pat-someone-else held from today on' });
-      expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient or Coverage' });
+      expect(await notify('', { resourceType: 'Observation', id: 'obs-1' })).toEqual({ status: 400, said: 'resourceType Observation is not Appointment, Patient, Coverage or RelatedPerson' });
     });
 
     it('refuses a notification naming an id R4 does not allow, as a mistake of the sender, not a chart to be tried again', async () => {
