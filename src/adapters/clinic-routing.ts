@@ -87,6 +87,15 @@ export function clinicTimeZone(routing: ClinicRouting, clinicId: string): string
   return zoneOf(routing.routes, clinicId) ?? routing.timeZone;
 }
 
+/**
+ * The time zone a sender's clock keeps, by its facility (MSH-4.1): that of the clinic the facility
+ * is routed to, else the file's. An MSH-7 written without an offset is read in it.
+ */
+export function senderTimeZone(routing: ClinicRouting, facility: string): string | undefined {
+  const clinicId = facility === '' ? undefined : resolveClinic(routing, { hl7Facilities: [facility] });
+  return (clinicId !== undefined ? clinicTimeZone(routing, clinicId) : undefined) ?? routing.timeZone;
+}
+
 function zoneOf(routes: readonly Route[], clinicId: string): string | undefined {
   return routes.find((r) => r.clinicId === clinicId && r.timeZone !== undefined)?.timeZone;
 }

@@ -61,6 +61,17 @@ export function startOfDate(date: string, timeZone: string): Date {
   return new Date(dateAt(new Date(start), timeZone) === date ? start : guess);
 }
 
+/**
+ * Whether a wall-clock time (its fields read as if at UTC, in ms) names two instants in `timeZone`:
+ * it falls in the hour the clocks repeat when they go back (New York's 01:00 to 02:00 on the first
+ * Sunday of November), once at each offset.
+ */
+export function wallClockRepeated(wallMs: number, timeZone: string): boolean {
+  const before = offsetAt(wallMs - 86_400_000, timeZone);
+  const after = offsetAt(wallMs + 86_400_000, timeZone);
+  return before > after && offsetAt(wallMs - before, timeZone) === before && offsetAt(wallMs - after, timeZone) === after;
+}
+
 /** Whether text names an IANA time zone this runtime knows, such as America/Los_Angeles. */
 export function isTimeZone(text: string): boolean {
   try {

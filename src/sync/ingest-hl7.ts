@@ -18,7 +18,7 @@ import {
   type Hl7Result,
   type PatientMerge,
 } from '../adapters/hl7';
-import type { ClinicRouting } from '../adapters/clinic-routing';
+import { senderTimeZone, type ClinicRouting } from '../adapters/clinic-routing';
 import type { AppointmentRow, JobStore, MessageRow, StoreTx } from './job-store';
 import { endDroppedPlans, scheduleAppointment, stillToCome, type AppointmentEvent, type ScheduleContext } from './schedule';
 
@@ -72,12 +72,12 @@ export function ingestHl7(store: JobStore, text: string, options: Hl7IngestOptio
       receivedAt: receivedAt.toISOString(),
     });
     const facility = result.header?.sendingFacility.split(result.header.delimiters.component)[0]?.trim() ?? '';
-    const sent = { facility, sentAt: result.header?.sentAt ?? '' };
+    const sent = { facility, sentAt: result.header?.sentAt ?? '', timeZone: senderTimeZone(options.routing, facility) };
     const appointmentId = appointmentIdOf(result.outcome);
     const last = appointmentId === undefined ? undefined : await tx.getAppointment(appointmentKey(facility, appointmentId));
     const superseded = supersededBy(last, sent);
     // A message older than the appointment's last one changes nothing; one older than the patient's last, not the patient's record.
-    const stale = superseded ? undefined : await patients.commit(statesInsurance(result) ? sent.sentAt : undefined);
+    const stale = superseded ? undefined : await patients.commit(statesInsurance(result) ? sent.sentAt : undefined, sent.timeZone);
     const outcome = stale ? fromRecord(result.outcome, stale) : result.outcome;
     const { created, withdrawn } = superseded ? { created: [], withdrawn: [] } : await apply(tx, outcome, sent, last, { now: receivedAt, policy: options.policy }, message);
     const acks = ackFor(result, { now: receivedAt });
@@ -111,6 +111,8 @@ function dedupeKeyOf(text: string): string {
 interface Sent {
   facility: string;
   sentAt: string;
+  /** The zone the sender's clock keeps (senderTimeZone), when known: its MSH-7 without an offset is read in it. */
+  timeZone: string | undefined;
 }
 
 /** What an appointment's row keeps of the last message applied to it, beside what its checks are built from. */
@@ -132,7 +134,7 @@ export function heldLetterOf(appointment: AppointmentRow): number | undefined {
  */
 function heldSince(appointment: AppointmentRow, sent: Sent): boolean {
   const heldSentAt = (appointment.basis as Stamped).sentAt;
-  return appointment.status === 'awaiting-correction' && heldSentAt !== undefined && sent.sentAt !== '' && sentEarlier(sent.sentAt, heldSentAt);
+  return appointment.status === 'awaiting-correction' && heldSentAt !== undefined && sent.sentAt !== '' && sentEarlier(sent.sentAt, heldSentAt, sent.timeZone);
 }
 
 /** Said after a held booking's reason, in its letter. */
@@ -167,7 +169,7 @@ async function releaseHeld(tx: StoreTx, appointment: AppointmentRow | undefined,
  */
 function supersededBy(last: AppointmentRow | undefined, sent: Sent): boolean {
   const lastSentAt = (last?.basis as Stamped | undefined)?.sentAt;
-  return sent.sentAt !== '' && lastSentAt !== undefined && sentEarlier(sent.sentAt, lastSentAt);
+  return sent.sentAt !== '' && lastSentAt !== undefined && sentEarlier(sent.sentAt, lastSentAt, sent.timeZone);
 }
 
 /**
@@ -324,7 +326,7 @@ export function patientKeyText(key: PatientKey): string {
  * one did, and one sent before the message that last changed the record leaves it too (an A08
  * an engine delivered after the A08 that followed it). commit returns that record, then.
  */
-function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string | undefined): Promise<PatientInsuranceRecord | undefined> } {
+function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: string | undefined, timeZone: string | undefined): Promise<PatientInsuranceRecord | undefined> } {
   const said = new Map<string, PatientInsuranceRecord>();
   // What the store held, as the handler read it: commit compares with it rather than read it again.
   const stored = new Map<string, PatientInsuranceRecord | undefined>();
@@ -332,7 +334,7 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
   return {
     get: async (key) => said.get(patientKeyText(key)) ?? read(patientKeyText(key)),
     put: async (key, record) => void said.set(patientKeyText(key), record),
-    async commit(sentAt) {
+    async commit(sentAt, timeZone) {
       // A message stating no insurance (a cancellation, a booking without IN1) keeps the record's time as it was.
       if (sentAt === undefined) {
         for (const [key, record] of said) {
@@ -344,7 +346,7 @@ function patientStore(tx: StoreTx): PatientInsuranceStore & { commit(sentAt: str
       }
       for (const key of said.keys()) {
         const last = await read(key);
-        if (last?.sentAt !== undefined && sentEarlier(sentAt, last.sentAt)) return last;
+        if (last?.sentAt !== undefined && sentEarlier(sentAt, last.sentAt, timeZone)) return last;
       }
       // A message without MSH-7 leaves no time to order the next one against.
       for (const [key, { sentAt: _former, ...record }] of said) await tx.putPatient(key, sentAt === '' ? record : { ...record, sentAt });

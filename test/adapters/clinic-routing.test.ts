@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { clinicTimeZone, loadClinicRouting, resolveClinic, type ClinicRouting } from '../../src/adapters/clinic-routing';
+import { clinicTimeZone, loadClinicRouting, resolveClinic, senderTimeZone, type ClinicRouting } from '../../src/adapters/clinic-routing';
 import { dateAt, dateOfStart, minuteAt, startOfDate } from '../../src/adapters/local-date';
 
 /** Two clinics that both call a chair OP1, as most dental clinics do. */
@@ -74,6 +74,13 @@ describe('the practice\'s time zone', () => {
   it('is a clinic\'s own, else the file\'s, and a name no runtime knows is refused naming the key', () => {
     const zoned: ClinicRouting = { ...routing, timeZone: 'America/Chicago', routes: routing.routes.map((r) => (r.clinicId === 'cln_north' ? { ...r, timeZone: 'America/Denver' } : r)) };
     expect([clinicTimeZone(zoned, 'cln_north'), clinicTimeZone(zoned, 'cln_main'), clinicTimeZone(zoned, 'cln_default'), clinicTimeZone(routing, 'cln_main')]).toEqual([
+      'America/Denver',
+      'America/Chicago',
+      'America/Chicago',
+      undefined,
+    ]);
+    // A sender's clock is where the clinic its MSH-4 is routed to is; a facility routed nowhere (or none), the file's.
+    expect([senderTimeZone(zoned, 'BSD-NORTH'), senderTimeZone({ ...zoned, defaultClinicId: undefined }, 'ELSEWHERE'), senderTimeZone(zoned, ''), senderTimeZone(routing, 'BSD-NORTH')]).toEqual([
       'America/Denver',
       'America/Chicago',
       'America/Chicago',

@@ -1,5 +1,5 @@
 import type { Coverage, CoverageEligibilityResponse, Patient } from 'fhir/r4';
-import { loadClinicRouting } from '../../src/adapters/clinic-routing';
+import { loadClinicRouting, type ClinicRouting } from '../../src/adapters/clinic-routing';
 import { loadHl7Mappings } from '../../src/adapters/hl7';
 import { frame } from '../../src/service/mllp-framing';
 import { schedulePolicy, SyncSettings } from '../../src/service/eligibility-sync';
@@ -1054,16 +1054,34 @@ describe('HL7 v2 into the chart', () => {
     expect(await checksOn()).toContain(`${day(visitIn(20))} received`);
   });
 
-  it('orders by an MSH-7 written to the microsecond, as many engines stamp it: the booking that a cancellation overtook books nothing', async () => {
-    await start({ settings: { idleMs: 60_000 } });
+  /**
+   * A sync whose worker is stopped (so the checks stay as the messages leave them), and a booking
+   * (B<n>) and a cancellation (C<n>) of appointment APT-<n>, each made with its MSH-7 at a time of `date`.
+   */
+  const bookingAndCancellation = async (n: string, date: string, routing?: ClinicRouting) => {
+    await start({ settings: { idleMs: 60_000 }, ...(routing && { routing }) });
     await h.sync.stop();
-    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261123${time}|`);
-    const booking = [msh('SIU^S12^SIU_S12', 'U1'), sch('APT-17'), pid('P-17'), in1('64246', 'Guardian', 'SBX-COMPLETE')].join('\r');
-    const cancellation = [msh('SIU^S15^SIU_S12', 'U2'), sch('APT-17'), pid('P-17')].join('\r');
-    expect(await send(sentAt('100000.000001', cancellation), sentAt('095959.999999', booking))).toEqual(['AA', 'AA']);
+    const at = (m: string) => (time: string) => m.replace('|20261123090000|', `|${date}${time}|`);
+    return {
+      booking: at([msh('SIU^S12^SIU_S12', `B${n}`), sch(`APT-${n}`), pid(`P-${n}`), in1('64246', 'Guardian', 'SBX-COMPLETE')].join('\r')),
+      cancellation: at([msh('SIU^S15^SIU_S12', `C${n}`), sch(`APT-${n}`), pid(`P-${n}`)].join('\r')),
+    };
+  };
+
+  it('orders by an MSH-7 written to the microsecond, as many engines stamp it: the booking that a cancellation overtook books nothing', async () => {
+    const { booking, cancellation } = await bookingAndCancellation('17', '20261123');
+    expect(await send(cancellation('100000.000001'), booking('095959.999999'))).toEqual(['AA', 'AA']);
     expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-17'))?.status).toBe('cancelled');
     expect(await h.store.listChecks()).toEqual([]);
-    expect((await h.store.listMessages()).find((m) => m.raw.includes('|U1|'))?.detail).toMatch(/not applied: sent \(MSH-7\) before the appointment's last message$/);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|B17|'))?.detail).toMatch(/not applied: sent \(MSH-7\) before the appointment's last message$/);
+  });
+
+  it('applies a cancellation sent in the hour the clocks go back over again after the booking, though its MSH-7 reads earlier, where clinics.json says the sender\'s zone', async () => {
+    const { booking, cancellation } = await bookingAndCancellation('21', '20261101', { ...loadClinicRouting(), timeZone: 'America/New_York' });
+    // Booked at 01:50 EDT, cancelled 20 minutes later at 01:10 EST: neither time says which came first, so they apply as they arrived.
+    expect(await send(booking('015000'), cancellation('011000'))).toEqual(['AA', 'AA']);
+    expect((await h.store.listAppointments()).find((a) => a.key.endsWith('|APT-21'))?.status).toBe('cancelled');
+    expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
   });
 
   it('keeps a booking refused for the patient, which a cancellation sent after it overtook, as handled, not a dead letter for a person', async () => {

@@ -10,7 +10,7 @@ import {
   type PayerResolver,
   type Provider,
 } from '../../domain';
-import { clinicTimeZone, resolveClinic, type ClinicRouting } from '../clinic-routing';
+import { clinicTimeZone, resolveClinic, senderTimeZone, type ClinicRouting } from '../clinic-routing';
 import { dateOfStart } from '../local-date';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-checks';
@@ -484,7 +484,7 @@ async function patientNamed(ctx: Context, named: PatientKey): Promise<Named> {
     key = known.mergedInto;
     known = await store.get(key);
   }
-  return { key, known, outdated: known !== undefined && stored.sentAt !== undefined && sentEarlier(ctx.header.sentAt, stored.sentAt) };
+  return { key, known, outdated: known !== undefined && stored.sentAt !== undefined && sentEarlier(ctx.header.sentAt, stored.sentAt, senderZone(ctx)) };
 }
 
 /**
@@ -555,8 +555,11 @@ function bornAfter(ctx: Context, patient: PatientDemographics, insurance: Insura
  * then, and make no check, so a typo corrected since is no reason to refuse it.
  */
 function olderThanRecord(ctx: Context, found: Named, insurance: Pick<InsuranceReading, 'present'>): boolean {
-  return found.outdated || (insurance.present && found.known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, found.known.sentAt));
+  return found.outdated || (insurance.present && found.known?.sentAt !== undefined && sentEarlier(ctx.header.sentAt, found.known.sentAt, senderZone(ctx)));
 }
+
+/** The time zone the sender's MSH-7 is read in, when clinics.json says (senderTimeZone). */
+const senderZone = (ctx: Context): string | undefined => senderTimeZone(ctx.options.routing, ctx.facility);
 
 function missingSegments(message: Hl7Message, ...names: string[]): Hl7Problem[] {
   return names.filter((name) => !message.first(name)).map((name) => problemAt({ segment: name, sequence: 1 }, 100, 'segment missing'));

@@ -1,3 +1,5 @@
+import { wallClockRepeated } from '../local-date';
+
 /**
  * HL7 dates and times (DT, DTM and the first component of TS) written as
  * YYYY[MM[DD[HHMM[SS[.S...]]]]][+/-ZZZZ]. HL7 allows four digits of a second; many engines write
@@ -72,13 +74,18 @@ export function instantWritten(value: string): string | undefined {
  * apart say so: each to the day at least, both with an offset or both without (two times of one
  * sender without offsets are its own local time), and `a` over before `b` begins, each read at the
  * precision written (09:30 is any second of that minute, not before 09:30:10; a date alone is the
- * whole day, before the next day's messages but not before another of the same day). Anything
- * else is not earlier: messages that cannot be ordered by their times are applied in the order they arrived.
+ * whole day, before the next day's messages but not before another of the same day). Nor two
+ * local times both in the hour the sender's clocks repeat (`timeZone`, where it is known): 01:50
+ * before the clocks go back is sent before 01:10 after. Anything else is not earlier: messages
+ * that cannot be ordered by their times are applied in the order they arrived.
  */
-export function sentEarlier(a: string, b: string): boolean {
+export function sentEarlier(a: string, b: string, timeZone?: string): boolean {
   const x = instantOf(a, DAY_MS);
   const y = instantOf(b, DAY_MS);
-  return x !== undefined && y !== undefined && x.zoned === y.zoned && x.ms + x.spanMs <= y.ms;
+  if (x === undefined || y === undefined || x.zoned !== y.zoned) return false;
+  const repeated = (t: { ms: number; spanMs: number }) => timeZone !== undefined && (wallClockRepeated(t.ms, timeZone) || wallClockRepeated(t.ms + t.spanMs - 1, timeZone));
+  if (!x.zoned && repeated(x) && repeated(y)) return false;
+  return x.ms + x.spanMs <= y.ms;
 }
 
 const HOUR_MS = 3_600_000;

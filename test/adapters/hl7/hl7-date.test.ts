@@ -98,6 +98,27 @@ describe('sentEarlier (MSH-7 against MSH-7)', () => {
   ])('%s and %s cannot be ordered (%s): not earlier', (a, b) => {
     expect(sentEarlier(a, b)).toBe(false);
   });
+
+  // New York's clocks go back from 02:00 EDT to 01:00 EST on 2026-11-01: 01:00 to 02:00 comes twice.
+  it.each([
+    // Both in the hour repeated: 01:50 EDT (05:50Z) is before 01:10 EST (06:10Z), so the clock readings order nothing.
+    ['202611010110', '202611010150', 'America/New_York', false],
+    ['202611010150', '202611010110', 'America/New_York', false],
+    // Before the hour, or after it, as read: whichever pass the other is in, the order holds.
+    ['202611010030', '202611010110', 'America/New_York', true],
+    ['202611010150', '202611010210', 'America/New_York', true],
+    // Another night, another zone's night: the hour comes once.
+    ['202611020110', '202611020150', 'America/New_York', true],
+    ['202611010110', '202611010150', 'Europe/London', true],
+    // London's clocks went back on 2026-10-25.
+    ['202610250110', '202610250150', 'Europe/London', false],
+    // The spring change skips an hour rather than repeating one.
+    ['202603080130', '202603080330', 'America/New_York', true],
+    // Times with offsets name their instants whatever the zone.
+    ['202611010150-0400', '202611010110-0500', 'America/New_York', true],
+  ])('%s before %s where the sender keeps %s time: %s', (a, b, zone, earlier) => {
+    expect(sentEarlier(a, b, zone)).toBe(earlier);
+  });
 });
 
 describe('instantWritten', () => {
