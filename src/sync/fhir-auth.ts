@@ -14,8 +14,11 @@ import { answerTooLarge, ChartWriteError, retryableStatus, tooLargeToRead } from
  */
 /** What the write-back reads, searches, creates and updates (SMART v2 scopes). */
 const DEFAULT_SCOPE = ['Patient', 'Coverage', 'Organization', 'CoverageEligibilityRequest', 'CoverageEligibilityResponse'].map((t) => `system/${t}.crus`).join(' ');
-/** What the FHIR trigger reads and searches: the appointment, its participants and the patient's coverages. */
-export const READ_SCOPE = ['Appointment', 'Patient', 'Coverage', 'Practitioner', 'PractitionerRole', 'Location', 'Organization'].map((t) => `system/${t}.rs`).join(' ');
+/**
+ * What the FHIR trigger reads and searches: the appointment, its participants and the patient's coverages, and their
+ * subscribers and payors kept as a RelatedPerson (read with the Coverage, searched by the poll for changes).
+ */
+export const READ_SCOPE = ['Appointment', 'Patient', 'Coverage', 'RelatedPerson', 'Practitioner', 'PractitionerRole', 'Location', 'Organization'].map((t) => `system/${t}.rs`).join(' ');
 
 export const SmartBackendAuth = z.strictObject({
   clientId: z.string().min(1),

@@ -41,6 +41,8 @@ interface Authority {
   fhirAuthorizations: Array<string | undefined>;
   /** The scope each token was asked for. */
   scopes: Array<string | null>;
+  /** Whether the chart refuses (403) a read of a type the token's scope grants no read of, as a SMART server does. */
+  scoped: boolean;
   expiresIn: number;
   /** The token endpoint .well-known/smart-configuration names, when not this authority's own. */
   advertised: string | undefined;
@@ -49,9 +51,10 @@ interface Authority {
 
 let authority: Authority;
 let server: Server;
+let fhir: ReturnType<typeof createFhirHandler>;
 
 beforeAll(async () => {
-  const fhir = createFhirHandler({ basePath: '/fhir', validate: true });
+  fhir = createFhirHandler({ basePath: '/fhir', validate: true });
   const chart = fixture('fhir', 'self.bundle.json') as Bundle;
   await fhir.seed((chart.entry ?? []).flatMap((e) => (e.resource ? [e.resource] : [])));
   const jtis = new Set<string>();
@@ -80,6 +83,9 @@ beforeAll(async () => {
     if (!token || !authority.issued.includes(token) || authority.revoked.has(token)) {
       return answer(401, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'login' }] });
     }
+    if (authority.scoped && !readGranted(authority.scopes[authority.issued.indexOf(token)] ?? '', req.url ?? '')) {
+      return answer(403, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'forbidden' }] });
+    }
     void fhir.handle(req, res);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -95,6 +101,7 @@ beforeAll(async () => {
     refusedAssertions: [],
     fhirAuthorizations: [],
     scopes: [],
+    scoped: false,
     expiresIn: 300,
     advertised: undefined,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
@@ -105,8 +112,15 @@ afterAll(async () => {
   await authority.close();
 });
 beforeEach(() => {
-  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], scopes: [], expiresIn: 300, advertised: undefined });
+  Object.assign(authority, { issued: [], revoked: new Set(), discoveries: 0, refusedAssertions: [], fhirAuthorizations: [], scopes: [], scoped: false, expiresIn: 300, advertised: undefined });
 });
+
+/** Whether a SMART scope (system/<type>.rs, .crus, .read) lets a GET of this FHIR path (/fhir/<type>...) through. */
+function readGranted(scope: string, url: string): boolean {
+  const type = /^\/fhir\/([A-Z][A-Za-z]+)/.exec(url)?.[1];
+  if (type === undefined) return true;
+  return scope.split(' ').some((s) => new RegExp(`^system/(${type}|\\*)\\.(read|\\*|c?r)`).test(s));
+}
 
 function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   return new Promise((resolve) => {
@@ -193,14 +207,14 @@ describe('SMART Backend Services', () => {
   });
 
   /** A sync reading the chart with SMART tokens of its own, signed with `privateKey`, given to `use`. */
-  async function readingWith(privateKey: KeyObject, use: (sync: ReturnType<typeof createEligibilitySync>) => Promise<void>): Promise<void> {
+  async function readingWith(privateKey: KeyObject, use: (sync: ReturnType<typeof createEligibilitySync>) => Promise<void>, logs?: string[]): Promise<void> {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'elig-smart-'));
     const sync = createEligibilitySync({
       store: SqliteJobStore.open(dataDir),
       dataDir,
       service: { baseUrl: 'http://127.0.0.1:9', apiKey: 'sk_unused' },
       fhir: { baseUrl: fhirBase(), smart: { clientId: CLIENT_ID, privateKey, keyId: 'rsa-1' } },
-      logger: createLogger({ level: 'silent' }),
+      logger: logs ? createLogger({ level: 'warn', destination: { write: (line: string) => logs.push(line) } as unknown as NodeJS.WritableStream }) : createLogger({ level: 'silent' }),
     });
     try {
       await use(sync);
@@ -226,6 +240,24 @@ describe('SMART Backend Services', () => {
       await expect(sync.notifyAppointment('appt-1001')).rejects.toMatchObject({ name: 'FhirInputError', message: 'Appointment: the FHIR server answered 401 to the read: request (login)' });
       expect(authority.fhirAuthorizations.slice(sent)).toEqual(['Bearer token-2', 'Bearer token-3']);
     });
+  });
+
+  it('reads with its read scopes all a chart that grants no more needs: a subscriber kept as a RelatedPerson, and the poll\'s search of those changed', async () => {
+    // Marco's Aetna plan is his spouse's, kept as a RelatedPerson (what this chart holds of the self fixture's is left as it is).
+    const held = new Set(((fixture('fhir', 'self.bundle.json') as Bundle).entry ?? []).map((e) => `${e.resource?.resourceType}/${e.resource?.id}`));
+    await fhir.seed(((fixture('fhir', 'primary-secondary.bundle.json') as Bundle).entry ?? []).flatMap((e) => (e.resource && !held.has(`${e.resource.resourceType}/${e.resource.id}`) ? [e.resource] : [])));
+    authority.scoped = true;
+    const logs: string[] = [];
+    await readingWith(
+      rsa.privateKey,
+      async (sync) => {
+        expect((await sync.notifyAppointment('appt-4004')).created).toHaveLength(2);
+        await sync.pollAppointments();
+      },
+      logs,
+    );
+    // Each search the poll makes was answered: none said refused.
+    expect(logs.map((l) => (JSON.parse(l) as { msg: string }).msg)).toEqual([]);
   });
 
   it('reads nothing with a key the token endpoint refuses, and says so as final, as the writer does, not as "try again"', async () => {
