@@ -11,7 +11,12 @@ import { firstDateToCome, type SchedulePolicy } from './schedule';
  */
 const SERVICE_OUT_SINCE = 'service-out-since';
 
-const KeptOutages = z.object({ service: z.iso.datetime().optional(), portals: z.record(z.string(), z.iso.datetime()).default({}) });
+const KeptOutages = z.object({
+  service: z.iso.datetime().optional(),
+  portals: z.record(z.string(), z.iso.datetime()).default({}),
+  /** When the first check whose visit's day had come was given up while the service asked for fewer requests (429), until a call is answered. */
+  throttled: z.iso.datetime().optional(),
+});
 type KeptOutages = z.infer<typeof KeptOutages>;
 
 /** The outages kept; nothing for a value this program cannot read (it is only a hint: the worker's calls find the service as it is). */
@@ -26,7 +31,7 @@ function readKept(value: string | undefined): KeptOutages {
   }
 }
 
-const isEmpty = (kept: KeptOutages) => kept.service === undefined && Object.keys(kept.portals).length === 0;
+const isEmpty = (kept: KeptOutages) => kept.service === undefined && kept.throttled === undefined && Object.keys(kept.portals).length === 0;
 const writeKept = (kept: KeptOutages) => (isEmpty(kept) ? '' : JSON.stringify(kept));
 
 /** Keeps when the service (`portal` undefined) or a portal was found out, unless a worker found it earlier. */
@@ -41,13 +46,40 @@ export async function keepOutageStart(store: JobStore, since: Date, portal?: str
   });
 }
 
-/** The outages workers found, as the store keeps them: the whole service's and each portal's start; none answered since. */
-export async function keptOutages(store: JobStore): Promise<{ service?: Date; portals: Array<{ portal: string; since: Date }> }> {
+/** The outages workers found, as the store keeps them: the whole service's and each portal's start, and a throttling's; none answered since. */
+export async function keptOutages(store: JobStore): Promise<{ service?: Date; portals: Array<{ portal: string; since: Date }>; throttled?: Date }> {
   const kept = readKept(await store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE)));
   return {
     ...(kept.service !== undefined && { service: new Date(kept.service) }),
     portals: Object.entries(kept.portals).map(([portal, since]) => ({ portal, since: new Date(since) })),
+    ...(kept.throttled !== undefined && { throttled: new Date(kept.throttled) }),
   };
+}
+
+/**
+ * Keeps when checks whose visits' day had come were first given up while the service asked for
+ * fewer requests, unless kept earlier: a worker started meanwhile sends them again once a call of
+ * its is answered, as the one that gave them up would have.
+ */
+export async function keepThrottledSince(store: JobStore, since: Date): Promise<void> {
+  await store.transaction(async (tx) => {
+    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
+    if (kept.throttled !== undefined && Date.parse(kept.throttled) <= since.getTime()) return;
+    kept.throttled = since.toISOString();
+    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(kept));
+  });
+}
+
+/** The throttling over, a call answered: when its checks were first given up, and it is forgotten. */
+export async function forgetThrottled(store: JobStore): Promise<Date | undefined> {
+  const at = await store.transaction(async (tx) => {
+    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
+    if (kept.throttled === undefined) return undefined;
+    const { throttled, ...rest } = kept;
+    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(rest));
+    return throttled;
+  });
+  return at ? new Date(at) : undefined;
 }
 
 /** The service's outage (`portal` undefined) or a portal's over for every worker: when the first found it, and it is forgotten. */

@@ -20,7 +20,7 @@ import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
 import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
-import { forgetOutageStart, givenUpSince, keepOutageStart, keptOutages } from './outage-record';
+import { forgetOutageStart, forgetThrottled, givenUpSince, keepOutageStart, keepThrottledSince, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
 import { storeOutage, watchOutages } from './store-outage';
 import type { EligibilityWriter } from './write-back';
@@ -249,7 +249,7 @@ export class Worker {
       went: (since, portal) => void (this.outageKept = this.outageKept.then(() => this.keepOutage(since, portal))),
       // One after the other: an outage of the service and one of a portal may end at one answer.
       back: (since, portal) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainGivenUp(since, portal))),
-      unthrottled: (since) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgain(undefined, async () => since, 'while the service asked for fewer requests'))),
+      unthrottled: (since) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainThrottled(since))),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -739,7 +739,7 @@ export class Worker {
         const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
-        if (throttledToday) this.service.gaveUpThrottled(at);
+        if (throttledToday) this.gaveUpThrottled(at);
         return;
       }
     }
@@ -1225,6 +1225,27 @@ export class Worker {
     }, 'while the service was away');
   }
 
+  /** A check whose visit's day had come given up at `at` for a 429: told to the outage watch, and kept in the store (keepThrottledSince). */
+  private gaveUpThrottled(at: Date): void {
+    this.service.gaveUpThrottled(at);
+    this.outageKept = this.outageKept.then(async () => {
+      try {
+        await keepThrottledSince(this.store, at);
+      } catch (err) {
+        if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when checks were given up while the service asked for fewer requests');
+      }
+    });
+  }
+
+  /** The checks given up while the service asked for fewer requests sent again, from the earliest any worker gave one up. */
+  private sendAgainThrottled(since: Date): Promise<void> {
+    return this.sendAgain(undefined, async () => {
+      await this.outageKept;
+      const kept = await forgetThrottled(this.store);
+      return kept && kept < since ? kept : since;
+    }, 'while the service asked for fewer requests');
+  }
+
   /**
    * The checks given up as not verified since `from` (of `portal`'s, or of every portal not out) whose visits are still
    * to come sent again: those given up `during` an outage (sendAgainGivenUp), or a throttling their visits' day (serviceFailed).
@@ -1263,6 +1284,8 @@ export class Worker {
     try {
       const kept = await keptOutages(this.store);
       if (kept.service) this.service.resume(kept.service);
+      // Its checks sent again once a call is answered: the worker tries the service itself meanwhile.
+      if (kept.throttled) this.service.gaveUpThrottled(kept.throttled);
       for (const { portal, since } of kept.portals) this.service.resume(since, portal);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');

@@ -11,6 +11,7 @@ import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
 import { storeRetryWaitMs } from '../../src/sync/worker';
 import { retryCheck } from '../../src/sync/operations';
+import { keptOutages } from '../../src/sync/outage-record';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
 import { gate } from '../support/gate';
@@ -207,7 +208,11 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(posts(rig.requests)).toHaveLength(2);
   });
 
-  it('gives a check whose visit is today, throttled (429) past throttledGiveUpMs, up into the chart, and sends it again once the service answers', async () => {
+  /**
+   * A rig whose service answers 429 until `stop()`, and a check `key` whose visit is today, given
+   * up into the chart once throttledGiveUpMs (1 s) has passed: the check as given up.
+   */
+  const throttledToday = async (key: string) => {
     let throttling = true;
     rig = await startWorkerRig({
       worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
@@ -217,21 +222,37 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
         json(res, 201, resultBody('completed-minimal'));
       },
     });
-    await rig.addCheck('today-throttled', { check: { ...checkRow('today-throttled').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    await rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService: new Date().toISOString().slice(0, 10) } });
     rig.worker.start();
+    return { given: await rig.reach(key, 'needs-attention', 8000), stop: () => void (throttling = false) };
+  };
+
+  it('gives a check whose visit is today, throttled (429) past throttledGiveUpMs, up into the chart, and sends it again once the service answers', async () => {
     // Put off until pendingGiveUpMs, it would have been told nothing until the day after its visit.
-    const given = await rig.reach('today-throttled', 'needs-attention', 8000);
+    const { given, stop } = await throttledToday('today-throttled');
     expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; given up /);
     expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
     const sentBefore = posts(rig.requests).length;
     // Nothing else is sent: the worker tries the service itself, and its answer sends the check again.
-    throttling = false;
+    stop();
     const written = await rig.reach('today-throttled', 'written', 8000);
     expect(written.round).toBe(given.round + 1);
     expect(posts(rig.requests)).toHaveLength(sentBefore + 1);
     expect(rig.infos.map((i) => i.msg)).toContain('checks given up while the service asked for fewer requests are sent again');
     const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
+
+  it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
+    const { given, stop } = await throttledToday('throttled-restart');
+    // serve restarted before any call was answered: what the first worker knew of the throttling went with it.
+    await rig.restart();
+    stop();
+    rig.worker.start();
+    const written = await rig.reach('throttled-restart', 'written', 8000);
+    expect(written.round).toBe(given.round + 1);
+    // Sent again once: the record is gone with it.
+    expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 });
 
