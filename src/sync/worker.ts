@@ -652,8 +652,10 @@ export class Worker {
       await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
-      // A fault that may pass is tried again at the next poll's time; one that will not (the verification unknown to the service) ends it.
-      await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(this.pollWait(row)) } : letGo);
+      // A fault that may pass is tried again at the next poll's time, no sooner than the service asks (Retry-After), as a poll's
+      // is (serviceFailed); one that will not (the verification unknown to the service) ends it.
+      const wait = Math.max(this.pollWait(row), err.retryAfterMs ?? 0);
+      await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(wait) } : letGo);
     } finally {
       this.service.done(pass, row.key);
     }
