@@ -648,6 +648,8 @@ export class Worker {
     try {
       await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
+      // Its portal's answer all the same, as a poll's and the webhook's of a cancelled check are.
+      this.portalHeard('go', row, outcome);
       const kept = cancelledTakes(row, row.correlationId, this.now(), outcome);
       await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
     } catch (err) {
