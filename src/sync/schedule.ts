@@ -82,6 +82,13 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
     existing = { ...booked, updatedAt: now };
     await tx.putCheck(existing);
   }
+  if (existing?.state === 'cancelled' && existing.fingerprint === fingerprint && followedStill(existing)) {
+    // Booked again (moved back, say) while its verification is still followed at the service: that one is its own again,
+    // awaited at its poll's time, not sent a second time as a new round would be (its result then taken by no check).
+    const { lastError: _why, ...awaited } = existing;
+    await tx.putCheck({ ...awaited, check, patientKey, state: 'awaiting-result', updatedAt: now });
+    return false;
+  }
   if (existing && existing.fingerprint === fingerprint && !WITHDRAWN.has(existing.state)) {
     if (chartCoverageChanged(existing.check, check)) {
       // Coordination of benefits changed (primary turned secondary), or the plan's dates: nothing to verify
@@ -257,6 +264,11 @@ const WITHDRAWN_BECAUSE: Record<AppointmentStatus, string> = {
   'self-pay': 'the patient pays for the visit now (no insurance)',
   cancelled: 'the appointment was cancelled',
 };
+
+/** A cancelled check whose verification at the service is followed for its round's result (withdrawIfUnheld, the worker's followCancelled). */
+function followedStill(row: CheckRow): boolean {
+  return row.correlationId !== undefined && row.dueAt !== undefined && row.planDroppedAt === undefined && !answeredThisRound(row);
+}
 
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: string): Promise<boolean> {
   if ((await tx.appointmentsHolding(key)).length > 0) return false;

@@ -648,12 +648,16 @@ export class Worker {
     try {
       await this.limiter.take(undefined);
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
+      // Its portal's answer all the same, as a poll's and the webhook's of a cancelled check are.
+      this.portalHeard('go', row, outcome);
       const kept = cancelledTakes(row, row.correlationId, this.now(), outcome);
       await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
-      // A fault that may pass is tried again at the next poll's time; one that will not (the verification unknown to the service) ends it.
-      await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(this.pollWait(row)) } : letGo);
+      // A fault that may pass is tried again at the next poll's time, no sooner than the service asks (Retry-After), as a poll's
+      // is (serviceFailed); one that will not (the verification unknown to the service) ends it.
+      const wait = Math.max(this.pollWait(row), err.retryAfterMs ?? 0);
+      await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(wait) } : letGo);
     } finally {
       this.service.done(pass, row.key);
     }

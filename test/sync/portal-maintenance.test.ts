@@ -246,6 +246,40 @@ describe('a payer portal down for maintenance', () => {
     for (const key of maintKeys) await rig.reach(key, 'written', 10_000);
   });
 
+  it('ends a portal\'s outage by the result polled for a check cancelled with its verification at the service, as by its webhook', async () => {
+    const portal = { down: true };
+    let n = 0;
+    rig = await startWorkerRig({
+      worker: options,
+      resolver,
+      answer: (req, res) => {
+        // Completed now, as its own time says: the portal answering since it went.
+        if (req.method === 'GET') return json(res, 200, { ...completed(0), correlationId: 'ver-moved', completedAt: new Date().toISOString() });
+        json(res, 200, portal.down && req.body.includes('portal-m') ? maintenance(++n) : completed(++n));
+      },
+    });
+    for (const key of maintKeys) await addOf(key, 'Maint Dental');
+    rig.worker.start();
+    await until('the portal found out', async () => rig.worker.service.portalOut('portal-m'), 8000);
+    // Its visit moved while its verification was at the service: followed for its result, which the moved visit takes.
+    const { check } = checkRow('moved');
+    const at = new Date().toISOString();
+    await rig.addCheck('moved', {
+      state: 'cancelled',
+      mode: 'async',
+      portalId: 'portal-m',
+      correlationId: 'ver-moved',
+      submittedAt: at,
+      dueAt: at,
+      check: { ...check, dateOfService: inDays(10), coverage: { ...check.coverage, payer: { ...check.coverage.payer, name: 'Maint Dental' } } },
+    });
+    rig.worker.kick();
+    await until('its result taken', async () => (await rig.check('moved')).result !== undefined);
+    await until('the portal found answering', async () => rig.infos.some((i) => /answers again for the payer portal/.test(i.msg)), 5000);
+    portal.down = false;
+    for (const key of maintKeys) await rig.reach(key, 'written', 10_000);
+  });
+
   it('does not hold a check whose visit is today: its retries used up, the chart says the portal is down, and it is sent again once the portal answers', async () => {
     const portal = await syncRig();
     for (let i = 0; i < 6; i++) await addOf(`later-${i}`, 'Maint Dental');

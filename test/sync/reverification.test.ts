@@ -208,6 +208,25 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled?.dueAt).toBeUndefined();
   });
 
+  it('verifies a visit moved away and back while its asynchronous verification is under way once: its check, followed still, is its own again', async () => {
+    // Every delivery refused, so the result waits for a poll: the moves land before it comes.
+    const c = await mllpInto({});
+    h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
+    const booking = bookingsOf('P-15', '20261201090000');
+    c.socket.write(frame(cigna(booking('B1', 'APT-B1', '20261207093000'))));
+    await c.waitFor(1);
+    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    c.socket.write(frame(asMove(cigna(booking('B2', 'APT-B1', '20261209093000')))));
+    await c.waitFor(2);
+    c.socket.write(frame(asMove(cigna(booking('B3', 'APT-B1', '20261207093000')))));
+    await c.waitFor(3);
+
+    const written = await until('the visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.key === booked.key));
+    expect(verificationPosts()).toBe(1);
+    expect(written).toMatchObject({ round: booked.round, correlationId: booked.correlationId, result: { correlationId: booked.correlationId } });
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
   it('verifies a visit moved while its synchronous verification is under way once: the answer is kept on the cancelled check, and the moved one takes it', async () => {
     // Every request of the sandbox's takes 1.5 s: the move lands while Guardian's synchronous verification is answered.
     const c = await mllpInto({ sandbox: { timing: { latencyMs: 1500 } } });

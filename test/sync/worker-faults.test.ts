@@ -140,6 +140,28 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
   });
 
+  it('polls the verification of a check cancelled while at the service no sooner than Retry-After says, as an awaited one', async () => {
+    const polledAt: number[] = [];
+    rig = await startWorkerRig({
+      answer: (_req, res, index) => {
+        polledAt.push(Date.now());
+        if (index < 1) return throttle(res);
+        json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-followed' });
+      },
+    });
+    // Its visit moved while its verification was at the service: followed for the result the moved visit takes.
+    const at = new Date().toISOString();
+    await rig.addCheck('followed', { state: 'cancelled', correlationId: 'ver-followed', mode: 'async', submittedAt: at, dueAt: at });
+    rig.worker.start();
+    const taken = await until('its result taken', async () => {
+      const row = await rig.check('followed');
+      return row.result !== undefined && row;
+    });
+    expect(taken).toMatchObject({ state: 'cancelled', result: { correlationId: 'ver-followed' } });
+    expect(gets(rig.requests)).toHaveLength(2);
+    expect((polledAt[1] ?? 0) - (polledAt[0] ?? 0)).toBeGreaterThanOrEqual(950);
+  });
+
   it('says a service that keeps asking for fewer requests once, not at each check\'s send', async () => {
     rig = await startWorkerRig({ worker: { maxAttempts: 1, pendingGiveUpMs: 60_000 }, answer: (_req, res) => json(res, 429, { title: 'Too many requests', status: 429 }, { 'retry-after': '0' }) });
     await rig.addCheck('throttled-a');
