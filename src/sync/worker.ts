@@ -1464,7 +1464,8 @@ export function cancelledTakes(row: CheckRow, correlationId: string, at: string,
   if (row.state !== 'cancelled' || row.submittedAt === undefined || answeredThisRound(row)) return undefined;
   if (row.correlationId !== undefined && row.correlationId !== correlationId) return undefined;
   if (outcome === undefined || !hasResult(outcome.kind)) return row.correlationId === undefined ? { state: 'cancelled', correlationId } : undefined;
-  return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at };
+  // Followed no longer (followCancelled): it has what it was followed for.
+  return { state: 'cancelled', correlationId, result: outcome.verification, resultAt: at, dueAt: undefined };
 }
 
 /**

@@ -193,6 +193,8 @@ describe('fresh results and re-verification before the visit', () => {
     expect(verificationPosts()).toBe(1);
     expect(moved.reusedFrom).toBe(booked.correlationId);
     expect(cancelled).toMatchObject({ state: 'cancelled', correlationId: booked.correlationId, result: { correlationId: booked.correlationId } });
+    // Its webhook brought what it was polled for: nothing of it is due (its poll would come webhookDeadlineMs after its send).
+    expect(cancelled?.dueAt).toBeUndefined();
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
   });
 
