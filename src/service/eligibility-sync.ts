@@ -767,6 +767,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // Said, as this machine's log lines are dated by its own clock, not the one its work goes by.
       const skewMs = storeNow && !config.now ? clock().getTime() - Date.now() : 0;
       if (Math.abs(skewMs) > CLOCK_SKEW_SAID_MS) logger.warn({ skewMs: Math.round(skewMs) }, "this machine's clock differs from the job store's database: checks are timed by the database's clock");
+      // A store timed by this machine's clock (SQLite) after it stepped back (a VM restored, a wrong clock set right): the
+      // due times stored before wait out the step on top of their own delays, and nothing else would say why.
+      const [newest] = storeNow || config.now ? [] : await store.listChecks({ limit: 1 });
+      const aheadMs = newest ? Date.parse(newest.updatedAt) - clock().getTime() : 0;
+      if (aheadMs > CLOCK_SKEW_SAID_MS) {
+        logger.warn({ aheadMs: Math.round(aheadMs) }, "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer (jobs retry sends one now)");
+      }
       // The validator's definitions are read in a thread of their own while the catalog loads. An outage the store
       // keeps is taken up first: the load waits out the client's retries of a service still away, /healthz and
       // dental_elig_service_up saying it answered meanwhile, an alert on it cleared by each restart in the outage.
