@@ -705,7 +705,6 @@ export class Worker {
     if (!retryable) {
       // 401, 403, 404: configuration, not data. Someone fixes the key, the clinic or the portal and retries.
       // Said only when the check moved: a webhook may have applied its result meanwhile.
-      if (status === 401) this.keyRefusedSince ??= this.deps.now();
       if (!(await this.toPerson(row, from, { state: 'needs-attention', dueAt: undefined, lastError: summary }))) return;
       this.emit('needs-attention', eventOf(row, { state: 'needs-attention', detail: summary }));
       // Whose: a 403 is what one clinic's registration or key may not do, where a group's offices share a serve.
@@ -1389,8 +1388,10 @@ export class Worker {
       return answer;
     } catch (err) {
       this.service.failed(err, pass, key, portal);
-      // Any refusal but the key's (a 403 of one clinic's, a 422 of the data) says the key was taken.
-      if (err instanceof ServiceError && keyTaken(err)) this.keyRefusedSince = undefined;
+      // Any refusal but the key's (a 403 of one clinic's, a 422 of the data) says the key was taken; the key's, by any call,
+      // that it is refused (a cancelled check's poll too, whose check goes to no person).
+      if (err instanceof ServiceError && err.status === 401) this.keyRefusedSince ??= this.deps.now();
+      else if (err instanceof ServiceError && keyTaken(err)) this.keyRefusedSince = undefined;
       throw err;
     }
   }

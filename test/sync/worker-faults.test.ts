@@ -279,6 +279,22 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
 });
 
 describe('the worker waiting for an asynchronous result', () => {
+  it('takes a 401 on the poll of a check cancelled with its verification at the service for the API key refused, and lets the check go to no person', async () => {
+    rig = await startWorkerRig({ worker: { asyncEnabled: true }, answer: (_req, res) => json(res, 401, { title: 'Unauthorized', status: 401 }) });
+    const now = new Date().toISOString();
+    // Its visit moved while the verification was at the service: followed for its result (followCancelled).
+    await rig.addCheck('moved-away', { state: 'cancelled', mode: 'async', portalId: 'portal-1', correlationId: 'ver-moved', submittedAt: now, dueAt: now });
+    rig.worker.start();
+    await until('the API key said refused', async () => rig.worker.keyRefusedSince !== undefined);
+    const row = await until('the check let go', async () => {
+      const check = await rig.check('moved-away');
+      return check.dueAt === undefined && check;
+    });
+    expect(row.state).toBe('cancelled');
+    expect(gets(rig.requests)).toHaveLength(1);
+    expect(rig.events).toEqual([]);
+  });
+
   const accepted = (res: ServerResponse) => json(res, 202, { correlationId: 'ver-lost', status: 'Pending' });
 
   it('sends a verification the service keeps forgetting (404 on poll) maxAttempts times, then gives it up, measuring the wait from the first send', async () => {
