@@ -1084,6 +1084,24 @@ describe('HL7 v2 into the chart', () => {
     expect((await h.store.listChecks()).map((c) => c.state)).toEqual(['cancelled']);
   });
 
+  it("orders nothing of the patient's by two MSH-7s in the hour the clocks go back over again, in the zone of the clinic the MSH-4 is routed to: a booking refused for a typo, an A08 the record", async () => {
+    // The file's zone is London's, whose clocks went back a week before: the sender's is its clinic's.
+    const file = loadClinicRouting();
+    const routes = file.routes.map((r) => (r.hl7Facilities.includes('BSD-MAIN') ? { ...r, timeZone: 'America/New_York' } : r));
+    await start({ settings: { idleMs: 60_000 }, routing: { ...file, timeZone: 'Europe/London', routes } });
+    await h.sync.stop();
+    const sentAt = (time: string, m: string) => m.replace('|20261123090000|', `|20261101${time}|`);
+    const guardian = (member: string) => in1('64246', 'Guardian', member);
+    // The member id stated at 01:50 EDT; a booking at 01:05 EST with the birth year mistyped, no older than the record: refused for the typo, not built from the record.
+    expect(await send(sentAt('015000', adt('DST1', 'P-DST', guardian('SBX-COMPLETE-1'))))).toEqual(['AA']);
+    const typo = [msh('SIU^S12^SIU_S12', 'DST2'), sch('APT-DST'), pid('P-DST', 'DOE^JANE', '20800102'), guardian('SBX-COMPLETE-1')].join('\r');
+    expect(await send(sentAt('010500', typo))).toEqual(['AE']);
+    expect(await h.store.listChecks()).toEqual([]);
+    // The member id corrected at 01:10 EST: the correction is the record.
+    expect(await send(sentAt('011000', adt('DST3', 'P-DST', guardian('SBX-COMPLETE-2'))))).toEqual(['AA']);
+    expect((await h.store.listMessages()).find((m) => m.raw.includes('|DST3|'))?.detail).toBe('record: 1 coverages');
+  });
+
   it('keeps a booking refused for the patient, which a cancellation sent after it overtook, as handled, not a dead letter for a person', async () => {
     await start({ settings: { idleMs: 60_000 } });
     await h.sync.stop();
