@@ -63,8 +63,8 @@ export function startOfDate(date: string, timeZone: string): Date {
 
 /**
  * Whether a wall-clock time (its fields read as if at UTC, in ms) names two instants in `timeZone`:
- * it falls in the hour the clocks repeat when they go back (New York's 01:00 to 02:00 on the first
- * Sunday of November), once at each offset.
+ * it falls in the time the clocks repeat when they go back (New York's 01:00 to 02:00 on the first
+ * Sunday of November; half an hour on Lord Howe, two in Troll), once at each offset.
  */
 export function wallClockRepeated(wallMs: number, timeZone: string): boolean {
   const before = offsetAt(wallMs - 86_400_000, timeZone);

@@ -207,6 +207,8 @@ export class Worker {
   private readonly throttleSaid = onceASpell(() => this.deps.now().getTime());
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
+  /** Whether this worker has kept when a throttling's first check was given up (gaveUpThrottled), until a call is answered. */
+  private throttledKept = false;
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
   private outageKept: Promise<void> = Promise.resolve();
   /** The checks given up while the service was away, being sent again now that it answers (sendAgainGivenUp): stop() waits for them. */
@@ -1231,10 +1233,15 @@ export class Worker {
   /** A check whose visit's day had come given up at `at` for a 429: told to the outage watch, and kept in the store (keepThrottledSince). */
   private gaveUpThrottled(at: Date): void {
     this.service.gaveUpThrottled(at);
+    // The first of a throttling's give-ups is kept: the later ones, a morning's batch of them, would each write it again to keep nothing.
+    if (this.throttledKept) return;
+    this.throttledKept = true;
     this.outageKept = this.outageKept.then(async () => {
       try {
         await keepThrottledSince(this.store, at);
       } catch (err) {
+        // Kept by the next give-up instead.
+        this.throttledKept = false;
         if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not keep when checks were given up while the service asked for fewer requests');
       }
     });
@@ -1242,6 +1249,7 @@ export class Worker {
 
   /** The checks given up while the service asked for fewer requests sent again, from the earliest any worker gave one up. */
   private sendAgainThrottled(since: Date): Promise<void> {
+    this.throttledKept = false;
     return this.sendAgain(undefined, async () => {
       await this.outageKept;
       const kept = await forgetThrottled(this.store);

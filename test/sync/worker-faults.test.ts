@@ -4,7 +4,7 @@ import { sleep } from '../support/bookings';
 import type { Coverage, CoverageEligibilityResponse } from 'fhir/r4';
 import { searchFhir, until } from './harness';
 import { ChartWriteError } from '../../src/sync/chart-errors';
-import { StoreUnavailableError } from '../../src/sync/job-store';
+import { StoreUnavailableError, type StoreTx } from '../../src/sync/job-store';
 import type { CoverageInfo, PayerResolver } from '../../src/domain';
 import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
@@ -234,7 +234,7 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
    * A rig whose service answers 429 until `stop()`, and a check `key` whose visit is today, given
    * up into the chart once throttledGiveUpMs (1 s) has passed: the check as given up.
    */
-  const throttledToday = async (key: string) => {
+  const throttledToday = async (key: string, ...more: string[]) => {
     let throttling = true;
     rig = await startWorkerRig({
       worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
@@ -244,9 +244,21 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
         json(res, 201, resultBody('completed-minimal'));
       },
     });
-    await rig.addCheck(key, { check: { ...checkRow(key).check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    // What the store is asked of the service's outages and throttlings (the one meta row they share), and told to keep, in order.
+    const kept: string[] = [];
+    let read = 0;
+    const transaction = rig.store.transaction.bind(rig.store);
+    rig.store.transaction = (work) =>
+      transaction((tx) =>
+        work(Object.assign(Object.create(tx) as StoreTx, {
+          getMeta: (k: string) => ((read += 1), tx.getMeta(k)),
+          setMeta: (k: string, v: string) => (kept.push(v), tx.setMeta(k, v)),
+        })),
+      );
+    for (const k of [key, ...more]) await rig.addCheck(k, { check: { ...checkRow(k).check, dateOfService: new Date().toISOString().slice(0, 10) } });
     rig.worker.start();
-    return { given: await rig.reach(key, 'needs-attention', 8000), stop: () => void (throttling = false) };
+    for (const k of more) await rig.reach(k, 'needs-attention', 8000);
+    return { given: await rig.reach(key, 'needs-attention', 8000), stop: () => void (throttling = false), kept, reads: () => read };
   };
 
   it('gives a check whose visit is today, throttled (429) past throttledGiveUpMs, up into the chart, and sends it again once the service answers', async () => {
@@ -263,6 +275,16 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(rig.infos.map((i) => i.msg)).toContain('checks given up while the service asked for fewer requests are sent again');
     const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
+
+  it('keeps when a throttling\'s first check was given up once, not again at each check given up after it', async () => {
+    const { kept, reads } = await throttledToday('throttled-1', 'throttled-2', 'throttled-3');
+    await until('the give-up kept', async () => kept.length > 0);
+    await rig.worker.stop();
+    expect(kept).toHaveLength(1);
+    // Once as the worker started (takeUpOutage), once to keep the first give-up: not once more for each of the others.
+    expect(reads()).toBe(2);
+    expect(kept[0]).toMatch(/^\{"portals":\{\},"throttled":"\d{4}-/);
   });
 
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {

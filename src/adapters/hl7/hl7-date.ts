@@ -75,9 +75,10 @@ export function instantWritten(value: string): string | undefined {
  * sender without offsets are its own local time), and `a` over before `b` begins, each read at the
  * precision written (09:30 is any second of that minute, not before 09:30:10; a date alone is the
  * whole day, before the next day's messages but not before another of the same day). Nor two
- * local times both in the hour the sender's clocks repeat (`timeZone`, where it is known): 01:50
- * before the clocks go back is sent before 01:10 after. Anything else is not earlier: messages
- * that cannot be ordered by their times are applied in the order they arrived.
+ * local times both in the time the sender's clocks repeat (`timeZone`, where it is known; an hour
+ * in most zones, half of one on Lord Howe): 01:50 before the clocks go back is sent before 01:10
+ * after. Anything else is not earlier: messages that cannot be ordered by their times are applied
+ * in the order they arrived.
  */
 export function sentEarlier(a: string, b: string, timeZone?: string): boolean {
   const x = instantOf(a, DAY_MS);
