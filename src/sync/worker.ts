@@ -929,6 +929,9 @@ export class Worker {
   }
 
   private async writeNow(row: CheckRow, outcome: VerificationOutcome): Promise<void> {
+    // Read again once it has a place: a result may wait for one for as long as the chart is slow, its visit cancelled meanwhile.
+    const current = await this.store.transaction((tx) => tx.getCheck(row.key));
+    if (current?.withdrawnBecause !== undefined && current.state === 'result-stored' && current.round === row.round) return this.lookForWithdrawn(current, outcome);
     if (row.withdrawnBecause !== undefined) return this.lookForWithdrawn(row, outcome);
     let written;
     try {

@@ -123,6 +123,40 @@ describe('a check withdrawn while its pair is on its way to the chart', () => {
     expect(await responsesOf(survivor ?? '')).toHaveLength(1);
   });
 
+  it('writes nothing for a check withdrawn while its result waited for a place to be written in: it is looked for, not written', async () => {
+    // One chart place, held by the first check's write; the second's result comes meanwhile and waits for the place.
+    const started = gate();
+    const release = gate();
+    let sent = 0;
+    rig = await startWorkerRig({
+      worker: { chartConcurrency: 1 },
+      answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${(sent += 1)}` }),
+      writer: (chart) => ({
+        find: chart.find?.bind(chart),
+        async write(check, ...rest) {
+          if (check.idempotencyKey === 'holding') (started.open(), await release.opened);
+          return chart.write(check, ...rest);
+        },
+      }),
+    });
+    await book('holding');
+    rig.worker.start();
+    await started.opened;
+    // Another plan of the patient's (another name on it): a verification of its own, not the first's taken.
+    const queued = { ...fixture, idempotencyKey: 'queued', patient: { ...fixture.patient, firstName: 'Other' } };
+    await rig.store.transaction((tx) =>
+      scheduleAppointment(tx, { key: 'appt-queued', patientKey: PATIENT, dateOfService: fixture.dateOfService, status: 'booked', checks: [queued], basis: {} }, { now: new Date(), policy: RIG_OPTIONS.policy }),
+    );
+    rig.worker.kick();
+    await rig.reach('queued', 'result-stored', 10_000);
+    await book('queued', 'cancelled');
+    release.open();
+    const row = await settled('queued');
+    expect(row.state).toBe('cancelled');
+    expect(await responsesOf('queued')).toEqual([]);
+    expect(await responsesOf('holding')).toHaveLength(1);
+  });
+
   /** The check `key` booked with its result stored, the worker not started: its write to come. */
   async function resultStored(key: string): Promise<CheckRow> {
     rig = await startWorkerRig({ answer: (_req, res) => json(res, 500, {}) });
