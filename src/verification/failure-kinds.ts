@@ -58,7 +58,9 @@ export interface FailureClassification {
  */
 export function failureKindOf(problemType: string | null | undefined): string {
   if (problemType?.trim().toLowerCase() === 'about:blank') return 'Unknown';
-  const segment = problemType?.replace(/[/#:]+$/, '').split(/[/#:]/).pop();
+  // The kind is a FHIR code in the chart: no space or control character around it, none doubled (a type the service
+  // wrote with a tab, a trailing space or a NUL).
+  const segment = problemType?.replace(/[/#:\s\p{Cc}]+$/u, '').split(/[/#:]/).pop()?.replace(/[\s\p{Cc}]+/gu, ' ').trim();
   return segment ? tableKind(segment) : 'Unknown';
 }
 

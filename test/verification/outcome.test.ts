@@ -224,6 +224,9 @@ describe('failure kinds', () => {
     expect(failureKindOf(undefined)).toBe('Unknown');
     // RFC 9457's type of a problem that says no more than its status.
     expect(failureKindOf('about:blank')).toBe('Unknown');
+    // A FHIR code in the chart: no space or control character around it, none doubled (fuzz seed 2787580677, case 473).
+    expect(failureKindOf('https://errors.example/v2/Some\tNew  Kind ')).toBe('Some New Kind');
+    expect(failureKindOf('https://errors.example/v2/PatientNotFound \u0000')).toBe('PatientNotFound');
   });
 
   it("reads a kind written otherwise than the table writes it as the table's, so one to retry is retried", () => {
