@@ -34,16 +34,55 @@ function readKept(value: string | undefined): KeptOutages {
 const isEmpty = (kept: KeptOutages) => kept.service === undefined && kept.throttled === undefined && Object.keys(kept.portals).length === 0;
 const writeKept = (kept: KeptOutages) => (isEmpty(kept) ? '' : JSON.stringify(kept));
 
-/** Keeps when the service (`portal` undefined) or a portal was found out, unless a worker found it earlier. */
-export async function keepOutageStart(store: JobStore, since: Date, portal?: string): Promise<void> {
+/** Where one start lives in the kept record: the whole service's, a portal's, or a throttling's. */
+type Slot = 'service' | 'throttled' | { portal: string };
+
+function startIn(kept: KeptOutages, slot: Slot): string | undefined {
+  return typeof slot === 'string' ? kept[slot] : kept.portals[slot.portal];
+}
+
+function setStart(kept: KeptOutages, slot: Slot, at: string | undefined): void {
+  if (typeof slot !== 'string') {
+    if (at === undefined) delete kept.portals[slot.portal];
+    else kept.portals[slot.portal] = at;
+  } else if (at === undefined) delete kept[slot];
+  else kept[slot] = at;
+}
+
+/** Keeps `since` in `slot`, unless a worker kept an earlier time there. */
+async function keepStart(store: JobStore, slot: Slot, since: Date): Promise<void> {
   await store.transaction(async (tx) => {
     const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
-    const at = portal === undefined ? kept.service : kept.portals[portal];
+    const at = startIn(kept, slot);
     if (at !== undefined && Date.parse(at) <= since.getTime()) return;
-    if (portal === undefined) kept.service = since.toISOString();
-    else kept.portals[portal] = since.toISOString();
+    setStart(kept, slot, since.toISOString());
     await tx.setMeta(SERVICE_OUT_SINCE, writeKept(kept));
   });
+}
+
+/** What `slot` kept, forgotten for every worker. */
+async function forgetStart(store: JobStore, slot: Slot): Promise<Date | undefined> {
+  const at = await store.transaction(async (tx) => {
+    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
+    const start = startIn(kept, slot);
+    if (start === undefined) return undefined;
+    setStart(kept, slot, undefined);
+    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(kept));
+    return start;
+  });
+  return at ? new Date(at) : undefined;
+}
+
+const outageSlot = (portal: string | undefined): Slot => (portal === undefined ? 'service' : { portal });
+
+/** Keeps when the service (`portal` undefined) or a portal was found out, unless a worker found it earlier. */
+export function keepOutageStart(store: JobStore, since: Date, portal?: string): Promise<void> {
+  return keepStart(store, outageSlot(portal), since);
+}
+
+/** The service's outage (`portal` undefined) or a portal's over for every worker: when the first found it, and it is forgotten. */
+export function forgetOutageStart(store: JobStore, portal?: string): Promise<Date | undefined> {
+  return forgetStart(store, outageSlot(portal));
 }
 
 /** The outages workers found, as the store keeps them: the whole service's and each portal's start, and a throttling's; none answered since. */
@@ -61,39 +100,13 @@ export async function keptOutages(store: JobStore): Promise<{ service?: Date; po
  * fewer requests, unless kept earlier: a worker started meanwhile sends them again once a call of
  * its is answered, as the one that gave them up would have.
  */
-export async function keepThrottledSince(store: JobStore, since: Date): Promise<void> {
-  await store.transaction(async (tx) => {
-    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
-    if (kept.throttled !== undefined && Date.parse(kept.throttled) <= since.getTime()) return;
-    kept.throttled = since.toISOString();
-    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(kept));
-  });
+export function keepThrottledSince(store: JobStore, since: Date): Promise<void> {
+  return keepStart(store, 'throttled', since);
 }
 
 /** The throttling over, a call answered: when its checks were first given up, and it is forgotten. */
-export async function forgetThrottled(store: JobStore): Promise<Date | undefined> {
-  const at = await store.transaction(async (tx) => {
-    const kept = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
-    if (kept.throttled === undefined) return undefined;
-    const { throttled, ...rest } = kept;
-    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(rest));
-    return throttled;
-  });
-  return at ? new Date(at) : undefined;
-}
-
-/** The service's outage (`portal` undefined) or a portal's over for every worker: when the first found it, and it is forgotten. */
-export async function forgetOutageStart(store: JobStore, portal?: string): Promise<Date | undefined> {
-  const kept = await store.transaction(async (tx) => {
-    const all = readKept(await tx.getMeta(SERVICE_OUT_SINCE));
-    const at = portal === undefined ? all.service : all.portals[portal];
-    if (at === undefined) return undefined;
-    if (portal === undefined) delete all.service;
-    else delete all.portals[portal];
-    await tx.setMeta(SERVICE_OUT_SINCE, writeKept(all));
-    return at;
-  });
-  return kept ? new Date(kept) : undefined;
+export function forgetThrottled(store: JobStore): Promise<Date | undefined> {
+  return forgetStart(store, 'throttled');
 }
 
 /**
