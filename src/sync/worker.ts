@@ -551,6 +551,8 @@ export class Worker {
         }
       } catch (err) {
         await this.serviceFailed(sent, 'submitted', err);
+        // Cancelled while it was sent (its visit moved, say), the send failed: nothing of it is at the service for another visit to wait for (stillAtService).
+        if (err instanceof ServiceError) await this.step(sent, 'cancelled', { state: 'cancelled', submittedAt: undefined });
       }
     } finally {
       this.service.done(pass, row.key);
@@ -611,7 +613,8 @@ export class Worker {
    * A check cancelled while its request was at the service (its visit moved, say) still takes that
    * verification's result, which the moved visit's check then reuses: it is a verification under way
    * while it is followed for it (followCancelled), or, its send's answer not back yet, for
-   * webhookDeadlineMs. Past that, the other visit is verified on its own. Not one cancelled for its
+   * webhookDeadlineMs. Past that, the other visit is verified on its own. Not one whose send failed,
+   * or that waited to be sent (again) when it was cancelled: it has no submittedAt. Not one cancelled for its
    * plan being dropped: the plan stated again does not take its result (freshResultFor), so waiting
    * for it only puts the other visit's verification off.
    */

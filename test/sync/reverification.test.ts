@@ -240,6 +240,37 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
   });
 
+  // webhookDeadlineMs past the test's time: the moved visit is sent only if the cancelled check stops counting as under way.
+  const waitsLong = { webhookDeadlineMs: 10 * 60_000 };
+
+  it('sends a visit moved while its verification was sent at once when that send fails: no verification is at the service to wait for', async () => {
+    // The first send answered 500 after 1.5 s, not retried by the client: the move lands while it is on its way.
+    const c = await mllpInto({ settings: waitsLong, service: { maxRetries: 0 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 500, delayMs: 1500 });
+    const { booked, moved, cancelled } = await movedWhile(c, 'P-16', 'submitted');
+    expect(verificationPosts()).toBe(2);
+    expect(moved.reusedFrom).toBeUndefined();
+    expect(cancelled).toMatchObject({ state: 'cancelled', round: booked.round });
+    expect(cancelled?.submittedAt).toBeUndefined();
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
+  it('sends a visit moved while its verification waited to be sent again after a failed send at once: none of it is at the service', async () => {
+    // The first send answered 500, its retry a minute off: the move lands while it waits.
+    const c = await mllpInto({ settings: { ...waitsLong, backoffBaseMs: 120_000, backoffMaxMs: 120_000 }, service: { maxRetries: 0 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 500 });
+    const booking = bookingsOf('P-17', '20261201090000');
+    c.socket.write(frame(booking('R1', 'APT-R1', '20261207093000')));
+    await c.waitFor(1);
+    const waiting = await until('the first send failed', async () => (await h.store.listChecks({ states: ['received'] })).find((r) => r.submittedAt !== undefined));
+    c.socket.write(frame(asMove(booking('R2', 'APT-R1', '20261209093000'))));
+    await c.waitFor(2);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    expect(verificationPosts()).toBe(2);
+    expect(moved.reusedFrom).toBeUndefined();
+    expect(await checkOf(waiting.key)).toMatchObject({ state: 'cancelled' });
+  });
+
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
     // The moved check waits webhookDeadlineMs at most, on the clock the test moves on: longer than the sandbox takes to send the result.
