@@ -20,6 +20,8 @@ describe('fresh results and re-verification before the visit', () => {
 
   const checkOf = async (key: string) => (await h.store.listChecks()).find((r) => r.key === key);
   const verificationPosts = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+  /** How many verifications' results /metrics counts under `outcome`. */
+  const outcomesCounted = async (outcome: string) => Number(new RegExp(`^dental_elig_outcomes_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(await h.sync.metrics.text())?.[1] ?? 0);
   /** SIU S12 bookings of one patient on Guardian (SBX-COMPLETE), sent at `sent`: message id, appointment id, visit start. */
   const bookingsOf = (patientId: string, sent: string) => (id: string, appointment: string, start: string) =>
     [
@@ -196,6 +198,8 @@ describe('fresh results and re-verification before the visit', () => {
     // Its webhook brought what it was polled for: nothing of it is due (its poll would come webhookDeadlineMs after its send).
     expect(cancelled?.dueAt).toBeUndefined();
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    // The one verification the service did is counted once, though the check that took it is cancelled and the moved one's result is reused.
+    expect(await outcomesCounted('completed')).toBe(1);
   });
 
   it('polls the verification of a visit moved while it was under way when no webhook comes, and the moved visit takes its result', async () => {
@@ -208,6 +212,7 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
     // Followed no longer once it has its result: nothing of it is due.
     expect(cancelled?.dueAt).toBeUndefined();
+    expect(await outcomesCounted('completed')).toBe(1);
   });
 
   it('verifies a visit moved away and back while its asynchronous verification is under way once: its check, followed still, is its own again', async () => {
@@ -238,6 +243,7 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled?.correlationId).toBeDefined();
     expect(moved.reusedFrom).toBe(cancelled?.correlationId);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    expect(await outcomesCounted('completed')).toBe(1);
   });
 
   // webhookDeadlineMs past the test's time: the moved visit is sent only if the cancelled check stops counting as under way.
