@@ -1,7 +1,7 @@
 import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import { resultKindOf, type CheckRow, type JobStore } from './job-store';
-import { applyStep, cancelledTakes, localCorrelationId, type SyncEvent, type SyncEventName, type Worker } from './worker';
+import { applyStep, cancelledTakes, localCorrelationId, resultEvent, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 /** Dead: kept for a person (another request's result), not merely not applied. */
 export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored' | 'dead'; detail: string };
@@ -47,7 +47,10 @@ export async function ingestWebhook(store: JobStore, worker: Pick<Worker, 'trans
     }
     // Its portal's answer is told to the outage watch once this has committed (on PostgreSQL a transaction may run again,
     // and would count it twice); its step holds the check for the outage one saying the portal away will find, all the same.
-    const { change, event } = cancelled ? { change: cancelled, event: undefined } : worker.transitionFor(row, delivery.outcome, true);
+    // A cancelled check's result is told as any check's (the service did the verification), though nothing of it is written.
+    const { change, event } = cancelled
+      ? { change: cancelled, event: cancelled.result === undefined ? undefined : resultEvent(row, delivery.outcome, 'cancelled') }
+      : worker.transitionFor(row, delivery.outcome, true);
     await tx.putCheck(applyStep(row, change, now));
     await tx.updateMessage(message.id, { status: 'handled', detail: `${row.state} -> ${change.state}` });
     return { applied: { status: 'applied', ...(event && { event }) }, heard: row };

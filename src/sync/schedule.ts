@@ -297,7 +297,9 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: stri
   const { dueAt, ...rest } = check;
   // Its verification at the service is followed still, at its poll's time: another visit of the plan (the visit moved) takes its result.
   const followed = check.state === 'awaiting-result' && check.correlationId !== undefined && dueAt !== undefined && { dueAt };
-  await tx.putCheck({ ...rest, ...followed, state: 'cancelled', updatedAt: now, lastError: why });
+  // One waiting to be sent (again, after a failed send) has nothing at the service: no other visit of the plan waits for it (the worker's stillAtService).
+  const { submittedAt: _sent, ...unsent } = rest;
+  await tx.putCheck({ ...(check.state === 'received' ? unsent : rest), ...followed, state: 'cancelled', updatedAt: now, lastError: why });
   return true;
 }
 

@@ -59,6 +59,15 @@ function eventOf(row: CheckRow, event: Omit<SyncEvent, 'key' | 'clinicId' | 'por
   return { key: row.key, clinicId: row.check.clinicId, portalId: row.portalId, ...event };
 }
 
+/** The event of a verification's result the check in `row` takes, in `state`: verified, or failed naming its kind. */
+export function resultEvent(row: CheckRow, outcome: VerificationOutcome, state: CheckState): { name: SyncEventName; event: SyncEvent } {
+  const { correlationId } = outcome.verification;
+  return {
+    name: outcome.kind === 'failed' ? 'failed' : 'verified',
+    event: eventOf(row, { state, correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) }),
+  };
+}
+
 export interface WorkerOptions {
   /** Checks in hand for the service: being sent, polled, or waiting for either. */
   concurrency: number;
@@ -551,6 +560,8 @@ export class Worker {
         }
       } catch (err) {
         await this.serviceFailed(sent, 'submitted', err);
+        // Cancelled while it was sent (its visit moved, say), the send failed: nothing of it is at the service for another visit to wait for (stillAtService).
+        if (err instanceof ServiceError) await this.step(sent, 'cancelled', { state: 'cancelled', submittedAt: undefined });
       }
     } finally {
       this.service.done(pass, row.key);
@@ -611,7 +622,8 @@ export class Worker {
    * A check cancelled while its request was at the service (its visit moved, say) still takes that
    * verification's result, which the moved visit's check then reuses: it is a verification under way
    * while it is followed for it (followCancelled), or, its send's answer not back yet, for
-   * webhookDeadlineMs. Past that, the other visit is verified on its own. Not one cancelled for its
+   * webhookDeadlineMs. Past that, the other visit is verified on its own. Not one whose send failed,
+   * or that waited to be sent (again) when it was cancelled: it has no submittedAt. Not one cancelled for its
    * plan being dropped: the plan stated again does not take its result (freshResultFor), so waiting
    * for it only puts the other visit's verification off.
    */
@@ -624,10 +636,20 @@ export class Worker {
   private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome): Promise<void> {
     const at = this.now();
     const follow = outcome === undefined && { dueAt: this.later(this.options.webhookDeadlineMs) };
-    await this.kept(() => this.step(row, 'cancelled', (current) => {
+    let took = false;
+    const cancelled = await this.kept(() => this.step(row, 'cancelled', (current) => {
       const kept = cancelledTakes(current, correlationId, at, outcome);
+      // Set at each run: a transaction run again (PostgreSQL) tells what the one that committed took.
+      took = kept?.result !== undefined;
       return kept ? { ...kept, ...follow } : { state: 'cancelled' };
     }));
+    if (cancelled && took && outcome) this.emitResult(cancelled, outcome);
+  }
+
+  /** A verification's result a cancelled check took: the service did it, so it is told (and counted) once, as any check's, though nothing of it is written. */
+  private emitResult(cancelled: CheckRow, outcome: VerificationOutcome): void {
+    const { name, event } = resultEvent(cancelled, outcome, 'cancelled');
+    this.emit(name, event);
   }
 
   /**
@@ -653,7 +675,8 @@ export class Worker {
       // Its portal's answer all the same, as a poll's and the webhook's of a cancelled check are.
       this.portalHeard('go', row, outcome);
       const kept = cancelledTakes(row, row.correlationId, this.now(), outcome);
-      await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
+      const cancelled = await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
+      if (cancelled && kept?.result !== undefined) this.emitResult(cancelled, outcome);
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       // A fault that may pass is tried again at the next poll's time, no sooner than the service asks (Retry-After), as a poll's
@@ -863,10 +886,7 @@ export class Worker {
     }
     return {
       change: { state: 'result-stored', result: outcome.verification, resultAt: this.now(), correlationId, dueAt: this.now(), attempts: 0, lastError: undefined },
-      event: {
-        name: outcome.kind === 'failed' ? 'failed' : 'verified',
-        event: eventOf(row, { state: 'result-stored', correlationId, outcome: outcome.kind, ...(outcome.kind === 'failed' && { failureKind: outcome.failure.kind }) }),
-      },
+      event: resultEvent(row, outcome, 'result-stored'),
     };
   }
 

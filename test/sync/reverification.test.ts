@@ -20,6 +20,8 @@ describe('fresh results and re-verification before the visit', () => {
 
   const checkOf = async (key: string) => (await h.store.listChecks()).find((r) => r.key === key);
   const verificationPosts = () => h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification')).length;
+  /** How many verifications' results /metrics counts under `outcome`. */
+  const outcomesCounted = async (outcome: string) => Number(new RegExp(`^dental_elig_outcomes_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(await h.sync.metrics.text())?.[1] ?? 0);
   /** SIU S12 bookings of one patient on Guardian (SBX-COMPLETE), sent at `sent`: message id, appointment id, visit start. */
   const bookingsOf = (patientId: string, sent: string) => (id: string, appointment: string, start: string) =>
     [
@@ -196,6 +198,8 @@ describe('fresh results and re-verification before the visit', () => {
     // Its webhook brought what it was polled for: nothing of it is due (its poll would come webhookDeadlineMs after its send).
     expect(cancelled?.dueAt).toBeUndefined();
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    // The one verification the service did is counted once, though the check that took it is cancelled and the moved one's result is reused.
+    expect(await outcomesCounted('completed')).toBe(1);
   });
 
   it('polls the verification of a visit moved while it was under way when no webhook comes, and the moved visit takes its result', async () => {
@@ -208,6 +212,7 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
     // Followed no longer once it has its result: nothing of it is due.
     expect(cancelled?.dueAt).toBeUndefined();
+    expect(await outcomesCounted('completed')).toBe(1);
   });
 
   it('verifies a visit moved away and back while its asynchronous verification is under way once: its check, followed still, is its own again', async () => {
@@ -238,6 +243,38 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled?.correlationId).toBeDefined();
     expect(moved.reusedFrom).toBe(cancelled?.correlationId);
     expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    expect(await outcomesCounted('completed')).toBe(1);
+  });
+
+  // webhookDeadlineMs past the test's time: the moved visit is sent only if the cancelled check stops counting as under way.
+  const waitsLong = { webhookDeadlineMs: 10 * 60_000 };
+
+  it('sends a visit moved while its verification was sent at once when that send fails: no verification is at the service to wait for', async () => {
+    // The first send answered 500 after 1.5 s, not retried by the client: the move lands while it is on its way.
+    const c = await mllpInto({ settings: waitsLong, service: { maxRetries: 0 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 500, delayMs: 1500 });
+    const { booked, moved, cancelled } = await movedWhile(c, 'P-16', 'submitted');
+    expect(verificationPosts()).toBe(2);
+    expect(moved.reusedFrom).toBeUndefined();
+    expect(cancelled).toMatchObject({ state: 'cancelled', round: booked.round });
+    expect(cancelled?.submittedAt).toBeUndefined();
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+  });
+
+  it('sends a visit moved while its verification waited to be sent again after a failed send at once: none of it is at the service', async () => {
+    // The first send answered 500, its retry a minute off: the move lands while it waits.
+    const c = await mllpInto({ settings: { ...waitsLong, backoffBaseMs: 120_000, backoffMaxMs: 120_000 }, service: { maxRetries: 0 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 500 });
+    const booking = bookingsOf('P-17', '20261201090000');
+    c.socket.write(frame(booking('R1', 'APT-R1', '20261207093000')));
+    await c.waitFor(1);
+    const waiting = await until('the first send failed', async () => (await h.store.listChecks({ states: ['received'] })).find((r) => r.submittedAt !== undefined));
+    c.socket.write(frame(asMove(booking('R2', 'APT-R1', '20261209093000'))));
+    await c.waitFor(2);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    expect(verificationPosts()).toBe(2);
+    expect(moved.reusedFrom).toBeUndefined();
+    expect(await checkOf(waiting.key)).toMatchObject({ state: 'cancelled' });
   });
 
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
