@@ -84,9 +84,10 @@ async function upsertCheck(tx: StoreTx, check: EligibilityCheck, patientKey: str
   }
   if (existing?.state === 'cancelled' && existing.fingerprint === fingerprint && followedStill(existing)) {
     // Booked again (moved back, say) while its verification is still followed at the service: that one is its own again,
-    // awaited at its poll's time, not sent a second time as a new round would be (its result then taken by no check).
+    // awaited at its poll's time (or sent again under its externalId, its send's answer lost), not sent a second time as
+    // a new round would be (its result then taken by no check).
     const { lastError: _why, ...awaited } = existing;
-    await tx.putCheck({ ...awaited, check, patientKey, state: 'awaiting-result', updatedAt: now });
+    await tx.putCheck({ ...awaited, check, patientKey, state: awaited.correlationId === undefined ? 'submitted' : 'awaiting-result', updatedAt: now });
     return false;
   }
   if (existing && existing.fingerprint === fingerprint && !WITHDRAWN.has(existing.state)) {
@@ -265,9 +266,12 @@ const WITHDRAWN_BECAUSE: Record<AppointmentStatus, string> = {
   cancelled: 'the appointment was cancelled',
 };
 
-/** A cancelled check whose verification at the service is followed for its round's result (withdrawIfUnheld, the worker's followCancelled). */
+/**
+ * A cancelled check whose verification at the service is followed for its round's result, or whose
+ * send's answer, lost, is to be asked for again (withdrawIfUnheld, the worker's followCancelled).
+ */
 function followedStill(row: CheckRow): boolean {
-  return row.correlationId !== undefined && row.dueAt !== undefined && row.planDroppedAt === undefined && !answeredThisRound(row);
+  return (row.correlationId !== undefined || row.submittedAt !== undefined) && row.dueAt !== undefined && row.planDroppedAt === undefined && !answeredThisRound(row);
 }
 
 async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: string): Promise<boolean> {
@@ -297,9 +301,12 @@ async function withdrawIfUnheld(tx: StoreTx, key: string, now: string, why: stri
   const { dueAt, ...rest } = check;
   // Its verification at the service is followed still, at its poll's time: another visit of the plan (the visit moved) takes its result.
   const followed = check.state === 'awaiting-result' && check.correlationId !== undefined && dueAt !== undefined && { dueAt };
+  // Its send under way, or its answer lost with the worker that sent it (killed): taken up once no worker holds it,
+  // and sent again under its externalId to find what the service made of it (the worker's followCancelled).
+  const answerAwaited = check.state === 'submitted' && { dueAt: now };
   // One waiting to be sent (again, after a failed send) has nothing at the service: no other visit of the plan waits for it (the worker's stillAtService).
   const { submittedAt: _sent, ...unsent } = rest;
-  await tx.putCheck({ ...(check.state === 'received' ? unsent : rest), ...followed, state: 'cancelled', updatedAt: now, lastError: why });
+  await tx.putCheck({ ...(check.state === 'received' ? unsent : rest), ...followed, ...answerAwaited, state: 'cancelled', updatedAt: now, lastError: why });
   return true;
 }
 

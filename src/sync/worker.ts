@@ -507,32 +507,9 @@ export class Worker {
   // ------------------------------------------------------------------ sending
 
   private async submit(row: CheckRow): Promise<void> {
-    const { payer } = row.check.coverage;
-    let resolution = this.deps.resolver().resolve(payer);
-    if (resolution.status === 'unknown') resolution = (await this.deps.catalogAgain?.())?.resolve(payer) ?? resolution;
-    if (resolution.status !== 'resolved') {
-      const why = resolution.status === 'ambiguous' ? 'names several payers in the catalog' : 'matches no payer in the catalog';
-      return this.storeLocalFailure(row, 'PayerNotResolved', 'Payer not resolved', `the payer on this coverage ${why}`);
-    }
-    const { mode, portalId } = this.routeOf(resolution);
-    if (!portalId) return this.storeLocalFailure(row, 'NoPortal', 'No portal', `no portal verifies ${resolution.name}`);
-
-    // Built before the check is marked sent: a request that cannot be built is answered, not retried.
-    let body: VerificationRequest;
-    try {
-      body = requestFromCheck(
-        { ...row.check, coverage: { ...row.check.coverage, resolution } },
-        {
-          mode,
-          portalId,
-          externalId: row.externalId,
-          ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
-        },
-      );
-    } catch (err) {
-      if (!(err instanceof z.ZodError)) throw err;
-      return this.storeLocalFailure(row, REQUEST_REFUSED, 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`);
-    }
+    const request = await this.requestOf(row);
+    if ('refused' in request) return this.storeLocalFailure(row, ...request.refused);
+    const { body, mode, portalId } = request;
 
     const pass = this.service.admit(this.urgent(row), portalId, row.key);
     if (pass === 'hold') return this.hold(row, portalId, row.state, { state: row.state });
@@ -554,17 +531,52 @@ export class Worker {
           const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
-          const done = typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
-          const waiting = await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(done ? 0 : this.options.webhookDeadlineMs), lastError: undefined }));
-          if (!waiting) await this.tookCancelled(sent, accepted.correlationId);
+          const pollInMs = resultReady(accepted) ? 0 : this.options.webhookDeadlineMs;
+          const waiting = await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(pollInMs), lastError: undefined }));
+          if (!waiting) await this.tookCancelled(sent, accepted.correlationId, undefined, pollInMs);
         }
       } catch (err) {
         await this.serviceFailed(sent, 'submitted', err);
-        // Cancelled while it was sent (its visit moved, say), the send failed: nothing of it is at the service for another visit to wait for (stillAtService).
-        if (err instanceof ServiceError) await this.step(sent, 'cancelled', { state: 'cancelled', submittedAt: undefined });
+        // Cancelled while it was sent (its visit moved, say), the send answered a failure: nothing of it is at the service
+        // for another visit to wait for (stillAtService). One with no answer may have reached it: it is sent again
+        // under its externalId to find out (followCancelled).
+        if (err instanceof ServiceError) await this.step(sent, 'cancelled', answerLost(err) ? { state: 'cancelled', dueAt: this.later(this.backoff(sent.attempts)) } : { state: 'cancelled', submittedAt: undefined, dueAt: undefined });
       }
     } finally {
       this.service.done(pass, row.key);
+    }
+  }
+
+  /**
+   * The request a check is sent as, built before it is marked sent: one that cannot be built is
+   * answered (`refused`: the failure kind, title and detail to store), not retried. `sentBy`: the mode
+   * and portal it went by, for a send repeated to learn what became of the first, which the service
+   * knows by its externalId under them.
+   */
+  private async requestOf(row: CheckRow, sentBy?: { mode: 'sync' | 'async'; portalId: string }): Promise<{ body: VerificationRequest; mode: 'sync' | 'async'; portalId: string } | { refused: [kind: string, title: string, detail: string] }> {
+    const { payer } = row.check.coverage;
+    let resolution = this.deps.resolver().resolve(payer);
+    if (resolution.status === 'unknown') resolution = (await this.deps.catalogAgain?.())?.resolve(payer) ?? resolution;
+    if (resolution.status !== 'resolved') {
+      const why = resolution.status === 'ambiguous' ? 'names several payers in the catalog' : 'matches no payer in the catalog';
+      return { refused: ['PayerNotResolved', 'Payer not resolved', `the payer on this coverage ${why}`] };
+    }
+    const { mode, portalId } = sentBy ?? this.routeOf(resolution);
+    if (!portalId) return { refused: ['NoPortal', 'No portal', `no portal verifies ${resolution.name}`] };
+    try {
+      const body = requestFromCheck(
+        { ...row.check, coverage: { ...row.check.coverage, resolution } },
+        {
+          mode,
+          portalId,
+          externalId: row.externalId,
+          ...(this.options.inlineCredentials?.[portalId] && { credentials: this.options.inlineCredentials[portalId] }),
+        },
+      );
+      return { body, mode, portalId };
+    } catch (err) {
+      if (!(err instanceof z.ZodError)) throw err;
+      return { refused: [REQUEST_REFUSED, 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`] };
     }
   }
 
@@ -632,10 +644,10 @@ export class Worker {
     return row.dueAt !== undefined || Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
-  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped; a verification accepted is followed for its result. */
-  private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome): Promise<void> {
+  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped; a verification accepted is followed for its result, polled in `pollInMs`. */
+  private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome, pollInMs = this.options.webhookDeadlineMs): Promise<void> {
     const at = this.now();
-    const follow = outcome === undefined && { dueAt: this.later(this.options.webhookDeadlineMs) };
+    const follow = outcome === undefined && { dueAt: this.later(pollInMs) };
     let took = false;
     const cancelled = await this.kept(() => this.step(row, 'cancelled', (current) => {
       const kept = cancelledTakes(current, correlationId, at, outcome);
@@ -657,35 +669,60 @@ export class Worker {
    * it is (the webhook lost, as one sent while this instance was down is after three tries), so that
    * another visit of the plan takes it; until pendingGiveUpMs from its send, then let go. Whatever the
    * service answers, nothing is written and no person is told: the visit is cancelled.
+   *
+   * One cancelled while its send's answer was lost (its worker killed before it kept that answer, or
+   * the send timed out) is sent again under its externalId, by the mode and portal it went by: the
+   * service answers with the verification it made of the first (or makes it now, the first never
+   * having reached it), whose correlation id it is then followed by, or whose synchronous result it
+   * keeps. Left alone, the other visit of its plan would be verified a second time once
+   * webhookDeadlineMs had passed (stillAtService).
    */
   private async followCancelled(row: CheckRow): Promise<void> {
-    const letGo = { state: 'cancelled' as const, dueAt: undefined };
-    if (row.correlationId === undefined || answeredThisRound(row) || this.pendingPast(row, 0)) {
+    const askAgain = row.correlationId === undefined && row.submittedAt !== undefined && row.planDroppedAt === undefined;
+    // Let go of, one asked again no longer counts as at the service: the other visit is verified on its own at once.
+    const letGo = { state: 'cancelled' as const, dueAt: undefined, ...(askAgain && { submittedAt: undefined }) };
+    const request = askAgain && row.mode !== undefined && row.portalId !== undefined ? await this.requestOf(row, { mode: row.mode, portalId: row.portalId }) : undefined;
+    if ((row.correlationId === undefined && (request === undefined || 'refused' in request)) || answeredThisRound(row) || this.pendingPast(row, 0)) {
       await this.step(row, 'cancelled', letGo);
       return;
     }
-    const pass = this.service.admit(false, undefined, row.key);
+    const portal = request && !('refused' in request) ? request.portalId : undefined;
+    const pass = this.service.admit(false, portal, row.key);
     if (pass === 'hold') {
-      await this.step(row, 'cancelled', { state: 'cancelled', dueAt: this.later(this.service.holdFor((this.deps.random ?? Math.random)(), undefined, row.key)) });
+      await this.step(row, 'cancelled', { state: 'cancelled', dueAt: this.later(this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key)) });
       return;
     }
     try {
-      await this.limiter.take(undefined);
+      await this.limiter.take(portal);
+      if (request && !('refused' in request)) {
+        await this.sendCancelledAgain(pass, row, request);
+        return;
+      }
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
       // Its portal's answer all the same, as a poll's and the webhook's of a cancelled check are.
       this.portalHeard('go', row, outcome);
-      const kept = cancelledTakes(row, row.correlationId, this.now(), outcome);
+      const kept = cancelledTakes(row, row.correlationId as string, this.now(), outcome);
       const cancelled = await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
       if (cancelled && kept?.result !== undefined) this.emitResult(cancelled, outcome);
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       // A fault that may pass is tried again at the next poll's time, no sooner than the service asks (Retry-After), as a poll's
-      // is (serviceFailed); one that will not (the verification unknown to the service) ends it.
+      // is (serviceFailed); one that will not (the verification unknown to the service, the request refused) ends it.
       const wait = Math.max(this.pollWait(row), err.retryAfterMs ?? 0);
       await this.step(row, 'cancelled', err.mayPassLater ? { state: 'cancelled', dueAt: this.later(wait) } : letGo);
     } finally {
       this.service.done(pass, row.key);
     }
+  }
+
+  /** followCancelled's send again of a cancelled check's request, its first answer lost: what the service answers is kept as the first's would have been (tookCancelled). */
+  private async sendCancelledAgain(pass: Pass, row: CheckRow, { body, mode, portalId }: { body: VerificationRequest; mode: 'sync' | 'async'; portalId: string }): Promise<void> {
+    if (mode === 'sync') {
+      const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row, answer, true));
+      return this.tookCancelled(row, outcome.verification.correlationId, outcome);
+    }
+    const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
+    return this.tookCancelled(row, accepted.correlationId, undefined, resultReady(accepted) ? 0 : this.options.webhookDeadlineMs);
   }
 
   private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
@@ -1482,6 +1519,16 @@ export class Worker {
       this.deps.observe?.(what, operation, Number(process.hrtime.bigint() - started) / 1e9, ok);
     }
   }
+}
+
+/** Whether a send failed with no answer after it may have reached the service (a timeout, a connection dropped mid-request): what it did there is unknown. */
+function answerLost(err: ServiceError): boolean {
+  return err.status === undefined && !err.notSent;
+}
+
+/** Whether an accepted verification is answered as done already (a send repeated under its externalId): its result is polled at once. */
+function resultReady(accepted: { status?: unknown }): boolean {
+  return typeof accepted.status === 'string' && hasResult(outcomeKindOf(accepted.status));
 }
 
 /**

@@ -277,6 +277,21 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await checkOf(waiting.key)).toMatchObject({ state: 'cancelled' });
   });
 
+  it('verifies a visit moved while its send went unanswered once: the cancelled check is sent again under its externalId, and the moved visit takes that verification\'s result', async () => {
+    // The first send's answer held back 4 s, past the client's 2 s timeout and not retried by it: the move lands while it is on its way,
+    // and the service may have taken it all the same.
+    const c = await mllpInto({ settings: waitsLong, service: { maxRetries: 0, timeoutMs: 2000 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, delayMs: 4000 });
+    const { booked, moved, cancelled } = await movedWhile(c, 'P-18', 'submitted', cigna);
+    expect(cancelled).toMatchObject({ state: 'cancelled', round: booked.round, externalId: booked.externalId });
+    expect(cancelled?.correlationId).toBeDefined();
+    expect(moved.reusedFrom).toBe(cancelled?.correlationId);
+    // Sent twice, under one externalId: one verification at the service.
+    expect(verificationPosts()).toBe(2);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    expect(await outcomesCounted('completed')).toBe(1);
+  });
+
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
     // The moved check waits webhookDeadlineMs at most, on the clock the test moves on: longer than the sandbox takes to send the result.
