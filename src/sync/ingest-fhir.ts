@@ -2,12 +2,11 @@ import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import type { EligibilityCheck } from '../domain';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { changeOf, resolveRefused } from './dead-letters';
 import type { AppointmentRow, AppointmentStatus, JobStore, MessageRow, StoreTx } from './job-store';
-import { chartInsurer, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
+import { chartCoverageOf, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -92,9 +91,9 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
   const checks = conversion?.checks ?? [];
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
-  // arrived, or whose birth date or member id was corrected, is new work; so is a Coverage's payor moved to another
-  // Organization, which its pair names (chartCoverageChanged).
-  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}${insurerPart(c)}`).join(',')}`;
+  // arrived, or whose birth date or member id was corrected, is new work; so is what of the chart's Coverage
+  // scheduling follows without a new verification (chartCoverageChanged: its order, its payor Organization).
+  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}:${chartCoverageOf(c)}`).join(',')}`;
 
   return store.transaction(async (tx) => {
     await unchanged(tx);
@@ -124,12 +123,6 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks${warnings.length > 0 ? `; warnings: ${warnings.join('; ')}` : ''}` });
     return { appointment: reference, status, ...done, duplicate: false };
   });
-}
-
-/** A check's payor Organization in its dedupe key; nothing where it names none, so such a check's key is as before it could. */
-function insurerPart(check: EligibilityCheck): string {
-  const insurer = chartInsurer(check);
-  return insurer === undefined ? '' : `:${insurer}`;
 }
 
 /** What a notification names (a poll, an appointment): the road one resource is read by, and a dead letter's replay. */

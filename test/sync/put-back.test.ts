@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import type { Appointment, FhirResource } from 'fhir/r4';
+import type { Appointment, Coverage, FhirResource } from 'fhir/r4';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { FhirReader } from '../../src/adapters/fhir/in';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
@@ -85,6 +85,42 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
     expect(await ingest()).toMatchObject({ created: [], withdrawn: [], duplicate: true });
     // Each read that changed the store is kept, the first Tuesday's and the second apart.
     expect((await store.listMessages({ kind: 'fhir-notification' })).map((m) => m.status)).toEqual(['handled', 'handled', 'handled']);
+  });
+
+  it('follows a Coverage whose order the chart changed and put back, and one whose period it ended before the visit and put back', async () => {
+    const coverage = (id: string) => chartOf('primary-secondary').find((r): r is Coverage => r.resourceType === 'Coverage' && r.id === id) as Coverage;
+    /** Each check's payer and order as stored, the primary first. */
+    const orders = async () => {
+      const checks = await store.listChecks();
+      return checks.filter((c) => c.state !== 'cancelled').map((c) => `${c.check.source.kind === 'fhir' ? c.check.source.coverage : ''} ${c.check.coverage.order}`).sort();
+    };
+    await fhir.seed([on(TUESDAY)]);
+    expect((await ingest()).created).toHaveLength(2);
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    // Delta's order deleted: it takes the rank Aetna's leaves free, first, then second, in the same list of coverages.
+    const { order: _, ...unordered } = coverage('cov-marco-delta');
+    const aetnaAt = (order: number) => [{ ...coverage('cov-marco-aetna'), order }, unordered];
+    await fhir.seed(aetnaAt(2));
+    expect(await ingest()).toMatchObject({ duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    await fhir.seed(aetnaAt(1));
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna primary', 'Coverage/cov-marco-delta secondary']);
+    expect(await ingest()).toMatchObject({ duplicate: true });
+    await fhir.seed(aetnaAt(2));
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    await fhir.seed([coverage('cov-marco-aetna'), coverage('cov-marco-delta')]);
+    await ingest();
+
+    // The primary plan ended before the visit: as a first read of it, it makes no check.
+    await fhir.seed([{ ...coverage('cov-marco-delta'), period: { end: '2026-12-01' } }]);
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna primary']);
+    await fhir.seed([coverage('cov-marco-delta')]);
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    expect(await ingest()).toMatchObject({ duplicate: true });
   });
 
   it('books again an appointment the chart deleted and restored as it was', async () => {
