@@ -364,21 +364,28 @@ const SUBSCRIBER_SEARCH_PAGES = 2;
  */
 async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, subscribers: readonly string[], at: Present): Promise<string[]> {
   const found: string[] = [];
+  const beneficiaries = new Set<string>();
   for (let i = 0; i < subscribers.length; i += SUBSCRIBERS_PER_SEARCH) {
     const asked = subscribers.slice(i, i + SUBSCRIBERS_PER_SEARCH);
     let coverages: unknown[];
     try {
       coverages = await reader.search('Coverage', { subscriber: asked.join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
     } catch {
-      return found;
+      break;
     }
     for (const coverage of coverages) {
       const head = CoverageHead.safeParse(coverage).data;
       const subscriber = subscriberOf(head?.subscriber?.reference);
       if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
       found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
+      const beneficiary = beneficiaryOf(coverage);
+      if (beneficiary !== undefined && !subscribers.includes(`Patient/${beneficiary}`)) beneficiaries.add(beneficiary);
     }
   }
+  // Those the chart refused for the subscriber's data (a birth date after the visit) are not held: the beneficiary's refused
+  // ones are read again, as a change of the beneficiary has them (a patient changed has their own read by the caller).
+  const refused = beneficiaries.size > 0 ? await refusedAppointments(store) : new Set<string>();
+  for (const beneficiary of beneficiaries) found.push(...(await refusedOfPatient(reader, `Patient/${beneficiary}`, refused, at)));
   return found;
 }
 
@@ -397,7 +404,8 @@ async function refusedAppointments(store: JobStore): Promise<Set<string>> {
  * again too, so a Coverage moved to another patient leaves the first patient's visits, and one the
  * server no longer has (deleted) the visits it served (a poll does not see deletions). A
  * RelatedPerson is no patient: the appointments whose checks verify a Coverage it is the
- * subscriber of are read again (a parent kept so, their birth date corrected), no patient named.
+ * subscriber of are read again (a parent kept so, their birth date corrected), no patient named,
+ * and those of the Coverage's beneficiary the chart refused (refusedOfPatient), as for a Patient.
  */
 export async function appointmentsOfChanged(
   store: JobStore,
