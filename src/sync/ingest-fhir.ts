@@ -90,10 +90,16 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
   const conversion = cancelled ? undefined : await convertFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const checks = conversion?.checks ?? [];
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
+  // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
+  const patientKey = `fhir|${conversion?.patient ?? `Patient/${patient}`}`;
+  const dateOfService = conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '';
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
   // arrived, or whose birth date or member id was corrected, is new work; so is what of the chart's Coverage
-  // scheduling follows without a new verification (chartCoverageChanged: its order, its payor Organization).
-  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}:${chartCoverageOf(c)}`).join(',')}`;
+  // scheduling follows without a new verification (chartCoverageChanged: its order, its payor Organization),
+  // and what the store keeps of the appointment beside its checks (one waiting for insurance has none): the
+  // record its patient was merged into, its day and its clinic.
+  const stored = [patientKey, dateOfService, conversion?.clinicId ?? ''].join('|');
+  const dedupeKey = `${reference}|${version}|${status}|${stored}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}:${chartCoverageOf(c)}`).join(',')}`;
 
   return store.transaction(async (tx) => {
     await unchanged(tx);
@@ -108,9 +114,8 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
       tx,
       {
         key: `fhir|${reference}`,
-        // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
-        patientKey: `fhir|${conversion?.patient ?? `Patient/${patient}`}`,
-        dateOfService: conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '',
+        patientKey,
+        dateOfService,
         status,
         checks,
         // Its clinic, whose zone tells when the visit is over (stillToCome).

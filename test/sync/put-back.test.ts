@@ -1,12 +1,12 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import type { Appointment, Coverage, FhirResource } from 'fhir/r4';
+import type { Appointment, Coverage, FhirResource, Patient } from 'fhir/r4';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { FhirReader } from '../../src/adapters/fhir/in';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { fhirKitReader } from '../../src/sync/fhir-reader';
-import { ingestFhirAppointment } from '../../src/sync/ingest-fhir';
+import { ingestFhirAppointment, ingestFhirChange } from '../../src/sync/ingest-fhir';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { postgresForTests } from '../support/postgres';
@@ -56,6 +56,7 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
   });
 
   const appointment = () => chartOf('primary-secondary').find((r): r is Appointment => r.resourceType === 'Appointment') as Appointment;
+  const coverage = (id: string) => chartOf('primary-secondary').find((r): r is Coverage => r.resourceType === 'Coverage' && r.id === id) as Coverage;
   const on = (day: string): Appointment => ({ ...appointment(), start: `${day}T11:00:00-06:00`, end: `${day}T12:00:00-06:00` });
   const ingest = (id = 'appt-4004') => ingestFhirAppointment(store, reader, id, options);
   /** The appointment's day as stored, and the day and state of each check it holds. */
@@ -88,7 +89,6 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
   });
 
   it('follows a Coverage whose order the chart changed and put back, and one whose period it ended before the visit and put back', async () => {
-    const coverage = (id: string) => chartOf('primary-secondary').find((r): r is Coverage => r.resourceType === 'Coverage' && r.id === id) as Coverage;
     /** Each check's payer and order as stored, the primary first. */
     const orders = async () => {
       const checks = await store.listChecks();
@@ -121,6 +121,21 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
     expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
     expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
     expect(await ingest()).toMatchObject({ duplicate: true });
+  });
+
+  it('keeps an appointment waiting for insurance under the record its patient was merged into, so that one\'s Coverage added reads it', async () => {
+    const nova: Patient = { resourceType: 'Patient', id: 'pat-nova', name: [{ family: 'Reyes', given: ['Nova'] }], gender: 'female', birthDate: '1990-02-03' };
+    const survivor = { ...nova, id: 'pat-nova-2' };
+    const waiting = { ...on(TUESDAY), id: 'appt-6006', participant: appointment().participant.map((p) => (p.actor?.reference === 'Patient/pat-marco' ? { ...p, actor: { reference: 'Patient/pat-nova' } } : p)) };
+    await fhir.seed([nova, survivor, waiting]);
+    expect(await ingest('appt-6006')).toMatchObject({ status: 'awaiting-insurance', duplicate: false });
+    // The EHR merged Nova's record into another, neither insured yet: the appointment names the first still.
+    await fhir.seed([{ ...nova, active: false, link: [{ other: { reference: 'Patient/pat-nova-2' }, type: 'replaced-by' }] }]);
+    expect(await ingest('appt-6006')).toMatchObject({ status: 'awaiting-insurance', duplicate: false });
+    expect((await store.transaction((tx) => tx.getAppointment('fhir|Appointment/appt-6006')))?.patientKey).toBe('fhir|Patient/pat-nova-2');
+    expect(await ingest('appt-6006')).toMatchObject({ duplicate: true });
+    await fhir.seed([{ ...coverage('cov-marco-delta'), id: 'cov-nova', beneficiary: { reference: 'Patient/pat-nova-2' } }]);
+    expect(await ingestFhirChange(store, reader, { type: 'Coverage', id: 'cov-nova' }, options)).toBe('Coverage/cov-nova: Appointment/appt-6006: booked');
   });
 
   it('books again an appointment the chart deleted and restored as it was', async () => {
