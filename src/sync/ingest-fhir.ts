@@ -2,12 +2,11 @@ import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import * as z from 'zod';
 import type { ClinicRouting } from '../adapters/clinic-routing';
-import type { EligibilityCheck } from '../domain';
 import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHappenStatuses, type FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { changeOf, resolveRefused } from './dead-letters';
 import type { AppointmentRow, AppointmentStatus, JobStore, MessageRow, StoreTx } from './job-store';
-import { chartInsurer, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
+import { chartCoverageOf, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -91,10 +90,16 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
   const conversion = cancelled ? undefined : await convertFromServer(reader, appointmentId, { routing: options.routing, receivedAt: receivedAt.toISOString() });
   const checks = conversion?.checks ?? [];
   const status: AppointmentStatus = cancelled ? 'cancelled' : checks.length > 0 ? 'booked' : 'awaiting-insurance';
+  // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
+  const patientKey = `fhir|${conversion?.patient ?? `Patient/${patient}`}`;
+  const dateOfService = conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '';
   // Checks depend on the patient and coverages too: an unchanged appointment whose patient's insurance
-  // arrived, or whose birth date or member id was corrected, is new work; so is a Coverage's payor moved to another
-  // Organization, which its pair names (chartCoverageChanged).
-  const dedupeKey = `${reference}|${version}|${status}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}${insurerPart(c)}`).join(',')}`;
+  // arrived, or whose birth date or member id was corrected, is new work; so is what of the chart's Coverage
+  // scheduling follows without a new verification (chartCoverageChanged: its order, its payor Organization),
+  // and what the store keeps of the appointment beside its checks (one waiting for insurance has none): the
+  // record its patient was merged into, its day and its clinic.
+  const stored = [patientKey, dateOfService, conversion?.clinicId ?? ''].join('|');
+  const dedupeKey = `${reference}|${version}|${status}|${stored}|${checks.map((c) => `${c.idempotencyKey}:${fingerprints(c).fingerprint}:${chartCoverageOf(c)}`).join(',')}`;
 
   return store.transaction(async (tx) => {
     await unchanged(tx);
@@ -109,9 +114,8 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
       tx,
       {
         key: `fhir|${reference}`,
-        // Under the record a merged one was merged into: its Coverages and Patient changes name that one.
-        patientKey: `fhir|${conversion?.patient ?? `Patient/${patient}`}`,
-        dateOfService: conversion?.dateOfService ?? head.start?.slice(0, 10) ?? '',
+        patientKey,
+        dateOfService,
         status,
         checks,
         // Its clinic, whose zone tells when the visit is over (stillToCome).
@@ -124,12 +128,6 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
     await tx.updateMessage(message.id, { status: 'handled', detail: `${status}: ${checks.length} checks${warnings.length > 0 ? `; warnings: ${warnings.join('; ')}` : ''}` });
     return { appointment: reference, status, ...done, duplicate: false };
   });
-}
-
-/** A check's payor Organization in its dedupe key; nothing where it names none, so such a check's key is as before it could. */
-function insurerPart(check: EligibilityCheck): string {
-  const insurer = chartInsurer(check);
-  return insurer === undefined ? '' : `:${insurer}`;
 }
 
 /** What a notification names (a poll, an appointment): the road one resource is read by, and a dead letter's replay. */
@@ -371,21 +369,28 @@ const SUBSCRIBER_SEARCH_PAGES = 2;
  */
 async function appointmentsSubscribedBy(store: JobStore, reader: FhirReader, subscribers: readonly string[], at: Present): Promise<string[]> {
   const found: string[] = [];
+  const beneficiaries = new Set<string>();
   for (let i = 0; i < subscribers.length; i += SUBSCRIBERS_PER_SEARCH) {
     const asked = subscribers.slice(i, i + SUBSCRIBERS_PER_SEARCH);
     let coverages: unknown[];
     try {
       coverages = await reader.search('Coverage', { subscriber: asked.join(','), _count: '100' }, { maxPages: SUBSCRIBER_SEARCH_PAGES });
     } catch {
-      return found;
+      break;
     }
     for (const coverage of coverages) {
       const head = CoverageHead.safeParse(coverage).data;
       const subscriber = subscriberOf(head?.subscriber?.reference);
       if (head?.id === undefined || subscriber === undefined || !asked.includes(subscriber)) continue;
       found.push(...(await appointmentsVerifying(store, `Coverage/${head.id}`, at)));
+      const beneficiary = beneficiaryOf(coverage);
+      if (beneficiary !== undefined && !subscribers.includes(`Patient/${beneficiary}`)) beneficiaries.add(beneficiary);
     }
   }
+  // Those the chart refused for the subscriber's data (a birth date after the visit) are not held: the beneficiary's refused
+  // ones are read again, as a change of the beneficiary has them (a patient changed has their own read by the caller).
+  const refused = beneficiaries.size > 0 ? await refusedAppointments(store) : new Set<string>();
+  for (const beneficiary of beneficiaries) found.push(...(await refusedOfPatient(reader, `Patient/${beneficiary}`, refused, at)));
   return found;
 }
 
@@ -404,7 +409,8 @@ async function refusedAppointments(store: JobStore): Promise<Set<string>> {
  * again too, so a Coverage moved to another patient leaves the first patient's visits, and one the
  * server no longer has (deleted) the visits it served (a poll does not see deletions). A
  * RelatedPerson is no patient: the appointments whose checks verify a Coverage it is the
- * subscriber of are read again (a parent kept so, their birth date corrected), no patient named.
+ * subscriber of are read again (a parent kept so, their birth date corrected), no patient named,
+ * and those of the Coverage's beneficiary the chart refused (refusedOfPatient), as for a Patient.
  */
 export async function appointmentsOfChanged(
   store: JobStore,

@@ -4,7 +4,7 @@ import { dayInPeriod } from '../adapters/fhir/in/period';
 import { dayInPlan, planKey, spanOf } from '../adapters/hl7';
 import { dateAt, earliestDateAnywhere, startOfDate } from '../adapters/local-date';
 import type { FhirIssue } from '../adapters/fhir/operation-outcome';
-import { dayWritten, samePeriod, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
+import { dayWritten, type EligibilityCheck, type KnownCoverage, type PatientInsuranceRecord } from '../domain';
 import { present } from '../adapters/fhir/out/values';
 import { storedOutcome } from '../verification/outcome';
 import type { VerificationResult } from '../verification/wire';
@@ -159,7 +159,13 @@ export async function freshResultFor(
  * read from a FHIR chart, the payor Organization its pair names as insurer (check.source.insurer).
  */
 export function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
-  return stored.coverage.order !== check.coverage.order || !samePeriod(stored.coverage.period, check.coverage.period) || chartInsurer(stored) !== chartInsurer(check);
+  return chartCoverageOf(stored) !== chartCoverageOf(check);
+}
+
+/** What chartCoverageChanged compares of a check, as one string: a FHIR read's dedupe key holds it, so that a change of it is no duplicate. */
+export function chartCoverageOf(check: EligibilityCheck): string {
+  const { order, period } = check.coverage;
+  return JSON.stringify([order, period?.start ?? null, period?.end ?? null, chartInsurer(check) ?? null]);
 }
 
 /** The payor Organization a FHIR chart's Coverage names (none for an HL7 check, whose insurer the writer finds). */

@@ -421,6 +421,33 @@ describe('FHIR-triggered eligibility', () => {
       expect(await coverageLetters()).toEqual(['handled']);
     });
 
+    describe('for a birth date of its subscriber kept as a RelatedPerson (Sofia, whose plan covers Marco), typed a year ahead', () => {
+      const sofia = (birthDate: string) => chart('W778899002').flatMap((r) => (r.resourceType === 'RelatedPerson' ? [{ ...r, birthDate }] : []));
+      beforeEach(async () => {
+        await h.fhir.seed([...chart('W778899002'), ...sofia(`${Number(visit.slice(0, 4)) + 1}-04-09`)]);
+        expect((await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' })).status).toBe(422);
+        expect(await letters()).toEqual(['dead']);
+      });
+
+      it('reads it again when the RelatedPerson is corrected, verifies both, and lets go of its dead letter', async () => {
+        await h.fhir.seed(sofia('1987-04-09'));
+        const res = await fetch(`${h.httpUrl}/fhir-notifications/RelatedPerson/rp-sofia`, { method: 'POST' });
+        expect(((await res.json()) as { issue: { diagnostics: string }[] }).issue[0]?.diagnostics).toBe('RelatedPerson/rp-sofia: Appointment/appt-4004: booked');
+        await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+        expect(await letters()).toEqual(['handled']);
+      });
+
+      it('does the same when a poll finds the RelatedPerson corrected, the patient and the Coverage as the last poll found them', async () => {
+        expect(await h.sync.pollAppointments()).toBe(1);
+        expect(await h.sync.pollAppointments()).toBe(0);
+        await h.fhir.seed(sofia('1987-04-09'));
+        expect(await h.sync.pollAppointments()).toBe(1);
+        await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+        // The poll's own letter of it too.
+        expect(await letters()).toEqual(['handled', 'handled']);
+      });
+    });
+
     it('reads it again when a poll finds the Coverage corrected, though the appointment did not change', async () => {
       await h.fhir.seed(chart());
       await h.sync.pollAppointments();

@@ -1,12 +1,12 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import type { Appointment, FhirResource } from 'fhir/r4';
+import type { Appointment, Coverage, FhirResource, Patient } from 'fhir/r4';
 import { loadClinicRouting } from '../../src/adapters/clinic-routing';
 import type { FhirReader } from '../../src/adapters/fhir/in';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
 import { fhirKitReader } from '../../src/sync/fhir-reader';
-import { ingestFhirAppointment } from '../../src/sync/ingest-fhir';
+import { ingestFhirAppointment, ingestFhirChange } from '../../src/sync/ingest-fhir';
 import type { JobStore } from '../../src/sync/job-store';
 import { openJobStore } from '../../src/sync/open-store';
 import { postgresForTests } from '../support/postgres';
@@ -56,6 +56,7 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
   });
 
   const appointment = () => chartOf('primary-secondary').find((r): r is Appointment => r.resourceType === 'Appointment') as Appointment;
+  const coverage = (id: string) => chartOf('primary-secondary').find((r): r is Coverage => r.resourceType === 'Coverage' && r.id === id) as Coverage;
   const on = (day: string): Appointment => ({ ...appointment(), start: `${day}T11:00:00-06:00`, end: `${day}T12:00:00-06:00` });
   const ingest = (id = 'appt-4004') => ingestFhirAppointment(store, reader, id, options);
   /** The appointment's day as stored, and the day and state of each check it holds. */
@@ -85,6 +86,56 @@ function putBack(newPlace: () => Promise<StorePlace>): void {
     expect(await ingest()).toMatchObject({ created: [], withdrawn: [], duplicate: true });
     // Each read that changed the store is kept, the first Tuesday's and the second apart.
     expect((await store.listMessages({ kind: 'fhir-notification' })).map((m) => m.status)).toEqual(['handled', 'handled', 'handled']);
+  });
+
+  it('follows a Coverage whose order the chart changed and put back, and one whose period it ended before the visit and put back', async () => {
+    /** Each check's payer and order as stored, the primary first. */
+    const orders = async () => {
+      const checks = await store.listChecks();
+      return checks.filter((c) => c.state !== 'cancelled').map((c) => `${c.check.source.kind === 'fhir' ? c.check.source.coverage : ''} ${c.check.coverage.order}`).sort();
+    };
+    await fhir.seed([on(TUESDAY)]);
+    expect((await ingest()).created).toHaveLength(2);
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    // Delta's order deleted: it takes the rank Aetna's leaves free, first, then second, in the same list of coverages.
+    const { order: _, ...unordered } = coverage('cov-marco-delta');
+    const aetnaAt = (order: number) => [{ ...coverage('cov-marco-aetna'), order }, unordered];
+    await fhir.seed(aetnaAt(2));
+    expect(await ingest()).toMatchObject({ duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    await fhir.seed(aetnaAt(1));
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna primary', 'Coverage/cov-marco-delta secondary']);
+    expect(await ingest()).toMatchObject({ duplicate: true });
+    await fhir.seed(aetnaAt(2));
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    await fhir.seed([coverage('cov-marco-aetna'), coverage('cov-marco-delta')]);
+    await ingest();
+
+    // The primary plan ended before the visit: as a first read of it, it makes no check.
+    await fhir.seed([{ ...coverage('cov-marco-delta'), period: { end: '2026-12-01' } }]);
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna primary']);
+    await fhir.seed([coverage('cov-marco-delta')]);
+    expect(await ingest()).toMatchObject({ status: 'booked', duplicate: false });
+    expect(await orders()).toEqual(['Coverage/cov-marco-aetna secondary', 'Coverage/cov-marco-delta primary']);
+    expect(await ingest()).toMatchObject({ duplicate: true });
+  });
+
+  it('keeps an appointment waiting for insurance under the record its patient was merged into, so that one\'s Coverage added reads it', async () => {
+    const nova: Patient = { resourceType: 'Patient', id: 'pat-nova', name: [{ family: 'Reyes', given: ['Nova'] }], gender: 'female', birthDate: '1990-02-03' };
+    const survivor = { ...nova, id: 'pat-nova-2' };
+    const waiting = { ...on(TUESDAY), id: 'appt-6006', participant: appointment().participant.map((p) => (p.actor?.reference === 'Patient/pat-marco' ? { ...p, actor: { reference: 'Patient/pat-nova' } } : p)) };
+    await fhir.seed([nova, survivor, waiting]);
+    expect(await ingest('appt-6006')).toMatchObject({ status: 'awaiting-insurance', duplicate: false });
+    // The EHR merged Nova's record into another, neither insured yet: the appointment names the first still.
+    await fhir.seed([{ ...nova, active: false, link: [{ other: { reference: 'Patient/pat-nova-2' }, type: 'replaced-by' }] }]);
+    expect(await ingest('appt-6006')).toMatchObject({ status: 'awaiting-insurance', duplicate: false });
+    expect((await store.transaction((tx) => tx.getAppointment('fhir|Appointment/appt-6006')))?.patientKey).toBe('fhir|Patient/pat-nova-2');
+    expect(await ingest('appt-6006')).toMatchObject({ duplicate: true });
+    await fhir.seed([{ ...coverage('cov-marco-delta'), id: 'cov-nova', beneficiary: { reference: 'Patient/pat-nova-2' } }]);
+    expect(await ingestFhirChange(store, reader, { type: 'Coverage', id: 'cov-nova' }, options)).toBe('Coverage/cov-nova: Appointment/appt-6006: booked');
   });
 
   it('books again an appointment the chart deleted and restored as it was', async () => {

@@ -11,10 +11,9 @@ import {
   type Provider,
 } from '../../domain';
 import { clinicTimeZone, resolveClinic, senderTimeZone, type ClinicRouting } from '../clinic-routing';
-import { dateOfStart } from '../local-date';
 import { acknowledgements, type Ack, type AckOptions, type ApplicationAckCode } from './ack';
 import { assembleChecks, dayInPlan, type CheckSourceFields } from './build-checks';
-import { instantWritten, sentEarlier } from './hl7-date';
+import { dayIn, sentEarlier } from './hl7-date';
 import { describeProblem, problemAt, rejection, warningAt, type Hl7Problem } from './hl7-errors';
 import { Hl7Message, readSegments } from './hl7-message';
 import { headerOf, messageControlId, messageTypeOf, type MessageHeader } from './message-header';
@@ -258,9 +257,12 @@ async function verify(ctx: Context, kind: 'book' | 'reschedule'): Promise<Hl7Out
   const ofPatient = problems.length;
   const appointment = readAppointment(message, profile, options.mappings.codeTables, problems, ctx.warnings);
   const ofAppointment = problems.length;
-  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
+  // The clinic first: its time zone dates the plans' dates, as it does the visit. What it finds wrong is reported last, as before.
+  const ofClinic: Hl7Problem[] = [];
+  const clinicId = readClinic(ctx, ofClinic);
+  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings, clinicId && clinicTimeZone(options.routing, clinicId));
   const ofInsurance = problems.length;
-  const clinicId = readClinic(ctx, problems);
+  problems.push(...ofClinic);
   const named = read && patientKey(read.identifiers, ctx.facility);
   if (problems.length > 0) {
     // Only what the message says of the patient is wrong (the appointment and the office read): the visit waits for its correction.
@@ -363,7 +365,8 @@ async function record(ctx: Context): Promise<Hl7Outcome> {
   const problems = [...missingSegments(message, 'PID'), ...repeatedSegments(message, 'PID')];
   if (problems.length > 0) return rejected(problems);
   const read = readPatient(message, profile, options.mappings.codeTables, problems);
-  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings);
+  // No visit to date the plans' dates where its clinic is: where the sender is.
+  const insurance = read && readInsurance(message, profile, options.mappings.codeTables, read, problems, ctx.warnings, senderZone(ctx));
   const named = read && patientKey(read.identifiers, ctx.facility);
   if (problems.length > 0) return rejected(problems);
   if (!read || !insurance || !named) throw new Error('readers returned nothing without a problem');
@@ -509,8 +512,7 @@ function dateOfVisit(ctx: Context, appointment: AppointmentReading, clinicId: st
   const timeZone = clinicTimeZone(ctx.options.routing, clinicId);
   if (timeZone === undefined) return appointment.dateOfService;
   // The start read again as written, for a clinic whose zone is known only: most practices name none.
-  const instant = instantWritten(firstValue(ctx.message.segments, ctx.profile.appointment.start)?.value ?? '');
-  return (instant !== undefined && dateOfStart(instant, timeZone)) || appointment.dateOfService;
+  return dayIn(firstValue(ctx.message.segments, ctx.profile.appointment.start)?.value ?? '', timeZone) ?? appointment.dateOfService;
 }
 
 /** A W ERR for each plan this message states that is not in force on the day of the visit: it makes no check. */

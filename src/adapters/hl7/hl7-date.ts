@@ -1,4 +1,4 @@
-import { wallClockRepeated } from '../local-date';
+import { dateOfStart, wallClockRepeated } from '../local-date';
 
 /**
  * HL7 dates and times (DT, DTM and the first component of TS) written as
@@ -6,8 +6,8 @@ import { wallClockRepeated } from '../local-date';
  * six (microseconds), and those are read too, to the millisecond: the digits after it are dropped,
  * not rounded, so 23:59:59.9999 is still that day. A date of service or birth needs the day. The date is
  * taken as written: converting an appointment at 20:00-0500 to UTC would move it to the next day.
- * (An appointment's start with an offset is dated where the clinic is, when clinics.json says
- * where: see instantWritten.)
+ * (An appointment's start and a plan's dates with an offset are dated where the clinic is, when
+ * clinics.json says where: see dayIn.)
  */
 export type DateReading = { ok: true; date: string } | { ok: false; reason: 'imprecise' | 'invalid' };
 
@@ -67,6 +67,16 @@ function validOffset(offset: string): boolean {
 export function instantWritten(value: string): string | undefined {
   const at = instantOf(value, HOUR_MS);
   return at?.zoned ? new Date(at.ms).toISOString() : undefined;
+}
+
+/**
+ * The day a time written with an offset (instantWritten) falls on in `timeZone`: an engine that
+ * writes times in UTC ends a plan on Los Angeles' 30 November at 20241201075959+0000. Undefined
+ * for a date, a local time or no zone known, which are dated as written.
+ */
+export function dayIn(value: string, timeZone: string | undefined): string | undefined {
+  const instant = timeZone === undefined ? undefined : instantWritten(value);
+  return instant === undefined ? undefined : dateOfStart(instant, timeZone);
 }
 
 /**

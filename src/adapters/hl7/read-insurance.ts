@@ -3,6 +3,7 @@ import { sameText } from '../clinic-routing';
 import { dayInPlan, ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
+import { dayIn } from './hl7-date';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
 import type { FieldPath } from './field-path';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
@@ -36,12 +37,13 @@ export function readInsurance(
   patient: PatientDemographics,
   problems: Hl7Problem[],
   warnings: Hl7Problem[],
+  timeZone: string | undefined,
 ): InsuranceReading {
   const all = groupsOf(message.segments, 'IN1');
   const empty = all.filter((group) => emptyGroup(group, profile));
   for (const group of empty) warnings.push(warningAt({ segment: 'IN1', sequence: group[0]?.sequence ?? 1, field: 3 }, 101, 'insurance group empty: taken as no insurance'));
   const groups = all.filter((group) => !empty.includes(group) && !holdsAny(group, profile.insurance.selfPay));
-  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems, warnings) }));
+  const read = groups.map((group) => ({ group, coverage: readOne(group, profile, codes, patient, problems, warnings, timeZone) }));
   const declared = read.map(({ group }) => declaredOrder(group, profile));
   // Declared priorities are used only when they are complete and distinct among plans in force together
   // (this year's 1 and 2 beside next year's 1 and 2 are); otherwise IN1 order.
@@ -203,6 +205,7 @@ function readOne(
   patient: PatientDemographics,
   problems: Hl7Problem[],
   warnings: Hl7Problem[],
+  timeZone: string | undefined,
 ): KnownCoverage | undefined {
   const paths = profile.insurance;
   const scope = { segments: group };
@@ -241,7 +244,7 @@ function readOne(
   const groupNumber = text(paths.groupNumber);
   const groupName = text(paths.groupName);
   const planName = text(paths.planName);
-  const period = readPeriod(scope, profile, warnings);
+  const period = readPeriod(scope, profile, warnings, timeZone);
   // Key by key, as readPatient says why.
   const payer: KnownCoverage['coverage']['payer'] = {};
   if (payerName) payer.name = payerName;
@@ -264,12 +267,17 @@ function readOne(
  * The plan's effective and expiration dates (IN1-12, IN1-13). One given to the month or the year
  * is the whole of it, as FHIR's Coverage.period is: effective `202607` from July 1, expiring
  * `202612` through December 31. One that cannot be read (00000000, as some PMSs write no date)
- * bounds nothing, and the ACK says so: the plan is verified as one without.
+ * bounds nothing, and the ACK says so: the plan is verified as one without. One written with a time
+ * and an offset is dated in `timeZone`, where the visit is (dayIn).
  */
-function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[]): KnownCoverage['period'] {
+function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[], timeZone: string | undefined): KnownCoverage['period'] {
   const flaws: Hl7Problem[] = [];
-  const start = readDate(scope, profile.insurance.planEffective, 'plan effective date', flaws, false, 'first');
-  const end = readDate(scope, profile.insurance.planExpiration, 'plan expiration date', flaws, false, 'last');
+  const dated = (paths: readonly FieldPath[], what: string, edge: 'first' | 'last') => {
+    const day = readDate(scope, paths, what, flaws, false, edge);
+    return day && (dayIn(firstValue(scope.segments, paths)?.value ?? '', timeZone) ?? day);
+  };
+  const start = dated(profile.insurance.planEffective, 'plan effective date', 'first');
+  const end = dated(profile.insurance.planExpiration, 'plan expiration date', 'last');
   warnings.push(...flaws.map((flaw) => ({ ...flaw, reason: `${flaw.reason}: taken as none`, ackCode: 'AA' as const })));
   if (!start && !end) return undefined;
   const period: PlanPeriod = {};

@@ -200,6 +200,30 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(await dateOf('202406110030+0000', routing)).toBe('2024-06-11');
   });
 
+  it("dates a plan's effective and expiration dates written with a time and an offset where the clinic is, as its visit; in an ADT, where the sender is", async () => {
+    const in1 = (dates: [string, string]) => segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 12: dates[0], 13: dates[1], 17: 'SEL', 36: 'M-1' });
+    const zoned = (timeZone: string): ClinicRouting => ({ ...routing, timeZone });
+    const periodOf = async (timeZone: string | undefined, dates: [string, string], visit: string) => {
+      const text = [msh('SIU^S12'), 'SCH|APT-1^SC', `TQ1|1||||||${visit}`, PID, in1(dates)].join('\r');
+      const result = await handleHl7Message(text, { mappings, routing: timeZone ? zoned(timeZone) : routing, store: new InMemoryPatientInsuranceStore(), receivedAt });
+      return checksOf(result).map((c) => c.coverage.period);
+    };
+    // An engine writing UTC: Auckland's (+13) 1 December begins at 11:00 on 30 November, in force for a visit that day.
+    expect(await periodOf('Pacific/Auckland', ['20241130110000+0000', '20251130105959+0000'], '20241201100000')).toEqual([{ start: '2024-12-01', end: '2025-11-30' }]);
+    // Los Angeles' 30 November ends at 07:59:59 on 1 December: the plan is over for a visit that day.
+    expect(await periodOf('America/Los_Angeles', ['20240101080000+0000', '20241201075959+0000'], '20240615100000')).toEqual([{ start: '2024-01-01', end: '2024-11-30' }]);
+    expect(await periodOf('America/Los_Angeles', ['20240101080000+0000', '20241201075959+0000'], '20241201100000')).toEqual([]);
+    // The clinic's own offset, a local time, a date alone: as written.
+    expect(await periodOf('America/Los_Angeles', ['20240101000000-0800', '20241231235959'], '20240615100000')).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    expect(await periodOf('Pacific/Auckland', ['20240101+0000', '202412'], '20240615100000')).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    // No time zone in clinics.json: as written.
+    expect(await periodOf(undefined, ['20241130110000+0000', ''], '20241201100000')).toEqual([{ start: '2024-11-30' }]);
+
+    const store = new InMemoryPatientInsuranceStore();
+    await handleHl7Message([msh('ADT^A08^ADT_A01'), PID, in1(['20241130110000+0000', '20251130105959+0000'])].join('\r'), { mappings, routing: zoned('Pacific/Auckland'), store, receivedAt });
+    expect((await store.get({ facility: 'BSD-MAIN', identifier: { system: 'SC', value: 'P-1' } }))?.coverages.map((c) => c.period)).toEqual([{ start: '2024-12-01', end: '2025-11-30' }]);
+  });
+
   it('refuses a start whose offset no clock keeps, rather than date the visit days off where the clinic is', async () => {
     const IN1 = segment('IN1', { 1: '1', 3: '62308', 4: 'Cigna', 17: 'SEL', 36: 'M-1' });
     const california: ClinicRouting = { ...routing, timeZone: 'America/Los_Angeles' };

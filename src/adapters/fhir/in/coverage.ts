@@ -100,6 +100,7 @@ export function coverageFacts(
   path: string,
   patient: PatientAsRead,
   dateOfService: string | undefined,
+  timeZone: string | undefined,
   issues: FhirIssue[],
 ): CoverageFacts | undefined {
   const before = issues.length;
@@ -118,7 +119,7 @@ export function coverageFacts(
   // The patient as subscriber was read as the patient: reading them again would name each fault twice.
   const subscriberPath = `${path}.subscriber.resolve()`;
   const isPatient = subscriberPerson?.resource === patient.resource;
-  const name = isPatient ? patient.name : subscriberPerson && personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService);
+  const name = isPatient ? patient.name : subscriberPerson && personName(subscriberPerson.resource.name, subscriberPath, issues, dateOfService, timeZone);
   const dob = isPatient ? patient.birthDate : subscriberPerson && birthDate(subscriberPerson.resource.birthDate, `${subscriberPath}.birthDate`, issues, false, dateOfService);
   const payor = payerOf(index, raw, coverage, path, issues);
 

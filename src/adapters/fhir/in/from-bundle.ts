@@ -81,7 +81,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues, timeZone);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
   if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
-  const name = personName(patientResource.name, 'Patient', issues, dateOfService);
+  const name = personName(patientResource.name, 'Patient', issues, dateOfService, timeZone);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true, dateOfService);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
 
@@ -95,12 +95,12 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
       severity: 'warning',
     });
   }
-  const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, issues, warnings);
+  const provider = practitionerOf(index, appointmentRaw, appointment, dateOfService, timeZone, issues, warnings);
   issues.push(...clinicIssues);
 
   const orders = coverageOrders(coverages, issues);
   const patient = { raw: patientRaw, resource: patientResource, name, birthDate: dob };
-  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, patient, dateOfService, issues));
+  const facts = coverages.map((c, i) => coverageFacts(index, c, `Coverage[${i}]`, patient, dateOfService, timeZone, issues));
   if (issues.length > 0 || !name || !dob || !dateOfService || !clinicId) throw new FhirInputError(issues);
 
   const checks = coverages.map((c, i) => {
@@ -191,11 +191,11 @@ function claimsType(ref: Reference, type: string): boolean {
   return ref.type === type || new RegExp(`(^|/)${type}/[^/]+$`).test(ref.reference ?? '');
 }
 
-function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, dateOfService: string | undefined, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
+function practitionerOf(index: BundleIndex, raw: AnyResource, appointment: Appointment, dateOfService: string | undefined, timeZone: string | undefined, issues: FhirIssue[], warnings: FhirIssue[]): Provider | undefined {
   const found = participant(index, raw, appointment, 'Practitioner', issues);
   if (!found) return undefined;
   const practitioner = parseResource(Practitioner, found, 'Practitioner', issues);
-  return practitioner ? providerOf(practitioner, 'Practitioner', dateOfService, warnings) : undefined;
+  return practitioner ? providerOf(practitioner, 'Practitioner', dateOfService, timeZone, warnings) : undefined;
 }
 
 /** The clinic from the appointment's Location (by reference, else by identifier), else the default. */

@@ -16,11 +16,11 @@ const NAME_PREFERENCE = ['official', 'usual', undefined, 'nickname', 'anonymous'
  * The name to verify with, among those in force on the date of service (never an `old` name, nor
  * one whose period ended before that day or starts after it; with no date, every period counts):
  * official, else usual, else one with no use, else the first. The first given name is the first
- * name, the rest the middle name.
+ * name, the rest the middle name. A bound written as an instant is dated in the clinic's `timeZone`, as the visit is (dayInPeriod).
  */
-export function personName(names: HumanName[] | undefined, path: string, issues: FhirIssue[], dateOfService: string | undefined): PersonName | undefined {
+export function personName(names: HumanName[] | undefined, path: string, issues: FhirIssue[], dateOfService: string | undefined, timeZone: string | undefined): PersonName | undefined {
   const current = (names ?? []).filter(
-    (n, i) => n.use !== 'old' && (dateOfService === undefined || dayInPeriod(n.period, dateOfService, `${path}.name[${i}].period`, issues) === 'within'),
+    (n, i) => n.use !== 'old' && (dateOfService === undefined || dayInPeriod(n.period, dateOfService, `${path}.name[${i}].period`, issues, timeZone) === 'within'),
   );
   const name = NAME_PREFERENCE.map((use) => current.find((n) => n.use === use)).find(Boolean) ?? current[0];
   if (!name) {

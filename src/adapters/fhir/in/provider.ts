@@ -8,7 +8,7 @@ import type { Practitioner } from './shapes';
  * The treating provider: NPI (us-npi, check digit verified), tax id (IRS EIN/TIN or type TAX) and
  * name. The payer needs no NPI to answer, so an invalid one is left out with a warning, not an error.
  */
-export function providerOf(practitioner: Practitioner, path: string, dateOfService: string | undefined, warnings: FhirIssue[]): Provider {
+export function providerOf(practitioner: Practitioner, path: string, dateOfService: string | undefined, timeZone: string | undefined, warnings: FhirIssue[]): Provider {
   const ids = practitioner.identifier ?? [];
   const written = ids.find((i) => i.system === systemUrl('npi'))?.value?.trim();
   const npi = written !== undefined && isValidNpi(written) ? written : undefined;
@@ -21,6 +21,6 @@ export function providerOf(practitioner: Practitioner, path: string, dateOfServi
     });
   }
   const taxId = ids.find((i) => i.system === systemUrl('taxId') || identifierType(i) === 'TAX')?.value?.trim();
-  const name = practitioner.name?.length ? personName(practitioner.name, path, [], dateOfService) : undefined;
+  const name = practitioner.name?.length ? personName(practitioner.name, path, [], dateOfService, timeZone) : undefined;
   return { npi, taxId, firstName: name?.firstName, lastName: name?.lastName };
 }

@@ -155,6 +155,25 @@ describe('checksFromBundle', () => {
       expect(nameOf([{ ...maiden, period: { end: '2026-12-01T08:00:00-08:00' } }, married])).toEqual(['Ellen', 'Morgan', 'Morgan']);
     });
 
+    it('dates a name period bound written as an instant on the practice\'s calendar, as it dates the visit: the patient\'s, the subscriber\'s and the provider\'s', () => {
+      const named = (family: string, period: { start?: string; end?: string }) => [{ use: 'official', family, given: ['Ellen'], period }, { family: 'Whitaker', given: ['Ellen'] }] satisfies HumanName[];
+      const placed = (timeZone: string, start: string, period: { start?: string; end?: string }) => {
+        const bundle = bundleOf('spouse');
+        resource(bundle, 'Appointment').start = start;
+        resource(bundle, 'Patient').name = named('Morgan', period);
+        resource(bundle, 'RelatedPerson').name = named('Morgan', period);
+        resource(bundle, 'Practitioner').name = named('Morgan', period);
+        const [check] = checksFromBundle(bundle, { routing: { ...routing, timeZone }, receivedAt: RECEIVED_AT });
+        return [check?.dateOfService, check?.patient.lastName, check?.subscriber.lastName, check?.provider?.lastName];
+      };
+      // Auckland (+13): 1 December begins at 11:00 UTC on 30 November; a name that ends half an hour in is in force all that day.
+      expect(placed('Pacific/Auckland', '2026-11-30T21:00:00Z', { end: '2026-11-30T11:30:00Z' })).toEqual(['2026-12-01', 'Morgan', 'Morgan', 'Morgan']);
+      expect(placed('Pacific/Auckland', '2026-11-30T21:00:00Z', { end: '2026-11-30T10:30:00Z' })).toEqual(['2026-12-01', 'Whitaker', 'Whitaker', 'Whitaker']);
+      // Los Angeles (-8): a name that starts at 7 pm on 1 December there, 03:00 UTC on the 2nd, is in force for a visit that morning.
+      expect(placed('America/Los_Angeles', '2026-12-01T17:00:00Z', { start: '2026-12-02T03:00:00Z' })).toEqual(['2026-12-01', 'Morgan', 'Morgan', 'Morgan']);
+      expect(placed('America/Los_Angeles', '2026-12-01T17:00:00Z', { start: '2026-12-02T08:00:00Z' })).toEqual(['2026-12-01', 'Whitaker', 'Whitaker', 'Whitaker']);
+    });
+
     it('prefers official, then usual, then a name with no use, and never an old one', () => {
       const named = (family: string, use?: HumanName['use']) => ({ ...(use && { use }), family, given: ['Ellen'] });
       expect(nameOf([named('Nick', 'nickname'), named('Plain'), named('Usual', 'usual'), named('Official', 'official')])).toEqual(['Ellen', 'Official', 'Official']);
