@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import * as z from 'zod';
+import { Agent, buildConnector, request } from 'undici';
 import { clinicTimeZone, ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
@@ -841,14 +842,35 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
 /** The meta row /healthz changes to try a store whose changes failed (see health()). */
 const HEALTH_PROBE = 'health-probe';
 
+/** How long /healthz waits for the chart's /metadata. */
+const FHIR_PROBE_MS = 2000;
+
+/**
+ * The chart as /healthz says it. One that took the connection but has not answered in time (a
+ * morning's batch loading it) is slow, not down: said, but no 503, for an orchestrator would
+ * restart a healthy serve for it and the chart would be no faster. One that cannot be reached, or
+ * answers 5xx, is unreachable. Each probe has a connection of its own, so a pooled one does not
+ * hide a chart that no longer takes new ones.
+ */
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
   if (!('baseUrl' in fhir)) return 'custom writer';
+  let connected = false;
+  const connector = buildConnector({ timeout: FHIR_PROBE_MS });
+  const agent = new Agent({
+    connect: (options, done) =>
+      connector(options, (...made) => {
+        connected ||= made[0] === null;
+        done(...made);
+      }),
+  });
   try {
-    const res = await fetch(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(2000), headers: bearerHeader(fhir) });
-    await res.body?.cancel();
-    return res.status < 500 ? 'ok' : 'unreachable';
+    const res = await request(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(FHIR_PROBE_MS), headers: bearerHeader(fhir), dispatcher: agent });
+    await res.body.dump();
+    return res.statusCode < 500 ? 'ok' : 'unreachable';
   } catch {
-    return 'unreachable';
+    return connected ? `slow: connected, but /metadata not answered in ${FHIR_PROBE_MS / 1000} s (checks' reads and writes wait for it)` : 'unreachable';
+  } finally {
+    await agent.destroy().catch(() => undefined);
   }
 }
 
