@@ -576,6 +576,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   /** The stop under way or done: see stop(). */
   let stopping: Promise<void> | undefined;
   let stopped = false;
+  /**
+   * What /healthz last answered 503 for ('' while it answers 200). An orchestrator restarting serve
+   * for it leaves only its restarts to see otherwise: said once it starts or changes, not at every probe.
+   */
+  let unhealthy = '';
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
   /** How the polls have failed since the last that succeeded (see pollInBackground): each way is warned of once. */
@@ -723,7 +728,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
                 : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       // A balancer that keeps sending to an instance stopping keeps its stop waiting on what it sends: told, it routes elsewhere.
       const going = stopping !== undefined;
-      return { ok: !going && store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service, ...(going && { stopping: true as const }) };
+      // A stop is said as serve stops; what fails is said here.
+      const failing = [store_ !== 'ok' && 'the store', fhir === 'unreachable' && 'the chart'].filter((part) => part !== false).join(' and ');
+      if (failing !== unhealthy) {
+        if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
+        else logger.info('health ok again (/healthz answers 200 unless stopping)');
+        unhealthy = failing;
+      }
+      return { ok: !going && failing === '', store: store_, fhir, service, ...(going && { stopping: true as const }) };
     },
     start(): Promise<void> {
       // Stopping counts as stopped: a start under way then would take up a store stop() is closing.
