@@ -160,6 +160,9 @@ export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 const CATALOG_LISTINGS = new Set(['list payer network', 'list portal network']);
 /** How far this machine's clock may be from the shared store's before serve says so as it starts. */
 const CLOCK_SKEW_SAID_MS = 5000;
+/** How often a sync timed by this machine's clock looks whether it stepped back (see watchClockSteps). */
+const CLOCK_WATCH_MS = 1000;
+const CLOCK_STEPPED_BACK = "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer, nothing moving them back";
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -623,6 +626,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
 
   let pruneTimer: NodeJS.Timeout | undefined;
+  let clockWatch: NodeJS.Timeout | undefined;
   /** The prune under way, which stop() waits for (it stops between batches). */
   let pruning: Promise<void> | undefined;
   /**
@@ -765,6 +769,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
     if (pruneTimer) clearTimeout(pruneTimer);
+    clearInterval(clockWatch);
     await Promise.all([polling, pruning]);
     // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
     // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
@@ -784,9 +789,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // due times stored before wait out the step on top of their own delays, and nothing else would say why.
       const [newest] = storeNow || config.now ? [] : await store.listChecks({ limit: 1 });
       const aheadMs = newest ? Date.parse(newest.updatedAt) - clock().getTime() : 0;
-      if (aheadMs > CLOCK_SKEW_SAID_MS) {
-        logger.warn({ aheadMs: Math.round(aheadMs) }, "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer (jobs retry sends one now)");
-      }
+      if (aheadMs > CLOCK_SKEW_SAID_MS) logger.warn({ aheadMs: Math.round(aheadMs) }, CLOCK_STEPPED_BACK);
       // The validator's definitions are read in a thread of their own while the catalog loads. An outage the store
       // keeps is taken up first: the load waits out the client's retries of a service still away, /healthz and
       // dental_elig_service_up saying it answered meanwhile, an alert on it cleared by each restart in the outage.
@@ -797,6 +800,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned().catch((closing: unknown) => logger.error({ err: errorText(closing) }, 'closing what this sync opened failed after its start failed'));
       throw err;
     }
+    // And a step back while it runs, which the start's look cannot see.
+    if (!storeNow && !config.now) clockWatch = watchClockSteps((stepMs) => logger.warn({ aheadMs: Math.round(stepMs) }, CLOCK_STEPPED_BACK));
     const work = () => {
       worker.start();
       keeper?.start();
@@ -849,6 +854,24 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   for (const [name, url, sent] of [['fhir.baseUrl', baseUrl, CHART_TRAFFIC], ['fhir.smart.tokenEndpoint', tokenEndpoint, TOKEN_TRAFFIC]] as const) {
     if (url !== undefined && isPlainHttpAcrossNetwork(url) && !parsed.data.allowInsecureHttp) throw new Error(`${name}: ${plainHttpRefused(sent, 'fhir.allowInsecureHttp')}`);
   }
+}
+
+/**
+ * Says each step back of this machine's clock, by how much, as it comes: the wall clock against
+ * the monotonic one, which a step does not move. A clock that runs on ahead of the monotonic one
+ * (a host suspended) is taken as the mark from then on: only steps back delay what the store holds.
+ */
+function watchClockSteps(said: (stepMs: number) => void): NodeJS.Timeout {
+  const offset = () => Date.now() - performance.now();
+  let mark = offset();
+  const watch = setInterval(() => {
+    const now = offset();
+    if (mark - now > CLOCK_SKEW_SAID_MS) said(mark - now);
+    // Said once a step: the next is measured from here.
+    if (now > mark || mark - now > CLOCK_SKEW_SAID_MS) mark = now;
+  }, CLOCK_WATCH_MS);
+  watch.unref();
+  return watch;
 }
 
 /** The meta row /healthz changes to try a store whose changes failed (see health()). */
