@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as path from 'node:path';
 import * as z from 'zod';
+import { Agent, buildConnector, request } from 'undici';
 import { clinicTimeZone, ClinicRoutingFile, loadClinicRouting, type ClinicRouting } from '../adapters/clinic-routing';
 import type { FhirReader } from '../adapters/fhir/in';
 import type { OperationOutcomeIssue } from 'fhir/r4';
@@ -159,6 +160,9 @@ export const DEFAULT_DATA_DIR = path.join('.dental-elig', 'data');
 const CATALOG_LISTINGS = new Set(['list payer network', 'list portal network']);
 /** How far this machine's clock may be from the shared store's before serve says so as it starts. */
 const CLOCK_SKEW_SAID_MS = 5000;
+/** How often a sync timed by this machine's clock looks whether it stepped back (see watchClockSteps). */
+const CLOCK_WATCH_MS = 1000;
+const CLOCK_STEPPED_BACK = "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer, nothing moving them back";
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -575,6 +579,11 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   /** The stop under way or done: see stop(). */
   let stopping: Promise<void> | undefined;
   let stopped = false;
+  /**
+   * What /healthz last answered 503 for ('' while it answers 200). An orchestrator restarting serve
+   * for it leaves only its restarts to see otherwise: said once it starts or changes, not at every probe.
+   */
+  let unhealthy = '';
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
   /** How the polls have failed since the last that succeeded (see pollInBackground): each way is warned of once. */
@@ -617,6 +626,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   };
 
   let pruneTimer: NodeJS.Timeout | undefined;
+  let clockWatch: NodeJS.Timeout | undefined;
   /** The prune under way, which stop() waits for (it stops between batches). */
   let pruning: Promise<void> | undefined;
   /**
@@ -722,7 +732,14 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
                 : lastServiceCall === undefined ? 'no calls yet' : lastServiceCall.ok ? 'ok' : `last call failed at ${lastServiceCall.at}`;
       // A balancer that keeps sending to an instance stopping keeps its stop waiting on what it sends: told, it routes elsewhere.
       const going = stopping !== undefined;
-      return { ok: !going && store_ === 'ok' && fhir !== 'unreachable', store: store_, fhir, service, ...(going && { stopping: true as const }) };
+      // A stop is said as serve stops; what fails is said here.
+      const failing = [store_ !== 'ok' && 'the store', fhir === 'unreachable' && 'the chart'].filter((part) => part !== false).join(' and ');
+      if (failing !== unhealthy) {
+        if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
+        else logger.info('health ok again (/healthz answers 200 unless stopping)');
+        unhealthy = failing;
+      }
+      return { ok: !going && failing === '', store: store_, fhir, service, ...(going && { stopping: true as const }) };
     },
     start(): Promise<void> {
       // Stopping counts as stopped: a start under way then would take up a store stop() is closing.
@@ -752,6 +769,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     await starting?.catch(() => undefined);
     if (pollTimer) clearTimeout(pollTimer);
     if (pruneTimer) clearTimeout(pruneTimer);
+    clearInterval(clockWatch);
     await Promise.all([polling, pruning]);
     // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
     // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
@@ -771,9 +789,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       // due times stored before wait out the step on top of their own delays, and nothing else would say why.
       const [newest] = storeNow || config.now ? [] : await store.listChecks({ limit: 1 });
       const aheadMs = newest ? Date.parse(newest.updatedAt) - clock().getTime() : 0;
-      if (aheadMs > CLOCK_SKEW_SAID_MS) {
-        logger.warn({ aheadMs: Math.round(aheadMs) }, "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer (jobs retry sends one now)");
-      }
+      if (aheadMs > CLOCK_SKEW_SAID_MS) logger.warn({ aheadMs: Math.round(aheadMs) }, CLOCK_STEPPED_BACK);
       // The validator's definitions are read in a thread of their own while the catalog loads. An outage the store
       // keeps is taken up first: the load waits out the client's retries of a service still away, /healthz and
       // dental_elig_service_up saying it answered meanwhile, an alert on it cleared by each restart in the outage.
@@ -784,6 +800,8 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       await closeOwned().catch((closing: unknown) => logger.error({ err: errorText(closing) }, 'closing what this sync opened failed after its start failed'));
       throw err;
     }
+    // And a step back while it runs, which the start's look cannot see.
+    if (!storeNow && !config.now) clockWatch = watchClockSteps((stepMs) => logger.warn({ aheadMs: Math.round(stepMs) }, CLOCK_STEPPED_BACK));
     const work = () => {
       worker.start();
       keeper?.start();
@@ -838,17 +856,56 @@ function checkFhir(fhir: EligibilitySyncConfig['fhir'] | undefined): void {
   }
 }
 
+/**
+ * Says each step back of this machine's clock, by how much, as it comes: the wall clock against
+ * the monotonic one, which a step does not move. A clock that runs on ahead of the monotonic one
+ * (a host suspended) is taken as the mark from then on: only steps back delay what the store holds.
+ */
+function watchClockSteps(said: (stepMs: number) => void): NodeJS.Timeout {
+  const offset = () => Date.now() - performance.now();
+  let mark = offset();
+  const watch = setInterval(() => {
+    const now = offset();
+    if (mark - now > CLOCK_SKEW_SAID_MS) said(mark - now);
+    // Said once a step: the next is measured from here.
+    if (now > mark || mark - now > CLOCK_SKEW_SAID_MS) mark = now;
+  }, CLOCK_WATCH_MS);
+  watch.unref();
+  return watch;
+}
+
 /** The meta row /healthz changes to try a store whose changes failed (see health()). */
 const HEALTH_PROBE = 'health-probe';
 
+/** How long /healthz waits for the chart's /metadata. */
+const FHIR_PROBE_MS = 2000;
+
+/**
+ * The chart as /healthz says it. One that took the connection but has not answered in time (a
+ * morning's batch loading it) is slow, not down: said, but no 503, for an orchestrator would
+ * restart a healthy serve for it and the chart would be no faster. One that cannot be reached, or
+ * answers 5xx, is unreachable. Each probe has a connection of its own, so a pooled one does not
+ * hide a chart that no longer takes new ones.
+ */
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
   if (!('baseUrl' in fhir)) return 'custom writer';
+  let connected = false;
+  const connector = buildConnector({ timeout: FHIR_PROBE_MS });
+  const agent = new Agent({
+    connect: (options, done) =>
+      connector(options, (...made) => {
+        connected ||= made[0] === null;
+        done(...made);
+      }),
+  });
   try {
-    const res = await fetch(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(2000), headers: bearerHeader(fhir) });
-    await res.body?.cancel();
-    return res.status < 500 ? 'ok' : 'unreachable';
+    const res = await request(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(FHIR_PROBE_MS), headers: bearerHeader(fhir), dispatcher: agent });
+    await res.body.dump();
+    return res.statusCode < 500 ? 'ok' : 'unreachable';
   } catch {
-    return 'unreachable';
+    return connected ? `slow: connected, but /metadata not answered in ${FHIR_PROBE_MS / 1000} s (checks' reads and writes wait for it)` : 'unreachable';
+  } finally {
+    await agent.destroy().catch(() => undefined);
   }
 }
 

@@ -3,6 +3,7 @@ import { isIP, type AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { capConnections, requestTiming, takeInHand } from '../connection-limits';
 import { sendProblem } from '../problem-details';
+import { errorText, withoutQuotes } from '../sync/error-text';
 import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer, WEBHOOK_PATH } from '../verification/webhook';
 import type { EligibilitySync } from './eligibility-sync';
@@ -44,7 +45,19 @@ export async function startHttpServer(
     const { pathname } = url;
     const mount = options.mounts?.find((m) => pathname === m.prefix || pathname.startsWith(`${m.prefix}/`));
     if (mount) {
-      Promise.resolve(mount.handle(req, res)).catch(() => sendProblem(res, 500, 'internal error'));
+      // Its 5xx said, whether it threw or answered one itself: a PMS or the writer told 500 and nothing in serve's log.
+      // The method and the mount, not the path: a chart's ids are made of patients' names as often as not.
+      const failed = (status: number, err?: unknown) =>
+        target()?.logger.error({ mount: mount.prefix, method: req.method, status, ...(err !== undefined && { err: withoutQuotes(errorText(err)) }) }, `${mount.prefix} answered ${status}`);
+      let threw = false;
+      res.once('finish', () => void (!threw && res.statusCode >= 500 && failed(res.statusCode)));
+      Promise.resolve()
+        .then(() => mount.handle(req, res))
+        .catch((err: unknown) => {
+          threw = true;
+          failed(500, err);
+          sendProblem(res, 500, 'internal error');
+        });
       return;
     }
     if (!sync) {
@@ -74,7 +87,13 @@ export async function startHttpServer(
       return sync.notificationHandler(req, res);
     }
     if (req.method === 'GET' && pathname === '/healthz') {
-      void sync.health().then((h) => json(res, h.ok ? 200 : 503, h), () => sendProblem(res, 503, 'health check failed'));
+      void sync.health().then(
+        (h) => json(res, h.ok ? 200 : 503, h),
+        (err: unknown) => {
+          sync.logger.error({ err: withoutQuotes(errorText(err)) }, 'health check failed (/healthz answers 503)');
+          sendProblem(res, 503, 'health check failed');
+        },
+      );
       return;
     }
     if (req.method === 'GET' && pathname === '/metrics') {

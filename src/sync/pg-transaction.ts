@@ -11,10 +11,12 @@ export type Queryable = Pick<ClientBase, 'query'>;
 
 /**
  * Errors a second run settles: a deadlock between two instances locking the same keys in
- * another order, a serialization failure, and a unique key another instance inserted first
- * (the second run reads it and goes on from there).
+ * another order, and a serialization failure. Not a unique key another row holds (23505): each
+ * insert names the key it may meet as its conflict (ON CONFLICT), under the entity's lock, so
+ * one that still meets another row's key (a check given a correlationId another check holds)
+ * meets it again at every run: it fails at once, saying which key (see duplicateKey).
  */
-const RETRYABLE = new Set(['40P01', '40001', '23505']);
+const RETRYABLE = new Set(['40P01', '40001']);
 const ATTEMPTS = 5;
 
 export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Promise<T>): Promise<T> {
@@ -25,9 +27,22 @@ export async function inTransaction<T>(pool: Pool, work: (db: PoolClient) => Pro
   }
 }
 
-/** What a failed statement or transaction is thrown as: the server out of reach is StoreUnavailableError, anything else itself. */
+/** What a failed statement or transaction is thrown as: the server out of reach is StoreUnavailableError, a unique key another row holds said as such, anything else itself. */
 export function storeError(err: unknown): unknown {
-  return connectionLost(err) ? new StoreUnavailableError(err) : err;
+  if (connectionLost(err)) return new StoreUnavailableError(err);
+  return sqlStateOf(err) === UNIQUE_VIOLATION ? duplicateKey(err as Error) : err;
+}
+
+const UNIQUE_VIOLATION = '23505';
+
+/**
+ * A unique key's refusal, naming the key (its index, not the value: node-postgres keeps that in
+ * `detail`, which may be a patient's) and that it was not tried again; the SQLSTATE kept.
+ */
+function duplicateKey(err: Error): Error {
+  const constraint = (err as { constraint?: unknown }).constraint;
+  const key = typeof constraint === 'string' ? `unique key ${constraint}` : 'a unique key';
+  return Object.assign(new Error(`job store: ${key} refused the change, another row holding its value already; not tried again, as it would be refused again`, { cause: err }), { code: UNIQUE_VIOLATION });
 }
 
 async function attempts<T>(pool: Pool, work: (db: PoolClient) => Promise<T>): Promise<T> {

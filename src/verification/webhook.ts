@@ -147,7 +147,9 @@ export function createWebhookHandler(options: WebhookReceiverOptions): (req: Inc
       if (err instanceof Rejection && unreadable !== undefined && options.onUnreadable) {
         try {
           await options.onUnreadable(unreadable, err.message);
-        } catch {
+        } catch (kept: unknown) {
+          // Said as a delivery failing to commit is: the service delivers again, and the log tells why.
+          options.log?.[options.alreadySaid?.(kept) ? 'debug' : 'warn']({ err: kept instanceof Error ? kept.message : String(kept), status: err.status }, 'webhook delivery refused and not kept as a dead letter: answered 500, to be delivered again');
           return webhookProblem(res, 500, 'Not committed', 'the delivery could not be stored; deliver again');
         }
       }

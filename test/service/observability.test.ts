@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import type { ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import { request } from 'undici';
 import { Webhook } from 'standardwebhooks';
@@ -209,6 +210,32 @@ describe('observability', () => {
     const health = await fetch(`${h.httpUrl}/healthz`);
     expect([health.status, await health.json()]).toEqual([503, expect.objectContaining({ ok: false, stopping: true })]);
     await stopped;
+  });
+
+  it('logs a 5xx a mounted endpoint answers, once, whether it threw (at once or later) or answered it itself, naming the mount and not the path or what the error quotes', async () => {
+    h = await startHarness();
+    const mounts = [
+      { prefix: '/later', handle: () => Promise.reject(new Error('read failed for "Zygmuntowicz"')) },
+      { prefix: '/at-once', handle: () => { throw new Error('no such route'); } },
+      { prefix: '/itself', handle: (_req: unknown, res: ServerResponse) => void res.writeHead(500).end() },
+      { prefix: '/fine', handle: (_req: unknown, res: ServerResponse) => void res.writeHead(404).end() },
+    ];
+    const mounted = await startHttpServer(() => h.sync, { mounts });
+    try {
+      const url = `http://${mounted.host}:${mounted.port}`;
+      for (const prefix of ['/later', '/at-once', '/itself', '/fine']) {
+        expect([prefix, (await fetch(`${url}${prefix}/Patient/pat-zygmuntowicz`)).status]).toEqual([prefix, prefix === '/fine' ? 404 : 500]);
+      }
+      const said = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.mount !== undefined);
+      expect(said).toEqual([
+        expect.objectContaining({ level: 50, mount: '/later', method: 'GET', status: 500, err: "read failed for '…'", msg: '/later answered 500' }),
+        expect.objectContaining({ level: 50, mount: '/at-once', method: 'GET', status: 500, err: 'no such route', msg: '/at-once answered 500' }),
+        expect.objectContaining({ level: 50, mount: '/itself', method: 'GET', status: 500, msg: '/itself answered 500' }),
+      ]);
+      expect(h.logs.join('\n')).not.toMatch(/zygmuntowicz/i);
+    } finally {
+      await mounted.close();
+    }
   });
 
   it('says the chart is unreachable when the FHIR server is down', async () => {

@@ -99,6 +99,45 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     await proxy.close();
   });
 
+  it('says in /healthz that a chart slow to answer is slow, 200, for a restart would not make it faster, and one answering 5xx or gone unreachable, 503, logging each 503 spell once', async () => {
+    let chart: 'answering' | 'slow' | 'failing' = 'answering';
+    const held = gate();
+    const front = await inFrontOfFhir(
+      async (req) => {
+        // A chart under a morning's load: it took the connection, its answer comes after the probe's time.
+        if (chart === 'slow' && req.url.endsWith('/metadata')) await held.opened;
+      },
+      (req, res) => chart === 'failing' && req.url.endsWith('/metadata') && fhirJson(res, 503, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'transient' }] }),
+    );
+    try {
+      h = await startHarness({ fhirVia: front.via });
+      const health = async () => {
+        const res = await fetch(`${h.httpUrl}/healthz`);
+        return [res.status, (await res.json()) as { ok: boolean; fhir: string }] as const;
+      };
+      expect(await health()).toEqual([200, expect.objectContaining({ ok: true, fhir: 'ok' })]);
+      chart = 'slow';
+      expect(await health()).toEqual([200, expect.objectContaining({ ok: true, fhir: "slow: connected, but /metadata not answered in 2 s (checks' reads and writes wait for it)" })]);
+      held.open();
+      chart = 'failing';
+      // An orchestrator restarting serve for a 503 finds it said in the log: once, not at every probe.
+      for (let probe = 0; probe < 3; probe++) expect(await health()).toEqual([503, expect.objectContaining({ ok: false, fhir: 'unreachable' })]);
+      chart = 'answering';
+      expect(await health()).toEqual([200, expect.objectContaining({ ok: true, fhir: 'ok' })]);
+      await front.close();
+      expect(await health()).toEqual([503, expect.objectContaining({ ok: false, fhir: 'unreachable' })]);
+      const said = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string; store?: string; fhir?: string }).filter((line) => line.msg.startsWith('health '));
+      expect(said).toEqual([
+        expect.objectContaining({ level: 40, store: 'ok', fhir: 'unreachable', msg: 'health failing (/healthz answers 503): the chart' }),
+        expect.objectContaining({ level: 30, msg: 'health ok again (/healthz answers 200 unless stopping)' }),
+        expect.objectContaining({ level: 40, store: 'ok', fhir: 'unreachable', msg: 'health failing (/healthz answers 503): the chart' }),
+      ]);
+    } finally {
+      held.open();
+      await front.close();
+    }
+  });
+
   it('says in /healthz that the chart refuses the plugin\'s writes (401), though its /metadata answers, until it takes one again', async () => {
     let refusing = true;
     const chart = await inFrontOfFhir(async () => undefined, (req, res) => refusing && req.method !== 'GET' && fhirJson(res, 401, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'login' }] }));

@@ -128,6 +128,22 @@ describe('PgJobStore with two instances on one database', () => {
     expect((await b.transaction((tx) => tx.checkByCorrelationId('ver-nul')))?.key).toBe('nul');
   });
 
+  it("refuses at once, naming the key, a check given a correlationId another check holds, which no second run would take: its transaction runs once, not five times", async () => {
+    await a.transaction((tx) => tx.putCheck(checkRow('elig_first', { state: 'awaiting-result', correlationId: 'corr-twice' })));
+    let runs = 0;
+    const refused = await b
+      .transaction(async (tx) => {
+        runs++;
+        await tx.putCheck(checkRow('elig_second', { state: 'awaiting-result', correlationId: 'corr-twice' }));
+      })
+      .catch((err: unknown) => err);
+    expect(runs).toBe(1);
+    expect(refused).toMatchObject({ code: '23505', message: 'job store: unique key checks_correlation refused the change, another row holding its value already; not tried again, as it would be refused again' });
+    expect(String(refused)).not.toContain('corr-twice');
+    expect((await b.transaction((tx) => tx.checkByCorrelationId('corr-twice')))?.key).toBe('elig_first');
+    expect(await b.transaction((tx) => tx.getCheck('elig_second'))).toBeUndefined();
+  });
+
   it('creates the schema once when both start together, at the version this program writes', async () => {
     expect(await a.schemaVersion()).toBe(PG_SCHEMA_VERSION);
     const db = new Client({ connectionString: url });

@@ -92,6 +92,18 @@ describe('verification webhook receiver', () => {
     });
   });
 
+  it('answers 500, and says so, a delivery refused that the store could not keep as a dead letter, so the service delivers it again', async () => {
+    const said: { level: string; obj: object; msg: string }[] = [];
+    const log = { warn: (obj: object, msg: string) => void said.push({ level: 'warn', obj, msg }), debug: (obj: object, msg: string) => void said.push({ level: 'debug', obj, msg }) };
+    await withReceiver({ log, onUnreadable: () => Promise.reject(new Error('SQLITE_FULL: database or disk is full')) }, async (url, deliveries) => {
+      const notJson = '{"correlationId":corr-1,';
+      const res = await post(url, notJson, signed(notJson));
+      expect([res.status, res.problem?.title]).toEqual([500, 'Not committed']);
+      expect(deliveries).toHaveLength(0);
+      expect(said).toEqual([{ level: 'warn', obj: { err: 'SQLITE_FULL: database or disk is full', status: 400 }, msg: 'webhook delivery refused and not kept as a dead letter: answered 500, to be delivered again' }]);
+    });
+  });
+
   it('has at most 32 deliveries of one connection in hand, answering those pipelined past them 429', async () => {
     let asked = 0;
     let release = () => {};
