@@ -644,16 +644,26 @@ export class Worker {
     return row.dueAt !== undefined || Date.parse(row.updatedAt) + this.options.webhookDeadlineMs > this.deps.now().getTime();
   }
 
-  /** An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped; a verification accepted is followed for its result, polled in `pollInMs`. */
-  private async tookCancelled(row: CheckRow, correlationId: string, outcome?: VerificationOutcome, pollInMs = this.options.webhookDeadlineMs): Promise<void> {
+  /**
+   * An answer of the service's for a check cancelled meanwhile, kept on it (cancelledTakes) rather than dropped; a verification
+   * accepted is followed for its result, polled in `pollInMs`. `notTaken`: the step where it keeps nothing.
+   */
+  private async tookCancelled(
+    row: CheckRow,
+    correlationId: string,
+    outcome?: VerificationOutcome,
+    pollInMs = this.options.webhookDeadlineMs,
+    notTaken: (current: CheckRow) => Step = () => ({ state: 'cancelled' }),
+  ): Promise<void> {
     const at = this.now();
     const follow = outcome === undefined && { dueAt: this.later(pollInMs) };
     let took = false;
     const cancelled = await this.kept(() => this.step(row, 'cancelled', (current) => {
+      // Read in the transaction: a result a webhook brought meanwhile is taken, and told, once.
       const kept = cancelledTakes(current, correlationId, at, outcome);
       // Set at each run: a transaction run again (PostgreSQL) tells what the one that committed took.
       took = kept?.result !== undefined;
-      return kept ? { ...kept, ...follow } : { state: 'cancelled' };
+      return kept ? { ...kept, ...follow } : notTaken(current);
     }));
     if (cancelled && took && outcome) this.emitResult(cancelled, outcome);
   }
@@ -701,9 +711,10 @@ export class Worker {
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
       // Its portal's answer all the same, as a poll's and the webhook's of a cancelled check are.
       this.portalHeard('go', row, outcome);
-      const kept = cancelledTakes(row, row.correlationId as string, this.now(), outcome);
-      const cancelled = await this.kept(() => this.step(row, 'cancelled', kept ? { ...kept, dueAt: undefined } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) }));
-      if (cancelled && kept?.result !== undefined) this.emitResult(cancelled, outcome);
+      // Still pending, it is polled again; its result come meanwhile (the webhook's), it is followed no longer.
+      await this.tookCancelled(row, row.correlationId as string, outcome, undefined, (current) =>
+        answeredThisRound(current) ? { state: 'cancelled' } : { state: 'cancelled', dueAt: this.later(this.pollWait(row)) },
+      );
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       // A fault that may pass is tried again at the next poll's time, no sooner than the service asks (Retry-After), as a poll's

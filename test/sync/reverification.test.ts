@@ -6,6 +6,7 @@ import { segment } from '../adapters/hl7/segment';
 import { createLogger } from '../../src/service/logger';
 import { client } from '../service/mllp-client';
 import { startScriptedServer } from '../support/http-server';
+import { WEBHOOK_PATH } from '../../src/verification/webhook';
 import { chartOf, searchFhir, startHarness, startSyncInstance, until, type Harness, type HarnessOptions } from './harness';
 
 /** Freshness and re-verification on an injected clock: the days pass in milliseconds. */
@@ -212,6 +213,35 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
     // Followed no longer once it has its result: nothing of it is due.
     expect(cancelled?.dueAt).toBeUndefined();
+    expect(await outcomesCounted('completed')).toBe(1);
+  });
+
+  it('counts the result of a visit moved while it was under way once when its webhook comes while its poll is on its way', async () => {
+    const c = await mllpInto({});
+    // The webhook's deliveries refused and kept here, to be brought to serve once the cancelled check's poll is at the service,
+    // whose answer is held back 2 s: both bring the one result.
+    const deliveries = await startScriptedServer((_req, res) => void res.writeHead(500).end());
+    closing.push(() => deliveries.close());
+    h.sandbox.configureWebhook({ url: deliveries.url, secret: h.secret });
+    h.sandbox.injectFault({ method: 'GET', path: /insurance-verifications\//, delayMs: 2000 });
+    const booking = bookingsOf('P-19', '20261201090000');
+    c.socket.write(frame(cigna(booking('W1', 'APT-W1', '20261207093000'))));
+    await c.waitFor(1);
+    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    c.socket.write(frame(asMove(cigna(booking('W2', 'APT-W1', '20261209093000')))));
+    await c.waitFor(2);
+    const delivery = await until('the webhook sent', async () => deliveries.requests[0]);
+    const polling = () => h.sandbox.requestLog.find((r) => r.method === 'GET' && r.path.includes('/insurance-verifications/'));
+    await until('the cancelled check polled', async () => polling()?.status === 0);
+    const { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature } = delivery.headers;
+    const headers = { 'content-type': 'application/json', 'webhook-id': String(id), 'webhook-timestamp': String(timestamp), 'webhook-signature': String(signature) };
+    expect((await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body: delivery.body })).status).toBeLessThan(300);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    expect(moved.reusedFrom).toBe(booked.correlationId);
+    // The poll answered and its step done.
+    await until('the poll answered', async () => polling()?.status === 200);
+    await until('no check in hand', async () => /^dental_elig_checks_in_hand 0$/m.test(await h.sync.metrics.text()));
+    expect(verificationPosts()).toBe(1);
     expect(await outcomesCounted('completed')).toBe(1);
   });
 
