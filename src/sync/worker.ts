@@ -824,7 +824,9 @@ export class Worker {
       await this.pendingTooLong(row);
       return;
     }
-    const next: CheckState = from === 'submitted' ? 'received' : from;
+    // A send whose answer was lost stays sent: the service may have taken it, so a cancellation meanwhile has it asked
+    // again under its externalId (followCancelled), and a webhook for it finds it (sentUnder), as one in hand would.
+    const next: CheckState = from === 'submitted' && !answerLost(err) ? 'received' : from;
     // Put off for no load of the service's (its portal failing this check alone, a Retry-After each time), a send waits a
     // tenth of the time its round has, up to backoff.maxMs: its attempts held, its backoff did not grow, and one such check
     // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say;
@@ -1532,9 +1534,12 @@ export class Worker {
   }
 }
 
-/** Whether a send failed with no answer after it may have reached the service (a timeout, a connection dropped mid-request): what it did there is unknown. */
+/**
+ * Whether a send failed with no answer of the service's after it may have reached it (a timeout, a
+ * connection dropped mid-request, a gateway's 502 or 504 for a service behind it): what it did there is unknown.
+ */
 function answerLost(err: ServiceError): boolean {
-  return err.status === undefined && !err.notSent;
+  return err.status === undefined ? !err.notSent : err.status === 502 || err.status === 504;
 }
 
 /** Whether an accepted verification is answered as done already (a send repeated under its externalId): its result is polled at once. */

@@ -307,6 +307,27 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await checkOf(waiting.key)).toMatchObject({ state: 'cancelled' });
   });
 
+  it('verifies a visit moved while its send, unanswered, waited to be sent again once: the cancelled check asks for it under its externalId', async () => {
+    // The first send's answer held back 4 s, past the client's 2 s timeout: the service may have taken it. Its retry is two minutes off.
+    const c = await mllpInto({ settings: { ...waitsLong, backoffBaseMs: 120_000, backoffMaxMs: 120_000 }, service: { maxRetries: 0, timeoutMs: 2000 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, delayMs: 4000 });
+    const booking = bookingsOf('P-19', '20261201090000');
+    c.socket.write(frame(cigna(booking('U1', 'APT-U1', '20261207093000'))));
+    await c.waitFor(1);
+    const waiting = await until('the first send timed out', async () => (await h.store.listChecks({ states: ['received', 'submitted'] })).find((r) => r.lastError !== undefined));
+    c.socket.write(frame(asMove(cigna(booking('U2', 'APT-U1', '20261209093000')))));
+    await c.waitFor(2);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    const cancelled = await checkOf(waiting.key);
+    expect(cancelled).toMatchObject({ state: 'cancelled', externalId: waiting.externalId });
+    expect(cancelled?.correlationId).toBeDefined();
+    expect(moved.reusedFrom).toBe(cancelled?.correlationId);
+    expect(verificationPosts()).toBe(2);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    // Its answer lost, it waited as sent, not put back as one the service never had.
+    expect(waiting.state).toBe('submitted');
+  });
+
   it('verifies a visit moved while its send went unanswered once: the cancelled check is sent again under its externalId, and the moved visit takes that verification\'s result', async () => {
     // The first send's answer held back 4 s, past the client's 2 s timeout and not retried by it: the move lands while it is on its way,
     // and the service may have taken it all the same.
