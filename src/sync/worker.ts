@@ -743,7 +743,7 @@ export class Worker {
     if (from === 'submitted') {
       // Throttled on its visit's day, it waits no longer than throttledGiveUpMs: a service asking for less all day would
       // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
-      // its attempts were counted; it is sent again once a call is answered, as one given up in an outage at its end.
+      // its attempts were counted; it is sent again once a verification's send is answered, as one given up in an outage at its end.
       // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
       // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each.
       const throttledToday = status === 429 && this.urgent(row) && row.written?.verification?.startsWith(LOCAL) !== true;
@@ -1287,7 +1287,12 @@ export class Worker {
       await this.outageKept;
       const keptHere = this.throttledKept;
       this.throttledKept = false;
-      const kept = await forgetThrottled(this.store);
+      const kept = await forgetThrottled(this.store).catch((err: unknown) => {
+        // Read on the chance another instance kept one, with none here: the store away, the next send taken reads it again, nothing said.
+        if (since !== undefined || !storeOutage(err)) throw err;
+        this.throttleReadAt = Number.NEGATIVE_INFINITY;
+        return undefined;
+      });
       if (kept === undefined) return keptHere ? undefined : since;
       return since && since < kept ? since : kept;
     }, 'while the service asked for fewer requests');
