@@ -14,7 +14,11 @@ interface SandboxOpts {
   asyncDelayMs?: number;
   latencyMs?: number;
   latencyJitterMs?: number;
+  throttleVerifications?: number;
 }
+
+/** The paths a verification is sent to, synchronous and asynchronous: a rate limit of the sends alone leaves the reads answered. */
+const VERIFICATION_SENDS = /^\/v2\/insurance-verification(s|-requests)$/;
 
 /**
  * `dental-elig sandbox`: the embedded sandbox, standalone, until Ctrl-C. The webhook secret and
@@ -34,6 +38,7 @@ export function registerSandbox(program: Command, io: CliIo): void {
     .option('--async-delay-ms <ms>', 'how long an asynchronous verification takes', whole('--async-delay-ms'))
     .option('--latency-ms <ms>', 'added to every request, as a remote service\'s round trip', whole('--latency-ms'))
     .option('--latency-jitter-ms <ms>', 'the added latency varies by up to this much either way, uniformly', whole('--latency-jitter-ms'))
+    .option('--throttle-verifications <ms>', 'answer every verification sent 429 (no Retry-After) for this long after start, the reads as usual', whole('--throttle-verifications'))
     .action(async (opts: SandboxOpts) => {
       const apiKey = opts.apiKey ?? io.env.DENTAL_ELIG_SANDBOX_API_KEY ?? DEFAULT_API_KEY;
       let webhook: WebhookConfig | undefined;
@@ -70,6 +75,12 @@ export function registerSandbox(program: Command, io: CliIo): void {
         throw new CliError(`sandbox: cannot listen on ${opts.host}:${opts.port} (${code ?? (err as Error).message})`);
       }
       const out = (line: string) => io.stdout.write(`${line}\n`);
+      let throttled: NodeJS.Timeout | undefined;
+      if (opts.throttleVerifications) {
+        sandbox.injectFault({ method: 'POST', path: VERIFICATION_SENDS, status: 429, times: Infinity });
+        const open = sandbox;
+        throttled = setTimeout(() => (open.clearFaults(), out('throttle:  over, verifications taken again')), opts.throttleVerifications);
+      }
       out(`listening: sandbox ${sandbox.url}`);
       out(`customer:  ${sandbox.customerId}`);
       out(`api key:   ${apiKey === DEFAULT_API_KEY ? DEFAULT_API_KEY : '(the one given)'}`);
@@ -79,7 +90,9 @@ export function registerSandbox(program: Command, io: CliIo): void {
       out(`webhook:   ${webhook ? `${webhook.url} (${webhook.secret ? 'signed' : 'unsigned'}${webhook.bearerToken ? ', bearer token' : ''})` : 'none (asynchronous results can be polled)'}`);
       out(`scenarios: member ids ${SCENARIOS.slice(0, 4).map((s) => s.memberId).join(', ')}, SBX-FAIL-<kind>, … (README lists them)`);
       out(`use it:    DENTAL_ELIG_BASE_URL=${sandbox.url} DENTAL_ELIG_API_KEY=… DENTAL_ELIG_CUSTOMER_ID=${sandbox.customerId}`);
+      if (throttled) out(`throttle:  every verification sent answered 429 for ${opts.throttleVerifications} ms`);
       await stopped(io.signal);
+      clearTimeout(throttled);
       await sandbox.close();
       out('sandbox stopped');
     });

@@ -70,10 +70,11 @@ export class ServiceOutage {
   private readonly alone = new Map<string, number>();
   /**
    * Checks whose visit's day had come given up while the service asked for fewer requests (429), since when (the first
-   * of them), until a call is answered: those are sent again then (told.unthrottled), as an outage's are at its end. A
-   * 429 ends nothing, so the worker tries the service itself meanwhile (tryItself), no check of theirs left to send.
+   * of them), until a verification's send is answered otherwise (throttleOver): those are sent again then. A 429 ends
+   * nothing, and a read answered says nothing of sends (a rate limit is often an endpoint's), so the worker sends one of
+   * them again itself meanwhile (throttledTry), no sooner than a wait and than any 429's Retry-After.
    */
-  private throttled: { since: number; nextTry: number; prober?: string | undefined } | undefined;
+  private throttled: { since: number; nextTry: number } | undefined;
 
   constructor(
     private readonly backoff: { baseMs: number; maxMs: number },
@@ -84,8 +85,6 @@ export class ServiceOutage {
       went?: (since: Date, portal: string | undefined) => void;
       /** Told when it answers again, with when it was found failing: once for the service's outage, once for a portal's. */
       back?: (since: Date, portal: string | undefined) => void;
-      /** Told when a call is answered after checks were given up at `since` or later while the service asked for fewer requests (gaveUpThrottled). */
-      unthrottled?: (since: Date) => void;
     } = {},
   ) {}
 
@@ -178,7 +177,7 @@ export class ServiceOutage {
    */
   tryItself(key: string): boolean {
     const outage = this.service;
-    if (!outage) return this.tryThrottled(key);
+    if (!outage) return false;
     if (outage.prober !== undefined) return false;
     if (this.now() < Math.max(outage.nextProbe, outage.asked) + 2 * this.probeWait(outage)) return false;
     outage.prober = key;
@@ -189,12 +188,12 @@ export class ServiceOutage {
   done(pass: Pass, key: string): void {
     if (pass !== 'probe') return;
     for (const outage of [this.service, ...this.portals.values()]) if (outage?.prober === key) outage.prober = undefined;
-    if (this.throttled?.prober === key) this.throttled.prober = undefined;
   }
 
   /**
    * A check whose visit's day had come given up at `at` while the service asked for fewer requests (429): sent again
-   * once a call is answered. The worker tries the service itself for it (tryItself), no sooner than a try's wait from now.
+   * once a verification's send is answered (throttleOver). The worker sends one of them again itself (throttledTry), no
+   * sooner than a try's wait from now.
    */
   gaveUpThrottled(at: Date): void {
     const since = at.getTime();
@@ -202,13 +201,19 @@ export class ServiceOutage {
     else this.throttled = { since, nextTry: this.now() + this.throttleWait() };
   }
 
-  /** Whether the worker tries the service now for the checks given up while it asked for fewer requests: at most one try a wait. */
-  private tryThrottled(key: string): boolean {
+  /** Since when checks were given up while the service asked for fewer requests, when the worker is to send one of them again now: at most once a wait. */
+  throttledTry(): Date | undefined {
     const throttled = this.throttled;
-    if (!throttled || throttled.prober !== undefined || this.now() < throttled.nextTry) return false;
-    throttled.prober = key;
+    if (!throttled || this.now() < throttled.nextTry) return undefined;
     throttled.nextTry = this.now() + this.throttleWait();
-    return true;
+    return new Date(throttled.since);
+  }
+
+  /** A verification's send answered other than 429 (or the throttling ended by another instance, or with nothing left to send): since when checks were given up in it, forgotten. */
+  throttleOver(): Date | undefined {
+    const throttled = this.throttled;
+    this.throttled = undefined;
+    return throttled && new Date(throttled.since);
   }
 
   /** The wait between tries of a service that asked for fewer requests: as the longest between tries of an outage. */
@@ -229,8 +234,6 @@ export class ServiceOutage {
   answered(portal: string | undefined, key: string): void {
     this.alone.delete(key);
     this.row = new FailureRow();
-    const throttled = this.throttled;
-    this.throttled = undefined;
     const whole = this.service;
     if (whole) {
       this.log.info({ outageMs: this.now() - whole.since, held: whole.held.size }, 'the verification service answers again; the checks held for it go on');
@@ -240,7 +243,6 @@ export class ServiceOutage {
       // Told apart from the portal's: the checks given up since the service went are every portal's, those since the portal went only its.
       this.told.back?.(new Date(whole.since), undefined);
     }
-    if (throttled) this.told.unthrottled?.(new Date(throttled.since));
     this.portalAnswered(portal, key);
   }
 
@@ -305,7 +307,8 @@ export class ServiceOutage {
     if (out === undefined) {
       const outage = this.covering(portal);
       if (outage && pass === 'probe') outage.nextProbe = Math.max(outage.nextProbe, this.now() + (err.retryAfterMs ?? this.probeWait(outage)));
-      if (this.throttled?.prober === key) this.throttled.nextTry = Math.max(this.throttled.nextTry, this.now() + (err.retryAfterMs ?? 0));
+      // Any send's: the one sent again for a throttling (throttledTry) is a check's like the others.
+      if (this.throttled) this.throttled.nextTry = Math.max(this.throttled.nextTry, this.now() + (err.retryAfterMs ?? 0));
       return;
     }
     this.outFailure({ failure: err.status ?? err.code ?? 'network', notSent: err.notSent === true, retryAfterMs: err.retryAfterMs }, pass, key, portal);

@@ -146,6 +146,8 @@ const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-res
 
 /** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
 const NOT_VERIFIED = 'NotVerified';
+/** The start of a check's not-verified detail given up throttled on its visit's day (giveUp): those are sent again when a send is answered (givenUpThrottled). */
+const THROTTLED_TODAY = 'The verification service put it off past the time a verification for a visit today may wait';
 /** The plugin's own kind for a request the service (422) or the client refused, its detail the fields it named. */
 const REQUEST_REFUSED = 'RequestRefused';
 /** The same, where the fields are the office's setup alone (refusesSetup). */
@@ -216,8 +218,12 @@ export class Worker {
   private readonly throttleSaid = onceASpell(() => this.deps.now().getTime());
   /** Aborted by stop(): a wait for the store ends then, so a check held for it is given back at once (outageWait). */
   private stopping = new AbortController();
-  /** Whether this worker has kept when a throttling's first check was given up (gaveUpThrottled), until a call is answered. */
+  /** Whether the store holds when a throttling's first check was given up (gaveUpThrottled: this worker kept it, or took it up at start), until a verification's send is answered. */
   private throttledKept = false;
+  /** The check given up in a throttling this worker sent again first (tryThrottled), and its round: the others wait for its send's answer. */
+  private throttleProbe: { key: string; round: number } | undefined;
+  /** When the store was last read for a throttling another instance kept (verificationTaken). */
+  private throttleReadAt = Number.NEGATIVE_INFINITY;
   /** When this worker found the service out, being kept (keepOutage): its end is recorded after it. */
   private outageKept: Promise<void> = Promise.resolve();
   /** The checks given up while the service was away, being sent again now that it answers (sendAgainGivenUp): stop() waits for them. */
@@ -260,7 +266,6 @@ export class Worker {
       went: (since, portal) => void (this.outageKept = this.outageKept.then(() => this.keepOutage(since, portal))),
       // One after the other: an outage of the service and one of a portal may end at one answer.
       back: (since, portal) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainGivenUp(since, portal))),
-      unthrottled: (since) => void (this.sendingAgain = this.sendingAgain.then(() => this.sendAgainThrottled(since))),
     });
     const headroom = new LoopHeadroom();
     this.loopBusy = deps.loopBusy ?? (() => headroom.busy());
@@ -526,9 +531,11 @@ export class Worker {
       try {
         if (mode === 'sync') {
           const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, sent, answer, true));
+          this.verificationTaken();
           await this.outcomeArrived(sent, outcome);
         } else {
           const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
+          this.verificationTaken();
           // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
           // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
           const pollInMs = resultReady(accepted) ? 0 : this.options.webhookDeadlineMs;
@@ -536,6 +543,8 @@ export class Worker {
           if (!waiting) await this.tookCancelled(sent, accepted.correlationId, undefined, pollInMs);
         }
       } catch (err) {
+        // Refused for what it is (a 422, a 403): the service's rate limit let it through.
+        if (err instanceof ServiceError && err.status !== undefined && !err.mayPassLater) this.verificationTaken();
         await this.serviceFailed(sent, 'submitted', err);
         // Cancelled while it was sent (its visit moved, say), the send answered a failure: nothing of it is at the service
         // for another visit to wait for (stillAtService). One with no answer may have reached it: it is sent again
@@ -805,13 +814,14 @@ export class Worker {
     if (from === 'submitted') {
       // Throttled on its visit's day, it waits no longer than throttledGiveUpMs: a service asking for less all day would
       // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
-      // its attempts were counted; it is sent again once a call is answered, as one given up in an outage at its end.
-      const throttledToday = status === 429 && this.urgent(row);
+      // its attempts were counted; it is sent again once a verification's send is answered, as one given up in an outage at its end.
+      // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
+      // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each.
+      const throttledToday = status === 429 && this.urgent(row) && row.written?.verification?.startsWith(LOCAL) !== true;
       const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
       const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const waited = throttledToday ? 'a verification for a visit today' : 'a verification';
-        const why = putOff ? `The verification service put it off past the time ${waited} may wait` : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const why = putOff ? (throttledToday ? THROTTLED_TODAY : 'The verification service put it off past the time a verification may wait') : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
@@ -1294,7 +1304,10 @@ export class Worker {
    * its result is written in its stead.
    */
   private sendAgainGivenUp(found: Date, portal: string | undefined): Promise<void> {
-    return this.sendAgain(portal, async () => {
+    // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
+    // whose portal is still out would only fail again, and be written into the chart as not verified again.
+    const givenUp = (row: CheckRow) => givenUpHere(row, portal) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
+    return this.sendAgain(givenUp, async () => {
       // The earliest any worker found it. On PostgreSQL this worker's keeping of it, still under way
       // (an answer right after it was found), would commit after it was forgotten.
       await this.outageKept;
@@ -1320,28 +1333,89 @@ export class Worker {
     });
   }
 
-  /** The checks given up while the service asked for fewer requests sent again, from the earliest any worker gave one up. */
-  private sendAgainThrottled(since: Date): Promise<void> {
-    this.throttledKept = false;
-    return this.sendAgain(undefined, async () => {
+  /**
+   * A verification's send answered other than 429: the checks given up in a throttling are sent again, this worker's
+   * (throttleOver) or one another instance kept in the store, which this one reads at most every PORTALS_READ_TICKS
+   * ticks of such answers: an instance that gave them up and stopped for good would leave them to a person.
+   */
+  private verificationTaken(): void {
+    const since = this.service.throttleOver();
+    this.throttleProbe = undefined;
+    const now = this.deps.now().getTime();
+    if (since === undefined && !this.portalsReadDue(this.throttleReadAt, now)) return;
+    this.throttleReadAt = now;
+    this.sendingAgain = this.sendingAgain.then(() => this.sendAgainThrottled(since));
+  }
+
+  /**
+   * The checks given up while the service asked for fewer requests sent again, from the earliest any worker gave one up,
+   * by the worker whose transaction forgets the store's record (once across instances), or by this one, `since` its own
+   * first, when keeping it failed. None given up for another reason: they were sent again then, or are a person's.
+   */
+  private sendAgainThrottled(since: Date | undefined): Promise<void> {
+    return this.sendAgain((row) => givenUpThrottled(row) && !this.service.covers(row.portalId), async () => {
       await this.outageKept;
-      const kept = await forgetThrottled(this.store);
-      return kept && kept < since ? kept : since;
+      const keptHere = this.throttledKept;
+      this.throttledKept = false;
+      const kept = await forgetThrottled(this.store).catch((err: unknown) => {
+        // Read on the chance another instance kept one, with none here: the store away, the next send taken reads it again, nothing said.
+        if (since !== undefined || !storeOutage(err)) throw err;
+        this.throttleReadAt = Number.NEGATIVE_INFINITY;
+        return undefined;
+      });
+      if (kept === undefined) return keptHere ? undefined : since;
+      return since && since < kept ? since : kept;
     }, 'while the service asked for fewer requests');
   }
 
   /**
-   * The checks given up as not verified since `from` (of `portal`'s, or of every portal not out) whose visits are still
-   * to come sent again: those given up `during` an outage (sendAgainGivenUp), or a throttling their visits' day (serviceFailed).
+   * The try of a service that throttles verifications: one check given up in the throttling sent again (the earliest), the
+   * others once its send is answered other than 429 (verificationTaken). A read answered says nothing of them: a rate limit
+   * is often an endpoint's, and all of them sent at each read answered were given up again, a burst every throttledGiveUpMs.
+   * None while the one sent is still being verified; none once another instance took the record up.
    */
-  private async sendAgain(portal: string | undefined, from: () => Promise<Date>, during: string): Promise<void> {
+  private async tryThrottled(since: Date): Promise<void> {
+    try {
+      const probe = this.throttleProbe;
+      if (probe) {
+        const row = await this.store.transaction((tx) => tx.getCheck(probe.key));
+        if (row?.round === probe.round && VERIFYING.includes(row.state)) return;
+        this.throttleProbe = undefined;
+      }
+      await this.outageKept;
+      const kept = (await keptOutages(this.store)).throttled;
+      // Taken up by another instance's answered send: it sent them again.
+      if (kept === undefined && this.throttledKept) return this.throttleEnded();
+      const from = kept && kept < since ? kept : since;
+      const now = this.deps.now();
+      const first = (await givenUpSince(this.store, from, now, this.options.policy, (row) => givenUpThrottled(row) && !this.service.covers(row.portalId))).at(-1);
+      // None left to send (sent again by a person, or their visits cancelled): nothing waits for the service's answer.
+      if (!first) return this.throttleEnded();
+      if (!(await retryAsRead(this.store, first, now))) return;
+      this.throttleProbe = { key: first.key, round: first.round + 1 };
+      this.deps.log.info({ key: first.key }, 'one check given up while the service asked for fewer requests is sent again; the others once the service takes it');
+      this.kick();
+    } catch (err) {
+      if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not send a check given up while the service asked for fewer requests again');
+    }
+  }
+
+  /** The throttling over here with nothing to send: a throttling after it is kept again. */
+  private throttleEnded(): void {
+    this.service.throttleOver();
+    this.throttledKept = false;
+  }
+
+  /**
+   * The checks given up as not verified since `from` (undefined: none to send) that `givenUp` takes, whose visits are
+   * still to come, sent again: those given up during an outage (sendAgainGivenUp), or a throttling their visits' day (sendAgainThrottled).
+   */
+  private async sendAgain(givenUp: (row: CheckRow) => boolean, from: () => Promise<Date | undefined>, during: string): Promise<void> {
     try {
       const now = this.deps.now();
       const since = await from();
+      if (since === undefined) return;
       let sent = 0;
-      // One portal's outage: the checks of others given up meanwhile failed for their own reasons. One
-      // whose portal is still out would only fail again, and be written into the chart as not verified again.
-      const givenUp = (row: CheckRow) => givenUpHere(row, portal) && (portal === undefined || row.portalId === portal) && !this.service.covers(row.portalId);
       for (const row of await givenUpSince(this.store, since, now, this.options.policy, givenUp)) if (await retryAsRead(this.store, row, now)) sent++;
       if (sent > 0) this.deps.log.info({ checks: sent }, `checks given up ${during} are sent again`);
       this.kick();
@@ -1369,7 +1443,11 @@ export class Worker {
       const kept = await keptOutages(this.store);
       if (kept.service) this.service.resume(kept.service);
       // Its checks sent again once a call is answered: the worker tries the service itself meanwhile.
-      if (kept.throttled) this.service.gaveUpThrottled(kept.throttled);
+      if (kept.throttled) {
+        this.service.gaveUpThrottled(kept.throttled);
+        // The store holds it: gone from there, another instance took it up (tryThrottled).
+        this.throttledKept = true;
+      }
       for (const { portal, since } of kept.portals) this.service.resume(since, portal);
     } catch (err) {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not read whether the verification service was found out before this start');
@@ -1401,7 +1479,10 @@ export class Worker {
    * checks given up meanwhile); a failure puts the next try off, as a check's does.
    */
   private tryItself(): void {
-    if (!this.running || !this.service.tryItself(NO_CHECK)) return;
+    if (!this.running) return;
+    const throttledSince = this.service.throttledTry();
+    if (throttledSince) this.tryingItself = this.tryingItself.then(() => this.tryThrottled(throttledSince));
+    if (!this.service.tryItself(NO_CHECK)) return;
     const over = () => this.service.done('probe', NO_CHECK);
     this.tryingItself = this.serviceCall('probe', NO_CHECK, undefined, 'list payer network', () => this.deps.client.listPayers({ limit: 1 })).then(over, over);
   }
@@ -1630,6 +1711,13 @@ function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
   return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+}
+
+/** Whether a check's result is this plugin's not-verified failure of its round given up throttled on its visit's day: not one given up for another reason. */
+function givenUpThrottled(row: CheckRow): boolean {
+  if (!givenUpHere(row, undefined)) return false;
+  const outcome = storedOutcome(row.result);
+  return outcome?.kind === 'failed' && (outcome.problem.detail?.startsWith(THROTTLED_TODAY) ?? false);
 }
 
 /**

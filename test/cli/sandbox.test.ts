@@ -105,3 +105,35 @@ test('bad options are one line on stderr', async () => {
     expect(errs.join('')).toBe(`dental-elig: ${argv[1]}: must be a port, 0 to 65535\n`);
   }
 });
+
+test('--throttle-verifications answers verifications sent 429 for as long as it says, reads as usual, then takes them', async () => {
+  const sb = await runSandbox(['--port', '0', '--throttle-verifications', '300']);
+  try {
+    const auth = { authorization: `Bearer ${DEFAULT_API_KEY}`, 'content-type': 'application/json' };
+    const send = async () => {
+      const res = await request(`${sb.url}/v2/insurance-verifications`, {
+        method: 'POST',
+        headers: auth,
+        body: JSON.stringify({
+          portalId: 'deltadentalins',
+          payer: { payerId: 'CDCA1' },
+          clinicId: 'cln_sandbox_main',
+          patient: { firstName: 'A', lastName: 'B', dateOfBirth: '1980-01-01' },
+          subscriber: { firstName: 'A', lastName: 'B', memberId: 'SBX-COMPLETE', relationship: 'Self' },
+          dateOfService: '2026-12-01',
+        }),
+      });
+      await res.body.dump();
+      return res.statusCode;
+    };
+    expect(await send()).toBe(429);
+    const read = await request(`${sb.url}/v2/network/payers`, { headers: auth });
+    await read.body.dump();
+    expect(read.statusCode).toBe(200);
+    expect(await send()).toBe(429);
+    for (let i = 0; i < 200 && !sb.out().includes('throttle:  over'); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await send()).toBe(201);
+  } finally {
+    await sb.stop();
+  }
+});

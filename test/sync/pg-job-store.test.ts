@@ -17,7 +17,9 @@ import { Worker } from '../../src/sync/worker';
 import { ServiceError } from '../../src/verification/errors';
 import { toOutcome } from '../../src/verification/outcome';
 import { until } from './harness';
-import { resultBody, RIG_OPTIONS } from './worker-rig';
+import { resultBody, RIG_OPTIONS, type WorkerRig } from './worker-rig';
+import { throttledElsewhere } from './throttled-elsewhere';
+import { keptOutages } from '../../src/sync/outage-record';
 import { pruneFinished } from '../../src/sync/prune';
 import { checkRow, jobStoreContract, NOW, rememberAppointment } from './job-store-contract';
 
@@ -764,6 +766,18 @@ describe('PgJobStore with two instances on one database', () => {
     await worker.stop();
     // Kept after its end was read, it would be taken up by the next worker started, a day later say.
     await until('the outage forgotten', async () => (await a.transaction((tx) => tx.getMeta('service-out-since'))) === '');
+  });
+
+  it('has the instance still running send again the checks the other gave up for a 429 and stopped for good, once a send of its own is taken: those alone, and once', async () => {
+    let rig: WorkerRig | undefined;
+    try {
+      const { throttled, unavailable } = await throttledElsewhere((started) => (rig = started), { first: a, second: b });
+      expect(throttled.now.round).toBe(throttled.round + 1);
+      expect(unavailable.now).toMatchObject({ state: 'needs-attention', round: unavailable.round });
+      expect(await keptOutages(a)).toEqual({ portals: [] });
+    } finally {
+      await rig?.close();
+    }
   });
 
   it("applies a webhook that came before its send's answer when that answer commits at the other instance while the webhook waits for the check", async () => {

@@ -15,6 +15,7 @@ import { keptOutages } from '../../src/sync/outage-record';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
 import { gate } from '../support/gate';
+import { throttledElsewhere } from './throttled-elsewhere';
 
 /**
  * Faults of the service as the worker meets them, each on the real parts (a SQLite file, HTTP to a
@@ -231,17 +232,18 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
   });
 
   /**
-   * A rig whose service answers 429 until `stop()`, and a check `key` whose visit is today, given
-   * up into the chart once throttledGiveUpMs (1 s) has passed: the check as given up.
+   * A rig whose service answers verifications' sends 429 until `stop()` (its reads, as a rate limit of one endpoint
+   * leaves them), and a check `key` whose visit is today, given up into the chart once throttledGiveUpMs (1 s) has
+   * passed: the check as given up.
    */
   const throttledToday = async (key: string, ...more: string[]) => {
     let throttling = true;
     rig = await startWorkerRig({
       worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
-      answer: (req, res) => {
-        if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
+      answer: (req, res, index) => {
         if (req.method === 'GET') return json(res, 200, { items: [] });
-        json(res, 201, resultBody('completed-minimal'));
+        if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
+        json(res, 201, { ...(resultBody('completed-minimal') as object), correlationId: `ver-${index}` });
       },
     });
     // What the store is asked of the service's outages and throttlings (the one meta row they share), and told to keep, in order.
@@ -267,14 +269,40 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; given up /);
     expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
     const sentBefore = posts(rig.requests).length;
-    // Nothing else is sent: the worker tries the service itself, and its answer sends the check again.
+    // Nothing else is sent: the worker sends the check again itself, and the service takes it.
     stop();
     const written = await rig.reach('today-throttled', 'written', 8000);
     expect(written.round).toBe(given.round + 1);
     expect(posts(rig.requests)).toHaveLength(sentBefore + 1);
-    expect(rig.infos.map((i) => i.msg)).toContain('checks given up while the service asked for fewer requests are sent again');
+    expect(rig.infos.map((i) => i.msg)).toContain('one check given up while the service asked for fewer requests is sent again; the others once the service takes it');
     const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
+
+  it('sends one check given up for a 429 again while the service still answers its reads, the others once a send is taken, none given up again meanwhile', async () => {
+    const { stop } = await throttledToday('first-given', 'second-given');
+    const rounds = { first: (await rig.check('first-given')).round, second: (await rig.check('second-given')).round };
+    const sendsOf = async (key: string) => {
+      const row = await rig.check(key);
+      return rig.requests.filter((r) => r.method === 'POST' && r.body.includes(row.externalId)).length;
+    };
+    // One of them is the worker's try: sent, answered 429, sent again, as long as the service throttles.
+    const probe = await until('one check sent again, three times', async () => {
+      for (const key of ['first-given', 'second-given']) {
+        const row = await rig.check(key);
+        if (row.round > rounds[key === 'first-given' ? 'first' : 'second'] && (await sendsOf(key)) >= 3) return key;
+      }
+      return undefined;
+    }, 15_000);
+    const other = probe === 'first-given' ? 'second-given' : 'first-given';
+    // A payer list read each minute, answered, sent them all again before: given up again at throttledGiveUpMs, their chart responses rewritten.
+    expect(await rig.check(other)).toMatchObject({ state: 'needs-attention', round: rounds[other === 'first-given' ? 'first' : 'second'] });
+    expect((await rig.check(probe)).state).not.toBe('needs-attention');
+    expect(rig.events.filter((e) => e.name === 'written')).toHaveLength(2);
+    stop();
+    for (const key of [probe, other]) expect((await rig.reach(key, 'written', 8000)).round).toBeGreaterThan(rounds[key === 'first-given' ? 'first' : 'second']);
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'complete', 'error', 'error']);
   });
 
   it('keeps when a throttling\'s first check was given up once, not again at each check given up after it', async () => {
@@ -285,6 +313,14 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     // Once as the worker started (takeUpOutage), once to keep the first give-up: not once more for each of the others.
     expect(reads()).toBe(2);
     expect(kept[0]).toMatch(/^\{"portals":\{\},"throttled":"\d{4}-/);
+  });
+
+  it('sends a check given up for a 429 on its visit\'s day again once another instance, running since before, has a send taken: the one that gave it up stopped for good', async () => {
+    const { throttled, unavailable } = await throttledElsewhere((two) => (rig = two));
+    expect(throttled.now.round).toBe(throttled.round + 1);
+    // Given up for another reason: not the throttling's to send again.
+    expect(unavailable.now).toMatchObject({ state: 'needs-attention', round: unavailable.round });
+    expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {

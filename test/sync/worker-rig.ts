@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import type { PayerResolver } from '../../src/domain';
 import { projectRoot } from '../../src/mapping-files';
 import { startFhirServer, type FhirServer } from '../../src/sandbox/fhir-server';
-import type { CheckRow, CheckState } from '../../src/sync/job-store';
+import type { CheckRow, CheckState, JobStore } from '../../src/sync/job-store';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { Worker, type SyncEvent, type SyncEventName, type WorkerOptions } from '../../src/sync/worker';
 import { fhirWriter, type EligibilityWriter } from '../../src/sync/write-back';
@@ -23,7 +23,7 @@ import { checkRow } from './job-store-contract';
  */
 export interface WorkerRig {
   worker: Worker;
-  store: SqliteJobStore;
+  store: RigStore;
   /** The chart the worker writes to. */
   fhir: FhirServer;
   requests: RecordedRequest[];
@@ -40,10 +40,13 @@ export interface WorkerRig {
   reach(key: string, state: CheckState, timeoutMs?: number): Promise<CheckRow>;
   /** Stops the worker and puts a new one, not started, on the same store, service and chart: serve restarted. */
   restart(): Promise<void>;
-  /** Another worker, not started, on the same store, service and chart beside this one: a second instance. Stopped by close(). */
-  another(): Worker;
+  /** Another worker, not started, on the same store (or `store`, another instance's pool on its database), service and chart beside this one: a second instance. Stopped by close(). */
+  another(store?: JobStore): Worker;
   close(): Promise<void>;
 }
+
+/** The rig's store: a SQLite file of its own, or one the test opened (PostgreSQL), which the test closes. */
+export type RigStore = JobStore & Required<Pick<JobStore, 'takeRateToken'>>;
 
 export const RIG_OPTIONS: WorkerOptions = {
   concurrency: 4,
@@ -88,9 +91,11 @@ export async function startWorkerRig(options: {
   writer?: (chart: EligibilityWriter) => EligibilityWriter;
   /** Told of each result polling took that a webhook was to bring, as serve counts it. */
   webhookMissed?: (key: string) => void;
+  /** The store, instead of a SQLite file: the test's to close. */
+  store?: RigStore;
 }): Promise<WorkerRig> {
   const dir = mkdtempSync(path.join(tmpdir(), 'elig-worker-'));
-  const store = SqliteJobStore.open(dir);
+  const store = options.store ?? SqliteJobStore.open(dir);
   const service = await startScriptedServer(options.answer);
   const fhir: FhirServer = await startFhirServer({ validate: true });
   await fhir.seed(chartOf('self'));
@@ -101,10 +106,10 @@ export async function startWorkerRig(options: {
   const warnings: WorkerRig['warnings'] = [];
   const infos: WorkerRig['infos'] = [];
   const resolver = options.resolver ?? resolved(options.payerName);
-  const newWorker = () => new Worker(
+  const newWorker = (on: JobStore = store) => new Worker(
     { ...RIG_OPTIONS, ...options.worker },
     {
-      store,
+      store: on,
       client,
       resolver: () => resolver,
       writer: () => writer,
@@ -150,8 +155,8 @@ export async function startWorkerRig(options: {
       await rig.worker.stop();
       rig.worker = newWorker();
     },
-    another() {
-      const other = newWorker();
+    another(on) {
+      const other = newWorker(on);
       others.push(other);
       return other;
     },
@@ -162,7 +167,7 @@ export async function startWorkerRig(options: {
         for (const other of others) await other.stop();
         await service.close();
         await fhir.close();
-        await store.close();
+        if (!options.store) await store.close();
         rmSync(dir, { recursive: true, force: true });
       })();
       return closed;
