@@ -739,9 +739,11 @@ export class Worker {
   private async sendCancelledAgain(pass: Pass, row: CheckRow, { body, mode, portalId }: { body: VerificationRequest; mode: 'sync' | 'async'; portalId: string }): Promise<void> {
     if (mode === 'sync') {
       const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row, answer, true));
+      this.verificationTaken();
       return this.tookCancelled(row, outcome.verification.correlationId, outcome);
     }
     const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
+    this.verificationTaken();
     return this.tookCancelled(row, accepted.correlationId, undefined, resultReady(accepted) ? 0 : this.options.webhookDeadlineMs);
   }
 
