@@ -545,11 +545,14 @@ export class Worker {
       } catch (err) {
         // Refused for what it is (a 422, a 403): the service's rate limit let it through.
         if (err instanceof ServiceError && err.status !== undefined && !err.mayPassLater) this.verificationTaken();
-        await this.serviceFailed(sent, 'submitted', err);
+        // Sent before under this externalId with its answer lost (it waited as submitted): a failure answered to this send
+        // says nothing of that one, which the service may have taken.
+        const mayBeThere = row.state === 'submitted' || (err instanceof ServiceError && answerLost(err));
+        await this.serviceFailed(sent, 'submitted', err, mayBeThere);
         // Cancelled while it was sent (its visit moved, say), the send answered a failure: nothing of it is at the service
         // for another visit to wait for (stillAtService). One with no answer may have reached it: it is sent again
         // under its externalId to find out (followCancelled).
-        if (err instanceof ServiceError) await this.step(sent, 'cancelled', answerLost(err) ? { state: 'cancelled', dueAt: this.later(this.backoff(sent.attempts)) } : { state: 'cancelled', submittedAt: undefined, dueAt: undefined });
+        if (err instanceof ServiceError) await this.step(sent, 'cancelled', mayBeThere ? { state: 'cancelled', dueAt: this.later(this.backoff(sent.attempts)) } : { state: 'cancelled', submittedAt: undefined, dueAt: undefined });
       }
     } finally {
       this.service.done(pass, row.key);
@@ -747,7 +750,8 @@ export class Worker {
     return this.tookCancelled(row, accepted.correlationId, undefined, resultReady(accepted) ? 0 : this.options.webhookDeadlineMs);
   }
 
-  private async serviceFailed(row: CheckRow, from: CheckState, err: unknown): Promise<void> {
+  /** `mayBeThere`: a send whose answer was lost, this one or an earlier one of its round under its externalId (submit). */
+  private async serviceFailed(row: CheckRow, from: CheckState, err: unknown, mayBeThere = false): Promise<void> {
     if (!(err instanceof ServiceError)) throw err;
     const status = err.status;
     if (refusedForFields(err) && from === 'submitted' && (err.problem.errors ?? []).some((e) => e.field === 'externalId')) {
@@ -836,9 +840,9 @@ export class Worker {
       await this.pendingTooLong(row);
       return;
     }
-    // A send whose answer was lost stays sent: the service may have taken it, so a cancellation meanwhile has it asked
-    // again under its externalId (followCancelled), and a webhook for it finds it (sentUnder), as one in hand would.
-    const next: CheckState = from === 'submitted' && !answerLost(err) ? 'received' : from;
+    // A send whose answer was lost stays sent, whatever its retries are answered: the service may have taken it, so a
+    // cancellation meanwhile has it asked again under its externalId (followCancelled), and a webhook for it finds it (sentUnder), as one in hand would.
+    const next: CheckState = from === 'submitted' && !mayBeThere ? 'received' : from;
     // Put off for no load of the service's (its portal failing this check alone, a Retry-After each time), a send waits a
     // tenth of the time its round has, up to backoff.maxMs: its attempts held, its backoff did not grow, and one such check
     // was sent every ten seconds for pendingGiveUpMs, 8,000 rounds a day (audit-leaks). A 429's wait is the service's to say;

@@ -328,6 +328,41 @@ describe('fresh results and re-verification before the visit', () => {
     expect(waiting.state).toBe('submitted');
   });
 
+  /**
+   * A Cigna visit whose first send's answer is held back past the client's 2 s timeout and whose retry
+   * (`backoffBaseMs` on) is answered 500 as `retry` says, moved once `moveWhen` finds its check: the
+   * cancelled check, the first maybe at the service still, asks for it under its externalId, and the moved visit takes its result.
+   */
+  const movedAfterLostAnswer = async (patientId: string, backoffBaseMs: number, retry: { delayMs?: number }, moveWhen: (r: Awaited<ReturnType<typeof checkOf>>) => boolean) => {
+    const c = await mllpInto({ settings: { ...waitsLong, backoffBaseMs, backoffMaxMs: 120_000 }, service: { maxRetries: 0, timeoutMs: 2000 } });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, delayMs: 4000 });
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 500, ...retry });
+    const booking = bookingsOf(patientId, '20261201090000');
+    c.socket.write(frame(cigna(booking(`${patientId}-1`, `APT-${patientId}`, '20261207093000'))));
+    await c.waitFor(1);
+    const before = await until('the moment to move it', async () => (await h.store.listChecks({ states: ['received', 'submitted'] })).find(moveWhen));
+    c.socket.write(frame(asMove(cigna(booking(`${patientId}-2`, `APT-${patientId}`, '20261209093000')))));
+    await c.waitFor(2);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
+    const cancelled = await checkOf(before.key);
+    expect(cancelled).toMatchObject({ state: 'cancelled', externalId: before.externalId });
+    expect(cancelled?.correlationId).toBeDefined();
+    expect(moved.reusedFrom).toBe(cancelled?.correlationId);
+    expect(await searchFhir(h.fhir, 'CoverageEligibilityResponse')).toHaveLength(1);
+    return before;
+  };
+
+  it('verifies a visit moved once where its send went unanswered and its retry was answered 500: the first may be at the service still', async () => {
+    // The retry 3 s on answered 500 at once, the next 6 s after that: the move lands while it waits.
+    const waiting = await movedAfterLostAnswer('P-21', 3000, {}, (r) => r?.lastError?.startsWith('500') === true);
+    expect(waiting.state).toBe('submitted');
+  });
+
+  it('verifies a visit moved once while the retry of a send that went unanswered is on its way and then answered 500', async () => {
+    // The retry 1 s on answered 500 after 1.5 s: the move lands while it is on its way.
+    await movedAfterLostAnswer('P-22', 1000, { delayMs: 1500 }, (r) => r?.state === 'submitted' && r.attempts === 2);
+  });
+
   it('verifies a visit moved while its send went unanswered once: the cancelled check is sent again under its externalId, and the moved visit takes that verification\'s result', async () => {
     // The first send's answer held back 4 s, past the client's 2 s timeout and not retried by it: the move lands while it is on its way,
     // and the service may have taken it all the same.
