@@ -1361,7 +1361,6 @@ export class Worker {
   private sendAgainThrottled(since: Date | undefined): Promise<void> {
     return this.sendAgain((row) => givenUpThrottled(row) && !this.service.covers(row.portalId), async () => {
       await this.outageKept;
-      const keptHere = this.throttledKept;
       this.throttledKept = false;
       const kept = await forgetThrottled(this.store).catch((err: unknown) => {
         // Read on the chance another instance kept one, with none here: the store away, the next send taken reads it again, nothing said.
@@ -1369,7 +1368,9 @@ export class Worker {
         this.throttleReadAt = Number.NEGATIVE_INFINITY;
         return undefined;
       });
-      if (kept === undefined) return keptHere ? undefined : since;
+      // Gone, though this worker kept it: another instance took it up and sent again those given up by then, not those
+      // given up here since (a rate limit that lets some sends through), which this one still has to send.
+      if (kept === undefined) return since;
       return since && since < kept ? since : kept;
     }, 'while the service asked for fewer requests');
   }
@@ -1390,13 +1391,17 @@ export class Worker {
       }
       await this.outageKept;
       const kept = (await keptOutages(this.store)).throttled;
-      // Taken up by another instance's answered send: it sent them again.
-      if (kept === undefined && this.throttledKept) return this.throttleEnded();
       const from = kept && kept < since ? kept : since;
       const now = this.deps.now();
       const first = (await givenUpSince(this.store, from, now, this.options.policy, (row) => givenUpThrottled(row) && !this.service.covers(row.portalId))).at(-1);
-      // None left to send (sent again by a person, or their visits cancelled): nothing waits for the service's answer.
+      // None left to send (sent again by a person or another instance, or their visits cancelled): nothing waits for the service's answer.
       if (!first) return this.throttleEnded();
+      if (kept === undefined && this.throttledKept) {
+        // Taken up by another instance's answered send, which sent again those given up by then: those given up here
+        // since are kept again, for any instance to send should this one stop.
+        this.throttledKept = false;
+        this.gaveUpThrottled(since);
+      }
       if (!(await retryAsRead(this.store, first, now))) return;
       this.throttleProbe = { key: first.key, round: first.round + 1 };
       this.deps.log.info({ key: first.key }, 'one check given up while the service asked for fewer requests is sent again; the others once the service takes it');

@@ -10,8 +10,8 @@ import { endDroppedPlans, scheduleAppointment } from '../../src/sync/schedule';
 import { ingestWebhook } from '../../src/sync/ingest-webhook';
 import { toOutcome } from '../../src/verification/outcome';
 import { storeRetryWaitMs } from '../../src/sync/worker';
-import { retryCheck } from '../../src/sync/operations';
-import { keptOutages } from '../../src/sync/outage-record';
+import { retryAsRead, retryCheck } from '../../src/sync/operations';
+import { forgetThrottled, keptOutages } from '../../src/sync/outage-record';
 import { gets, posts, resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worker-rig';
 import { checkRow } from './job-store-contract';
 import { gate } from '../support/gate';
@@ -236,10 +236,11 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
    * leaves them), and a check `key` whose visit is today, given up into the chart once throttledGiveUpMs (1 s) has
    * passed: the check as given up.
    */
-  const throttledToday = async (key: string, ...more: string[]) => {
+  /** Checks `key` and `more` given up throttled on their visit's day; `triesEveryMs`: the longest wait between the worker's own tries (backoff.maxMs). */
+  const throttledToday = async (key: string, more: string[] = [], triesEveryMs = RIG_OPTIONS.backoff.maxMs) => {
     let throttling = true;
     rig = await startWorkerRig({
-      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000, backoff: { ...RIG_OPTIONS.backoff, maxMs: triesEveryMs } },
       answer: (req, res, index) => {
         if (req.method === 'GET') return json(res, 200, { items: [] });
         if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
@@ -280,7 +281,7 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
   });
 
   it('sends one check given up for a 429 again while the service still answers its reads, the others once a send is taken, none given up again meanwhile', async () => {
-    const { stop } = await throttledToday('first-given', 'second-given');
+    const { stop } = await throttledToday('first-given', ['second-given']);
     const rounds = { first: (await rig.check('first-given')).round, second: (await rig.check('second-given')).round };
     const sendsOf = async (key: string) => {
       const row = await rig.check(key);
@@ -306,7 +307,7 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
   });
 
   it('keeps when a throttling\'s first check was given up once, not again at each check given up after it', async () => {
-    const { kept, reads } = await throttledToday('throttled-1', 'throttled-2', 'throttled-3');
+    const { kept, reads } = await throttledToday('throttled-1', ['throttled-2', 'throttled-3']);
     await until('the give-up kept', async () => kept.length > 0);
     await rig.worker.stop();
     expect(kept).toHaveLength(1);
@@ -321,6 +322,22 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     // Given up for another reason: not the throttling's to send again.
     expect(unavailable.now).toMatchObject({ state: 'needs-attention', round: unavailable.round });
     expect(await keptOutages(rig.store)).toEqual({ portals: [] });
+  });
+
+  it('sends a check given up for a 429 after another instance took the throttling\'s record up again all the same: that instance sent again only those given up before', async () => {
+    // This worker's own tries a minute apart, as they are at the defaults: the check is given up before its next.
+    const { given, stop } = await throttledToday('taken-up-elsewhere', [], 60_000);
+    // Another instance's send taken: its transaction forgets the record and sends again the check given up by then.
+    const now = new Date();
+    expect(await forgetThrottled(rig.store)).toBeDefined();
+    expect(await retryAsRead(rig.store, given, now)).toBe(true);
+    // A rate limit that lets some sends through and not others: this worker gives another check up, the record gone.
+    await rig.addCheck('given-up-after', { check: { ...checkRow('given-up-after').check, dateOfService: now.toISOString().slice(0, 10) } });
+    const after = await rig.reach('given-up-after', 'needs-attention', 8000);
+    stop();
+    const written = await rig.reach('given-up-after', 'written', 8000);
+    expect(written.round).toBe(after.round + 1);
+    expect(await rig.reach('taken-up-elsewhere', 'written', 8000)).toMatchObject({ round: given.round + 1 });
   });
 
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
