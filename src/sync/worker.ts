@@ -802,7 +802,7 @@ export class Worker {
     // The service out, this failure one of those that say so: the check waits for it, its send not counted.
     const portal = from === 'awaiting-result' ? undefined : row.portalId;
     if (this.service.covers(portal) && !this.urgent(row)) {
-      return this.hold(row, portal, from, from === 'submitted' ? { state: 'received', attempts: row.attempts - 1 } : { state: from }, summary);
+      return this.hold(row, portal, from, from === 'submitted' ? { state: mayBeThere ? 'submitted' : 'received', attempts: row.attempts - 1 } : { state: from }, summary);
     }
     // A service that says how long to leave it alone is asked again no sooner. Such a send is not
     // counted against maxAttempts: the budget for waiting on it is pendingGiveUpMs from the round's first send (a 429's
@@ -1298,7 +1298,8 @@ export class Worker {
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
     const what = this.service.portalOut(portal) || !this.service.covers(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
-    const unsent = change.state !== 'awaiting-result' && { submittedAt: undefined };
+    // Unsent, its round begins again when the service is back; one sent before whose answer was lost keeps its send.
+    const unsent = change.state === 'received' && { submittedAt: undefined };
     return { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
   }
 

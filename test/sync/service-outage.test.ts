@@ -566,6 +566,21 @@ describe('a service away longer than the checks\' attempts last', () => {
     return service;
   }
 
+  it('holds a check whose send went unanswered (a gateway\'s 504) as sent: the service may have taken it, so a cancellation has it asked for under its externalId', async () => {
+    rig = await startWorkerRig({ worker: { maxAttempts: 3, backoff: { baseMs: 50, maxMs: 400 } }, answer: (_req, res) => json(res, 504, { title: 'Gateway Timeout', status: 504 }) });
+    const keys = Array.from({ length: 6 }, (_, i) => `unanswered-${i}`);
+    for (const key of keys) await addVisit(key, inDays(10));
+    rig.worker.start();
+    await until('the service found out', async () => rig.worker.service.outFor('portal-a') !== undefined);
+    // Held, not in hand (due later), and sent before: its externalId in a request the service may have taken.
+    const heldAfterSend = async () => {
+      const rows = await Promise.all(keys.map((key) => rig.check(key)));
+      return rows.filter((row) => /waiting for it/.test(row.lastError ?? '') && Date.parse(row.dueAt ?? '') > Date.now() && rig.requests.some((r) => r.method === 'POST' && r.body.includes(row.externalId)));
+    };
+    const held = await until('checks held after a send', async () => ((await heldAfterSend()).length >= 2 ? heldAfterSend() : undefined));
+    expect(held.map((row) => [row.state, row.submittedAt !== undefined])).toEqual(held.map(() => ['submitted', true]));
+  });
+
   it('holds the batch in the store without using its attempts, tries it one call at a time, and verifies each once when it is back', async () => {
     const service = await awayRig();
     const keys = Array.from({ length: 8 }, (_, i) => `later-${i}`);
