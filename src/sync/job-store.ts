@@ -147,6 +147,9 @@ export const CheckOfPlan = z.strictObject({
   /** Whether a pair of its is in the chart (CheckRow's written). */
   written: z.literal(true).optional(),
   planDroppedAt: z.string().optional(),
+  /** A cancelled check's: whether it is followed for its verification's result, or holds one (endDroppedPlans marks such a check's drop). */
+  dueAt: z.string().optional(),
+  resultAt: z.string().optional(),
   check: z.strictObject({
     dateOfService: z.string(),
     source: z.strictObject({ kind: z.enum(['hl7', 'fhir']) }),
@@ -164,6 +167,8 @@ export interface CheckOfPlanRecord {
   state: string;
   written: boolean | number;
   plan_dropped_at: string | null;
+  due_at: string | null;
+  result_at: string | null;
   date_of_service: string;
   source_kind: string;
   patient_system: string | null;
@@ -183,6 +188,8 @@ export function checkOfPlanFrom(r: CheckOfPlanRecord): CheckOfPlan {
     state: r.state,
     written: r.written ? true : undefined,
     planDroppedAt: given(r.plan_dropped_at),
+    dueAt: given(r.due_at),
+    resultAt: given(r.result_at),
     check: {
       dateOfService: r.date_of_service,
       source: { kind: r.source_kind },

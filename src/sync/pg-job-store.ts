@@ -475,14 +475,15 @@ class PgTx implements StoreTx {
 
   async checksOfPatient(patientKey: string, memberIds: readonly string[], states: readonly CheckState[]): Promise<CheckOfPlan[]> {
     // What a patient's history says of their plans (CheckOfPlan): neither the body nor the request's people cross the wire.
-    // The row read once for its three fields (json_to_record): each path into a json row parses all of it again, body and all.
+    // The row read once for its fields (json_to_record): each path into a json row parses all of it again, body and all.
     const { rows } = await this.db.query<CheckOfPlanRecord>(
-      `SELECT key, state, f.written IS NOT NULL AS written, f."planDroppedAt" AS plan_dropped_at, f."check"->>'dateOfService' AS date_of_service,
+      `SELECT key, state, f.written IS NOT NULL AS written, f."planDroppedAt" AS plan_dropped_at, f."dueAt" AS due_at, f."resultAt" AS result_at,
+         f."check"->>'dateOfService' AS date_of_service,
          f."check"#>>'{source,kind}' AS source_kind, f."check"#>>'{patient,identifiers,0,system}' AS patient_system,
          f."check"#>>'{coverage,payer,id}' AS payer_id, f."check"#>>'{coverage,payer,name}' AS payer_name,
          f."check"#>>'{coverage,period,start}' AS period_start, f."check"#>>'{coverage,period,end}' AS period_end,
          f."check"#>>'{subscriber,memberId}' AS member_id
-       FROM checks, json_to_record(row) AS f(written json, "planDroppedAt" text, "check" jsonb)
+       FROM checks, json_to_record(row) AS f(written json, "planDroppedAt" text, "dueAt" text, "resultAt" text, "check" jsonb)
        WHERE row->>'patientKey' = $1 AND row->'check'->'subscriber'->>'memberId' = ANY($2) AND state = ANY($3)`,
       [patientKey, memberIds, states],
     );

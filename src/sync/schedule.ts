@@ -350,7 +350,8 @@ async function closingCheck(tx: StoreTx, row: CheckRow): Promise<CheckRow | unde
  * other such checks are marked as its drop seen (planDroppedAt) too, as one that ended it is, so the next change of the record
  * does not end the Coverage again through an older visit's check (the EHR may have made it active
  * again meanwhile); a plan stated again and dropped again is ended by the check whose write made
- * it active again (the worker's write clears the mark). A plan the PMS ended before the visit and
+ * it active again (the worker's write clears the mark). A check cancelled with its verification at the
+ * service is marked too, so that the plan stated again is verified anew (servesAnotherVisit). A plan the PMS ended before the visit and
  * now drops is ended all the same, its Coverage cancelled rather than dated (asDropped): dated
  * already, through its latest check as any; still being dated, by the check dating it. Not for a
  * patient every sender shares nor one merged into another, as closingCheck. `record` is the
@@ -410,7 +411,26 @@ export async function endDroppedPlans(
       taken.push(key);
     }
   }
+  for (const row of rows) {
+    if (!servesAnotherVisit(row)) continue;
+    // Read again, locked: a worker may have let it go since, or taken its result.
+    const current = await tx.getCheck(row.key);
+    if (current === undefined || !servesAnotherVisit(current)) continue;
+    await tx.putCheck({ ...current, dueAt: undefined, planDroppedAt: now, updatedAt: now });
+  }
   return taken;
+}
+
+/**
+ * A check cancelled with its verification at the service (its visit moved), followed for that
+ * result or holding it, which another visit of its plan would take (freshResultFor, the worker's
+ * stillAtService), and which no appointment holds, so no withdrawal marks its plan's drop. Its
+ * result asked for before the drop serves no plan stated again (the drop may be a plan ended and a
+ * new enrolment begun): marked as dropped, it is followed no longer. Once: a patient's years of
+ * cancelled checks are read at a drop only while unmarked.
+ */
+function servesAnotherVisit(row: Pick<CheckOfPlan, 'state' | 'planDroppedAt' | 'dueAt' | 'resultAt'> & { written?: unknown }): boolean {
+  return row.state === 'cancelled' && !restsInChart(row) && row.planDroppedAt === undefined && (row.dueAt !== undefined || row.resultAt !== undefined);
 }
 
 /** Whether the check's mark is of its plan's drop: one of its plan's dates moved off its visit (a Coverage dated) is not. */

@@ -583,6 +583,7 @@ export class SqliteJobStore implements JobStore {
     // What a patient's history says of their plans (CheckOfPlan): neither the body, in check_results, nor the request's people.
     const ofPatientChecks = db.prepare(
       `SELECT key, state, json_extract(row, '$.written') IS NOT NULL AS written, json_extract(row, '$.planDroppedAt') AS plan_dropped_at,
+         json_extract(row, '$.dueAt') AS due_at, json_extract(row, '$.resultAt') AS result_at,
          json_extract(row, '$.check.dateOfService') AS date_of_service, json_extract(row, '$.check.source.kind') AS source_kind,
          json_extract(row, '$.check.patient.identifiers[0].system') AS patient_system,
          json_extract(row, '$.check.coverage.payer.id') AS payer_id, json_extract(row, '$.check.coverage.payer.name') AS payer_name,

@@ -363,9 +363,10 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
     it('reads of a patient\'s check what it says of its plan and its write, without its verification body', async () => {
       if (!check) throw new Error('fixture gave no check');
       const dated = { ...check, coverage: { ...check.coverage, payer: { id: '62308', name: 'Cigna Dental' }, period: { end: '2026-11-30' } } };
+      const answered = '2026-11-23T10:05:00.000Z';
       await store.transaction(async (tx) => {
-        await tx.putCheck(checkRow('elig_w', { state: 'cancelled', check: dated, written: { requestId: 'req', responseId: 'res' }, planDroppedAt: NOW, result: { status: 'Completed', big: 'x'.repeat(4000) } }));
-        await tx.putCheck(checkRow('elig_u', { state: 'written', check: { ...check, coverage: { ...check.coverage, period: {} } } }));
+        await tx.putCheck(checkRow('elig_w', { state: 'cancelled', check: dated, written: { requestId: 'req', responseId: 'res' }, planDroppedAt: NOW, result: { status: 'Completed', big: 'x'.repeat(4000) }, resultAt: answered }));
+        await tx.putCheck(checkRow('elig_u', { state: 'written', check: { ...check, coverage: { ...check.coverage, period: {} } }, dueAt: undefined }));
       });
       const read = await store.transaction((tx) => tx.checksOfPatient('fhir|Patient/pat-ellen', [check?.subscriber.memberId ?? ''], ['written', 'cancelled']));
       const plan = (payer: { id?: string; name?: string }, period?: { start?: string; end?: string }) => ({
@@ -376,8 +377,39 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
         subscriber: { memberId: check?.subscriber.memberId },
       });
       expect(read.sort((a, b) => a.key.localeCompare(b.key))).toEqual([
-        { key: 'elig_u', state: 'written', written: undefined, planDroppedAt: undefined, check: plan(check.coverage.payer) },
-        { key: 'elig_w', state: 'cancelled', written: true, planDroppedAt: NOW, check: plan({ id: '62308', name: 'Cigna Dental' }, { start: undefined, end: '2026-11-30' }) },
+        { key: 'elig_u', state: 'written', written: undefined, planDroppedAt: undefined, dueAt: undefined, resultAt: undefined, check: plan(check.coverage.payer) },
+        { key: 'elig_w', state: 'cancelled', written: true, planDroppedAt: NOW, dueAt: NOW, resultAt: answered, check: plan({ id: '62308', name: 'Cigna Dental' }, { start: undefined, end: '2026-11-30' }) },
+      ]);
+    });
+
+    it("marks the drop of a plan on its cancelled checks whose verification another visit would take, and ends their follow", async () => {
+      if (!check) throw new Error('fixture gave no check');
+      const patientKey = 'hl7|BSD|MR|9';
+      const dropAt = '2026-11-23T11:00:00.000Z';
+      const hl7 = (key: string, change: Partial<CheckRow>) =>
+        checkRow(key, {
+          patientKey,
+          state: 'cancelled',
+          submittedAt: NOW,
+          ...change,
+          check: { ...check, idempotencyKey: key, source: { kind: 'hl7', messageControlId: key, messageType: 'SIU^S13', receivedAt: NOW }, patient: { ...check.patient, identifiers: [{ system: 'BSD', value: '9' }] } },
+        });
+      const result = { status: 'Completed', correlationId: 'corr-held' };
+      await store.transaction(async (tx) => {
+        // Its visit moved while its verification was at the service: followed for the result, or holding it.
+        await tx.putCheck(hl7('c_followed', { correlationId: 'corr-followed' }));
+        await tx.putCheck(hl7('c_held', { correlationId: 'corr-held', result, resultAt: NOW, dueAt: undefined }));
+        // Cancelled before it was sent: nothing at the service for another visit to take.
+        await tx.putCheck(hl7('c_unsent', { submittedAt: undefined, dueAt: undefined }));
+      });
+      const { memberId: _m, ...person } = check.patient;
+      const record: PatientInsuranceRecord = { patient: person, coverages: [], appointments: [], updatedAt: dropAt, messageControlId: 'drop' };
+      expect(await store.transaction((tx) => endDroppedPlans(tx, patientKey, record, [check?.subscriber.memberId ?? ''], dropAt))).toEqual([]);
+      const rows = await store.transaction(async (tx) => Promise.all(['c_followed', 'c_held', 'c_unsent'].map((key) => tx.getCheck(key))));
+      expect(rows.map((r) => [r?.key, r?.state, r?.planDroppedAt, r?.dueAt, r?.resultAt])).toEqual([
+        ['c_followed', 'cancelled', dropAt, undefined, undefined],
+        ['c_held', 'cancelled', dropAt, undefined, NOW],
+        ['c_unsent', 'cancelled', undefined, undefined, undefined],
       ]);
     });
 

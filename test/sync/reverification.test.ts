@@ -378,6 +378,47 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await outcomesCounted('completed')).toBe(1);
   });
 
+  it.each([
+    // Every delivery refused, so the followed check's result comes only by its poll, webhookDeadlineMs after its send: the ADTs land before it.
+    ['followed for its result', false],
+    // Its webhook delivered: the moved visit is written with that result before the ADTs.
+    ['holding its result', true],
+  ])('verifies a visit moved while its verification was at the service anew once the plan is dropped and stated again, the cancelled check %s: that result was asked for before the drop', async (_how, delivered) => {
+    // Fresh on the moved visit's day, that result would serve its check, a new round once the plan is stated again. The move lands before it.
+    const c = await mllpInto({ settings: { freshnessDays: 20 }, sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    if (!delivered) h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
+    const booking = bookingsOf('P-20', '20261201090000');
+    c.socket.write(frame(cigna(booking('D1', 'APT-D1', '20261207093000'))));
+    await c.waitFor(1);
+    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    c.socket.write(frame(asMove(cigna(booking('D2', 'APT-D1', '20261209093000')))));
+    await c.waitFor(2);
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', correlationId: booked.correlationId });
+    if (delivered) await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).length === 1);
+    // The PMS drops the plan, another in its place, then states it again: perhaps a plan ended and a new enrolment begun.
+    const adt = (id: string, sent: string, ...plans: Array<[string, string, string]>) =>
+      [
+        `MSH|^~\\&|SMILECLOUD|BSD-MAIN|ELIG|BSD|${sent}||ADT^A08^ADT_A01|${id}|P|2.5.1`,
+        'PID|1||P-20^^^SC^MR||DOE^JANE||19800102|F',
+        ...plans.map(([payerId, payer, member], i) => segment('IN1', { 1: String(i + 1), 3: payerId, 4: payer, 17: 'SEL', 36: member })),
+      ].join('\r');
+    const guardian: [string, string, string] = ['64246', 'Guardian', 'SBX-COMPLETE-2'];
+    c.socket.write(frame(adt('D3', '20261201100000', guardian)));
+    await c.waitFor(3);
+    c.socket.write(frame(adt('D4', '20261201110000', guardian, ['62308', 'Cigna Dental', 'SBX-COMPLETE'])));
+    await c.waitFor(4);
+
+    const restated = await until('the restated visit written', async () =>
+      (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09' && r.check.coverage.payer.name === 'Cigna Dental'),
+    );
+    expect(restated.reusedFrom).toBeUndefined();
+    // Cigna's verifications, asynchronous: the one the moved visit's followed and the restated plan's own.
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path === '/v2/insurance-verification-requests')).toHaveLength(2);
+    // Marked with its plan's drop, the cancelled check is followed no longer.
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
+    expect((await checkOf(booked.key))?.dueAt).toBeUndefined();
+  });
+
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
     // The moved check waits webhookDeadlineMs at most, on the clock the test moves on: longer than the sandbox takes to send the result.
