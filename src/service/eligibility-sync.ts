@@ -883,9 +883,9 @@ const FHIR_PROBE_MS = 2000;
 /**
  * The chart as /healthz says it. One that took the connection but has not answered in time (a
  * morning's batch loading it) is slow, not down: said, but no 503, for an orchestrator would
- * restart a healthy serve for it and the chart would be no faster. One that cannot be reached, or
- * answers 5xx, is unreachable. Each probe has a connection of its own, so a pooled one does not
- * hide a chart that no longer takes new ones.
+ * restart a healthy serve for it and the chart would be no faster. One that cannot be reached,
+ * closes the connection unanswered, or answers 5xx, is unreachable. Each probe has a connection of
+ * its own, so a pooled one does not hide a chart that no longer takes new ones.
  */
 async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> {
   if (!('baseUrl' in fhir)) return 'custom writer';
@@ -898,12 +898,15 @@ async function fhirHealth(fhir: EligibilitySyncConfig['fhir']): Promise<string> 
         done(...made);
       }),
   });
+  const deadline = AbortSignal.timeout(FHIR_PROBE_MS);
   try {
-    const res = await request(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: AbortSignal.timeout(FHIR_PROBE_MS), headers: bearerHeader(fhir), dispatcher: agent });
+    const res = await request(`${fhir.baseUrl.replace(/\/+$/, '')}/metadata`, { signal: deadline, headers: bearerHeader(fhir), dispatcher: agent });
     await res.body.dump();
     return res.statusCode < 500 ? 'ok' : 'unreachable';
   } catch {
-    return connected ? `slow: connected, but /metadata not answered in ${FHIR_PROBE_MS / 1000} s (checks' reads and writes wait for it)` : 'unreachable';
+    // Slow only where the time ran out: one that took the connection and closed it unanswered (a balancer in front of
+    // a chart that is down) or reset it is as down as one that refused it.
+    return connected && deadline.aborted ? `slow: connected, but /metadata not answered in ${FHIR_PROBE_MS / 1000} s (checks' reads and writes wait for it)` : 'unreachable';
   } finally {
     await agent.destroy().catch(() => undefined);
   }

@@ -138,6 +138,20 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     }
   });
 
+  it('says in /healthz that a chart whose connections are taken and closed unanswered (a TCP balancer in front of a dead chart) is unreachable, 503, not slow', async () => {
+    const proxy = await behindProxy();
+    const health = async () => {
+      const res = await fetch(`${h.httpUrl}/healthz`);
+      return [res.status, (await res.json()) as { ok: boolean; fhir: string }] as const;
+    };
+    expect(await health()).toEqual([200, expect.objectContaining({ ok: true, fhir: 'ok' })]);
+    proxy.down = true;
+    expect(await health()).toEqual([503, expect.objectContaining({ ok: false, fhir: 'unreachable' })]);
+    proxy.down = false;
+    expect(await health()).toEqual([200, expect.objectContaining({ ok: true, fhir: 'ok' })]);
+    await proxy.close();
+  });
+
   it('says in /healthz that the chart refuses the plugin\'s writes (401), though its /metadata answers, until it takes one again', async () => {
     let refusing = true;
     const chart = await inFrontOfFhir(async () => undefined, (req, res) => refusing && req.method !== 'GET' && fhirJson(res, 401, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'login' }] }));

@@ -80,6 +80,18 @@ export function dayIn(value: string, timeZone: string | undefined): string | und
 }
 
 /**
+ * A time at its day's first or last moment, with an offset (20241231000000+0000, 20241231235959+0000): a
+ * date an engine writes with a time, a date column rendered in UTC. Local midnight is that in no zone
+ * west of UTC, so the day it names is the day written, as the service's are (dayWritten).
+ */
+const DAY_EDGE = /^\d{8}(?:00(?:00(?:00(?:\.0+)?)?)?|2359(?:59(?:\.9+)?)?)[+-]\d{4}$/;
+
+/** A plan's effective or expiration date (IN1-12, IN1-13) as dayIn dates it, but one written at a day's edge (DAY_EDGE): undefined, as written. */
+export function planDayIn(value: string, timeZone: string | undefined): string | undefined {
+  return DAY_EDGE.test(value) ? undefined : dayIn(value, timeZone);
+}
+
+/**
  * Whether timestamp `a` (MSH-7) is strictly earlier than `b`. Only two times that can be told
  * apart say so: each to the day at least, both with an offset or both without (two times of one
  * sender without offsets are its own local time), and `a` over before `b` begins, each read at the

@@ -3,7 +3,7 @@ import { sameText } from '../clinic-routing';
 import { dayInPlan, ORDERS, planKey } from './build-checks';
 import type { CodeTables } from './code-tables';
 import type { PersonName } from './data-types';
-import { dayIn } from './hl7-date';
+import { planDayIn } from './hl7-date';
 import { problemAt, warningAt, type Hl7Problem } from './hl7-errors';
 import type { FieldPath } from './field-path';
 import type { Hl7Message, Hl7Segment } from './hl7-message';
@@ -268,13 +268,13 @@ function readOne(
  * is the whole of it, as FHIR's Coverage.period is: effective `202607` from July 1, expiring
  * `202612` through December 31. One that cannot be read (00000000, as some PMSs write no date)
  * bounds nothing, and the ACK says so: the plan is verified as one without. One written with a time
- * and an offset is dated in `timeZone`, where the visit is (dayIn).
+ * and an offset is dated in `timeZone`, where the visit is, but for one at a day's edge (planDayIn).
  */
 function readPeriod(scope: { segments: Hl7Segment[] }, profile: Hl7Profile, warnings: Hl7Problem[], timeZone: string | undefined): KnownCoverage['period'] {
   const flaws: Hl7Problem[] = [];
   const dated = (paths: readonly FieldPath[], what: string, edge: 'first' | 'last') => {
     const day = readDate(scope, paths, what, flaws, false, edge);
-    return day && (dayIn(firstValue(scope.segments, paths)?.value ?? '', timeZone) ?? day);
+    return day && (planDayIn(firstValue(scope.segments, paths)?.value ?? '', timeZone) ?? day);
   };
   const start = dated(profile.insurance.planEffective, 'plan effective date', 'first');
   const end = dated(profile.insurance.planExpiration, 'plan expiration date', 'last');

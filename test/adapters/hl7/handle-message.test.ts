@@ -218,6 +218,12 @@ describe('SIU^S12 with insurance: where each field goes', () => {
     expect(await periodOf('Pacific/Auckland', ['20240101+0000', '202412'], '20240615100000')).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
     // No time zone in clinics.json: as written.
     expect(await periodOf(undefined, ['20241130110000+0000', ''], '20241201100000')).toEqual([{ start: '2024-11-30' }]);
+    // A date an engine writes as its first or last moment in UTC (a date column rendered with a time) is the day written, as
+    // the service's are (dayWritten): Los Angeles' last visit of the year is this plan's, not next year's, which begins 1 January.
+    const yearEnd: [string, string] = ['20240101000000+0000', '20241231235959+0000'];
+    expect(await periodOf('America/Los_Angeles', yearEnd, '20241231100000')).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    expect(await periodOf('America/Los_Angeles', ['20240101000000+0000', '20241231000000+0000'], '20241231100000')).toEqual([{ start: '2024-01-01', end: '2024-12-31' }]);
+    expect(await periodOf('America/Los_Angeles', ['20250101000000+0000', ''], '20241231100000')).toEqual([]);
 
     const store = new InMemoryPatientInsuranceStore();
     await handleHl7Message([msh('ADT^A08^ADT_A01'), PID, in1(['20241130110000+0000', '20251130105959+0000'])].join('\r'), { mappings, routing: zoned('Pacific/Auckland'), store, receivedAt });
