@@ -420,6 +420,9 @@ describe('checksFromBundle', () => {
     expect(placed('Pacific/Auckland', '2026-11-30T21:00:00Z', { start: '2026-12-01T11:00:00Z' })).toEqual({ dates: [], notes: ['starts after the date of service: no check'] });
     // Where no zone is set, the visit and the bounds are dated as written alike.
     expect(placed(undefined, visit, { end: '2026-12-01T05:59:59.000Z' })).toEqual({ dates: ['2026-12-01'], notes: [] });
+    // A date kept with a time at its day's edge (a date column rendered in UTC) is that day, not Chicago's day before.
+    expect(placed('America/Chicago', visit, { start: '2026-01-01T00:00:00Z', end: '2026-12-01T00:00:00.000Z' })).toEqual({ dates: ['2026-12-01'], notes: [] });
+    expect(placed('America/Chicago', visit, { end: '2026-11-30T23:59:59Z' })).toEqual({ dates: [], notes: ['ended before the date of service, though active: not verified'] });
   });
 
   it('refuses a start on a day the calendar lacks, rather than verify the day Date.parse makes of it', () => {
