@@ -1286,7 +1286,8 @@ export class Worker {
    * A check whose call would go to a service found out waits for it: looked at again after the
    * next call that tries the service, its attempts as they were. `failure`: the one that found it out.
    * One still to be sent has its round's wait at the service (pendingGiveUpMs) start again at its
-   * next send: held longer than that, it would be given to a person at its first Pending answer.
+   * next send, one whose send's answer was lost at its hold: held longer than that, it would be given
+   * to a person at its first Pending answer.
    */
   private async hold(row: CheckRow, portal: string | undefined, from: CheckState, change: Step, failure?: string): Promise<void> {
     await this.step(row, from, this.held(row, portal, change, failure));
@@ -1298,9 +1299,11 @@ export class Worker {
     const wait = this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key);
     const what = this.service.portalOut(portal) || !this.service.covers(portal) ? ` for payer portal ${portal}` : '';
     const why = `the verification service has not answered${what} since ${since && minuteAt(since)}; waiting for it, the wait using no attempt`;
-    // Unsent, its round begins again when the service is back; one sent before whose answer was lost keeps its send.
-    const unsent = change.state === 'received' && { submittedAt: undefined };
-    return { ...change, ...unsent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
+    // Unsent, its round begins again when the service is back. One sent before whose answer was lost keeps a send (a
+    // cancellation has it asked again under its externalId), dated at its hold: counted from its first, an outage longer than
+    // pendingGiveUpMs gave it to a person at its first Pending answer, as the hold of an unsent one must not either.
+    const sent = change.state === 'received' ? { submittedAt: undefined } : change.state === 'submitted' && { submittedAt: this.now() };
+    return { ...change, ...sent, dueAt: this.later(wait), lastError: failure ? `${failure}; ${why}` : why };
   }
 
   /**

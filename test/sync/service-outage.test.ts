@@ -795,14 +795,17 @@ describe('a service away longer than the checks\' attempts last', () => {
     expect(read).toBeLessThan(100);
   });
 
-  it('does not count the time a check was held against its wait at the service: one held longer than pendingGiveUpMs is polled until its result, not given to a person', async () => {
+  it.each([
+    ['a send answered 503', unavailable],
+    ['a send gone unanswered (a gateway\'s 504), held as sent', { title: 'Gateway Timeout', status: 504 }],
+  ])('does not count the time a check was held against its wait at the service (%s): one held longer than pendingGiveUpMs is polled until its result, not given to a person', async (_case, failure) => {
     const service = { down: true };
     const polled = new Map<string, number>();
     let accepted = 0;
     rig = await startWorkerRig({
       worker: { asyncEnabled: true, webhookDeadlineMs: 20, pendingGiveUpMs: 2000, backoff: { baseMs: 50, maxMs: 400 } },
       answer: (req, res) => {
-        if (service.down) return json(res, 503, unavailable);
+        if (service.down) return json(res, failure.status, failure);
         if (req.method === 'POST') return json(res, 202, { correlationId: `ver-${++accepted}`, status: 'Pending' });
         const id = req.url.split('/').at(-1) ?? '';
         polled.set(id, (polled.get(id) ?? 0) + 1);
