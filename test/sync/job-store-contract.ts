@@ -405,7 +405,8 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       const { memberId: _m, ...person } = check.patient;
       const record: PatientInsuranceRecord = { patient: person, coverages: [], appointments: [], updatedAt: dropAt, messageControlId: 'drop' };
       expect(await store.transaction((tx) => endDroppedPlans(tx, patientKey, record, [check?.subscriber.memberId ?? ''], dropAt))).toEqual([]);
-      const rows = await store.transaction(async (tx) => Promise.all(['c_followed', 'c_held', 'c_unsent'].map((key) => tx.getCheck(key))));
+      // One after the other: a transaction's queries share one connection.
+      const rows = await store.transaction(async (tx) => [await tx.getCheck('c_followed'), await tx.getCheck('c_held'), await tx.getCheck('c_unsent')]);
       expect(rows.map((r) => [r?.key, r?.state, r?.planDroppedAt, r?.dueAt, r?.resultAt])).toEqual([
         ['c_followed', 'cancelled', dropAt, undefined, undefined],
         ['c_held', 'cancelled', dropAt, undefined, NOW],
