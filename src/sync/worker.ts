@@ -10,7 +10,7 @@ import { ServiceError, UNREADABLE_ANSWER } from '../verification/errors';
 import { refusesSetup } from '../verification/failure-kinds';
 import { failureKindIn, hasResult, outcomeKindOf, storedOutcome, toOutcome, type VerificationOutcome } from '../verification/outcome';
 import { requestFromCheck } from '../verification/request-from-check';
-import type { InlineCredentials, VerificationRequest } from '../verification/wire';
+import type { Accepted, InlineCredentials, VerificationRequest } from '../verification/wire';
 import { CHART_REFUSED, ChartWriteError } from './chart-errors';
 import { errorText, withoutQuotes } from './error-text';
 import { planHoldsVisit, whyEnding } from './chart-resources';
@@ -514,7 +514,7 @@ export class Worker {
   private async submit(row: CheckRow): Promise<void> {
     const request = await this.requestOf(row);
     if ('refused' in request) return this.storeLocalFailure(row, ...request.refused);
-    const { body, mode, portalId } = request;
+    const { mode, portalId } = request;
 
     const pass = this.service.admit(this.urgent(row), portalId, row.key);
     if (pass === 'hold') return this.hold(row, portalId, row.state, { state: row.state });
@@ -529,16 +529,11 @@ export class Worker {
       if (sent?.state !== 'submitted') return;
       await this.limiter.take(portalId);
       try {
-        if (mode === 'sync') {
-          const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, sent, answer, true));
-          this.verificationTaken();
-          await this.outcomeArrived(sent, outcome);
+        const answer = await this.send(pass, sent, request);
+        if ('outcome' in answer) {
+          await this.outcomeArrived(sent, answer.outcome);
         } else {
-          const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
-          this.verificationTaken();
-          // A send repeated under its externalId (its first answer lost) may be answered with a verification already done,
-          // whose webhook came while no check had its correlation id: its result is polled now, not after the deadline.
-          const pollInMs = resultReady(accepted) ? 0 : this.options.webhookDeadlineMs;
+          const { accepted, pollInMs } = answer;
           const waiting = await this.kept(() => this.step(sent, 'submitted', { state: 'awaiting-result', correlationId: accepted.correlationId, dueAt: this.later(pollInMs), lastError: undefined }));
           if (!waiting) await this.tookCancelled(sent, accepted.correlationId, undefined, pollInMs);
         }
@@ -565,7 +560,7 @@ export class Worker {
    * and portal it went by, for a send repeated to learn what became of the first, which the service
    * knows by its externalId under them.
    */
-  private async requestOf(row: CheckRow, sentBy?: { mode: 'sync' | 'async'; portalId: string }): Promise<{ body: VerificationRequest; mode: 'sync' | 'async'; portalId: string } | { refused: [kind: string, title: string, detail: string] }> {
+  private async requestOf(row: CheckRow, sentBy?: { mode: 'sync' | 'async'; portalId: string }): Promise<Request | { refused: [kind: string, title: string, detail: string] }> {
     const { payer } = row.check.coverage;
     let resolution = this.deps.resolver().resolve(payer);
     if (resolution.status === 'unknown') resolution = (await this.deps.catalogAgain?.())?.resolve(payer) ?? resolution;
@@ -590,6 +585,23 @@ export class Worker {
       if (!(err instanceof z.ZodError)) throw err;
       return { refused: [REQUEST_REFUSED, 'Request not sent', `the request built from this check is not valid: ${describeIssue(err)}`] };
     }
+  }
+
+  /**
+   * A built request sent as its mode asks, a verification's send taken (verificationTaken): the synchronous answer, or
+   * the verification accepted and when to poll it. A send repeated under its externalId (its first answer lost) may be
+   * answered with a verification already done, whose webhook came while no check had its correlation id: polled at
+   * once, not after the deadline.
+   */
+  private async send(pass: Pass, row: CheckRow, { body, mode, portalId }: Request): Promise<{ outcome: VerificationOutcome } | { accepted: Accepted; pollInMs: number }> {
+    if (mode === 'sync') {
+      const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row, answer, true));
+      this.verificationTaken();
+      return { outcome };
+    }
+    const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
+    this.verificationTaken();
+    return { accepted, pollInMs: resultReady(accepted) ? 0 : this.options.webhookDeadlineMs };
   }
 
   /** How a resolved payer is verified: asynchronously where it and this worker can, on the first portal its catalog entry lists for the mode. */
@@ -703,12 +715,13 @@ export class Worker {
     const askAgain = row.correlationId === undefined && row.submittedAt !== undefined && row.planDroppedAt === undefined;
     // Let go of, one asked again no longer counts as at the service: the other visit is verified on its own at once.
     const letGo = { state: 'cancelled' as const, dueAt: undefined, ...(askAgain && { submittedAt: undefined }) };
-    const request = askAgain && row.mode !== undefined && row.portalId !== undefined ? await this.requestOf(row, { mode: row.mode, portalId: row.portalId }) : undefined;
-    if ((row.correlationId === undefined && (request === undefined || 'refused' in request)) || answeredThisRound(row) || this.pendingPast(row, 0)) {
+    const built = askAgain && row.mode !== undefined && row.portalId !== undefined ? await this.requestOf(row, { mode: row.mode, portalId: row.portalId }) : undefined;
+    const again = built && !('refused' in built) ? built : undefined;
+    if ((row.correlationId === undefined && again === undefined) || answeredThisRound(row) || this.pendingPast(row, 0)) {
       await this.step(row, 'cancelled', letGo);
       return;
     }
-    const portal = request && !('refused' in request) ? request.portalId : undefined;
+    const portal = again?.portalId;
     const pass = this.service.admit(false, portal, row.key);
     if (pass === 'hold') {
       await this.step(row, 'cancelled', { state: 'cancelled', dueAt: this.later(this.service.holdFor((this.deps.random ?? Math.random)(), portal, row.key)) });
@@ -716,8 +729,11 @@ export class Worker {
     }
     try {
       await this.limiter.take(portal);
-      if (request && !('refused' in request)) {
-        await this.sendCancelledAgain(pass, row, request);
+      if (again) {
+        // What the service answers is kept as the first send's answer would have been.
+        const answer = await this.send(pass, row, again);
+        if ('outcome' in answer) await this.tookCancelled(row, answer.outcome.verification.correlationId, answer.outcome);
+        else await this.tookCancelled(row, answer.accepted.correlationId, undefined, answer.pollInMs);
         return;
       }
       const outcome = await this.serviceCall(pass, row.key, undefined, 'get verification', () => this.deps.client.getVerification(row.correlationId as string, row.externalId));
@@ -736,18 +752,6 @@ export class Worker {
     } finally {
       this.service.done(pass, row.key);
     }
-  }
-
-  /** followCancelled's send again of a cancelled check's request, its first answer lost: what the service answers is kept as the first's would have been (tookCancelled). */
-  private async sendCancelledAgain(pass: Pass, row: CheckRow, { body, mode, portalId }: { body: VerificationRequest; mode: 'sync' | 'async'; portalId: string }): Promise<void> {
-    if (mode === 'sync') {
-      const outcome = await this.serviceCall(pass, row.key, portalId, 'verify', () => this.deps.client.verify(body), (answer) => this.portalHeard(pass, row, answer, true));
-      this.verificationTaken();
-      return this.tookCancelled(row, outcome.verification.correlationId, outcome);
-    }
-    const accepted = await this.serviceCall(pass, row.key, portalId, 'request verification', () => this.deps.client.requestVerification(body), () => this.service.accepted(pass, row.key, portalId));
-    this.verificationTaken();
-    return this.tookCancelled(row, accepted.correlationId, undefined, resultReady(accepted) ? 0 : this.options.webhookDeadlineMs);
   }
 
   /** `mayBeThere`: a send whose answer was lost, this one or an earlier one of its round under its externalId (submit). */
@@ -1363,7 +1367,7 @@ export class Worker {
    * first, when keeping it failed. None given up for another reason: they were sent again then, or are a person's.
    */
   private sendAgainThrottled(since: Date | undefined): Promise<void> {
-    return this.sendAgain((row) => givenUpThrottled(row) && !this.service.covers(row.portalId), async () => {
+    return this.sendAgain(this.throttledToSend, async () => {
       await this.outageKept;
       this.throttledKept = false;
       const kept = await forgetThrottled(this.store).catch((err: unknown) => {
@@ -1397,7 +1401,7 @@ export class Worker {
       const kept = (await keptOutages(this.store)).throttled;
       const from = kept && kept < since ? kept : since;
       const now = this.deps.now();
-      const first = (await givenUpSince(this.store, from, now, this.options.policy, (row) => givenUpThrottled(row) && !this.service.covers(row.portalId))).at(-1);
+      const first = (await givenUpSince(this.store, from, now, this.options.policy, this.throttledToSend)).at(-1);
       // None left to send (sent again by a person or another instance, or their visits cancelled): nothing waits for the service's answer.
       if (!first) return this.throttleEnded();
       if (kept === undefined && this.throttledKept) {
@@ -1414,6 +1418,9 @@ export class Worker {
       if (!storeOutage(err)) this.deps.log.warn({ err: errorText(err) }, 'could not send a check given up while the service asked for fewer requests again');
     }
   }
+
+  /** A check given up in a throttling, to send again: none of a portal found out, which would only fail again. */
+  private readonly throttledToSend = (row: CheckRow): boolean => givenUpThrottled(row) && !this.service.covers(row.portalId);
 
   /** The throttling over here with nothing to send: a throttling after it is kept again. */
   private throttleEnded(): void {
@@ -1637,6 +1644,9 @@ export class Worker {
 function answerLost(err: ServiceError): boolean {
   return err.status === undefined ? !err.notSent : err.status === 502 || err.status === 504;
 }
+
+/** A check's request as built to send (requestOf), and the mode and portal it goes by. */
+type Request = { body: VerificationRequest; mode: 'sync' | 'async'; portalId: string };
 
 /** Whether an accepted verification is answered as done already (a send repeated under its externalId): its result is polled at once. */
 function resultReady(accepted: { status?: unknown }): boolean {
