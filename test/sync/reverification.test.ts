@@ -175,17 +175,26 @@ describe('fresh results and re-verification before the visit', () => {
   });
 
   /**
-   * Books a visit of `patientId` on December 7 (on the payer `payer` makes it), moves it to the 9th
-   * once its check is `under` way, and waits for the moved visit written: the booked visit's check
-   * as it was when moved, the moved one's, and the booked one's as it ends.
+   * Books a visit of `patientId` on December 7 (on the payer `payer` makes it) and moves it to the
+   * 9th once its check is `under` way: the booked visit's check as it was when moved, and `moveTo`,
+   * which sends the visit's move to another start (`n`: the message's number).
    */
-  const movedWhile = async (c: Awaited<ReturnType<typeof mllpInto>>, patientId: string, under: 'submitted' | 'awaiting-result', payer = (m: string) => m) => {
+  const bookThenMove = async (c: Awaited<ReturnType<typeof mllpInto>>, patientId: string, under: 'submitted' | 'awaiting-result', payer = (m: string) => m) => {
     const booking = bookingsOf(patientId, '20261201090000');
     c.socket.write(frame(payer(booking(`${patientId}-1`, `APT-${patientId}`, '20261207093000'))));
     await c.waitFor(1);
     const booked = await until(`the first verification ${under}`, async () => (await h.store.listChecks({ states: [under] }))[0]);
-    c.socket.write(frame(asMove(payer(booking(`${patientId}-2`, `APT-${patientId}`, '20261209093000')))));
-    await c.waitFor(2);
+    const moveTo = async (n: number, start: string) => {
+      c.socket.write(frame(asMove(payer(booking(`${patientId}-${n}`, `APT-${patientId}`, start)))));
+      await c.waitFor(n);
+    };
+    await moveTo(2, '20261209093000');
+    return { booked, moveTo };
+  };
+
+  /** bookThenMove, and the moved visit waited for until written: the booked visit's check as it was when moved, the moved one's, and the booked one's as it ends. */
+  const movedWhile = async (c: Awaited<ReturnType<typeof mllpInto>>, patientId: string, under: 'submitted' | 'awaiting-result', payer = (m: string) => m) => {
+    const { booked } = await bookThenMove(c, patientId, under, payer);
     const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-09'));
     return { booked, moved, cancelled: await checkOf(booked.key) };
   };
@@ -224,12 +233,7 @@ describe('fresh results and re-verification before the visit', () => {
     closing.push(() => deliveries.close());
     h.sandbox.configureWebhook({ url: deliveries.url, secret: h.secret });
     h.sandbox.injectFault({ method: 'GET', path: /insurance-verifications\//, delayMs: 2000 });
-    const booking = bookingsOf('P-19', '20261201090000');
-    c.socket.write(frame(cigna(booking('W1', 'APT-W1', '20261207093000'))));
-    await c.waitFor(1);
-    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
-    c.socket.write(frame(asMove(cigna(booking('W2', 'APT-W1', '20261209093000')))));
-    await c.waitFor(2);
+    const { booked } = await bookThenMove(c, 'P-19', 'awaiting-result', cigna);
     const delivery = await until('the webhook sent', async () => deliveries.requests[0]);
     const polling = () => h.sandbox.requestLog.find((r) => r.method === 'GET' && r.path.includes('/insurance-verifications/'));
     await until('the cancelled check polled', async () => polling()?.status === 0);
@@ -249,14 +253,8 @@ describe('fresh results and re-verification before the visit', () => {
     // Every delivery refused, so the result waits for a poll: the moves land before it comes.
     const c = await mllpInto({});
     h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
-    const booking = bookingsOf('P-15', '20261201090000');
-    c.socket.write(frame(cigna(booking('B1', 'APT-B1', '20261207093000'))));
-    await c.waitFor(1);
-    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
-    c.socket.write(frame(asMove(cigna(booking('B2', 'APT-B1', '20261209093000')))));
-    await c.waitFor(2);
-    c.socket.write(frame(asMove(cigna(booking('B3', 'APT-B1', '20261207093000')))));
-    await c.waitFor(3);
+    const { booked, moveTo } = await bookThenMove(c, 'P-15', 'awaiting-result', cigna);
+    await moveTo(3, '20261207093000');
 
     const written = await until('the visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.key === booked.key));
     expect(verificationPosts()).toBe(1);
