@@ -22,6 +22,9 @@ const DAY_EDGE = /^(\d{4}-\d{2}-\d{2})T(?:00:00(?::00(?:\.0+)?)?|23:59(?::59(?:\
 /** The day a date written as a date-time at its first or last moment names; any other value as written. */
 export const dayWritten = (value: string): string => DAY_EDGE.exec(value)?.[1] ?? value;
 
+/** Whether a date-time is at its day's first or last moment: a date written with a time (dayWritten). */
+export const atDayEdge = (value: string): boolean => DAY_EDGE.test(value);
+
 /** An instant with an offset (FHIR instant, the service's timestamps). */
 export const IsoInstant = z.iso.datetime({ offset: true, error: 'must be an ISO 8601 date-time with offset' });
 export type IsoInstant = z.infer<typeof IsoInstant>;
