@@ -326,7 +326,9 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
 
   it('sends a check given up for a 429 after another instance took the throttling\'s record up again all the same: that instance sent again only those given up before', async () => {
     // This worker's own tries a minute apart, as they are at the defaults: the check is given up before its next.
-    const { given, stop } = await throttledToday('taken-up-elsewhere', [], 60_000);
+    const { given, stop, kept } = await throttledToday('taken-up-elsewhere', [], 60_000);
+    // The give-up is kept after the check is: the record is there to be taken up.
+    await until('the give-up kept', async () => kept.length > 0);
     // Another instance's send taken: its transaction forgets the record and sends again the check given up by then.
     const now = new Date();
     expect(await forgetThrottled(rig.store)).toBeDefined();
