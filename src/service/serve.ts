@@ -76,8 +76,8 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
     if (sandbox) sandbox.configureWebhook({ url: `${httpOrigin(http.host, http.port)}${WEBHOOK_PATH}`, ...webhookAuth });
 
     const started = sync;
-    await started.start();
-    closers.push({ name: 'the worker', close: () => started.stop() });
+    // Listening before the start, as the HTTP server is: a message needs the store alone, and the start waits out the
+    // client's retries of the payer catalog in an outage (minutes, where the service takes connections and answers none).
     const mllp = new MllpListener({
       host: config.host,
       port: config.mllpPort,
@@ -86,7 +86,10 @@ export async function serve(config: ServeConfig, log: { line(text: string): void
       onDeadLetter: (letter) => started.deadLetterHl7(letter),
     });
     const mllpAddress = await mllp.start();
-    closers.push({ name: 'the MLLP listener', close: () => mllp.stop() });
+    const listener = closers.push({ name: 'the MLLP listener', close: () => mllp.stop() }) - 1;
+    await started.start();
+    // Stopped after the listener closes (closers run last first), as what it took meanwhile is stored for the worker.
+    closers.splice(listener, 0, { name: 'the worker', close: () => started.stop() });
     log.line(`listening: mllp ${mllpAddress.host}:${mllpAddress.port}`);
     log.line(`listening: http ${http.host}:${http.port}`);
     logger.info({ dataDir: path.resolve(config.dataDir), sandbox: Boolean(sandbox), embeddedFhir: Boolean(embeddedFhir) }, 'serving');

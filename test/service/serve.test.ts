@@ -1,11 +1,16 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { get, request } from 'node:http';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { serve } from '../../src/service/serve';
+import { frame } from '../../src/service/mllp-framing';
 import { loadServeConfig } from '../../src/service/serve-config';
+import { generateWebhookSecret } from '../../src/sandbox';
 import { bookingFor } from '../support/bookings';
+import { freePort } from '../support/free-port';
 import { nextCloseFails, nobodyHolds, until } from '../sync/harness';
+import { client, message, msa } from './mllp-client';
 
 /** serve on its in-process sandbox, as README's "The sync service" runs it with nothing but a data dir. */
 describe('serve on the in-process sandbox', () => {
@@ -38,6 +43,37 @@ describe('serve on the in-process sandbox', () => {
       await serving.close();
     }
   });
+
+  it('takes HL7 over MLLP while its start waits out a service that takes connections and answers none: the message stored, ACKed AA before the start ends', async () => {
+    // A service behind a balancer that hangs: each read of the payer catalog waits out the client's timeout, four times over.
+    const held: Socket[] = [];
+    const hanging = createNetServer((socket) => void held.push(socket));
+    await new Promise<void>((resolve) => hanging.listen(0, '127.0.0.1', resolve));
+    const servicePort = (hanging.address() as AddressInfo).port;
+    const mllpPort = await freePort();
+    const env = { DENTAL_ELIG_BASE_URL: `http://127.0.0.1:${servicePort}`, DENTAL_ELIG_API_KEY: 'a-key', DENTAL_ELIG_WEBHOOK_SECRET: generateWebhookSecret(), DENTAL_ELIG_LOG_LEVEL: 'silent' };
+    let started = false;
+    const serving = serve(loadServeConfig(env, { dataDir: dir, mllpPort, httpPort: 0 }), { line: () => {} }).finally(() => (started = true));
+    try {
+      await until('a read of the catalog under way', async () => held.length > 0);
+      const pms = await until('the MLLP listener taking connections', () => client(mllpPort).catch(() => undefined), 10_000);
+      pms.socket.write(frame(message('HANG-1')));
+      const [ack] = await pms.waitFor(1, 10_000);
+      expect(msa(ack as string).code).toBe('AA');
+      expect(started).toBe(false);
+      pms.socket.destroy();
+    } finally {
+      // The service gone: the client's next tries are refused at once, and the start ends as a first start in an outage does.
+      for (const socket of held) socket.destroy();
+      hanging.close();
+      const up = await serving;
+      try {
+        expect((await up.sync.store.listChecks()).map((c) => c.state)).toEqual(['received']);
+      } finally {
+        await up.close();
+      }
+    }
+  }, 40_000);
 
   it('says in its JSON log that it was asked to stop, and when it has', async () => {
     const { serving, lines } = await serveLogged();

@@ -1,10 +1,10 @@
 import { execFile } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
+import { freePort } from './free-port';
 
 /**
  * A throwaway PostgreSQL cluster for a test file: initdb into a temporary folder, started with
@@ -119,16 +119,4 @@ export function postgresForTests(): Pick<TestPostgres, 'createDatabase' | 'resta
     createDatabase: () => started().createDatabase(),
     restart: (mode) => started().restart(mode),
   };
-}
-
-/** A port nothing listens on now: the OS picks it for a moment's listener. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port given'))));
-    });
-  });
 }
