@@ -86,6 +86,41 @@ describe('the README onboarding walkthrough, command by command', () => {
     expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ clinicId, name: 'Lakeside Main' })]);
   });
 
+  it('stores credentials as their portal takes them, so the verifications that use them are not refused for the login method or a second factor', async () => {
+    const org = await cli(['setup', 'organization', 'create', '--name', 'Lakeview Dental'], env);
+    const clinic = await cli(['setup', 'clinic', 'create', '--organization', field(org.stdout, 'organizationId'), '--name', 'Lakeview'], env);
+    const clinicId = field(clinic.stdout, 'clinicId');
+    const reg = await cli(['setup', 'registration', 'create', '--clinic', clinicId, '--portal', 'deltadentalil'], env);
+    const registeredEmail = field(reg.stdout, 'registeredEmail');
+    const withPassword = { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-3' };
+    const set = (...args: string[]) => cli(['setup', 'credentials', 'set', '--clinic', clinicId, '--username', 'lakeview', ...args], withPassword);
+
+    // Delta Dental of Illinois's portal logs in by SSO alone: a login method not given is the one it takes.
+    const stored = await set('--portal', 'deltadentalil', '--mfa-email', registeredEmail);
+    expect(stored.code).toBe(0);
+    expect(field(stored.stdout, 'loginMethod')).toBe('SSO');
+    const body = {
+      clinicId,
+      portalId: 'deltadentalil',
+      payer: { payerId: 'CDIL1' },
+      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'SBX-MINIMAL', relationship: 'Self' },
+      dateOfService: '2026-12-01',
+    };
+    const verified = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify(body));
+    expect([verified.code, field(verified.stdout, 'status')]).toEqual([0, 'Completed']);
+
+    // Refused before anything is stored, each in one line naming the option: the service would refuse every verification with them.
+    const refusals = [
+      [await set('--portal', 'deltadentalil', '--mfa-email', registeredEmail, '--login-method', 'Native'), '--login-method: portal deltadentalil takes SSO, not Native'],
+      [await set('--portal', 'metdental'), "--mfa-email: required: portal metdental sends its login codes by email (TwoFactorEmail); give its registration's registeredEmail (setup registration list)"],
+      [await set('--portal', 'cignaforhcp'), "--mfa-phone: required: portal cignaforhcp sends its login codes by SMS (TwoFactorSms); give its registration's registeredPhoneNumber (setup registration list)"],
+    ] as const;
+    for (const [run, line] of refusals) expect(run).toEqual({ code: 2, stdout: '', stderr: `dental-elig: ${line}\n` });
+    expect((await cli(['setup', 'credentials', 'get', '--clinic', clinicId, '--portal', 'metdental'], env)).stderr).toMatch(/no credentials are stored/);
+    expect(field((await cli(['setup', 'credentials', 'get', '--clinic', clinicId, '--portal', 'deltadentalil'], env)).stdout, 'loginMethod')).toBe('SSO');
+  });
+
   it('syncs the payer catalog to a file and reports the counts and the absolute path it wrote', async () => {
     const run = await cli(['setup', 'payers', 'sync'], env);
     expect(run.code).toBe(0);
@@ -155,7 +190,7 @@ describe('secrets and bad input', () => {
   });
 
   it('reads the password from stdin', async () => {
-    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'cln_nope', '--portal', 'metdental', '--username', 'u', '--password-stdin'], env, 'from-stdin\n');
+    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'cln_nope', '--portal', 'metdental', '--username', 'u', '--mfa-email', 'office@example.test', '--password-stdin'], env, 'from-stdin\n');
     // The clinic does not exist: the service's answer, in one line, and never the password.
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^dental-elig: store credentials failed with 4\d\d/);
@@ -394,6 +429,8 @@ describe('secrets and bad input', () => {
   it('never prints a password the service sends back with the credentials, saying only that one is set', async () => {
     // The interface has GET retrieve the credentials, username and password.
     const server = await startScriptedServer((req, res) => {
+      // set looks the portal up first: a network that does not list it leaves the login method Native.
+      if (req.url.startsWith('/v2/network/portals')) return json(res, 200, { items: [], nextCursor: null });
       res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', password: 'echoed-pass-9', loginMethod: 'Native' }));
     });

@@ -1,7 +1,8 @@
 import { Option, type Command } from 'commander';
+import type { VerificationClient } from '../../verification/client';
 import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch, type CredentialsValidationRequest } from '../../verification/wire';
-import { CliError, progressLine, say, whole, type CliIo } from '../io';
+import { CliError, listAll, progressLine, say, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -40,7 +41,7 @@ function credentialOptions(cmd: Command): Command {
     .requiredOption('--portal <portalId>', 'portal id')
     .option('--password-stdin', 'read the portal password from the first line of standard input')
     .addOption(new Option('--password <value>').hideHelp())
-    .option('--login-method <method>', 'Native or SSO')
+    .option('--login-method <method>', 'Native or SSO (default: the one the portal takes, Native when it takes both)')
     .option('--mfa-email <email>', 'the registeredEmail, for TwoFactorEmail portals')
     .option('--mfa-phone <e164>', 'the registeredPhoneNumber, for TwoFactorSms portals')
     .option('--json', 'print JSON');
@@ -63,6 +64,25 @@ function loginMethod(value: string | undefined): LoginMethod | undefined {
   return parsed.data;
 }
 
+/**
+ * The login method to store, checked against what the portal network says the portal takes. The
+ * service stores credentials it would not log in with (a Native login for an SSO portal, no MFA
+ * contact for a portal that sends codes), and a validation of them may still say Valid; only each
+ * verification then is refused, with a 422. A portal the network does not list is the service's to refuse.
+ */
+async function portalLoginMethod(io: CliIo, client: VerificationClient, opts: CredentialOpts): Promise<LoginMethod> {
+  const given = loginMethod(opts.loginMethod);
+  const portal = (await listAll(io, client, (page) => client.listPortals(page))).find((p) => p.portalId === opts.portal);
+  const takes = (portal?.loginMethods ?? []).flatMap((m) => (LoginMethod.safeParse(m).success ? [m as LoginMethod] : []));
+  if (given && takes.length > 0 && !takes.includes(given)) throw new CliError(`--login-method: portal ${opts.portal} takes ${takes.join(' or ')}, not ${given}`, 2);
+  const needs = (method: string) => portal?.requiresAuthentication !== false && (portal?.authenticationMethods ?? []).includes(method);
+  const missing = (option: string, by: string, method: string, field: string) =>
+    new CliError(`${option}: required: portal ${opts.portal} sends its login codes by ${by} (${method}); give its registration's ${field} (setup registration list)`, 2);
+  if (needs('TwoFactorEmail') && !opts.mfaEmail) throw missing('--mfa-email', 'email', 'TwoFactorEmail', 'registeredEmail');
+  if (needs('TwoFactorSms') && !opts.mfaPhone) throw missing('--mfa-phone', 'SMS', 'TwoFactorSms', 'registeredPhoneNumber');
+  return given ?? (takes.length === 0 || takes.includes('Native') ? 'Native' : (takes[0] as LoginMethod));
+}
+
 export function registerCredentials(setup: Command, io: CliIo): void {
   const creds = setup.command('credentials').description('Payer portal credentials, stored per clinic and portal');
 
@@ -74,7 +94,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
         const record = await client.createCredentials(opts.clinic, opts.portal, {
           username: opts.username as string,
           password,
-          loginMethod: loginMethod(opts.loginMethod) ?? 'Native',
+          loginMethod: await portalLoginMethod(io, client, opts),
           ...(opts.mfaEmail ? { mfaEmail: opts.mfaEmail } : {}),
           ...(opts.mfaPhone ? { mfaPhoneNumber: opts.mfaPhone } : {}),
         });
