@@ -353,6 +353,19 @@ describe('secrets and bad input', () => {
     expect(sandbox.requestLog.length).toBe(before);
   });
 
+  it('names a blank id before sending it, rather than asking another path or listing every registration', async () => {
+    const before = sandbox.requestLog.length;
+    const runs = [
+      [await cli(['setup', 'clinic', 'get', ''], env), 'get clinic failed (invalid_request) - Request not sent - clinicId: must not be blank'],
+      [await cli(['setup', 'organization', 'get', ' '], env), 'get organization failed (invalid_request) - Request not sent - organizationId: must not be blank'],
+      [await cli(['setup', 'credentials', 'get', '--clinic', '', '--portal', 'deltadentalins'], env), 'get credentials failed (invalid_request) - Request not sent - clinicId: must not be blank'],
+      [await cli(['setup', 'registration', 'emails', ''], env), 'list registration emails failed (invalid_request) - Request not sent - correlationId: must not be blank'],
+      [await cli(['verify', 'get', ''], env), 'get insurance verification failed (invalid_request) - Request not sent - correlationId: must not be blank'],
+    ] as const;
+    for (const [run, line] of runs) expect(run).toEqual({ code: 1, stdout: '', stderr: `dental-elig: ${line}\n` });
+    expect(sandbox.requestLog.length).toBe(before);
+  });
+
   it('says an unknown clinic once', async () => {
     const run = await cli(['setup', 'clinic', 'get', 'cln_nope'], env);
     expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: get clinic failed with 422 - Unprocessable Content: clinicId: no clinic has this id\n' });
