@@ -339,6 +339,28 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('asks for a validation already requested by the correlationId it printed, without asking the portal to log in again', async () => {
+    const requested = await cli(['setup', 'credentials', 'validate', '--clinic', 'cln_sandbox_main', '--portal', 'deltadentalins'], env);
+    expect(requested.code).toBe(0);
+    const correlationId = field(requested.stdout, 'correlationId');
+    expect(requested.stdout).toContain(`next: \`dental-elig setup credentials validation ${correlationId} --wait\` polls for the outcome`);
+    const sentBefore = sandbox.requestLog.filter((r) => r.method === 'POST').length;
+
+    const waited = await cli(['setup', 'credentials', 'validation', correlationId, '--wait'], env);
+    expect([waited.code, field(waited.stdout, 'status')]).toEqual([0, 'Valid']);
+    const again = await cli(['setup', 'credentials', 'validation', correlationId, '--json'], env);
+    expect([again.code, JSON.parse(again.stdout).status]).toEqual([0, 'Valid']);
+    expect(sandbox.requestLog.filter((r) => r.method === 'POST').length).toBe(sentBefore);
+
+    // Invalid is a failure, in one line, as validate --wait says it.
+    const refused = await cli(['setup', 'credentials', 'validate', '--portal', 'deltadentalins', '--username', 'lakeside'], { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'expired-pass-2' });
+    const invalidId = field(refused.stdout, 'correlationId');
+    const invalid = await cli(['setup', 'credentials', 'validation', invalidId, '--wait'], env);
+    expect(invalid.code).toBe(1);
+    expect(invalid.stderr.split('\n').slice(-2)).toEqual([`dental-elig: validation ${invalidId}: Invalid - The payer portal refused the stored credentials.`, '']);
+    expect((await cli(['setup', 'credentials', 'validation', 'val_nope'], env)).stderr).toMatch(/^dental-elig: get credentials validation failed with 404 - /);
+  });
+
   it('ends the validating line before a poll that fails, so the failure is a line of its own', async () => {
     sandbox.injectFault({ method: 'GET', path: /^\/v2\/credentials-validations\//, status: 404 });
     const run = await cli(['setup', 'credentials', 'validate', '--clinic', 'cln_sandbox_main', '--portal', 'deltadentalins', '--wait', '--first-delay-ms', '0'], env);

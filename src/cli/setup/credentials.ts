@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
 import type { VerificationClient } from '../../verification/client';
 import { validationKindOf } from '../../verification/outcome';
-import { LoginMethod, type CredentialsPatch, type CredentialsValidationRequest } from '../../verification/wire';
+import { LoginMethod, type CredentialsPatch, type CredentialsValidation, type CredentialsValidationRequest } from '../../verification/wire';
 import { CliError, listAll, progressLine, say, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
@@ -162,25 +162,57 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       const secrets = 'credentials' in request ? [request.credentials.password] : [];
       await withService(io, cmd, async (client) => {
         const requested = await client.requestCredentialsValidation(request);
-        if (!opts.wait) {
-          printRecord(io, requested, Boolean(opts.json));
-          // This correlationId is the validation's own; `registration emails` takes the registration's.
-          if (!opts.json) io.stdout.write('next: --wait polls for the outcome; this id is the validation\'s, not the registration\'s\n');
-          return;
-        }
-        const final = await progressLine(io, `validating credentials (${requested.correlationId})`, (add) =>
-          client.waitForCredentialsValidation(requested.correlationId, {
-            firstDelayMs: opts.firstDelayMs,
-            timeoutMs: opts.timeoutMs,
-            onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
-          }),
-        );
-        printRecord(io, final, Boolean(opts.json));
-        const kind = validationKindOf(final.status);
-        if (kind === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
-        if (kind !== 'valid') {
-          throw new CliError(`validation ${final.correlationId}: ${final.status}${final.result?.detail ? ` - ${final.result.detail}` : ''}`);
+        if (opts.wait) return showValidation(io, client, requested.correlationId, opts);
+        printRecord(io, requested, Boolean(opts.json));
+        // This correlationId is the validation's own; `registration emails` takes the registration's.
+        if (!opts.json) {
+          io.stdout.write(`next: \`dental-elig setup credentials validation ${requested.correlationId} --wait\` polls for the outcome; this id is the validation's, not the registration's\n`);
         }
       }, { secrets });
     });
+
+  creds
+    .command('validation <correlationId>')
+    .description('Show a credentials validation by the correlationId `credentials validate` printed, without asking the portal to log in again; Pending means ask again later, or --wait')
+    .option('--wait', 'poll until the validation finishes')
+    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
+    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+    .option('--json', 'print JSON')
+    .action(async (correlationId: string, opts: WaitOpts & { wait?: boolean }, cmd: Command) =>
+      withService(io, cmd, async (client) => {
+        if (opts.wait) return showValidation(io, client, correlationId, opts);
+        const current = await client.getCredentialsValidation(correlationId);
+        printRecord(io, current, Boolean(opts.json));
+        failUnlessValid(current, undefined);
+      }),
+    );
+}
+
+interface WaitOpts {
+  firstDelayMs: number;
+  timeoutMs: number;
+  json?: boolean;
+}
+
+/** Polls a validation to its end and prints it; anything but Valid is a failure, in one line. */
+async function showValidation(io: CliIo, client: VerificationClient, correlationId: string, opts: WaitOpts): Promise<void> {
+  const final = await progressLine(io, `validating credentials (${correlationId})`, (add) =>
+    client.waitForCredentialsValidation(correlationId, {
+      firstDelayMs: opts.firstDelayMs,
+      timeoutMs: opts.timeoutMs,
+      onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
+    }),
+  );
+  printRecord(io, final, Boolean(opts.json));
+  failUnlessValid(final, opts.timeoutMs);
+}
+
+/** `waitedMs` undefined: a Pending looked at once, not waited for, is no failure. */
+function failUnlessValid(validation: CredentialsValidation, waitedMs: number | undefined): void {
+  const kind = validationKindOf(validation.status);
+  if (kind === 'pending') {
+    if (waitedMs !== undefined) throw new CliError(`validation ${validation.correlationId}: still Pending after ${waitedMs} ms`);
+    return;
+  }
+  if (kind !== 'valid') throw new CliError(`validation ${validation.correlationId}: ${validation.status}${validation.result?.detail ? ` - ${validation.result.detail}` : ''}`);
 }
