@@ -299,7 +299,9 @@ export const CredentialsRecord = z
   .looseObject({
     clinicId: Opt(Str),
     portalId: Opt(Str),
-    username: Str,
+    // Optional as every field of it: the same schema reads what POST and PATCH answer, which the interface does not show,
+    // and their 201 or 200 says the credentials were stored whatever the body holds.
+    username: Opt(Str),
     passwordSet: Opt(z.boolean()),
     loginMethod: Opt(Str),
     mfaEmail: Opt(Str),

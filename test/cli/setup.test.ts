@@ -488,6 +488,23 @@ describe('secrets and bad input', () => {
     }
   });
 
+  it('takes credentials the service stored as stored, whatever else its answer holds: the interface shows no record in it', async () => {
+    const server = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/v2/network/portals')) return json(res, 200, { items: [], nextCursor: null });
+      json(res, req.method === 'POST' ? 201 : 200, { clinicId: 'cl_1', portalId: 'metdental', status: 'Stored' });
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-5' };
+    try {
+      const set = await cli(['setup', 'credentials', 'set', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1', '--json'], at);
+      expect([set.code, set.stderr]).toEqual([0, '']);
+      expect(JSON.parse(set.stdout)).toEqual({ clinicId: 'cl_1', portalId: 'metdental', status: 'Stored' });
+      const update = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], at);
+      expect([update.code, update.stderr, field(update.stdout, 'status')]).toEqual([0, '', 'Stored']);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('changes a stored password on update only when asked: a password exported for another portal is left unused, and said so', async () => {
     const server = await startScriptedServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
