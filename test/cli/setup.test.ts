@@ -334,6 +334,10 @@ describe('secrets and bad input', () => {
       expect(run.code).toBe(1);
       expect(run.stderr).toContain('validation val_9: Invalid - login lakeside/[redacted] refused');
       expect(run.stdout + run.stderr).not.toContain('quoted-pass-9');
+      // Asked for again by its id, the password exported for validate is cut out too.
+      const again = await cli(['setup', 'credentials', 'validation', 'val_9', '--json'], { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'quoted-pass-9' });
+      expect([again.code, again.stderr]).toEqual([1, 'dental-elig: validation val_9: Invalid - login lakeside/[redacted] refused\n']);
+      expect(again.stdout).not.toContain('quoted-pass-9');
     } finally {
       await server.close();
     }

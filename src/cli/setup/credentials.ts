@@ -178,14 +178,16 @@ export function registerCredentials(setup: Command, io: CliIo): void {
     .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
     .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
     .option('--json', 'print JSON')
-    .action(async (correlationId: string, opts: WaitOpts & { wait?: boolean }, cmd: Command) =>
-      withService(io, cmd, async (client) => {
+    .action(async (correlationId: string, opts: WaitOpts & { wait?: boolean }, cmd: Command) => {
+      // The result may quote the password tried, which this command was not given: the one exported for validate is cut out.
+      const exported = io.env.DENTAL_ELIG_PORTAL_PASSWORD;
+      await withService(io, cmd, async (client) => {
         if (opts.wait) return showValidation(io, client, correlationId, opts);
         const current = await client.getCredentialsValidation(correlationId);
         printRecord(io, current, Boolean(opts.json));
         failUnlessValid(current, undefined);
-      }),
-    );
+      }, { secrets: exported ? [exported] : [] });
+    });
 }
 
 interface WaitOpts {
