@@ -115,6 +115,7 @@ describe('the README onboarding walkthrough, command by command', () => {
       [await set('--portal', 'deltadentalil', '--mfa-email', registeredEmail, '--login-method', 'Native'), '--login-method: portal deltadentalil takes SSO, not Native'],
       [await set('--portal', 'metdental'), "--mfa-email: required: portal metdental sends its login codes by email (TwoFactorEmail); give its registration's registeredEmail (setup registration list)"],
       [await set('--portal', 'cignaforhcp'), "--mfa-phone: required: portal cignaforhcp sends its login codes by SMS (TwoFactorSms); give its registration's registeredPhoneNumber (setup registration list)"],
+      [await cli(['setup', 'credentials', 'update', '--clinic', clinicId, '--portal', 'deltadentalil', '--login-method', 'Native'], env), '--login-method: portal deltadentalil takes SSO, not Native'],
     ] as const;
     for (const [run, line] of refusals) expect(run).toEqual({ code: 2, stdout: '', stderr: `dental-elig: ${line}\n` });
     expect((await cli(['setup', 'credentials', 'get', '--clinic', clinicId, '--portal', 'metdental'], env)).stderr).toMatch(/no credentials are stored/);

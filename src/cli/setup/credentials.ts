@@ -69,13 +69,14 @@ function loginMethod(value: string | undefined): LoginMethod | undefined {
  * service stores credentials it would not log in with (a Native login for an SSO portal, no MFA
  * contact for a portal that sends codes), and a validation of them may still say Valid; only each
  * verification then is refused, with a 422. A portal the network does not list is the service's to refuse.
+ * `whole` false: an update, whose MFA contacts not given are the ones already stored.
  */
-async function portalLoginMethod(io: CliIo, client: VerificationClient, opts: CredentialOpts): Promise<LoginMethod> {
+async function portalLoginMethod(io: CliIo, client: VerificationClient, opts: CredentialOpts, whole = true): Promise<LoginMethod> {
   const given = loginMethod(opts.loginMethod);
   const portal = (await listAll(io, client, (page) => client.listPortals(page))).find((p) => p.portalId === opts.portal);
   const takes = (portal?.loginMethods ?? []).flatMap((m) => (LoginMethod.safeParse(m).success ? [m as LoginMethod] : []));
   if (given && takes.length > 0 && !takes.includes(given)) throw new CliError(`--login-method: portal ${opts.portal} takes ${takes.join(' or ')}, not ${given}`, 2);
-  const needs = (method: string) => portal?.requiresAuthentication !== false && (portal?.authenticationMethods ?? []).includes(method);
+  const needs = (method: string) => whole && portal?.requiresAuthentication !== false && (portal?.authenticationMethods ?? []).includes(method);
   const missing = (option: string, by: string, method: string, field: string) =>
     new CliError(`${option}: required: portal ${opts.portal} sends its login codes by ${by} (${method}); give its registration's ${field} (setup registration list)`, 2);
   if (needs('TwoFactorEmail') && !opts.mfaEmail) throw missing('--mfa-email', 'email', 'TwoFactorEmail', 'registeredEmail');
@@ -119,6 +120,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       };
       if (Object.keys(patch).length === 0) throw new CliError('update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone', 2);
       await withService(io, cmd, async (client) => {
+        if (patch.loginMethod) await portalLoginMethod(io, client, opts, false);
         const result = await client.updateCredentials(opts.clinic, opts.portal, patch);
         if (!result.changed) io.stdout.write('unchanged: the stored credentials already had these values\n');
         else printRecord(io, result.record ?? { clinicId: opts.clinic, portalId: opts.portal, updated: true }, Boolean(opts.json));
