@@ -17,6 +17,7 @@ import {
   CredentialsValidation,
   CredentialsValidationRequest,
   Email,
+  Id,
   MessagesQuery,
   NetworkQuery,
   Organization,
@@ -31,7 +32,11 @@ import {
   type Page,
 } from './wire';
 
-const seg = encodeURIComponent;
+/**
+ * One id of a path, checked as a request body is (strict), then escaped: a blank one names another
+ * path (GET /v2/clinics/ is no clinic's), which answers a 404 or 405 that names no field.
+ */
+const seg = (operation: string, field: string, value: string): string => encodeURIComponent(strict(z.object({ [field]: Id }), { [field]: value }, operation)[field] as string);
 
 export interface ClientOptions {
   log?: Log;
@@ -74,11 +79,11 @@ export class VerificationClient {
   }
 
   async getOrganization(organizationId: string): Promise<Organization> {
-    return this.get('get organization', `/v2/organizations/${seg(organizationId)}`, Organization);
+    return this.get('get organization', `/v2/organizations/${seg('get organization', 'organizationId', organizationId)}`, Organization);
   }
 
   async listOrganizations(customerId: string, page: PageQuery = {}): Promise<Page<Organization>> {
-    return this.get('list organizations', `/v2/customers/${seg(customerId)}/organizations`, pageOf(Organization), strict(PageQuery, page, 'list organizations'));
+    return this.get('list organizations', `/v2/customers/${seg('list organizations', 'customerId', customerId)}/organizations`, pageOf(Organization), strict(PageQuery, page, 'list organizations'));
   }
 
   async createClinic(body: CreateClinicRequest): Promise<Clinic> {
@@ -86,11 +91,11 @@ export class VerificationClient {
   }
 
   async getClinic(clinicId: string): Promise<Clinic> {
-    return this.get('get clinic', `/v2/clinics/${seg(clinicId)}`, Clinic);
+    return this.get('get clinic', `/v2/clinics/${seg('get clinic', 'clinicId', clinicId)}`, Clinic);
   }
 
   async listClinics(organizationId: string, page: PageQuery = {}): Promise<Page<Clinic>> {
-    return this.get('list clinics', `/v2/organizations/${seg(organizationId)}/clinics`, pageOf(Clinic), strict(PageQuery, page, 'list clinics'));
+    return this.get('list clinics', `/v2/organizations/${seg('list clinics', 'organizationId', organizationId)}/clinics`, pageOf(Clinic), strict(PageQuery, page, 'list clinics'));
   }
 
   // ------------------------------------------------------------ payer and portal network
@@ -115,26 +120,27 @@ export class VerificationClient {
 
   /** Asks the service to look at the portal again (e.g. it switched to SMS 2FA); officeId is the clinicId. */
   async reevaluateRegistration(officeId: string, portalId: string): Promise<Registration> {
+    const operation = 're-evaluate payer portal registration';
     const { body } = await this.http.call({
-      operation: 're-evaluate payer portal registration',
+      operation,
       method: 'PATCH',
-      path: `/v2/payer-portal-registrations/offices/${seg(officeId)}/portals/${seg(portalId)}`,
+      path: `/v2/payer-portal-registrations/offices/${seg(operation, 'officeId', officeId)}/portals/${seg(operation, 'portalId', portalId)}`,
       body: {},
       response: Registration,
       // Only GETs and POSTs carrying externalId are repeated: a PATCH whose answer was lost is not.
       idempotent: false,
     });
-    return required(body, 're-evaluate payer portal registration');
+    return required(body, operation);
   }
 
   async registrationEmails(correlationId: string, page: PageQuery = {}): Promise<Page<Email>> {
-    return this.get('list registration emails', `/v2/payer-portal-registrations/${seg(correlationId)}/emails`, pageOf(Email), strict(PageQuery, page, 'list registration emails'));
+    return this.get('list registration emails', `/v2/payer-portal-registrations/${seg('list registration emails', 'correlationId', correlationId)}/emails`, pageOf(Email), strict(PageQuery, page, 'list registration emails'));
   }
 
   async registrationSmsMessages(correlationId: string, page: PageQuery = {}): Promise<Page<SmsMessage>> {
     return this.get(
       'list registration sms messages',
-      `/v2/payer-portal-registrations/${seg(correlationId)}/sms-messages`,
+      `/v2/payer-portal-registrations/${seg('list registration sms messages', 'correlationId', correlationId)}/sms-messages`,
       pageOf(SmsMessage),
       strict(PageQuery, page, 'list registration sms messages'),
     );
@@ -154,7 +160,7 @@ export class VerificationClient {
     const { body: record } = await this.http.call({
       operation: 'store credentials',
       method: 'POST',
-      path: credentialsPath(clinicId, portalId),
+      path: credentialsPath('store credentials', clinicId, portalId),
       body: strict(CredentialsRequest, body, 'store credentials'),
       response: CredentialsRecord,
       idempotent: false,
@@ -163,7 +169,7 @@ export class VerificationClient {
   }
 
   async getCredentials(clinicId: string, portalId: string): Promise<CredentialsRecord> {
-    return this.get('get credentials', credentialsPath(clinicId, portalId), CredentialsRecord);
+    return this.get('get credentials', credentialsPath('get credentials', clinicId, portalId), CredentialsRecord);
   }
 
   /** Updates stored credentials; `changed` is false when the service answered 304 (nothing changed). */
@@ -171,7 +177,7 @@ export class VerificationClient {
     const { status, body } = await this.http.call({
       operation: 'update credentials',
       method: 'PATCH',
-      path: credentialsPath(clinicId, portalId),
+      path: credentialsPath('update credentials', clinicId, portalId),
       body: strict(CredentialsPatch, patch, 'update credentials'),
       response: CredentialsRecord,
       // A repeat after a lost answer would see 304 and report "unchanged" for a change that was made.
@@ -187,7 +193,7 @@ export class VerificationClient {
   }
 
   async getCredentialsValidation(correlationId: string): Promise<CredentialsValidation> {
-    return this.get('get credentials validation', `/v2/credentials-validations/${seg(correlationId)}`, askedFor(CredentialsValidation, correlationId));
+    return this.get('get credentials validation', `/v2/credentials-validations/${seg('get credentials validation', 'correlationId', correlationId)}`, askedFor(CredentialsValidation, correlationId));
   }
 
   /**
@@ -221,7 +227,7 @@ export class VerificationClient {
   async getVerification(correlationId: string, externalId?: string): Promise<VerificationOutcome> {
     const asked = askedFor(Verification, correlationId);
     const answer = externalId === undefined ? asked : sentFor(asked, externalId);
-    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg(correlationId)}`, answer), 'get insurance verification');
+    return readOutcome(await this.get('get insurance verification', `/v2/insurance-verifications/${seg('get insurance verification', 'correlationId', correlationId)}`, answer), 'get insurance verification');
   }
 
   /** Polls an asynchronous verification until it is no longer pending (the webhook's fallback). */
@@ -347,8 +353,8 @@ function sentFor<T extends z.ZodType<{ externalId?: string | null | undefined }>
   });
 }
 
-function credentialsPath(clinicId: string, portalId: string): string {
-  return `/v2/clinics/${seg(clinicId)}/portals/${seg(portalId)}/credentials`;
+function credentialsPath(operation: string, clinicId: string, portalId: string): string {
+  return `/v2/clinics/${seg(operation, 'clinicId', clinicId)}/portals/${seg(operation, 'portalId', portalId)}/credentials`;
 }
 
 function required<T>(body: T | undefined, operation: string): T {

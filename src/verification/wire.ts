@@ -14,7 +14,7 @@ import { dayWritten, IsoDate, isFhirDate, isValidNpi } from '../domain/primitive
 
 const Str = z.string();
 /** An id the service gives and we key on (in URLs, in the chart's identifiers): a blank one names nothing. */
-const Id = Str.regex(/\S/, { error: 'must not be blank' }).regex(/^[^\u0000-\u001f\u007f]*$/, { error: 'must not hold control characters' });
+export const Id = Str.regex(/\S/, { error: 'must not be blank' }).regex(/^[^\u0000-\u001f\u007f]*$/, { error: 'must not hold control characters' });
 /** A URI or code the service gives, which it may pad with whitespace that is not part of it. */
 const Token = Str.trim();
 const Opt = <T extends z.ZodType>(t: T) => t.optional().nullable();
@@ -299,7 +299,9 @@ export const CredentialsRecord = z
   .looseObject({
     clinicId: Opt(Str),
     portalId: Opt(Str),
-    username: Str,
+    // Optional as every field of it: the same schema reads what POST and PATCH answer, which the interface does not show,
+    // and their 201 or 200 says the credentials were stored whatever the body holds.
+    username: Opt(Str),
     passwordSet: Opt(z.boolean()),
     loginMethod: Opt(Str),
     mfaEmail: Opt(Str),

@@ -86,6 +86,42 @@ describe('the README onboarding walkthrough, command by command', () => {
     expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ clinicId, name: 'Lakeside Main' })]);
   });
 
+  it('stores credentials as their portal takes them, so the verifications that use them are not refused for the login method or a second factor', async () => {
+    const org = await cli(['setup', 'organization', 'create', '--name', 'Lakeview Dental'], env);
+    const clinic = await cli(['setup', 'clinic', 'create', '--organization', field(org.stdout, 'organizationId'), '--name', 'Lakeview'], env);
+    const clinicId = field(clinic.stdout, 'clinicId');
+    const reg = await cli(['setup', 'registration', 'create', '--clinic', clinicId, '--portal', 'deltadentalil'], env);
+    const registeredEmail = field(reg.stdout, 'registeredEmail');
+    const withPassword = { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-3' };
+    const set = (...args: string[]) => cli(['setup', 'credentials', 'set', '--clinic', clinicId, '--username', 'lakeview', ...args], withPassword);
+
+    // Delta Dental of Illinois's portal logs in by SSO alone: a login method not given is the one it takes.
+    const stored = await set('--portal', 'deltadentalil', '--mfa-email', registeredEmail);
+    expect(stored.code).toBe(0);
+    expect(field(stored.stdout, 'loginMethod')).toBe('SSO');
+    const body = {
+      clinicId,
+      portalId: 'deltadentalil',
+      payer: { payerId: 'CDIL1' },
+      patient: { firstName: 'Ellen', lastName: 'Whitaker', dateOfBirth: '1978-03-14' },
+      subscriber: { firstName: 'Ellen', lastName: 'Whitaker', memberId: 'SBX-MINIMAL', relationship: 'Self' },
+      dateOfService: '2026-12-01',
+    };
+    const verified = await cli(['verify', '-', '--async', '--wait', '--first-delay-ms', '60'], env, JSON.stringify(body));
+    expect([verified.code, field(verified.stdout, 'status')]).toEqual([0, 'Completed']);
+
+    // Refused before anything is stored, each in one line naming the option: the service would refuse every verification with them.
+    const refusals = [
+      [await set('--portal', 'deltadentalil', '--mfa-email', registeredEmail, '--login-method', 'Native'), '--login-method: portal deltadentalil takes SSO, not Native'],
+      [await set('--portal', 'metdental'), "--mfa-email: required: portal metdental sends its login codes by email (TwoFactorEmail); give its registration's registeredEmail (setup registration list)"],
+      [await set('--portal', 'cignaforhcp'), "--mfa-phone: required: portal cignaforhcp sends its login codes by SMS (TwoFactorSms); give its registration's registeredPhoneNumber (setup registration list)"],
+      [await cli(['setup', 'credentials', 'update', '--clinic', clinicId, '--portal', 'deltadentalil', '--login-method', 'Native'], env), '--login-method: portal deltadentalil takes SSO, not Native'],
+    ] as const;
+    for (const [run, line] of refusals) expect(run).toEqual({ code: 2, stdout: '', stderr: `dental-elig: ${line}\n` });
+    expect((await cli(['setup', 'credentials', 'get', '--clinic', clinicId, '--portal', 'metdental'], env)).stderr).toMatch(/no credentials are stored/);
+    expect(field((await cli(['setup', 'credentials', 'get', '--clinic', clinicId, '--portal', 'deltadentalil'], env)).stdout, 'loginMethod')).toBe('SSO');
+  });
+
   it('syncs the payer catalog to a file and reports the counts and the absolute path it wrote', async () => {
     const run = await cli(['setup', 'payers', 'sync'], env);
     expect(run.code).toBe(0);
@@ -155,7 +191,7 @@ describe('secrets and bad input', () => {
   });
 
   it('reads the password from stdin', async () => {
-    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'cln_nope', '--portal', 'metdental', '--username', 'u', '--password-stdin'], env, 'from-stdin\n');
+    const run = await cli(['setup', 'credentials', 'set', '--clinic', 'cln_nope', '--portal', 'metdental', '--username', 'u', '--mfa-email', 'office@example.test', '--password-stdin'], env, 'from-stdin\n');
     // The clinic does not exist: the service's answer, in one line, and never the password.
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/^dental-elig: store credentials failed with 4\d\d/);
@@ -299,9 +335,35 @@ describe('secrets and bad input', () => {
       expect(run.code).toBe(1);
       expect(run.stderr).toContain('validation val_9: Invalid - login lakeside/[redacted] refused');
       expect(run.stdout + run.stderr).not.toContain('quoted-pass-9');
+      // Asked for again by its id, the password exported for validate is cut out too.
+      const again = await cli(['setup', 'credentials', 'validation', 'val_9', '--json'], { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'quoted-pass-9' });
+      expect([again.code, again.stderr]).toEqual([1, 'dental-elig: validation val_9: Invalid - login lakeside/[redacted] refused\n']);
+      expect(again.stdout).not.toContain('quoted-pass-9');
     } finally {
       await server.close();
     }
+  });
+
+  it('asks for a validation already requested by the correlationId it printed, without asking the portal to log in again', async () => {
+    const requested = await cli(['setup', 'credentials', 'validate', '--clinic', 'cln_sandbox_main', '--portal', 'deltadentalins'], env);
+    expect(requested.code).toBe(0);
+    const correlationId = field(requested.stdout, 'correlationId');
+    expect(requested.stdout).toContain(`next: \`dental-elig setup credentials validation ${correlationId} --wait\` polls for the outcome`);
+    const sentBefore = sandbox.requestLog.filter((r) => r.method === 'POST').length;
+
+    const waited = await cli(['setup', 'credentials', 'validation', correlationId, '--wait'], env);
+    expect([waited.code, field(waited.stdout, 'status')]).toEqual([0, 'Valid']);
+    const again = await cli(['setup', 'credentials', 'validation', correlationId, '--json'], env);
+    expect([again.code, JSON.parse(again.stdout).status]).toEqual([0, 'Valid']);
+    expect(sandbox.requestLog.filter((r) => r.method === 'POST').length).toBe(sentBefore);
+
+    // Invalid is a failure, in one line, as validate --wait says it.
+    const refused = await cli(['setup', 'credentials', 'validate', '--portal', 'deltadentalins', '--username', 'lakeside'], { ...env, DENTAL_ELIG_PORTAL_PASSWORD: 'expired-pass-2' });
+    const invalidId = field(refused.stdout, 'correlationId');
+    const invalid = await cli(['setup', 'credentials', 'validation', invalidId, '--wait'], env);
+    expect(invalid.code).toBe(1);
+    expect(invalid.stderr.split('\n').slice(-2)).toEqual([`dental-elig: validation ${invalidId}: Invalid - The payer portal refused the stored credentials.`, '']);
+    expect((await cli(['setup', 'credentials', 'validation', 'val_nope'], env)).stderr).toMatch(/^dental-elig: get credentials validation failed with 404 - /);
   });
 
   it('ends the validating line before a poll that fails, so the failure is a line of its own', async () => {
@@ -315,6 +377,19 @@ describe('secrets and bad input', () => {
     const before = sandbox.requestLog.length;
     const run = await cli(['setup', 'clinic', 'create', '--organization', 'org_1', '--name', 'X', '--npi', '1234567890'], env);
     expect(run).toEqual({ code: 1, stdout: '', stderr: 'dental-elig: create clinic failed (invalid_request) - Request not sent - npi: fails the NPI check digit (a typo?)\n' });
+    expect(sandbox.requestLog.length).toBe(before);
+  });
+
+  it('names a blank id before sending it, rather than asking another path or listing every registration', async () => {
+    const before = sandbox.requestLog.length;
+    const runs = [
+      [await cli(['setup', 'clinic', 'get', ''], env), 'get clinic failed (invalid_request) - Request not sent - clinicId: must not be blank'],
+      [await cli(['setup', 'organization', 'get', ' '], env), 'get organization failed (invalid_request) - Request not sent - organizationId: must not be blank'],
+      [await cli(['setup', 'credentials', 'get', '--clinic', '', '--portal', 'deltadentalins'], env), 'get credentials failed (invalid_request) - Request not sent - clinicId: must not be blank'],
+      [await cli(['setup', 'registration', 'emails', ''], env), 'list registration emails failed (invalid_request) - Request not sent - correlationId: must not be blank'],
+      [await cli(['verify', 'get', ''], env), 'get insurance verification failed (invalid_request) - Request not sent - correlationId: must not be blank'],
+    ] as const;
+    for (const [run, line] of runs) expect(run).toEqual({ code: 1, stdout: '', stderr: `dental-elig: ${line}\n` });
     expect(sandbox.requestLog.length).toBe(before);
   });
 
@@ -394,6 +469,8 @@ describe('secrets and bad input', () => {
   it('never prints a password the service sends back with the credentials, saying only that one is set', async () => {
     // The interface has GET retrieve the credentials, username and password.
     const server = await startScriptedServer((req, res) => {
+      // set looks the portal up first: a network that does not list it leaves the login method Native.
+      if (req.url.startsWith('/v2/network/portals')) return json(res, 200, { items: [], nextCursor: null });
       res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', password: 'echoed-pass-9', loginMethod: 'Native' }));
     });
@@ -411,6 +488,23 @@ describe('secrets and bad input', () => {
       }
       expect(field(runs[0]?.stdout ?? '', 'passwordSet')).toBe('true');
       expect(JSON.parse(runs[1]?.stdout ?? '')).toEqual({ clinicId: 'cl_1', portalId: 'metdental', username: 'office1', passwordSet: true, loginMethod: 'Native' });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('takes credentials the service stored as stored, whatever else its answer holds: the interface shows no record in it', async () => {
+    const server = await startScriptedServer((req, res) => {
+      if (req.url.startsWith('/v2/network/portals')) return json(res, 200, { items: [], nextCursor: null });
+      json(res, req.method === 'POST' ? 201 : 200, { clinicId: 'cl_1', portalId: 'metdental', status: 'Stored' });
+    });
+    const at = { ...env, DENTAL_ELIG_BASE_URL: server.url, DENTAL_ELIG_PORTAL_PASSWORD: 'portal-pass-5' };
+    try {
+      const set = await cli(['setup', 'credentials', 'set', '--clinic', 'cl_1', '--portal', 'metdental', '--username', 'office1', '--json'], at);
+      expect([set.code, set.stderr]).toEqual([0, '']);
+      expect(JSON.parse(set.stdout)).toEqual({ clinicId: 'cl_1', portalId: 'metdental', status: 'Stored' });
+      const update = await cli(['setup', 'credentials', 'update', '--clinic', 'cl_1', '--portal', 'metdental', '--password-env'], at);
+      expect([update.code, update.stderr, field(update.stdout, 'status')]).toEqual([0, '', 'Stored']);
     } finally {
       await server.close();
     }

@@ -1,7 +1,8 @@
 import { Option, type Command } from 'commander';
+import type { VerificationClient } from '../../verification/client';
 import { validationKindOf } from '../../verification/outcome';
-import { LoginMethod, type CredentialsPatch, type CredentialsValidationRequest } from '../../verification/wire';
-import { CliError, progressLine, say, whole, type CliIo } from '../io';
+import { LoginMethod, type CredentialsPatch, type CredentialsValidation, type CredentialsValidationRequest } from '../../verification/wire';
+import { CliError, listAll, progressLine, say, whole, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -40,7 +41,7 @@ function credentialOptions(cmd: Command): Command {
     .requiredOption('--portal <portalId>', 'portal id')
     .option('--password-stdin', 'read the portal password from the first line of standard input')
     .addOption(new Option('--password <value>').hideHelp())
-    .option('--login-method <method>', 'Native or SSO')
+    .option('--login-method <method>', 'Native or SSO (default: the one the portal takes, Native when it takes both)')
     .option('--mfa-email <email>', 'the registeredEmail, for TwoFactorEmail portals')
     .option('--mfa-phone <e164>', 'the registeredPhoneNumber, for TwoFactorSms portals')
     .option('--json', 'print JSON');
@@ -63,6 +64,26 @@ function loginMethod(value: string | undefined): LoginMethod | undefined {
   return parsed.data;
 }
 
+/**
+ * The login method to store, checked against what the portal network says the portal takes. The
+ * service stores credentials it would not log in with (a Native login for an SSO portal, no MFA
+ * contact for a portal that sends codes), and a validation of them may still say Valid; only each
+ * verification then is refused, with a 422. A portal the network does not list is the service's to refuse.
+ * `whole` false: an update, whose MFA contacts not given are the ones already stored.
+ */
+async function portalLoginMethod(io: CliIo, client: VerificationClient, opts: CredentialOpts, whole = true): Promise<LoginMethod> {
+  const given = loginMethod(opts.loginMethod);
+  const portal = (await listAll(io, client, (page) => client.listPortals(page))).find((p) => p.portalId === opts.portal);
+  const takes = (portal?.loginMethods ?? []).flatMap((m) => (LoginMethod.safeParse(m).success ? [m as LoginMethod] : []));
+  if (given && takes.length > 0 && !takes.includes(given)) throw new CliError(`--login-method: portal ${opts.portal} takes ${takes.join(' or ')}, not ${given}`, 2);
+  const needs = (method: string) => whole && portal?.requiresAuthentication !== false && (portal?.authenticationMethods ?? []).includes(method);
+  const missing = (option: string, by: string, method: string, field: string) =>
+    new CliError(`${option}: required: portal ${opts.portal} sends its login codes by ${by} (${method}); give its registration's ${field} (setup registration list)`, 2);
+  if (needs('TwoFactorEmail') && !opts.mfaEmail) throw missing('--mfa-email', 'email', 'TwoFactorEmail', 'registeredEmail');
+  if (needs('TwoFactorSms') && !opts.mfaPhone) throw missing('--mfa-phone', 'SMS', 'TwoFactorSms', 'registeredPhoneNumber');
+  return given ?? (takes.length === 0 || takes.includes('Native') ? 'Native' : (takes[0] as LoginMethod));
+}
+
 export function registerCredentials(setup: Command, io: CliIo): void {
   const creds = setup.command('credentials').description('Payer portal credentials, stored per clinic and portal');
 
@@ -74,7 +95,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
         const record = await client.createCredentials(opts.clinic, opts.portal, {
           username: opts.username as string,
           password,
-          loginMethod: loginMethod(opts.loginMethod) ?? 'Native',
+          loginMethod: await portalLoginMethod(io, client, opts),
           ...(opts.mfaEmail ? { mfaEmail: opts.mfaEmail } : {}),
           ...(opts.mfaPhone ? { mfaPhoneNumber: opts.mfaPhone } : {}),
         });
@@ -99,6 +120,7 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       };
       if (Object.keys(patch).length === 0) throw new CliError('update: give at least one of --username, a password, --login-method, --mfa-email, --mfa-phone', 2);
       await withService(io, cmd, async (client) => {
+        if (patch.loginMethod) await portalLoginMethod(io, client, opts, false);
         const result = await client.updateCredentials(opts.clinic, opts.portal, patch);
         if (!result.changed) io.stdout.write('unchanged: the stored credentials already had these values\n');
         else printRecord(io, result.record ?? { clinicId: opts.clinic, portalId: opts.portal, updated: true }, Boolean(opts.json));
@@ -142,25 +164,59 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       const secrets = 'credentials' in request ? [request.credentials.password] : [];
       await withService(io, cmd, async (client) => {
         const requested = await client.requestCredentialsValidation(request);
-        if (!opts.wait) {
-          printRecord(io, requested, Boolean(opts.json));
-          // This correlationId is the validation's own; `registration emails` takes the registration's.
-          if (!opts.json) io.stdout.write('next: --wait polls for the outcome; this id is the validation\'s, not the registration\'s\n');
-          return;
-        }
-        const final = await progressLine(io, `validating credentials (${requested.correlationId})`, (add) =>
-          client.waitForCredentialsValidation(requested.correlationId, {
-            firstDelayMs: opts.firstDelayMs,
-            timeoutMs: opts.timeoutMs,
-            onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
-          }),
-        );
-        printRecord(io, final, Boolean(opts.json));
-        const kind = validationKindOf(final.status);
-        if (kind === 'pending') throw new CliError(`validation ${final.correlationId}: still Pending after ${opts.timeoutMs} ms`);
-        if (kind !== 'valid') {
-          throw new CliError(`validation ${final.correlationId}: ${final.status}${final.result?.detail ? ` - ${final.result.detail}` : ''}`);
+        if (opts.wait) return showValidation(io, client, requested.correlationId, opts);
+        printRecord(io, requested, Boolean(opts.json));
+        // This correlationId is the validation's own; `registration emails` takes the registration's.
+        if (!opts.json) {
+          io.stdout.write(`next: \`dental-elig setup credentials validation ${requested.correlationId} --wait\` polls for the outcome; this id is the validation's, not the registration's\n`);
         }
       }, { secrets });
     });
+
+  creds
+    .command('validation <correlationId>')
+    .description('Show a credentials validation by the correlationId `credentials validate` printed, without asking the portal to log in again; Pending means ask again later, or --wait')
+    .option('--wait', 'poll until the validation finishes')
+    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
+    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+    .option('--json', 'print JSON')
+    .action(async (correlationId: string, opts: WaitOpts & { wait?: boolean }, cmd: Command) => {
+      // The result may quote the password tried, which this command was not given: the one exported for validate is cut out.
+      const exported = io.env.DENTAL_ELIG_PORTAL_PASSWORD;
+      await withService(io, cmd, async (client) => {
+        if (opts.wait) return showValidation(io, client, correlationId, opts);
+        const current = await client.getCredentialsValidation(correlationId);
+        printRecord(io, current, Boolean(opts.json));
+        failUnlessValid(current, undefined);
+      }, { secrets: exported ? [exported] : [] });
+    });
+}
+
+interface WaitOpts {
+  firstDelayMs: number;
+  timeoutMs: number;
+  json?: boolean;
+}
+
+/** Polls a validation to its end and prints it; anything but Valid is a failure, in one line. */
+async function showValidation(io: CliIo, client: VerificationClient, correlationId: string, opts: WaitOpts): Promise<void> {
+  const final = await progressLine(io, `validating credentials (${correlationId})`, (add) =>
+    client.waitForCredentialsValidation(correlationId, {
+      firstDelayMs: opts.firstDelayMs,
+      timeoutMs: opts.timeoutMs,
+      onPoll: (status, elapsed) => add(`${status} ${Math.round(elapsed / 1000)}s`),
+    }),
+  );
+  printRecord(io, final, Boolean(opts.json));
+  failUnlessValid(final, opts.timeoutMs);
+}
+
+/** `waitedMs` undefined: a Pending looked at once, not waited for, is no failure. */
+function failUnlessValid(validation: CredentialsValidation, waitedMs: number | undefined): void {
+  const kind = validationKindOf(validation.status);
+  if (kind === 'pending') {
+    if (waitedMs !== undefined) throw new CliError(`validation ${validation.correlationId}: still Pending after ${waitedMs} ms`);
+    return;
+  }
+  if (kind !== 'valid') throw new CliError(`validation ${validation.correlationId}: ${validation.status}${validation.result?.detail ? ` - ${validation.result.detail}` : ''}`);
 }

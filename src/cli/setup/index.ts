@@ -25,6 +25,7 @@ const EXTRA_ENV: Record<string, readonly EnvVar[]> = {
   'credentials set': [ENV.password],
   'credentials update': [ENV.password],
   'credentials validate': [ENV.password],
+  'credentials validation': [ENV.password],
   'payers sync': [ENV.catalog],
 };
 

@@ -77,7 +77,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (correlationId: string | undefined, opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
-        const list = correlationId ? (page: object) => client.registrationEmails(correlationId, page) : (page: object) => client.listEmails(page);
+        const list = correlationId !== undefined ? (page: object) => client.registrationEmails(correlationId, page) : (page: object) => client.listEmails(page);
         printRows(io, await listAll(io, client, list), emailColumns, Boolean(opts.json));
       }),
     );
@@ -87,7 +87,7 @@ export function registerRegistrations(setup: Command, io: CliIo): void {
     .option('--json', 'print JSON')
     .action(async (correlationId: string | undefined, opts: { json?: boolean }, cmd: Command) =>
       withService(io, cmd, async (client) => {
-        const list = correlationId
+        const list = correlationId !== undefined
           ? (page: object) => client.registrationSmsMessages(correlationId, page)
           : (page: object) => client.listSmsMessages(page);
         printRows(io, await listAll(io, client, list), smsColumns, Boolean(opts.json));
