@@ -1,15 +1,13 @@
 import * as z from 'zod';
 
-/** A calendar date as the service and FHIR `date` both write it. */
-export const IsoDate = z
-  .string()
-  .regex(/^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/, { error: 'must be a date as YYYY-MM-DD' });
+/** A calendar date as the service and FHIR `date` both write it, a day its month has (not 1978-02-30, as HL7's are read). */
+export const IsoDate = z.iso.date({ error: 'must be a date as YYYY-MM-DD' });
 export type IsoDate = z.infer<typeof IsoDate>;
 
 /** A FHIR `date`: to the year, the month or the day. */
 const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
 
-export const isFhirDate = (value: string): boolean => FHIR_DATE.test(value);
+export const isFhirDate = (value: string): boolean => FHIR_DATE.test(value) && (value.length < 10 || IsoDate.safeParse(value).success);
 
 /**
  * A date a service wrote as a date-time at midnight, as .NET writes a DateTime (2026-05-12T00:00:00)

@@ -50,7 +50,9 @@ export function birthDate(value: string | undefined, path: string, issues: FhirI
     return undefined;
   }
   if (!IsoDate.safeParse(value).success) {
-    issues.push({ expression: path, diagnostics: 'must be a full date (YYYY-MM-DD)', code: 'value' });
+    // 1978-02-30 reached the service, verified as a birth date no payer holds: HL7's PID-7 was refused so.
+    const diagnostics = /^\d{4}-\d{2}-\d{2}$/.test(value) ? 'must be a day the calendar has (YYYY-MM-DD)' : 'must be a full date (YYYY-MM-DD)';
+    issues.push({ expression: path, diagnostics, code: 'value' });
     return undefined;
   }
   if (dateOfService !== undefined && value > dateOfService) {

@@ -256,6 +256,15 @@ describe('checksFromBundle', () => {
     ]);
   });
 
+  it('refuses a birth date its month does not have, as HL7 does, rather than verify a patient no payer holds', () => {
+    const bundle = bundleOf('self');
+    resource(bundle, 'Patient').birthDate = '1978-02-30';
+    expect(issuesOf(() => convert(bundle))).toEqual([{ expression: 'Patient.birthDate', diagnostics: 'must be a day the calendar has (YYYY-MM-DD)' }]);
+    // A leap year's 29 February is a day.
+    resource(bundle, 'Patient').birthDate = '1980-02-29';
+    expect(convert(bundle)[0]?.subscriber.birthDate).toBe('1980-02-29');
+  });
+
   it('refuses a relationship of self when the subscriber is another person', () => {
     const bundle = bundleOf('primary-secondary');
     resource(bundle, 'Coverage', 'cov-marco-aetna').relationship = { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/subscriber-relationship', code: 'self' }] };
