@@ -1,4 +1,4 @@
-import type { Appointment, CoverageEligibilityRequest, CoverageEligibilityResponse } from 'fhir/r4';
+import type { Appointment, Coverage, CoverageEligibilityRequest, CoverageEligibilityResponse, Patient } from 'fhir/r4';
 import { ClinicRoutingFile, loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
@@ -416,6 +416,64 @@ describe('fresh results and re-verification before the visit', () => {
     expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
     expect((await checkOf(booked.key))?.dueAt).toBeUndefined();
   });
+
+  /**
+   * A visit in a FHIR chart (self: Delta Dental of California, asynchronous at the sandbox) booked on December 1 and moved
+   * to the 3rd once its verification is accepted, with a sync started with `options`, every webhook refused: the booked
+   * visit's check, the patient's Coverage, the chart, and a notifier of a resource's change.
+   */
+  const fhirMovedWhileAtService = async (options: HarnessOptions) => {
+    h = await startHarness(options);
+    h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
+    const chart = chartOf('self');
+    await h.fhir.seed(chart);
+    const notify = async (reference: string) => expect((await fetch(`${h.httpUrl}/fhir-notifications/${reference}`, { method: 'POST' })).status).toBe(200);
+    await notify('Appointment/appt-1001');
+    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    const appointment = chart.find((r) => r.resourceType === 'Appointment') as Appointment;
+    await h.fhir.seed([{ ...appointment, start: '2026-12-03T09:00:00-08:00', end: '2026-12-03T10:00:00-08:00' }]);
+    await notify('Appointment/appt-1001');
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', correlationId: booked.correlationId });
+    return { booked, coverage: chart.find((r) => r.resourceType === 'Coverage') as Coverage, chart, notify };
+  };
+
+  it.each([
+    ['deleted', 'delete'],
+    ['moved to another patient', 'move'],
+    ['ended (its status cancelled)', 'end'],
+    // The chart's changes read together: the appointment, read again, holds the same check as before.
+    ['deleted, the new one made before the appointment is read again', 'swap'],
+  ] as const)('verifies a FHIR visit moved while its verification was at the service anew once its Coverage is %s and a new one of the plan made: that result was asked for before the drop', async (_how, how) => {
+    // The followed check's result comes only by its poll, webhookDeadlineMs after its send: the changes land before it.
+    const { booked, coverage, chart, notify } = await fhirMovedWhileAtService({ settings: { freshnessDays: 20, webhookDeadlineMs: 6000 }, sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    // The chart drops the plan, then makes a Coverage of it again: perhaps a plan ended and a new enrolment begun.
+    const gone = `Coverage/${coverage.id}`;
+    if (how === 'delete' || how === 'swap') expect((await fetch(`${h.fhir.url}/${gone}`, { method: 'DELETE' })).ok).toBe(true);
+    if (how === 'move') {
+      const patient = chart.find((r) => r.resourceType === 'Patient') as Patient;
+      await h.fhir.seed([{ ...patient, id: 'pat-other' }, { ...coverage, beneficiary: { reference: 'Patient/pat-other' }, subscriber: { reference: 'Patient/pat-other' } }]);
+    }
+    if (how === 'end') await h.fhir.seed([{ ...coverage, status: 'cancelled' }]);
+    if (how !== 'swap') {
+      await notify(gone);
+      await until('the moved visit waiting for insurance', async () => (await h.store.listAppointments('awaiting-insurance')).length === 1);
+    }
+    await h.fhir.seed([{ ...coverage, id: 'cov-ellen-delta-2' }]);
+    await notify('Coverage/cov-ellen-delta-2');
+    if (how === 'swap') await notify(gone);
+
+    const restated = await until(
+      'the restated visit written',
+      async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-03'),
+      25_000,
+    );
+    expect(restated.reusedFrom).toBeUndefined();
+    expect(verificationPosts()).toBe(2);
+    // Marked with its plan's drop, the cancelled check is followed no longer.
+    const cancelled = await checkOf(booked.key);
+    expect(cancelled).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
+    expect(cancelled?.dueAt).toBeUndefined();
+  }, 40_000);
 
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
