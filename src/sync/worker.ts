@@ -717,7 +717,9 @@ export class Worker {
     const letGo = { state: 'cancelled' as const, dueAt: undefined, ...(askAgain && { submittedAt: undefined }) };
     const built = askAgain && row.mode !== undefined && row.portalId !== undefined ? await this.requestOf(row, { mode: row.mode, portalId: row.portalId }) : undefined;
     const again = built && !('refused' in built) ? built : undefined;
-    if ((row.correlationId === undefined && again === undefined) || answeredThisRound(row) || this.pendingPast(row, 0)) {
+    // Marked with its plan's drop while a poll or send of it was on its way (endDroppedPlans), whose step followed it again:
+    // its result serves no visit (freshResultFor), so it is let go here rather than polled until it comes.
+    if ((row.correlationId === undefined && again === undefined) || answeredThisRound(row) || row.planDroppedAt !== undefined || this.pendingPast(row, 0)) {
       await this.step(row, 'cancelled', letGo);
       return;
     }

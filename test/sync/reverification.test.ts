@@ -475,6 +475,26 @@ describe('fresh results and re-verification before the visit', () => {
     expect(cancelled?.dueAt).toBeUndefined();
   }, 40_000);
 
+  it('lets go of a check followed at the service whose plan\'s drop marks it while its poll is on its way: it is polled no more', async () => {
+    // No result for 30 s: the followed check is polled 1 s after its send, each poll's answer held back 2 s.
+    const { booked, coverage, notify } = await fhirMovedWhileAtService({
+      settings: { webhookDeadlineMs: 1000 },
+      sandbox: { timing: { asyncCompletionMs: 30_000, webhookBackoffMs: 200 } },
+      faults: [{ method: 'GET', path: /insurance-verifications\//, delayMs: 2000, times: Infinity }],
+    });
+    const polls = () => h.sandbox.requestLog.filter((r) => r.method === 'GET' && r.path.includes(`/insurance-verifications/${booked.correlationId}`));
+    await until('the cancelled check polled', async () => (await checkOf(booked.key))?.state === 'cancelled' && polls().some((r) => r.status === 0));
+
+    expect((await fetch(`${h.fhir.url}/Coverage/${coverage.id}`, { method: 'DELETE' })).ok).toBe(true);
+    await notify(`Coverage/${coverage.id}`);
+    const marked = await checkOf(booked.key);
+    expect(marked).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
+    const polled = polls().length;
+    await until('the poll on its way answered', async () => polls().every((r) => r.status === 200));
+    await until('followed no longer', async () => (await checkOf(booked.key))?.dueAt === undefined && /^dental_elig_checks_in_hand 0$/m.test(await h.sync.metrics.text()));
+    expect(polls()).toHaveLength(polled);
+  });
+
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {
     clock = new Date('2026-12-01T12:00:00Z');
     // The moved check waits webhookDeadlineMs at most, on the clock the test moves on: longer than the sandbox takes to send the result.
