@@ -361,6 +361,37 @@ describe('fresh results and re-verification before the visit', () => {
     await movedAfterLostAnswer('P-22', 1000, { delayMs: 1500 }, (r) => r?.state === 'submitted' && r.attempts === 2);
   });
 
+  it('verifies a visit moved once where its own send, answered 504, never reached the service and the cancelled check\'s result came late: due to be sent again, it takes that result', async () => {
+    // The booked visit's verification pending 3 s at the service, let go after 1.5 s (pendingGiveUpMs): the moved visit is sent then, and its
+    // send answered 504 without reaching the service; its retry is 4 to 8 s off. Deliveries refused and kept, brought to serve by the test.
+    const settings = { webhookDeadlineMs: 500, pendingGiveUpMs: 1500, backoffBaseMs: 8000, backoffMaxMs: 8000 };
+    const c = await mllpInto({ settings, service: { maxRetries: 0 }, sandbox: { timing: { asyncCompletionMs: 3000, webhookBackoffMs: 200 } } });
+    const deliveries = await startScriptedServer((_req, res) => void res.writeHead(500).end());
+    closing.push(() => deliveries.close());
+    h.sandbox.configureWebhook({ url: deliveries.url, secret: h.secret });
+    const { booked } = await bookThenMove(c, 'P-23', 'awaiting-result', cigna);
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 504 });
+    const lost = await until('the moved visit sent, its answer lost', async () =>
+      (await h.store.listChecks({ states: ['submitted'] })).find((r) => r.check.dateOfService === '2026-12-09' && r.lastError?.startsWith('504') === true),
+    );
+    const delivery = await until('the booked visit\'s result sent', async () => deliveries.requests[0]);
+    const { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature } = delivery.headers;
+    const headers = { 'content-type': 'application/json', 'webhook-id': String(id), 'webhook-timestamp': String(timestamp), 'webhook-signature': String(signature) };
+    expect((await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body: delivery.body })).status).toBeLessThan(300);
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
+
+    const next = await until('the moved visit past its send', async () => {
+      const row = await checkOf(lost.key);
+      return row?.state !== 'submitted' && row;
+    });
+    expect(next.reusedFrom).toBe(booked.correlationId);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.key === lost.key));
+    // Its own send given up: none of it is at the service for another visit to wait for.
+    expect(moved.submittedAt).toBeUndefined();
+    // One verification reached the service, the booked visit's.
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path === '/v2/insurance-verification-requests' && r.status !== 504)).toHaveLength(1);
+  });
+
   it('verifies a visit moved while its send went unanswered once: the cancelled check is sent again under its externalId, and the moved visit takes that verification\'s result', async () => {
     // The first send's answer held back 4 s, past the client's 2 s timeout and not retried by it: the move lands while it is on its way,
     // and the service may have taken it all the same.
