@@ -6,7 +6,7 @@ import { appointmentStatusRule, convertFromServer, verifiedStatuses, willNotHapp
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
 import { changeOf, resolveRefused } from './dead-letters';
 import type { AppointmentRow, AppointmentStatus, JobStore, MessageRow, StoreTx } from './job-store';
-import { chartCoverageOf, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
+import { chartCoverageOf, endGoneCoverages, fingerprints, firstDateToCome, scheduleAppointment, stillToCome, type SchedulePolicy } from './schedule';
 
 export interface FhirIngestOptions {
   routing: ClinicRouting;
@@ -104,6 +104,15 @@ async function readAndStore(store: JobStore, reader: FhirReader, appointmentId: 
   return store.transaction(async (tx) => {
     await unchanged(tx);
     const held = await tx.getAppointment(`fhir|${reference}`);
+    if (conversion?.coverages !== undefined) {
+      // The plans it held and holds: a cancelled check of one, read from a Coverage the patient no longer has, serves neither.
+      const memberIds = new Set(checks.map((c) => c.subscriber.memberId));
+      for (const key of held?.checkKeys ?? []) {
+        const was = await tx.getCheck(key);
+        if (was) memberIds.add(was.check.subscriber.memberId);
+      }
+      await endGoneCoverages(tx, patientKey, conversion.coverages, [...memberIds], receivedAt.toISOString());
+    }
     const duplicate = readOf(held) === dedupeKey;
     // Read and handled, as new or as it was handled before (the chart put back what it refused since, a member id
     // deleted and typed in again): a letter that refused it is moot.

@@ -411,14 +411,36 @@ export async function endDroppedPlans(
       taken.push(key);
     }
   }
+  await letGoDropped(tx, rows, now);
+  return taken;
+}
+
+/**
+ * endDroppedPlans' rule for a check followed at the service, on the FHIR road: a read of a patient's
+ * appointment names their active Coverages (`active`), and a cancelled check of theirs read from a
+ * Coverage no longer among them (deleted, moved to another patient, its status ended), followed for
+ * its verification's result or holding it (servesAnotherVisit), is marked with its plan's drop, as an
+ * HL7 record no longer listing the plan marks one: a Coverage made again in its place, the same plan
+ * or a new enrolment, is verified anew. Run before the read's checks are scheduled, which would take
+ * that result (freshResultFor), and on a read that changes nothing else (a Coverage deleted and made
+ * again between two reads). `memberIds`: of the plans the appointment held and holds, the only ones
+ * such a check could serve it with. Nothing is ended: a FHIR chart's Coverages are the EHR's.
+ */
+export async function endGoneCoverages(tx: StoreTx, patientKey: string, active: readonly string[], memberIds: readonly string[], now: string): Promise<void> {
+  if (memberIds.length === 0) return;
+  const rows = (await tx.checksOfPatient(patientKey, memberIds, ['cancelled'])).filter((row) => row.check.source.kind === 'fhir');
+  await letGoDropped(tx, rows, now, ({ check: { source } }) => source.kind === 'fhir' && !active.includes(source.coverage));
+}
+
+/** The checks of `rows` that would serve another visit with a result asked for before their plan's drop (servesAnotherVisit), and are `gone`, marked with it and followed no longer. */
+async function letGoDropped(tx: StoreTx, rows: readonly CheckOfPlan[], now: string, gone: (current: CheckRow) => boolean = () => true): Promise<void> {
   for (const row of rows) {
     if (!servesAnotherVisit(row)) continue;
     // Read again, locked: a worker may have let it go since, or taken its result.
     const current = await tx.getCheck(row.key);
-    if (current === undefined || !servesAnotherVisit(current)) continue;
+    if (current === undefined || !servesAnotherVisit(current) || !gone(current)) continue;
     await tx.putCheck({ ...current, dueAt: undefined, planDroppedAt: now, updatedAt: now });
   }
-  return taken;
 }
 
 /**

@@ -524,7 +524,7 @@ export class Worker {
       const sent = await this.step(
         row,
         row.state,
-        async (current, tx) => (current.state === 'received' && (await this.sharedVerification(tx, current))) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
+        async (current, tx) => (await this.sharedVerification(tx, current)) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
       );
       if (sent?.state !== 'submitted') return;
       await this.limiter.take(portalId);
@@ -637,12 +637,20 @@ export class Worker {
    * it was booked, which it takes (freshResultFor), or by a verification sent first (under way, or
    * still to be sent and booked before it), which it waits for rather than send a second. Two
    * visits of one plan booked together are one verification. Undefined: it is sent.
+   *
+   * One to be sent again under its externalId, its send's answer lost (submitted), takes such a
+   * result too: its first send may never have reached the service, and sent again it would be a
+   * second verification (the moved visit's, sent once its cancelled check was let go, that check's
+   * result come late). Its own send is given up (no submittedAt: a later cancellation of it is no
+   * verification under way, stillAtService). It waits for none: its own may be under way.
    */
   private async sharedVerification(tx: StoreTx, row: CheckRow): Promise<Step | undefined> {
+    if (row.state !== 'received' && row.state !== 'submitted') return undefined;
     const { policy, pollAfterMs } = this.options;
     // A re-verification takes only a result still fresh on the visit's day, as reverify does.
     const fresh = await freshResultFor(tx, row, { now: this.deps.now(), policy }, (other) => row.round === 0 || freshAtVisit(row, other, policy));
-    if (fresh) return { ...fresh, dueAt: this.now(), lastError: undefined };
+    if (fresh) return { ...fresh, dueAt: this.now(), lastError: undefined, ...(row.state === 'submitted' && { submittedAt: undefined }) };
+    if (row.state === 'submitted') return undefined;
     const first = (await tx.verifying(row.coverageFingerprint)).find(
       (other) =>
         other.key !== row.key &&
@@ -717,7 +725,9 @@ export class Worker {
     const letGo = { state: 'cancelled' as const, dueAt: undefined, ...(askAgain && { submittedAt: undefined }) };
     const built = askAgain && row.mode !== undefined && row.portalId !== undefined ? await this.requestOf(row, { mode: row.mode, portalId: row.portalId }) : undefined;
     const again = built && !('refused' in built) ? built : undefined;
-    if ((row.correlationId === undefined && again === undefined) || answeredThisRound(row) || this.pendingPast(row, 0)) {
+    // Marked with its plan's drop while a poll or send of it was on its way (endDroppedPlans), whose step followed it again:
+    // its result serves no visit (freshResultFor), so it is let go here rather than polled until it comes.
+    if ((row.correlationId === undefined && again === undefined) || answeredThisRound(row) || row.planDroppedAt !== undefined || this.pendingPast(row, 0)) {
       await this.step(row, 'cancelled', letGo);
       return;
     }

@@ -1,4 +1,4 @@
-import type { Appointment, CoverageEligibilityRequest, CoverageEligibilityResponse } from 'fhir/r4';
+import type { Appointment, Coverage, CoverageEligibilityRequest, CoverageEligibilityResponse, Patient } from 'fhir/r4';
 import { ClinicRoutingFile, loadClinicRouting } from '../../src/adapters/clinic-routing';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
@@ -361,6 +361,37 @@ describe('fresh results and re-verification before the visit', () => {
     await movedAfterLostAnswer('P-22', 1000, { delayMs: 1500 }, (r) => r?.state === 'submitted' && r.attempts === 2);
   });
 
+  it('verifies a visit moved once where its own send, answered 504, never reached the service and the cancelled check\'s result came late: due to be sent again, it takes that result', async () => {
+    // The booked visit's verification pending 3 s at the service, let go after 1.5 s (pendingGiveUpMs): the moved visit is sent then, and its
+    // send answered 504 without reaching the service; its retry is 4 to 8 s off. Deliveries refused and kept, brought to serve by the test.
+    const settings = { webhookDeadlineMs: 500, pendingGiveUpMs: 1500, backoffBaseMs: 8000, backoffMaxMs: 8000 };
+    const c = await mllpInto({ settings, service: { maxRetries: 0 }, sandbox: { timing: { asyncCompletionMs: 3000, webhookBackoffMs: 200 } } });
+    const deliveries = await startScriptedServer((_req, res) => void res.writeHead(500).end());
+    closing.push(() => deliveries.close());
+    h.sandbox.configureWebhook({ url: deliveries.url, secret: h.secret });
+    const { booked } = await bookThenMove(c, 'P-23', 'awaiting-result', cigna);
+    h.sandbox.injectFault({ method: 'POST', path: /insurance-verification/, status: 504 });
+    const lost = await until('the moved visit sent, its answer lost', async () =>
+      (await h.store.listChecks({ states: ['submitted'] })).find((r) => r.check.dateOfService === '2026-12-09' && r.lastError?.startsWith('504') === true),
+    );
+    const delivery = await until('the booked visit\'s result sent', async () => deliveries.requests[0]);
+    const { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature } = delivery.headers;
+    const headers = { 'content-type': 'application/json', 'webhook-id': String(id), 'webhook-timestamp': String(timestamp), 'webhook-signature': String(signature) };
+    expect((await fetch(`${h.httpUrl}${WEBHOOK_PATH}`, { method: 'POST', headers, body: delivery.body })).status).toBeLessThan(300);
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', result: { correlationId: booked.correlationId } });
+
+    const next = await until('the moved visit past its send', async () => {
+      const row = await checkOf(lost.key);
+      return row?.state !== 'submitted' && row;
+    });
+    expect(next.reusedFrom).toBe(booked.correlationId);
+    const moved = await until('the moved visit written', async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.key === lost.key));
+    // Its own send given up: none of it is at the service for another visit to wait for.
+    expect(moved.submittedAt).toBeUndefined();
+    // One verification reached the service, the booked visit's.
+    expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path === '/v2/insurance-verification-requests' && r.status !== 504)).toHaveLength(1);
+  });
+
   it('verifies a visit moved while its send went unanswered once: the cancelled check is sent again under its externalId, and the moved visit takes that verification\'s result', async () => {
     // The first send's answer held back 4 s, past the client's 2 s timeout and not retried by it: the move lands while it is on its way,
     // and the service may have taken it all the same.
@@ -415,6 +446,84 @@ describe('fresh results and re-verification before the visit', () => {
     // Marked with its plan's drop, the cancelled check is followed no longer.
     expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
     expect((await checkOf(booked.key))?.dueAt).toBeUndefined();
+  });
+
+  /**
+   * A visit in a FHIR chart (self: Delta Dental of California, asynchronous at the sandbox) booked on December 1 and moved
+   * to the 3rd once its verification is accepted, with a sync started with `options`, every webhook refused: the booked
+   * visit's check, the patient's Coverage, the chart, and a notifier of a resource's change.
+   */
+  const fhirMovedWhileAtService = async (options: HarnessOptions) => {
+    h = await startHarness(options);
+    h.sandbox.configureWebhook({ url: `${h.httpUrl}/nowhere`, secret: h.secret });
+    const chart = chartOf('self');
+    await h.fhir.seed(chart);
+    const notify = async (reference: string) => expect((await fetch(`${h.httpUrl}/fhir-notifications/${reference}`, { method: 'POST' })).status).toBe(200);
+    await notify('Appointment/appt-1001');
+    const booked = await until('the first verification accepted', async () => (await h.store.listChecks({ states: ['awaiting-result'] }))[0]);
+    const appointment = chart.find((r) => r.resourceType === 'Appointment') as Appointment;
+    await h.fhir.seed([{ ...appointment, start: '2026-12-03T09:00:00-08:00', end: '2026-12-03T10:00:00-08:00' }]);
+    await notify('Appointment/appt-1001');
+    expect(await checkOf(booked.key)).toMatchObject({ state: 'cancelled', correlationId: booked.correlationId });
+    return { booked, coverage: chart.find((r) => r.resourceType === 'Coverage') as Coverage, chart, notify };
+  };
+
+  it.each([
+    ['deleted', 'delete'],
+    ['moved to another patient', 'move'],
+    ['ended (its status cancelled)', 'end'],
+    // The chart's changes read together: the appointment, read again, holds the same check as before.
+    ['deleted, the new one made before the appointment is read again', 'swap'],
+  ] as const)('verifies a FHIR visit moved while its verification was at the service anew once its Coverage is %s and a new one of the plan made: that result was asked for before the drop', async (_how, how) => {
+    // The followed check's result comes only by its poll, webhookDeadlineMs after its send: the changes land before it.
+    const { booked, coverage, chart, notify } = await fhirMovedWhileAtService({ settings: { freshnessDays: 20, webhookDeadlineMs: 6000 }, sandbox: { timing: { asyncCompletionMs: 1200, webhookBackoffMs: 200 } } });
+    // The chart drops the plan, then makes a Coverage of it again: perhaps a plan ended and a new enrolment begun.
+    const gone = `Coverage/${coverage.id}`;
+    if (how === 'delete' || how === 'swap') expect((await fetch(`${h.fhir.url}/${gone}`, { method: 'DELETE' })).ok).toBe(true);
+    if (how === 'move') {
+      const patient = chart.find((r) => r.resourceType === 'Patient') as Patient;
+      await h.fhir.seed([{ ...patient, id: 'pat-other' }, { ...coverage, beneficiary: { reference: 'Patient/pat-other' }, subscriber: { reference: 'Patient/pat-other' } }]);
+    }
+    if (how === 'end') await h.fhir.seed([{ ...coverage, status: 'cancelled' }]);
+    if (how !== 'swap') {
+      await notify(gone);
+      await until('the moved visit waiting for insurance', async () => (await h.store.listAppointments('awaiting-insurance')).length === 1);
+    }
+    await h.fhir.seed([{ ...coverage, id: 'cov-ellen-delta-2' }]);
+    await notify('Coverage/cov-ellen-delta-2');
+    if (how === 'swap') await notify(gone);
+
+    const restated = await until(
+      'the restated visit written',
+      async () => (await h.store.listChecks({ states: ['written'] })).find((r) => r.check.dateOfService === '2026-12-03'),
+      25_000,
+    );
+    expect(restated.reusedFrom).toBeUndefined();
+    expect(verificationPosts()).toBe(2);
+    // Marked with its plan's drop, the cancelled check is followed no longer.
+    const cancelled = await checkOf(booked.key);
+    expect(cancelled).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
+    expect(cancelled?.dueAt).toBeUndefined();
+  }, 40_000);
+
+  it('lets go of a check followed at the service whose plan\'s drop marks it while its poll is on its way: it is polled no more', async () => {
+    // No result for 30 s: the followed check is polled 1 s after its send, each poll's answer held back 2 s.
+    const { booked, coverage, notify } = await fhirMovedWhileAtService({
+      settings: { webhookDeadlineMs: 1000 },
+      sandbox: { timing: { asyncCompletionMs: 30_000, webhookBackoffMs: 200 } },
+      faults: [{ method: 'GET', path: /insurance-verifications\//, delayMs: 2000, times: Infinity }],
+    });
+    const polls = () => h.sandbox.requestLog.filter((r) => r.method === 'GET' && r.path.includes(`/insurance-verifications/${booked.correlationId}`));
+    await until('the cancelled check polled', async () => (await checkOf(booked.key))?.state === 'cancelled' && polls().some((r) => r.status === 0));
+
+    expect((await fetch(`${h.fhir.url}/Coverage/${coverage.id}`, { method: 'DELETE' })).ok).toBe(true);
+    await notify(`Coverage/${coverage.id}`);
+    const marked = await checkOf(booked.key);
+    expect(marked).toMatchObject({ state: 'cancelled', planDroppedAt: expect.any(String) });
+    const polled = polls().length;
+    await until('the poll on its way answered', async () => polls().every((r) => r.status === 200));
+    await until('followed no longer', async () => (await checkOf(booked.key))?.dueAt === undefined && /^dental_elig_checks_in_hand 0$/m.test(await h.sync.metrics.text()));
+    expect(polls()).toHaveLength(polled);
   });
 
   it('verifies a visit moved while its re-verification is at the service once: the cancelled check, holding the last round\'s result, still takes this one\'s', async () => {

@@ -35,6 +35,12 @@ export interface FhirConversion {
   unverifiedStatus?: string;
   /** `Patient/id` of the patient verified: the appointment's, or the record it was merged into. */
   patient?: string;
+  /**
+   * The patient's active Coverages, in force on the date of service or not, as relative references:
+   * a Coverage a check was read from that is not among them is gone from the patient (deleted, moved
+   * to another patient, its status ended), as a plan an HL7 record no longer lists. There when the patient was read.
+   */
+  coverages?: string[];
   /** The visit's date where the practice is (its clinic's time zone), the checks' date of service: there when the appointment is verified. */
   dateOfService?: string;
   /** The clinic the visit is at, when one was found: where its zone is, the visit's date is. */
@@ -78,9 +84,11 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
   const patientResource = parseResource(Patient, patientRaw, 'Patient', issues);
   if (!patientResource) throw new FhirInputError(issues);
   const notes: FhirIssue[] = [];
-  const coverages = inForceOn(index, activeCoverages(index, patientRaw, issues), dateOfService, notes, issues, timeZone);
+  const active = activeCoverages(index, patientRaw, issues);
+  const held = active.map(({ raw }) => index.relativeReference(raw));
+  const coverages = inForceOn(index, active, dateOfService, notes, issues, timeZone);
   // Self-pay, or no coverage in force: nothing to verify, so nothing about the patient needs to be complete.
-  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
+  if (coverages.length === 0 && issues.length === 0) return { checks: [], notes, patient: index.relativeReference(patientRaw), coverages: held, ...(dateOfService && { dateOfService }), ...(clinicId && { clinicId }) };
   const name = personName(patientResource.name, 'Patient', issues, dateOfService, timeZone);
   const dob = birthDate(patientResource.birthDate, 'Patient.birthDate', issues, true, dateOfService);
   const patientGender = gender(patientResource.gender, 'Patient.gender', issues);
@@ -141,7 +149,7 @@ export function convertBundle(bundle: unknown, options: FhirInputOptions): FhirC
     }
     return parsed.data;
   });
-  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw), dateOfService, ...(clinicId && { clinicId }) };
+  return { checks, notes: [...notes, ...warnings], patient: index.relativeReference(patientRaw), coverages: held, dateOfService, ...(clinicId && { clinicId }) };
 }
 
 function findAppointment(index: BundleIndex, appointmentId: string | undefined): AnyResource {

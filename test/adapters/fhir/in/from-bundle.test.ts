@@ -548,6 +548,8 @@ describe('checksFromBundle', () => {
           checks: [],
           notes: [{ expression: START, diagnostics: 'starts after the date of service: no check', code: 'informational', severity: 'information' }],
           patient: 'Patient/pat-ellen',
+          // Active, though not in force that day: the patient has it still, its plan not dropped (ingest's endGoneCoverages).
+          coverages: ['Coverage/cov-ellen-delta'],
           dateOfService: '2026-12-01',
           clinicId: 'cln_sandbox_main',
         });
@@ -560,6 +562,8 @@ describe('checksFromBundle', () => {
           checks: [],
           notes: [{ expression: END, diagnostics: 'ended before the date of service, though active: not verified', code: 'business-rule', severity: 'warning' }],
           patient: 'Patient/pat-ellen',
+          // Active, though not in force that day: the patient has it still, its plan not dropped (ingest's endGoneCoverages).
+          coverages: ['Coverage/cov-ellen-delta'],
           dateOfService: '2026-12-01',
           clinicId: 'cln_sandbox_main',
         });
