@@ -18,7 +18,7 @@ import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, ty
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { forgetOutageStart, forgetThrottled, givenUpSince, keepOutageStart, keepThrottledSince, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
@@ -144,23 +144,12 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt' | 'updat
 /** The states a check is verified in, before it has a result: given up in one, it is answered in the chart (giveUp). */
 const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-result'];
 
-/** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
-const NOT_VERIFIED = 'NotVerified';
 /** The start of a check's not-verified detail given up throttled on its visit's day (giveUp): those are sent again when a send is answered (givenUpThrottled). */
 const THROTTLED_TODAY = 'The verification service put it off past the time a verification for a visit today may wait';
 /** The plugin's own kind for a request the service (422) or the client refused, its detail the fields it named. */
 const REQUEST_REFUSED = 'RequestRefused';
 /** The same, where the fields are the office's setup alone (refusesSetup). */
 const SETUP_REFUSED = 'SetupRefused';
-
-const LOCAL = 'local-';
-/**
- * The correlation id of the failure this plugin stores for a round it could not verify, sent
- * under `externalId`: a webhook of that round coming after all finds its check by it.
- */
-export function localCorrelationId(externalId: string): string {
-  return `${LOCAL}${externalId}`;
-}
 
 /**
  * The longest a worker waits before it looks at a job store that has not answered again: a look
@@ -1024,11 +1013,11 @@ export class Worker {
     if (current?.withdrawnBecause !== undefined && current.state === 'result-stored' && current.round === row.round) return this.lookForWithdrawn(current, outcome);
     if (row.withdrawnBecause !== undefined) return this.lookForWithdrawn(row, outcome);
     let written;
+    const replaces = failureOfRoundBefore(row, outcome);
     try {
       const writer = await this.deps.writer();
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
       const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
-      const replaces = failureOfRoundBefore(row, outcome);
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now(), replaces }));
       this.chartTook();
     } catch (err) {
@@ -1055,9 +1044,9 @@ export class Worker {
     }
     // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
     const needsPerson = outcome.kind === 'failed';
-    const ids = { requestId: written.requestId, responseId: written.responseId, verification: outcome.verification.correlationId };
+    const ids = { requestId: written.requestId, responseId: written.responseId, verification: outcome.verification.correlationId, round: row.round };
     // The same failure written again (its Coverage's order changed): the person was told of it when it was first written.
-    const told = row.written?.verification === ids.verification && row.written.responseId === ids.responseId;
+    const told = row.written?.verification === ids.verification && row.written.responseId === ids.responseId && replaces === undefined;
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
@@ -1118,7 +1107,7 @@ export class Worker {
       this.chartRefused(err);
       this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart search refused; a withdrawn check is taken for one whose pair the chart does not hold');
     }
-    const ids = found && { ...found, verification: outcome.verification.correlationId };
+    const ids = found && { ...found, verification: outcome.verification.correlationId, round: row.round };
     const written: Step | undefined = ids && { state: outcome.kind === 'failed' ? 'needs-attention' : 'written', written: ids, attempts: 0, dueAt: undefined, lastError: undefined, planDroppedAt: undefined };
     const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
       // Booked again meanwhile (its mark gone): written as any. Or a later result of it came (takesALateResult): looked for next.
@@ -1720,8 +1709,9 @@ function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): b
  */
 function failureOfRoundBefore(row: CheckRow, outcome: VerificationOutcome): WrittenIds | undefined {
   const before = row.written;
-  if (!before?.verification?.startsWith(LOCAL) || before.verification === outcome.verification.correlationId) return undefined;
-  return outcome.verification.correlationId === localCorrelationId(row.externalId) ? before : undefined;
+  if (!before?.verification?.startsWith(LOCAL) || outcome.verification.correlationId !== localCorrelationId(row.externalId)) return undefined;
+  // Under the same id, an earlier round's (sent again under its externalId, externalIdAgain), or this round's written again.
+  return before.verification !== outcome.verification.correlationId || (before.round !== undefined && before.round !== row.round) ? before : undefined;
 }
 
 /**
@@ -1735,7 +1725,7 @@ function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   if (outcome?.kind !== 'failed') return false;
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
-  return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+  return givenUpUnverified(row);
 }
 
 /** Whether a check's result is this plugin's not-verified failure of its round given up throttled on its visit's day: not one given up for another reason. */

@@ -342,6 +342,41 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(await rig.reach('taken-up-elsewhere', 'written', 8000)).toMatchObject({ round: given.round + 1 });
   });
 
+  it('sends a check whose answer was lost, then given up for a 429 on its visit\'s day, again under the externalId its lost send went by: verified once', async () => {
+    // A service that keeps each verification under its externalId, and answers a send repeated under it with that one.
+    const made = new Map<string, string>();
+    let throttling = true;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res, index) => {
+        if (req.method === 'GET') return json(res, 200, { items: [] });
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        if (made.size === 0) {
+          // Verified, its answer lost at the gateway.
+          made.set(externalId, `ver-${index}`);
+          return json(res, 504, { title: 'Gateway Timeout', status: 504 });
+        }
+        // The gateway's rate limit, in front of the service.
+        if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
+        const correlationId = made.get(externalId) ?? `ver-${index}`;
+        made.set(externalId, correlationId);
+        json(res, 201, { ...(resultBody('completed-minimal') as object), correlationId, externalId });
+      },
+    });
+    await rig.addCheck('lost-then-throttled', { check: { ...checkRow('lost-then-throttled').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    const given = await rig.reach('lost-then-throttled', 'needs-attention', 8000);
+    expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; /);
+    throttling = false;
+    const written = await rig.reach('lost-then-throttled', 'written', 8000);
+    expect(written.round).toBe(given.round + 1);
+    // The service's one verification, made at the first send: none made for the send again.
+    expect([...made.values()]).toEqual(['ver-0']);
+    expect((written.result as { correlationId: string }).correlationId).toBe('ver-0');
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
+
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
     const { given, stop } = await throttledToday('throttled-restart');
     // serve restarted before any call was answered: what the first worker knew of the throttling went with it.
