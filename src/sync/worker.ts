@@ -815,12 +815,16 @@ export class Worker {
       // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
       // its attempts were counted; it is sent again once a verification's send is answered, as one given up in an outage at its end.
       // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
-      // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each.
-      const throttledToday = status === 429 && this.urgent(row) && row.written?.verification?.startsWith(LOCAL) !== true;
+      // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each; but not
+      // past its visit's day, which pendingGiveUpMs outlasts: sent all night, a send taken then was a verification billed for a visit over.
+      const told = row.written?.verification?.startsWith(LOCAL) === true;
+      const throttledToday = status === 429 && this.urgent(row) && !told;
       const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
-      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
+      const visitOver = putOff && told && this.visitOver(row);
+      const usedUp = putOff ? visitOver || this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const why = putOff ? (throttledToday ? THROTTLED_TODAY : 'The verification service put it off past the time a verification may wait') : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const putOffWhy = throttledToday ? THROTTLED_TODAY : visitOver ? "The verification service put it off until the visit's day was over" : 'The verification service put it off past the time a verification may wait';
+        const why = putOff ? putOffWhy : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
@@ -1550,6 +1554,11 @@ export class Worker {
   /** A check whose visit's day has come is not held for the service: it uses its attempts, so the front desk is told in time (giveUp). */
   private urgent(row: CheckRow): boolean {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
+  }
+
+  /** Whether the check's visit's day is over where its clinic is (anywhere, its zone unknown): nothing verified now serves it. */
+  private visitOver(row: CheckRow): boolean {
+    return row.check.dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(row.check.clinicId));
   }
 
   /** A call to the service for the check `key`, its answer (`heard`, by default the service and `portal` answering) or failure told to the outage watch. */

@@ -422,6 +422,28 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
   });
 
+  it('sends a check its chart already says not verified of, answered 429, no longer once its visit\'s day is over: given up, not sent for pendingGiveUpMs', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res) => (req.method === 'GET' ? json(res, 200, { items: [] }) : json(res, 429, { title: 'Too many requests', status: 429 })),
+    });
+    // Given up on its visit's day, its failure written, and sent again (a send taken, or tryThrottled's): still put off as that day ended.
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    const sentAgain = new Date().toISOString();
+    await rig.addCheck('told-yesterday', {
+      check: { ...checkRow('told-yesterday').check, dateOfService: yesterday },
+      round: 1,
+      submittedAt: sentAgain,
+      written: { requestId: 'req-told', responseId: 'resp-told', verification: 'local-ext-told-yesterday', round: 0 },
+    });
+    rig.worker.start();
+    const row = await rig.reach('told-yesterday', 'needs-attention', 8000);
+    expect(row.lastError).toMatch(/^NotVerified: The verification service put it off until the visit's day was over; given up /);
+    expect(posts(rig.requests)).toHaveLength(1);
+    // Not one of a throttling's to send again: its visit is over.
+    expect(await keptOutages(rig.store)).toEqual({ portals: [] });
+  });
+
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
     const { given, stop } = await throttledToday('throttled-restart');
     // serve restarted before any call was answered: what the first worker knew of the throttling went with it.
