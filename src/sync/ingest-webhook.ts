@@ -1,7 +1,8 @@
 import { hasResult } from '../verification/outcome';
 import type { WebhookDelivery } from '../verification/webhook';
 import { resultKindOf, type CheckRow, type JobStore } from './job-store';
-import { applyStep, cancelledTakes, localCorrelationId, resultEvent, type SyncEvent, type SyncEventName, type Worker } from './worker';
+import { localCorrelationId } from './schedule';
+import { applyStep, cancelledTakes, resultEvent, type SyncEvent, type SyncEventName, type Worker } from './worker';
 
 /** Dead: kept for a person (another request's result), not merely not applied. */
 export type WebhookApplied = { status: 'applied'; event?: { name: SyncEventName; event: SyncEvent } } | { status: 'duplicate' | 'ignored' | 'dead'; detail: string };

@@ -68,6 +68,11 @@ export const WrittenIds = z.looseObject({
   responseId: z.string(),
   /** The verification whose result the pair holds (the result's correlationId): absent in rows written before it was kept. */
   verification: z.string().optional(),
+  /**
+   * The round whose result it is: a round given up unverified is sent again under its externalId (externalIdAgain), and
+   * given up again its failure has the same correlation id. Absent in rows written before it was kept.
+   */
+  round: z.number().int().min(0).optional(),
 });
 export type WrittenIds = z.infer<typeof WrittenIds>;
 

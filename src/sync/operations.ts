@@ -1,6 +1,6 @@
 import type { FhirReader } from '../adapters/fhir/in';
 import { FhirInputError } from '../adapters/fhir/operation-outcome';
-import { externalIdFor } from './schedule';
+import { externalIdAgain } from './schedule';
 import { CHART_REFUSED } from './chart-errors';
 import { changeOf, refusedOn } from './dead-letters';
 import { errorText } from './error-text';
@@ -13,7 +13,8 @@ export const RETRYABLE_STATES: readonly CheckRow['state'][] = ['needs-attention'
 
 /**
  * Sends a check to the service again as a new verification (a new round and externalId: the
- * service keeps the old one's answer under the old id), due now; but one whose result (not a
+ * service keeps the old one's answer under the old id; but for one given up unverified, which goes
+ * under its round's, externalIdAgain), due now; but one whose result (not a
  * failure: refusedByChart) the chart refused, a token expired or a permission, has that result
  * written again: it is as good as when it came, and verified again it would cost a verification a
  * check, for every check of the chart's outage.
@@ -61,12 +62,12 @@ function writeAgain(row: CheckRow, now: Date): CheckRow {
   return { ...rest, state: 'result-stored', attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
-/** The check as a new verification, due now. */
+/** The check as a new verification, due now; one given up unverified is sent under its round's externalId (externalIdAgain). */
 function nextRound(row: CheckRow, now: Date): CheckRow {
   const round = row.round + 1;
   // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
   const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, dismissedAt: _d, ...rest } = row;
-  return { ...rest, state: 'received', round, externalId: externalIdFor(row.key, row.fingerprint, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
+  return { ...rest, state: 'received', round, externalId: externalIdAgain(row, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
 export interface ReplayOptions extends Omit<Hl7IngestOptions, 'replayOf'> {

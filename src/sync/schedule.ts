@@ -566,6 +566,41 @@ export function externalIdFor(key: string, fingerprint: string, round: number): 
   return `elig_${digest([key, fingerprint, String(round)]).slice(0, 32)}`;
 }
 
+/** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
+export const NOT_VERIFIED = 'NotVerified';
+
+/** How the correlation id of a failure this plugin stores begins (localCorrelationId). */
+export const LOCAL = 'local-';
+
+/**
+ * The correlation id of the failure this plugin stores for a round it could not verify, sent
+ * under `externalId`: a webhook of that round coming after all finds its check by it.
+ */
+export function localCorrelationId(externalId: string): string {
+  return `${LOCAL}${externalId}`;
+}
+
+/**
+ * Whether the check's result is this plugin's not-verified failure of its round (given up: the service failing, away
+ * or asking for fewer requests), no answer of the service's: a send of it whose answer was lost may still have been verified there.
+ */
+export function givenUpUnverified(row: Pick<CheckRow, 'result' | 'externalId'>): boolean {
+  if ((row.result as { correlationId?: unknown } | undefined)?.correlationId !== localCorrelationId(row.externalId)) return false;
+  const outcome = storedOutcome(row.result);
+  return outcome?.kind === 'failed' && outcome.failure.kind === NOT_VERIFIED;
+}
+
+/**
+ * The externalId a check's next round (`round`) is sent under when it is sent again as it is (jobs retry, the worker
+ * sending again what it gave up): a new one, but for a round given up unverified (givenUpUnverified), whose send, its
+ * answer lost (a timeout, a 504), the service may have verified. Under that one the service answers with the
+ * verification it made, or makes it now, where a new one would be a second verification, billed. Nothing the service
+ * answered is kept under it: answered a failure to retry, or a result, a round has its new one (transitionFor, reverify).
+ */
+export function externalIdAgain(row: Pick<CheckRow, 'key' | 'fingerprint' | 'result' | 'externalId'>, round: number): string {
+  return givenUpUnverified(row) ? row.externalId : externalIdFor(row.key, row.fingerprint, round);
+}
+
 /** Hashes of what the request carries: no patient data is stored or sent in clear by them. */
 export function fingerprints(check: EligibilityCheck): { fingerprint: string; coverageFingerprint: string } {
   const { patient, subscriber, coverage, provider, clinicId } = check;

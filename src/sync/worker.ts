@@ -18,7 +18,7 @@ import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, ty
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, nextPeriodBegins, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { forgetOutageStart, forgetThrottled, givenUpSince, keepOutageStart, keepThrottledSince, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
@@ -144,23 +144,12 @@ export type Step = Partial<Omit<CheckRow, 'key' | 'check' | 'createdAt' | 'updat
 /** The states a check is verified in, before it has a result: given up in one, it is answered in the chart (giveUp). */
 const VERIFYING: readonly CheckState[] = ['received', 'submitted', 'awaiting-result'];
 
-/** The plugin's own failure kind for a check given up (mappings/failure-kinds.json). */
-const NOT_VERIFIED = 'NotVerified';
 /** The start of a check's not-verified detail given up throttled on its visit's day (giveUp): those are sent again when a send is answered (givenUpThrottled). */
 const THROTTLED_TODAY = 'The verification service put it off past the time a verification for a visit today may wait';
 /** The plugin's own kind for a request the service (422) or the client refused, its detail the fields it named. */
 const REQUEST_REFUSED = 'RequestRefused';
 /** The same, where the fields are the office's setup alone (refusesSetup). */
 const SETUP_REFUSED = 'SetupRefused';
-
-const LOCAL = 'local-';
-/**
- * The correlation id of the failure this plugin stores for a round it could not verify, sent
- * under `externalId`: a webhook of that round coming after all finds its check by it.
- */
-export function localCorrelationId(externalId: string): string {
-  return `${LOCAL}${externalId}`;
-}
 
 /**
  * The longest a worker waits before it looks at a job store that has not answered again: a look
@@ -836,12 +825,16 @@ export class Worker {
       // leave the front desk untold until after the visit, and a 429 being no outage, nothing would send it again after
       // its attempts were counted; it is sent again once a verification's send is answered, as one given up in an outage at its end.
       // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
-      // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each.
-      const throttledToday = status === 429 && this.urgent(row) && row.written?.verification?.startsWith(LOCAL) !== true;
+      // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each; but not
+      // past its visit's day, which pendingGiveUpMs outlasts: sent all night, a send taken then was a verification billed for a visit over.
+      const told = row.written?.verification?.startsWith(LOCAL) === true;
+      const throttledToday = status === 429 && this.urgent(row) && !told;
       const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
-      const usedUp = putOff ? this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
+      const visitOver = putOff && told && this.visitOver(row);
+      const usedUp = putOff ? visitOver || this.pendingPast(row, retryAfter ?? 0, giveUpMs) : row.attempts >= this.options.maxAttempts;
       if (usedUp) {
-        const why = putOff ? (throttledToday ? THROTTLED_TODAY : 'The verification service put it off past the time a verification may wait') : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
+        const putOffWhy = throttledToday ? THROTTLED_TODAY : visitOver ? "The verification service put it off until the visit's day was over" : 'The verification service put it off past the time a verification may wait';
+        const why = putOff ? putOffWhy : `The verification service was unavailable or did not answer (last: ${status ?? err.code ?? 'network'})`;
         const at = this.deps.now();
         // Sends put off are not counted: how many there were says nothing.
         await this.giveUp(row, from, putOff ? undefined : row.attempts, summary, why);
@@ -1034,11 +1027,11 @@ export class Worker {
     if (current?.withdrawnBecause !== undefined && current.state === 'result-stored' && current.round === row.round) return this.lookForWithdrawn(current, outcome);
     if (row.withdrawnBecause !== undefined) return this.lookForWithdrawn(row, outcome);
     let written;
+    const replaces = failureOfRoundBefore(row, outcome);
     try {
       const writer = await this.deps.writer();
       // Read only when the write creates a Coverage beside others (endedCoverage): what the PMS says of the patient's plans now.
       const insuredUnder = async () => (await this.store.transaction((tx) => tx.getPatient(row.patientKey)))?.coverages.map((c) => c.subscriber.memberId);
-      const replaces = failureOfRoundBefore(row, outcome);
       written = await this.timed('fhir', 'write eligibility', () => writer.write(row.check, outcome, {}, { reusedFrom: row.reusedFrom, insuredUnder, at: this.now(), replaces }));
       this.chartTook();
     } catch (err) {
@@ -1065,9 +1058,9 @@ export class Worker {
     }
     // A retry-later failure reaches the chart only when its retries are used up: a person takes it from there.
     const needsPerson = outcome.kind === 'failed';
-    const ids = { requestId: written.requestId, responseId: written.responseId, verification: outcome.verification.correlationId };
+    const ids = { requestId: written.requestId, responseId: written.responseId, verification: outcome.verification.correlationId, round: row.round };
     // The same failure written again (its Coverage's order changed): the person was told of it when it was first written.
-    const told = row.written?.verification === ids.verification && row.written.responseId === ids.responseId;
+    const told = row.written?.verification === ids.verification && row.written.responseId === ids.responseId && replaces === undefined;
     const resultAt = new Date(row.resultAt ?? this.now());
     const again = needsPerson ? undefined : reverifyAt(row, resultAt, this.options.policy);
     const state: CheckState = needsPerson ? 'needs-attention' : 'written';
@@ -1128,7 +1121,7 @@ export class Worker {
       this.chartRefused(err);
       this.deps.log.warn({ key: row.key, status: err instanceof ChartWriteError ? err.status : undefined, err: detail }, 'chart search refused; a withdrawn check is taken for one whose pair the chart does not hold');
     }
-    const ids = found && { ...found, verification: outcome.verification.correlationId };
+    const ids = found && { ...found, verification: outcome.verification.correlationId, round: row.round };
     const written: Step | undefined = ids && { state: outcome.kind === 'failed' ? 'needs-attention' : 'written', written: ids, attempts: 0, dueAt: undefined, lastError: undefined, planDroppedAt: undefined };
     const done = await this.kept(() => this.step(row, 'result-stored', (current) =>
       // Booked again meanwhile (its mark gone): written as any. Or a later result of it came (takesALateResult): looked for next.
@@ -1573,6 +1566,11 @@ export class Worker {
     return visitDayCome(row.check, this.deps.now(), this.options.policy);
   }
 
+  /** Whether the check's visit's day is over where its clinic is (anywhere, its zone unknown): nothing verified now serves it. */
+  private visitOver(row: CheckRow): boolean {
+    return row.check.dateOfService < firstDateToCome(this.deps.now(), this.options.policy.timeZoneOf?.(row.check.clinicId));
+  }
+
   /** A call to the service for the check `key`, its answer (`heard`, by default the service and `portal` answering) or failure told to the outage watch. */
   private async serviceCall<T>(pass: Pass, key: string, portal: string | undefined, operation: string, call: () => Promise<T>, heard = (_answer: T) => this.service.answered(portal, key)): Promise<T> {
     try {
@@ -1730,8 +1728,9 @@ function freshAtVisit(row: CheckRow, fresh: CheckRow, policy: SchedulePolicy): b
  */
 function failureOfRoundBefore(row: CheckRow, outcome: VerificationOutcome): WrittenIds | undefined {
   const before = row.written;
-  if (!before?.verification?.startsWith(LOCAL) || before.verification === outcome.verification.correlationId) return undefined;
-  return outcome.verification.correlationId === localCorrelationId(row.externalId) ? before : undefined;
+  if (!before?.verification?.startsWith(LOCAL) || outcome.verification.correlationId !== localCorrelationId(row.externalId)) return undefined;
+  // Under the same id, an earlier round's (sent again under its externalId, externalIdAgain), or this round's written again.
+  return before.verification !== outcome.verification.correlationId || (before.round !== undefined && before.round !== row.round) ? before : undefined;
 }
 
 /**
@@ -1745,7 +1744,7 @@ function givenUpHere(row: CheckRow, portal: string | undefined): boolean {
   if (outcome?.kind !== 'failed') return false;
   const { failure } = outcome;
   if (failure.portalAway) return portal !== undefined && row.portalId === portal;
-  return (row.result as { correlationId?: unknown }).correlationId === localCorrelationId(row.externalId) && failure.kind === NOT_VERIFIED;
+  return givenUpUnverified(row);
 }
 
 /** Whether a check's result is this plugin's not-verified failure of its round given up throttled on its visit's day: not one given up for another reason. */

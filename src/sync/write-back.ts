@@ -61,7 +61,8 @@ export interface WriteOptions {
    * when the pair identifiers find none of its own: a round this plugin gave up again after it was
    * sent again (the service answering reads but failing verifications, an outage ending and
    * starting again), so the front desk keeps one response saying its benefits could not be
-   * verified, brought up to date, not one more at each round. Taken only when it is the check's.
+   * verified, brought up to date, not one more at each round. Taken only when it is the check's. Where the pair
+   * identifiers find this very pair (the round sent again under the externalId of the one before), it is dated anew.
    */
   replaces?: { requestId: string; responseId: string } | undefined;
 }
@@ -160,8 +161,11 @@ export async function fhirWriter(baseUrl: string, options: FhirWriterOptions = {
     });
     const ofThisPair = [answers[parts.length], answers[parts.length + 1]] as [CoverageEligibilityRequest | undefined, CoverageEligibilityResponse | undefined];
     const ofTheRoundBefore = [answers[next], answers[next + 1]] as [CoverageEligibilityRequest | undefined, CoverageEligibilityResponse | undefined];
-    // The earlier round's pair, when the chart holds none of this one's: both of it, and the check's (its identifier), or neither.
-    const replacing = !ofThisPair[0] && !ofThisPair[1] && ofTheRoundBefore.every((r) => r?.identifier?.some((i) => i.system === systemUrl('eligibilityCheck') && i.value === check.idempotencyKey));
+    // The earlier round's pair, when the chart holds none of this one's (or it is this one's: a round sent again under the
+    // externalId of the round before, given up again): both of it, and the check's (its identifier), or neither.
+    const isReplaced = (r: Resource | undefined, id: string | undefined) => r?.id !== undefined && r.id === id;
+    const ofTheOneReplaced = isReplaced(ofThisPair[0], replaced?.requestId) && isReplaced(ofThisPair[1], replaced?.responseId);
+    const replacing = ((!ofThisPair[0] && !ofThisPair[1]) || ofTheOneReplaced) && ofTheRoundBefore.every((r) => r?.identifier?.some((i) => i.system === systemUrl('eligibilityCheck') && i.value === check.idempotencyKey));
     const [storedRequest, storedResponse] = replacing ? ofTheRoundBefore : ofThisPair;
     // A new failure, dated as one: the pair it replaces was the round before's.
     const createdAt = (stored: { created?: string } | undefined) => (replacing ? options.at : (stored?.created ?? options.at));

@@ -11,7 +11,7 @@ import { resultBody, RIG_OPTIONS, startWorkerRig, type WorkerRig } from './worke
 import type { CheckRow } from '../../src/sync/job-store';
 import { retryAsRead } from '../../src/sync/operations';
 import { scheduleAppointment } from '../../src/sync/schedule';
-import { localCorrelationId } from '../../src/sync/worker';
+import { localCorrelationId } from '../../src/sync/schedule';
 import { fhirWriter } from '../../src/sync/write-back';
 import { toOutcome } from '../../src/verification/outcome';
 

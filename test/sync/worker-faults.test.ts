@@ -141,6 +141,45 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect((sentAt[2] ?? 0) - (sentAt[1] ?? 0)).toBeGreaterThanOrEqual(950);
   });
 
+  // Retry-After as the spec allows it, an hour: delta-seconds, or an HTTP-date (whole seconds).
+  const retryAfterForms: Array<[string, () => { header: string; notBefore: (answeredAt: number) => number }]> = [
+    ['delta-seconds', () => ({ header: '3600', notBefore: (answeredAt) => answeredAt + 3_600_000 })],
+    ['an HTTP-date', () => {
+      const header = new Date(Date.now() + 3_600_000).toUTCString();
+      return { header, notBefore: () => Date.parse(header) };
+    }],
+  ];
+  describe.each([429, 503])('a %i', (status) => {
+    it.each(retryAfterForms)('with a Retry-After in %s longer than the backoff puts the next send off past it: another check sent meanwhile, this one not', async (_form, form) => {
+      const { header, notBefore } = form();
+      let answeredAt = 0;
+      const sendsOf = (key: string) => rig.requests.filter((r) => r.method === 'POST' && r.body.includes(`"ext-${key}"`)).length;
+      rig = await startWorkerRig({
+        worker: { maxAttempts: 3, pendingGiveUpMs: 24 * 3_600_000 },
+        answer: (_req, res) => {
+          if (sendsOf('put-off') === 1 && answeredAt === 0) {
+            answeredAt = Date.now();
+            return json(res, status, { title: 'Slow down', status }, { 'retry-after': header });
+          }
+          json(res, 201, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-meanwhile' });
+        },
+      });
+      await rig.addCheck('put-off');
+      rig.worker.start();
+      const waiting = await until('put off', async () => {
+        const row = await rig.check('put-off');
+        return row.state === 'received' && row.lastError !== undefined && row;
+      });
+      expect(Date.parse(waiting.dueAt ?? '')).toBeGreaterThanOrEqual(notBefore(answeredAt));
+      // Longer than its backoff (backoffMaxMs 400) has passed: a check due is claimed with the one added now, or before it.
+      await sleep(1000);
+      await rig.addCheck('meanwhile');
+      await rig.reach('meanwhile', 'written');
+      expect([sendsOf('put-off'), sendsOf('meanwhile')]).toEqual([1, 1]);
+      expect(await rig.check('put-off')).toMatchObject({ state: 'received', dueAt: waiting.dueAt });
+    });
+  });
+
   it('polls the verification of a check cancelled while at the service no sooner than Retry-After says, as an awaited one', async () => {
     const polledAt: number[] = [];
     rig = await startWorkerRig({
@@ -340,6 +379,63 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     const written = await rig.reach('given-up-after', 'written', 8000);
     expect(written.round).toBe(after.round + 1);
     expect(await rig.reach('taken-up-elsewhere', 'written', 8000)).toMatchObject({ round: given.round + 1 });
+  });
+
+  it('sends a check whose answer was lost, then given up for a 429 on its visit\'s day, again under the externalId its lost send went by: verified once', async () => {
+    // A service that keeps each verification under its externalId, and answers a send repeated under it with that one.
+    const made = new Map<string, string>();
+    let throttling = true;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 3, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res, index) => {
+        if (req.method === 'GET') return json(res, 200, { items: [] });
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        if (made.size === 0) {
+          // Verified, its answer lost at the gateway.
+          made.set(externalId, `ver-${index}`);
+          return json(res, 504, { title: 'Gateway Timeout', status: 504 });
+        }
+        // The gateway's rate limit, in front of the service.
+        if (throttling) return json(res, 429, { title: 'Too many requests', status: 429 });
+        const correlationId = made.get(externalId) ?? `ver-${index}`;
+        made.set(externalId, correlationId);
+        json(res, 201, { ...(resultBody('completed-minimal') as object), correlationId, externalId });
+      },
+    });
+    await rig.addCheck('lost-then-throttled', { check: { ...checkRow('lost-then-throttled').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    const given = await rig.reach('lost-then-throttled', 'needs-attention', 8000);
+    expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; /);
+    throttling = false;
+    const written = await rig.reach('lost-then-throttled', 'written', 8000);
+    expect(written.round).toBe(given.round + 1);
+    // The service's one verification, made at the first send: none made for the send again.
+    expect([...made.values()]).toEqual(['ver-0']);
+    expect((written.result as { correlationId: string }).correlationId).toBe('ver-0');
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
+  });
+
+  it('sends a check its chart already says not verified of, answered 429, no longer once its visit\'s day is over: given up, not sent for pendingGiveUpMs', async () => {
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res) => (req.method === 'GET' ? json(res, 200, { items: [] }) : json(res, 429, { title: 'Too many requests', status: 429 })),
+    });
+    // Given up on its visit's day, its failure written, and sent again (a send taken, or tryThrottled's): still put off as that day ended.
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    const sentAgain = new Date().toISOString();
+    await rig.addCheck('told-yesterday', {
+      check: { ...checkRow('told-yesterday').check, dateOfService: yesterday },
+      round: 1,
+      submittedAt: sentAgain,
+      written: { requestId: 'req-told', responseId: 'resp-told', verification: 'local-ext-told-yesterday', round: 0 },
+    });
+    rig.worker.start();
+    const row = await rig.reach('told-yesterday', 'needs-attention', 8000);
+    expect(row.lastError).toMatch(/^NotVerified: The verification service put it off until the visit's day was over; given up /);
+    expect(posts(rig.requests)).toHaveLength(1);
+    // Not one of a throttling's to send again: its visit is over.
+    expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
