@@ -1,6 +1,7 @@
 import type { ClaimOptions, JobStore } from '../../src/sync/job-store';
 import { keptOutages } from '../../src/sync/outage-record';
 import { json } from '../support/http-server';
+import { until } from './harness';
 import { checkRow } from './job-store-contract';
 import { resultBody, startWorkerRig, type RigStore, type WorkerRig } from './worker-rig';
 
@@ -44,7 +45,8 @@ export async function throttledElsewhere(started: (rig: WorkerRig) => void, stor
   const throttled = await rig.reach('throttled', 'needs-attention', 8000);
   await rig.addCheck('unavailable', { externalId: 'ext-unavailable', check: { ...today, idempotencyKey: 'unavailable' } });
   const unavailable = await rig.reach('unavailable', 'needs-attention', 8000);
-  expect((await keptOutages(rig.store)).throttled).toBeDefined();
+  // The give-up is kept after the check is: waited for, or the first instance could stop before it is there to be taken up.
+  await until('the give-up kept', async () => (await keptOutages(rig.store)).throttled);
   await rig.worker.stop();
   throttling = false;
   claiming = true;
