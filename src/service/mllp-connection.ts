@@ -150,6 +150,14 @@ export class MllpConnection {
   }
 
   private idle(): void {
+    // Looked at once what arrived meanwhile is read: this process held up past the idle time (a loaded machine, a long
+    // collection, a host suspended) runs the timer before the reads held up with it, and a sender still sending was closed as idle.
+    setImmediate(() => this.idleNow());
+  }
+
+  private idleNow(): void {
+    // Heard meanwhile: that read put the timeout off.
+    if (this.socket.destroyed || Date.now() - this.lastHeard < this.context.limits.idleTimeoutMs) return;
     // Answers waiting for the sender to read them, and none read for so long: a sender that never
     // reads would hold its connection, and a place under maxConnections, for good. What it sent is
     // committed or unanswered, either way sent again, so closing loses nothing.

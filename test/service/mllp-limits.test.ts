@@ -190,6 +190,22 @@ describe('MllpListener limits', () => {
     expect(logged.filter((l) => l.msg === 'MLLP connection idle; closed')).toHaveLength(3);
   });
 
+  it('closes no connection as idle whose sender sent while this process was held up past the idle time: what arrived is read first', async () => {
+    await start({ idleTimeoutMs: 150 });
+    const c = await open();
+    // From the check phase, so the loop's next turn runs its timers, the listener's timeout come due, before it reads.
+    await new Promise((r) => setImmediate(r));
+    const [head, rest] = [frame(message('HELD')).subarray(0, 20), frame(message('HELD')).subarray(20)];
+    c.socket.write(head);
+    // Held up (a loaded machine, a long collection) past the idle time, with the sender's bytes waiting to be read.
+    const heldUntil = Date.now() + 400;
+    while (Date.now() < heldUntil);
+    await new Promise((r) => setTimeout(r, 50));
+    c.socket.write(rest);
+    expect(msa((await c.waitFor(1))[0] ?? '')).toMatchObject({ code: 'AA', echoes: 'HELD' });
+    expect(logged.filter((l) => l.msg === 'MLLP connection idle; closed')).toEqual([]);
+  });
+
   it('makes room for a connection over the cap by closing the one quiet longest, and refuses one only while none is quiet, logging no more than addresses and counts', async () => {
     // Connections a sender opened and left (an engine that opens one per message) kept the PMS out until they idled out, 15 minutes.
     await start({ maxConnections: 2 });

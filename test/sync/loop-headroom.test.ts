@@ -80,8 +80,8 @@ describe('the worker when the event loop is busy', () => {
     // The checks taken before are answered within 200 ms; what is taken after keeps to the floor.
     await sleep(300);
     peaks.splice(0);
-    await sleep(500);
-    expect(peaks.length).toBeGreaterThan(0);
+    // Waited for, not timed: on a loaded machine the two in hand take longer than 500 ms to be sent, answered and written.
+    await until('a few checks sent while something arrives', async () => peaks.length >= 4);
     expect(Math.max(...peaks)).toBeLessThanOrEqual(2);
   });
 });
