@@ -584,6 +584,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
    * for it leaves only its restarts to see otherwise: said once it starts or changes, not at every probe.
    */
   let unhealthy = '';
+  /** The probes /healthz has started, and the latest of them to have said its answer (see health()). */
+  let probesStarted = 0;
+  let probeSaid = 0;
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
   /** How the polls have failed since the last that succeeded (see pollInBackground): each way is warned of once. */
@@ -696,6 +699,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return done;
     },
     async health() {
+      const probe = ++probesStarted;
       const store_ = await storeAnswer(store.ping()).then(
         async () => {
           // A read answered, but the store's watch may know its changes fail (a disk full): checks and messages wait.
@@ -734,10 +738,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const going = stopping !== undefined;
       // A stop is said as serve stops; what fails is said here.
       const failing = [store_ !== 'ok' && 'the store', fhir === 'unreachable' && 'the chart'].filter((part) => part !== false).join(' and ');
-      if (failing !== unhealthy) {
-        if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
-        else logger.info('health ok again (/healthz answers 200 unless stopping)');
-        unhealthy = failing;
+      // Probes at once (a balancer's and an orchestrator's) end in any order, one held by a chart slow to answer: the log
+      // follows the order they started, so one that started before the latest said has nothing to say, its answer its own.
+      if (probe > probeSaid) {
+        probeSaid = probe;
+        if (failing !== unhealthy) {
+          if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
+          else logger.info('health ok again (/healthz answers 200 unless stopping)');
+          unhealthy = failing;
+        }
       }
       return { ok: !going && failing === '', store: store_, fhir, service, ...(going && { stopping: true as const }) };
     },
