@@ -29,6 +29,7 @@ import { appointmentsToPoll, ingestFhirAppointment, ingestFhirChange, type FhirI
 import { ingestHl7 } from '../sync/ingest-hl7';
 import { ingestWebhook } from '../sync/ingest-webhook';
 import { errorText } from '../sync/error-text';
+import { dateBackChecks } from '../sync/clock-step';
 import { replayMessage, type Replayed } from '../sync/operations';
 import { PRUNED, type JobStore } from '../sync/job-store';
 import { pruneFinished } from '../sync/prune';
@@ -162,7 +163,7 @@ const CATALOG_LISTINGS = new Set(['list payer network', 'list portal network']);
 const CLOCK_SKEW_SAID_MS = 5000;
 /** How often a sync timed by this machine's clock looks whether it stepped back (see watchClockSteps). */
 const CLOCK_WATCH_MS = 1000;
-const CLOCK_STEPPED_BACK = "the job store holds changes dated ahead of this machine's clock, which has stepped back: checks due before wait that much longer, nothing moving them back";
+const CLOCK_STEPPED_BACK = "the job store holds changes dated ahead of this machine's clock, which has stepped back: the checks changed meanwhile are dated back by as much, their due times with them";
 const POLL_CURSOR = 'fhir-poll-cursor';
 /** The first prune after start: not in the start's own rush (a backlog of messages, the catalog), nor an hour away from a sync restarted often. */
 const FIRST_PRUNE_MS = 5 * 60_000;
@@ -584,6 +585,9 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
    * for it leaves only its restarts to see otherwise: said once it starts or changes, not at every probe.
    */
   let unhealthy = '';
+  /** The probes /healthz has started, and the latest of them to have said its answer (see health()). */
+  let probesStarted = 0;
+  let probeSaid = 0;
   /** The start under way or done: see start(). */
   let starting: Promise<void> | undefined;
   /** How the polls have failed since the last that succeeded (see pollInBackground): each way is warned of once. */
@@ -627,6 +631,13 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
 
   let pruneTimer: NodeJS.Timeout | undefined;
   let clockWatch: NodeJS.Timeout | undefined;
+  /** The checks being dated back after this machine's clock stepped back, which stop() waits for. */
+  let datingBack: Promise<void> | undefined;
+  /** Dates back what the store holds dated ahead of this machine's clock (dateBackChecks), and says so, with by how much. */
+  const dateBack = async (aheadMs: number) => {
+    const checks = await dateBackChecks(store, clock, policy);
+    logger.warn({ aheadMs: Math.round(aheadMs), checks }, CLOCK_STEPPED_BACK);
+  };
   /** The prune under way, which stop() waits for (it stops between batches). */
   let pruning: Promise<void> | undefined;
   /**
@@ -696,6 +707,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       return done;
     },
     async health() {
+      const probe = ++probesStarted;
       const store_ = await storeAnswer(store.ping()).then(
         async () => {
           // A read answered, but the store's watch may know its changes fail (a disk full): checks and messages wait.
@@ -734,10 +746,15 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const going = stopping !== undefined;
       // A stop is said as serve stops; what fails is said here.
       const failing = [store_ !== 'ok' && 'the store', fhir === 'unreachable' && 'the chart'].filter((part) => part !== false).join(' and ');
-      if (failing !== unhealthy) {
-        if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
-        else logger.info('health ok again (/healthz answers 200 unless stopping)');
-        unhealthy = failing;
+      // Probes at once (a balancer's and an orchestrator's) end in any order, one held by a chart slow to answer: the log
+      // follows the order they started, so one that started before the latest said has nothing to say, its answer its own.
+      if (probe > probeSaid) {
+        probeSaid = probe;
+        if (failing !== unhealthy) {
+          if (failing) logger.warn({ store: store_, fhir }, `health failing (/healthz answers 503): ${failing}`);
+          else logger.info('health ok again (/healthz answers 200 unless stopping)');
+          unhealthy = failing;
+        }
       }
       return { ok: !going && failing === '', store: store_, fhir, service, ...(going && { stopping: true as const }) };
     },
@@ -770,7 +787,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (pollTimer) clearTimeout(pollTimer);
     if (pruneTimer) clearTimeout(pruneTimer);
     clearInterval(clockWatch);
-    await Promise.all([polling, pruning]);
+    await Promise.all([polling, pruning, datingBack]);
     // The keeper first, as a catalog given meanwhile would start the worker behind its stop; and the worker at
     // once, not after a refresh under way (a read, as long as the client's retries): it would take checks meanwhile.
     await Promise.all([keeper?.stop(), worker.stop()]);
@@ -786,10 +803,10 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       const skewMs = storeNow && !config.now ? clock().getTime() - Date.now() : 0;
       if (Math.abs(skewMs) > CLOCK_SKEW_SAID_MS) logger.warn({ skewMs: Math.round(skewMs) }, "this machine's clock differs from the job store's database: checks are timed by the database's clock");
       // A store timed by this machine's clock (SQLite) after it stepped back (a VM restored, a wrong clock set right): the
-      // due times stored before wait out the step on top of their own delays, and nothing else would say why.
+      // due times stored before would wait out the step on top of their own delays. Dated back before the worker starts.
       const [newest] = storeNow || config.now ? [] : await store.listChecks({ limit: 1 });
       const aheadMs = newest ? Date.parse(newest.updatedAt) - clock().getTime() : 0;
-      if (aheadMs > CLOCK_SKEW_SAID_MS) logger.warn({ aheadMs: Math.round(aheadMs) }, CLOCK_STEPPED_BACK);
+      if (aheadMs > CLOCK_SKEW_SAID_MS) await dateBack(aheadMs);
       // The validator's definitions are read in a thread of their own while the catalog loads. An outage the store
       // keeps is taken up first: the load waits out the client's retries of a service still away, /healthz and
       // dental_elig_service_up saying it answered meanwhile, an alert on it cleared by each restart in the outage.
@@ -801,7 +818,18 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
       throw err;
     }
     // And a step back while it runs, which the start's look cannot see.
-    if (!storeNow && !config.now) clockWatch = watchClockSteps((stepMs) => logger.warn({ aheadMs: Math.round(stepMs) }, CLOCK_STEPPED_BACK));
+    if (!storeNow && !config.now) {
+      clockWatch = watchClockSteps((stepMs) => {
+        if (stopping) return;
+        // One after another: a second step while the first's are dated back reads the rows the first left.
+        datingBack = (datingBack ?? Promise.resolve())
+          .then(() => dateBack(stepMs))
+          .then(
+            () => worker.kick(),
+            (err: unknown) => logger[storeOutage(err) ? 'debug' : 'warn']({ err: errorText(err), aheadMs: Math.round(stepMs) }, "the job store holds changes dated ahead of this machine's clock, which has stepped back: dating them back failed, and checks due meanwhile wait that much longer"),
+          );
+      });
+    }
     const work = () => {
       worker.start();
       keeper?.start();

@@ -3,6 +3,7 @@ import { isIP, type AddressInfo } from 'node:net';
 import { operationOutcome } from '../adapters/fhir/operation-outcome';
 import { capConnections, requestTiming, takeInHand } from '../connection-limits';
 import { sendProblem } from '../problem-details';
+import { networkCode } from '../sync/chart-errors';
 import { errorText, withoutQuotes } from '../sync/error-text';
 import { isLoopbackHost, requestUrl } from '../url-checks';
 import { carriesBearer, WEBHOOK_PATH } from '../verification/webhook';
@@ -48,7 +49,7 @@ export async function startHttpServer(
       // Its 5xx said, whether it threw or answered one itself: a PMS or the writer told 500 and nothing in serve's log.
       // The method and the mount, not the path: a chart's ids are made of patients' names as often as not.
       const failed = (status: number, err?: unknown) =>
-        target()?.logger.error({ mount: mount.prefix, method: req.method, status, ...(err !== undefined && { err: withoutQuotes(errorText(err)) }) }, `${mount.prefix} answered ${status}`);
+        target()?.logger.error({ mount: mount.prefix, method: req.method, status, ...(err !== undefined && { err: thrownKind(err) }) }, `${mount.prefix} answered ${status}`);
       let threw = false;
       res.once('finish', () => void (!threw && res.statusCode >= 500 && failed(res.statusCode)));
       Promise.resolve()
@@ -157,6 +158,17 @@ function fromWebPage(req: IncomingMessage): boolean {
   if (host === undefined) return false;
   const hostname = URL.canParse(`http://${host}`) ? new URL(`http://${host}`).hostname : undefined;
   return hostname === undefined || !(isLoopbackHost(hostname) || isIP(hostname.replace(/^\[|\]$/g, '')) !== 0);
+}
+
+/**
+ * What a mount threw, by its kind alone (TypeError, Error (ECONNREFUSED)): not its text, quotes
+ * left out or not. A mount in front of a chart throws what its client threw, and fhir-kit-client's
+ * says the URL it asked (`HTTP 500: GET …/Patient?family=Alvarez&birthdate=1984-03-02`).
+ */
+function thrownKind(err: unknown): string {
+  const name = err instanceof Error && /^[A-Za-z][\w.]{0,63}$/.test(err.name) ? err.name : 'Error';
+  const code = networkCode(err);
+  return code ? `${name} (${code})` : name;
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

@@ -319,6 +319,8 @@ export interface StoreTx {
 
 export interface CheckFilter {
   states?: readonly CheckState[];
+  /** Changed after this instant (updatedAt): on SQLite, what was dated by a clock since stepped back. */
+  changedAfter?: string;
   limit?: number;
 }
 

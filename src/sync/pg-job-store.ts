@@ -245,11 +245,12 @@ export class PgJobStore implements JobStore {
 
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
-    const where = states.length > 0 ? 'WHERE state = ANY($2)' : '';
-    const { rows } = await this.query<{ row: unknown }>(
-      `SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT $1`,
-      states.length > 0 ? [filter.limit ?? null, states] : [filter.limit ?? null],
-    );
+    const params: unknown[] = [filter.limit ?? null];
+    const clauses: string[] = [];
+    if (states.length > 0) clauses.push(`state = ANY($${params.push(states)})`);
+    if (filter.changedAfter !== undefined) clauses.push(`updated_at > $${params.push(filter.changedAfter)}::timestamptz`);
+    const where = clauses.length > 0 ? `WHERE ${clauses.join(' AND ')}` : '';
+    const { rows } = await this.query<{ row: unknown }>(`SELECT row FROM checks ${where} ORDER BY updated_at DESC, key LIMIT $1`, params);
     return rows.map((r) => CheckRow.parse(r.row));
   }
 

@@ -431,8 +431,10 @@ export class SqliteJobStore implements JobStore {
 
   async listChecks(filter: CheckFilter = {}): Promise<CheckRow[]> {
     const states = filter.states ?? [];
-    const where = states.length > 0 ? `WHERE state IN (${states.map(() => '?').join(',')})` : '';
-    const rows = this.db.prepare(`SELECT row, result FROM checks LEFT JOIN check_results USING (key) ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...states, filter.limit ?? -1) as CheckRecord[];
+    const clauses = [...(states.length > 0 ? [`state IN (${states.map(() => '?').join(',')})`] : []), ...(filter.changedAfter !== undefined ? ['updated_at > ?'] : [])];
+    const where = clauses.length > 0 ? `WHERE ${clauses.join(' AND ')}` : '';
+    const params = [...states, ...(filter.changedAfter !== undefined ? [filter.changedAfter] : [])];
+    const rows = this.db.prepare(`SELECT row, result FROM checks LEFT JOIN check_results USING (key) ${where} ORDER BY updated_at DESC, key LIMIT ?`).all(...params, filter.limit ?? -1) as CheckRecord[];
     return rows.map(checkFrom);
   }
 

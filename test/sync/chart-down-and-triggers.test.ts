@@ -138,6 +138,48 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
     }
   });
 
+  it('logs /healthz turning in the order its probes started: one that found the chart down, answered after a later one found it back, says nothing', async () => {
+    let chart: 'answering' | 'failing' = 'failing';
+    const held = gate();
+    let holdNext = false;
+    let holding = false;
+    /** The probes the chart took while it was failing, answered 503 whenever they are let go. */
+    const tookFailing = new Set<RecordedRequest>();
+    const front = await inFrontOfFhir(
+      async (req) => {
+        if (!req.url.endsWith('/metadata')) return;
+        if (chart === 'failing') tookFailing.add(req);
+        if (!holdNext) return;
+        holdNext = false;
+        holding = true;
+        await held.opened;
+      },
+      (req, res) => tookFailing.has(req) && fhirJson(res, 503, { resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'transient' }] }),
+    );
+    try {
+      h = await startHarness({ fhirVia: front.via });
+      const health = async () => (await fetch(`${h.httpUrl}/healthz`)).status;
+      expect(await health()).toBe(503);
+      // A probe the chart takes while failing and answers late (a balancer's, held), and an orchestrator's after the chart is back.
+      holdNext = true;
+      const early = health();
+      await until('the early probe taken by the failing chart', async () => holding);
+      chart = 'answering';
+      expect(await health()).toBe(200);
+      held.open();
+      await early;
+      expect(await health()).toBe(200);
+      const said = h.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.msg.startsWith('health '));
+      expect(said).toEqual([
+        expect.objectContaining({ level: 40, msg: 'health failing (/healthz answers 503): the chart' }),
+        expect.objectContaining({ level: 30, msg: 'health ok again (/healthz answers 200 unless stopping)' }),
+      ]);
+    } finally {
+      held.open();
+      await front.close();
+    }
+  });
+
   it('says in /healthz that a chart whose connections are taken and closed unanswered (a TCP balancer in front of a dead chart) is unreachable, 503, not slow', async () => {
     const proxy = await behindProxy();
     const health = async () => {

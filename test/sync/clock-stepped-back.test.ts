@@ -1,11 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
+import { generateWebhookSecret, startSandbox } from '../../src/sandbox';
+import { frame } from '../../src/service/mllp-framing';
+import { client } from '../service/mllp-client';
+import { bookingFor } from '../support/bookings';
+import { startServe, type Serve } from '../support/serve-process';
 import { checkRow } from './job-store-contract';
 import { startHarness, until, type Harness } from './harness';
 
-/** serve on SQLite times its checks by this machine's clock: one stepped back since they were stored is said at start. */
+/** serve on SQLite times its checks by this machine's clock: one stepped back since they were stored is said, and what it dated ahead dated back. */
 describe('a start on a store whose changes are dated ahead of the clock', () => {
   let dataDir: string;
   let h: Harness | undefined;
@@ -25,6 +30,9 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     await store.close();
   };
   const clockLines = () => (h?.logs ?? []).filter((line) => line.includes("dated ahead of this machine's clock"));
+  /** What a step of the wall clock leaves as it was: the monotonic clock and the timers. */
+  const TIMERS = ['hrtime', 'nextTick', 'performance', 'queueMicrotask', 'setImmediate', 'clearImmediate', 'setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'] as const;
+  const sends503 = () => (h?.sandbox.requestLog ?? []).filter((r) => r.status === 503).length;
 
   it('warns once when the newest change is an hour ahead, saying by how much, and not what the check is', async () => {
     await storedAt(new Date(Date.now() + 3_600_000));
@@ -40,8 +48,7 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     h = await startHarness({ dataDir });
     expect(clockLines()).toEqual([]);
     // This machine's wall clock set back an hour, its monotonic clock and its timers going on as they were.
-    const timers = ['hrtime', 'nextTick', 'performance', 'queueMicrotask', 'setImmediate', 'clearImmediate', 'setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'] as const;
-    jest.useFakeTimers({ doNotFake: [...timers], advanceTimers: true, now: Date.now() - 3_600_000 });
+    jest.useFakeTimers({ doNotFake: [...TIMERS], advanceTimers: true, now: Date.now() - 3_600_000 });
     try {
       await until('the step said', async () => clockLines().length > 0);
       const line = JSON.parse(clockLines()[0] ?? '{}') as { level: number; aheadMs: number };
@@ -54,6 +61,101 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
       jest.useRealTimers();
     }
   });
+
+  it('dates back, as it starts, the checks changed under a clock an hour ahead: a backoff is its own delay from now, a re-verification due before the visit stays due then', async () => {
+    const ahead = () => new Date(Date.now() + 3_600_000);
+    // Stored by a sync whose clock ran an hour ahead: a check backing off 2 s for a service answering 503, and one written, its re-verification due the day before its visit.
+    const before = await startHarness({ dataDir, now: ahead, settings: { backoffBaseMs: 2000, backoffMaxMs: 2000 } });
+    try {
+      await before.sync.receiveHl7(bookingFor('B1', 'SBX-503'));
+      await before.sync.receiveHl7(bookingFor('W1', 'SBX-COMPLETE'));
+      await until('one backing off, one written', async () => {
+        const checks = await before.store.listChecks();
+        return checks.some((c) => c.state === 'written') && checks.some((c) => c.state === 'received' && c.lastError !== undefined);
+      });
+    } finally {
+      await before.close();
+    }
+    const stored = SqliteJobStore.open(dataDir);
+    const [backingOff, written] = await Promise.all(['received', 'written'].map(async (state) => (await stored.listChecks({ states: [state as 'received' | 'written'] }))[0]));
+    await stored.close();
+    if (!backingOff?.dueAt || !written?.dueAt) throw new Error('no due times stored');
+    expect(Date.parse(backingOff.dueAt)).toBeGreaterThan(Date.now() + 3_500_000);
+
+    h = await startHarness({ dataDir });
+    // Sent again once its 2 s are out, not in an hour.
+    await until('the check backing off sent again', async () => sends503() > 0);
+    const sentAgain = await h.store.transaction((tx) => tx.getCheck(backingOff.key));
+    expect(Date.parse(sentAgain?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
+    const line = JSON.parse(clockLines()[0] ?? '{}') as { aheadMs: number; checks: number };
+    expect(line.aheadMs).toBeGreaterThan(3_500_000);
+    expect(line.checks).toBe(2);
+    const rewritten = await h.store.transaction((tx) => tx.getCheck(written.key));
+    expect([rewritten?.state, rewritten?.dueAt]).toEqual(['written', written.dueAt]);
+    expect(Date.parse(rewritten?.resultAt ?? '')).toBeLessThanOrEqual(Date.now());
+    expect(Date.parse(rewritten?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
+  });
+
+  it('dates back, once the clock steps back while it runs, the checks changed while it ran ahead: a backoff is its own delay from the step', async () => {
+    h = await startHarness({ dataDir, settings: { backoffBaseMs: 2000, backoffMaxMs: 2000 } });
+    // The wall clock an hour ahead while a check for a service answering 503 is stored and backs off 2 s, then set right.
+    jest.useFakeTimers({ doNotFake: [...TIMERS], advanceTimers: true, now: Date.now() + 3_600_000 });
+    let key: string;
+    try {
+      await h.sync.receiveHl7(bookingFor('B1', 'SBX-503'));
+      key = (await until('the check backing off', async () => (await h?.store.listChecks({ states: ['received'] }))?.find((c) => c.lastError !== undefined))).key;
+      // Ahead for a backoff and more, as a clock that ran ahead is: the watch has looked at it meanwhile.
+      await until('the check sent again while the clock runs ahead', async () => sends503() > 1);
+    } finally {
+      jest.useRealTimers();
+    }
+    const sent = sends503();
+    await until('the step said', async () => clockLines().length > 0);
+    await until('the check backing off sent again', async () => sends503() > sent);
+    const line = JSON.parse(clockLines()[0] ?? '{}') as { aheadMs: number; checks: number };
+    expect(line.aheadMs).toBeGreaterThan(3_500_000);
+    expect(line.checks).toBe(1);
+    const row = await h.store.transaction((tx) => tx.getCheck(key));
+    expect(Date.parse(row?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
+  });
+
+  it('dates back, as serve starts with its host\'s clock set right, the checks it stored while the clock ran an hour ahead', async () => {
+    // serve as its own process, its wall clock an hour ahead (its monotonic clock as it is), the service a real one answering 503.
+    const sandbox = await startSandbox({ seed: true });
+    writeFileSync(path.join(dataDir, 'config.json'), JSON.stringify({ logLevel: 'warn', settings: { backoffBaseMs: 2000, backoffMaxMs: 2000, idleMs: 50 } }));
+    const env = { DENTAL_ELIG_BASE_URL: sandbox.url, DENTAL_ELIG_API_KEY: sandbox.apiKey, DENTAL_ELIG_WEBHOOK_SECRET: generateWebhookSecret() };
+    const sent503 = () => sandbox.requestLog.filter((r) => r.status === 503).length;
+    const clockAhead = { NODE_OPTIONS: `--max-semi-space-size=16 --require ${path.join(__dirname, '../support/clock-ahead.cjs')}`, CLOCK_AHEAD_MS: '3600000' };
+    let serving: Serve | undefined;
+    try {
+      serving = await startServe(dataDir, { ...env, ...clockAhead });
+      const sender = await client(serving.mllpPort);
+      sender.socket.write(frame(bookingFor('R1', 'SBX-503')));
+      expect((await sender.waitFor(1, 15_000))[0]).toContain('MSA|AA|');
+      sender.socket.destroy();
+      await until('the check sent and backing off', async () => sent503() > 0);
+      serving.child.kill('SIGTERM');
+      await serving.exited;
+      const stored = SqliteJobStore.open(dataDir);
+      const [backingOff] = await stored.listChecks();
+      await stored.close();
+      expect(Date.parse(backingOff?.dueAt ?? '')).toBeGreaterThan(Date.now() + 3_500_000);
+
+      const before = sent503();
+      serving = await startServe(dataDir, env);
+      // Sent again once its 2 s are out, not in an hour.
+      await until('the check sent again', async () => sent503() > before);
+      const reopened = SqliteJobStore.open(dataDir);
+      const [now] = await reopened.listChecks();
+      await reopened.close();
+      expect(Date.parse(now?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
+      expect(Date.parse(now?.dueAt ?? '')).toBeLessThan(Date.now() + 60_000);
+    } finally {
+      serving?.child.kill('SIGTERM');
+      await serving?.exited;
+      await sandbox.close();
+    }
+  }, 90_000);
 
   it('says nothing of a store changed a moment ago', async () => {
     await storedAt(new Date(Date.now() - 1000));

@@ -239,6 +239,8 @@ export function jobStoreContract(name: string, newPlace: () => Promise<StorePlac
       });
       expect((await store.listChecks()).map((c) => c.key)).toEqual(['elig_new', 'elig_mid', 'elig_old']);
       expect((await store.listChecks({ states: ['written'], limit: 1 })).map((c) => c.key)).toEqual(['elig_new']);
+      expect((await store.listChecks({ changedAfter: '2026-11-23T08:30:00.000Z' })).map((c) => c.key)).toEqual(['elig_new']);
+      expect((await store.listChecks({ states: ['received'], changedAfter: '2026-11-23T07:59:59.999Z' })).map((c) => c.key)).toEqual(['elig_old']);
       expect((await store.transaction((tx) => tx.getCheck('elig_mid')))?.state).toBe('written');
     });
 
