@@ -18,7 +18,7 @@ import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, ty
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, LOST_EACH_TIME, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { forgetOutageStart, forgetThrottled, givenUpSince, keepOutageStart, keepThrottledSince, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
@@ -785,7 +785,7 @@ export class Worker {
       // The service does not know the verification: send it again under the same externalId, as
       // one more attempt, so a service that keeps forgetting it is not sent it forever.
       if (row.attempts >= this.options.maxAttempts) {
-        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification', 'The verification service lost the verification each time');
+        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification', LOST_EACH_TIME);
         return;
       }
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });

@@ -490,6 +490,35 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(Date.parse(given.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
     expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
   });
+
+  it('sends a check given up for a verification the service forgot each time (404 on poll) again under a new externalId: the old one answers only the one it forgot', async () => {
+    // A service that keeps each verification under its externalId (answering a send repeated under it with that one),
+    // and has lost the first it made: a poll of it is 404, whatever is sent under its externalId.
+    const made = new Map<string, string>();
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 3, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res, index) => {
+        if (req.method === 'GET') {
+          if (req.url.endsWith('/ver-0')) return json(res, 404, { title: 'Not found', status: 404 });
+          return json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: req.url.split('/').at(-1) });
+        }
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        const correlationId = made.get(externalId) ?? `ver-${made.size === 0 ? 0 : index}`;
+        made.set(externalId, correlationId);
+        json(res, 202, { correlationId, status: 'Pending' });
+      },
+    });
+    await rig.addCheck('forgotten-again');
+    rig.worker.start();
+    const given = await rig.reach('forgotten-again', 'needs-attention', 5000);
+    expect(JSON.stringify(given.result)).toContain('The verification service lost the verification each time');
+    // Sent under the externalId of the verification the service lost, it would be given up so again, at each retry.
+    await retryCheck(rig.store, 'forgotten-again', new Date());
+    const written = await rig.reach('forgotten-again', 'written', 5000);
+    expect(written.externalId).not.toBe(given.externalId);
+    expect(written.correlationId).not.toBe('ver-0');
+  });
+
   it('counts a result polled as a webhook not received only for an asynchronous send: a synchronous one answered Pending has none to come', async () => {
     // A payer verified synchronously (its catalog entry has no async portal) while a webhook is configured for the others.
     const missed: string[] = [];
