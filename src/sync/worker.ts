@@ -827,7 +827,9 @@ export class Worker {
       // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
       // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each; but not
       // past its visit's day, which pendingGiveUpMs outlasts: sent all night, a send taken then was a verification billed for a visit over.
-      const told = row.written?.verification?.startsWith(LOCAL) === true;
+      // Its own give-up, under its externalId (externalIdAgain): not any failure of this plugin's, a setup refused, say, retried once fixed,
+      // the chart saying nothing of its benefits not verified.
+      const told = row.written?.verification === localCorrelationId(row.externalId);
       const throttledToday = status === 429 && this.urgent(row) && !told;
       const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
       const visitOver = putOff && told && this.visitOver(row);

@@ -438,6 +438,31 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 
+  it('gives a check whose chart says its office\'s setup was refused, retried once fixed, then throttled on its visit\'s day, up at throttledGiveUpMs: the chart said no "not verified"', async () => {
+    // The office had no credentials on the portal (SetupRefused); its administrator stored them and retried the check.
+    const refused = { title: 'Unprocessable', status: 422, errors: [{ field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' }] };
+    let fixed = false;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res) => {
+        if (req.method === 'GET') return json(res, 200, { items: [] });
+        if (!fixed) return json(res, 422, refused);
+        json(res, 429, { title: 'Too many requests', status: 429 });
+      },
+    });
+    await rig.addCheck('setup-fixed', { check: { ...checkRow('setup-fixed').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    const refusedRow = await rig.reach('setup-fixed', 'needs-attention', 8000);
+    expect(refusedRow.lastError).toMatch(/^SetupRefused: /);
+    fixed = true;
+    await retryCheck(rig.store, 'setup-fixed', new Date());
+    // Taken for one its chart says not verified of, it waited pendingGiveUpMs (or its visit's day out), the chart saying the setup was refused.
+    const given = await rig.reach('setup-fixed', 'needs-attention', 8000);
+    expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; given up /);
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.disposition ?? '').some((d) => /could not be verified/i.test(d))).toBe(true);
+  });
+
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
     const { given, stop } = await throttledToday('throttled-restart');
     // serve restarted before any call was answered: what the first worker knew of the throttling went with it.
