@@ -598,7 +598,20 @@ export function givenUpUnverified(row: Pick<CheckRow, 'result' | 'externalId'>):
  * answered is kept under it: answered a failure to retry, or a result, a round has its new one (transitionFor, reverify).
  */
 export function externalIdAgain(row: Pick<CheckRow, 'key' | 'fingerprint' | 'result' | 'externalId'>, round: number): string {
-  return givenUpUnverified(row) ? row.externalId : externalIdFor(row.key, row.fingerprint, round);
+  return givenUpUnverified(row) && !lostEachTime(row) ? row.externalId : externalIdFor(row.key, row.fingerprint, round);
+}
+
+/** How the detail of a round given up for the service not knowing its verification at each poll (a 404) begins. */
+export const LOST_EACH_TIME = 'The verification service lost the verification each time';
+
+/**
+ * Whether the round was given up for the service losing its verification: each send again under its externalId was
+ * answered with one a poll then found unknown. Under it the service answers that one again, and every retry would be
+ * given up so; a new externalId is a verification the service can keep.
+ */
+function lostEachTime(row: Pick<CheckRow, 'result'>): boolean {
+  const outcome = storedOutcome(row.result);
+  return outcome?.kind === 'failed' && (outcome.problem.detail?.startsWith(LOST_EACH_TIME) ?? false);
 }
 
 /** Hashes of what the request carries: no patient data is stored or sent in clear by them. */

@@ -18,7 +18,7 @@ import { answeredThisRound, CHART_WORK_STATES, resultKindOf, WORKABLE_STATES, ty
 import { LoopHeadroom } from './loop-headroom';
 import { onceASpell } from '../once-a-spell';
 import { RateLimiter, type RateLimits } from './rate-limit';
-import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
+import { chartCoverageChanged, clinicOf, externalIdFor, firstDateToCome, freshResultFor, givenUpUnverified, LOCAL, localCorrelationId, LOST_EACH_TIME, nextPeriodBegins, NOT_VERIFIED, planDroppedSince, reverifyAt, visitDayCome, type SchedulePolicy } from './schedule';
 import { retryAsRead } from './operations';
 import { forgetOutageStart, forgetThrottled, givenUpSince, keepOutageStart, keepThrottledSince, keptOutages } from './outage-record';
 import { ServiceOutage, type Pass } from './service-outage';
@@ -785,7 +785,7 @@ export class Worker {
       // The service does not know the verification: send it again under the same externalId, as
       // one more attempt, so a service that keeps forgetting it is not sent it forever.
       if (row.attempts >= this.options.maxAttempts) {
-        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification', 'The verification service lost the verification each time');
+        await this.giveUp(row, from, row.attempts, '404: the service did not know the verification', LOST_EACH_TIME);
         return;
       }
       await this.step(row, from, { state: 'received', dueAt: this.now(), correlationId: undefined, lastError: 'the service did not know the verification; sending again' });
@@ -827,7 +827,9 @@ export class Worker {
       // One the chart already says not verified of (given up before, sent again: the first of a throttling's, tryThrottled)
       // has nothing new to tell it: it waits as any other, the throttling's try, and is not written again at each; but not
       // past its visit's day, which pendingGiveUpMs outlasts: sent all night, a send taken then was a verification billed for a visit over.
-      const told = row.written?.verification?.startsWith(LOCAL) === true;
+      // Its own give-up, under its externalId (externalIdAgain): not any failure of this plugin's, a setup refused, say, retried once fixed,
+      // the chart saying nothing of its benefits not verified.
+      const told = row.written?.verification === localCorrelationId(row.externalId);
       const throttledToday = status === 429 && this.urgent(row) && !told;
       const giveUpMs = throttledToday ? Math.min(this.options.pendingGiveUpMs, this.options.throttledGiveUpMs) : this.options.pendingGiveUpMs;
       const visitOver = putOff && told && this.visitOver(row);

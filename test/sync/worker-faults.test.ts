@@ -439,6 +439,31 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(await keptOutages(rig.store)).toEqual({ portals: [] });
   });
 
+  it('gives a check whose chart says its office\'s setup was refused, retried once fixed, then throttled on its visit\'s day, up at throttledGiveUpMs: the chart said no "not verified"', async () => {
+    // The office had no credentials on the portal (SetupRefused); its administrator stored them and retried the check.
+    const refused = { title: 'Unprocessable', status: 422, errors: [{ field: 'portalId', message: 'no credentials are stored for this clinic and portal', code: 'credentials_not_stored' }] };
+    let fixed = false;
+    rig = await startWorkerRig({
+      worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
+      answer: (req, res) => {
+        if (req.method === 'GET') return json(res, 200, { items: [] });
+        if (!fixed) return json(res, 422, refused);
+        json(res, 429, { title: 'Too many requests', status: 429 });
+      },
+    });
+    await rig.addCheck('setup-fixed', { check: { ...checkRow('setup-fixed').check, dateOfService: new Date().toISOString().slice(0, 10) } });
+    rig.worker.start();
+    const refusedRow = await rig.reach('setup-fixed', 'needs-attention', 8000);
+    expect(refusedRow.lastError).toMatch(/^SetupRefused: /);
+    fixed = true;
+    await retryCheck(rig.store, 'setup-fixed', new Date());
+    // Taken for one its chart says not verified of, it waited pendingGiveUpMs (or its visit's day out), the chart saying the setup was refused.
+    const given = await rig.reach('setup-fixed', 'needs-attention', 8000);
+    expect(given.lastError).toMatch(/^NotVerified: The verification service put it off past the time a verification for a visit today may wait; given up /);
+    const responses = (await searchFhir(rig.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.disposition ?? '').some((d) => /could not be verified/i.test(d))).toBe(true);
+  });
+
   it('sends a check given up for a 429 on its visit\'s day again once the service answers a worker started since: the store keeps when it was given up', async () => {
     const { given, stop } = await throttledToday('throttled-restart');
     // serve restarted before any call was answered: what the first worker knew of the throttling went with it.
@@ -492,6 +517,35 @@ describe('the worker waiting for an asynchronous result', () => {
     expect(Date.parse(given.submittedAt ?? '')).toBeLessThan(sentAt[1] ?? 0);
     expect(rig.events.map((e) => [e.name, e.event.failureKind])).toEqual([['failed', 'NotVerified'], ['written', undefined], ['needs-attention', 'NotVerified']]);
   });
+
+  it('sends a check given up for a verification the service forgot each time (404 on poll) again under a new externalId: the old one answers only the one it forgot', async () => {
+    // A service that keeps each verification under its externalId (answering a send repeated under it with that one),
+    // and has lost the first it made: a poll of it is 404, whatever is sent under its externalId.
+    const made = new Map<string, string>();
+    rig = await startWorkerRig({
+      worker: { asyncEnabled: true, maxAttempts: 3, webhookDeadlineMs: 20, pendingGiveUpMs: 60_000 },
+      answer: (req, res, index) => {
+        if (req.method === 'GET') {
+          if (req.url.endsWith('/ver-0')) return json(res, 404, { title: 'Not found', status: 404 });
+          return json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: req.url.split('/').at(-1) });
+        }
+        const { externalId } = JSON.parse(req.body) as { externalId: string };
+        const correlationId = made.get(externalId) ?? `ver-${made.size === 0 ? 0 : index}`;
+        made.set(externalId, correlationId);
+        json(res, 202, { correlationId, status: 'Pending' });
+      },
+    });
+    await rig.addCheck('forgotten-again');
+    rig.worker.start();
+    const given = await rig.reach('forgotten-again', 'needs-attention', 5000);
+    expect(JSON.stringify(given.result)).toContain('The verification service lost the verification each time');
+    // Sent under the externalId of the verification the service lost, it would be given up so again, at each retry.
+    await retryCheck(rig.store, 'forgotten-again', new Date());
+    const written = await rig.reach('forgotten-again', 'written', 5000);
+    expect(written.externalId).not.toBe(given.externalId);
+    expect(written.correlationId).not.toBe('ver-0');
+  });
+
   it('counts a result polled as a webhook not received only for an asynchronous send: a synchronous one answered Pending has none to come', async () => {
     // A payer verified synchronously (its catalog entry has no async portal) while a webhook is configured for the others.
     const missed: string[] = [];
