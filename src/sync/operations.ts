@@ -67,7 +67,7 @@ function nextRound(row: CheckRow, now: Date): CheckRow {
   const round = row.round + 1;
   // The last round's result goes with it: until the new one comes, the check has none (jobs list showed the old outcome).
   const { correlationId: _c, lastError: _e, submittedAt: _s, reusedFrom: _r, result: _result, resultAt: _at, dismissedAt: _d, ...rest } = row;
-  return { ...rest, state: 'received', round, externalId: externalIdAgain(row, round), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
+  return { ...rest, state: 'received', round, externalId: externalIdAgain(row, round, now), attempts: 0, dueAt: now.toISOString(), updatedAt: now.toISOString() };
 }
 
 export interface ReplayOptions extends Omit<Hl7IngestOptions, 'replayOf'> {

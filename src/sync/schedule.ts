@@ -595,11 +595,18 @@ export function givenUpUnverified(row: Pick<CheckRow, 'result' | 'externalId'>):
  * sending again what it gave up): a new one, but for a round given up unverified (givenUpUnverified), whose send, its
  * answer lost (a timeout, a 504), the service may have verified. Under that one the service answers with the
  * verification it made, or makes it now, where a new one would be a second verification, billed. Nothing the service
- * answered is kept under it: answered a failure to retry, or a result, a round has its new one (transitionFor, reverify).
+ * answered is kept under it: answered a failure to retry, or a result, a round has its new one (transitionFor, reverify);
+ * nor is one given up more than SAME_VERIFICATION_MS before `now`.
  */
-export function externalIdAgain(row: Pick<CheckRow, 'key' | 'fingerprint' | 'result' | 'externalId'>, round: number): string {
-  return givenUpUnverified(row) && !lostEachTime(row) ? row.externalId : externalIdFor(row.key, row.fingerprint, round);
+export function externalIdAgain(row: Pick<CheckRow, 'key' | 'fingerprint' | 'result' | 'resultAt' | 'externalId'>, round: number, now: Date): string {
+  // A verification the lost send made is taken as a result of now (resultAt): a day after the give-up it is verified anew,
+  // not taken days old as fresh for the visits it serves and for its re-verification.
+  const recent = row.resultAt !== undefined && now.getTime() - Date.parse(row.resultAt) < SAME_VERIFICATION_MS;
+  return recent && givenUpUnverified(row) && !lostEachTime(row) ? row.externalId : externalIdFor(row.key, row.fingerprint, round);
 }
+
+/** How long after a round was given up unverified it is sent again under its externalId (externalIdAgain). */
+export const SAME_VERIFICATION_MS = 86_400_000;
 
 /** How the detail of a round given up for the service not knowing its verification at each poll (a 404) begins. */
 export const LOST_EACH_TIME = 'The verification service lost the verification each time';

@@ -417,6 +417,23 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
     expect(responses.map((r) => r.outcome).sort()).toEqual(['complete', 'error']);
   });
 
+  it('retries a check given up unverified under its round\'s externalId within a day of the give-up, and under a new one after: a verification its lost send made days before is not taken as fresh', async () => {
+    rig = await startWorkerRig({ answer: (_req, res) => json(res, 503, { title: 'Unavailable', status: 503 }) });
+    const givenUp = async (key: string, resultAt: Date) => {
+      await rig.addCheck(key);
+      const { externalId } = await rig.check(key);
+      const failure = { correlationId: `local-${externalId}`, status: 'Failed', result: { type: 'https://dental-elig.dev/problems/NotVerified', title: 'Benefits could not be verified', detail: 'The verification service was unavailable' } };
+      await rig.addCheck(key, { state: 'needs-attention', result: failure, resultAt: resultAt.toISOString(), correlationId: failure.correlationId, dueAt: undefined });
+      return externalId;
+    };
+    const now = new Date();
+    const hourAgo = await givenUp('given-up-an-hour-ago', new Date(now.getTime() - 3_600_000));
+    const daysAgo = await givenUp('given-up-two-days-ago', new Date(now.getTime() - 2 * 86_400_000));
+    expect((await retryCheck(rig.store, 'given-up-an-hour-ago', now)).externalId).toBe(hourAgo);
+    const later = await retryCheck(rig.store, 'given-up-two-days-ago', now);
+    expect([later.round, later.externalId === daysAgo]).toEqual([1, false]);
+  });
+
   it('sends a check its chart already says not verified of, answered 429, no longer once its visit\'s day is over: given up, not sent for pendingGiveUpMs', async () => {
     rig = await startWorkerRig({
       worker: { maxAttempts: 1, pendingGiveUpMs: 24 * 3_600_000, throttledGiveUpMs: 1000 },
