@@ -182,6 +182,30 @@ describe('FHIR-triggered eligibility', () => {
         expect((await h.store.listMessages({ kind: 'fhir-notification' })).map((m) => m.detail)).toEqual(['booked: 2 checks', 'booked: 2 checks']);
       });
 
+      it('does the same when a poll finds the Coverage made', async () => {
+        await h.sync.pollAppointments();
+        await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+        await h.fhir.seed(remade());
+        expect(await h.sync.pollAppointments()).toBeGreaterThan(0);
+        await until('the pair names the Coverage made', async () => (await named()).some((r) => r.endsWith('Coverage/cov-marco-delta-2')) && (await sources()).every(([, state]) => state === 'written'));
+        expect((await named()).map((r) => r.split(' ')[1]).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
+
+      it('does the same when the chart is read between the deletion and the making, told of each', async () => {
+        await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+        expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: the server no longer has it; Appointment/appt-4004: booked' });
+        await h.fhir.seed(remade());
+        expect(await notify('/Coverage/cov-marco-delta-2')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta-2: Appointment/appt-4004: booked' });
+        await until('both written', async () => (await sources()).every(([, state]) => state === 'written') && (await named()).some((r) => r.endsWith('Coverage/cov-marco-delta-2')));
+        expect(await sources()).toEqual([
+          [0, 'written', 'Coverage/cov-marco-aetna'],
+          [0, 'written', 'Coverage/cov-marco-delta-2'],
+        ]);
+        expect((await named()).map((r) => r.split(' ')[1]).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
+
       it('takes an appointment a version whose read held no Coverage reference stored as changed once, verifying and writing nothing again', async () => {
         // What that version kept as the read it stored the appointment by: each check's chart Coverage without the Coverage itself.
         const [stored] = await h.store.listAppointments('booked');
