@@ -156,7 +156,8 @@ export async function freshResultFor(
 
 /**
  * What the chart's Coverage states of a check that no new verification follows from: its order, the plan's dates, and,
- * read from a FHIR chart, the payor Organization its pair names as insurer (check.source.insurer).
+ * read from a FHIR chart, the payor Organization its pair names as insurer (check.source.insurer) and the Coverage
+ * itself (check.source.coverage): one deleted and made again, the same plan under a new id, is the one the pair names.
  */
 export function chartCoverageChanged(stored: EligibilityCheck, check: EligibilityCheck): boolean {
   return chartCoverageOf(stored) !== chartCoverageOf(check);
@@ -165,11 +166,10 @@ export function chartCoverageChanged(stored: EligibilityCheck, check: Eligibilit
 /** What chartCoverageChanged compares of a check, as one string: a FHIR read's dedupe key holds it, so that a change of it is no duplicate. */
 export function chartCoverageOf(check: EligibilityCheck): string {
   const { order, period } = check.coverage;
-  return JSON.stringify([order, period?.start ?? null, period?.end ?? null, chartInsurer(check) ?? null]);
+  // An HL7 check names no chart resource: its writer finds the insurer and the Coverage by identifier.
+  const chart = check.source.kind === 'fhir' ? [check.source.insurer ?? null, check.source.coverage] : [null];
+  return JSON.stringify([order, period?.start ?? null, period?.end ?? null, ...chart]);
 }
-
-/** The payor Organization a FHIR chart's Coverage names (none for an HL7 check, whose insurer the writer finds). */
-export const chartInsurer = (check: EligibilityCheck): string | undefined => (check.source.kind === 'fhir' ? check.source.insurer : undefined);
 
 /**
  * Whether a result verified for one visit tells another's benefits: what is used of a maximum or

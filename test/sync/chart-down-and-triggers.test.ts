@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { startScriptedServer, type RecordedRequest } from '../support/http-server';
-import type { CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
+import type { CoverageEligibilityRequest, CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
 import { frame } from '../../src/service/mllp-framing';
 import { MllpListener } from '../../src/service/mllp-listener';
 import { retryCheck } from '../../src/sync/operations';
@@ -577,6 +577,40 @@ describe('the chart down and back, a payer nobody knows, and the poll trigger', 
       expect(await booked).toEqual([200, 'Appointment/appt-4004: cancelled']);
       expect((await h.store.listAppointments()).map((a) => [a.key, a.status, a.checkKeys])).toEqual([['fhir|Appointment/appt-4004', 'cancelled', []]]);
       expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(0);
+    } finally {
+      held.open();
+      await chart.close();
+    }
+  });
+
+  it('writes again for the Coverage the chart made a result whose write was under way as the chart deleted its Coverage and made it again', async () => {
+    // The first write of Delta's result is held at the chart while the EHR deletes its Coverage and makes it again under a new id.
+    const held = gate();
+    const reached = gate();
+    let holding = true;
+    const chart = await inFrontOfFhir(async (req) => {
+      if (!holding || req.method !== 'POST' || !req.body.includes('"type":"transaction"') || !req.body.includes('Coverage/cov-marco-delta"')) return;
+      holding = false;
+      reached.open();
+      await held.opened;
+    });
+    try {
+      h = await startHarness({ fhirVia: chart.via });
+      const seeded = chartOf('primary-secondary');
+      await h.fhir.seed(seeded);
+      expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: booked']);
+      await reached.opened;
+      await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+      await h.fhir.seed(seeded.flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, id: 'cov-marco-delta-2' }] : [])));
+      expect(await notify('/Appointment/appt-4004')).toEqual([200, 'Appointment/appt-4004: booked']);
+      held.open();
+      const named = async () => ((await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => r.insurance?.[0]?.coverage.reference).sort();
+      await until('the pair names the Coverage made', async () => (await named()).includes('Coverage/cov-marco-delta-2') && (await h.store.listChecks({ states: ['written'] })).length === 2);
+      // The pair the held write made, written again in place: none left naming the Coverage deleted.
+      expect(await named()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+      const requests = (await searchFhir(h.fhir, 'CoverageEligibilityRequest')) as CoverageEligibilityRequest[];
+      expect(requests.map((r) => r.insurance?.[0]?.coverage.reference).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+      expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
     } finally {
       held.open();
       await chart.close();

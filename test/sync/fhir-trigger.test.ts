@@ -1,5 +1,6 @@
 import type { CoverageEligibilityResponse, FhirResource } from 'fhir/r4';
 import { MAX_CHANGES } from '../../src/service/notifications';
+import type { AppointmentRow } from '../../src/sync/job-store';
 import { chartOf, searchFhir, startHarness, until, type Harness } from './harness';
 
 /** A FHIR appointment on the chart's server → checks → the service → CoverageEligibilityResponses on the same server. */
@@ -99,6 +100,22 @@ describe('FHIR-triggered eligibility', () => {
     expect(await notify('/Coverage/cov-marco-aetna')).toBe('Coverage/cov-marco-aetna: Appointment/appt-4004: booked');
   });
 
+  it('verifies a check under way at the service, its Coverage deleted and made again meanwhile, for the Coverage made', async () => {
+    h.sandbox.injectFault({ method: 'POST', path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+    await fetch(`${h.httpUrl}/fhir-notifications/Appointment/appt-4004`, { method: 'POST' });
+    await until('a send refused', async () => h.sandbox.requestLog.some((r) => r.method === 'POST' && r.status === 503));
+    await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+    await h.fhir.seed(chartOf('primary-secondary').flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, id: 'cov-marco-delta-2' }] : [])));
+    const res = await fetch(`${h.httpUrl}/fhir-notifications/Coverage/cov-marco-delta-2`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    expect((await h.store.listChecks()).map((c) => c.state).filter((s) => s === 'written')).toEqual([]);
+    h.sandbox.clearFaults();
+    await until('both written', async () => (await h.store.listChecks({ states: ['written'] })).length === 2);
+    const responses = (await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[];
+    expect(responses.map((r) => r.insurance?.[0]?.coverage.reference).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+    expect((await h.store.listChecks()).every((c) => c.round === 0)).toBe(true);
+  });
+
   describe('a patient\'s details or coverages changed under an appointment already booked', () => {
     // The visit two weeks from the day the test runs: only appointments from today on are read again.
     const visit = new Date(Date.now() + 14 * 86_400_000).toISOString().slice(0, 10);
@@ -140,6 +157,76 @@ describe('FHIR-triggered eligibility', () => {
       expect(await insurers()).toEqual(['Coverage/cov-marco-aetna Organization/org-aetna', 'Coverage/cov-marco-delta Organization/org-delta-2']);
       expect((await h.store.listChecks()).map((c) => [c.round, c.check.source.kind === 'fhir' && c.check.source.insurer])).toEqual(expect.arrayContaining([[0, 'Organization/org-delta-2']]));
       expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+    });
+
+    describe('a Coverage the chart deleted and made again, the same plan under a new id', () => {
+      const remade = () => chart().flatMap((r) => (r.resourceType === 'Coverage' && r.id === 'cov-marco-delta' ? [{ ...r, id: 'cov-marco-delta-2' }] : []));
+      const named = async () => ((await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => `${r.id} ${r.insurance?.[0]?.coverage.reference}`).sort();
+      const sources = async () => (await h.store.listChecks()).map((c) => [c.round, c.state, c.check.source.kind === 'fhir' && c.check.source.coverage]).sort();
+
+      it('writes the pair again naming the Coverage made, in place of the one naming the Coverage deleted, verifying nothing again', async () => {
+        const before = await named();
+        const deltaResponse = before.find((r) => r.endsWith('Coverage/cov-marco-delta'))?.split(' ')[0];
+        await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+        await h.fhir.seed(remade());
+        expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: the server no longer has it; Appointment/appt-4004: booked' });
+        await until('the pair names the Coverage made', async () => (await named()).includes(`${deltaResponse} Coverage/cov-marco-delta-2`));
+        expect(await named()).toEqual(before.map((r) => r.replace(/Coverage\/cov-marco-delta$/, 'Coverage/cov-marco-delta-2')).sort());
+        expect(await sources()).toEqual([
+          [0, 'written', 'Coverage/cov-marco-aetna'],
+          [0, 'written', 'Coverage/cov-marco-delta-2'],
+        ]);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+        // Read again, as the poll does: nothing more to do.
+        expect(await notify('/Coverage/cov-marco-delta-2')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta-2: Appointment/appt-4004: booked' });
+        expect((await h.store.listMessages({ kind: 'fhir-notification' })).map((m) => m.detail)).toEqual(['booked: 2 checks', 'booked: 2 checks']);
+      });
+
+      it('does the same when a poll finds the Coverage made', async () => {
+        await h.sync.pollAppointments();
+        await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+        await h.fhir.seed(remade());
+        expect(await h.sync.pollAppointments()).toBeGreaterThan(0);
+        await until('the pair names the Coverage made', async () => (await named()).some((r) => r.endsWith('Coverage/cov-marco-delta-2')) && (await sources()).every(([, state]) => state === 'written'));
+        expect((await named()).map((r) => r.split(' ')[1]).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
+
+      it('does the same when the chart is read between the deletion and the making, told of each', async () => {
+        await h.fhir.repo.deleteResource('Coverage', 'cov-marco-delta');
+        expect(await notify('/Coverage/cov-marco-delta')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta: the server no longer has it; Appointment/appt-4004: booked' });
+        await h.fhir.seed(remade());
+        expect(await notify('/Coverage/cov-marco-delta-2')).toEqual({ status: 200, said: 'Coverage/cov-marco-delta-2: Appointment/appt-4004: booked' });
+        await until('both written', async () => (await sources()).every(([, state]) => state === 'written') && (await named()).some((r) => r.endsWith('Coverage/cov-marco-delta-2')));
+        expect(await sources()).toEqual([
+          [0, 'written', 'Coverage/cov-marco-aetna'],
+          [0, 'written', 'Coverage/cov-marco-delta-2'],
+        ]);
+        expect((await named()).map((r) => r.split(' ')[1]).sort()).toEqual(['Coverage/cov-marco-aetna', 'Coverage/cov-marco-delta-2']);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
+
+      it('takes an appointment a version whose read held no Coverage reference stored as changed once, verifying and writing nothing again', async () => {
+        // What that version kept as the read it stored the appointment by: each check's chart Coverage without the Coverage itself.
+        const [stored] = await h.store.listAppointments('booked');
+        const read = (stored?.basis as { read: string }).read;
+        const before = read.replaceAll(/,"Coverage\/[^"]+"\]/g, ']');
+        expect(before).not.toBe(read);
+        await h.store.transaction((tx) => tx.putAppointment({ ...(stored as AppointmentRow), basis: { ...(stored?.basis as object), read: before } }));
+        const checks = await h.store.listChecks();
+        const versions = async () => ((await searchFhir(h.fhir, 'CoverageEligibilityResponse')) as CoverageEligibilityResponse[]).map((r) => `${r.id} ${r.meta?.versionId}`).sort();
+        const written = await versions();
+
+        expect(await notify('/Appointment/appt-4004')).toEqual({ status: 200, said: 'Appointment/appt-4004: booked' });
+        expect(((await h.store.listAppointments('booked'))[0]?.basis as { read: string }).read).toBe(read);
+        expect((await h.store.listMessages({ kind: 'fhir-notification' })).map((m) => m.detail)).toEqual(['booked: 2 checks', 'booked: 2 checks']);
+        expect(await h.store.listChecks()).toEqual(checks);
+        // Once: read again, it is a duplicate.
+        expect(await notify('/Appointment/appt-4004')).toEqual({ status: 200, said: 'Appointment/appt-4004: booked' });
+        expect(await h.store.listMessages({ kind: 'fhir-notification' })).toHaveLength(2);
+        expect(await versions()).toEqual(written);
+        expect(h.sandbox.requestLog.filter((r) => r.method === 'POST' && r.path.includes('insurance-verification'))).toHaveLength(2);
+      });
     });
 
     describe('a correction the chart puts back', () => {
