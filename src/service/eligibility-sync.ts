@@ -821,6 +821,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (!storeNow && !config.now) {
       clockWatch = watchClockSteps((stepMs) => {
         if (stopping) return;
+        worker.service.steppedBack(stepMs);
         // One after another: a second step while the first's are dated back reads the rows the first left.
         datingBack = (datingBack ?? Promise.resolve())
           .then(() => dateBack(stepMs))

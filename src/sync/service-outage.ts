@@ -216,6 +216,24 @@ export class ServiceOutage {
     return throttled && new Date(throttled.since);
   }
 
+  /**
+   * This machine's clock has stepped back `stepMs` (SQLite: a sync goes by it), as the checks are dated back
+   * (dateBackChecks): what was timed by it while it ran ahead (each outage's next probe and last ask, each held check's
+   * return, the next throttled try) comes that much sooner, or no call would try an outage until the step was out, and
+   * every check dated back would be held again for it.
+   */
+  steppedBack(stepMs: number): void {
+    const at = this.now();
+    const back = (time: number) => (time > at ? time - stepMs : time);
+    for (const outage of [this.service, ...this.portals.values()]) {
+      if (!outage) continue;
+      outage.nextProbe = back(outage.nextProbe);
+      outage.asked = back(outage.asked);
+      for (const [key, due] of outage.held) outage.held.set(key, back(due));
+    }
+    if (this.throttled) this.throttled.nextTry = back(this.throttled.nextTry);
+  }
+
   /** The wait between tries of a service that asked for fewer requests: as the longest between tries of an outage. */
   private throttleWait(): number {
     return Math.min(this.backoff.maxMs, PROBE_MAX_MS);

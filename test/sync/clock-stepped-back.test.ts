@@ -119,6 +119,28 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     expect(Date.parse(row?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
   });
 
+  it('probes an outage it found while the clock ran ahead once it steps back, not an hour later: its checks are sent when the service answers', async () => {
+    h = await startHarness({ dataDir, settings: { backoffBaseMs: 200, backoffMaxMs: 1000 } });
+    const service = h.sandbox;
+    service.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+    const outageSaid = () => h?.logs.some((line) => line.includes('the verification service is not answering')) ?? false;
+    jest.useFakeTimers({ doNotFake: [...TIMERS], advanceTimers: true, now: Date.now() + 3_600_000 });
+    try {
+      for (let i = 1; i <= 6; i++) await h.sync.receiveHl7(bookingFor(`O${i}`, `SBX-COMPLETE-O${i}`));
+      await until('the outage found while the clock runs ahead', async () => outageSaid());
+      // Probed in vain twice more meanwhile: the next probe is timed by the clock ahead.
+      const sent = sends503();
+      await until('the outage probed while the clock runs ahead', async () => sends503() > sent + 1);
+      // Ahead for longer than the watch's look, as a clock that ran ahead is.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+    } finally {
+      jest.useRealTimers();
+    }
+    await until('the step said', async () => clockLines().length > 0);
+    service.clearFaults();
+    await until('every check written once the service answers', async () => (await h?.store.listChecks({ states: ['written'] }))?.length === 6, 20_000);
+  }, 60_000);
+
   it('dates back, as serve starts with its host\'s clock set right, the checks it stored while the clock ran an hour ahead', async () => {
     // serve as its own process, its wall clock an hour ahead (its monotonic clock as it is), the service a real one answering 503.
     const sandbox = await startSandbox({ seed: true });
