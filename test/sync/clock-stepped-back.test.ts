@@ -9,6 +9,11 @@ import { bookingFor } from '../support/bookings';
 import { startServe, type Serve } from '../support/serve-process';
 import { checkRow } from './job-store-contract';
 import { startHarness, until, type Harness } from './harness';
+import { RIG_OPTIONS, resultBody, startWorkerRig, type RigStore, type WorkerRig } from './worker-rig';
+import { json } from '../support/http-server';
+import { dateBackChecks } from '../../src/sync/clock-step';
+import { answeredThisRound } from '../../src/sync/job-store';
+import type { PayerResolver } from '../../src/domain';
 
 /** serve on SQLite times its checks by this machine's clock: one stepped back since they were stored is said, and what it dated ahead dated back. */
 describe('a start on a store whose changes are dated ahead of the clock', () => {
@@ -183,5 +188,48 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     await storedAt(new Date(Date.now() - 1000));
     h = await startHarness({ dataDir });
     expect(clockLines()).toEqual([]);
+  });
+});
+
+/** A check the worker has in hand while the clock's step back dates it back: what it stores after keeps the dating. */
+describe('a check in hand while it is dated back', () => {
+  let rig: WorkerRig | undefined;
+  let store: SqliteJobStore | undefined;
+  afterEach(async () => {
+    await rig?.close();
+    await store?.close();
+    rig = undefined;
+    store = undefined;
+  });
+
+  it('sent again after the step keeps its round\'s first send dated back, not as the check in hand had it', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-in-hand-'));
+    const opened = SqliteJobStore.open(dir);
+    store = opened;
+    // The step back's dating comes between the claim and the send's step (the claim's batch committing as the watch saw the step).
+    let dateBackNext = false;
+    const transaction: SqliteJobStore['transaction'] = async (work) => {
+      if (dateBackNext) {
+        dateBackNext = false;
+        await dateBackChecks(opened, () => new Date(), RIG_OPTIONS.policy);
+      }
+      return opened.transaction(work);
+    };
+    const stepped = new Proxy(opened, {
+      get(target, prop) {
+        if (prop === 'transaction') return transaction;
+        const value: unknown = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    }) as RigStore;
+    const resolver = { resolve: () => ((dateBackNext = true), { status: 'resolved', name: 'Guardian', commonPayerId: '64246', supportsAsync: true, asyncPortals: ['portal-a'], syncPortals: ['portal-a'] }) } as unknown as PayerResolver;
+    rig = await startWorkerRig({ store: stepped, resolver, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-in-hand' }) });
+    // Sent under a clock an hour ahead, its answer lost (a 503), due again now: the clock ahead still when it is claimed.
+    const ahead = new Date(Date.now() + 3_600_000).toISOString();
+    await rig.addCheck('in-hand', { state: 'received', attempts: 1, submittedAt: ahead, updatedAt: ahead, dueAt: new Date().toISOString() });
+    rig.worker.start();
+    const row = await rig.reach('in-hand', 'written', 5000);
+    expect(Date.parse(row.submittedAt ?? '')).toBeLessThanOrEqual(Date.now());
+    expect(answeredThisRound(row)).toBe(true);
   });
 });
