@@ -34,6 +34,7 @@ import { replayMessage, type Replayed } from '../sync/operations';
 import { PRUNED, type JobStore } from '../sync/job-store';
 import { pruneFinished } from '../sync/prune';
 import { outageOf, storeOutage, watchOutages } from '../sync/store-outage';
+import { dateBackKept } from '../sync/outage-record';
 import { closeEachOrThrow } from '../close-each';
 import { timerMs } from '../timer-ms';
 import type { SchedulePolicy } from '../sync/schedule';
@@ -636,6 +637,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
   /** Dates back what the store holds dated ahead of this machine's clock (dateBackChecks), and says so, with by how much. */
   const dateBack = async (aheadMs: number) => {
     const checks = await dateBackChecks(store, clock, policy);
+    await dateBackKept(store, clock(), aheadMs);
     logger.warn({ aheadMs: Math.round(aheadMs), checks }, CLOCK_STEPPED_BACK);
   };
   /** The prune under way, which stop() waits for (it stops between batches). */
@@ -821,6 +823,7 @@ export function createEligibilitySync(config: EligibilitySyncConfig): Eligibilit
     if (!storeNow && !config.now) {
       clockWatch = watchClockSteps((stepMs) => {
         if (stopping) return;
+        worker.service.steppedBack(stepMs);
         // One after another: a second step while the first's are dated back reads the rows the first left.
         datingBack = (datingBack ?? Promise.resolve())
           .then(() => dateBack(stepMs))

@@ -85,6 +85,25 @@ export function forgetOutageStart(store: JobStore, portal?: string): Promise<Dat
   return forgetStart(store, outageSlot(portal));
 }
 
+/**
+ * The kept starts dated after `now`, moved back `byMs`: this machine's clock stepped back (SQLite), as the checks
+ * given up in them are dated back (dateBackChecks), by no more than `byMs` each. A start left ahead would be after
+ * those checks, which its end would then not send again (givenUpSince).
+ */
+export async function dateBackKept(store: JobStore, now: Date, byMs: number): Promise<void> {
+  await store.transaction(async (tx) => {
+    const value = await tx.getMeta(SERVICE_OUT_SINCE);
+    const kept = readKept(value);
+    const back = (at: string) => (Date.parse(at) > now.getTime() ? new Date(Date.parse(at) - byMs).toISOString() : at);
+    const dated: KeptOutages = {
+      ...(kept.service !== undefined && { service: back(kept.service) }),
+      portals: Object.fromEntries(Object.entries(kept.portals).map(([portal, since]) => [portal, back(since)])),
+      ...(kept.throttled !== undefined && { throttled: back(kept.throttled) }),
+    };
+    if (writeKept(dated) !== writeKept(kept)) await tx.setMeta(SERVICE_OUT_SINCE, writeKept(dated));
+  });
+}
+
 /** The outages workers found, as the store keeps them: the whole service's and each portal's start, and a throttling's; none answered since. */
 export async function keptOutages(store: JobStore): Promise<{ service?: Date; portals: Array<{ portal: string; since: Date }>; throttled?: Date }> {
   const kept = readKept(await store.transaction((tx) => tx.getMeta(SERVICE_OUT_SINCE)));

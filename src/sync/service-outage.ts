@@ -216,6 +216,28 @@ export class ServiceOutage {
     return throttled && new Date(throttled.since);
   }
 
+  /**
+   * This machine's clock has stepped back `stepMs` (SQLite: a sync goes by it), as the checks are dated back
+   * (dateBackChecks): what was timed by it while it ran ahead (each outage's next probe and last ask, each held check's
+   * return, the next throttled try) comes that much sooner, or no call would try an outage until the step was out, and
+   * every check dated back would be held again for it; and when each outage and throttling began is that much earlier,
+   * or the checks given up in it, dated back, would be before it, and not sent again at its end (givenUpSince).
+   */
+  steppedBack(stepMs: number): void {
+    const at = this.now();
+    const back = (time: number) => (time > at ? time - stepMs : time);
+    for (const outage of [this.service, ...this.portals.values()]) {
+      if (!outage) continue;
+      outage.since = back(outage.since);
+      outage.nextProbe = back(outage.nextProbe);
+      outage.asked = back(outage.asked);
+      for (const [key, due] of outage.held) outage.held.set(key, back(due));
+    }
+    for (const row of [this.row, ...this.portalRows.values()]) row.steppedBack(back);
+    for (const [key, since] of this.alone) this.alone.set(key, back(since));
+    if (this.throttled) this.throttled = { since: back(this.throttled.since), nextTry: back(this.throttled.nextTry) };
+  }
+
   /** The wait between tries of a service that asked for fewer requests: as the longest between tries of an outage. */
   private throttleWait(): number {
     return Math.min(this.backoff.maxMs, PROBE_MAX_MS);
@@ -450,7 +472,8 @@ class Outage {
   stored = false;
 
   constructor(
-    readonly since: number,
+    /** Moved back only by a step back of this machine's clock (ServiceOutage.steppedBack). */
+    public since: number,
     at: number,
     foundBy: Iterable<string> = [],
   ) {
@@ -489,6 +512,12 @@ class FailureRow {
     this.count++;
     this.checks.add(key);
     this.portals.add(portal);
+  }
+
+  /** Its times moved by `back` (ServiceOutage.steppedBack). */
+  steppedBack(back: (time: number) => number): void {
+    this.since = back(this.since);
+    this.last = back(this.last);
   }
 
   /** Whether its failures are the service's, not one portal's: of two portals or more, or one says the service itself is away. */

@@ -510,10 +510,11 @@ export class Worker {
     try {
       const attempts = row.attempts + 1;
       // The round's first send: a send again (after a 404 on poll, a transient failure) does not restart pendingGiveUpMs.
+      // As stored, not as in hand: a clock stepped back since the claim has it dated back (dateBackChecks).
       const sent = await this.step(
         row,
         row.state,
-        async (current, tx) => (await this.sharedVerification(tx, current)) || { state: 'submitted', attempts, mode, portalId, submittedAt: row.submittedAt ?? this.now() },
+        async (current, tx) => (await this.sharedVerification(tx, current)) || { state: 'submitted', attempts, mode, portalId, submittedAt: current.submittedAt ?? this.now() },
       );
       if (sent?.state !== 'submitted') return;
       await this.limiter.take(portalId);

@@ -9,6 +9,11 @@ import { bookingFor } from '../support/bookings';
 import { startServe, type Serve } from '../support/serve-process';
 import { checkRow } from './job-store-contract';
 import { startHarness, until, type Harness } from './harness';
+import { RIG_OPTIONS, resultBody, startWorkerRig, type RigStore, type WorkerRig } from './worker-rig';
+import { json } from '../support/http-server';
+import { dateBackChecks } from '../../src/sync/clock-step';
+import { answeredThisRound } from '../../src/sync/job-store';
+import type { PayerResolver } from '../../src/domain';
 
 /** serve on SQLite times its checks by this machine's clock: one stepped back since they were stored is said, and what it dated ahead dated back. */
 describe('a start on a store whose changes are dated ahead of the clock', () => {
@@ -119,6 +124,28 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     expect(Date.parse(row?.updatedAt ?? '')).toBeLessThanOrEqual(Date.now());
   });
 
+  it('probes an outage it found while the clock ran ahead once it steps back, not an hour later: its checks are sent when the service answers', async () => {
+    h = await startHarness({ dataDir, settings: { backoffBaseMs: 200, backoffMaxMs: 1000 } });
+    const service = h.sandbox;
+    service.injectFault({ path: /^\/v2\/insurance-verification/, status: 503, times: Infinity });
+    const outageSaid = () => h?.logs.some((line) => line.includes('the verification service is not answering')) ?? false;
+    jest.useFakeTimers({ doNotFake: [...TIMERS], advanceTimers: true, now: Date.now() + 3_600_000 });
+    try {
+      for (let i = 1; i <= 6; i++) await h.sync.receiveHl7(bookingFor(`O${i}`, `SBX-COMPLETE-O${i}`));
+      await until('the outage found while the clock runs ahead', async () => outageSaid());
+      // Probed in vain twice more meanwhile: the next probe is timed by the clock ahead.
+      const sent = sends503();
+      await until('the outage probed while the clock runs ahead', async () => sends503() > sent + 1);
+      // Ahead for longer than the watch's look, as a clock that ran ahead is.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+    } finally {
+      jest.useRealTimers();
+    }
+    await until('the step said', async () => clockLines().length > 0);
+    service.clearFaults();
+    await until('every check written once the service answers', async () => (await h?.store.listChecks({ states: ['written'] }))?.length === 6, 20_000);
+  }, 60_000);
+
   it('dates back, as serve starts with its host\'s clock set right, the checks it stored while the clock ran an hour ahead', async () => {
     // serve as its own process, its wall clock an hour ahead (its monotonic clock as it is), the service a real one answering 503.
     const sandbox = await startSandbox({ seed: true });
@@ -161,5 +188,48 @@ describe('a start on a store whose changes are dated ahead of the clock', () => 
     await storedAt(new Date(Date.now() - 1000));
     h = await startHarness({ dataDir });
     expect(clockLines()).toEqual([]);
+  });
+});
+
+/** A check the worker has in hand while the clock's step back dates it back: what it stores after keeps the dating. */
+describe('a check in hand while it is dated back', () => {
+  let rig: WorkerRig | undefined;
+  let store: SqliteJobStore | undefined;
+  afterEach(async () => {
+    await rig?.close();
+    await store?.close();
+    rig = undefined;
+    store = undefined;
+  });
+
+  it('sent again after the step keeps its round\'s first send dated back, not as the check in hand had it', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-in-hand-'));
+    const opened = SqliteJobStore.open(dir);
+    store = opened;
+    // The step back's dating comes between the claim and the send's step (the claim's batch committing as the watch saw the step).
+    let dateBackNext = false;
+    const transaction: SqliteJobStore['transaction'] = async (work) => {
+      if (dateBackNext) {
+        dateBackNext = false;
+        await dateBackChecks(opened, () => new Date(), RIG_OPTIONS.policy);
+      }
+      return opened.transaction(work);
+    };
+    const stepped = new Proxy(opened, {
+      get(target, prop) {
+        if (prop === 'transaction') return transaction;
+        const value: unknown = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    }) as RigStore;
+    const resolver = { resolve: () => ((dateBackNext = true), { status: 'resolved', name: 'Guardian', commonPayerId: '64246', supportsAsync: true, asyncPortals: ['portal-a'], syncPortals: ['portal-a'] }) } as unknown as PayerResolver;
+    rig = await startWorkerRig({ store: stepped, resolver, answer: (_req, res) => json(res, 200, { ...(resultBody('completed-minimal') as object), correlationId: 'ver-in-hand' }) });
+    // Sent under a clock an hour ahead, its answer lost (a 503), due again now: the clock ahead still when it is claimed.
+    const ahead = new Date(Date.now() + 3_600_000).toISOString();
+    await rig.addCheck('in-hand', { state: 'received', attempts: 1, submittedAt: ahead, updatedAt: ahead, dueAt: new Date().toISOString() });
+    rig.worker.start();
+    const row = await rig.reach('in-hand', 'written', 5000);
+    expect(Date.parse(row.submittedAt ?? '')).toBeLessThanOrEqual(Date.now());
+    expect(answeredThisRound(row)).toBe(true);
   });
 });

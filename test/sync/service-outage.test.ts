@@ -6,7 +6,7 @@ import { json } from '../support/http-server';
 import { searchFhir, until } from './harness';
 import { checkRow } from './job-store-contract';
 import { posts, resultBody, startWorkerRig, type WorkerRig } from './worker-rig';
-import { forgetOutageStart, keepOutageStart, keptOutages } from '../../src/sync/outage-record';
+import { dateBackKept, forgetOutageStart, keepOutageStart, keptOutages } from '../../src/sync/outage-record';
 import { OUTAGE_AFTER, ServiceOutage } from '../../src/sync/service-outage';
 import { SqliteJobStore } from '../../src/sync/sqlite-job-store';
 import { ChartWriteError } from '../../src/sync/chart-errors';
@@ -531,6 +531,44 @@ describe('ServiceOutage', () => {
     clock += 1;
     bad.forEach((key) => w.failed(failure(503), 'go', key, 'a'));
     expect(w.portalOut('a')).toBe(true);
+  });
+
+  it('moves what it timed by a clock since stepped back an hour back with it: its next probe comes at its wait, and its end sends again the checks given up since it began', () => {
+    const back = jest.fn();
+    const w = new ServiceOutage({ baseMs: 100, maxMs: 300_000 }, () => clock, log, { back });
+    clock += 3_600_000;
+    const began = clock;
+    for (let i = 0; i < OUTAGE_AFTER; i++) w.failed(failure(503), 'go', `check-${i}`, 'a');
+    expect(w.admit(false, 'a', 'check-probe')).toBe('hold');
+    // Set right, an hour back: a check given up in the outage meanwhile is dated back by no more than the step.
+    clock -= 3_600_000;
+    w.steppedBack(3_600_000);
+    clock += 100;
+    expect(w.admit(false, 'a', 'check-probe')).toBe('probe');
+    w.answered('a', 'check-probe');
+    expect(back).toHaveBeenCalledWith(new Date(began - 3_600_000), 'a');
+  });
+
+  it('dates back the outages the store keeps as begun after the clock, by the step, and leaves the others', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'elig-kept-'));
+    const store = SqliteJobStore.open(dir);
+    try {
+      const now = new Date();
+      await keepOutageStart(store, new Date(now.getTime() + 3_000_000));
+      await keepOutageStart(store, new Date(now.getTime() - 60_000), 'before');
+      await keepOutageStart(store, new Date(now.getTime() + 600_000), 'ahead');
+      await dateBackKept(store, now, 3_600_000);
+      expect(await keptOutages(store)).toEqual({
+        service: new Date(now.getTime() - 600_000),
+        portals: [
+          { portal: 'before', since: new Date(now.getTime() - 60_000) },
+          { portal: 'ahead', since: new Date(now.getTime() - 3_000_000) },
+        ],
+      });
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -440,10 +440,11 @@ describe('the worker when the service asks it to wait (Retry-After)', () => {
       answer: (req, res) => (req.method === 'GET' ? json(res, 200, { items: [] }) : json(res, 429, { title: 'Too many requests', status: 429 })),
     });
     // Given up on its visit's day, its failure written, and sent again (a send taken, or tryThrottled's): still put off as that day ended.
-    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    // Over everywhere: its zone unknown, a day is over once it is in the earliest zone (UTC-12), which UTC's yesterday is not until noon UTC.
+    const dayOver = new Date(Date.now() - 2 * 86_400_000).toISOString().slice(0, 10);
     const sentAgain = new Date().toISOString();
     await rig.addCheck('told-yesterday', {
-      check: { ...checkRow('told-yesterday').check, dateOfService: yesterday },
+      check: { ...checkRow('told-yesterday').check, dateOfService: dayOver },
       round: 1,
       submittedAt: sentAgain,
       written: { requestId: 'req-told', responseId: 'resp-told', verification: 'local-ext-told-yesterday', round: 0 },
