@@ -1,4 +1,5 @@
 import * as path from 'node:path';
+import { Option, type Command } from 'commander';
 import type { Readable } from 'node:stream';
 import { IsoInstant } from '../domain/primitives';
 import { describeJsonSyntax } from '../verification/json-syntax';
@@ -118,6 +119,17 @@ export const whole = (name: string) => (value: string): number => {
 };
 
 /** An option parser for a port to listen on (0: any free port); anything else is a usage error naming the option. */
+/**
+ * A polling command's --first-delay-ms (hidden: the wait before the first poll, `firstDelayMs` by
+ * default, which the service asks to be 3000 or more; lower only against the sandbox) and
+ * --timeout-ms, after its --wait.
+ */
+export function waitOptions(cmd: Command, firstDelayMs: number): Command {
+  return cmd
+    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(firstDelayMs).hideHelp())
+    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000);
+}
+
 export const port = (name: string) => (value: string): number => {
   const n = whole(name)(value);
   if (n > 65535) throw new CliError(`${name}: must be a port, 0 to 65535`, 2);

@@ -1,11 +1,11 @@
-import { Option, type Command } from 'commander';
+import type { Command } from 'commander';
 import { describeIssue } from '../domain/issues';
 import type { VerificationClient } from '../verification/client';
 import { ServiceError } from '../verification/errors';
 import type { VerificationOutcome } from '../verification/outcome';
 import { findJsonSyntaxProblem } from '../verification/json-syntax';
 import { entries, VerificationRequest } from '../verification/wire';
-import { CliError, inputName, parseJsonInput, progressLine, readInput, say, whole, type CliIo } from './io';
+import { CliError, inputName, parseJsonInput, progressLine, readInput, say, waitOptions, type CliIo } from './io';
 import { readsEnvironment, SERVICE_ENV, toCliError, withService } from './service-context';
 import { printRecord } from './table';
 
@@ -89,16 +89,17 @@ export function registerVerify(program: Command, io: CliIo): void {
     .description('Verify insurance: send requests (`verify FILE`), or fetch a verification by its correlationId (`verify get ID`)');
 
   readsEnvironment(
-    verify
-      .command('send <request>', { isDefault: true })
-      .description(
-        'Send verification requests: one JSON body, an array of them (as `convert … --as request` prints) or JSON lines; `-` for stdin. ' +
-          'Each is verified in turn. `dental-elig verify FILE` means `verify send FILE`.',
-      )
-      .option('--async', 'queue each; the result comes by webhook, `verify get ID` fetches it, or --wait polls for it')
-      .option('--wait', 'with --async: poll until the result is in')
-      .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
-      .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+    waitOptions(
+      verify
+        .command('send <request>', { isDefault: true })
+        .description(
+          'Send verification requests: one JSON body, an array of them (as `convert … --as request` prints) or JSON lines; `-` for stdin. ' +
+            'Each is verified in turn. `dental-elig verify FILE` means `verify send FILE`.',
+        )
+        .option('--async', 'queue each; the result comes by webhook, `verify get ID` fetches it, or --wait polls for it')
+        .option('--wait', 'with --async: poll until the result is in'),
+      3000,
+    )
       .option('--json', 'print each whole verification as JSON (an array for several)'),
     SERVICE_ENV,
   ).action(async (file: string, opts: SendOptions, cmd: Command) => {
@@ -159,12 +160,13 @@ export function registerVerify(program: Command, io: CliIo): void {
   });
 
   readsEnvironment(
-    verify
-      .command('get <correlationId>')
-      .description('Fetch a verification by the correlationId `verify --async` printed; Pending means ask again later, or --wait')
-      .option('--wait', 'poll until it is no longer Pending')
-      .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
-      .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+    waitOptions(
+      verify
+        .command('get <correlationId>')
+        .description('Fetch a verification by the correlationId `verify --async` printed; Pending means ask again later, or --wait')
+        .option('--wait', 'poll until it is no longer Pending'),
+      0,
+    )
       .option('--json', 'print the whole verification as JSON'),
     SERVICE_ENV,
   ).action(async (correlationId: string, opts: Omit<SendOptions, 'async'>, cmd: Command) =>

@@ -2,7 +2,7 @@ import { Option, type Command } from 'commander';
 import type { VerificationClient } from '../../verification/client';
 import { validationKindOf } from '../../verification/outcome';
 import { LoginMethod, type CredentialsPatch, type CredentialsValidation, type CredentialsValidationRequest } from '../../verification/wire';
-import { CliError, listAll, progressLine, say, whole, type CliIo } from '../io';
+import { CliError, listAll, progressLine, say, waitOptions, type CliIo } from '../io';
 import { withService } from '../service-context';
 import { printRecord } from '../table';
 
@@ -137,17 +137,18 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       withService(io, cmd, async (client) => printRecord(io, await client.getCredentials(opts.clinic, opts.portal), Boolean(opts.json))),
     );
 
-  creds
-    .command('validate')
-    .description('Ask the service to log in to the portal: with the credentials stored for a clinic (--clinic), or with a username and password before they are stored (--username), as the service recommends')
-    .option('--clinic <clinicId>', 'clinic id: validate the credentials stored for it')
-    .requiredOption('--portal <portalId>', 'portal id')
-    .option('--username <username>', 'portal username: validate these credentials, not stored ones (the password as for set)')
-    .option('--password-stdin', 'with --username: read the portal password from the first line of standard input')
-    .addOption(new Option('--password <value>').hideHelp())
-    .option('--wait', 'poll until the validation finishes (first poll after 3 s)')
-    .addOption(new Option('--first-delay-ms <ms>', 'delay before the first poll (the service asks for 3000 or more; lower only against the sandbox)').argParser(whole('--first-delay-ms')).default(3000).hideHelp())
-    .option('--timeout-ms <ms>', 'give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+  waitOptions(
+    creds
+      .command('validate')
+      .description('Ask the service to log in to the portal: with the credentials stored for a clinic (--clinic), or with a username and password before they are stored (--username), as the service recommends')
+      .option('--clinic <clinicId>', 'clinic id: validate the credentials stored for it')
+      .requiredOption('--portal <portalId>', 'portal id')
+      .option('--username <username>', 'portal username: validate these credentials, not stored ones (the password as for set)')
+      .option('--password-stdin', 'with --username: read the portal password from the first line of standard input')
+      .addOption(new Option('--password <value>').hideHelp())
+      .option('--wait', 'poll until the validation finishes (first poll after 3 s)'),
+    3000,
+  )
     .option('--json', 'print JSON')
     .action(async (opts: PasswordOptions & { clinic?: string; portal: string; username?: string; wait?: boolean; firstDelayMs: number; timeoutMs: number; json?: boolean }, cmd: Command) => {
       if ((opts.clinic === undefined) === (opts.username === undefined)) {
@@ -173,12 +174,13 @@ export function registerCredentials(setup: Command, io: CliIo): void {
       }, { secrets });
     });
 
-  creds
-    .command('validation <correlationId>')
-    .description('Show a credentials validation by the correlationId `credentials validate` printed, without asking the portal to log in again; Pending means ask again later, or --wait')
-    .option('--wait', 'poll until the validation finishes')
-    .addOption(new Option('--first-delay-ms <ms>', 'with --wait: delay before the first poll').argParser(whole('--first-delay-ms')).default(0).hideHelp())
-    .option('--timeout-ms <ms>', 'with --wait: give up waiting after this long', whole('--timeout-ms'), 5 * 60_000)
+  waitOptions(
+    creds
+      .command('validation <correlationId>')
+      .description('Show a credentials validation by the correlationId `credentials validate` printed, without asking the portal to log in again; Pending means ask again later, or --wait')
+      .option('--wait', 'poll until the validation finishes'),
+    0,
+  )
     .option('--json', 'print JSON')
     .action(async (correlationId: string, opts: WaitOpts & { wait?: boolean }, cmd: Command) => {
       // The result may quote the password tried, which this command was not given: the one exported for validate is cut out.
